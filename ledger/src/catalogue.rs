@@ -1,0 +1,495 @@
+//! The typed event catalogue. Every payload is a Rust type with a schema version; a stored
+//! event of an older version is upcast on read, never rewritten. An unknown type or a version
+//! newer than this build knows is an error the caller sees, never silently skipped.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::envelope::{Metadata, NewEvent, RecordedEvent};
+
+/// How a session came to exist; only `interactive` sessions can use a task grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Surface {
+    Interactive,
+    Inbound,
+    Device,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Author {
+    Owner,
+    Other,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SignInPhase {
+    Began,
+    Ready,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Resolution {
+    ApproveOnce,
+    ApproveForTask,
+    Deny,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ApprovalStatus {
+    Approved,
+    Denied,
+}
+
+impl Resolution {
+    /// `approve_for_task` approves: the regression the decision record names first.
+    pub fn status(self) -> ApprovalStatus {
+        match self {
+            Self::ApproveOnce | Self::ApproveForTask => ApprovalStatus::Approved,
+            Self::Deny => ApprovalStatus::Denied,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthorizationKind {
+    Approval,
+    StandingGrant,
+    BrowserTaskGrant,
+    Policy,
+}
+
+/// Why a task grant ended; each grant ends exactly once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    Expired,
+    Exhausted,
+    Revoked,
+    Superseded,
+    ProfileChanged,
+    ProfileRevoked,
+    PolicyChanged,
+    AgentChanged,
+    ScopeRemoved,
+    SessionDeleted,
+}
+
+/// A configured site scope: an exact origin and one path segment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SiteScope {
+    pub origin: String,
+    pub path_prefix: String,
+}
+
+/// The server-authored offer an approval card may carry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Offer {
+    pub scope: SiteScope,
+    pub minutes: u32,
+    pub max_actions: u32,
+    pub max_typed_chars: u32,
+}
+
+/// What the approval card shows of one action. Page-sourced strings are kept apart from the
+/// server-authored summary; the view never holds a ref, revision, query, cookie or credential.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActionView {
+    pub action_kind: String,
+    pub describable: bool,
+    pub element_role: Option<String>,
+    pub element_name: Option<String>,
+    pub visible_text: Option<String>,
+    pub dialog_name: Option<String>,
+    pub page_origin: Option<String>,
+    pub page_path: Option<String>,
+    pub page_title: Option<String>,
+    /// The key, scroll distance, option or typed text (redacted where sensitive).
+    pub detail: Option<String>,
+    pub detail_digest: Option<String>,
+    pub action_summary: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionCreated {
+    pub session_id: String,
+    pub principal_id: String,
+    pub browser_profile_id: Option<String>,
+    pub schedule_id: Option<String>,
+    pub surface: Surface,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionMessageRecorded {
+    pub session_id: String,
+    pub message_id: String,
+    pub author: Author,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionDeleted {
+    pub session_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileGenerationAdvanced {
+    pub profile_id: String,
+    pub generation: u64,
+    pub phase: SignInPhase,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileRevoked {
+    pub profile_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileDeleted {
+    pub profile_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeploymentScopesChanged {
+    pub task_grants_enabled: bool,
+    pub scopes: Vec<SiteScope>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalRequested {
+    pub approval_id: Uuid,
+    pub session_id: String,
+    pub run_id: String,
+    pub view: ActionView,
+    pub offer: Option<Offer>,
+    /// Why the session's active grant did not cover the action, as a stable code.
+    pub not_covered_reason: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
+}
+
+/// Schema version 2: three resolutions. Version 1 stored only `approved`/`denied`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalResolved {
+    pub approval_id: Uuid,
+    pub resolution: Resolution,
+    pub status: ApprovalStatus,
+    pub grant_id: Option<Uuid>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalExpired {
+    pub approval_id: Uuid,
+}
+
+/// Every pin of the decision record's third decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskGrantCreated {
+    pub grant_id: Uuid,
+    pub approval_id: Uuid,
+    pub tenant_id: String,
+    pub principal_id: String,
+    pub session_id: String,
+    pub profile_id: String,
+    pub profile_generation: u64,
+    pub agent_version: String,
+    pub policy_version: String,
+    pub scope: SiteScope,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
+    pub max_actions: u32,
+    pub max_typed_chars: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCallAuthorized {
+    pub session_id: String,
+    pub run_id: String,
+    pub tool_call_id: String,
+    pub authorization_kind: AuthorizationKind,
+    pub grant_id: Option<Uuid>,
+    pub use_ordinal: Option<u32>,
+    pub typed_chars: u32,
+    pub view: ActionView,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskGrantEnded {
+    pub grant_id: Uuid,
+    pub reason: EndReason,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StandingGrantPinned {
+    pub grant_id: String,
+    pub profile_id: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StandingGrantUnpinned {
+    pub grant_id: String,
+}
+
+/// The token itself is never stored: only its SHA-256, hex.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalTokenIssued {
+    pub approval_id: Uuid,
+    pub token_sha256: String,
+    pub run_id: String,
+    pub snapshot_id: String,
+    pub node_ref: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalTokenRedeemed {
+    pub approval_id: Uuid,
+    pub token_sha256: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunEscalated {
+    pub session_id: String,
+    pub run_id: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("unknown event type {0:?}")]
+    UnknownType(String),
+    #[error("{event_type} schema version {found} is newer than this build's {newest}")]
+    NewerVersion { event_type: String, found: u32, newest: u32 },
+    #[error("{event_type} schema version {found} has no upcaster")]
+    NoUpcaster { event_type: String, found: u32 },
+    #[error("{event_type} v{version} payload does not match its schema: {reason}")]
+    Malformed { event_type: String, version: u32, reason: String },
+}
+
+macro_rules! catalogue {
+    ($( $variant:ident = $name:literal v $ver:literal ),* $(,)?) => {
+        /// Every event the ledger holds.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum Event { $( $variant($variant) ),* }
+
+        impl Event {
+            /// Every `(event_type, current schema version)`.
+            pub const TYPES: &'static [(&'static str, u32)] = &[ $( ($name, $ver) ),* ];
+
+            pub fn event_type(&self) -> &'static str {
+                match self { $( Self::$variant(_) => $name ),* }
+            }
+
+            pub fn schema_version(&self) -> u32 {
+                match self { $( Self::$variant(_) => $ver ),* }
+            }
+
+            pub fn payload(&self) -> Value {
+                let value = match self { $( Self::$variant(p) => serde_json::to_value(p) ),* };
+                value.expect("catalogue payloads always serialise")
+            }
+
+            fn decode_current(event_type: &str, payload: Value) -> Result<Self, DecodeError> {
+                let malformed = |version: u32, e: serde_json::Error| DecodeError::Malformed {
+                    event_type: event_type.to_owned(), version, reason: e.to_string(),
+                };
+                match event_type {
+                    $( $name => serde_json::from_value(payload).map(Self::$variant).map_err(|e| malformed($ver, e)), )*
+                    other => Err(DecodeError::UnknownType(other.to_owned())),
+                }
+            }
+        }
+    };
+}
+
+catalogue! {
+    SessionCreated = "session.created" v 1,
+    SessionMessageRecorded = "session.message_recorded" v 1,
+    SessionDeleted = "session.deleted" v 1,
+    ProfileGenerationAdvanced = "browser.profile.generation_advanced" v 1,
+    ProfileRevoked = "browser.profile.revoked" v 1,
+    ProfileDeleted = "browser.profile.deleted" v 1,
+    DeploymentScopesChanged = "deployment.scopes_changed" v 1,
+    ApprovalRequested = "approval.requested" v 1,
+    ApprovalResolved = "approval.resolved" v 2,
+    ApprovalExpired = "approval.expired" v 1,
+    TaskGrantCreated = "browser.task_grant.created" v 1,
+    ToolCallAuthorized = "tool.call.authorized" v 1,
+    TaskGrantEnded = "browser.task_grant.ended" v 1,
+    StandingGrantPinned = "browser.standing_grant.pinned" v 1,
+    StandingGrantUnpinned = "browser.standing_grant.unpinned" v 1,
+    ApprovalTokenIssued = "approval.token_issued" v 1,
+    ApprovalTokenRedeemed = "approval.token_redeemed" v 1,
+    RunEscalated = "run.escalated" v 1,
+}
+
+impl Event {
+    /// Decodes a stored payload, upcasting older schema versions one step at a time.
+    pub fn decode(event_type: &str, schema_version: u32, payload: Value) -> Result<Self, DecodeError> {
+        let newest = Self::TYPES
+            .iter()
+            .find(|(t, _)| *t == event_type)
+            .map(|(_, v)| *v)
+            .ok_or_else(|| DecodeError::UnknownType(event_type.to_owned()))?;
+        if schema_version > newest {
+            return Err(DecodeError::NewerVersion { event_type: event_type.to_owned(), found: schema_version, newest });
+        }
+        let (mut version, mut payload) = (schema_version, payload);
+        while version < newest {
+            payload = upcast(event_type, version, payload)?;
+            version += 1;
+        }
+        Self::decode_current(event_type, payload)
+    }
+
+    pub fn from_recorded(event: &RecordedEvent) -> Result<Self, DecodeError> {
+        Self::decode(&event.event_type, event.schema_version, event.payload.clone())
+    }
+
+    /// The envelope for appending this event under `event_id`, the idempotency key.
+    pub fn to_new(&self, event_id: Uuid, metadata: Metadata) -> NewEvent {
+        NewEvent {
+            event_id,
+            event_type: self.event_type().to_owned(),
+            schema_version: self.schema_version(),
+            payload: self.payload(),
+            metadata,
+        }
+    }
+}
+
+/// One upcast step, from `version` to `version + 1`.
+fn upcast(event_type: &str, version: u32, payload: Value) -> Result<Value, DecodeError> {
+    let malformed = |reason: &str| DecodeError::Malformed { event_type: event_type.to_owned(), version, reason: reason.to_owned() };
+    match (event_type, version) {
+        // v1 knew two outcomes; each maps to the one resolution that produced it then.
+        ("approval.resolved", 1) => {
+            let Value::Object(mut map) = payload else { return Err(malformed("not an object")) };
+            let decision = map.remove("decision").ok_or_else(|| malformed("missing decision"))?;
+            let (resolution, status) = match decision.as_str() {
+                Some("approved") => ("approve_once", "APPROVED"),
+                Some("denied") => ("deny", "DENIED"),
+                _ => return Err(malformed("decision is neither approved nor denied")),
+            };
+            map.insert("resolution".into(), resolution.into());
+            map.insert("status".into(), status.into());
+            map.insert("grant_id".into(), Value::Null);
+            Ok(Value::Object(map))
+        }
+        _ => Err(DecodeError::NoUpcaster { event_type: event_type.to_owned(), found: version }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn view() -> ActionView {
+        ActionView { action_kind: "click".into(), action_summary: "Click a button".into(), ..ActionView::default() }
+    }
+
+    #[test]
+    fn every_type_is_listed_once() {
+        let mut names: Vec<_> = Event::TYPES.iter().map(|(n, _)| *n).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Event::TYPES.len());
+    }
+
+    #[test]
+    fn payloads_round_trip_through_json() {
+        let now = OffsetDateTime::from_unix_timestamp(1_790_000_000).unwrap();
+        let events = [
+            Event::ApprovalResolved(ApprovalResolved {
+                approval_id: Uuid::nil(),
+                resolution: Resolution::ApproveForTask,
+                status: ApprovalStatus::Approved,
+                grant_id: Some(Uuid::nil()),
+            }),
+            Event::ToolCallAuthorized(ToolCallAuthorized {
+                session_id: "s1".into(),
+                run_id: "r1".into(),
+                tool_call_id: "t1".into(),
+                authorization_kind: AuthorizationKind::BrowserTaskGrant,
+                grant_id: Some(Uuid::nil()),
+                use_ordinal: Some(7),
+                typed_chars: 5,
+                view: view(),
+            }),
+            Event::ApprovalRequested(ApprovalRequested {
+                approval_id: Uuid::nil(),
+                session_id: "s1".into(),
+                run_id: "r1".into(),
+                view: view(),
+                offer: None,
+                not_covered_reason: Some("payment".into()),
+                expires_at: now,
+            }),
+        ];
+        for e in events {
+            let text = serde_json::to_string(&e.payload()).unwrap();
+            let back = Event::decode(e.event_type(), e.schema_version(), serde_json::from_str(&text).unwrap()).unwrap();
+            assert_eq!(back, e);
+        }
+    }
+
+    #[test]
+    fn approve_for_task_resolves_to_approved() {
+        assert_eq!(Resolution::ApproveForTask.status(), ApprovalStatus::Approved);
+        assert_eq!(Resolution::ApproveOnce.status(), ApprovalStatus::Approved);
+        assert_eq!(Resolution::Deny.status(), ApprovalStatus::Denied);
+    }
+
+    #[test]
+    fn approval_resolved_v1_upcasts() {
+        let cases = [("approved", Resolution::ApproveOnce, ApprovalStatus::Approved), ("denied", Resolution::Deny, ApprovalStatus::Denied)];
+        for (decision, resolution, status) in cases {
+            let v1 = json!({ "approval_id": Uuid::nil(), "decision": decision });
+            let got = Event::decode("approval.resolved", 1, v1).unwrap();
+            assert_eq!(got, Event::ApprovalResolved(ApprovalResolved { approval_id: Uuid::nil(), resolution, status, grant_id: None }));
+        }
+        let bad = json!({ "approval_id": Uuid::nil(), "decision": "maybe" });
+        assert!(matches!(Event::decode("approval.resolved", 1, bad), Err(DecodeError::Malformed { .. })));
+    }
+
+    #[test]
+    fn unknown_and_newer_are_errors() {
+        assert_eq!(Event::decode("grant.teleported", 1, json!({})), Err(DecodeError::UnknownType("grant.teleported".into())));
+        assert!(matches!(Event::decode("approval.expired", 2, json!({})), Err(DecodeError::NewerVersion { newest: 1, .. })));
+        assert!(matches!(
+            Event::decode("approval.expired", 1, json!({ "approval_id": Uuid::nil(), "extra": 1 })),
+            Err(DecodeError::Malformed { .. })
+        ));
+    }
+}

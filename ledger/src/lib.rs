@@ -1,0 +1,27 @@
+//! The append-only event ledger: the envelope every event travels in, the typed and versioned
+//! event catalogue, the per-stream hash chain, and the `EventStore` trait with its PostgreSQL
+//! and in-memory adapters.
+//!
+//! This crate depends on no other crate of the workspace. It knows nothing of grants, the
+//! classifier, gRPC or WebDriver beyond the shape of the events it stores.
+
+pub mod catalogue;
+#[cfg(feature = "contract")]
+pub mod contract;
+mod envelope;
+mod error;
+pub mod hash;
+mod memory;
+pub mod postgres;
+mod store;
+
+pub use catalogue::{DecodeError, Event};
+pub use envelope::{
+    AppendOutcome, AppendRequest, Appended, Checkpoint, ExpectedVersion, Metadata, NewEvent, RecordedEvent,
+    StreamAppend, StreamId, TenantId,
+};
+pub use error::{AppendError, InvalidInput, ReadError};
+pub use hash::{ChainError, verify_stream};
+pub use memory::MemoryStore;
+pub use postgres::PgStore;
+pub use store::EventStore;
