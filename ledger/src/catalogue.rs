@@ -390,7 +390,8 @@ impl Event {
 
 /// One upcast step, from `version` to `version + 1`.
 fn upcast(event_type: &str, version: u32, payload: Value) -> Result<Value, DecodeError> {
-    let malformed = |reason: &str| DecodeError::Malformed { event_type: event_type.to_owned(), version, reason: reason.to_owned() };
+    let malformed =
+        |reason: &str| DecodeError::Malformed { event_type: event_type.to_owned(), version, reason: reason.to_owned() };
     match (event_type, version) {
         // v1 knew two outcomes; each maps to the one resolution that produced it then.
         ("approval.resolved", 1) => {
@@ -473,11 +474,22 @@ mod tests {
 
     #[test]
     fn approval_resolved_v1_upcasts() {
-        let cases = [("approved", Resolution::ApproveOnce, ApprovalStatus::Approved), ("denied", Resolution::Deny, ApprovalStatus::Denied)];
+        let cases = [
+            ("approved", Resolution::ApproveOnce, ApprovalStatus::Approved),
+            ("denied", Resolution::Deny, ApprovalStatus::Denied),
+        ];
         for (decision, resolution, status) in cases {
             let v1 = json!({ "approval_id": Uuid::nil(), "decision": decision });
             let got = Event::decode("approval.resolved", 1, v1).unwrap();
-            assert_eq!(got, Event::ApprovalResolved(ApprovalResolved { approval_id: Uuid::nil(), resolution, status, grant_id: None }));
+            assert_eq!(
+                got,
+                Event::ApprovalResolved(ApprovalResolved {
+                    approval_id: Uuid::nil(),
+                    resolution,
+                    status,
+                    grant_id: None
+                })
+            );
         }
         let bad = json!({ "approval_id": Uuid::nil(), "decision": "maybe" });
         assert!(matches!(Event::decode("approval.resolved", 1, bad), Err(DecodeError::Malformed { .. })));
@@ -485,8 +497,14 @@ mod tests {
 
     #[test]
     fn unknown_and_newer_are_errors() {
-        assert_eq!(Event::decode("grant.teleported", 1, json!({})), Err(DecodeError::UnknownType("grant.teleported".into())));
-        assert!(matches!(Event::decode("approval.expired", 2, json!({})), Err(DecodeError::NewerVersion { newest: 1, .. })));
+        assert_eq!(
+            Event::decode("grant.teleported", 1, json!({})),
+            Err(DecodeError::UnknownType("grant.teleported".into()))
+        );
+        assert!(matches!(
+            Event::decode("approval.expired", 2, json!({})),
+            Err(DecodeError::NewerVersion { newest: 1, .. })
+        ));
         assert!(matches!(
             Event::decode("approval.expired", 1, json!({ "approval_id": Uuid::nil(), "extra": 1 })),
             Err(DecodeError::Malformed { .. })

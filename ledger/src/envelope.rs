@@ -10,15 +10,14 @@ use uuid::Uuid;
 use crate::error::InvalidInput;
 
 const MAX_ID_LEN: usize = 200;
+/// Keeps one append's INSERT under PostgreSQL's 65,535 bind parameters.
+pub const MAX_EVENTS_PER_APPEND: usize = 1_000;
 
 fn check_id(kind: &'static str, value: &str) -> Result<(), InvalidInput> {
     if value.is_empty() || value.len() > MAX_ID_LEN {
         return Err(InvalidInput::new(kind, format!("must be 1 to {MAX_ID_LEN} bytes")));
     }
-    if !value
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
-    {
+    if !value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':')) {
         return Err(InvalidInput::new(kind, "may hold only ASCII letters, digits and - _ . :"));
     }
     Ok(())
@@ -181,6 +180,10 @@ impl AppendRequest {
     pub(crate) fn validate(&self) -> Result<(), InvalidInput> {
         if self.streams.is_empty() {
             return Err(InvalidInput::new("streams", "an append needs at least one stream"));
+        }
+        let total: usize = self.streams.iter().map(|s| s.events.len()).sum();
+        if total > MAX_EVENTS_PER_APPEND {
+            return Err(InvalidInput::new("events", format!("at most {MAX_EVENTS_PER_APPEND} events in one append")));
         }
         let mut streams = std::collections::HashSet::new();
         let mut ids = std::collections::HashSet::new();

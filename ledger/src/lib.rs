@@ -17,8 +17,8 @@ mod store;
 
 pub use catalogue::{DecodeError, Event};
 pub use envelope::{
-    AppendOutcome, AppendRequest, Appended, Checkpoint, ExpectedVersion, Metadata, NewEvent, RecordedEvent,
-    StreamAppend, StreamId, TenantId,
+    AppendOutcome, AppendRequest, Appended, Checkpoint, ExpectedVersion, MAX_EVENTS_PER_APPEND, Metadata, NewEvent,
+    RecordedEvent, StreamAppend, StreamId, TenantId,
 };
 pub use error::{AppendError, InvalidInput, ReadError};
 pub use hash::{ChainError, verify_stream};

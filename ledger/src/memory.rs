@@ -106,7 +106,11 @@ impl EventStore for MemoryStore {
             }
             let current = positions.len() as u64;
             if !s.expected.admits(current) {
-                return Err(AppendError::Conflict { stream: s.stream_id.clone(), expected: s.expected, actual: Some(current) });
+                return Err(AppendError::Conflict {
+                    stream: s.stream_id.clone(),
+                    expected: s.expected,
+                    actual: Some(current),
+                });
             }
         }
         inner.next_tx += 1;
@@ -115,10 +119,8 @@ impl EventStore for MemoryStore {
         let mut appended = Vec::new();
         for s in request.streams {
             let positions = inner.streams.get(&s.stream_id).cloned().unwrap_or_default();
-            let mut version = positions.len() as u64;
             let mut prev = positions.last().map_or(GENESIS, |&i| inner.log[i].hash);
-            for e in s.events {
-                version += 1;
+            for (version, e) in (positions.len() as u64 + 1..).zip(s.events) {
                 let hash = Hashed {
                     stream_id: &s.stream_id,
                     stream_version: version,

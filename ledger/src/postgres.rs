@@ -1,12 +1,18 @@
 //! The PostgreSQL store: tokio-postgres over a deadpool pool.
 //!
-//! An append is one READ COMMITTED transaction: one query reads every named stream's head (its
-//! newest version, hash and tenant) and the server process id, one multi-row INSERT writes the
-//! events with their hash links, then COMMIT. A concurrent writer that took the same version
-//! loses on the `(stream_id, stream_version)` unique key and gets a typed conflict.
+//! An append is one READ COMMITTED transaction: BEGIN, one multi-row INSERT of the events with
+//! their hash links, COMMIT — the same three round trips as a bare insert. The stream's head
+//! (newest version, hash, tenant) comes from a per-store cache filled by this store's own writes
+//! and reads; stored events never change, so a cached head is either still the head or a
+//! concurrent writer took the next version, which the `(stream_id, stream_version)` unique key
+//! turns into a typed conflict. Only a miss, or `ExpectedVersion::Any`, reads the head first.
+//!
+//! Wake-ups: appends move an in-process counter at once; a background task turns those into one
+//! coalesced NOTIFY, so no append holds PostgreSQL's global notify lock at commit, and a
+//! listener turns other processes' NOTIFYs back into wake-ups.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod, Transaction};
@@ -19,75 +25,134 @@ use tokio_postgres::{AsyncMessage, IsolationLevel, NoTls, Row};
 use uuid::Uuid;
 
 use crate::envelope::{
-    AppendOutcome, AppendRequest, Appended, Checkpoint, Metadata, RecordedEvent, StreamId, TenantId,
+    AppendOutcome, AppendRequest, Appended, Checkpoint, ExpectedVersion, Metadata, RecordedEvent, StreamId, TenantId,
 };
 use crate::error::{AppendError, ReadError};
 use crate::hash::{GENESIS, Hashed, truncate_to_micros};
 use crate::store::EventStore;
 
-/// The channel the events table's insert trigger notifies.
+/// The channel appends are announced on.
 pub const WAKE_CHANNEL: &str = "grant_ledger_events";
 
 const COLUMNS: &str = "global_position, tx_id::text, stream_id, stream_version, event_id, event_type, \
      schema_version, tenant_id, payload, metadata, recorded_at, prev_hash, hash";
 
-const HEADS: &str = "SELECT s.id, e.stream_version, e.hash, e.tenant_id, pg_backend_pid() \
+const HEADS: &str = "SELECT s.id, e.stream_version, e.hash, e.tenant_id \
      FROM unnest($1::text[]) AS s(id) \
      LEFT JOIN LATERAL (SELECT stream_version, hash, tenant_id FROM events \
         WHERE stream_id = s.id ORDER BY stream_version DESC LIMIT 1) e ON true";
 
-const INSERT: &str = "INSERT INTO events (event_id, stream_id, stream_version, event_type, \
-     schema_version, tenant_id, payload, metadata, recorded_at, prev_hash, hash) \
-     SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::int[], $6::text[], \
-        $7::jsonb[], $8::jsonb[], $9::timestamptz[], $10::bytea[], $11::bytea[]) \
-     RETURNING global_position, tx_id::text";
+const INSERT_COLUMNS: usize = 11;
+
+/// `INSERT … VALUES` for `rows` events; prepared once per row count.
+fn insert_sql(rows: usize) -> String {
+    let mut sql = String::from(
+        "INSERT INTO events (event_id, stream_id, stream_version, event_type, schema_version, tenant_id, \
+         payload, metadata, recorded_at, prev_hash, hash) VALUES ",
+    );
+    for r in 0..rows {
+        let base = r * INSERT_COLUMNS;
+        let params: Vec<String> = (1..=INSERT_COLUMNS).map(|c| format!("${}", base + c)).collect();
+        sql.push_str(if r == 0 { "(" } else { ", (" });
+        sql.push_str(&params.join(", "));
+        sql.push(')');
+    }
+    sql.push_str(" RETURNING global_position, tx_id::text, pg_backend_pid()");
+    sql
+}
 
 /// A pool over `config` whose connections are recycled without a round trip.
 pub fn pool(config: tokio_postgres::Config, max_size: usize) -> Result<Pool, String> {
-    let manager =
-        Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+    let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
     Pool::builder(manager).max_size(max_size).build().map_err(|e| e.to_string())
 }
 
 #[derive(Debug)]
-struct ListenerGuard(tokio::task::JoinHandle<()>);
+struct TaskGuard(Vec<tokio::task::JoinHandle<()>>);
 
-impl Drop for ListenerGuard {
+impl Drop for TaskGuard {
     fn drop(&mut self) {
-        self.0.abort();
+        self.0.iter().for_each(tokio::task::JoinHandle::abort);
     }
 }
+
+/// A stream's newest event as this store last saw it.
+#[derive(Debug, Clone)]
+struct Head {
+    version: u64,
+    hash: [u8; 32],
+    tenant: TenantId,
+}
+
+/// Bounded: past this many streams the cache starts over (a miss costs one read).
+const HEAD_CACHE_LIMIT: usize = 100_000;
 
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: Pool,
+    heads: Arc<Mutex<HashMap<StreamId, Head>>>,
+    /// Moved by this store's own commits.
+    local: Arc<watch::Sender<u64>>,
+    /// Moved by local commits and by other processes' NOTIFYs.
     wake: Arc<watch::Sender<u64>>,
-    _listener: Option<Arc<ListenerGuard>>,
+    _tasks: Option<Arc<TaskGuard>>,
 }
 
 impl PgStore {
     /// A store whose wake-ups move only on its own appends.
     pub fn new(pool: Pool) -> Self {
-        Self { pool, wake: Arc::new(watch::channel(0).0), _listener: None }
+        Self {
+            pool,
+            heads: Arc::default(),
+            local: Arc::new(watch::channel(0).0),
+            wake: Arc::new(watch::channel(0).0),
+            _tasks: None,
+        }
     }
 
-    /// A store that also LISTENs on its own connection, so appends by any process wake readers.
-    /// The listener reconnects on its own and signals once after each reconnect, since
-    /// notifications sent while it was away are lost.
+    /// A store that also announces its appends with NOTIFY and LISTENs for other processes'
+    /// on a connection of its own (reconnecting, and waking once after each reconnect, since
+    /// notifications sent while it was away are lost).
     pub fn with_listener(pool: Pool, config: tokio_postgres::Config) -> Self {
-        let wake = Arc::new(watch::channel(0).0);
-        let task = tokio::spawn(listen(config, Arc::clone(&wake)));
-        Self { pool, wake, _listener: Some(Arc::new(ListenerGuard(task))) }
+        let mut store = Self::new(pool);
+        let notifier = tokio::spawn(notify_on_commit(store.pool.clone(), store.local.subscribe()));
+        let listener = tokio::spawn(listen(config, Arc::clone(&store.wake)));
+        store._tasks = Some(Arc::new(TaskGuard(vec![notifier, listener])));
+        store
     }
 
     pub fn pool(&self) -> &Pool {
         &self.pool
     }
 
+    fn cached_head(&self, stream: &StreamId) -> Option<Head> {
+        self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(stream).cloned()
+    }
+
+    fn remember(&self, stream: StreamId, head: Head) {
+        let mut heads = self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if heads.len() >= HEAD_CACHE_LIMIT {
+            heads.clear();
+        }
+        heads.insert(stream, head);
+    }
+
+    fn forget(&self, request: &AppendRequest) {
+        let mut heads = self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for s in &request.streams {
+            heads.remove(&s.stream_id);
+        }
+    }
+
     /// Settles an indeterminate append: waits (up to `patience`) until the server process that
     /// ran it has exited, so its transaction has certainly committed or rolled back, then looks
     /// the event ids up. `Ok(true)`: every event is stored; `Ok(false)`: none is.
-    pub async fn settle(&self, backend_pid: Option<i32>, event_ids: &[Uuid], patience: Duration) -> Result<bool, ReadError> {
+    pub async fn settle(
+        &self,
+        backend_pid: Option<i32>,
+        event_ids: &[Uuid],
+        patience: Duration,
+    ) -> Result<bool, ReadError> {
         let client = self.pool.get().await.map_err(unavailable_read)?;
         if let Some(pid) = backend_pid {
             let deadline = tokio::time::Instant::now() + patience;
@@ -115,6 +180,127 @@ impl PgStore {
             Ok(n) if n == event_ids.len() => Ok(true),
             Ok(0) => Ok(false),
             _ => Err(ReadError::Corrupt { position: 0, reason: "an append was stored only in part".into() }),
+        }
+    }
+
+    /// Writes `request` inside the caller's transaction without committing, so a caller can
+    /// update an inline projection in the same transaction. After the caller's COMMIT succeeds
+    /// it must call [`PgStore::committed`]; a failed COMMIT maps through [`Staged::commit_error`].
+    pub async fn append_within(&self, tx: &Transaction<'_>, request: &AppendRequest) -> Result<Staged, AppendError> {
+        request.validate()?;
+        let mut streams: Vec<_> = request.streams.iter().collect();
+        // A fixed order keeps two multi-stream appends from deadlocking on each other's keys.
+        streams.sort_by(|a, b| a.stream_id.cmp(&b.stream_id));
+
+        let mut heads: HashMap<&StreamId, Option<Head>> = HashMap::new();
+        let mut misses = Vec::new();
+        for s in &streams {
+            match (s.expected, self.cached_head(&s.stream_id)) {
+                (ExpectedVersion::NoStream, _) => {
+                    heads.insert(&s.stream_id, None);
+                }
+                (ExpectedVersion::At(v), Some(h)) if h.version == v => {
+                    heads.insert(&s.stream_id, Some(h));
+                }
+                _ => misses.push(s.stream_id.as_str()),
+            }
+        }
+        if !misses.is_empty() {
+            let stmt = tx.prepare_cached(HEADS).await.map_err(unavailable)?;
+            for row in tx.query(&stmt, &[&misses]).await.map_err(unavailable)? {
+                let stream =
+                    streams.iter().find(|s| s.stream_id.as_str() == row.get::<_, &str>(0)).map(|s| &s.stream_id);
+                let Some(stream) = stream else { continue };
+                heads.insert(stream, head_from_row(&row).map_err(AppendError::Unavailable)?);
+            }
+        }
+
+        let recorded_at = truncate_to_micros(OffsetDateTime::now_utc());
+        let mut cols = InsertColumns::default();
+        let mut order = Vec::new();
+        for s in &streams {
+            let head = heads.remove(&s.stream_id).flatten();
+            if head.as_ref().is_some_and(|h| h.tenant != request.tenant_id) {
+                return Err(AppendError::TenantMismatch { stream: s.stream_id.clone() });
+            }
+            let current = head.as_ref().map_or(0, |h| h.version);
+            if !s.expected.admits(current) {
+                return Err(AppendError::Conflict {
+                    stream: s.stream_id.clone(),
+                    expected: s.expected,
+                    actual: Some(current),
+                });
+            }
+            let (mut version, mut prev) = (current, head.map_or(GENESIS, |h| h.hash));
+            for e in &s.events {
+                version += 1;
+                let hash = Hashed {
+                    stream_id: &s.stream_id,
+                    stream_version: version,
+                    event_id: e.event_id,
+                    event_type: &e.event_type,
+                    schema_version: e.schema_version,
+                    tenant_id: &request.tenant_id,
+                    payload: &e.payload,
+                    metadata: &e.metadata,
+                    recorded_at,
+                }
+                .hash(&prev);
+                cols.push(&request.tenant_id, &s.stream_id, version, e, recorded_at, prev, hash);
+                order.push((e.event_id, s.stream_id.clone(), version, hash));
+                prev = hash;
+            }
+        }
+
+        let stmt = tx.prepare_cached(&insert_sql(order.len())).await.map_err(unavailable)?;
+        let inserted = tx.query(&stmt, &cols.params()).await.map_err(|e| insert_error(&e, request))?;
+        let (mut tx_id, mut backend_pid) = (0, 0);
+        let mut by_id = HashMap::new();
+        let mut new_heads = HashMap::new();
+        for (row, (event_id, stream_id, version, hash)) in inserted.iter().zip(order) {
+            tx_id = parse_xid(row.get(1)).map_err(unavailable)?;
+            backend_pid = row.get(2);
+            new_heads.insert(stream_id.clone(), Head { version, hash, tenant: request.tenant_id.clone() });
+            by_id.insert(
+                event_id,
+                Appended { event_id, stream_id, stream_version: version, global_position: to_u64(row.get(0)) },
+            );
+        }
+        // Report in request order, not the sorted order used for writing.
+        let event_ids = request.event_ids();
+        let events = event_ids.iter().filter_map(|id| by_id.remove(id)).collect();
+        Ok(Staged { tx_id, events, backend_pid, event_ids, heads: new_heads })
+    }
+
+    /// Records a committed append's heads and wakes readers.
+    pub fn committed(&self, staged: &Staged) {
+        for (stream, head) in &staged.heads {
+            self.remember(stream.clone(), head.clone());
+        }
+        self.local.send_modify(|n| *n += 1);
+        self.wake.send_modify(|n| *n += 1);
+    }
+}
+
+fn head_from_row(row: &Row) -> Result<Option<Head>, String> {
+    let version: Option<i64> = row.get(1);
+    let Some(version) = version else { return Ok(None) };
+    let hash: Vec<u8> = row.get(2);
+    let tenant: String = row.get(3);
+    Ok(Some(Head {
+        version: to_u64(version),
+        hash: <[u8; 32]>::try_from(hash.as_slice()).map_err(|_| "stored hash is not 32 bytes".to_owned())?,
+        tenant: TenantId::new(tenant).map_err(|e| e.to_string())?,
+    }))
+}
+
+/// Announces local commits to other processes, one NOTIFY for however many commits happened
+/// while the previous one was in flight.
+async fn notify_on_commit(pool: Pool, mut local: watch::Receiver<u64>) {
+    while local.changed().await.is_ok() {
+        if let Ok(client) = pool.get().await {
+            // A lost hint costs a reader one poll interval, never an event.
+            let _ = client.batch_execute(&format!("NOTIFY {WAKE_CHANNEL}")).await;
         }
     }
 }
@@ -151,32 +337,55 @@ async fn listen(config: tokio_postgres::Config, wake: Arc<watch::Sender<u64>>) {
     }
 }
 
-fn unavailable_read(e: impl std::fmt::Display) -> ReadError {
-    ReadError::Unavailable(e.to_string())
+/// An error with its sources: tokio-postgres alone renders a server error as "db error".
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
-fn unavailable(e: impl std::fmt::Display) -> AppendError {
-    AppendError::Unavailable(e.to_string())
+fn unavailable_read(e: impl std::error::Error) -> ReadError {
+    ReadError::Unavailable(chain(&e))
 }
 
-/// A prepared append: the inserted events' positions and the server process id, used to
-/// classify a failed commit.
+fn unavailable(e: impl std::error::Error) -> AppendError {
+    AppendError::Unavailable(chain(&e))
+}
+
+/// A written but uncommitted append.
 #[derive(Debug)]
 pub struct Staged {
     pub tx_id: u64,
     pub events: Vec<Appended>,
     pub backend_pid: i32,
     event_ids: Vec<Uuid>,
+    heads: HashMap<StreamId, Head>,
 }
 
 impl Staged {
-    /// Maps a COMMIT failure: a server error is determinate, a lost connection is not.
+    /// Maps a COMMIT failure. A server error that refused the commit (a deferred constraint, a
+    /// serialisation failure) is determinate; a lost connection, or a server error that ends the
+    /// session (FATAL, operator intervention, connection exception), is not: the commit may
+    /// have been recorded before the session ended.
     pub fn commit_error(&self, e: &tokio_postgres::Error) -> AppendError {
-        if e.as_db_error().is_some() {
+        let session_ended = e.as_db_error().is_none_or(|db| {
+            let code = db.code().code();
+            matches!(
+                db.parsed_severity(),
+                Some(tokio_postgres::error::Severity::Fatal | tokio_postgres::error::Severity::Panic)
+            ) || code.starts_with("57")
+                || code.starts_with("08")
+        });
+        if !session_ended {
             unavailable(e)
         } else {
             AppendError::Indeterminate {
-                reason: e.to_string(),
+                reason: chain(e),
                 backend_pid: Some(self.backend_pid),
                 event_ids: self.event_ids.clone(),
             }
@@ -184,94 +393,23 @@ impl Staged {
     }
 }
 
-/// Writes `request` inside the caller's transaction without committing, so a caller can update
-/// an inline projection in the same transaction. Conflicts and duplicates come back typed.
-pub async fn append_within(tx: &Transaction<'_>, request: &AppendRequest) -> Result<Staged, AppendError> {
-    request.validate()?;
-    let mut streams: Vec<_> = request.streams.iter().collect();
-    // A fixed order keeps two multi-stream appends from deadlocking on each other's keys.
-    streams.sort_by(|a, b| a.stream_id.cmp(&b.stream_id));
-    let names: Vec<&str> = streams.iter().map(|s| s.stream_id.as_str()).collect();
-
-    let heads_stmt = tx.prepare_cached(HEADS).await.map_err(unavailable)?;
-    let rows = tx.query(&heads_stmt, &[&names]).await.map_err(unavailable)?;
-    let mut heads: HashMap<String, (u64, [u8; 32], Option<String>)> = HashMap::new();
-    let mut backend_pid = 0;
-    for row in &rows {
-        let id: String = row.get(0);
-        let version: Option<i64> = row.get(1);
-        let hash: Option<Vec<u8>> = row.get(2);
-        let tenant: Option<String> = row.get(3);
-        backend_pid = row.get(4);
-        let hash = hash.map_or(Ok(GENESIS), |h| <[u8; 32]>::try_from(h.as_slice())).map_err(unavailable)?;
-        heads.insert(id, (to_u64(version.unwrap_or(0)), hash, tenant));
-    }
-
-    let recorded_at = truncate_to_micros(OffsetDateTime::now_utc());
-    let mut cols = InsertColumns::default();
-    let mut order = Vec::new();
-    for s in &streams {
-        let (current, mut prev, tenant) = heads.remove(s.stream_id.as_str()).unwrap_or((0, GENESIS, None));
-        if tenant.is_some_and(|t| t != request.tenant_id.as_str()) {
-            return Err(AppendError::TenantMismatch { stream: s.stream_id.clone() });
-        }
-        if !s.expected.admits(current) {
-            return Err(AppendError::Conflict { stream: s.stream_id.clone(), expected: s.expected, actual: Some(current) });
-        }
-        let mut version = current;
-        for e in &s.events {
-            version += 1;
-            let hash = Hashed {
-                stream_id: &s.stream_id,
-                stream_version: version,
-                event_id: e.event_id,
-                event_type: &e.event_type,
-                schema_version: e.schema_version,
-                tenant_id: &request.tenant_id,
-                payload: &e.payload,
-                metadata: &e.metadata,
-                recorded_at,
-            }
-            .hash(&prev);
-            cols.push(&request.tenant_id, &s.stream_id, version, e, recorded_at, prev, hash);
-            order.push((e.event_id, s.stream_id.clone(), version));
-            prev = hash;
-        }
-    }
-
-    let insert_stmt = tx.prepare_cached(INSERT).await.map_err(unavailable)?;
-    let inserted = tx.query(&insert_stmt, &cols.params()).await.map_err(|e| insert_error(&e, request))?;
-    let mut tx_id = 0;
-    let mut events_by_id = HashMap::new();
-    for (row, (event_id, stream_id, version)) in inserted.iter().zip(order) {
-        tx_id = parse_xid(row.get(1)).map_err(unavailable)?;
-        events_by_id.insert(event_id, Appended {
-            event_id,
-            stream_id,
-            stream_version: version,
-            global_position: to_u64(row.get(0)),
-        });
-    }
-    // Report in request order, not the sorted order used for writing.
-    let event_ids = request.event_ids();
-    let events = event_ids.iter().filter_map(|id| events_by_id.remove(id)).collect();
-    Ok(Staged { tx_id, events, backend_pid, event_ids })
+/// One event's INSERT parameters, owned so the statement can borrow them.
+struct InsertRow {
+    event_id: Uuid,
+    stream_id: String,
+    stream_version: i64,
+    event_type: String,
+    schema_version: i32,
+    tenant_id: String,
+    payload: Value,
+    metadata: Value,
+    recorded_at: OffsetDateTime,
+    prev_hash: Vec<u8>,
+    hash: Vec<u8>,
 }
 
 #[derive(Default)]
-struct InsertColumns {
-    event_id: Vec<Uuid>,
-    stream_id: Vec<String>,
-    stream_version: Vec<i64>,
-    event_type: Vec<String>,
-    schema_version: Vec<i32>,
-    tenant_id: Vec<String>,
-    payload: Vec<Value>,
-    metadata: Vec<Value>,
-    recorded_at: Vec<OffsetDateTime>,
-    prev_hash: Vec<Vec<u8>>,
-    hash: Vec<Vec<u8>>,
-}
+struct InsertColumns(Vec<InsertRow>);
 
 impl InsertColumns {
     #[allow(clippy::too_many_arguments)] // one row's worth of columns
@@ -285,33 +423,40 @@ impl InsertColumns {
         prev: [u8; 32],
         hash: [u8; 32],
     ) {
-        self.event_id.push(e.event_id);
-        self.stream_id.push(stream.as_str().to_owned());
-        self.stream_version.push(i64::try_from(version).unwrap_or(i64::MAX));
-        self.event_type.push(e.event_type.clone());
-        self.schema_version.push(i32::try_from(e.schema_version).unwrap_or(i32::MAX));
-        self.tenant_id.push(tenant.as_str().to_owned());
-        self.payload.push(e.payload.clone());
-        self.metadata.push(serde_json::to_value(&e.metadata).expect("metadata always serialises"));
-        self.recorded_at.push(recorded_at);
-        self.prev_hash.push(prev.to_vec());
-        self.hash.push(hash.to_vec());
+        self.0.push(InsertRow {
+            event_id: e.event_id,
+            stream_id: stream.as_str().to_owned(),
+            stream_version: i64::try_from(version).unwrap_or(i64::MAX),
+            event_type: e.event_type.clone(),
+            schema_version: i32::try_from(e.schema_version).unwrap_or(i32::MAX),
+            tenant_id: tenant.as_str().to_owned(),
+            payload: e.payload.clone(),
+            metadata: serde_json::to_value(&e.metadata).expect("metadata always serialises"),
+            recorded_at,
+            prev_hash: prev.to_vec(),
+            hash: hash.to_vec(),
+        });
     }
 
-    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 11] {
-        [
-            &self.event_id,
-            &self.stream_id,
-            &self.stream_version,
-            &self.event_type,
-            &self.schema_version,
-            &self.tenant_id,
-            &self.payload,
-            &self.metadata,
-            &self.recorded_at,
-            &self.prev_hash,
-            &self.hash,
-        ]
+    fn params(&self) -> Vec<&(dyn tokio_postgres::types::ToSql + Sync)> {
+        let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+            Vec::with_capacity(self.0.len() * INSERT_COLUMNS);
+        for r in &self.0 {
+            params.extend([
+                &r.event_id as &(dyn tokio_postgres::types::ToSql + Sync),
+                &r.stream_id,
+                &r.stream_version,
+                &r.event_type,
+                &r.schema_version,
+                &r.tenant_id,
+                &r.payload,
+                &r.metadata,
+                &r.recorded_at,
+                &r.prev_hash,
+                &r.hash,
+            ]);
+        }
+        params
     }
 }
 
@@ -326,7 +471,8 @@ fn parse_xid(text: &str) -> Result<u64, std::num::ParseIntError> {
 fn decode_row(row: &Row) -> Result<RecordedEvent, ReadError> {
     let position = to_u64(row.get(0));
     let corrupt = |reason: String| ReadError::Corrupt { position, reason };
-    let hash32 = |bytes: Vec<u8>| <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| corrupt("hash is not 32 bytes".into()));
+    let hash32 =
+        |bytes: Vec<u8>| <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| corrupt("hash is not 32 bytes".into()));
     let metadata: Metadata = serde_json::from_value(row.get(9)).map_err(|e| corrupt(format!("metadata: {e}")))?;
     Ok(RecordedEvent {
         global_position: position,
@@ -346,6 +492,23 @@ fn decode_row(row: &Row) -> Result<RecordedEvent, ReadError> {
 }
 
 impl PgStore {
+    /// A conflict found by the unique key does not know the stream's version; read it.
+    async fn with_actual_version(&self, e: AppendError) -> AppendError {
+        let AppendError::Conflict { stream, expected, actual: None } = e else { return e };
+        let actual = match self.pool.get().await {
+            Ok(client) => client
+                .query_one(
+                    "SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = $1",
+                    &[&stream.as_str()],
+                )
+                .await
+                .ok()
+                .map(|row| to_u64(row.get(0))),
+            Err(_) => None,
+        };
+        AppendError::Conflict { stream, expected, actual }
+    }
+
     /// After a failed append: are all its events stored with the same content (a replay)?
     async fn replay_of(&self, request: &AppendRequest) -> Result<Option<AppendOutcome>, AppendError> {
         let client = self.pool.get().await.map_err(unavailable)?;
@@ -395,24 +558,28 @@ impl EventStore for PgStore {
                 .start()
                 .await
                 .map_err(unavailable)?;
-            let staged = append_within(&tx, &request).await?;
+            let staged = self.append_within(&tx, &request).await?;
             tx.commit().await.map_err(|e| staged.commit_error(&e))?;
             Ok::<_, AppendError>(staged)
         };
         match attempt.await {
             Ok(staged) => {
-                self.wake.send_modify(|n| *n += 1);
+                self.committed(&staged);
                 Ok(AppendOutcome { tx_id: staged.tx_id, events: staged.events, replayed: false })
             }
-            // A version conflict or a taken event id may be this very append, already stored.
-            Err(e @ (AppendError::Conflict { .. } | AppendError::DuplicateEventId { .. })) => {
-                match self.replay_of(&request).await {
-                    Ok(Some(outcome)) => Ok(outcome),
-                    Ok(None) => Err(e),
-                    Err(other) => Err(other),
+            Err(e) => {
+                self.forget(&request);
+                match e {
+                    // A conflict or a taken event id may be this very append, already stored.
+                    AppendError::Conflict { .. } | AppendError::DuplicateEventId { .. } => {
+                        match self.replay_of(&request).await? {
+                            Some(outcome) => Ok(outcome),
+                            None => Err(self.with_actual_version(e).await),
+                        }
+                    }
+                    other => Err(other),
                 }
             }
-            Err(e) => Err(e),
         }
     }
 

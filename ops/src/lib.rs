@@ -1,0 +1,32 @@
+//! Operations: the `grantctl` command's pieces (migrations, the local PostgreSQL cluster,
+//! benchmarks). This crate may use every other crate of the workspace; none may use it
+//! except `tests`.
+
+pub mod bench;
+pub mod migrate;
+pub mod pgcluster;
+
+use anyhow::{Context, Result};
+
+/// Connects one client and drives its connection in the background.
+pub async fn connect(url: &str) -> Result<tokio_postgres::Client> {
+    let config: tokio_postgres::Config = url.parse().context("DATABASE_URL is not a valid PostgreSQL URL")?;
+    let (client, connection) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .with_context(|| format!("connecting to PostgreSQL at {}", redact(url)))?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
+/// A URL fit for a log line: the password replaced.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let userinfo = &url[s + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            if userinfo.contains(':') { format!("{}{user}:***{}", &url[..s + 3], &url[at..]) } else { url.to_owned() }
+        }
+        _ => url.to_owned(),
+    }
+}

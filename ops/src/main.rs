@@ -1,1 +1,169 @@
-fn main(){}
+//! `grantctl`: the operator's command.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use ledger::{Checkpoint, EventStore, PgStore, StreamId, verify_stream};
+use ops::pgcluster::{self, Durability};
+
+#[derive(Debug, Parser)]
+#[command(name = "grantctl", about = "Operate the grant ledger")]
+struct Cli {
+    /// The PostgreSQL server; unset, commands that need one start the local cluster in `.pgdata/main`.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    database_url: Option<String>,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Apply pending migrations (idempotent; concurrent runs serialise).
+    Migrate,
+    /// Start local PostgreSQL if needed, migrate, and check the ledger: the main job.
+    Up,
+    /// Check the ledger: migrations applied and every stream's hash chain.
+    Check,
+    /// Manage a local throwaway cluster.
+    Db {
+        #[command(subcommand)]
+        command: DbCmd,
+    },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCmd,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum DbCmd {
+    /// Start (or reuse) the cluster in DIR and print its URL.
+    Start {
+        #[arg(long, default_value = ".pgdata/main")]
+        dir: PathBuf,
+        /// fsync off: for test clusters only.
+        #[arg(long)]
+        throwaway: bool,
+    },
+    /// Stop the cluster in DIR.
+    Stop {
+        #[arg(long, default_value = ".pgdata/main")]
+        dir: PathBuf,
+    },
+    /// Print the URL of the running cluster in DIR.
+    Url {
+        #[arg(long, default_value = ".pgdata/main")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCmd {
+    /// Ledger append against a bare insert-and-commit, side by side.
+    Append {
+        #[arg(long, value_delimiter = ',', default_value = "1,32")]
+        writers: Vec<usize>,
+        /// Seconds per writer count, split between the two kinds.
+        #[arg(long, default_value_t = 8.0)]
+        seconds: f64,
+    },
+}
+
+fn database_url(cli: &Option<String>) -> Result<String> {
+    match cli {
+        Some(url) => Ok(url.clone()),
+        None => pgcluster::ensure_started(&PathBuf::from(".pgdata/main"), Durability::Durable),
+    }
+}
+
+async fn check(url: &str) -> Result<(usize, u64, usize)> {
+    let client = ops::connect(url).await?;
+    let migrations =
+        client.query("SELECT version FROM schema_migrations", &[]).await.context("reading schema_migrations")?;
+    let config: tokio_postgres::Config = url.parse()?;
+    let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
+    let (mut events, mut at) = (0u64, Checkpoint::START);
+    let mut streams = std::collections::BTreeSet::new();
+    loop {
+        let page = store.read_all(at, 5_000).await?;
+        let Some(last) = page.last() else { break };
+        at = last.checkpoint();
+        events += page.len() as u64;
+        streams.extend(page.iter().map(|e| e.stream_id.to_string()));
+    }
+    for s in &streams {
+        let id = StreamId::new(s.clone())?;
+        verify_stream(&id, &store.read_stream(&id, 1).await?).with_context(|| format!("stream {s}"))?;
+    }
+    Ok((migrations.len(), events, streams.len()))
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Cmd::Migrate => {
+            let url = database_url(&cli.database_url)?;
+            let report = ops::migrate::run(&mut ops::connect(&url).await?).await?;
+            println!("migrations: {} already applied, applied now: {:?}", report.already, report.applied_now);
+        }
+        Cmd::Up => {
+            let url = database_url(&cli.database_url)?;
+            let report = ops::migrate::run(&mut ops::connect(&url).await?).await?;
+            let (migrations, events, streams) = check(&url).await?;
+            println!(
+                "ledger ready at {}: {migrations} migrations ({} applied now), {events} events in {streams} streams, every hash chain verified",
+                ops::redact(&url),
+                report.applied_now.len()
+            );
+        }
+        Cmd::Check => {
+            let url = database_url(&cli.database_url)?;
+            let (migrations, events, streams) = check(&url).await?;
+            println!("{migrations} migrations, {events} events in {streams} streams, every hash chain verified");
+        }
+        Cmd::Db { command } => match command {
+            DbCmd::Start { dir, throwaway } => {
+                let durability = if throwaway { Durability::Throwaway } else { Durability::Durable };
+                println!("{}", pgcluster::ensure_started(&dir, durability)?);
+            }
+            DbCmd::Stop { dir } => pgcluster::stop(&dir)?,
+            DbCmd::Url { dir } => match pgcluster::running_url(&dir) {
+                Some(url) => println!("{url}"),
+                None => bail!("no cluster is running in {}", dir.display()),
+            },
+        },
+        Cmd::Bench { command: BenchCmd::Append { writers, seconds } } => {
+            if writers.is_empty() || writers.contains(&0) || !seconds.is_finite() || seconds <= 0.0 {
+                bail!("--writers takes positive counts and --seconds a positive number");
+            }
+            let url = database_url(&cli.database_url)?;
+            println!("{}", ops::bench::append(&url, &writers, Duration::from_secs_f64(seconds)).await?);
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("grantctl: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("grantctl: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! The ledger against a real PostgreSQL server.
+#![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // small test counts
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ledger::contract::{event, read_until, stream, tenant};
+use ledger::{AppendError, AppendRequest, Checkpoint, EventStore, ExpectedVersion, PgStore, RecordedEvent};
+use tests::TestDb;
+use tokio::sync::Barrier;
+use uuid::Uuid;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_passes_the_contract() {
+    let db = TestDb::new().await;
+    ledger::contract::run_all(&db.store(8)).await;
+}
+
+/// Reads everything after `from` in one call.
+async fn read_from(store: &PgStore, from: Checkpoint) -> Vec<RecordedEvent> {
+    store.read_all(from, 100_000).await.expect("read_all")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reader_never_skips_an_event_that_commits_after_a_later_one() {
+    let db = TestDb::new().await;
+    let store = db.store(4);
+    let pool = db.pool(2);
+
+    // A takes the lower position and stays open.
+    let mut client_a = pool.get().await.unwrap();
+    let tx_a = client_a.transaction().await.unwrap();
+    let a = store
+        .append_within(&tx_a, &AppendRequest::single(tenant(), stream("a"), ExpectedVersion::NoStream, vec![event(1)]))
+        .await
+        .unwrap();
+    // B takes a higher position and commits first.
+    let b = store
+        .append(AppendRequest::single(tenant(), stream("b"), ExpectedVersion::NoStream, vec![event(2)]))
+        .await
+        .unwrap();
+    assert!(a.events[0].global_position < b.events[0].global_position);
+
+    // The reader runs between B's commit and A's: it must hold B back rather than pass A.
+    let early = read_from(&store, Checkpoint::START).await;
+    assert!(early.is_empty(), "B delivered while A, older, was still open: {early:?}");
+    let checkpoint = early.last().map_or(Checkpoint::START, RecordedEvent::checkpoint);
+
+    tx_a.commit().await.unwrap();
+    store.committed(&a);
+    let late = read_until(&store, checkpoint, |r| r.len() >= 2).await;
+    let ids: Vec<_> = late.iter().map(|e| e.event_id).collect();
+    assert_eq!(ids, [a.events[0].event_id, b.events[0].event_id], "A then B, each once");
+    assert!(read_from(&store, late[1].checkpoint()).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_open_transaction_makes_the_reader_lag_not_skip() {
+    let db = TestDb::new().await;
+    let store = db.store(4);
+    let holder = db.client().await;
+    holder.batch_execute("BEGIN; SELECT pg_current_xact_id();").await.unwrap();
+
+    let mut written = Vec::new();
+    for n in 0..5 {
+        let out = store
+            .append(AppendRequest::single(tenant(), stream("s"), ExpectedVersion::NoStream, vec![event(n)]))
+            .await
+            .unwrap();
+        written.push(out.events[0].event_id);
+    }
+    assert!(read_from(&store, Checkpoint::START).await.is_empty(), "the reader passed a running transaction's xid");
+
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    let caught_up: Vec<_> =
+        read_until(&store, Checkpoint::START, |r| r.len() >= 5).await.iter().map(|e| e.event_id).collect();
+    assert_eq!(caught_up, written);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tailing_reader_gets_every_event_once_while_writers_race() {
+    let db = TestDb::new().await;
+    let store = db.store(20);
+    const WRITERS: usize = 12;
+    const APPENDS: u64 = 40;
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let s = stream("race");
+                let mut ids = Vec::new();
+                for n in 0..APPENDS {
+                    let expected = if n == 0 { ExpectedVersion::NoStream } else { ExpectedVersion::At(n) };
+                    let e = event(n);
+                    ids.push(e.event_id);
+                    store.append(AppendRequest::single(tenant(), s.clone(), expected, vec![e])).await.unwrap();
+                }
+                ids
+            })
+        })
+        .collect();
+
+    // Tail the log in small pages while the writers run, checkpointing on the last event read.
+    let mut seen = Vec::new();
+    let mut at = Checkpoint::START;
+    let mut wake = store.wake_ups();
+    let total = WRITERS * APPENDS as usize;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while seen.len() < total && tokio::time::Instant::now() < deadline {
+        let page = store.read_all(at, 7).await.unwrap();
+        if let Some(last) = page.last() {
+            at = last.checkpoint();
+            seen.extend(page.iter().map(|e| e.event_id));
+        } else {
+            // Woken by a commit, or re-read after a moment when held back by an open transaction.
+            let _ = tokio::time::timeout(Duration::from_millis(20), wake.changed()).await;
+        }
+    }
+    // Nothing more arrives after everything was delivered.
+    assert!(store.read_all(at, 10).await.unwrap().is_empty());
+    let mut written = HashSet::new();
+    for w in writers {
+        written.extend(w.await.unwrap());
+    }
+    let unique: HashSet<_> = seen.iter().copied().collect();
+    assert_eq!(unique.len(), seen.len(), "an event was delivered twice");
+    assert_eq!(unique, written, "the tailing reader missed events");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_appends_to_one_stream_stay_contiguous() {
+    let db = TestDb::new().await;
+    let s = stream("hot");
+    const TASKS: usize = 32;
+    const EACH: usize = 5;
+    let barrier = Arc::new(Barrier::new(TASKS));
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|i| {
+            // Half share one store (cached heads), half have their own (read the head first).
+            let store = if i % 2 == 0 { db.store(40) } else { db.store(2) };
+            let (s, barrier) = (s.clone(), Arc::clone(&barrier));
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let (mut mine, mut conflicts) = (Vec::new(), 0);
+                while mine.len() < EACH {
+                    let current = store.read_stream(&s, 1).await.unwrap().len() as u64;
+                    let expected = if current == 0 { ExpectedVersion::NoStream } else { ExpectedVersion::At(current) };
+                    let e = event(i as u64);
+                    match store.append(AppendRequest::single(tenant(), s.clone(), expected, vec![e.clone()])).await {
+                        Ok(_) => mine.push(e.event_id),
+                        Err(AppendError::Conflict { .. }) => conflicts += 1,
+                        Err(other) => panic!("a loser must get a typed conflict, got {other:?}"),
+                    }
+                }
+                (mine, conflicts)
+            })
+        })
+        .collect();
+    let (mut written, mut conflicts) = (HashSet::new(), 0);
+    for t in tasks {
+        let (mine, c) = t.await.unwrap();
+        written.extend(mine);
+        conflicts += c;
+    }
+    let stored = db.store(1).read_stream(&s, 1).await.unwrap();
+    let versions: Vec<_> = stored.iter().map(|e| e.stream_version).collect();
+    assert_eq!(versions, (1..=(TASKS * EACH) as u64).collect::<Vec<_>>(), "versions contiguous");
+    assert_eq!(stored.iter().map(|e| e.event_id).collect::<HashSet<_>>(), written, "nothing lost");
+    assert!(conflicts > 0, "32 racing writers never collided: the race did not happen");
+    ledger::verify_stream(&s, &stored).expect("one unbroken chain");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_table_refuses_update_delete_and_truncate() {
+    let db = TestDb::new().await;
+    let store = db.store(2);
+    store
+        .append(AppendRequest::single(tenant(), stream("s"), ExpectedVersion::NoStream, vec![event(1)]))
+        .await
+        .unwrap();
+    let client = db.client().await;
+    for sql in ["UPDATE events SET payload = '{}'", "DELETE FROM events", "TRUNCATE events"] {
+        let err = client.batch_execute(sql).await.expect_err(sql);
+        assert!(
+            err.to_string().contains("append-only") || format!("{err:?}").contains("append-only"),
+            "{sql}: {err:?}"
+        );
+    }
+    // The service role may read and insert, nothing else, even with the triggers off.
+    client.batch_execute("SET ROLE grant_ledger_service").await.unwrap();
+    let count: i64 = client.query_one("SELECT count(*) FROM events", &[]).await.unwrap().get(0);
+    assert_eq!(count, 1);
+    for sql in ["UPDATE events SET payload = '{}'", "DELETE FROM events", "TRUNCATE events"] {
+        let err = client.batch_execute(sql).await.expect_err(sql);
+        assert_eq!(err.code(), Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE), "{sql}: {err:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_twice_and_twice_at_once_applies_one_set() {
+    let db = TestDb::unmigrated().await;
+    let (mut c1, mut c2) = (db.client().await, db.client().await);
+    let (r1, r2) = tokio::join!(ops::migrate::run(&mut c1), ops::migrate::run(&mut c2));
+    let (r1, r2) = (r1.unwrap(), r2.unwrap());
+    let total = ops::migrate::MIGRATIONS.len();
+    assert_eq!(r1.applied_now.len() + r2.applied_now.len(), total, "each migration applied once: {r1:?} {r2:?}");
+    let again = ops::migrate::run(&mut c1).await.unwrap();
+    assert_eq!((again.applied_now.len(), again.already), (0, total));
+    let rows: i64 = c1.query_one("SELECT count(*) FROM schema_migrations", &[]).await.unwrap().get(0);
+    assert_eq!(rows as usize, total);
+
+    // An applied migration edited afterwards is refused, and nothing runs.
+    c1.batch_execute("UPDATE schema_migrations SET checksum = 'edited' WHERE version = 1").await.unwrap();
+    assert!(matches!(ops::migrate::run(&mut c1).await, Err(ops::migrate::MigrateError::Edited { version: 1, .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_killed_at_commit_is_indeterminate_and_settles_by_event_id() {
+    let db = TestDb::new().await;
+    let store = db.store(4);
+    let killer = db.client().await;
+    let pool = db.pool(1);
+    let mut client = pool.get().await.unwrap();
+    let tx = client.transaction().await.unwrap();
+    let request = AppendRequest::single(tenant(), stream("k"), ExpectedVersion::NoStream, vec![event(1)]);
+    let staged = store.append_within(&tx, &request).await.unwrap();
+    killer.execute("SELECT pg_terminate_backend($1)", &[&staged.backend_pid]).await.unwrap();
+    let err = staged.commit_error(&tx.commit().await.expect_err("the connection was killed"));
+    let AppendError::Indeterminate { backend_pid, event_ids, .. } = &err else {
+        panic!("expected indeterminate, got {err:?}")
+    };
+    assert!(!err.is_determinate());
+    let stored = store.settle(*backend_pid, event_ids, Duration::from_secs(10)).await.unwrap();
+    assert!(!stored, "a transaction whose backend died before COMMIT is not stored");
+    assert!(store.find_event(request.streams[0].events[0].event_id).await.unwrap().is_none());
+
+    // Retrying with the same event ids is safe: it writes once, and a second retry replays.
+    let first = store.append(request.clone()).await.unwrap();
+    let second = store.append(request).await.unwrap();
+    assert!(!first.replayed && second.replayed);
+    assert_eq!(first.events, second.events);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_process_appends_wake_a_listening_store() {
+    let db = TestDb::new().await;
+    let writer = PgStore::with_listener(db.pool(2), db.config.clone());
+    let reader = PgStore::with_listener(db.pool(2), db.config.clone());
+    let mut wake = reader.wake_ups();
+    // The first wake-up says LISTEN is in place.
+    tokio::time::timeout(Duration::from_secs(10), wake.changed()).await.expect("listening").unwrap();
+    wake.borrow_and_update();
+    writer
+        .append(AppendRequest::single(tenant(), stream("w"), ExpectedVersion::NoStream, vec![event(1)]))
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), wake.changed())
+        .await
+        .expect("woken by the other store's NOTIFY")
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_reaches_no_row() {
+    let db = TestDb::new().await;
+    let store = db.store(2);
+    let too_many = (0..=ledger::MAX_EVENTS_PER_APPEND as u64).map(event).collect();
+    let err = store
+        .append(AppendRequest::single(tenant(), stream("big"), ExpectedVersion::NoStream, too_many))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, AppendError::Invalid(_)), "{err:?}");
+    let n: i64 = db.client().await.query_one("SELECT count(*) FROM events", &[]).await.unwrap().get(0);
+    assert_eq!(n, 0);
+    let _ = Uuid::nil();
+}
