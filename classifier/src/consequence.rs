@@ -1,0 +1,113 @@
+//! What an action would do.
+
+use std::fmt;
+
+/// A named consequence: never covered by any grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Named {
+    // Fields first: the most specific reading of what the element is.
+    CredentialField,
+    OneTimeCodeField,
+    PaymentField,
+    IdentityField,
+    Payment,
+    Currency,
+    InAppCurrency,
+    Purchase,
+    Subscription,
+    MoneyMovement,
+    Authentication,
+    SignOut,
+    AccountRecovery,
+    AccountChange,
+    SettingsChange,
+    Permission,
+    LegalAcceptance,
+    Message,
+    Publication,
+    Deletion,
+    FileTransfer,
+    Administration,
+}
+
+impl Named {
+    pub const ALL: [Self; 22] = [
+        Self::CredentialField,
+        Self::OneTimeCodeField,
+        Self::PaymentField,
+        Self::IdentityField,
+        Self::Payment,
+        Self::Currency,
+        Self::InAppCurrency,
+        Self::Purchase,
+        Self::Subscription,
+        Self::MoneyMovement,
+        Self::Authentication,
+        Self::SignOut,
+        Self::AccountRecovery,
+        Self::AccountChange,
+        Self::SettingsChange,
+        Self::Permission,
+        Self::LegalAcceptance,
+        Self::Message,
+        Self::Publication,
+        Self::Deletion,
+        Self::FileTransfer,
+        Self::Administration,
+    ];
+
+    /// The stable snake_case code.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::CredentialField => "credential_field",
+            Self::OneTimeCodeField => "one_time_code_field",
+            Self::PaymentField => "payment_field",
+            Self::IdentityField => "identity_field",
+            Self::Payment => "payment",
+            Self::Currency => "currency",
+            Self::InAppCurrency => "in_app_currency",
+            Self::Purchase => "purchase",
+            Self::Subscription => "subscription",
+            Self::MoneyMovement => "money_movement",
+            Self::Authentication => "authentication",
+            Self::SignOut => "sign_out",
+            Self::AccountRecovery => "account_recovery",
+            Self::AccountChange => "account_change",
+            Self::SettingsChange => "settings_change",
+            Self::Permission => "permission",
+            Self::LegalAcceptance => "legal_acceptance",
+            Self::Message => "message",
+            Self::Publication => "publication",
+            Self::Deletion => "deletion",
+            Self::FileTransfer => "file_transfer",
+            Self::Administration => "administration",
+        }
+    }
+}
+
+/// The classifier's answer. `Named` is the most specific consequence found (fields first, then
+/// the order of [`Named::ALL`]); every match is in [`crate::Classification::matches`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Consequence {
+    /// Every label source reads as the same routine word, or a scroll.
+    Routine,
+    /// Nothing recognised: a task grant may cover it, a standing grant may not.
+    Unknown,
+    Named(Named),
+}
+
+impl Consequence {
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::Routine => "routine",
+            Self::Unknown => "unknown",
+            Self::Named(n) => n.code(),
+        }
+    }
+}
+
+impl fmt::Display for Consequence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}

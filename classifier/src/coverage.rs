@@ -1,0 +1,260 @@
+//! Whether a grant covers an action: decision 6 of the task-grant record. Every refusal has a
+//! stable code.
+
+use std::fmt;
+
+use crate::consequence::{Consequence, Named};
+use crate::facts::{Action, ElementFacts, FieldKind, Grant, PageFacts, SelectOption};
+use crate::paths::{first_sensitive, inside, location};
+use crate::text_shape;
+
+/// The runtime reads at most this much of one label source; an unread tail could hold anything.
+pub const MAX_LABEL_CHARS: usize = 1_024;
+/// A select with more options is refused outright.
+pub const MAX_OPTIONS: usize = 4_096;
+/// A selection that could choose more options than this is refused.
+pub const MAX_CHOOSABLE: usize = 64;
+
+/// Keys a task grant may press: navigation and editing keys, and single letters or digits (a
+/// lesson's keyboard shortcuts). Never a chord.
+const KEYS: &[&str] = &[
+    "Enter",
+    "Tab",
+    "Escape",
+    "Backspace",
+    "Delete",
+    "ArrowUp",
+    "ArrowDown",
+    "ArrowLeft",
+    "ArrowRight",
+    "Home",
+    "End",
+    "PageUp",
+    "PageDown",
+    "Space",
+    " ",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    NamedConsequence(Named),
+    Disabled,
+    Unnamed,
+    LabelTruncated,
+    PageUnparseable,
+    PageOutsideScope,
+    PageSensitiveSegment,
+    TargetOutsideScope,
+    TargetSensitiveSegment,
+    Download,
+    FileInput,
+    FieldKindNotCovered,
+    KeyOnChoiceControl,
+    KeyNotAllowed,
+    OptionNotFound,
+    TooManyOptions,
+    TooManyChoices,
+    NotRoutine,
+    TextTooLong,
+    TextControlCharacter,
+    TextAddress,
+    TextDigitRun,
+    TextCredentialShaped,
+    TextExceedsRemaining,
+}
+
+impl Reason {
+    /// The stable code. A named consequence reports the consequence's own code.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::NamedConsequence(n) => n.code(),
+            Self::Disabled => "element_disabled",
+            Self::Unnamed => "element_unnamed",
+            Self::LabelTruncated => "label_truncated",
+            Self::PageUnparseable => "page_unparseable",
+            Self::PageOutsideScope => "page_outside_scope",
+            Self::PageSensitiveSegment => "page_sensitive_segment",
+            Self::TargetOutsideScope => "target_outside_scope",
+            Self::TargetSensitiveSegment => "target_sensitive_segment",
+            Self::Download => "download",
+            Self::FileInput => "file_input",
+            Self::FieldKindNotCovered => "field_kind_not_covered",
+            Self::KeyOnChoiceControl => "key_on_choice_control",
+            Self::KeyNotAllowed => "key_not_allowed",
+            Self::OptionNotFound => "option_not_found",
+            Self::TooManyOptions => "too_many_options",
+            Self::TooManyChoices => "too_many_choices",
+            Self::NotRoutine => "not_routine",
+            Self::TextTooLong => "text_too_long",
+            Self::TextControlCharacter => "text_control_character",
+            Self::TextAddress => "text_address",
+            Self::TextDigitRun => "text_digit_run",
+            Self::TextCredentialShaped => "text_credential_shaped",
+            Self::TextExceedsRemaining => "text_exceeds_remaining",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+/// Why a grant does not cover an action: a stable reason and a human detail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotCovered {
+    pub reason: Reason,
+    pub detail: String,
+}
+
+impl fmt::Display for NotCovered {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.reason.code(), self.detail)
+    }
+}
+
+fn refuse(reason: Reason, detail: impl Into<String>) -> Result<(), NotCovered> {
+    Err(NotCovered { reason, detail: detail.into() })
+}
+
+fn collapse_ws(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The options a selection of `wanted` could choose: by value, or by label or text with white
+/// space collapsed, wherever they lie in the list.
+pub fn choosable<'a>(options: &'a [SelectOption], wanted: &str) -> Vec<&'a SelectOption> {
+    let wanted_c = collapse_ws(wanted);
+    options
+        .iter()
+        .filter(|o| o.value == wanted || [&o.label, &o.text].into_iter().flatten().any(|l| collapse_ws(l) == wanted_c))
+        .collect()
+}
+
+fn is_sensitive_field(kind: FieldKind) -> bool {
+    matches!(kind, FieldKind::Password | FieldKind::OneTimeCode | FieldKind::Payment | FieldKind::Identity)
+}
+
+/// Does `grant` cover `action` on `element` in `page`? The first rule that refuses answers.
+pub fn covers(grant: &Grant, action: &Action, element: &ElementFacts, page: &PageFacts) -> Result<(), NotCovered> {
+    if let Grant::Task(scope) = grant {
+        let Ok(here) = location(&page.url) else {
+            return refuse(Reason::PageUnparseable, "the page URL is not an https URL");
+        };
+        if !inside(&here, &scope.origin, &scope.path_prefix) {
+            return refuse(
+                Reason::PageOutsideScope,
+                format!("the page is outside {}{}", scope.origin, scope.path_prefix),
+            );
+        }
+        if let Some((segment, named)) = first_sensitive(&here) {
+            return refuse(
+                Reason::PageSensitiveSegment,
+                format!("page path segment {segment:?} reads as {}", named.code()),
+            );
+        }
+    }
+    if *action == Action::Scroll {
+        return Ok(());
+    }
+    if element.disabled {
+        return refuse(Reason::Disabled, "the element is disabled");
+    }
+    if element.name.as_deref().is_none_or(|n| n.trim().is_empty()) {
+        return refuse(Reason::Unnamed, "the element has no accessible name");
+    }
+    let too_long = element.label_sources().any(|(_, t)| t.chars().count() > MAX_LABEL_CHARS);
+    if element.truncated || too_long {
+        return refuse(Reason::LabelTruncated, "a label source was not read whole");
+    }
+
+    if let Action::Select { option } = action {
+        if element.field_kind != FieldKind::Select {
+            return refuse(Reason::FieldKindNotCovered, "select acts only on a select");
+        }
+        if element.options.len() > MAX_OPTIONS {
+            return refuse(Reason::TooManyOptions, format!("more than {MAX_OPTIONS} options"));
+        }
+        let chosen = choosable(&element.options, option);
+        if chosen.is_empty() {
+            return refuse(Reason::OptionNotFound, "no option has that value or label");
+        }
+        if chosen.len() > MAX_CHOOSABLE {
+            return refuse(
+                Reason::TooManyChoices,
+                format!("the selection could choose more than {MAX_CHOOSABLE} options"),
+            );
+        }
+    }
+    let classification = crate::classify_for(element, Some(action));
+    if let Consequence::Named(named) = classification.consequence {
+        let source = classification.matches.first().map_or("the field kind", |m| m.source_name());
+        return refuse(Reason::NamedConsequence(named), format!("{} reads as {}", source, named.code()));
+    }
+
+    let Grant::Task(scope) = grant else {
+        return match (action, classification.consequence) {
+            (Action::Click, Consequence::Routine) => Ok(()),
+            _ => refuse(Reason::NotRoutine, "a standing grant covers only a routine click or a scroll"),
+        };
+    };
+
+    match action {
+        Action::Type { text } => {
+            if !matches!(element.field_kind, FieldKind::Text | FieldKind::Search | FieldKind::TextArea) {
+                return refuse(
+                    Reason::FieldKindNotCovered,
+                    "typing is covered only into a text, search or multi-line field",
+                );
+            }
+            text_shape::check(text, element.field_kind == FieldKind::TextArea, scope.chars_remaining)
+                .or_else(|reason| refuse(reason, "the typed text is outside the covered shape"))?;
+        }
+        Action::Check if !matches!(element.field_kind, FieldKind::Checkbox | FieldKind::Radio) => {
+            return refuse(Reason::FieldKindNotCovered, "check acts only on a native check box or radio");
+        }
+        Action::Press { key } => {
+            if matches!(
+                element.field_kind,
+                FieldKind::Checkbox | FieldKind::Radio | FieldKind::CustomChoice | FieldKind::Select
+            ) {
+                return refuse(Reason::KeyOnChoiceControl, "a key on a choice control chooses without a read");
+            }
+            let single = key.chars().count() == 1 && key.chars().all(|c| c.is_ascii_alphanumeric());
+            if !(single || KEYS.contains(&key.as_str())) {
+                return refuse(Reason::KeyNotAllowed, format!("key {key:?} is not a covered key"));
+            }
+        }
+        _ => {}
+    }
+    if element.field_kind == FieldKind::File {
+        return refuse(Reason::FileInput, "file inputs are never covered");
+    }
+    if is_sensitive_field(element.field_kind) {
+        return refuse(Reason::FieldKindNotCovered, "sensitive fields are never covered");
+    }
+    if !matches!(action, Action::Type { .. }) {
+        if element.download {
+            return refuse(Reason::Download, "download links are never covered");
+        }
+        for target in &element.nav_targets {
+            let Ok(there) = location(target) else {
+                return refuse(Reason::TargetOutsideScope, "a navigation target is not an https URL");
+            };
+            if !inside(&there, &scope.origin, &scope.path_prefix) {
+                return refuse(
+                    Reason::TargetOutsideScope,
+                    format!("a navigation target leaves {}{}", scope.origin, scope.path_prefix),
+                );
+            }
+            if let Some((segment, named)) = first_sensitive(&there) {
+                return refuse(
+                    Reason::TargetSensitiveSegment,
+                    format!("target path segment {segment:?} reads as {}", named.code()),
+                );
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,153 @@
+//! The classifier: one deny-biased decision of what an action on an element would do
+//! ([`classify`]) and whether a grant may cover it ([`covers`]), shared by the authorizer and the
+//! browser runtime so both apply the same rules.
+//!
+//! Pure functions over facts: no IO, no clock, and no knowledge of PostgreSQL, gRPC or WebDriver.
+//! It depends on no other crate of the workspace.
+
+pub mod consequence;
+pub mod coverage;
+mod currency;
+pub mod facts;
+mod fold_table;
+pub mod paths;
+pub mod readings;
+pub mod text_shape;
+pub mod vocabulary;
+
+pub use consequence::{Consequence, Named};
+pub use coverage::{NotCovered, Reason, covers};
+pub use facts::{Action, ElementFacts, FieldKind, Grant, LabelSource, PageFacts, SelectOption, TaskScope};
+
+/// The words a standing grant treats as routine when every label source reads as one of them.
+pub const ROUTINE_WORDS: [&str; 10] =
+    ["continue", "next", "back", "previous", "skip", "check", "ok", "done", "start", "close"];
+
+/// One reason for a named consequence: which label source read as what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Match {
+    pub source: LabelSource,
+    pub named: Named,
+}
+
+impl Match {
+    pub fn source_name(&self) -> &'static str {
+        match self.source {
+            LabelSource::Name => "the accessible name",
+            LabelSource::AriaLabel => "aria-label",
+            LabelSource::LabelledBy => "an aria-labelledby target",
+            LabelSource::Label => "a label",
+            LabelSource::Title => "the title",
+            LabelSource::Placeholder => "the placeholder",
+            LabelSource::Alt => "the alt text",
+            LabelSource::Value => "the value",
+            LabelSource::VisibleText => "the visible text",
+            LabelSource::DialogName => "the dialog's name",
+            LabelSource::Option => "an option",
+            LabelSource::NavTarget => "a navigation target",
+            LabelSource::PagePath => "the page path",
+        }
+    }
+}
+
+/// A consequence with every match behind it, most specific first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Classification {
+    pub consequence: Consequence,
+    pub matches: Vec<Match>,
+}
+
+fn field_consequence(kind: FieldKind) -> Option<Named> {
+    match kind {
+        FieldKind::Password => Some(Named::CredentialField),
+        FieldKind::OneTimeCode => Some(Named::OneTimeCodeField),
+        FieldKind::Payment => Some(Named::PaymentField),
+        FieldKind::Identity => Some(Named::IdentityField),
+        _ => None,
+    }
+}
+
+fn classify_text(source: LabelSource, text: &str, matches: &mut Vec<Match>) {
+    match currency::currency(text) {
+        Some(true) => matches.push(Match { source, named: Named::Payment }),
+        Some(false) => matches.push(Match { source, named: Named::Currency }),
+        None => {}
+    }
+    matches.extend(vocabulary::match_text(text).into_iter().map(|named| Match { source, named }));
+}
+
+/// Classifies an element for an action: a select's options are those the selection could
+/// choose; without a select action, every option.
+pub(crate) fn classify_for(element: &ElementFacts, action: Option<&Action>) -> Classification {
+    let mut matches = Vec::new();
+    if let Some(named) = field_consequence(element.field_kind) {
+        matches.push(Match { source: LabelSource::Name, named });
+    }
+    for (source, text) in element.label_sources() {
+        classify_text(source, text, &mut matches);
+    }
+    let options: Vec<&SelectOption> = match action {
+        Some(Action::Select { option }) => coverage::choosable(&element.options, option),
+        _ => element.options.iter().collect(),
+    };
+    for o in options {
+        let texts = [
+            Some(&o.value),
+            o.label.as_ref(),
+            o.text.as_ref(),
+            o.name.as_ref(),
+            o.title.as_ref(),
+            o.group_label.as_ref(),
+        ];
+        for text in texts.into_iter().flatten() {
+            classify_text(LabelSource::Option, text, &mut matches);
+        }
+    }
+    for target in &element.nav_targets {
+        if let Ok(there) = paths::location(target) {
+            for segment in &there.segments {
+                if let Some(named) = paths::sensitive_segment(segment) {
+                    matches.push(Match { source: LabelSource::NavTarget, named });
+                }
+            }
+        }
+    }
+    matches.sort_by_key(|m| m.named);
+    let consequence = match matches.first() {
+        Some(m) => Consequence::Named(m.named),
+        None if is_routine(element) => Consequence::Routine,
+        None => Consequence::Unknown,
+    };
+    Classification { consequence, matches }
+}
+
+/// Every label source reads, in its plain reading, as the same single routine word.
+fn is_routine(element: &ElementFacts) -> bool {
+    let mut word: Option<String> = None;
+    let mut any = false;
+    for (_, text) in element.label_sources().filter(|(s, _)| *s != LabelSource::DialogName) {
+        any = true;
+        let all = readings::readings(text);
+        let Some(first) = all.first() else { return false };
+        if !ROUTINE_WORDS.contains(&first.as_str()) || all.iter().any(|r| r != first) {
+            return false;
+        }
+        match &word {
+            Some(w) if w != first => return false,
+            Some(_) => {}
+            None => word = Some(first.clone()),
+        }
+    }
+    any && element.options.is_empty() && element.nav_targets.is_empty() && element.field_kind == FieldKind::None
+}
+
+/// What acting on `element` would do, judged from every label source separately: a match of the
+/// exclusion vocabulary in any of them names the consequence.
+pub fn classify(element: &ElementFacts, _page: &PageFacts) -> Consequence {
+    classify_for(element, None).consequence
+}
+
+/// [`classify`] with every match behind the answer.
+pub fn classify_detailed(element: &ElementFacts) -> Classification {
+    classify_for(element, None)
+}
