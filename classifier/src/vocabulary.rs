@@ -29,8 +29,8 @@ const fn concept(named: Named) -> Concept {
 
 pub(crate) static CONCEPTS: &[Concept] = &[
     Concept {
-        verbs: &["pay", "prepay", "checkout", "charge", "bill", "invoice", "tip"],
-        irregular: &["paid", "prepaid", "repaid", "overpaid"],
+        verbs: &["pay", "prepay", "checkout", "charge", "bill", "invoice", "tip", "spend"],
+        irregular: &["paid", "prepaid", "repaid", "overpaid", "spent", "overspent"],
         nouns: &["payment", "card", "invoice", "receipt", "wallet", "paywall", "cvv", "cvc", "iban", "billing"],
         words: &[
             "paypal",
@@ -180,7 +180,7 @@ pub(crate) static CONCEPTS: &[Concept] = &[
             "verification",
             "identity",
         ],
-        words: &["2fa", "mfa", "totp", "logins", "signup", "signups", "loggedin"],
+        words: &["mfa", "totp", "logins", "signup", "signups", "loggedin"],
         phrases: &[
             "sign in",
             "sign up",
@@ -426,7 +426,7 @@ impl Matcher {
             .iter()
             .map(|c| {
                 let alternatives = c.forms();
-                // Forms are [a-z0-9 ] only, so need no escaping; tokens are bounded by spaces.
+                // Forms are [a-z ] only, so need no escaping; tokens are bounded by spaces.
                 debug_assert!(
                     alternatives
                         .iter()
@@ -471,6 +471,15 @@ pub fn all_forms() -> Vec<(Named, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn forms_are_lowercase_letters_and_single_spaces() {
+        // Readings split on digits and punctuation, so a form holding one could never match.
+        for (_, form) in all_forms() {
+            assert!(form.bytes().all(|b| b.is_ascii_lowercase() || b == b' '), "{form:?}");
+            assert!(!form.starts_with(' ') && !form.ends_with(' ') && !form.contains("  "), "{form:?}");
+        }
+    }
 
     #[test]
     fn inflections() {
