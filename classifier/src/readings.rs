@@ -20,6 +20,10 @@ use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
 
 use crate::fold_table::FOLD;
 
+/// How many digit 1s get every l/i assignment tried (2^n readings). No vocabulary form has more
+/// than this many l and i letters; a test keeps it so.
+pub const MAX_ONES: usize = 4;
+
 /// Characters that render as nothing or only steer rendering.
 pub(crate) fn is_format(c: char) -> bool {
     matches!(c.general_category(), GeneralCategory::Format)
@@ -73,6 +77,25 @@ fn tokenize(text: &str, camel: bool) -> Vec<String> {
     tokens.into_iter().map(|t| t.to_lowercase()).collect()
 }
 
+/// Runs of three or more one-letter tokens, joined: letter-spaced text, whose word boundaries
+/// are lost, so it is matched anywhere rather than token by token.
+fn spaced_runs(tokens: &[String], out: &mut Vec<String>) {
+    let mut run = String::new();
+    let mut n = 0;
+    for t in tokens.iter().map(String::as_str).chain([""]) {
+        if t.chars().count() == 1 {
+            run.push_str(t);
+            n += 1;
+        } else {
+            if n >= 3 && !out.contains(&run) {
+                out.push(run.clone());
+            }
+            run.clear();
+            n = 0;
+        }
+    }
+}
+
 /// Joins runs of two or more tokens of at most two letters: `p a y` → `pay`.
 fn join_short_runs(tokens: &[String]) -> Option<Vec<String>> {
     let short = |t: &String| t.chars().count() <= 2;
@@ -97,13 +120,15 @@ fn join_short_runs(tokens: &[String]) -> Option<Vec<String>> {
 }
 
 /// Folds lookalikes inside one raw (un-lowercased) letters-and-digits run, if the script rule
-/// allows. `one` is what the digit 1 reads as.
-fn fold_run(run: &str, one: char) -> Option<String> {
+/// allows. The k-th digit 1 of the text reads as `i` when bit k of `ones` is set, else `l`.
+fn fold_run(run: &str, ones: u32, seen: &mut u32) -> Option<String> {
     let has_latin = run.chars().any(|c| c.is_ascii_alphabetic());
     let letters_all_foldable =
         run.chars().filter(|c| c.is_alphabetic()).all(|c| c.is_ascii_alphabetic() || fold_char(c).is_some());
     let has_letter = run.chars().any(char::is_alphabetic);
-    if !(has_latin || (has_letter && letters_all_foldable)) {
+    // A lone 0 or 1 may be a spaced-out letter: "a 1 i p a y".
+    let lone_digit = run == "0" || run == "1";
+    if !(has_latin || lone_digit || (has_letter && letters_all_foldable)) {
         return None;
     }
     let mut out = String::with_capacity(run.len());
@@ -115,7 +140,8 @@ fn fold_run(run: &str, one: char) -> Option<String> {
                 changed = true;
             }
             '1' => {
-                out.push(one);
+                out.push(if (ones >> (*seen).min(31)) & 1 == 1 { 'i' } else { 'l' });
+                *seen += 1;
                 changed = true;
             }
             c if c.is_ascii() => out.push(c),
@@ -132,12 +158,13 @@ fn fold_run(run: &str, one: char) -> Option<String> {
 }
 
 /// The folded text: each run of letters and digits folded where the script rule allows.
-fn fold_text(text: &str, one: char) -> Option<String> {
+fn fold_text(text: &str, ones: u32) -> Option<String> {
     let mut out = String::with_capacity(text.len());
     let mut run = String::new();
     let mut changed = false;
+    let mut seen = 0;
     let mut flush = |run: &mut String, out: &mut String| {
-        match fold_run(run, one) {
+        match fold_run(run, ones, &mut seen) {
             Some(f) => {
                 out.push_str(&f);
                 changed = true;
@@ -179,14 +206,15 @@ fn display(text: &str, base: Level) -> String {
 }
 
 /// Adds the readings of one cleaned (or display-ordered) text.
-fn add_readings(cleaned: &str, out: &mut Vec<String>) {
+fn add_readings(cleaned: &str, out: &mut Readings) {
     let mut push = |tokens: &[String]| {
         if tokens.is_empty() {
             return;
         }
+        spaced_runs(tokens, &mut out.spaced);
         let r = tokens.join(" ");
-        if !out.contains(&r) {
-            out.push(r);
+        if !out.tokens.contains(&r) {
+            out.tokens.push(r);
         }
     };
     for camel in [true, false] {
@@ -199,8 +227,14 @@ fn add_readings(cleaned: &str, out: &mut Vec<String>) {
             break;
         }
     }
-    for one in ['l', 'i'] {
-        if let Some(folded) = fold_text(cleaned, one) {
+    // Each digit 1 may stand for l or for i: try every assignment for up to MAX_ONES of them
+    // (past that, the rest follow the last).
+    let ones = cleaned.matches('1').count().min(MAX_ONES);
+    let last = 1u32 << ones.saturating_sub(1);
+    for assignment in 0..(1u32 << ones) {
+        let assignment =
+            if ones == MAX_ONES && assignment & last != 0 { assignment | !(last * 2 - 1) } else { assignment };
+        if let Some(folded) = fold_text(cleaned, assignment) {
             for camel in [true, false] {
                 let tokens = tokenize(&folded, camel);
                 push(&tokens);
@@ -209,15 +243,21 @@ fn add_readings(cleaned: &str, out: &mut Vec<String>) {
                 }
             }
         }
-        if !cleaned.contains('1') {
-            break;
-        }
     }
 }
 
+/// The readings of one text.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Readings {
+    /// Whole-token readings: tokens joined by single spaces.
+    pub tokens: Vec<String>,
+    /// Letter-spaced runs, joined, to be matched anywhere.
+    pub spaced: Vec<String>,
+}
+
 /// Every reading of `text`.
-pub fn readings(text: &str) -> Vec<String> {
-    let mut out = Vec::with_capacity(4);
+pub fn all_readings(text: &str) -> Readings {
+    let mut out = Readings::default();
     if text.is_ascii() && !text.bytes().any(|b| b.is_ascii_control()) {
         // ASCII fast path: no format characters, marks, lookalikes (but 0/1) or bidi.
         add_readings(text, &mut out);
@@ -230,6 +270,11 @@ pub fn readings(text: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// The whole-token readings of `text`.
+pub fn readings(text: &str) -> Vec<String> {
+    all_readings(text).tokens
 }
 
 #[cfg(test)]
@@ -260,6 +305,7 @@ mod tests {
             ("De1ete", "delete"),
             ("S1gn 1n", "sign in"),
             ("L0g out", "log out"),
+            ("a 1 i p a y", "alipay"),
             ("\u{202E}yaP\u{202C}", "pay"),
             ("\u{202E}won yaP\u{202C}", "pay now"),
             ("Continue \u{202E}yaP", "continue pay"),

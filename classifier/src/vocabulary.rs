@@ -415,9 +415,11 @@ impl Concept {
     }
 }
 
-/// One meta regex, one pattern per concept, reporting every concept that matches anywhere.
+/// One meta regex, one pattern per concept, reporting every concept that matches anywhere; and
+/// one without token boundaries for letter-spaced runs.
 pub(crate) struct Matcher {
     regex: Regex,
+    anywhere: Regex,
 }
 
 impl Matcher {
@@ -435,16 +437,30 @@ impl Matcher {
                 format!("(?:^| )(?:{})(?: |$)", alternatives.join("|"))
             })
             .collect();
-        let regex = Regex::builder()
-            .configure(Regex::config().match_kind(MatchKind::All))
-            .build_many(&patterns)
-            .expect("the vocabulary compiles");
-        Self { regex }
+        let unbounded: Vec<String> = CONCEPTS
+            .iter()
+            .map(|c| {
+                let forms: Vec<String> = c.forms().iter().map(|f| f.replace(' ', "")).collect();
+                format!("(?:{})", forms.join("|"))
+            })
+            .collect();
+        let build = |patterns: &[String]| {
+            Regex::builder()
+                .configure(Regex::config().match_kind(MatchKind::All))
+                .build_many(patterns)
+                .expect("the vocabulary compiles")
+        };
+        Self { regex: build(&patterns), anywhere: build(&unbounded) }
     }
 
     /// Adds every concept matched in `reading` to `found`.
     pub(crate) fn matches(&self, reading: &str, found: &mut PatternSet) {
         self.regex.which_overlapping_matches(&Input::new(reading), found);
+    }
+
+    /// Adds every concept with a form anywhere inside a letter-spaced run.
+    pub(crate) fn matches_anywhere(&self, run: &str, found: &mut PatternSet) {
+        self.anywhere.which_overlapping_matches(&Input::new(run), found);
     }
 
     pub(crate) fn new_set(&self) -> PatternSet {
@@ -457,8 +473,12 @@ pub(crate) static MATCHER: LazyLock<Matcher> = LazyLock::new(Matcher::build);
 /// The named consequences `text` reads as, in any of its readings.
 pub fn match_text(text: &str) -> Vec<Named> {
     let mut set = MATCHER.new_set();
-    for reading in crate::readings::readings(text) {
-        MATCHER.matches(&reading, &mut set);
+    let all = crate::readings::all_readings(text);
+    for reading in &all.tokens {
+        MATCHER.matches(reading, &mut set);
+    }
+    for run in &all.spaced {
+        MATCHER.matches_anywhere(run, &mut set);
     }
     set.iter().map(|p| CONCEPTS[p.as_usize()].named).collect()
 }
@@ -478,6 +498,14 @@ mod tests {
         for (_, form) in all_forms() {
             assert!(form.bytes().all(|b| b.is_ascii_lowercase() || b == b' '), "{form:?}");
             assert!(!form.starts_with(' ') && !form.ends_with(' ') && !form.contains("  "), "{form:?}");
+        }
+    }
+
+    #[test]
+    fn every_form_fits_the_digit_one_readings() {
+        for (_, form) in all_forms() {
+            let n = form.chars().filter(|c| matches!(c, 'i' | 'l')).count();
+            assert!(n <= crate::readings::MAX_ONES, "{form:?} has {n} l/i letters; raise readings::MAX_ONES");
         }
     }
 
