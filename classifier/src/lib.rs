@@ -67,24 +67,47 @@ fn field_consequence(kind: FieldKind) -> Option<Named> {
     }
 }
 
-fn classify_text(source: LabelSource, text: &str, matches: &mut Vec<Match>) {
-    match currency::currency(text) {
-        Some(true) => matches.push(Match { source, named: Named::Payment }),
-        Some(false) => matches.push(Match { source, named: Named::Currency }),
-        None => {}
+/// Classifies each distinct text once: sources often repeat one text (name, visible text and
+/// aria-label alike), and the answer depends only on the text.
+#[derive(Default)]
+struct TextCache<'a> {
+    seen: Vec<(&'a str, readings::Readings, Vec<Named>)>,
+}
+
+impl<'a> TextCache<'a> {
+    fn classify(&mut self, source: LabelSource, text: &'a str, matches: &mut Vec<Match>) {
+        let i = match self.seen.iter().position(|(t, _, _)| *t == text) {
+            Some(i) => i,
+            None => {
+                let all = readings::all_readings(text);
+                let mut named = vocabulary::match_readings(&all);
+                match currency::currency(text) {
+                    Some(true) => named.push(Named::Payment),
+                    Some(false) => named.push(Named::Currency),
+                    None => {}
+                }
+                self.seen.push((text, all, named));
+                self.seen.len() - 1
+            }
+        };
+        matches.extend(self.seen[i].2.iter().map(|&named| Match { source, named }));
     }
-    matches.extend(vocabulary::match_text(text).into_iter().map(|named| Match { source, named }));
+
+    fn readings(&self, text: &str) -> Option<&readings::Readings> {
+        self.seen.iter().find(|(t, _, _)| *t == text).map(|(_, r, _)| r)
+    }
 }
 
 /// Classifies an element for an action: a select's options are those the selection could
 /// choose; without a select action, every option.
 pub(crate) fn classify_for(element: &ElementFacts, action: Option<&Action>) -> Classification {
     let mut matches = Vec::new();
+    let mut cache = TextCache::default();
     if let Some(named) = field_consequence(element.field_kind) {
         matches.push(Match { source: LabelSource::Name, named });
     }
     for (source, text) in element.label_sources() {
-        classify_text(source, text, &mut matches);
+        cache.classify(source, text, &mut matches);
     }
     let options: Vec<&SelectOption> = match action {
         Some(Action::Select { option }) => coverage::choosable(&element.options, option),
@@ -100,7 +123,7 @@ pub(crate) fn classify_for(element: &ElementFacts, action: Option<&Action>) -> C
             o.group_label.as_ref(),
         ];
         for text in texts.into_iter().flatten() {
-            classify_text(LabelSource::Option, text, &mut matches);
+            cache.classify(LabelSource::Option, text, &mut matches);
         }
     }
     for target in &element.nav_targets {
@@ -115,27 +138,31 @@ pub(crate) fn classify_for(element: &ElementFacts, action: Option<&Action>) -> C
     matches.sort_by_key(|m| m.named);
     let consequence = match matches.first() {
         Some(m) => Consequence::Named(m.named),
-        None if is_routine(element) => Consequence::Routine,
+        None if is_routine(element, &cache) => Consequence::Routine,
         None => Consequence::Unknown,
     };
     Classification { consequence, matches }
 }
 
-/// Every label source reads, in its plain reading, as the same single routine word.
-fn is_routine(element: &ElementFacts) -> bool {
-    let mut word: Option<String> = None;
+/// Every label source reads, in every reading, as the same single routine word.
+fn is_routine(element: &ElementFacts, cache: &TextCache<'_>) -> bool {
+    let mut word: Option<&str> = None;
     let mut any = false;
     for (_, text) in element.label_sources().filter(|(s, _)| *s != LabelSource::DialogName) {
         any = true;
-        let all = readings::readings(text);
+        let Some(all) = cache.readings(text) else { return false };
+        if !all.spaced.is_empty() {
+            return false;
+        }
+        let all = &all.tokens;
         let Some(first) = all.first() else { return false };
         if !ROUTINE_WORDS.contains(&first.as_str()) || all.iter().any(|r| r != first) {
             return false;
         }
-        match &word {
+        match word {
             Some(w) if w != first => return false,
             Some(_) => {}
-            None => word = Some(first.clone()),
+            None => word = Some(first.as_str()),
         }
     }
     any && element.options.is_empty() && element.nav_targets.is_empty() && element.field_kind == FieldKind::None

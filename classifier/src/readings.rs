@@ -227,6 +227,9 @@ fn add_readings(cleaned: &str, out: &mut Readings) {
             break;
         }
     }
+    if cleaned.is_ascii() && !cleaned.contains(['0', '1']) {
+        return; // nothing to fold
+    }
     // Each digit 1 may stand for l or for i: try every assignment for up to MAX_ONES of them
     // (past that, the rest follow the last).
     let ones = cleaned.matches('1').count().min(MAX_ONES);

@@ -472,8 +472,12 @@ pub(crate) static MATCHER: LazyLock<Matcher> = LazyLock::new(Matcher::build);
 
 /// The named consequences `text` reads as, in any of its readings.
 pub fn match_text(text: &str) -> Vec<Named> {
+    match_readings(&crate::readings::all_readings(text))
+}
+
+/// The named consequences of readings already computed.
+pub(crate) fn match_readings(all: &crate::readings::Readings) -> Vec<Named> {
     let mut set = MATCHER.new_set();
-    let all = crate::readings::all_readings(text);
     for reading in &all.tokens {
         MATCHER.matches(reading, &mut set);
     }

@@ -1,4 +1,5 @@
 //! Property tests: monotonicity and evasion resistance.
+#![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // positions picked from small random seeds
 
 use classifier::vocabulary::all_forms;
 use classifier::{Action, ElementFacts, Grant, Named, PageFacts, TaskScope, classify_detailed, covers};
@@ -165,7 +166,7 @@ fn disguise(kind: u8, word: &str, seed: u64) -> String {
         }
         1 => chars
             .iter()
-            .flat_map(|&c| if c.is_alphabetic() && seed % 3 == 0 { vec![c, '\u{0301}'] } else { vec![c] })
+            .flat_map(|&c| if c.is_alphabetic() && seed.is_multiple_of(3) { vec![c, '\u{0301}'] } else { vec![c] })
             .collect(),
         2 => chars
             .iter()

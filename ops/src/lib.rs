@@ -1,8 +1,9 @@
 //! Operations: the `grantctl` command's pieces (migrations, the local PostgreSQL cluster,
-//! benchmarks). This crate may use every other crate of the workspace; none may use it
+//! benchmarks, the classifier's JSON-lines front end). This crate may use every other crate of the workspace; none may use it
 //! except `tests`.
 
 pub mod bench;
+pub mod classify;
 pub mod migrate;
 pub mod pgcluster;
 

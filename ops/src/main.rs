@@ -27,6 +27,8 @@ enum Cmd {
     Up,
     /// Check the ledger: migrations applied and every stream's hash chain.
     Check,
+    /// Classify elements: JSON lines on stdin, one JSON line per input on stdout.
+    Classify,
     /// Manage a local throwaway cluster.
     Db {
         #[command(subcommand)]
@@ -123,6 +125,9 @@ async fn run(cli: Cli) -> Result<()> {
             let url = database_url(&cli.database_url)?;
             let (migrations, events, streams) = check(&url).await?;
             println!("{migrations} migrations, {events} events in {streams} streams, every hash chain verified");
+        }
+        Cmd::Classify => {
+            ops::classify::run(std::io::stdin().lock(), std::io::stdout().lock()).context("classify")?;
         }
         Cmd::Db { command } => match command {
             DbCmd::Start { dir, throwaway } => {
