@@ -123,8 +123,10 @@ pub enum UrlProblem {
 /// A parsed HTTPS URL: its origin and its decoded path segments.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Location {
-    /// `https://host[:port]`, host in ASCII (punycode) form.
+    /// `https://host[:port]`, host in ASCII (punycode) form: what origins are compared on.
     pub origin: String,
+    /// The host as a person reads it, punycode decoded (`xn--pypal-4ve.example` → `pаypal.example`).
+    pub host_unicode: String,
     pub segments: Vec<String>,
 }
 
@@ -142,7 +144,9 @@ pub fn location(url: &str) -> Result<Location, UrlProblem> {
         // An encoded slash or backslash hides a segment boundary: read each part.
         segments.extend(decoded.split(['/', '\\']).filter(|s| !s.is_empty()).map(str::to_owned));
     }
-    Ok(Location { origin: parsed.origin().ascii_serialization(), segments })
+    let host = parsed.host_str().unwrap_or_default();
+    let (host_unicode, _) = idna::domain_to_unicode(host);
+    Ok(Location { origin: parsed.origin().ascii_serialization(), host_unicode, segments })
 }
 
 /// The consequence a path segment names, if it is sensitive.
@@ -203,7 +207,10 @@ mod tests {
             "https://www.example.org",
             "/lesson"
         ));
-        assert!(!inside(&location("https://www.еxample.org/lesson").unwrap(), "https://www.example.org", "/lesson"));
+        let lookalike = location("https://www.еxample.org/lesson").unwrap();
+        assert!(!inside(&lookalike, "https://www.example.org", "/lesson"));
+        assert!(lookalike.origin.starts_with("https://www.xn--"), "{}", lookalike.origin);
+        assert_eq!(lookalike.host_unicode, "www.еxample.org");
     }
 
     #[test]
