@@ -1,0 +1,9 @@
+//! The authority over browser actions: approvals, task grants and their every rule (the pure
+//! domain), the policy engine, scope configuration, and the atomic use of a grant.
+//!
+//! The domain is synchronous and pure: time and ids come in with each command; no IO, no clock,
+//! no prost types. Storage adapters sit at the edge (`pg`).
+
+pub mod limits;
+pub mod policy;
+pub mod scopes;
