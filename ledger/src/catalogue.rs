@@ -124,6 +124,7 @@ pub struct ActionView {
 #[serde(deny_unknown_fields)]
 pub struct SessionCreated {
     pub session_id: String,
+    pub tenant_id: String,
     pub principal_id: String,
     pub browser_profile_id: Option<String>,
     pub schedule_id: Option<String>,

@@ -303,6 +303,7 @@ pub async fn typed_events_round_trip<S: EventStore>(store: &S) {
     let s = stream("session");
     let created = Event::SessionCreated(SessionCreated {
         session_id: "s-1".into(),
+        tenant_id: "tenant-a".into(),
         principal_id: "owner-1".into(),
         browser_profile_id: Some("profile-1".into()),
         schedule_id: None,

@@ -1,0 +1,672 @@
+//! The grant lifecycle as a pure domain: a `World` folded from events, commands decided into
+//! events, and `authorize` deciding one `browser.act` in the decision record's order. No IO and
+//! no clock: time and new ids come in with each call.
+
+use std::collections::HashMap;
+
+use classifier::{Action, ElementFacts, PageFacts, TaskScope};
+use ledger::StreamId;
+use ledger::catalogue::{
+    ActionView, ApprovalExpired, ApprovalRequested, ApprovalResolved, ApprovalStatus, Author, AuthorizationKind,
+    DeploymentScopesChanged, EndReason, Event, Offer, ProfileDeleted, ProfileGenerationAdvanced, ProfileRevoked,
+    Resolution, SessionCreated, SessionDeleted, SessionMessageRecorded, SignInPhase, SiteScope, StandingGrantPinned,
+    Surface, TaskGrantCreated, TaskGrantEnded, ToolCallAuthorized,
+};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::limits::{APPROVAL_TTL, GRANT_DURATION, MAX_ACTIONS, MAX_TYPED_CHARS};
+use crate::policy::{Policy, Verdict};
+use crate::scopes::{TaskGrantSettings, scope_for};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    pub created: SessionCreated,
+    pub newest_message_author: Option<Author>,
+    pub deleted: bool,
+    pub active_grant: Option<Uuid>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Profile {
+    pub generation: u64,
+    pub revoked: bool,
+    pub deleted: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApprovalState {
+    Pending,
+    Resolved(Resolution),
+    Expired,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Approval {
+    pub requested: ApprovalRequested,
+    pub state: ApprovalState,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub created: TaskGrantCreated,
+    pub actions_used: u32,
+    pub chars_used: u32,
+    pub ended: Option<EndReason>,
+}
+
+impl Grant {
+    pub fn is_active(&self) -> bool {
+        self.ended.is_none()
+    }
+}
+
+/// Everything the rules read, folded from the log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct World {
+    pub settings: TaskGrantSettings,
+    pub sessions: HashMap<String, Session>,
+    pub profiles: HashMap<String, Profile>,
+    pub approvals: HashMap<Uuid, Approval>,
+    pub grants: HashMap<Uuid, Grant>,
+    pub standing: Option<StandingGrantPinned>,
+}
+
+/// The stream an event belongs to.
+pub fn stream_of(event: &Event) -> StreamId {
+    let entity =
+        |category: &str, id: &dyn std::fmt::Display| StreamId::for_entity(category, id).expect("ids are stream-safe");
+    match event {
+        Event::SessionCreated(e) => entity("session", &e.session_id),
+        Event::SessionMessageRecorded(e) => entity("session", &e.session_id),
+        Event::SessionDeleted(e) => entity("session", &e.session_id),
+        Event::RunEscalated(e) => entity("session", &e.session_id),
+        Event::ProfileGenerationAdvanced(e) => entity("profile", &e.profile_id),
+        Event::ProfileRevoked(e) => entity("profile", &e.profile_id),
+        Event::ProfileDeleted(e) => entity("profile", &e.profile_id),
+        Event::DeploymentScopesChanged(_) | Event::StandingGrantPinned(_) | Event::StandingGrantUnpinned(_) => {
+            StreamId::new("deployment").expect("valid")
+        }
+        Event::ApprovalRequested(e) => entity("approval", &e.approval_id),
+        Event::ApprovalResolved(e) => entity("approval", &e.approval_id),
+        Event::ApprovalExpired(e) => entity("approval", &e.approval_id),
+        Event::ApprovalTokenIssued(e) => entity("approval", &e.approval_id),
+        Event::ApprovalTokenRedeemed(e) => entity("approval", &e.approval_id),
+        Event::TaskGrantCreated(e) => entity("grant", &e.grant_id),
+        Event::TaskGrantEnded(e) => entity("grant", &e.grant_id),
+        Event::ToolCallAuthorized(e) => match e.grant_id {
+            Some(g) => entity("grant", &g),
+            None => entity("session", &e.session_id),
+        },
+    }
+}
+
+impl World {
+    pub fn apply(&mut self, event: &Event) {
+        match event {
+            Event::SessionCreated(e) => {
+                self.sessions.insert(
+                    e.session_id.clone(),
+                    Session { created: e.clone(), newest_message_author: None, deleted: false, active_grant: None },
+                );
+            }
+            Event::SessionMessageRecorded(e) => {
+                if let Some(s) = self.sessions.get_mut(&e.session_id) {
+                    s.newest_message_author = Some(e.author);
+                }
+            }
+            Event::SessionDeleted(e) => {
+                if let Some(s) = self.sessions.get_mut(&e.session_id) {
+                    s.deleted = true;
+                }
+            }
+            Event::ProfileGenerationAdvanced(e) => {
+                self.profiles.entry(e.profile_id.clone()).or_default().generation = e.generation
+            }
+            Event::ProfileRevoked(e) => self.profiles.entry(e.profile_id.clone()).or_default().revoked = true,
+            Event::ProfileDeleted(e) => self.profiles.entry(e.profile_id.clone()).or_default().deleted = true,
+            Event::DeploymentScopesChanged(e) => {
+                self.settings = TaskGrantSettings { enabled: e.task_grants_enabled, scopes: e.scopes.clone() };
+            }
+            Event::ApprovalRequested(e) => {
+                self.approvals.insert(e.approval_id, Approval { requested: e.clone(), state: ApprovalState::Pending });
+            }
+            Event::ApprovalResolved(e) => {
+                if let Some(a) = self.approvals.get_mut(&e.approval_id) {
+                    a.state = ApprovalState::Resolved(e.resolution);
+                }
+            }
+            Event::ApprovalExpired(e) => {
+                if let Some(a) = self.approvals.get_mut(&e.approval_id) {
+                    a.state = ApprovalState::Expired;
+                }
+            }
+            Event::TaskGrantCreated(e) => {
+                self.grants
+                    .insert(e.grant_id, Grant { created: e.clone(), actions_used: 0, chars_used: 0, ended: None });
+                if let Some(s) = self.sessions.get_mut(&e.session_id) {
+                    s.active_grant = Some(e.grant_id);
+                }
+            }
+            Event::ToolCallAuthorized(e) => {
+                if let (AuthorizationKind::BrowserTaskGrant, Some(g)) = (e.authorization_kind, e.grant_id)
+                    && let Some(grant) = self.grants.get_mut(&g)
+                {
+                    grant.actions_used += 1;
+                    grant.chars_used += e.typed_chars;
+                }
+            }
+            Event::TaskGrantEnded(e) => {
+                if let Some(g) = self.grants.get_mut(&e.grant_id) {
+                    g.ended = Some(e.reason);
+                    if let Some(s) = self.sessions.get_mut(&g.created.session_id)
+                        && s.active_grant == Some(e.grant_id)
+                    {
+                        s.active_grant = None;
+                    }
+                }
+            }
+            Event::StandingGrantPinned(e) => self.standing = Some(e.clone()),
+            Event::StandingGrantUnpinned(_) => self.standing = None,
+            Event::ApprovalTokenIssued(_) | Event::ApprovalTokenRedeemed(_) | Event::RunEscalated(_) => {}
+        }
+    }
+
+    pub fn applied(mut self, events: &[Event]) -> Self {
+        events.iter().for_each(|e| self.apply(e));
+        self
+    }
+
+    fn end(&self, grant_id: Uuid, reason: EndReason) -> Option<Event> {
+        self.grants
+            .get(&grant_id)
+            .filter(|g| g.is_active())
+            .map(|_| Event::TaskGrantEnded(TaskGrantEnded { grant_id, reason }))
+    }
+
+    fn end_grants_on_profile(&self, profile_id: &str, reason: EndReason) -> Vec<Event> {
+        let mut ids: Vec<Uuid> = self
+            .grants
+            .values()
+            .filter(|g| g.is_active() && g.created.profile_id == profile_id)
+            .map(|g| g.created.grant_id)
+            .collect();
+        ids.sort();
+        ids.into_iter().filter_map(|id| self.end(id, reason)).collect()
+    }
+
+    /// A session of this principal; another principal's session does not exist for the caller.
+    fn session_of(&self, session_id: &str, principal_id: &str) -> Result<&Session, DomainError> {
+        self.sessions
+            .get(session_id)
+            .filter(|s| s.created.principal_id == principal_id && !s.deleted)
+            .ok_or_else(|| DomainError::not_found("session", session_id))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DomainError {
+    /// Absent, or another principal's: the caller cannot tell which.
+    #[error("{what} {id} not found")]
+    NotFound { what: &'static str, id: String },
+    /// The command does not fit the current state; nothing changed.
+    #[error("{code}: {detail}")]
+    Conflict { code: &'static str, detail: String },
+    #[error("invalid {field}: {reason}")]
+    Invalid { field: &'static str, reason: String },
+}
+
+impl DomainError {
+    fn not_found(what: &'static str, id: impl ToString) -> Self {
+        Self::NotFound { what, id: id.to_string() }
+    }
+
+    fn conflict(code: &'static str, detail: impl Into<String>) -> Self {
+        Self::Conflict { code, detail: detail.into() }
+    }
+}
+
+/// The versions an authorization runs under; a task grant pins both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versions {
+    pub agent: String,
+    pub policy: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    CreateSession(SessionCreated),
+    RecordMessage(SessionMessageRecorded),
+    DeleteSession {
+        session_id: String,
+        principal_id: String,
+    },
+    /// A sign-in began or became ready: the generation advances and every grant on it ends.
+    AdvanceProfile {
+        profile_id: String,
+        phase: SignInPhase,
+    },
+    RevokeProfile {
+        profile_id: String,
+    },
+    DeleteProfile {
+        profile_id: String,
+    },
+    ChangeSettings(TaskGrantSettings),
+    ResolveApproval {
+        approval_id: Uuid,
+        principal_id: String,
+        resolution: Resolution,
+        /// `approve_for_task` repeats the offered scope.
+        repeated_scope: Option<SiteScope>,
+        new_grant_id: Uuid,
+        versions: Versions,
+        now: OffsetDateTime,
+    },
+    ExpireApprovals {
+        now: OffsetDateTime,
+    },
+    RevokeGrant {
+        grant_id: Uuid,
+        principal_id: String,
+    },
+    /// Ends every grant whose time is up.
+    Sweep {
+        now: OffsetDateTime,
+    },
+}
+
+/// Decides a command against the world. `Ok(vec![])` means nothing to record.
+pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError> {
+    match command {
+        Command::CreateSession(created) => {
+            if world.sessions.contains_key(&created.session_id) {
+                return Err(DomainError::conflict("session_exists", created.session_id));
+            }
+            Ok(vec![Event::SessionCreated(created)])
+        }
+        Command::RecordMessage(message) => {
+            let session = world.sessions.get(&message.session_id).filter(|s| !s.deleted);
+            session.ok_or_else(|| DomainError::not_found("session", &message.session_id))?;
+            Ok(vec![Event::SessionMessageRecorded(message)])
+        }
+        Command::DeleteSession { session_id, principal_id } => {
+            let session = world.session_of(&session_id, &principal_id)?;
+            let mut events = vec![Event::SessionDeleted(SessionDeleted { session_id: session_id.clone() })];
+            events.extend(session.active_grant.and_then(|g| world.end(g, EndReason::SessionDeleted)));
+            Ok(events)
+        }
+        Command::AdvanceProfile { profile_id, phase } => {
+            let generation = world.profiles.get(&profile_id).map_or(0, |p| p.generation) + 1;
+            let mut events = world.end_grants_on_profile(&profile_id, EndReason::ProfileChanged);
+            events.insert(
+                0,
+                Event::ProfileGenerationAdvanced(ProfileGenerationAdvanced { profile_id, generation, phase }),
+            );
+            Ok(events)
+        }
+        Command::RevokeProfile { profile_id } => {
+            let mut events = world.end_grants_on_profile(&profile_id, EndReason::ProfileRevoked);
+            events.insert(0, Event::ProfileRevoked(ProfileRevoked { profile_id }));
+            Ok(events)
+        }
+        Command::DeleteProfile { profile_id } => {
+            let mut events = world.end_grants_on_profile(&profile_id, EndReason::ProfileRevoked);
+            events.insert(0, Event::ProfileDeleted(ProfileDeleted { profile_id }));
+            Ok(events)
+        }
+        Command::ChangeSettings(settings) => {
+            if settings == world.settings {
+                return Ok(vec![]);
+            }
+            Ok(vec![Event::DeploymentScopesChanged(DeploymentScopesChanged {
+                task_grants_enabled: settings.enabled,
+                scopes: settings.scopes,
+            })])
+        }
+        Command::ResolveApproval {
+            approval_id,
+            principal_id,
+            resolution,
+            repeated_scope,
+            new_grant_id,
+            versions,
+            now,
+        } => resolve(world, approval_id, &principal_id, resolution, repeated_scope, new_grant_id, &versions, now),
+        Command::ExpireApprovals { now } => {
+            let mut ids: Vec<Uuid> = world
+                .approvals
+                .values()
+                .filter(|a| a.state == ApprovalState::Pending && a.requested.expires_at <= now)
+                .map(|a| a.requested.approval_id)
+                .collect();
+            ids.sort();
+            Ok(ids.into_iter().map(|approval_id| Event::ApprovalExpired(ApprovalExpired { approval_id })).collect())
+        }
+        Command::RevokeGrant { grant_id, principal_id } => {
+            let grant = world
+                .grants
+                .get(&grant_id)
+                .filter(|g| g.created.principal_id == principal_id)
+                .ok_or_else(|| DomainError::not_found("grant", grant_id))?;
+            // Revoking an ended grant records nothing: each grant ends exactly once.
+            Ok(world.end(grant.created.grant_id, EndReason::Revoked).into_iter().collect())
+        }
+        Command::Sweep { now } => {
+            let mut ids: Vec<Uuid> = world
+                .grants
+                .values()
+                .filter(|g| g.is_active() && g.created.expires_at <= now)
+                .map(|g| g.created.grant_id)
+                .collect();
+            ids.sort();
+            Ok(ids.into_iter().filter_map(|id| world.end(id, EndReason::Expired)).collect())
+        }
+    }
+}
+
+/// Why a session cannot use a task grant, if it cannot.
+fn session_ineligible(session: &Session) -> Option<&'static str> {
+    let c = &session.created;
+    if session.deleted {
+        Some("session_deleted")
+    } else if c.surface != Surface::Interactive || c.browser_profile_id.is_none() || c.schedule_id.is_some() {
+        Some("session_not_eligible")
+    } else {
+        None
+    }
+}
+
+#[allow(clippy::too_many_arguments)] // one command's fields, unpacked
+fn resolve(
+    world: &World,
+    approval_id: Uuid,
+    principal_id: &str,
+    resolution: Resolution,
+    repeated_scope: Option<SiteScope>,
+    new_grant_id: Uuid,
+    versions: &Versions,
+    now: OffsetDateTime,
+) -> Result<Vec<Event>, DomainError> {
+    let approval = world.approvals.get(&approval_id).ok_or_else(|| DomainError::not_found("approval", approval_id))?;
+    let session = world
+        .sessions
+        .get(&approval.requested.session_id)
+        .filter(|s| s.created.principal_id == principal_id)
+        .ok_or_else(|| DomainError::not_found("approval", approval_id))?;
+    if approval.state != ApprovalState::Pending {
+        return Err(DomainError::conflict("approval_not_pending", "the approval was already resolved or expired"));
+    }
+    if approval.requested.expires_at <= now {
+        return Err(DomainError::conflict("approval_expired", "the approval expired"));
+    }
+    let resolved = |grant_id| {
+        Event::ApprovalResolved(ApprovalResolved { approval_id, resolution, status: resolution.status(), grant_id })
+    };
+    if resolution != Resolution::ApproveForTask {
+        return Ok(vec![resolved(None)]);
+    }
+    // Every refusal below leaves the approval pending, so the owner can still allow once.
+    if !world.settings.enabled {
+        return Err(DomainError::conflict("task_grants_disabled", "task grants are not enabled"));
+    }
+    let offer = approval
+        .requested
+        .offer
+        .as_ref()
+        .ok_or_else(|| DomainError::conflict("no_offer", "the approval carries no offer"))?;
+    if repeated_scope.as_ref() != Some(&offer.scope) {
+        return Err(DomainError::conflict("offer_mismatch", "the origin and prefix differ from the offer"));
+    }
+    if !world.settings.scopes.contains(&offer.scope) {
+        return Err(DomainError::conflict("offer_no_longer_valid", "the offered scope is no longer configured"));
+    }
+    if let Some(code) = session_ineligible(session) {
+        return Err(DomainError::conflict("offer_no_longer_valid", code));
+    }
+    let profile_id = session.created.browser_profile_id.clone().unwrap_or_default();
+    let profile = world.profiles.get(&profile_id).cloned().unwrap_or_default();
+    if profile.revoked || profile.deleted {
+        return Err(DomainError::conflict("offer_no_longer_valid", "the browser profile was revoked"));
+    }
+    let mut events = vec![resolved(Some(new_grant_id))];
+    events.extend(session.active_grant.and_then(|old| world.end(old, EndReason::Superseded)));
+    events.push(Event::TaskGrantCreated(TaskGrantCreated {
+        grant_id: new_grant_id,
+        approval_id,
+        tenant_id: session.created.tenant_id.clone(),
+        principal_id: principal_id.to_owned(),
+        session_id: session.created.session_id.clone(),
+        profile_id,
+        profile_generation: profile.generation,
+        agent_version: versions.agent.clone(),
+        policy_version: versions.policy.clone(),
+        scope: offer.scope.clone(),
+        created_at: now,
+        expires_at: now + GRANT_DURATION,
+        max_actions: MAX_ACTIONS,
+        max_typed_chars: MAX_TYPED_CHARS,
+    }));
+    Ok(events)
+}
+
+/// How the run asking is running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunContext {
+    pub interactive: bool,
+    pub top_level: bool,
+}
+
+/// One `browser.act` to decide.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuthorizeRequest {
+    pub tenant_id: String,
+    pub principal_id: String,
+    pub session_id: String,
+    pub run_id: String,
+    pub tool_call_id: String,
+    pub run: RunContext,
+    /// The tool calls of this model turn since the owner's newest message.
+    pub turn_tool_calls: Vec<String>,
+    pub versions: Versions,
+    pub element: ElementFacts,
+    pub page: PageFacts,
+    pub action: Action,
+    /// What the approval card would show; recorded with every grant-authorized use.
+    pub view: ActionView,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Allow { kind: AuthorizationKind, grant_id: Option<Uuid>, use_ordinal: Option<u32>, typed_chars: u32 },
+    RequireApproval { approval_id: Uuid, reason: Option<String>, offer: Option<Offer> },
+    Deny { code: String },
+}
+
+/// A decision and the events that record it (ends found on the way included).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Authorization {
+    pub decision: Decision,
+    pub events: Vec<Event>,
+}
+
+const BROWSER_TOOLS: [&str; 3] = ["browser.navigate", "browser.observe", "browser.act"];
+
+/// A turn qualifies when every tool call is a browser call, directly or through `tool.call`.
+fn browser_only(calls: &[String]) -> bool {
+    calls.iter().all(|c| BROWSER_TOOLS.contains(&c.strip_prefix("tool.call:").unwrap_or(c)))
+}
+
+fn typed_chars(action: &Action) -> u32 {
+    match action {
+        Action::Type { text } => u32::try_from(text.chars().count()).unwrap_or(u32::MAX),
+        _ => 0,
+    }
+}
+
+/// Checks the session's task grant, in order. `Err` carries the stable reason it does not
+/// cover, and an end event when the grant has ended on the way.
+fn task_grant_covers(
+    world: &World,
+    req: &AuthorizeRequest,
+    now: OffsetDateTime,
+) -> Result<Uuid, (String, Option<Event>)> {
+    let session = world.sessions.get(&req.session_id).ok_or(("session_not_found".to_owned(), None))?;
+    let grant_id = session.active_grant.ok_or(("no_task_grant".to_owned(), None))?;
+    let grant = &world.grants[&grant_id];
+    let c = &grant.created;
+    let ended = |reason: EndReason, code: &str| (code.to_owned(), world.end(grant_id, reason));
+    if now >= c.expires_at {
+        return Err(ended(EndReason::Expired, "grant_expired"));
+    }
+    if grant.actions_used >= MAX_ACTIONS {
+        return Err(ended(EndReason::Exhausted, "grant_exhausted"));
+    }
+    if !world.settings.scopes.contains(&c.scope) {
+        return Err(ended(EndReason::ScopeRemoved, "scope_removed"));
+    }
+    let profile = world.profiles.get(&c.profile_id).cloned().unwrap_or_default();
+    if profile.revoked || profile.deleted {
+        return Err(ended(EndReason::ProfileRevoked, "profile_revoked"));
+    }
+    if profile.generation != c.profile_generation {
+        return Err(ended(EndReason::ProfileChanged, "profile_changed"));
+    }
+    if req.versions.agent != c.agent_version {
+        return Err(ended(EndReason::AgentChanged, "agent_changed"));
+    }
+    if req.versions.policy != c.policy_version {
+        return Err(ended(EndReason::PolicyChanged, "policy_changed"));
+    }
+    if !world.settings.enabled {
+        return Err(("task_grants_disabled".to_owned(), None));
+    }
+    let pins_match = req.tenant_id == c.tenant_id
+        && req.principal_id == c.principal_id
+        && req.session_id == c.session_id
+        && session.created.browser_profile_id.as_deref() == Some(c.profile_id.as_str());
+    if !pins_match {
+        return Err(("pin_mismatch".to_owned(), None));
+    }
+    if let Some(code) = session_ineligible(session) {
+        return Err((code.to_owned(), None));
+    }
+    if session.newest_message_author != Some(Author::Owner) {
+        return Err(("owner_not_newest".to_owned(), None));
+    }
+    if !(req.run.interactive && req.run.top_level) {
+        return Err(("run_not_eligible".to_owned(), None));
+    }
+    if !browser_only(&req.turn_tool_calls) {
+        return Err(("turn_not_browser_only".to_owned(), None));
+    }
+    let scope = TaskScope {
+        origin: c.scope.origin.clone(),
+        path_prefix: c.scope.path_prefix.clone(),
+        chars_remaining: MAX_TYPED_CHARS.saturating_sub(grant.chars_used),
+    };
+    classifier::covers(&classifier::Grant::Task(scope), &req.action, &req.element, &req.page)
+        .map_err(|e| (e.reason.code().to_owned(), None))?;
+    Ok(grant_id)
+}
+
+/// The pinned standing grant covers routine only, on its own profile, until it expires.
+fn standing_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateTime) -> bool {
+    let Some(pin) = &world.standing else { return false };
+    let profile = world.sessions.get(&req.session_id).and_then(|s| s.created.browser_profile_id.as_deref());
+    now < pin.expires_at
+        && profile == Some(pin.profile_id.as_str())
+        && classifier::covers(&classifier::Grant::Standing, &req.action, &req.element, &req.page).is_ok()
+}
+
+/// The offer an approval for `page` carries: only with the flag on, only inside a configured
+/// scope, only when the card can describe the element. The scope is the configured entry, never
+/// one taken from the page.
+pub fn offer_for(world: &World, page: &PageFacts, view: &ActionView) -> Option<Offer> {
+    if !world.settings.enabled || !view.describable {
+        return None;
+    }
+    scope_for(&world.settings.scopes, &page.url).map(|scope| Offer {
+        scope: scope.clone(),
+        minutes: u32::try_from(GRANT_DURATION.whole_minutes()).unwrap_or(30),
+        max_actions: MAX_ACTIONS,
+        max_typed_chars: MAX_TYPED_CHARS,
+    })
+}
+
+/// Decides one `browser.act`: the policy engine first (DENY and hardline are final), then the
+/// pinned standing grant, then the session's task grant; otherwise an approval, with the reason
+/// the grant did not cover it.
+pub fn authorize(
+    world: &World,
+    policy: &Policy,
+    req: &AuthorizeRequest,
+    now: OffsetDateTime,
+    new_approval_id: Uuid,
+) -> Authorization {
+    let consequence = classifier::classify(&req.element, &req.page);
+    let origin = classifier::paths::location(&req.page.url).map(|l| l.origin).unwrap_or_default();
+    match policy.evaluate(req.action.kind(), consequence.code(), &origin) {
+        Verdict::Deny { rule } | Verdict::Hardline { rule } => {
+            return Authorization { decision: Decision::Deny { code: rule }, events: vec![] };
+        }
+        Verdict::RequireApproval => {}
+    }
+    let authorized = |kind, grant_id, use_ordinal| {
+        Event::ToolCallAuthorized(ToolCallAuthorized {
+            session_id: req.session_id.clone(),
+            run_id: req.run_id.clone(),
+            tool_call_id: req.tool_call_id.clone(),
+            authorization_kind: kind,
+            grant_id,
+            use_ordinal,
+            typed_chars: typed_chars(&req.action),
+            view: req.view.clone(),
+        })
+    };
+    if standing_grant_covers(world, req, now) {
+        let decision = Decision::Allow {
+            kind: AuthorizationKind::StandingGrant,
+            grant_id: None,
+            use_ordinal: None,
+            typed_chars: 0,
+        };
+        return Authorization { decision, events: vec![authorized(AuthorizationKind::StandingGrant, None, None)] };
+    }
+    let mut events = Vec::new();
+    let reason = match task_grant_covers(world, req, now) {
+        Ok(grant_id) => {
+            let ordinal = world.grants[&grant_id].actions_used + 1;
+            let decision = Decision::Allow {
+                kind: AuthorizationKind::BrowserTaskGrant,
+                grant_id: Some(grant_id),
+                use_ordinal: Some(ordinal),
+                typed_chars: typed_chars(&req.action),
+            };
+            return Authorization {
+                decision,
+                events: vec![authorized(AuthorizationKind::BrowserTaskGrant, Some(grant_id), Some(ordinal))],
+            };
+        }
+        Err((code, end)) => {
+            events.extend(end);
+            (code != "no_task_grant").then_some(code)
+        }
+    };
+    let offer = offer_for(world, &req.page, &req.view);
+    events.push(Event::ApprovalRequested(ApprovalRequested {
+        approval_id: new_approval_id,
+        session_id: req.session_id.clone(),
+        run_id: req.run_id.clone(),
+        view: req.view.clone(),
+        offer: offer.clone(),
+        not_covered_reason: reason.clone(),
+        expires_at: now + APPROVAL_TTL,
+    }));
+    Authorization { decision: Decision::RequireApproval { approval_id: new_approval_id, reason, offer }, events }
+}
+
+/// Whether `status` approves: the regression the decision record names first.
+pub fn approves(status: ApprovalStatus) -> bool {
+    status == ApprovalStatus::Approved
+}

@@ -1,0 +1,572 @@
+//! Given/when/then tests of the grant lifecycle: one per rule of the decision record, and its
+//! pipeline cases.
+
+use std::collections::HashMap;
+
+use authorizer::domain::{
+    ApprovalState, Authorization, AuthorizeRequest, Command, Decision, DomainError, RunContext, Versions, World,
+    authorize, decide,
+};
+use authorizer::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
+use authorizer::policy::Policy;
+use authorizer::scopes::{TaskGrantSettings, parse_scopes};
+use classifier::{Action, ElementFacts, FieldKind, PageFacts};
+use ledger::catalogue::{
+    ActionView, ApprovalStatus, Author, AuthorizationKind, EndReason, Event, Resolution, SessionCreated,
+    SessionMessageRecorded, SignInPhase, SiteScope, Surface, TaskGrantCreated,
+};
+use time::{Duration, OffsetDateTime};
+use uuid::Uuid;
+
+const SCOPE: &str = "https://www.lesson.test/lesson";
+const PAGE: &str = "https://www.lesson.test/lesson/unit-3";
+
+fn t0() -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap()
+}
+
+fn versions() -> Versions {
+    Versions { agent: "agent-7".into(), policy: Policy::empty().version }
+}
+
+fn scope() -> SiteScope {
+    parse_scopes(SCOPE).unwrap().remove(0)
+}
+
+fn session(id: &str, schedule: Option<&str>, surface: Surface) -> SessionCreated {
+    SessionCreated {
+        session_id: id.into(),
+        tenant_id: "tenant-1".into(),
+        principal_id: "owner".into(),
+        browser_profile_id: Some("profile-1".into()),
+        schedule_id: schedule.map(Into::into),
+        surface,
+    }
+}
+
+fn owner_said(session_id: &str) -> Event {
+    Event::SessionMessageRecorded(SessionMessageRecorded {
+        session_id: session_id.into(),
+        message_id: "m".into(),
+        author: Author::Owner,
+    })
+}
+
+/// A world with the flag on, the scope configured, and an owner's interactive session `s1`.
+fn given() -> World {
+    let settings = TaskGrantSettings { enabled: true, scopes: vec![scope()] };
+    let mut world = World::default();
+    for e in decide(&world, Command::ChangeSettings(settings)).unwrap() {
+        world.apply(&e);
+    }
+    world.applied(&[Event::SessionCreated(session("s1", None, Surface::Interactive)), owner_said("s1")])
+}
+
+fn when(world: &mut World, command: Command) -> Result<Vec<Event>, DomainError> {
+    let events = decide(world, command)?;
+    events.iter().for_each(|e| world.apply(e));
+    Ok(events)
+}
+
+fn button(name: &str) -> ElementFacts {
+    ElementFacts {
+        role: "button".into(),
+        name: Some(name.into()),
+        visible_text: Some(name.into()),
+        ..ElementFacts::default()
+    }
+}
+
+fn view() -> ActionView {
+    ActionView {
+        action_kind: "click".into(),
+        describable: true,
+        action_summary: "Click a button on www.lesson.test/lesson".into(),
+        ..ActionView::default()
+    }
+}
+
+fn act(session_id: &str, element: ElementFacts, action: Action) -> AuthorizeRequest {
+    AuthorizeRequest {
+        tenant_id: "tenant-1".into(),
+        principal_id: "owner".into(),
+        session_id: session_id.into(),
+        run_id: "run-1".into(),
+        tool_call_id: "call-1".into(),
+        run: RunContext { interactive: true, top_level: true },
+        turn_tool_calls: vec!["browser.observe".into(), "browser.act".into()],
+        versions: versions(),
+        element,
+        page: PageFacts { url: PAGE.into() },
+        action,
+        view: view(),
+    }
+}
+
+fn tile(name: &str) -> AuthorizeRequest {
+    act("s1", button(name), Action::Click)
+}
+
+/// Authorizes and applies the events, as the store would commit them.
+fn run(world: &mut World, policy: &Policy, req: &AuthorizeRequest, now: OffsetDateTime) -> Authorization {
+    let out = authorize(world, policy, req, now, Uuid::new_v4());
+    out.events.iter().for_each(|e| world.apply(e));
+    out
+}
+
+/// The card's first approval with "Allow for this task": returns the new grant's id.
+fn allow_for_task(world: &mut World, now: OffsetDateTime) -> Uuid {
+    let Decision::RequireApproval { approval_id, offer, .. } =
+        run(world, &Policy::empty(), &tile("el gato"), now).decision
+    else {
+        panic!("the first act must ask")
+    };
+    assert_eq!(offer.expect("an offer inside the scope").scope, scope());
+    let grant_id = Uuid::new_v4();
+    when(world, resolve(approval_id, Resolution::ApproveForTask, Some(scope()), grant_id, now)).unwrap();
+    grant_id
+}
+
+fn resolve(
+    approval_id: Uuid,
+    resolution: Resolution,
+    repeated: Option<SiteScope>,
+    grant: Uuid,
+    now: OffsetDateTime,
+) -> Command {
+    Command::ResolveApproval {
+        approval_id,
+        principal_id: "owner".into(),
+        resolution,
+        repeated_scope: repeated,
+        new_grant_id: grant,
+        versions: versions(),
+        now,
+    }
+}
+
+fn reason(out: &Authorization) -> Option<&str> {
+    match &out.decision {
+        Decision::RequireApproval { reason, .. } => reason.as_deref(),
+        other => panic!("expected an approval, got {other:?}"),
+    }
+}
+
+fn ended(events: &[Event]) -> Vec<(Uuid, EndReason)> {
+    events
+        .iter()
+        .filter_map(|e| if let Event::TaskGrantEnded(x) = e { Some((x.grant_id, x.reason)) } else { None })
+        .collect()
+}
+
+#[test]
+fn approve_for_task_resolves_to_approved() {
+    let mut world = given();
+    let grant = allow_for_task(&mut world, t0());
+    let approval = world.approvals.values().next().unwrap();
+    assert_eq!(approval.state, ApprovalState::Resolved(Resolution::ApproveForTask));
+    assert_eq!(Resolution::ApproveForTask.status(), ApprovalStatus::Approved);
+    assert!(world.grants[&grant].is_active());
+}
+
+#[test]
+fn offer_needs_the_flag_a_configured_scope_and_a_describable_element() {
+    let mut world = given();
+    let mut outside = tile("el gato");
+    outside.page.url = "https://www.lesson.test/shop/1".into();
+    let Decision::RequireApproval { offer, .. } = run(&mut world, &Policy::empty(), &outside, t0()).decision else {
+        panic!()
+    };
+    assert_eq!(offer, None, "outside every scope");
+    let mut other_origin = tile("el gato");
+    other_origin.page.url = "https://other.test/lesson/1".into();
+    assert!(matches!(
+        run(&mut world, &Policy::empty(), &other_origin, t0()).decision,
+        Decision::RequireApproval { offer: None, .. }
+    ));
+    let mut vague = tile("el gato");
+    vague.view.describable = false;
+    assert!(matches!(
+        run(&mut world, &Policy::empty(), &vague, t0()).decision,
+        Decision::RequireApproval { offer: None, .. }
+    ));
+    when(&mut world, Command::ChangeSettings(TaskGrantSettings::default())).unwrap();
+    assert!(matches!(
+        run(&mut world, &Policy::empty(), &tile("el gato"), t0()).decision,
+        Decision::RequireApproval { offer: None, .. }
+    ));
+}
+
+#[test]
+fn refused_resolutions_leave_the_approval_pending() {
+    let mut world = given();
+    let Decision::RequireApproval { approval_id, .. } = run(&mut world, &Policy::empty(), &tile("x"), t0()).decision
+    else {
+        panic!()
+    };
+    let wider = SiteScope { origin: "https://www.lesson.test".into(), path_prefix: "/".into() };
+    let cases = [
+        (resolve(approval_id, Resolution::ApproveForTask, Some(wider), Uuid::new_v4(), t0()), "offer_mismatch"),
+        (resolve(approval_id, Resolution::ApproveForTask, None, Uuid::new_v4(), t0()), "offer_mismatch"),
+    ];
+    for (command, code) in cases {
+        assert!(matches!(when(&mut world, command), Err(DomainError::Conflict { code: c, .. }) if c == code));
+        assert_eq!(world.approvals[&approval_id].state, ApprovalState::Pending);
+    }
+    // The scope was removed from configuration after the card was shown.
+    let mut removed = world.clone();
+    when(&mut removed, Command::ChangeSettings(TaskGrantSettings { enabled: true, scopes: vec![] })).unwrap();
+    let err = when(&mut removed, resolve(approval_id, Resolution::ApproveForTask, Some(scope()), Uuid::new_v4(), t0()));
+    assert!(matches!(err, Err(DomainError::Conflict { code: "offer_no_longer_valid", .. })));
+    // The flag turned off.
+    let mut off = world.clone();
+    when(&mut off, Command::ChangeSettings(TaskGrantSettings::default())).unwrap();
+    let err = when(&mut off, resolve(approval_id, Resolution::ApproveForTask, Some(scope()), Uuid::new_v4(), t0()));
+    assert!(matches!(err, Err(DomainError::Conflict { code: "task_grants_disabled", .. })));
+    // Another principal cannot see it; expired approvals refuse.
+    let mut other = resolve(approval_id, Resolution::ApproveOnce, None, Uuid::new_v4(), t0());
+    if let Command::ResolveApproval { principal_id, .. } = &mut other {
+        *principal_id = "intruder".into();
+    }
+    assert!(matches!(when(&mut world, other), Err(DomainError::NotFound { .. })));
+    let late = resolve(approval_id, Resolution::ApproveOnce, None, Uuid::new_v4(), t0() + Duration::hours(1));
+    assert!(matches!(when(&mut world, late), Err(DomainError::Conflict { code: "approval_expired", .. })));
+    // The owner can still allow once, and only once.
+    let once = when(&mut world, resolve(approval_id, Resolution::ApproveOnce, None, Uuid::new_v4(), t0())).unwrap();
+    assert!(matches!(&once[..], [Event::ApprovalResolved(r)] if r.status == ApprovalStatus::Approved));
+    let again = when(&mut world, resolve(approval_id, Resolution::Deny, None, Uuid::new_v4(), t0()));
+    assert!(matches!(again, Err(DomainError::Conflict { code: "approval_not_pending", .. })));
+}
+
+#[test]
+fn the_grant_pins_everything_and_its_limits_are_fixed() {
+    let mut world = given();
+    let grant = allow_for_task(&mut world, t0());
+    let c = &world.grants[&grant].created;
+    assert_eq!((c.tenant_id.as_str(), c.principal_id.as_str(), c.session_id.as_str()), ("tenant-1", "owner", "s1"));
+    assert_eq!((c.profile_id.as_str(), c.profile_generation), ("profile-1", 0));
+    assert_eq!((c.agent_version.clone(), c.policy_version.clone()), (versions().agent, versions().policy));
+    assert_eq!(c.scope, scope());
+    assert_eq!(c.expires_at - c.created_at, Duration::minutes(30));
+    assert_eq!((c.max_actions, c.max_typed_chars), (200, 4096));
+}
+
+#[test]
+fn a_second_action_runs_without_approval_and_the_carded_one_does_not_count() {
+    let mut world = given();
+    let grant = allow_for_task(&mut world, t0());
+    let out = run(&mut world, &Policy::empty(), &tile("la manzana"), t0() + Duration::minutes(1));
+    assert_eq!(
+        out.decision,
+        Decision::Allow {
+            kind: AuthorizationKind::BrowserTaskGrant,
+            grant_id: Some(grant),
+            use_ordinal: Some(1),
+            typed_chars: 0
+        }
+    );
+    let Event::ToolCallAuthorized(used) = &out.events[0] else { panic!() };
+    assert_eq!(used.view, view(), "the use records what the card would have shown");
+}
+
+#[test]
+fn the_201st_action_asks_and_ends_the_grant_as_exhausted() {
+    let mut world = given();
+    let grant = allow_for_task(&mut world, t0());
+    for n in 1..=MAX_ACTIONS {
+        let out = run(&mut world, &Policy::empty(), &tile("el gato"), t0());
+        assert!(matches!(out.decision, Decision::Allow { use_ordinal: Some(o), .. } if o == n));
+    }
+    let out = run(&mut world, &Policy::empty(), &tile("el gato"), t0());
+    assert_eq!(reason(&out), Some("grant_exhausted"));
+    assert_eq!(ended(&out.events), [(grant, EndReason::Exhausted)]);
+    let next = run(&mut world, &Policy::empty(), &tile("el gato"), t0());
+    assert_eq!(reason(&next), None, "no active grant any more");
+    assert!(ended(&next.events).is_empty(), "ended exactly once");
+}
+
+#[test]
+fn text_past_4096_characters_asks() {
+    let mut world = given();
+    allow_for_task(&mut world, t0());
+    let field = ElementFacts {
+        role: "textbox".into(),
+        name: Some("Answer".into()),
+        field_kind: FieldKind::Text,
+        ..ElementFacts::default()
+    };
+    let text = "abcdefgh ".repeat(28) + "abcd"; // 256 characters
+    for _ in 0..(MAX_TYPED_CHARS / 256) {
+        let out =
+            run(&mut world, &Policy::empty(), &act("s1", field.clone(), Action::Type { text: text.clone() }), t0());
+        assert!(matches!(out.decision, Decision::Allow { typed_chars: 256, .. }), "{:?}", out.decision);
+    }
+    let out = run(&mut world, &Policy::empty(), &act("s1", field, Action::Type { text: "a".into() }), t0());
+    assert_eq!(reason(&out), Some("text_exceeds_remaining"));
+}
+
+#[test]
+fn revoked_expired_and_other_session_grants_ask() {
+    let mut world = given();
+    let grant = allow_for_task(&mut world, t0());
+    // Other session of the same owner: no grant there.
+    world.apply(&Event::SessionCreated(session("s2", None, Surface::Interactive)));
+    world.apply(&owner_said("s2"));
+    assert_eq!(reason(&run(&mut world, &Policy::empty(), &act("s2", button("x"), Action::Click), t0())), None);
+    // Expired: ends lazily, exactly once; the sweep then has nothing to do.
+    let mut expired = world.clone();
+    let out = run(&mut expired, &Policy::empty(), &tile("x"), t0() + Duration::minutes(30));
+    assert_eq!((reason(&out), ended(&out.events)), (Some("grant_expired"), vec![(grant, EndReason::Expired)]));
+    assert!(when(&mut expired, Command::Sweep { now: t0() + Duration::hours(1) }).unwrap().is_empty());
+    // The sweep ends it first when it runs first.
+    let mut swept = world.clone();
+    assert_eq!(
+        ended(&when(&mut swept, Command::Sweep { now: t0() + Duration::minutes(31) }).unwrap()),
+        [(grant, EndReason::Expired)]
+    );
+    // Revoked: by its owner only, once.
+    let mut intruder = Command::RevokeGrant { grant_id: grant, principal_id: "intruder".into() };
+    assert!(matches!(when(&mut world, intruder.clone()), Err(DomainError::NotFound { .. })));
+    let revoked = when(&mut world, Command::RevokeGrant { grant_id: grant, principal_id: "owner".into() }).unwrap();
+    assert_eq!(ended(&revoked), [(grant, EndReason::Revoked)]);
+    if let Command::RevokeGrant { principal_id, .. } = &mut intruder {
+        *principal_id = "owner".into();
+    }
+    assert!(when(&mut world, intruder).unwrap().is_empty(), "a second revoke records nothing");
+    assert_eq!(reason(&run(&mut world, &Policy::empty(), &tile("x"), t0())), None);
+}
+
+#[test]
+fn scheduled_sessions_child_runs_and_mixed_turns_ask() {
+    let mut world = given();
+    let grant = allow_for_task(&mut world, t0());
+    let mut child = tile("x");
+    child.run.top_level = false;
+    assert_eq!(reason(&run(&mut world, &Policy::empty(), &child, t0())), Some("run_not_eligible"));
+    let mut scheduled_run = tile("x");
+    scheduled_run.run.interactive = false;
+    assert_eq!(reason(&run(&mut world, &Policy::empty(), &scheduled_run, t0())), Some("run_not_eligible"));
+    let mut mixed = tile("x");
+    mixed.turn_tool_calls.push("email.read".into());
+    assert_eq!(reason(&run(&mut world, &Policy::empty(), &mixed, t0())), Some("turn_not_browser_only"));
+    let mut through_tool_call = tile("x");
+    through_tool_call.turn_tool_calls = vec!["tool.call:browser.observe".into()];
+    assert!(matches!(run(&mut world, &Policy::empty(), &through_tool_call, t0()).decision, Decision::Allow { .. }));
+    // The newest user message came from someone else.
+    world.apply(&Event::SessionMessageRecorded(SessionMessageRecorded {
+        session_id: "s1".into(),
+        message_id: "m2".into(),
+        author: Author::Other,
+    }));
+    assert_eq!(reason(&run(&mut world, &Policy::empty(), &tile("x"), t0())), Some("owner_not_newest"));
+    assert!(world.grants[&grant].is_active(), "none of these ends the grant");
+
+    // A grant bound to a scheduled session (however it came to exist) covers nothing.
+    let mut sched = given();
+    sched.apply(&Event::SessionCreated(session("s3", Some("daily"), Surface::Interactive)));
+    sched.apply(&owner_said("s3"));
+    let created = sched.grants.values().next().map(|g| g.created.clone());
+    assert!(created.is_none());
+    sched.apply(&Event::TaskGrantCreated(TaskGrantCreated {
+        grant_id: Uuid::new_v4(),
+        approval_id: Uuid::new_v4(),
+        tenant_id: "tenant-1".into(),
+        principal_id: "owner".into(),
+        session_id: "s3".into(),
+        profile_id: "profile-1".into(),
+        profile_generation: 0,
+        agent_version: versions().agent,
+        policy_version: versions().policy,
+        scope: scope(),
+        created_at: t0(),
+        expires_at: t0() + Duration::minutes(30),
+        max_actions: 200,
+        max_typed_chars: 4096,
+    }));
+    assert_eq!(
+        reason(&run(&mut sched, &Policy::empty(), &act("s3", button("x"), Action::Click), t0())),
+        Some("session_not_eligible")
+    );
+    // And the card never offers to create one there.
+    let Decision::RequireApproval { approval_id, .. } =
+        run(&mut sched, &Policy::empty(), &act("s3", button("y"), Action::Click), t0()).decision
+    else {
+        panic!()
+    };
+    let err = when(&mut sched, resolve(approval_id, Resolution::ApproveForTask, Some(scope()), Uuid::new_v4(), t0()));
+    assert!(matches!(err, Err(DomainError::Conflict { code: "offer_no_longer_valid", .. })));
+}
+
+#[test]
+fn a_sign_in_on_the_bound_profile_ends_the_grant() {
+    let mut world = given();
+    let grant = allow_for_task(&mut world, t0());
+    let events =
+        when(&mut world, Command::AdvanceProfile { profile_id: "profile-1".into(), phase: SignInPhase::Began })
+            .unwrap();
+    assert_eq!(ended(&events), [(grant, EndReason::ProfileChanged)]);
+    assert_eq!(reason(&run(&mut world, &Policy::empty(), &tile("x"), t0())), None);
+    let ready = when(&mut world, Command::AdvanceProfile { profile_id: "profile-1".into(), phase: SignInPhase::Ready })
+        .unwrap();
+    assert!(ended(&ready).is_empty(), "ended exactly once");
+    assert_eq!(world.profiles["profile-1"].generation, 2);
+
+    // If the end were missed, the pinned generation still refuses.
+    let mut stale = given();
+    let grant = allow_for_task(&mut stale, t0());
+    stale.apply(&Event::ProfileGenerationAdvanced(ledger::catalogue::ProfileGenerationAdvanced {
+        profile_id: "profile-1".into(),
+        generation: 1,
+        phase: SignInPhase::Began,
+    }));
+    let out = run(&mut stale, &Policy::empty(), &tile("x"), t0());
+    assert_eq!((reason(&out), ended(&out.events)), (Some("profile_changed"), vec![(grant, EndReason::ProfileChanged)]));
+}
+
+#[test]
+fn policy_deny_and_hardline_are_never_overridden() {
+    let policy = Policy::parse(
+        br#"{"rules":[{"id":"no-tiles","effect":"deny","consequences":["unknown"]},{"id":"never-pay","effect":"hardline","consequences":["payment"]}]}"#,
+    )
+    .unwrap();
+    let mut world = given();
+    // The grant pins the policy it was made under; use that same policy here.
+    let Decision::RequireApproval { approval_id, .. } = run(&mut world, &Policy::empty(), &tile("Next"), t0()).decision
+    else {
+        panic!()
+    };
+    let grant_id = Uuid::new_v4();
+    let mut command = resolve(approval_id, Resolution::ApproveForTask, Some(scope()), grant_id, t0());
+    if let Command::ResolveApproval { versions, .. } = &mut command {
+        versions.policy = policy.version.clone();
+    }
+    when(&mut world, command).unwrap();
+    let mut req = tile("el gato");
+    req.versions.policy = policy.version.clone();
+    assert_eq!(run(&mut world, &policy, &req, t0()).decision, Decision::Deny { code: "no-tiles".into() });
+    let mut pay = act("s1", button("Pay $3"), Action::Click);
+    pay.versions.policy = policy.version.clone();
+    assert_eq!(run(&mut world, &policy, &pay, t0()).decision, Decision::Deny { code: "never-pay".into() });
+    assert_eq!(world.grants[&grant_id].actions_used, 0);
+}
+
+#[test]
+fn named_consequences_and_pages_outside_the_scope_ask_with_the_reason() {
+    let mut world = given();
+    allow_for_task(&mut world, t0());
+    assert_eq!(reason(&run(&mut world, &Policy::empty(), &tile("Buy gems"), t0())), Some("in_app_currency"));
+    let mut settings_page = tile("x");
+    settings_page.page.url = "https://www.lesson.test/lesson/settings".into();
+    assert_eq!(reason(&run(&mut world, &Policy::empty(), &settings_page, t0())), Some("page_sensitive_segment"));
+    let mut left = tile("x");
+    left.page.url = "https://www.lesson.test/shop".into();
+    assert_eq!(reason(&run(&mut world, &Policy::empty(), &left, t0())), Some("page_outside_scope"));
+}
+
+#[test]
+fn every_end_reason_is_reached_once_per_grant() {
+    let mut ends: HashMap<Uuid, Vec<EndReason>> = HashMap::new();
+    let mut record = |events: &[Event]| {
+        for (g, r) in ended(events) {
+            ends.entry(g).or_default().push(r);
+        }
+    };
+    let later = t0() + Duration::minutes(1);
+    // expired, exhausted, revoked: above; here each once more so all reasons show in one place.
+    let mut w = given();
+    allow_for_task(&mut w, t0());
+    record(&run(&mut w, &Policy::empty(), &tile("x"), t0() + Duration::minutes(45)).events);
+    let mut w = given();
+    allow_for_task(&mut w, t0());
+    for _ in 0..=MAX_ACTIONS {
+        record(&run(&mut w, &Policy::empty(), &tile("x"), later).events);
+    }
+    let mut w = given();
+    let g = allow_for_task(&mut w, t0());
+    record(&when(&mut w, Command::RevokeGrant { grant_id: g, principal_id: "owner".into() }).unwrap());
+    // superseded: a second "Allow for this task" in the same session.
+    let mut w = given();
+    allow_for_task(&mut w, t0());
+    let Decision::RequireApproval { approval_id, .. } =
+        run(&mut w, &Policy::empty(), &tile("Buy gems"), later).decision
+    else {
+        panic!()
+    };
+    record(
+        &when(&mut w, resolve(approval_id, Resolution::ApproveForTask, Some(scope()), Uuid::new_v4(), later)).unwrap(),
+    );
+    assert_eq!(w.grants.values().filter(|g| g.is_active()).count(), 1, "one active grant per session");
+    let mut w = given();
+    allow_for_task(&mut w, t0());
+    record(
+        &when(&mut w, Command::AdvanceProfile { profile_id: "profile-1".into(), phase: SignInPhase::Began }).unwrap(),
+    );
+    let mut w = given();
+    allow_for_task(&mut w, t0());
+    record(&when(&mut w, Command::RevokeProfile { profile_id: "profile-1".into() }).unwrap());
+    for (label, change) in [("policy", true), ("agent", false)] {
+        let mut w = given();
+        allow_for_task(&mut w, t0());
+        let mut req = tile("x");
+        if change {
+            req.versions.policy = "sha256:other".into();
+        } else {
+            req.versions.agent = "agent-8".into();
+        }
+        let out = run(&mut w, &Policy::empty(), &req, later);
+        assert!(reason(&out).is_some_and(|r| r.starts_with(label)));
+        record(&out.events);
+    }
+    let mut w = given();
+    allow_for_task(&mut w, t0());
+    when(
+        &mut w,
+        Command::ChangeSettings(TaskGrantSettings {
+            enabled: true,
+            scopes: parse_scopes("https://www.lesson.test/unit").unwrap(),
+        }),
+    )
+    .unwrap();
+    record(&run(&mut w, &Policy::empty(), &tile("x"), later).events);
+    let mut w = given();
+    allow_for_task(&mut w, t0());
+    record(&when(&mut w, Command::DeleteSession { session_id: "s1".into(), principal_id: "owner".into() }).unwrap());
+
+    let mut reasons: Vec<EndReason> = ends.values().flatten().copied().collect();
+    assert!(ends.values().all(|r| r.len() == 1), "a grant ended twice: {ends:?}");
+    reasons.sort_by_key(|r| format!("{r:?}"));
+    reasons.dedup();
+    use EndReason::*;
+    let mut all = vec![
+        Expired,
+        Exhausted,
+        Revoked,
+        Superseded,
+        ProfileChanged,
+        ProfileRevoked,
+        PolicyChanged,
+        AgentChanged,
+        ScopeRemoved,
+        SessionDeleted,
+    ];
+    all.sort_by_key(|r| format!("{r:?}"));
+    assert_eq!(reasons, all);
+}
+
+#[test]
+fn the_standing_grant_covers_routine_on_its_profile_first() {
+    let mut world = given();
+    world.apply(&Event::StandingGrantPinned(ledger::catalogue::StandingGrantPinned {
+        grant_id: "standing-1".into(),
+        profile_id: "profile-1".into(),
+        expires_at: t0() + Duration::days(30),
+    }));
+    let grant = allow_for_task(&mut world, t0());
+    let out = run(&mut world, &Policy::empty(), &tile("Continue"), t0());
+    assert!(matches!(out.decision, Decision::Allow { kind: AuthorizationKind::StandingGrant, .. }));
+    assert_eq!(world.grants[&grant].actions_used, 0, "the standing grant answered first");
+    assert!(matches!(
+        run(&mut world, &Policy::empty(), &tile("el gato"), t0()).decision,
+        Decision::Allow { kind: AuthorizationKind::BrowserTaskGrant, .. }
+    ));
+}
