@@ -490,6 +490,9 @@ pub struct Authorization {
     pub events: Vec<Event>,
 }
 
+/// The session has no active task grant: the card asks without a "not covered" reason.
+const NO_TASK_GRANT: &str = "no_task_grant";
+
 const BROWSER_TOOLS: [&str; 3] = ["browser.navigate", "browser.observe", "browser.act"];
 
 /// A turn qualifies when every tool call is a browser call, directly or through `tool.call`.
@@ -504,18 +507,25 @@ fn typed_chars(action: &Action) -> u32 {
     }
 }
 
-/// Checks the session's task grant, in order. `Err` carries the stable reason it does not
-/// cover, and an end event when the grant has ended on the way.
-fn task_grant_covers(
-    world: &World,
-    req: &AuthorizeRequest,
-    now: OffsetDateTime,
-) -> Result<Uuid, (String, Option<Event>)> {
-    let session = world.sessions.get(&req.session_id).ok_or(("session_not_found".to_owned(), None))?;
-    let grant_id = session.active_grant.ok_or(("no_task_grant".to_owned(), None))?;
+/// Why the session's task grant does not cover an action: a stable code, and the grant's end
+/// when it has ended on the way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Refusal {
+    code: &'static str,
+    end: Option<(Uuid, EndReason)>,
+}
+
+const fn refusal(code: &'static str) -> Refusal {
+    Refusal { code, end: None }
+}
+
+/// Checks the session's task grant, in the decision record's order.
+fn task_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateTime) -> Result<Uuid, Refusal> {
+    let session = world.sessions.get(&req.session_id).ok_or(refusal("session_not_found"))?;
+    let grant_id = session.active_grant.ok_or(refusal(NO_TASK_GRANT))?;
     let grant = &world.grants[&grant_id];
     let c = &grant.created;
-    let ended = |reason: EndReason, code: &str| (code.to_owned(), world.end(grant_id, reason));
+    let ended = |reason: EndReason, code: &'static str| Refusal { code, end: Some((grant_id, reason)) };
     if now >= c.expires_at {
         return Err(ended(EndReason::Expired, "grant_expired"));
     }
@@ -539,26 +549,26 @@ fn task_grant_covers(
         return Err(ended(EndReason::PolicyChanged, "policy_changed"));
     }
     if !world.settings.enabled {
-        return Err(("task_grants_disabled".to_owned(), None));
+        return Err(refusal("task_grants_disabled"));
     }
     let pins_match = req.tenant_id == c.tenant_id
         && req.principal_id == c.principal_id
         && req.session_id == c.session_id
         && session.created.browser_profile_id.as_deref() == Some(c.profile_id.as_str());
     if !pins_match {
-        return Err(("pin_mismatch".to_owned(), None));
+        return Err(refusal("pin_mismatch"));
     }
     if let Some(code) = session_ineligible(session) {
-        return Err((code.to_owned(), None));
+        return Err(refusal(code));
     }
     if session.newest_message_author != Some(Author::Owner) {
-        return Err(("owner_not_newest".to_owned(), None));
+        return Err(refusal("owner_not_newest"));
     }
     if !(req.run.interactive && req.run.top_level) {
-        return Err(("run_not_eligible".to_owned(), None));
+        return Err(refusal("run_not_eligible"));
     }
     if !browser_only(&req.turn_tool_calls) {
-        return Err(("turn_not_browser_only".to_owned(), None));
+        return Err(refusal("turn_not_browser_only"));
     }
     let scope = TaskScope {
         origin: c.scope.origin.clone(),
@@ -566,7 +576,7 @@ fn task_grant_covers(
         chars_remaining: MAX_TYPED_CHARS.saturating_sub(grant.chars_used),
     };
     classifier::covers(&classifier::Grant::Task(scope), &req.action, &req.element, &req.page)
-        .map_err(|e| (e.reason.code().to_owned(), None))?;
+        .map_err(|e| refusal(e.reason.code()))?;
     Ok(grant_id)
 }
 
@@ -648,9 +658,9 @@ pub fn authorize(
                 events: vec![authorized(AuthorizationKind::BrowserTaskGrant, Some(grant_id), Some(ordinal))],
             };
         }
-        Err((code, end)) => {
-            events.extend(end);
-            (code != "no_task_grant").then_some(code)
+        Err(Refusal { code, end }) => {
+            events.extend(end.and_then(|(grant_id, reason)| world.end(grant_id, reason)));
+            (code != NO_TASK_GRANT).then(|| code.to_owned())
         }
     };
     let offer = offer_for(world, &req.page, &req.view);

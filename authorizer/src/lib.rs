@@ -6,5 +6,6 @@
 
 pub mod domain;
 pub mod limits;
+pub mod pg;
 pub mod policy;
 pub mod scopes;

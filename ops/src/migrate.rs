@@ -16,8 +16,14 @@ pub struct Migration {
 }
 
 /// In order; a new migration is appended here and never edited once applied anywhere.
-pub const MIGRATIONS: &[Migration] =
-    &[Migration { version: 1, name: "0001_events.sql", sql: include_str!("../../migrations/0001_events.sql") }];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration { version: 1, name: "0001_events.sql", sql: include_str!("../../migrations/0001_events.sql") },
+    Migration {
+        version: 2,
+        name: "0002_active_task_grants.sql",
+        sql: include_str!("../../migrations/0002_active_task_grants.sql"),
+    },
+];
 
 /// Shared by every runner of this schema: the ASCII of "grantmig".
 const LOCK_KEY: i64 = 0x6772_616e_746d_6967;

@@ -1,0 +1,245 @@
+//! Atomic use of a task grant against real PostgreSQL: racing requests, and killed connections.
+#![allow(clippy::cast_possible_truncation)] // small test counts
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use authorizer::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
+use authorizer::pg::{Consumed, PgGrants};
+use ledger::catalogue::{ActionView, AuthorizationKind, Event, SiteScope, TaskGrantCreated, ToolCallAuthorized};
+use ledger::{EventStore, Metadata, StreamId, TenantId};
+use rand::Rng;
+use tests::TestDb;
+use time::{Duration, OffsetDateTime};
+use uuid::Uuid;
+
+fn tenant() -> TenantId {
+    TenantId::new("tenant-1").unwrap()
+}
+
+fn created(grant_id: Uuid, session: &str, now: OffsetDateTime) -> Event {
+    Event::TaskGrantCreated(TaskGrantCreated {
+        grant_id,
+        approval_id: Uuid::new_v4(),
+        tenant_id: "tenant-1".into(),
+        principal_id: "owner".into(),
+        session_id: session.into(),
+        profile_id: "profile-1".into(),
+        profile_generation: 0,
+        agent_version: "agent-7".into(),
+        policy_version: "sha256:x".into(),
+        scope: SiteScope { origin: "https://www.lesson.test".into(), path_prefix: "/lesson".into() },
+        created_at: now,
+        expires_at: now + Duration::minutes(30),
+        max_actions: MAX_ACTIONS,
+        max_typed_chars: MAX_TYPED_CHARS,
+    })
+}
+
+fn use_event(grant_id: Uuid, chars: u32, ordinal: u32) -> Event {
+    Event::ToolCallAuthorized(ToolCallAuthorized {
+        session_id: "s1".into(),
+        run_id: "run-1".into(),
+        tool_call_id: Uuid::new_v4().to_string(),
+        authorization_kind: AuthorizationKind::BrowserTaskGrant,
+        grant_id: Some(grant_id),
+        use_ordinal: Some(ordinal),
+        typed_chars: chars,
+        view: ActionView {
+            action_kind: "type".into(),
+            describable: true,
+            action_summary: "Type into a field".into(),
+            ..ActionView::default()
+        },
+    })
+}
+
+/// What a round of racing requests left behind.
+#[derive(Debug, Default)]
+struct Round {
+    allowed: Vec<(u32, u32)>, // (ordinal, chars)
+    refused: usize,
+    errors: usize,
+}
+
+async fn race(grants: &PgGrants, grant_id: Uuid, requests: usize, max_chars: u32, now: OffsetDateTime) -> Round {
+    let tasks: Vec<_> = (0..requests)
+        .map(|_| {
+            let grants = grants.clone();
+            let chars = rand::rng().random_range(0..=max_chars);
+            tokio::spawn(async move {
+                let out = grants
+                    .consume(&tenant(), &Metadata::by("agent"), grant_id, chars, now, |o| use_event(grant_id, chars, o))
+                    .await;
+                (chars, out)
+            })
+        })
+        .collect();
+    let mut round = Round::default();
+    for t in tasks {
+        match t.await.unwrap() {
+            (chars, Ok(Consumed::Allowed { ordinal, .. })) => round.allowed.push((ordinal, chars)),
+            (_, Ok(Consumed::Refused)) => round.refused += 1,
+            (_, Err(_)) => round.errors += 1,
+        }
+    }
+    round
+}
+
+/// The grant's stream, inline row and the round must all agree.
+async fn check_consistent(grants: &PgGrants, grant_id: Uuid, round: &Round) {
+    let stream = StreamId::for_entity("grant", grant_id).unwrap();
+    let events = grants.store().read_stream(&stream, 1).await.unwrap();
+    ledger::verify_stream(&stream, &events).expect("contiguous, unbroken chain");
+    let uses: Vec<ToolCallAuthorized> = events
+        .iter()
+        .filter_map(|e| match Event::from_recorded(e).unwrap() {
+            Event::ToolCallAuthorized(u) => Some(u),
+            _ => None,
+        })
+        .collect();
+    let (actions, chars, _) = grants.usage(grant_id).await.unwrap().unwrap();
+    assert_eq!(actions as usize, uses.len(), "actions_used equals the number of use events");
+    assert_eq!(
+        chars,
+        uses.iter().map(|u| u.typed_chars).sum::<u32>(),
+        "chars_used equals the typed characters recorded"
+    );
+    assert!(actions <= MAX_ACTIONS && chars <= MAX_TYPED_CHARS);
+    let mut ordinals: Vec<u32> = uses.iter().map(|u| u.use_ordinal.unwrap()).collect();
+    ordinals.sort_unstable();
+    assert_eq!(ordinals, (1..=actions).collect::<Vec<_>>(), "ordinals 1..=n, each once");
+    // Every use the caller was told to dispatch is recorded, with its ordinal.
+    for (ordinal, c) in &round.allowed {
+        assert!(
+            uses.iter().any(|u| u.use_ordinal == Some(*ordinal) && u.typed_chars == *c),
+            "allowed use {ordinal} not recorded"
+        );
+    }
+}
+
+async fn new_grant(grants: &PgGrants, session: &str) -> Uuid {
+    let grant_id = Uuid::new_v4();
+    grants
+        .commit(&tenant(), &Metadata::by("owner"), &[created(grant_id, session, OffsetDateTime::now_utc())])
+        .await
+        .unwrap();
+    grant_id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_200_of_1000_concurrent_uses_from_64_connections_20_times() {
+    let db = TestDb::new().await;
+    let grants = PgGrants::new(db.store(64));
+    for round_no in 0..20 {
+        let grant_id = new_grant(&grants, &format!("s{round_no}")).await;
+        // At most 20 characters each: 200 uses fit in 4,096, so the action cap is what binds.
+        let round = race(&grants, grant_id, 1000, 20, OffsetDateTime::now_utc()).await;
+        assert_eq!(round.errors, 0);
+        assert_eq!(round.allowed.len(), 200, "round {round_no}");
+        assert_eq!(round.refused, 800);
+        let mut ordinals: Vec<u32> = round.allowed.iter().map(|a| a.0).collect();
+        ordinals.sort_unstable();
+        assert_eq!(ordinals, (1..=200).collect::<Vec<_>>());
+        check_consistent(&grants, grant_id, &round).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_text_never_passes_4096_characters() {
+    let db = TestDb::new().await;
+    let grants = PgGrants::new(db.store(64));
+    for round_no in 0..5 {
+        let grant_id = new_grant(&grants, &format!("s{round_no}")).await;
+        let round = race(&grants, grant_id, 1000, 64, OffsetDateTime::now_utc()).await;
+        assert_eq!(round.errors, 0);
+        let chars: u32 = round.allowed.iter().map(|a| a.1).sum();
+        assert!(
+            chars <= MAX_TYPED_CHARS && round.allowed.len() <= MAX_ACTIONS as usize,
+            "{chars} chars, {} uses",
+            round.allowed.len()
+        );
+        check_consistent(&grants, grant_id, &round).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_or_ended_grant_gives_no_use() {
+    let db = TestDb::new().await;
+    let grants = PgGrants::new(db.store(4));
+    let grant_id = new_grant(&grants, "s1").await;
+    let late = OffsetDateTime::now_utc() + Duration::minutes(31);
+    let out = grants
+        .consume(&tenant(), &Metadata::by("agent"), grant_id, 1, late, |o| use_event(grant_id, 1, o))
+        .await
+        .unwrap();
+    assert_eq!(out, Consumed::Refused);
+    let ended = Event::TaskGrantEnded(ledger::catalogue::TaskGrantEnded {
+        grant_id,
+        reason: ledger::catalogue::EndReason::Revoked,
+    });
+    grants.commit(&tenant(), &Metadata::by("owner"), std::slice::from_ref(&ended)).await.unwrap();
+    let now = OffsetDateTime::now_utc();
+    let out = grants
+        .consume(&tenant(), &Metadata::by("agent"), grant_id, 1, now, |o| use_event(grant_id, 1, o))
+        .await
+        .unwrap();
+    assert_eq!(out, Consumed::Refused);
+    // Ending it again is refused by the inline projection: a grant ends exactly once.
+    let again = grants.commit(&tenant(), &Metadata::by("owner"), &[ended]).await;
+    assert!(matches!(again, Err(authorizer::pg::StoreError::Projection(_))), "{again:?}");
+    assert_eq!(grants.usage(grant_id).await.unwrap().unwrap(), (0, 0, Some("revoked".into())));
+    // A second active grant for the same session is refused too.
+    let dup = grants.commit(&tenant(), &Metadata::by("owner"), &[created(Uuid::new_v4(), "s2", now)]).await;
+    assert!(dup.is_ok());
+    let second = grants.commit(&tenant(), &Metadata::by("owner"), &[created(Uuid::new_v4(), "s2", now)]).await;
+    assert!(matches!(second, Err(authorizer::pg::StoreError::Projection(_))), "{second:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_connections_lose_nothing_and_exceed_no_cap() {
+    let db = TestDb::new().await;
+    let grants = PgGrants::new(db.store(64));
+    let killer_client = db.client().await;
+    let (mut killed, mut failed_requests, mut allowed) = (0, 0, 0);
+    for round_no in 0..5 {
+        let grant_id = new_grant(&grants, &format!("s{round_no}")).await;
+        let done = Arc::new(AtomicBool::new(false));
+        let killer = {
+            let done = Arc::clone(&done);
+            let client = db.client().await;
+            tokio::spawn(async move {
+                let mut n = 0;
+                while !done.load(Ordering::Relaxed) {
+                    let row = client
+                        .query_one(
+                            "SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity \
+                             WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend' \
+                             ORDER BY random() LIMIT 1) victims",
+                            &[],
+                        )
+                        .await
+                        .unwrap();
+                    n += row.get::<_, i64>(0);
+                    tokio::task::yield_now().await;
+                }
+                n
+            })
+        };
+        let round = race(&grants, grant_id, 1000, 20, OffsetDateTime::now_utc()).await;
+        done.store(true, Ordering::Relaxed);
+        killed += killer.await.unwrap();
+        failed_requests += round.errors;
+        allowed += round.allowed.len();
+        assert!(round.allowed.len() <= MAX_ACTIONS as usize);
+        check_consistent(&grants, grant_id, &round).await;
+        // Nothing recorded that the caller was not told about, beyond requests that errored.
+        let (actions, _, _) = grants.usage(grant_id).await.unwrap().unwrap();
+        assert!(actions as usize >= round.allowed.len() && actions as usize <= round.allowed.len() + round.errors);
+    }
+    assert!(killed > 0, "the killer never killed a connection: the fault did not happen");
+    assert!(failed_requests > 0, "no request failed: the kills never hit a request in flight");
+    assert!(allowed > 0, "no use got through at all");
+    eprintln!("killed {killed} connections; {failed_requests} requests failed; {allowed} uses allowed");
+    let _ = killer_client;
+}
