@@ -7,7 +7,6 @@
 //! request that finds the row spent gets no row and goes to the approval card. Dispatch may
 //! happen only after `consume` returns `Allowed`, which it does only once the commit is known.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use deadpool_postgres::Transaction;
@@ -77,17 +76,7 @@ impl PgGrants {
         metadata: &Metadata,
         events: &[Event],
     ) -> Result<AppendOutcome, StoreError> {
-        let mut streams: BTreeMap<String, StreamAppend> = BTreeMap::new();
-        for e in events {
-            let stream = stream_of(e);
-            let entry = streams.entry(stream.to_string()).or_insert_with(|| StreamAppend {
-                stream_id: stream,
-                expected: ExpectedVersion::Any,
-                events: vec![],
-            });
-            entry.events.push(e.to_new(Uuid::new_v4(), metadata.clone()));
-        }
-        let request = AppendRequest { tenant_id: tenant.clone(), streams: streams.into_values().collect() };
+        let request = to_append(tenant, metadata, events);
         let mut client = self.store.pool().get().await.map_err(unavailable)?;
         let tx = client
             .build_transaction()
@@ -195,6 +184,21 @@ impl PgGrants {
             (n(0), n(1), r.get(2))
         }))
     }
+}
+
+/// Domain events as one append: grouped by stream in order of first appearance, each stream
+/// unchecked (`Any`), since the caller decided them against the state it holds.
+pub fn to_append(tenant: &TenantId, metadata: &Metadata, events: &[Event]) -> AppendRequest {
+    let mut streams: Vec<StreamAppend> = Vec::new();
+    for e in events {
+        let stream = stream_of(e);
+        let new = e.to_new(Uuid::new_v4(), metadata.clone());
+        match streams.iter_mut().find(|s| s.stream_id == stream) {
+            Some(s) => s.events.push(new),
+            None => streams.push(StreamAppend { stream_id: stream, expected: ExpectedVersion::Any, events: vec![new] }),
+        }
+    }
+    AppendRequest { tenant_id: tenant.clone(), streams }
 }
 
 fn end_code(reason: EndReason) -> String {

@@ -134,6 +134,8 @@ pub async fn multi_stream_append_is_all_or_nothing<S: EventStore>(store: &S) {
     let ids: Vec<_> = good.streams.iter().flat_map(|s| s.events.iter().map(|e| e.event_id)).collect();
     let out = store.append(good).await.expect("both streams");
     assert_eq!(out.events.iter().map(|e| e.event_id).collect::<Vec<_>>(), ids, "outcome in request order");
+    let positions: Vec<u64> = out.events.iter().map(|e| e.global_position).collect();
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "log order is request order: {positions:?}");
     assert_eq!(out.version_of(&a), Some(1));
     assert_eq!(out.version_of(&b), Some(3));
     let stored_a = store.read_stream(&a, 1).await.unwrap();

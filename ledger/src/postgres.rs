@@ -188,9 +188,10 @@ impl PgStore {
     /// it must call [`PgStore::committed`]; a failed COMMIT maps through [`Staged::commit_error`].
     pub async fn append_within(&self, tx: &Transaction<'_>, request: &AppendRequest) -> Result<Staged, AppendError> {
         request.validate()?;
-        let mut streams: Vec<_> = request.streams.iter().collect();
-        // A fixed order keeps two multi-stream appends from deadlocking on each other's keys.
-        streams.sort_by(|a, b| a.stream_id.cmp(&b.stream_id));
+        // Request order is log order: an auditor reads the events of one append as they were
+        // decided. Two multi-stream appends racing on the same keys in opposite orders can
+        // deadlock; PostgreSQL aborts one, which comes back as a typed conflict.
+        let streams: Vec<_> = request.streams.iter().collect();
 
         let mut heads: HashMap<&StreamId, Option<Head>> = HashMap::new();
         let mut misses = Vec::new();
@@ -266,7 +267,6 @@ impl PgStore {
                 Appended { event_id, stream_id, stream_version: version, global_position: to_u64(row.get(0)) },
             );
         }
-        // Report in request order, not the sorted order used for writing.
         let event_ids = request.event_ids();
         let events = event_ids.iter().filter_map(|id| by_id.remove(id)).collect();
         Ok(Staged { tx_id, events, backend_pid, event_ids, heads: new_heads })
@@ -633,6 +633,10 @@ impl EventStore for PgStore {
 /// a concurrent writer took the version first; the event id key means the id is already stored.
 fn insert_error(e: &tokio_postgres::Error, request: &AppendRequest) -> AppendError {
     let Some(db) = e.as_db_error() else { return unavailable(e) };
+    if *db.code() == SqlState::T_R_DEADLOCK_DETECTED {
+        let s = &request.streams[0];
+        return AppendError::Conflict { stream: s.stream_id.clone(), expected: s.expected, actual: None };
+    }
     if *db.code() != SqlState::UNIQUE_VIOLATION {
         return unavailable(e);
     }

@@ -243,3 +243,34 @@ async fn killed_connections_lose_nothing_and_exceed_no_cap() {
     eprintln!("killed {killed} connections; {failed_requests} requests failed; {allowed} uses allowed");
     let _ = killer_client;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approve_for_task_is_stored_as_approved() {
+    use ledger::catalogue::{ApprovalResolved, ApprovalStatus, Resolution};
+    let db = TestDb::new().await;
+    let grants = PgGrants::new(db.store(2));
+    let approval_id = Uuid::new_v4();
+    let grant_id = Uuid::new_v4();
+    let resolved = Event::ApprovalResolved(ApprovalResolved {
+        approval_id,
+        resolution: Resolution::ApproveForTask,
+        status: Resolution::ApproveForTask.status(),
+        grant_id: Some(grant_id),
+    });
+    grants
+        .commit(&tenant(), &Metadata::by("owner"), &[resolved, created(grant_id, "s1", OffsetDateTime::now_utc())])
+        .await
+        .unwrap();
+    let stream = StreamId::for_entity("approval", approval_id).unwrap();
+    let stored = grants.store().read_stream(&stream, 1).await.unwrap();
+    let Event::ApprovalResolved(back) = Event::from_recorded(&stored[0]).unwrap() else { panic!("not a resolution") };
+    assert_eq!((back.resolution, back.status), (Resolution::ApproveForTask, ApprovalStatus::Approved));
+    let raw: String = db
+        .client()
+        .await
+        .query_one("SELECT payload->>'status' FROM events WHERE stream_id = $1", &[&stream.as_str()])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(raw, "APPROVED");
+}

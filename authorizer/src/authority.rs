@@ -1,0 +1,259 @@
+//! The authority: the pure domain over a storage backend. Commands and authorizations are
+//! decided against the `World` and committed through the backend; a task-grant allow goes
+//! through the backend's atomic use, whose answer wins over the domain's count.
+//!
+//! Two backends: PostgreSQL (`PgGrants`) and memory (`MemoryGrants`, the reference model with the
+//! same conditional use, for differential tests). The `World` lock serialises deciding within one
+//! process; the database row serialises uses across processes.
+
+use std::collections::HashMap;
+use std::future::Future;
+
+use ledger::catalogue::{AuthorizationKind, EndReason, Event, ToolCallAuthorized};
+use ledger::{AppendRequest, EventStore, ExpectedVersion, MemoryStore, Metadata, TenantId};
+use time::OffsetDateTime;
+use tokio::sync::Mutex;
+use uuid::Uuid;
+
+use crate::domain::{self, AuthorizeRequest, Command, Decision, DomainError, World, stream_of};
+use crate::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
+use crate::pg::{Consumed, PgGrants, StoreError};
+use crate::policy::Policy;
+
+/// Where the authority's events and the inline grant rows live.
+pub trait Backend: Send + Sync {
+    /// Appends events and applies them to the inline projection, atomically.
+    fn commit(
+        &self,
+        tenant: &TenantId,
+        metadata: &Metadata,
+        events: &[Event],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Consumes one use atomically and records `use_event(ordinal)` with it.
+    fn consume(
+        &self,
+        tenant: &TenantId,
+        metadata: &Metadata,
+        grant_id: Uuid,
+        typed_chars: u32,
+        now: OffsetDateTime,
+        use_event: impl FnOnce(u32) -> Event + Send,
+    ) -> impl Future<Output = Result<Consumed, StoreError>> + Send;
+}
+
+impl Backend for PgGrants {
+    async fn commit(&self, tenant: &TenantId, metadata: &Metadata, events: &[Event]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        PgGrants::commit(self, tenant, metadata, events).await.map(|_| ())
+    }
+
+    async fn consume(
+        &self,
+        tenant: &TenantId,
+        metadata: &Metadata,
+        grant_id: Uuid,
+        typed_chars: u32,
+        now: OffsetDateTime,
+        use_event: impl FnOnce(u32) -> Event + Send,
+    ) -> Result<Consumed, StoreError> {
+        PgGrants::consume(self, tenant, metadata, grant_id, typed_chars, now, use_event).await
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Row {
+    tenant: TenantId,
+    session_id: String,
+    expires_at: OffsetDateTime,
+    actions: u32,
+    chars: u32,
+    ended: Option<EndReason>,
+}
+
+/// The in-memory backend: a `MemoryStore` and inline rows with the same rules as the SQL.
+#[derive(Debug, Default)]
+pub struct MemoryGrants {
+    pub store: MemoryStore,
+    rows: Mutex<HashMap<Uuid, Row>>,
+}
+
+impl Backend for MemoryGrants {
+    async fn commit(&self, tenant: &TenantId, metadata: &Metadata, events: &[Event]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let mut rows = self.rows.lock().await;
+        let mut next = rows.clone();
+        for e in events {
+            match e {
+                Event::TaskGrantCreated(c) => {
+                    // The same rules as the table's primary key and one-active-per-session index.
+                    let second_active = next.values().any(|r| r.ended.is_none() && r.session_id == c.session_id);
+                    if next.contains_key(&c.grant_id) || second_active {
+                        return Err(StoreError::Projection(format!(
+                            "grant {} would be a second active grant",
+                            c.grant_id
+                        )));
+                    }
+                    let row = Row {
+                        tenant: tenant.clone(),
+                        session_id: c.session_id.clone(),
+                        expires_at: c.expires_at,
+                        actions: 0,
+                        chars: 0,
+                        ended: None,
+                    };
+                    next.insert(c.grant_id, row);
+                }
+                Event::TaskGrantEnded(x) => match next.get_mut(&x.grant_id) {
+                    Some(r) if r.ended.is_none() => r.ended = Some(x.reason),
+                    _ => {
+                        return Err(StoreError::Projection(format!(
+                            "grant {} is not active: it ends exactly once",
+                            x.grant_id
+                        )));
+                    }
+                },
+                _ => {}
+            }
+        }
+        self.store.append(crate::pg::to_append(tenant, metadata, events)).await?;
+        *rows = next;
+        Ok(())
+    }
+
+    async fn consume(
+        &self,
+        tenant: &TenantId,
+        metadata: &Metadata,
+        grant_id: Uuid,
+        typed_chars: u32,
+        now: OffsetDateTime,
+        use_event: impl FnOnce(u32) -> Event + Send,
+    ) -> Result<Consumed, StoreError> {
+        let mut rows = self.rows.lock().await;
+        let Some(row) = rows.get_mut(&grant_id) else { return Ok(Consumed::Refused) };
+        let fits = row.ended.is_none()
+            && row.actions < MAX_ACTIONS
+            && row.chars + typed_chars <= MAX_TYPED_CHARS
+            && row.expires_at > now
+            && &row.tenant == tenant;
+        if !fits {
+            return Ok(Consumed::Refused);
+        }
+        let ordinal = row.actions + 1;
+        let event = use_event(ordinal);
+        let request = AppendRequest::single(
+            tenant.clone(),
+            stream_of(&event),
+            ExpectedVersion::Any,
+            vec![event.to_new(Uuid::new_v4(), metadata.clone())],
+        );
+        let outcome = self.store.append(request).await?;
+        row.actions = ordinal;
+        row.chars += typed_chars;
+        Ok(Consumed::Allowed { ordinal, outcome })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuthorityError {
+    #[error(transparent)]
+    Domain(#[from] DomainError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The domain over a backend, for one tenant.
+#[derive(Debug)]
+pub struct Authority<B> {
+    backend: B,
+    world: Mutex<World>,
+    policy: Policy,
+    tenant: TenantId,
+}
+
+impl<B: Backend> Authority<B> {
+    pub fn new(backend: B, policy: Policy, tenant: TenantId) -> Self {
+        Self { backend, world: Mutex::new(World::default()), policy, tenant }
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    pub async fn world(&self) -> World {
+        self.world.lock().await.clone()
+    }
+
+    /// Decides and commits a command; the world changes only after the commit.
+    pub async fn execute(&self, command: Command, principal: &str) -> Result<Vec<Event>, AuthorityError> {
+        let mut world = self.world.lock().await;
+        let events = domain::decide(&world, command)?;
+        self.backend.commit(&self.tenant, &Metadata::by(principal), &events).await?;
+        events.iter().for_each(|e| world.apply(e));
+        Ok(events)
+    }
+
+    /// Decides one `browser.act`. A task-grant allow is final only once the backend's atomic use
+    /// committed it; if the row refuses, the action goes to the approval card.
+    pub async fn authorize(
+        &self,
+        req: &AuthorizeRequest,
+        now: OffsetDateTime,
+        approval_id: Uuid,
+    ) -> Result<(Decision, Vec<Event>), AuthorityError> {
+        let mut world = self.world.lock().await;
+        let auth = domain::authorize(&world, &self.policy, req, now, approval_id);
+        let metadata = Metadata::by(&req.principal_id);
+        if let Decision::Allow {
+            kind: AuthorizationKind::BrowserTaskGrant,
+            grant_id: Some(grant_id),
+            typed_chars,
+            ..
+        } = auth.decision
+        {
+            let Some(Event::ToolCallAuthorized(template)) = auth.events.first().cloned() else {
+                return Err(StoreError::Projection("a task-grant allow without its use event".into()).into());
+            };
+            let consumed = self
+                .backend
+                .consume(&self.tenant, &metadata, grant_id, typed_chars, now, |ordinal| {
+                    Event::ToolCallAuthorized(ToolCallAuthorized { use_ordinal: Some(ordinal), ..template.clone() })
+                })
+                .await?;
+            if let Consumed::Allowed { ordinal, .. } = consumed {
+                let used = Event::ToolCallAuthorized(ToolCallAuthorized { use_ordinal: Some(ordinal), ..template });
+                world.apply(&used);
+                let decision = Decision::Allow {
+                    kind: AuthorizationKind::BrowserTaskGrant,
+                    grant_id: Some(grant_id),
+                    use_ordinal: Some(ordinal),
+                    typed_chars,
+                };
+                return Ok((decision, vec![used]));
+            }
+            // The row is spent where the world thought it was not: ask the owner.
+            let offer = domain::offer_for(&world, &req.page, &req.view);
+            let requested = Event::ApprovalRequested(ledger::catalogue::ApprovalRequested {
+                approval_id,
+                session_id: req.session_id.clone(),
+                run_id: req.run_id.clone(),
+                view: req.view.clone(),
+                offer: offer.clone(),
+                not_covered_reason: Some("grant_spent".into()),
+                expires_at: now + crate::limits::APPROVAL_TTL,
+            });
+            self.backend.commit(&self.tenant, &metadata, std::slice::from_ref(&requested)).await?;
+            world.apply(&requested);
+            let decision = Decision::RequireApproval { approval_id, reason: Some("grant_spent".into()), offer };
+            return Ok((decision, vec![requested]));
+        }
+        self.backend.commit(&self.tenant, &metadata, &auth.events).await?;
+        auth.events.iter().for_each(|e| world.apply(e));
+        Ok((auth.decision, auth.events))
+    }
+}
