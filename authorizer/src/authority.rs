@@ -12,7 +12,7 @@ use std::future::Future;
 use ledger::catalogue::{AuthorizationKind, EndReason, Event, ToolCallAuthorized};
 use ledger::{AppendRequest, EventStore, ExpectedVersion, MemoryStore, Metadata, TenantId};
 use time::OffsetDateTime;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, RwLock};
 use uuid::Uuid;
 
 use crate::domain::{self, AuthorizeRequest, Command, Decision, DomainError, World, stream_of};
@@ -171,14 +171,14 @@ pub enum AuthorityError {
 #[derive(Debug)]
 pub struct Authority<B> {
     backend: B,
-    world: Mutex<World>,
+    world: RwLock<World>,
     policy: Policy,
     tenant: TenantId,
 }
 
 impl<B: Backend> Authority<B> {
     pub fn new(backend: B, policy: Policy, tenant: TenantId) -> Self {
-        Self { backend, world: Mutex::new(World::default()), policy, tenant }
+        Self { backend, world: RwLock::new(World::default()), policy, tenant }
     }
 
     pub fn backend(&self) -> &B {
@@ -186,28 +186,33 @@ impl<B: Backend> Authority<B> {
     }
 
     pub async fn world(&self) -> World {
-        self.world.lock().await.clone()
+        self.world.read().await.clone()
     }
 
     /// Decides and commits a command; the world changes only after the commit.
     pub async fn execute(&self, command: Command, principal: &str) -> Result<Vec<Event>, AuthorityError> {
-        let mut world = self.world.lock().await;
+        let mut world = self.world.write().await;
         let events = domain::decide(&world, command)?;
         self.backend.commit(&self.tenant, &Metadata::by(principal), &events).await?;
         events.iter().for_each(|e| world.apply(e));
         Ok(events)
     }
 
-    /// Decides one `browser.act`. A task-grant allow is final only once the backend's atomic use
-    /// committed it; if the row refuses, the action goes to the approval card.
+    /// Decides one `browser.act`. Concurrent calls decide under a shared lock and consume uses
+    /// with no lock held: the backend's row is what serialises them, so a task-grant allow is
+    /// final only once the atomic use committed it, and a request that finds the row spent goes
+    /// to the approval card. Decisions that end a grant are re-decided under the exclusive lock,
+    /// so each end is recorded once.
     pub async fn authorize(
         &self,
         req: &AuthorizeRequest,
         now: OffsetDateTime,
         approval_id: Uuid,
     ) -> Result<(Decision, Vec<Event>), AuthorityError> {
-        let mut world = self.world.lock().await;
-        let auth = domain::authorize(&world, &self.policy, req, now, approval_id);
+        let auth = {
+            let world = self.world.read().await;
+            domain::authorize(&world, &self.policy, req, now, approval_id)
+        };
         let metadata = Metadata::by(&req.principal_id);
         if let Decision::Allow {
             kind: AuthorizationKind::BrowserTaskGrant,
@@ -227,7 +232,7 @@ impl<B: Backend> Authority<B> {
                 .await?;
             if let Consumed::Allowed { ordinal, .. } = consumed {
                 let used = Event::ToolCallAuthorized(ToolCallAuthorized { use_ordinal: Some(ordinal), ..template });
-                world.apply(&used);
+                self.world.write().await.apply(&used);
                 let decision = Decision::Allow {
                     kind: AuthorizationKind::BrowserTaskGrant,
                     grant_id: Some(grant_id),
@@ -236,7 +241,8 @@ impl<B: Backend> Authority<B> {
                 };
                 return Ok((decision, vec![used]));
             }
-            // The row is spent where the world thought it was not: ask the owner.
+            // The row is spent where this decision thought it was not: ask the owner.
+            let mut world = self.world.write().await;
             let offer = domain::offer_for(&world, &req.page, &req.view);
             let requested = Event::ApprovalRequested(ledger::catalogue::ApprovalRequested {
                 approval_id,
@@ -251,6 +257,15 @@ impl<B: Backend> Authority<B> {
             world.apply(&requested);
             let decision = Decision::RequireApproval { approval_id, reason: Some("grant_spent".into()), offer };
             return Ok((decision, vec![requested]));
+        }
+        // Anything else records events: decide again under the exclusive lock, so an end found by
+        // two requests at once is recorded by the first only.
+        let mut world = self.world.write().await;
+        let auth = domain::authorize(&world, &self.policy, req, now, approval_id);
+        if matches!(auth.decision, Decision::Allow { kind: AuthorizationKind::BrowserTaskGrant, .. }) {
+            // The world moved on between the two decisions; this cannot allow without a use.
+            drop(world);
+            return Box::pin(self.authorize(req, now, approval_id)).await;
         }
         self.backend.commit(&self.tenant, &metadata, &auth.events).await?;
         auth.events.iter().for_each(|e| world.apply(e));

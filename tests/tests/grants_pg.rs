@@ -274,3 +274,131 @@ async fn approve_for_task_is_stored_as_approved() {
         .get(0);
     assert_eq!(raw, "APPROVED");
 }
+
+mod through_the_authority {
+    use super::*;
+    use authorizer::authority::Authority;
+    use authorizer::domain::{AuthorizeRequest, Command, Decision, RunContext, Versions};
+    use authorizer::policy::Policy;
+    use authorizer::scopes::{TaskGrantSettings, parse_scopes};
+    use classifier::{Action, ElementFacts, PageFacts};
+    use ledger::catalogue::{Author, EndReason, Resolution, SessionCreated, SessionMessageRecorded, Surface};
+
+    fn request(session: &str, text: &str) -> AuthorizeRequest {
+        AuthorizeRequest {
+            tenant_id: "tenant-1".into(),
+            principal_id: "owner".into(),
+            session_id: session.into(),
+            run_id: "run".into(),
+            tool_call_id: "call".into(),
+            run: RunContext { interactive: true, top_level: true },
+            turn_tool_calls: vec!["browser.act".into()],
+            versions: Versions { agent: "agent-7".into(), policy: Policy::empty().version },
+            element: ElementFacts {
+                role: "textbox".into(),
+                name: Some("Answer".into()),
+                field_kind: classifier::FieldKind::Text,
+                ..ElementFacts::default()
+            },
+            page: PageFacts { url: "https://www.lesson.test/lesson/1".into() },
+            action: Action::Type { text: text.into() },
+            view: ActionView {
+                action_kind: "type".into(),
+                describable: true,
+                action_summary: "Type into a field".into(),
+                ..ActionView::default()
+            },
+        }
+    }
+
+    /// A session with a grant made the only way there is: the card's "Allow for this task".
+    async fn session_with_grant(authority: &Authority<PgGrants>, session: &str, now: OffsetDateTime) -> Uuid {
+        let created = SessionCreated {
+            session_id: session.into(),
+            tenant_id: "tenant-1".into(),
+            principal_id: "owner".into(),
+            browser_profile_id: Some("profile-1".into()),
+            schedule_id: None,
+            surface: Surface::Interactive,
+        };
+        authority.execute(Command::CreateSession(created), "owner").await.unwrap();
+        let said = SessionMessageRecorded { session_id: session.into(), message_id: "m".into(), author: Author::Owner };
+        authority.execute(Command::RecordMessage(said), "owner").await.unwrap();
+        let (Decision::RequireApproval { approval_id, .. }, _) =
+            authority.authorize(&request(session, "hola"), now, Uuid::new_v4()).await.unwrap()
+        else {
+            panic!("the first act asks")
+        };
+        let grant_id = Uuid::new_v4();
+        let scope = parse_scopes("https://www.lesson.test/lesson").unwrap().remove(0);
+        let resolve = Command::ResolveApproval {
+            approval_id,
+            principal_id: "owner".into(),
+            resolution: Resolution::ApproveForTask,
+            repeated_scope: Some(scope),
+            new_grant_id: grant_id,
+            versions: Versions { agent: "agent-7".into(), policy: Policy::empty().version },
+            now,
+        };
+        authority.execute(resolve, "owner").await.unwrap();
+        grant_id
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_thousand_concurrent_authorizations_give_exactly_200_allows_20_times() {
+        let db = TestDb::new().await;
+        let authority = Arc::new(Authority::new(PgGrants::new(db.store(64)), Policy::empty(), tenant()));
+        let settings =
+            TaskGrantSettings { enabled: true, scopes: parse_scopes("https://www.lesson.test/lesson").unwrap() };
+        authority.execute(Command::ChangeSettings(settings), "operator").await.unwrap();
+        for round in 0..20 {
+            let now = OffsetDateTime::now_utc();
+            let session = format!("s{round}");
+            let grant_id = session_with_grant(&authority, &session, now).await;
+            let tasks: Vec<_> = (0..1000)
+                .map(|_| {
+                    let (authority, session) = (Arc::clone(&authority), session.clone());
+                    let text: String = "ab".repeat(rand::rng().random_range(0..=10));
+                    tokio::spawn(async move {
+                        authority.authorize(&request(&session, &text), now, Uuid::new_v4()).await.unwrap().0
+                    })
+                })
+                .collect();
+            let mut ordinals = Vec::new();
+            let mut asked = 0;
+            for t in tasks {
+                match t.await.unwrap() {
+                    Decision::Allow { use_ordinal: Some(o), grant_id: Some(g), .. } if g == grant_id => {
+                        ordinals.push(o)
+                    }
+                    Decision::RequireApproval { .. } => asked += 1,
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            ordinals.sort_unstable();
+            assert_eq!(ordinals, (1..=200).collect::<Vec<_>>(), "round {round}");
+            assert_eq!(asked, 800);
+            // The next request finds the grant spent and ends it.
+            let (next, _) = authority.authorize(&request(&session, "x"), now, Uuid::new_v4()).await.unwrap();
+            assert!(
+                matches!(&next, Decision::RequireApproval { reason: Some(r), .. } if r == "grant_exhausted"),
+                "{next:?}"
+            );
+            check_consistent(authority.backend(), grant_id, &Round::default()).await;
+            let stream = StreamId::for_entity("grant", grant_id).unwrap();
+            let ends: Vec<EndReason> = authority
+                .backend()
+                .store()
+                .read_stream(&stream, 1)
+                .await
+                .unwrap()
+                .iter()
+                .filter_map(|e| match Event::from_recorded(e).unwrap() {
+                    Event::TaskGrantEnded(x) => Some(x.reason),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(ends, [EndReason::Exhausted], "ended exactly once, as exhausted");
+        }
+    }
+}
