@@ -30,6 +30,9 @@ pub trait Backend: Send + Sync {
         events: &[Event],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// The store the backend appends to, for folding the world at start-up.
+    fn events(&self) -> &impl EventStore;
+
     /// Consumes one use atomically and records `use_event(ordinal)` with it.
     fn consume(
         &self,
@@ -43,6 +46,10 @@ pub trait Backend: Send + Sync {
 }
 
 impl Backend for PgGrants {
+    fn events(&self) -> &impl EventStore {
+        self.store()
+    }
+
     async fn commit(&self, tenant: &TenantId, metadata: &Metadata, events: &[Event]) -> Result<(), StoreError> {
         if events.is_empty() {
             return Ok(());
@@ -81,6 +88,10 @@ pub struct MemoryGrants {
 }
 
 impl Backend for MemoryGrants {
+    fn events(&self) -> &impl EventStore {
+        &self.store
+    }
+
     async fn commit(&self, tenant: &TenantId, metadata: &Metadata, events: &[Event]) -> Result<(), StoreError> {
         if events.is_empty() {
             return Ok(());
@@ -179,6 +190,25 @@ pub struct Authority<B> {
 impl<B: Backend> Authority<B> {
     pub fn new(backend: B, policy: Policy, tenant: TenantId) -> Self {
         Self { backend, world: RwLock::new(World::default()), policy, tenant }
+    }
+
+    /// An authority whose world is folded from every event of `tenant` in the backend's log,
+    /// as after a restart. The read is gap-safe: events of transactions still open elsewhere
+    /// are not yet visible, so recover before serving.
+    pub async fn recover(backend: B, policy: Policy, tenant: TenantId) -> Result<Self, AuthorityError> {
+        let mut world = World::default();
+        let mut at = ledger::Checkpoint::START;
+        loop {
+            let page =
+                backend.events().read_all(at, 1_000).await.map_err(|e| StoreError::Unavailable(e.to_string()))?;
+            let Some(last) = page.last() else { break };
+            at = last.checkpoint();
+            for recorded in page.iter().filter(|e| e.tenant_id == tenant) {
+                let event = Event::from_recorded(recorded).map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                world.apply(&event);
+            }
+        }
+        Ok(Self { backend, world: RwLock::new(world), policy, tenant })
     }
 
     pub fn backend(&self) -> &B {

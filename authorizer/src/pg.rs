@@ -7,6 +7,8 @@
 //! request that finds the row spent gets no row and goes to the approval card. Dispatch may
 //! happen only after `consume` returns `Allowed`, which it does only once the commit is known.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::Transaction;
@@ -53,19 +55,31 @@ pub enum Consumed {
     Refused,
 }
 
+/// How many indeterminate commits were settled each way (for operators and tests).
+#[derive(Debug, Default)]
+pub struct SettleCounts {
+    pub stored: AtomicU64,
+    pub not_stored: AtomicU64,
+}
+
 #[derive(Debug, Clone)]
 pub struct PgGrants {
     store: PgStore,
     settle_patience: Duration,
+    settled: Arc<SettleCounts>,
 }
 
 impl PgGrants {
     pub fn new(store: PgStore) -> Self {
-        Self { store, settle_patience: Duration::from_secs(10) }
+        Self { store, settle_patience: Duration::from_secs(10), settled: Arc::default() }
     }
 
     pub fn store(&self) -> &PgStore {
         &self.store
+    }
+
+    pub fn settled(&self) -> &SettleCounts {
+        &self.settled
     }
 
     /// Appends domain events (grouped by stream, in order) and applies them to the inline
@@ -103,9 +117,13 @@ impl PgGrants {
     async fn settle(&self, error: AppendError) -> Result<(), StoreError> {
         let AppendError::Indeterminate { backend_pid, event_ids, .. } = &error else { return Err(error.into()) };
         match self.store.settle(*backend_pid, event_ids, self.settle_patience).await {
-            Ok(true) => Ok(()),
+            Ok(true) => {
+                self.settled.stored.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
             // Certainly not stored: report the failure as determinate.
             Ok(false) => {
+                self.settled.not_stored.fetch_add(1, Ordering::Relaxed);
                 Err(StoreError::Unavailable(format!("commit lost with its connection and not stored: {error}")))
             }
             Err(_) => Err(error.into()),

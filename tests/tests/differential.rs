@@ -219,6 +219,12 @@ fn memory_and_postgres_decide_and_record_alike() {
             let in_memory = stored(&memory.backend().store, 0).await;
             let in_pg = stored(pg.backend().store(), in_memory.len()).await;
             prop_assert_eq!(&in_memory, &in_pg, "the stores recorded different logs");
+            // A restarted authority folds the same world from the log.
+            let restarted =
+                Authority::recover(PgGrants::new(db.store(2)), Policy::empty(), TenantId::new("tenant-1").unwrap())
+                    .await
+                    .unwrap();
+            prop_assert_eq!(restarted.world().await, pg.world().await);
             let n = a.iter().filter(|s| matches!(s, Step::Decided(Decision::Allow { .. }, _))).count();
             uses.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
             Ok(())

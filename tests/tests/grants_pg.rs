@@ -402,3 +402,57 @@ mod through_the_authority {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_use_whose_commit_dies_is_settled_before_dispatch() {
+    let db = TestDb::new().await;
+    let grants = PgGrants::new(db.store(4));
+    let grant_id = new_grant(&grants, "s1").await;
+    // Test-only: hold every commit that wrote a use event open for a while, where it can be killed.
+    let admin = db.client().await;
+    admin
+        .batch_execute(
+            "CREATE FUNCTION hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$ \
+               BEGIN IF NEW.event_type = 'tool.call.authorized' THEN PERFORM pg_sleep(30); END IF; RETURN NULL; END $$; \
+             CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT ON events DEFERRABLE INITIALLY DEFERRED \
+               FOR EACH ROW EXECUTE FUNCTION hold_commit();",
+        )
+        .await
+        .unwrap();
+    let use_task = {
+        let grants = grants.clone();
+        tokio::spawn(async move {
+            grants
+                .consume(&tenant(), &Metadata::by("agent"), grant_id, 3, OffsetDateTime::now_utc(), |o| {
+                    use_event(grant_id, 3, o)
+                })
+                .await
+        })
+    };
+    // Wait for the use to sit in its COMMIT, then kill that backend.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    let killed = loop {
+        let n: i64 = admin
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event = 'PgSleep'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if n > 0 {
+            break n;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the use never reached its commit");
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(killed, 1);
+    let outcome = use_task.await.unwrap();
+    let err = outcome.expect_err("a use whose commit died must not be reported as allowed");
+    assert!(err.is_determinate(), "settled by event id: certainly not stored ({err})");
+    assert_eq!(grants.settled().not_stored.load(std::sync::atomic::Ordering::Relaxed), 1, "settled through the lookup");
+    assert_eq!(grants.usage(grant_id).await.unwrap().unwrap(), (0, 0, None), "nothing consumed");
+    let stream = StreamId::for_entity("grant", grant_id).unwrap();
+    assert_eq!(grants.store().read_stream(&stream, 1).await.unwrap().len(), 1, "only the creation is stored");
+}
