@@ -10,3 +10,4 @@ pub mod limits;
 pub mod pg;
 pub mod policy;
 pub mod scopes;
+pub mod view;

@@ -28,6 +28,12 @@ const SECRET_PREFIXES: &[&str] = &[
     "npm_",
 ];
 
+/// Does any whitespace-separated token of `text` look like a secret (a password-like mix, a
+/// long key-like run, a well-known secret prefix)?
+pub fn is_credential_shaped(text: &str) -> bool {
+    text.nfkc().collect::<String>().split_whitespace().any(credential_shaped)
+}
+
 fn credential_shaped(token: &str) -> bool {
     let lower = token.to_ascii_lowercase();
     if SECRET_PREFIXES.iter().any(|p| lower.starts_with(p)) && token.len() >= 8 {
@@ -90,7 +96,7 @@ pub fn check(text: &str, multiline: bool, chars_remaining: u32) -> Result<(), Re
     if has_digit_run(&nfkc) {
         return Err(Reason::TextDigitRun);
     }
-    if text.nfkc().collect::<String>().split_whitespace().any(credential_shaped) {
+    if is_credential_shaped(text) {
         return Err(Reason::TextCredentialShaped);
     }
     if u32::try_from(n).map_or(true, |n| n > chars_remaining) {
