@@ -282,6 +282,11 @@ impl<B: Backend> Authority<B> {
                 offer: offer.clone(),
                 not_covered_reason: Some("grant_spent".into()),
                 expires_at: now + crate::limits::APPROVAL_TTL,
+                binding: req.snapshot.as_ref().map(|(snapshot_id, node_ref)| ledger::catalogue::TokenBinding {
+                    run_id: req.run_id.clone(),
+                    snapshot_id: snapshot_id.clone(),
+                    node_ref: node_ref.clone(),
+                }),
             });
             self.backend.commit(&self.tenant, &metadata, std::slice::from_ref(&requested)).await?;
             world.apply(&requested);

@@ -7,10 +7,11 @@ use std::collections::HashMap;
 use classifier::{Action, ElementFacts, PageFacts, TaskScope};
 use ledger::StreamId;
 use ledger::catalogue::{
-    ActionView, ApprovalExpired, ApprovalRequested, ApprovalResolved, ApprovalStatus, Author, AuthorizationKind,
-    DeploymentScopesChanged, EndReason, Event, Offer, ProfileDeleted, ProfileGenerationAdvanced, ProfileRevoked,
-    Resolution, SessionCreated, SessionDeleted, SessionMessageRecorded, SignInPhase, SiteScope, StandingGrantPinned,
-    Surface, TaskGrantCreated, TaskGrantEnded, ToolCallAuthorized,
+    ActionView, ApprovalExpired, ApprovalRequested, ApprovalResolved, ApprovalStatus, ApprovalTokenIssued,
+    ApprovalTokenRedeemed, Author, AuthorizationKind, DeploymentScopesChanged, EndReason, Event, Offer, ProfileDeleted,
+    ProfileGenerationAdvanced, ProfileRevoked, Resolution, SessionCreated, SessionDeleted, SessionMessageRecorded,
+    SignInPhase, SiteScope, StandingGrantPinned, Surface, TaskGrantCreated, TaskGrantEnded, TokenBinding,
+    ToolCallAuthorized,
 };
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -45,6 +46,9 @@ pub enum ApprovalState {
 pub struct Approval {
     pub requested: ApprovalRequested,
     pub state: ApprovalState,
+    /// SHA-256 (hex) of the approval token issued for it, if any.
+    pub token_sha256: Option<String>,
+    pub token_redeemed: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,7 +133,13 @@ impl World {
                 self.settings = TaskGrantSettings { enabled: e.task_grants_enabled, scopes: e.scopes.clone() };
             }
             Event::ApprovalRequested(e) => {
-                self.approvals.insert(e.approval_id, Approval { requested: e.clone(), state: ApprovalState::Pending });
+                let approval = Approval {
+                    requested: e.clone(),
+                    state: ApprovalState::Pending,
+                    token_sha256: None,
+                    token_redeemed: false,
+                };
+                self.approvals.insert(e.approval_id, approval);
             }
             Event::ApprovalResolved(e) => {
                 if let Some(a) = self.approvals.get_mut(&e.approval_id) {
@@ -168,7 +178,17 @@ impl World {
             }
             Event::StandingGrantPinned(e) => self.standing = Some(e.clone()),
             Event::StandingGrantUnpinned(_) => self.standing = None,
-            Event::ApprovalTokenIssued(_) | Event::ApprovalTokenRedeemed(_) | Event::RunEscalated(_) => {}
+            Event::ApprovalTokenIssued(e) => {
+                if let Some(a) = self.approvals.get_mut(&e.approval_id) {
+                    a.token_sha256 = Some(e.token_sha256.clone());
+                }
+            }
+            Event::ApprovalTokenRedeemed(e) => {
+                if let Some(a) = self.approvals.get_mut(&e.approval_id) {
+                    a.token_redeemed = true;
+                }
+            }
+            Event::RunEscalated(_) => {}
         }
     }
 
@@ -262,6 +282,15 @@ pub enum Command {
         new_grant_id: Uuid,
         versions: Versions,
         now: OffsetDateTime,
+        /// The SHA-256 (hex) of a fresh approval token, issued when the action is approved and
+        /// the approval is bound to a run, snapshot and node.
+        token_sha256: Option<String>,
+    },
+    /// Redeems an approval token for the exact run, snapshot and node it was issued for.
+    RedeemToken {
+        token_sha256: String,
+        binding: TokenBinding,
+        now: OffsetDateTime,
     },
     ExpireApprovals {
         now: OffsetDateTime,
@@ -332,7 +361,42 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             new_grant_id,
             versions,
             now,
-        } => resolve(world, approval_id, &principal_id, resolution, repeated_scope, new_grant_id, &versions, now),
+            token_sha256,
+        } => {
+            let mut events =
+                resolve(world, approval_id, &principal_id, resolution, repeated_scope, new_grant_id, &versions, now)?;
+            let binding = &world.approvals[&approval_id].requested.binding;
+            if let (Some(token_sha256), Some(binding), ApprovalStatus::Approved) =
+                (token_sha256, binding, resolution.status())
+            {
+                events.push(Event::ApprovalTokenIssued(ApprovalTokenIssued {
+                    approval_id,
+                    token_sha256,
+                    run_id: binding.run_id.clone(),
+                    snapshot_id: binding.snapshot_id.clone(),
+                    node_ref: binding.node_ref.clone(),
+                }));
+            }
+            Ok(events)
+        }
+        Command::RedeemToken { token_sha256, binding, now } => {
+            // Any mismatch is the same terminal refusal: a token that does not fit is a policy
+            // violation, not something to retry.
+            let invalid = || DomainError::conflict(APPROVAL_TOKEN_INVALID, "the token does not fit this action");
+            let approval = world
+                .approvals
+                .values()
+                .find(|a| a.token_sha256.as_deref() == Some(token_sha256.as_str()))
+                .ok_or_else(invalid)?;
+            let fits = approval.requested.binding.as_ref() == Some(&binding)
+                && !approval.token_redeemed
+                && approval.requested.expires_at > now;
+            if !fits {
+                return Err(invalid());
+            }
+            let approval_id = approval.requested.approval_id;
+            Ok(vec![Event::ApprovalTokenRedeemed(ApprovalTokenRedeemed { approval_id, token_sha256 })])
+        }
         Command::ExpireApprovals { now } => {
             let mut ids: Vec<Uuid> = world
                 .approvals
@@ -364,6 +428,9 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
         }
     }
 }
+
+/// The terminal refusal for a token that does not fit (seed 004's error contract).
+pub const APPROVAL_TOKEN_INVALID: &str = "APPROVAL_TOKEN_INVALID";
 
 /// Why a session cannot use a task grant, if it cannot.
 fn session_ineligible(session: &Session) -> Option<&'static str> {
@@ -474,6 +541,9 @@ pub struct AuthorizeRequest {
     pub action: Action,
     /// What the approval card would show; recorded with every grant-authorized use.
     pub view: ActionView,
+    /// The snapshot and node the element was named in, when the caller has them: an approval
+    /// token is bound to them.
+    pub snapshot: Option<(String, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -672,6 +742,11 @@ pub fn authorize(
         offer: offer.clone(),
         not_covered_reason: reason.clone(),
         expires_at: now + APPROVAL_TTL,
+        binding: req.snapshot.as_ref().map(|(snapshot_id, node_ref)| TokenBinding {
+            run_id: req.run_id.clone(),
+            snapshot_id: snapshot_id.clone(),
+            node_ref: node_ref.clone(),
+        }),
     }));
     Authorization { decision: Decision::RequireApproval { approval_id: new_approval_id, reason, offer }, events }
 }

@@ -100,6 +100,7 @@ fn act(session_id: &str, element: ElementFacts, action: Action) -> AuthorizeRequ
         page: PageFacts { url: PAGE.into() },
         action,
         view: view(),
+        snapshot: None,
     }
 }
 
@@ -142,6 +143,7 @@ fn resolve(
         new_grant_id: grant,
         versions: versions(),
         now,
+        token_sha256: None,
     }
 }
 
@@ -569,4 +571,57 @@ fn the_standing_grant_covers_routine_on_its_profile_first() {
         run(&mut world, &Policy::empty(), &tile("el gato"), t0()).decision,
         Decision::Allow { kind: AuthorizationKind::BrowserTaskGrant, .. }
     ));
+}
+
+#[test]
+fn approval_tokens_are_single_use_and_bound_to_run_snapshot_and_node() {
+    use authorizer::domain::APPROVAL_TOKEN_INVALID;
+    use ledger::catalogue::TokenBinding;
+    let mut world = given();
+    let mut req = tile("Buy gems");
+    req.snapshot = Some(("snap_0123456789ab".into(), "n42".into()));
+    let Decision::RequireApproval { approval_id, .. } = run(&mut world, &Policy::empty(), &req, t0()).decision else {
+        panic!()
+    };
+    let mut resolve_once = resolve(approval_id, Resolution::ApproveOnce, None, Uuid::new_v4(), t0());
+    if let Command::ResolveApproval { token_sha256, .. } = &mut resolve_once {
+        *token_sha256 = Some("digest-1".into());
+    }
+    let events = when(&mut world, resolve_once).unwrap();
+    assert!(
+        matches!(&events[..], [Event::ApprovalResolved(_), Event::ApprovalTokenIssued(t)] if t.token_sha256 == "digest-1" && t.node_ref == "n42")
+    );
+    let binding =
+        TokenBinding { run_id: "run-1".into(), snapshot_id: "snap_0123456789ab".into(), node_ref: "n42".into() };
+    let redeem = |token: &str, binding: &TokenBinding| Command::RedeemToken {
+        token_sha256: token.into(),
+        binding: binding.clone(),
+        now: t0(),
+    };
+    for wrong in [
+        TokenBinding { node_ref: "n43".into(), ..binding.clone() },
+        TokenBinding { snapshot_id: "snap_ffffffffffff".into(), ..binding.clone() },
+        TokenBinding { run_id: "run-2".into(), ..binding.clone() },
+    ] {
+        assert!(
+            matches!(when(&mut world, redeem("digest-1", &wrong)), Err(DomainError::Conflict { code, .. }) if code == APPROVAL_TOKEN_INVALID)
+        );
+    }
+    assert!(
+        matches!(when(&mut world, redeem("other", &binding)), Err(DomainError::Conflict { code, .. }) if code == APPROVAL_TOKEN_INVALID)
+    );
+    assert!(matches!(&when(&mut world, redeem("digest-1", &binding)).unwrap()[..], [Event::ApprovalTokenRedeemed(_)]));
+    assert!(
+        matches!(when(&mut world, redeem("digest-1", &binding)), Err(DomainError::Conflict { code, .. }) if code == APPROVAL_TOKEN_INVALID),
+        "second redemption"
+    );
+    // A denial issues no token.
+    let Decision::RequireApproval { approval_id, .. } = run(&mut world, &Policy::empty(), &req, t0()).decision else {
+        panic!()
+    };
+    let mut deny = resolve(approval_id, Resolution::Deny, None, Uuid::new_v4(), t0());
+    if let Command::ResolveApproval { token_sha256, .. } = &mut deny {
+        *token_sha256 = Some("digest-2".into());
+    }
+    assert!(matches!(&when(&mut world, deny).unwrap()[..], [Event::ApprovalResolved(_)]));
 }

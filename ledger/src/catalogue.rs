@@ -184,6 +184,18 @@ pub struct ApprovalRequested {
     pub not_covered_reason: Option<String>,
     #[serde(with = "time::serde::rfc3339")]
     pub expires_at: OffsetDateTime,
+    /// What an approval token for this action is bound to. Never part of the view.
+    #[serde(default)]
+    pub binding: Option<TokenBinding>,
+}
+
+/// The run, observation and node an approval token is valid for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenBinding {
+    pub run_id: String,
+    pub snapshot_id: String,
+    pub node_ref: String,
 }
 
 /// Schema version 2: three resolutions. Version 1 stored only `approved`/`denied`.
@@ -457,6 +469,7 @@ mod tests {
                 offer: None,
                 not_covered_reason: Some("payment".into()),
                 expires_at: now,
+                binding: None,
             }),
         ];
         for e in events {

@@ -102,6 +102,7 @@ fn request(kind: u8, chars: usize) -> AuthorizeRequest {
             action_summary: "Click a button".into(),
             ..ActionView::default()
         },
+        snapshot: None,
     }
 }
 
@@ -171,6 +172,7 @@ async fn play<B: Backend>(authority: &Authority<B>, ops: &[Op]) -> Vec<Step> {
                     new_grant_id: next_id(),
                     versions: Versions { agent: "agent-7".into(), policy: Policy::empty().version },
                     now,
+                    token_sha256: None,
                 })
                 .await
             }

@@ -199,11 +199,15 @@ async fn an_expired_or_ended_grant_gives_no_use() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_connections_lose_nothing_and_exceed_no_cap() {
     let db = TestDb::new().await;
-    let grants = PgGrants::new(db.store(64));
-    let killer_client = db.client().await;
+    // Only the racing pool's connections are killed; setup and checks use another pool, so a
+    // failure here is the code under test, never the harness.
+    let mut racer_config = db.config.clone();
+    racer_config.application_name("racer");
+    let racers = PgGrants::new(ledger::PgStore::new(ledger::postgres::pool(racer_config, 64).unwrap()));
+    let checker = PgGrants::new(db.store(4));
     let (mut killed, mut failed_requests, mut allowed) = (0, 0, 0);
     for round_no in 0..5 {
-        let grant_id = new_grant(&grants, &format!("s{round_no}")).await;
+        let grant_id = new_grant(&checker, &format!("s{round_no}")).await;
         let done = Arc::new(AtomicBool::new(false));
         let killer = {
             let done = Arc::clone(&done);
@@ -214,7 +218,7 @@ async fn killed_connections_lose_nothing_and_exceed_no_cap() {
                     let row = client
                         .query_one(
                             "SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity \
-                             WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend' \
+                             WHERE datname = current_database() AND application_name = 'racer' \
                              ORDER BY random() LIMIT 1) victims",
                             &[],
                         )
@@ -226,22 +230,26 @@ async fn killed_connections_lose_nothing_and_exceed_no_cap() {
                 n
             })
         };
-        let round = race(&grants, grant_id, 1000, 20, OffsetDateTime::now_utc()).await;
+        let round = race(&racers, grant_id, 1000, 20, OffsetDateTime::now_utc()).await;
         done.store(true, Ordering::Relaxed);
         killed += killer.await.unwrap();
         failed_requests += round.errors;
         allowed += round.allowed.len();
         assert!(round.allowed.len() <= MAX_ACTIONS as usize);
-        check_consistent(&grants, grant_id, &round).await;
+        check_consistent(&checker, grant_id, &round).await;
         // Nothing recorded that the caller was not told about, beyond requests that errored.
-        let (actions, _, _) = grants.usage(grant_id).await.unwrap().unwrap();
+        let (actions, _, _) = checker.usage(grant_id).await.unwrap().unwrap();
         assert!(actions as usize >= round.allowed.len() && actions as usize <= round.allowed.len() + round.errors);
     }
     assert!(killed > 0, "the killer never killed a connection: the fault did not happen");
     assert!(failed_requests > 0, "no request failed: the kills never hit a request in flight");
     assert!(allowed > 0, "no use got through at all");
-    eprintln!("killed {killed} connections; {failed_requests} requests failed; {allowed} uses allowed");
-    let _ = killer_client;
+    let settled = racers.settled();
+    eprintln!(
+        "killed {killed} connections; {failed_requests} requests failed; {allowed} uses allowed; settled {} stored, {} not",
+        settled.stored.load(Ordering::Relaxed),
+        settled.not_stored.load(Ordering::Relaxed)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -308,6 +316,7 @@ mod through_the_authority {
                 action_summary: "Type into a field".into(),
                 ..ActionView::default()
             },
+            snapshot: None,
         }
     }
 
@@ -339,6 +348,7 @@ mod through_the_authority {
             new_grant_id: grant_id,
             versions: Versions { agent: "agent-7".into(), policy: Policy::empty().version },
             now,
+            token_sha256: None,
         };
         authority.execute(resolve, "owner").await.unwrap();
         grant_id
@@ -455,4 +465,85 @@ async fn a_use_whose_commit_dies_is_settled_before_dispatch() {
     assert_eq!(grants.usage(grant_id).await.unwrap().unwrap(), (0, 0, None), "nothing consumed");
     let stream = StreamId::for_entity("grant", grant_id).unwrap();
     assert_eq!(grants.store().read_stream(&stream, 1).await.unwrap().len(), 1, "only the creation is stored");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_redeemed_by_many_at_once_is_redeemed_once() {
+    use authorizer::authority::Authority;
+    use authorizer::domain::{AuthorizeRequest, Command, Decision, RunContext, Versions};
+    use authorizer::policy::Policy;
+    use classifier::{Action, ElementFacts, PageFacts};
+    use ledger::catalogue::{Resolution, SessionCreated, Surface, TokenBinding};
+
+    let db = TestDb::new().await;
+    let authority = Arc::new(Authority::new(PgGrants::new(db.store(16)), Policy::empty(), tenant()));
+    let session = SessionCreated {
+        session_id: "s1".into(),
+        tenant_id: "tenant-1".into(),
+        principal_id: "owner".into(),
+        browser_profile_id: Some("profile-1".into()),
+        schedule_id: None,
+        surface: Surface::Interactive,
+    };
+    authority.execute(Command::CreateSession(session), "owner").await.unwrap();
+    let now = OffsetDateTime::now_utc();
+    let req = AuthorizeRequest {
+        tenant_id: "tenant-1".into(),
+        principal_id: "owner".into(),
+        session_id: "s1".into(),
+        run_id: "run-1".into(),
+        tool_call_id: "call".into(),
+        run: RunContext { interactive: true, top_level: true },
+        turn_tool_calls: vec!["browser.act".into()],
+        versions: Versions { agent: "agent-7".into(), policy: Policy::empty().version },
+        element: ElementFacts { role: "button".into(), name: Some("Confirm".into()), ..ElementFacts::default() },
+        page: PageFacts { url: "https://portal.example/forms/5".into() },
+        action: Action::Click,
+        view: ActionView::default(),
+        snapshot: Some(("snap_9f2c1a0b7d31".into(), "n42".into())),
+    };
+    let (Decision::RequireApproval { approval_id, .. }, _) =
+        authority.authorize(&req, now, Uuid::new_v4()).await.unwrap()
+    else {
+        panic!()
+    };
+    let resolve = Command::ResolveApproval {
+        approval_id,
+        principal_id: "owner".into(),
+        resolution: Resolution::ApproveOnce,
+        repeated_scope: None,
+        new_grant_id: Uuid::new_v4(),
+        versions: Versions { agent: "agent-7".into(), policy: Policy::empty().version },
+        now,
+        token_sha256: Some("d1".into()),
+    };
+    authority.execute(resolve, "owner").await.unwrap();
+    let binding =
+        TokenBinding { run_id: "run-1".into(), snapshot_id: "snap_9f2c1a0b7d31".into(), node_ref: "n42".into() };
+    let tries: Vec<_> = (0..32)
+        .map(|_| {
+            let (authority, binding) = (Arc::clone(&authority), binding.clone());
+            tokio::spawn(async move {
+                authority.execute(Command::RedeemToken { token_sha256: "d1".into(), binding, now }, "agent").await
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    for t in tries {
+        if t.await.unwrap().is_ok() {
+            ok += 1;
+        }
+    }
+    assert_eq!(ok, 1, "exactly one redemption");
+    let stream = StreamId::for_entity("approval", approval_id).unwrap();
+    let redeemed = authority
+        .backend()
+        .store()
+        .read_stream(&stream, 1)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|e| e.event_type == "approval.token_redeemed")
+        .count();
+    assert_eq!(redeemed, 1, "recorded once");
 }
