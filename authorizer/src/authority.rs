@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::future::Future;
 
 use ledger::catalogue::{AuthorizationKind, EndReason, Event, ToolCallAuthorized};
-use ledger::{AppendRequest, EventStore, ExpectedVersion, MemoryStore, Metadata, TenantId};
+use ledger::{AppendRequest, Checkpoint, EventStore, ExpectedVersion, MemoryStore, Metadata, TenantId};
 use time::OffsetDateTime;
 use tokio::sync::{Mutex, RwLock};
 use uuid::Uuid;
@@ -22,13 +22,14 @@ use crate::policy::Policy;
 
 /// Where the authority's events and the inline grant rows live.
 pub trait Backend: Send + Sync {
-    /// Appends events and applies them to the inline projection, atomically.
+    /// Appends events and applies them to the inline projection, atomically; returns where the
+    /// ledger reached (`None` when there was nothing to append).
     fn commit(
         &self,
         tenant: &TenantId,
         metadata: &Metadata,
         events: &[Event],
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<Checkpoint>, StoreError>> + Send;
 
     /// The store the backend appends to, for folding the world at start-up.
     fn events(&self) -> &impl EventStore;
@@ -50,11 +51,16 @@ impl Backend for PgGrants {
         self.store()
     }
 
-    async fn commit(&self, tenant: &TenantId, metadata: &Metadata, events: &[Event]) -> Result<(), StoreError> {
+    async fn commit(
+        &self,
+        tenant: &TenantId,
+        metadata: &Metadata,
+        events: &[Event],
+    ) -> Result<Option<Checkpoint>, StoreError> {
         if events.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
-        PgGrants::commit(self, tenant, metadata, events).await.map(|_| ())
+        PgGrants::commit(self, tenant, metadata, events).await.map(|o| Some(o.checkpoint()))
     }
 
     async fn consume(
@@ -92,9 +98,14 @@ impl Backend for MemoryGrants {
         &self.store
     }
 
-    async fn commit(&self, tenant: &TenantId, metadata: &Metadata, events: &[Event]) -> Result<(), StoreError> {
+    async fn commit(
+        &self,
+        tenant: &TenantId,
+        metadata: &Metadata,
+        events: &[Event],
+    ) -> Result<Option<Checkpoint>, StoreError> {
         if events.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let mut rows = self.rows.lock().await;
         let mut next = rows.clone();
@@ -131,9 +142,9 @@ impl Backend for MemoryGrants {
                 _ => {}
             }
         }
-        self.store.append(crate::pg::to_append(tenant, metadata, events)).await?;
+        let outcome = self.store.append(crate::pg::to_append(tenant, metadata, events)).await?;
         *rows = next;
-        Ok(())
+        Ok(Some(outcome.checkpoint()))
     }
 
     async fn consume(
@@ -185,11 +196,19 @@ pub struct Authority<B> {
     world: RwLock<World>,
     policy: Policy,
     tenant: TenantId,
+    /// The newest ledger position whose events the world has applied.
+    applied: tokio::sync::watch::Sender<Checkpoint>,
 }
 
 impl<B: Backend> Authority<B> {
     pub fn new(backend: B, policy: Policy, tenant: TenantId) -> Self {
-        Self { backend, world: RwLock::new(World::default()), policy, tenant }
+        Self {
+            backend,
+            world: RwLock::new(World::default()),
+            policy,
+            tenant,
+            applied: tokio::sync::watch::channel(Checkpoint::START).0,
+        }
     }
 
     /// An authority whose world is folded from every event of `tenant` in the backend's log,
@@ -208,7 +227,39 @@ impl<B: Backend> Authority<B> {
                 world.apply(&event);
             }
         }
-        Ok(Self { backend, world: RwLock::new(world), policy, tenant })
+        Ok(Self { backend, world: RwLock::new(world), policy, tenant, applied: tokio::sync::watch::channel(at).0 })
+    }
+
+    /// Reads the world without cloning it.
+    pub async fn read<T>(&self, f: impl FnOnce(&World) -> T) -> T {
+        f(&*self.world.read().await)
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The newest position the world reflects: at least that of every write that returned.
+    pub fn position(&self) -> Checkpoint {
+        *self.applied.borrow()
+    }
+
+    /// Waits (up to `patience`) until the world reflects `at`; false when it did not in time.
+    pub async fn wait_for(&self, at: Checkpoint, patience: std::time::Duration) -> bool {
+        let mut rx = self.applied.subscribe();
+        tokio::time::timeout(patience, rx.wait_for(|p| *p >= at)).await.is_ok_and(|r| r.is_ok())
+    }
+
+    fn reached(&self, at: Option<Checkpoint>) {
+        if let Some(at) = at {
+            self.applied.send_if_modified(|p| {
+                let newer = at > *p;
+                if newer {
+                    *p = at;
+                }
+                newer
+            });
+        }
     }
 
     pub fn backend(&self) -> &B {
@@ -223,8 +274,9 @@ impl<B: Backend> Authority<B> {
     pub async fn execute(&self, command: Command, principal: &str) -> Result<Vec<Event>, AuthorityError> {
         let mut world = self.world.write().await;
         let events = domain::decide(&world, command)?;
-        self.backend.commit(&self.tenant, &Metadata::by(principal), &events).await?;
+        let at = self.backend.commit(&self.tenant, &Metadata::by(principal), &events).await?;
         events.iter().for_each(|e| world.apply(e));
+        self.reached(at);
         Ok(events)
     }
 
@@ -260,9 +312,10 @@ impl<B: Backend> Authority<B> {
                     Event::ToolCallAuthorized(ToolCallAuthorized { use_ordinal: Some(ordinal), ..template.clone() })
                 })
                 .await?;
-            if let Consumed::Allowed { ordinal, .. } = consumed {
+            if let Consumed::Allowed { ordinal, outcome } = consumed {
                 let used = Event::ToolCallAuthorized(ToolCallAuthorized { use_ordinal: Some(ordinal), ..template });
                 self.world.write().await.apply(&used);
+                self.reached(Some(outcome.checkpoint()));
                 let decision = Decision::Allow {
                     kind: AuthorizationKind::BrowserTaskGrant,
                     grant_id: Some(grant_id),
@@ -287,9 +340,11 @@ impl<B: Backend> Authority<B> {
                     snapshot_id: snapshot_id.clone(),
                     node_ref: node_ref.clone(),
                 }),
+                agent_version: req.versions.agent.clone(),
             });
-            self.backend.commit(&self.tenant, &metadata, std::slice::from_ref(&requested)).await?;
+            let at = self.backend.commit(&self.tenant, &metadata, std::slice::from_ref(&requested)).await?;
             world.apply(&requested);
+            self.reached(at);
             let decision = Decision::RequireApproval { approval_id, reason: Some("grant_spent".into()), offer };
             return Ok((decision, vec![requested]));
         }
@@ -302,8 +357,9 @@ impl<B: Backend> Authority<B> {
             drop(world);
             return Box::pin(self.authorize(req, now, approval_id)).await;
         }
-        self.backend.commit(&self.tenant, &metadata, &auth.events).await?;
+        let at = self.backend.commit(&self.tenant, &metadata, &auth.events).await?;
         auth.events.iter().for_each(|e| world.apply(e));
+        self.reached(at);
         Ok((auth.decision, auth.events))
     }
 }

@@ -747,6 +747,7 @@ pub fn authorize(
             snapshot_id: snapshot_id.clone(),
             node_ref: node_ref.clone(),
         }),
+        agent_version: req.versions.agent.clone(),
     }));
     Authorization { decision: Decision::RequireApproval { approval_id: new_approval_id, reason, offer }, events }
 }

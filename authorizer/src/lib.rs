@@ -5,9 +5,11 @@
 //! no prost types. Storage adapters sit at the edge (`pg`).
 
 pub mod authority;
+pub mod constraint;
 pub mod domain;
 pub mod limits;
 pub mod pg;
 pub mod policy;
 pub mod scopes;
+pub mod service;
 pub mod view;

@@ -187,6 +187,9 @@ pub struct ApprovalRequested {
     /// What an approval token for this action is bound to. Never part of the view.
     #[serde(default)]
     pub binding: Option<TokenBinding>,
+    /// The agent version of the run that asked: a grant made from this card pins it.
+    #[serde(default)]
+    pub agent_version: String,
 }
 
 /// The run, observation and node an approval token is valid for.
@@ -470,6 +473,7 @@ mod tests {
                 not_covered_reason: Some("payment".into()),
                 expires_at: now,
                 binding: None,
+                agent_version: "agent-1".into(),
             }),
         ];
         for e in events {

@@ -1,0 +1,674 @@
+//! The tonic service over the authority: prost types are converted here and go no further in.
+//!
+//! The caller's tenant and principal come from request metadata (`x-tenant-id`,
+//! `x-principal-id`), set by the trusted caller (the gateway, the agent's worker) after it
+//! authenticated its own client. Another principal's session, approval or grant is NOT_FOUND.
+//! Bad requests are INVALID_ARGUMENT with field violations and change nothing.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use classifier::{Action, ElementFacts, FieldKind, PageFacts, SelectOption};
+use ledger::catalogue::{
+    ActionView, Author, Event, Offer, Resolution, SessionCreated, SessionMessageRecorded, SignInPhase, SiteScope,
+    Surface, TokenBinding,
+};
+use ledger::{Checkpoint, StreamId};
+use proto::v1 as pb;
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use tokio::net::TcpListener;
+use tonic::{Code, Request, Response, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+use uuid::Uuid;
+
+use crate::authority::{Authority, AuthorityError, Backend};
+use crate::constraint::{DispatchConstraint, GrantKind};
+use crate::domain::{
+    APPROVAL_TOKEN_INVALID, Approval, ApprovalState, AuthorizeRequest, Command, Decision, DomainError, Grant,
+    RunContext, Versions,
+};
+use crate::view::{approval_view_in_session, offer_text};
+
+/// How long a read waits for the position it asked to see.
+const READ_YOUR_WRITES_PATIENCE: Duration = Duration::from_secs(5);
+
+fn invalid(field: &str, description: &str) -> Status {
+    Status::with_error_details(
+        Code::InvalidArgument,
+        format!("{field}: {description}"),
+        ErrorDetails::with_bad_request_violation(field, description),
+    )
+}
+
+fn with_reason(code: Code, reason: &str, message: String) -> Status {
+    let reason = reason.to_ascii_uppercase();
+    Status::with_error_details(
+        code,
+        message,
+        ErrorDetails::with_error_info(reason, "grant_ledger", std::collections::HashMap::new()),
+    )
+}
+
+fn status(e: AuthorityError) -> Status {
+    match e {
+        AuthorityError::Domain(DomainError::NotFound { what, .. }) => Status::not_found(format!("{what} not found")),
+        AuthorityError::Domain(DomainError::Conflict { code, detail }) if code == APPROVAL_TOKEN_INVALID => {
+            with_reason(Code::PermissionDenied, code, format!("{code}: {detail}"))
+        }
+        AuthorityError::Domain(DomainError::Conflict { code: "session_exists", detail }) => {
+            Status::already_exists(detail)
+        }
+        AuthorityError::Domain(DomainError::Conflict { code, detail }) => {
+            with_reason(Code::FailedPrecondition, code, format!("{code}: {detail}"))
+        }
+        AuthorityError::Domain(DomainError::Invalid { field, reason }) => invalid(field, &reason),
+        AuthorityError::Store(e) if e.is_determinate() => {
+            tracing::warn!(error = %e, "store refused a write; nothing was written");
+            Status::unavailable(format!("nothing was written: {e}"))
+        }
+        AuthorityError::Store(e) => {
+            tracing::error!(error = %e, "write outcome unknown");
+            Status::unknown(format!("the outcome is unknown; look it up before retrying: {e}"))
+        }
+    }
+}
+
+/// The caller's tenant and principal, from metadata.
+fn caller<T>(req: &Request<T>) -> Result<(String, String), Status> {
+    let get = |key: &str| {
+        req.metadata()
+            .get(key)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| Status::unauthenticated(format!("missing {key}")))
+    };
+    Ok((get("x-tenant-id")?, get("x-principal-id")?))
+}
+
+/// An id that can name a stream.
+fn id(field: &str, value: &str) -> Result<String, Status> {
+    if value.is_empty() {
+        return Err(invalid(field, "is required"));
+    }
+    StreamId::for_entity("x", value).map_err(|e| invalid(field, &e.reason))?;
+    Ok(value.to_owned())
+}
+
+fn uuid(field: &str, value: &str) -> Result<Uuid, Status> {
+    Uuid::parse_str(value).map_err(|_| invalid(field, "is not a UUID"))
+}
+
+fn opt(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_owned())
+}
+
+fn rfc3339(t: OffsetDateTime) -> String {
+    t.format(&Rfc3339).unwrap_or_default()
+}
+
+fn position(at: Checkpoint) -> Option<pb::Position> {
+    Some(pb::Position { tx_id: at.tx_id, position: at.position })
+}
+
+fn field_kind(k: i32) -> Result<FieldKind, Status> {
+    use pb::FieldKind as F;
+    Ok(match F::try_from(k).map_err(|_| invalid("element.field_kind", "unknown value"))? {
+        F::None => FieldKind::None,
+        F::Text => FieldKind::Text,
+        F::Search => FieldKind::Search,
+        F::TextArea => FieldKind::TextArea,
+        F::EditableRegion => FieldKind::EditableRegion,
+        F::Select => FieldKind::Select,
+        F::Checkbox => FieldKind::Checkbox,
+        F::Radio => FieldKind::Radio,
+        F::CustomChoice => FieldKind::CustomChoice,
+        F::Password => FieldKind::Password,
+        F::OneTimeCode => FieldKind::OneTimeCode,
+        F::Payment => FieldKind::Payment,
+        F::Identity => FieldKind::Identity,
+        F::File => FieldKind::File,
+        F::Other => FieldKind::Other,
+    })
+}
+
+fn element(e: pb::ElementFacts) -> Result<ElementFacts, Status> {
+    Ok(ElementFacts {
+        role: e.role,
+        name: opt(&e.name),
+        aria_label: opt(&e.aria_label),
+        labelledby: e.labelledby,
+        labels: e.labels,
+        title: opt(&e.title),
+        placeholder: opt(&e.placeholder),
+        alt: opt(&e.alt),
+        value: opt(&e.value),
+        visible_text: opt(&e.visible_text),
+        dialog_name: opt(&e.dialog_name),
+        field_kind: field_kind(e.field_kind)?,
+        options: e
+            .options
+            .into_iter()
+            .map(|o| SelectOption {
+                value: o.value,
+                label: opt(&o.label),
+                text: opt(&o.text),
+                name: opt(&o.name),
+                title: opt(&o.title),
+                group_label: opt(&o.group_label),
+            })
+            .collect(),
+        nav_targets: e.nav_targets,
+        download: e.download,
+        disabled: e.disabled,
+        truncated: e.truncated,
+    })
+}
+
+fn action(a: Option<pb::Action>) -> Result<Action, Status> {
+    use pb::ActionKind as K;
+    let a = a.ok_or_else(|| invalid("action", "is required"))?;
+    Ok(match K::try_from(a.kind).map_err(|_| invalid("action.kind", "unknown value"))? {
+        K::Unspecified => return Err(invalid("action.kind", "is required")),
+        K::Click => Action::Click,
+        K::Type => Action::Type { text: a.text },
+        K::Select if a.option.is_empty() => return Err(invalid("action.option", "is required for select")),
+        K::Select => Action::Select { option: a.option },
+        K::Check => Action::Check,
+        K::Press if a.key.is_empty() => return Err(invalid("action.key", "is required for press")),
+        K::Press => Action::Press { key: a.key },
+        K::Scroll => Action::Scroll,
+    })
+}
+
+fn view_pb(v: &ActionView) -> pb::ApprovalView {
+    let s = |o: &Option<String>| o.clone().unwrap_or_default();
+    pb::ApprovalView {
+        action_kind: v.action_kind.clone(),
+        describable: v.describable,
+        element_role: s(&v.element_role),
+        element_name: s(&v.element_name),
+        visible_text: s(&v.visible_text),
+        dialog_name: s(&v.dialog_name),
+        page_origin: s(&v.page_origin),
+        page_path: s(&v.page_path),
+        page_title: s(&v.page_title),
+        detail: s(&v.detail),
+        detail_digest: s(&v.detail_digest),
+        action_summary: v.action_summary.clone(),
+    }
+}
+
+fn offer(o: &Offer) -> pb::Offer {
+    let place = format!("{}{}", o.scope.origin.trim_start_matches("https://"), o.scope.path_prefix);
+    pb::Offer {
+        origin: o.scope.origin.clone(),
+        path_prefix: o.scope.path_prefix.clone(),
+        minutes: o.minutes,
+        max_actions: o.max_actions,
+        max_typed_chars: o.max_typed_chars,
+        text: offer_text(&place, o.minutes, o.max_actions),
+    }
+}
+
+fn constraint(c: &DispatchConstraint) -> pb::DispatchConstraint {
+    pb::DispatchConstraint {
+        grant_kind: match c.kind {
+            GrantKind::Task => pb::GrantKind::Task as i32,
+            GrantKind::Standing => pb::GrantKind::Standing as i32,
+        },
+        origins: c.origins.clone(),
+        path_prefix: c.path_prefix.clone(),
+        not_after: rfc3339(c.not_after),
+        consequence_ceiling: c.consequence_ceiling.clone(),
+        max_text_chars: c.max_text_chars,
+    }
+}
+
+fn approval(a: &Approval) -> pb::Approval {
+    let r = &a.requested;
+    let status = match a.state {
+        ApprovalState::Pending => "PENDING",
+        ApprovalState::Resolved(res) => match res.status() {
+            ledger::catalogue::ApprovalStatus::Approved => "APPROVED",
+            ledger::catalogue::ApprovalStatus::Denied => "DENIED",
+        },
+        ApprovalState::Expired => "EXPIRED",
+    };
+    pb::Approval {
+        approval_id: r.approval_id.to_string(),
+        session_id: r.session_id.clone(),
+        status: status.into(),
+        view: Some(view_pb(&r.view)),
+        offer: r.offer.as_ref().map(offer),
+        reason: r.not_covered_reason.clone().unwrap_or_default(),
+        expires_at: rfc3339(r.expires_at),
+    }
+}
+
+fn grant(g: &Grant) -> pb::TaskGrant {
+    let c = &g.created;
+    pb::TaskGrant {
+        grant_id: c.grant_id.to_string(),
+        session_id: c.session_id.clone(),
+        origin: c.scope.origin.clone(),
+        path_prefix: c.scope.path_prefix.clone(),
+        created_at: rfc3339(c.created_at),
+        expires_at: rfc3339(c.expires_at),
+        actions_used: g.actions_used,
+        max_actions: c.max_actions,
+        chars_used: g.chars_used,
+        max_typed_chars: c.max_typed_chars,
+        end_reason: g
+            .ended
+            .and_then(|r| serde_json::to_value(r).ok())
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default(),
+    }
+}
+
+/// A fresh approval token: `apv_` and 24 hex digits from a random UUID.
+fn new_token() -> String {
+    format!("apv_{}", &Uuid::new_v4().simple().to_string()[..24])
+}
+
+fn token_digest(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+fn is_token(token: &str) -> bool {
+    token
+        .strip_prefix("apv_")
+        .is_some_and(|h| h.len() == 24 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+}
+
+/// The gRPC face of one tenant's authority.
+#[derive(Debug)]
+pub struct AuthorizerService<B> {
+    authority: Arc<Authority<B>>,
+    tenant: String,
+}
+
+impl<B> Clone for AuthorizerService<B> {
+    fn clone(&self) -> Self {
+        Self { authority: Arc::clone(&self.authority), tenant: self.tenant.clone() }
+    }
+}
+
+impl<B: Backend + 'static> AuthorizerService<B> {
+    pub fn new(authority: Arc<Authority<B>>, tenant: impl Into<String>) -> Self {
+        Self { authority, tenant: tenant.into() }
+    }
+
+    pub fn into_server(self) -> pb::authorizer_server::AuthorizerServer<Self> {
+        pb::authorizer_server::AuthorizerServer::new(self)
+    }
+
+    /// The caller's principal, once the tenant is checked to be the one this authority serves.
+    fn principal<T>(&self, req: &Request<T>) -> Result<String, Status> {
+        let (tenant, principal) = caller(req)?;
+        if tenant != self.tenant {
+            return Err(Status::permission_denied("this authority does not serve that tenant"));
+        }
+        Ok(principal)
+    }
+
+    async fn seen(&self, min: Option<pb::Position>) -> Result<(), Status> {
+        let Some(min) = min else { return Ok(()) };
+        let at = Checkpoint { tx_id: min.tx_id, position: min.position };
+        if self.authority.wait_for(at, READ_YOUR_WRITES_PATIENCE).await {
+            Ok(())
+        } else {
+            Err(Status::unavailable("not caught up to the requested position yet; retry"))
+        }
+    }
+
+    async fn write(&self, command: Command, principal: &str) -> Result<Response<pb::WriteReply>, Status> {
+        self.authority.execute(command, principal).await.map_err(status)?;
+        Ok(Response::new(pb::WriteReply { position: position(self.authority.position()) }))
+    }
+
+    /// The session, if it is this principal's and not deleted.
+    async fn own_session(&self, session_id: &str, principal: &str) -> Result<(), Status> {
+        let owns = self
+            .authority
+            .read(|w| w.sessions.get(session_id).is_some_and(|s| s.created.principal_id == principal && !s.deleted))
+            .await;
+        if owns { Ok(()) } else { Err(Status::not_found("session not found")) }
+    }
+}
+
+#[tonic::async_trait]
+impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerService<B> {
+    async fn create_session(&self, req: Request<pb::CreateSessionRequest>) -> Result<Response<pb::WriteReply>, Status> {
+        let principal = self.principal(&req)?;
+        let r = req.into_inner();
+        let session_id = id("session_id", &r.session_id)?;
+        let surface = match pb::Surface::try_from(r.surface) {
+            Ok(pb::Surface::Interactive) => Surface::Interactive,
+            Ok(pb::Surface::Inbound) => Surface::Inbound,
+            Ok(pb::Surface::Device) => Surface::Device,
+            _ => return Err(invalid("surface", "is required")),
+        };
+        let profile = opt(&r.browser_profile_id).map(|p| id("browser_profile_id", &p)).transpose()?;
+        let created = SessionCreated {
+            session_id,
+            tenant_id: self.tenant.clone(),
+            principal_id: principal.clone(),
+            browser_profile_id: profile,
+            schedule_id: opt(&r.schedule_id),
+            surface,
+        };
+        self.write(Command::CreateSession(created), &principal).await
+    }
+
+    async fn record_message(&self, req: Request<pb::RecordMessageRequest>) -> Result<Response<pb::WriteReply>, Status> {
+        let principal = self.principal(&req)?;
+        let r = req.into_inner();
+        let session_id = id("session_id", &r.session_id)?;
+        let message_id = id("message_id", &r.message_id)?;
+        self.own_session(&session_id, &principal).await?;
+        let author = if r.from_owner { Author::Owner } else { Author::Other };
+        self.write(Command::RecordMessage(SessionMessageRecorded { session_id, message_id, author }), &principal).await
+    }
+
+    async fn delete_session(&self, req: Request<pb::DeleteSessionRequest>) -> Result<Response<pb::WriteReply>, Status> {
+        let principal = self.principal(&req)?;
+        let session_id = id("session_id", &req.into_inner().session_id)?;
+        self.write(Command::DeleteSession { session_id, principal_id: principal.clone() }, &principal).await
+    }
+
+    async fn record_profile_event(
+        &self,
+        req: Request<pb::ProfileEventRequest>,
+    ) -> Result<Response<pb::WriteReply>, Status> {
+        let principal = self.principal(&req)?;
+        let r = req.into_inner();
+        let profile_id = id("profile_id", &r.profile_id)?;
+        let command = match pb::ProfileEvent::try_from(r.event) {
+            Ok(pb::ProfileEvent::SignInBegan) => Command::AdvanceProfile { profile_id, phase: SignInPhase::Began },
+            Ok(pb::ProfileEvent::SignInReady) => Command::AdvanceProfile { profile_id, phase: SignInPhase::Ready },
+            Ok(pb::ProfileEvent::Revoked) => Command::RevokeProfile { profile_id },
+            Ok(pb::ProfileEvent::Deleted) => Command::DeleteProfile { profile_id },
+            _ => return Err(invalid("event", "is required")),
+        };
+        self.write(command, &principal).await
+    }
+
+    #[tracing::instrument(skip_all, fields(tenant = %self.tenant, session_id, decision))]
+    async fn authorize(&self, req: Request<pb::AuthorizeRequest>) -> Result<Response<pb::AuthorizeReply>, Status> {
+        let principal = self.principal(&req)?;
+        let r = req.into_inner();
+        let session_id = id("session_id", &r.session_id)?;
+        tracing::Span::current().record("session_id", session_id.as_str());
+        let run = r.run.ok_or_else(|| invalid("run", "is required"))?;
+        let run_id = id("run.run_id", &run.run_id)?;
+        let tool_call_id = id("tool_call_id", &r.tool_call_id)?;
+        if r.agent_version.is_empty() {
+            return Err(invalid("agent_version", "is required"));
+        }
+        if r.page_url.is_empty() {
+            return Err(invalid("page_url", "is required"));
+        }
+        let action = action(r.action)?;
+        let element = match r.element {
+            Some(e) => Some(element(e)?),
+            None if action == Action::Scroll => None,
+            None => return Err(invalid("element", "is required")),
+        };
+        let snapshot = match (r.snapshot_id.is_empty(), r.node_ref.is_empty()) {
+            (false, false) => Some((r.snapshot_id, r.node_ref)),
+            (true, true) => None,
+            _ => return Err(invalid("snapshot_id", "snapshot_id and node_ref go together")),
+        };
+        self.own_session(&session_id, &principal).await?;
+        let page = PageFacts { url: r.page_url };
+        let view = approval_view_in_session(element.as_ref(), &page, opt(&r.page_title).as_deref(), &action);
+        let request = AuthorizeRequest {
+            tenant_id: self.tenant.clone(),
+            principal_id: principal,
+            session_id,
+            run_id,
+            tool_call_id,
+            run: RunContext { interactive: run.interactive, top_level: run.top_level },
+            turn_tool_calls: r.turn_tool_calls,
+            versions: Versions { agent: r.agent_version, policy: self.authority.policy().version.clone() },
+            element: element.unwrap_or_default(),
+            page,
+            action,
+            view,
+            snapshot,
+        };
+        let now = OffsetDateTime::now_utc();
+        let (decision, events) = self.authority.authorize(&request, now, Uuid::new_v4()).await.map_err(status)?;
+        let reply = match decision {
+            Decision::Allow { kind, grant_id, use_ordinal, .. } => {
+                let dispatch = match grant_id {
+                    Some(g) => self.authority.read(|w| w.grants.get(&g).map(DispatchConstraint::for_task_grant)).await,
+                    None => {
+                        let origin =
+                            classifier::paths::location(&request.page.url).map(|l| l.origin).unwrap_or_default();
+                        let until = self.authority.read(|w| w.standing.as_ref().map(|s| s.expires_at)).await;
+                        until.map(|t| DispatchConstraint::for_standing_grant(&origin, t))
+                    }
+                };
+                pb::authorize_reply::Decision::Allow(pb::Allow {
+                    kind: serde_json::to_value(kind)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default(),
+                    grant_id: grant_id.map(|g| g.to_string()).unwrap_or_default(),
+                    use_ordinal: use_ordinal.unwrap_or_default(),
+                    constraint: dispatch.as_ref().map(constraint),
+                })
+            }
+            Decision::RequireApproval { approval_id, reason, offer: o } => {
+                let shown = events.iter().find_map(|e| match e {
+                    Event::ApprovalRequested(a) => Some(view_pb(&a.view)),
+                    _ => None,
+                });
+                pb::authorize_reply::Decision::RequireApproval(pb::RequireApproval {
+                    approval_id: approval_id.to_string(),
+                    view: shown,
+                    offer: o.as_ref().map(offer),
+                    reason: reason.unwrap_or_default(),
+                })
+            }
+            Decision::Deny { code } => pb::authorize_reply::Decision::Deny(pb::Deny { code }),
+        };
+        let name = match &reply {
+            pb::authorize_reply::Decision::Allow(_) => "allow",
+            pb::authorize_reply::Decision::RequireApproval(_) => "require_approval",
+            pb::authorize_reply::Decision::Deny(_) => "deny",
+        };
+        tracing::Span::current().record("decision", name);
+        Ok(Response::new(pb::AuthorizeReply { decision: Some(reply), position: position(self.authority.position()) }))
+    }
+
+    #[tracing::instrument(skip_all, fields(tenant = %self.tenant, approval_id))]
+    async fn resolve_approval(
+        &self,
+        req: Request<pb::ResolveApprovalRequest>,
+    ) -> Result<Response<pb::ResolveApprovalReply>, Status> {
+        let principal = self.principal(&req)?;
+        let r = req.into_inner();
+        let approval_id = uuid("approval_id", &r.approval_id)?;
+        tracing::Span::current().record("approval_id", r.approval_id.as_str());
+        let resolution = match pb::Resolution::try_from(r.resolution) {
+            Ok(pb::Resolution::ApproveOnce) => Resolution::ApproveOnce,
+            Ok(pb::Resolution::ApproveForTask) => Resolution::ApproveForTask,
+            Ok(pb::Resolution::Deny) => Resolution::Deny,
+            _ => return Err(invalid("resolution", "is required")),
+        };
+        let repeated_scope = match resolution {
+            Resolution::ApproveForTask => {
+                if r.offered_origin.is_empty() || r.offered_path_prefix.is_empty() {
+                    return Err(invalid(
+                        "offered_origin",
+                        "approve_for_task repeats the offered origin and path prefix",
+                    ));
+                }
+                Some(SiteScope { origin: r.offered_origin, path_prefix: r.offered_path_prefix })
+            }
+            _ => None,
+        };
+        let agent =
+            self.authority.read(|w| w.approvals.get(&approval_id).map(|a| a.requested.agent_version.clone())).await;
+        let Some(agent) = agent else { return Err(Status::not_found("approval not found")) };
+        let token = new_token();
+        let command = Command::ResolveApproval {
+            approval_id,
+            principal_id: principal.clone(),
+            resolution,
+            repeated_scope,
+            new_grant_id: Uuid::new_v4(),
+            versions: Versions { agent, policy: self.authority.policy().version.clone() },
+            now: OffsetDateTime::now_utc(),
+            token_sha256: Some(token_digest(&token)),
+        };
+        let events = self.authority.execute(command, &principal).await.map_err(status)?;
+        let mut reply =
+            pb::ResolveApprovalReply { position: position(self.authority.position()), ..Default::default() };
+        for e in &events {
+            match e {
+                Event::ApprovalResolved(x) => {
+                    reply.status =
+                        if x.status == ledger::catalogue::ApprovalStatus::Approved { "APPROVED" } else { "DENIED" }
+                            .into();
+                    reply.grant_id = x.grant_id.map(|g| g.to_string()).unwrap_or_default();
+                }
+                Event::ApprovalTokenIssued(_) => reply.approval_token.clone_from(&token),
+                _ => {}
+            }
+        }
+        Ok(Response::new(reply))
+    }
+
+    async fn get_approval(&self, req: Request<pb::GetApprovalRequest>) -> Result<Response<pb::Approval>, Status> {
+        let principal = self.principal(&req)?;
+        let r = req.into_inner();
+        let approval_id = uuid("approval_id", &r.approval_id)?;
+        self.seen(r.min_position).await?;
+        let found = self
+            .authority
+            .read(|w| {
+                let a = w.approvals.get(&approval_id)?;
+                let owner = &w.sessions.get(&a.requested.session_id)?.created.principal_id;
+                (owner == &principal).then(|| approval(a))
+            })
+            .await;
+        found.map(Response::new).ok_or_else(|| Status::not_found("approval not found"))
+    }
+
+    async fn list_approvals(
+        &self,
+        req: Request<pb::ListApprovalsRequest>,
+    ) -> Result<Response<pb::ListApprovalsReply>, Status> {
+        let principal = self.principal(&req)?;
+        let r = req.into_inner();
+        let session_id = id("session_id", &r.session_id)?;
+        self.seen(r.min_position).await?;
+        self.own_session(&session_id, &principal).await?;
+        let mut approvals = self
+            .authority
+            .read(|w| {
+                w.approvals
+                    .values()
+                    .filter(|a| {
+                        a.requested.session_id == session_id && (!r.pending_only || a.state == ApprovalState::Pending)
+                    })
+                    .map(|a| (a.requested.expires_at, approval(a)))
+                    .collect::<Vec<_>>()
+            })
+            .await;
+        approvals.sort_by_key(|(t, a)| (*t, a.approval_id.clone()));
+        Ok(Response::new(pb::ListApprovalsReply { approvals: approvals.into_iter().map(|(_, a)| a).collect() }))
+    }
+
+    async fn redeem_token(
+        &self,
+        req: Request<pb::RedeemTokenRequest>,
+    ) -> Result<Response<pb::RedeemTokenReply>, Status> {
+        let principal = self.principal(&req)?;
+        let r = req.into_inner();
+        if !is_token(&r.approval_token) {
+            return Err(invalid("approval_token", "must be apv_ and 24 lowercase hex digits"));
+        }
+        let binding = TokenBinding {
+            run_id: id("run_id", &r.run_id)?,
+            snapshot_id: id("snapshot_id", &r.snapshot_id)?,
+            node_ref: id("node_ref", &r.node_ref)?,
+        };
+        let command = Command::RedeemToken {
+            token_sha256: token_digest(&r.approval_token),
+            binding,
+            now: OffsetDateTime::now_utc(),
+        };
+        let events = self.authority.execute(command, &principal).await.map_err(status)?;
+        let approval_id = events
+            .iter()
+            .find_map(|e| match e {
+                Event::ApprovalTokenRedeemed(x) => Some(x.approval_id.to_string()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        Ok(Response::new(pb::RedeemTokenReply { approval_id, position: position(self.authority.position()) }))
+    }
+
+    async fn get_grant(&self, req: Request<pb::GetGrantRequest>) -> Result<Response<pb::TaskGrant>, Status> {
+        let principal = self.principal(&req)?;
+        let r = req.into_inner();
+        let grant_id = uuid("grant_id", &r.grant_id)?;
+        self.seen(r.min_position).await?;
+        let found = self
+            .authority
+            .read(|w| w.grants.get(&grant_id).filter(|g| g.created.principal_id == principal).map(grant))
+            .await;
+        found.map(Response::new).ok_or_else(|| Status::not_found("grant not found"))
+    }
+
+    async fn list_grants(&self, req: Request<pb::ListGrantsRequest>) -> Result<Response<pb::ListGrantsReply>, Status> {
+        let principal = self.principal(&req)?;
+        let r = req.into_inner();
+        self.seen(r.min_position).await?;
+        let mut grants = self
+            .authority
+            .read(|w| {
+                w.grants
+                    .values()
+                    .filter(|g| g.created.principal_id == principal)
+                    .filter(|g| r.session_id.is_empty() || g.created.session_id == r.session_id)
+                    .filter(|g| !r.active_only || g.is_active())
+                    .map(|g| (g.created.created_at, grant(g)))
+                    .collect::<Vec<_>>()
+            })
+            .await;
+        grants.sort_by_key(|(t, g)| (*t, g.grant_id.clone()));
+        Ok(Response::new(pb::ListGrantsReply { grants: grants.into_iter().map(|(_, g)| g).collect() }))
+    }
+
+    #[tracing::instrument(skip_all, fields(tenant = %self.tenant, grant_id))]
+    async fn revoke_grant(&self, req: Request<pb::RevokeGrantRequest>) -> Result<Response<pb::WriteReply>, Status> {
+        let principal = self.principal(&req)?;
+        let r = req.into_inner();
+        let grant_id = uuid("grant_id", &r.grant_id)?;
+        tracing::Span::current().record("grant_id", r.grant_id.as_str());
+        self.write(Command::RevokeGrant { grant_id, principal_id: principal.clone() }, &principal).await
+    }
+}
+
+/// Serves `service` on `listener` until `shutdown` resolves, finishing requests in flight.
+pub async fn serve<B: Backend + 'static>(
+    listener: TcpListener,
+    service: AuthorizerService<B>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    tonic::transport::Server::builder()
+        .add_service(service.into_server())
+        .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), shutdown)
+        .await
+}
