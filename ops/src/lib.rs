@@ -6,6 +6,7 @@ pub mod bench;
 pub mod classify;
 pub mod migrate;
 pub mod pgcluster;
+pub mod serve;
 
 use anyhow::{Context, Result};
 

@@ -29,6 +29,11 @@ enum Cmd {
     Check,
     /// Classify elements: JSON lines on stdin, one JSON line per input on stdout.
     Classify,
+    /// Run a service.
+    Serve {
+        #[command(subcommand)]
+        service: ServeCmd,
+    },
     /// Manage a local throwaway cluster.
     Db {
         #[command(subcommand)]
@@ -39,6 +44,13 @@ enum Cmd {
         #[command(subcommand)]
         command: BenchCmd,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum ServeCmd {
+    /// The authorizer gRPC service. Configured by AUTHORIZER_LISTEN, GRANT_LEDGER_TENANT,
+    /// BROWSER_TASK_GRANTS_ENABLED, BROWSER_TASK_GRANT_SCOPES, POLICY_FILE, SWEEP_INTERVAL_SECONDS.
+    Authorizer,
 }
 
 #[derive(Debug, Subcommand)]
@@ -125,6 +137,12 @@ async fn run(cli: Cli) -> Result<()> {
             let url = database_url(&cli.database_url)?;
             let (migrations, events, streams) = check(&url).await?;
             println!("{migrations} migrations, {events} events in {streams} streams, every hash chain verified");
+        }
+        Cmd::Serve { service: ServeCmd::Authorizer } => {
+            // Parsed once, here; nothing reads the environment after start-up.
+            let config = ops::serve::AuthorizerConfig::parse(|k| std::env::var(k).ok())?;
+            let url = database_url(&cli.database_url)?;
+            ops::serve::authorizer(config, url).await?;
         }
         Cmd::Classify => {
             ops::classify::run(std::io::stdin().lock(), std::io::stdout().lock()).context("classify")?;

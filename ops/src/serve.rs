@@ -1,0 +1,152 @@
+//! `grantctl serve authorizer`: typed configuration from the environment, parsed once at
+//! start-up; then migrations, the authority recovered from the log, the sweep and approval
+//! reaper on an interval, and the gRPC server until Ctrl-C.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use authorizer::authority::Authority;
+use authorizer::domain::Command;
+use authorizer::pg::PgGrants;
+use authorizer::policy::Policy;
+use authorizer::scopes::{TaskGrantSettings, settings};
+use authorizer::service::{AuthorizerService, serve};
+use ledger::{PgStore, TenantId};
+use time::OffsetDateTime;
+
+/// Everything the authorizer reads from its environment.
+#[derive(Debug)]
+pub struct AuthorizerConfig {
+    pub database_url: Option<String>,
+    pub listen: SocketAddr,
+    pub tenant: TenantId,
+    pub settings: TaskGrantSettings,
+    pub policy: Policy,
+    pub sweep_every: Duration,
+}
+
+impl AuthorizerConfig {
+    /// Parses the settings `get` returns; each refusal names the variable and the rule.
+    pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let listen = get("AUTHORIZER_LISTEN").unwrap_or_else(|| "127.0.0.1:50051".into());
+        let listen: SocketAddr = listen
+            .parse()
+            .with_context(|| format!("AUTHORIZER_LISTEN={listen:?} is not an address like 127.0.0.1:50051"))?;
+        let tenant = get("GRANT_LEDGER_TENANT").unwrap_or_else(|| "default".into());
+        let tenant = TenantId::new(tenant.clone()).with_context(|| format!("GRANT_LEDGER_TENANT={tenant:?}"))?;
+        let settings =
+            settings(get("BROWSER_TASK_GRANTS_ENABLED").as_deref(), get("BROWSER_TASK_GRANT_SCOPES").as_deref())?;
+        let policy = match get("POLICY_FILE") {
+            Some(path) => {
+                let bytes = std::fs::read(&path).with_context(|| format!("POLICY_FILE={path:?} cannot be read"))?;
+                Policy::parse(&bytes).with_context(|| format!("POLICY_FILE={path:?}"))?
+            }
+            None => Policy::empty(),
+        };
+        let sweep = get("SWEEP_INTERVAL_SECONDS").unwrap_or_else(|| "30".into());
+        let seconds: u64 =
+            sweep.parse().with_context(|| format!("SWEEP_INTERVAL_SECONDS={sweep:?} is not a whole number"))?;
+        if !(1..=3600).contains(&seconds) {
+            bail!("SWEEP_INTERVAL_SECONDS={seconds} must be between 1 and 3600");
+        }
+        Ok(Self {
+            database_url: get("DATABASE_URL"),
+            listen,
+            tenant,
+            settings,
+            policy,
+            sweep_every: Duration::from_secs(seconds),
+        })
+    }
+}
+
+/// Runs the authorizer until Ctrl-C.
+pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Result<()> {
+    crate::migrate::run(&mut crate::connect(&database_url).await?).await?;
+    let pg_config: tokio_postgres::Config = database_url.parse()?;
+    let pool = ledger::postgres::pool(pg_config.clone(), 32).map_err(anyhow::Error::msg)?;
+    let backend = PgGrants::new(PgStore::with_listener(pool, pg_config));
+    let authority = Arc::new(Authority::recover(backend, config.policy, config.tenant.clone()).await?);
+    authority.execute(Command::ChangeSettings(config.settings), "operator").await?;
+
+    let sweeper = {
+        let authority = Arc::clone(&authority);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(config.sweep_every);
+            loop {
+                tick.tick().await;
+                let now = OffsetDateTime::now_utc();
+                for command in [Command::Sweep { now }, Command::ExpireApprovals { now }] {
+                    match authority.execute(command, "sweeper").await {
+                        Ok(events) if !events.is_empty() => {
+                            tracing::info!(ended = events.len(), "sweep recorded ends and expiries")
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(error = %e, "sweep failed; retrying next interval"),
+                    }
+                }
+            }
+        })
+    };
+
+    let listener =
+        tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
+    tracing::info!(address = %listener.local_addr()?, tenant = %config.tenant, "authorizer serving");
+    println!("authorizer serving on {}", listener.local_addr()?);
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down: finishing requests in flight");
+    };
+    let served = serve(listener, AuthorizerService::new(authority, config.tenant.as_str()), shutdown).await;
+    sweeper.abort();
+    served.context("serving")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn parse(vars: &[(&str, &str)]) -> Result<AuthorizerConfig> {
+        let map: HashMap<String, String> = vars.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
+        AuthorizerConfig::parse(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_and_refusals() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(
+            (c.listen.to_string().as_str(), c.tenant.as_str(), c.settings.enabled),
+            ("127.0.0.1:50051", "default", false)
+        );
+        let c = parse(&[
+            ("BROWSER_TASK_GRANTS_ENABLED", "true"),
+            ("BROWSER_TASK_GRANT_SCOPES", "https://www.example.org/lesson"),
+        ])
+        .unwrap();
+        assert_eq!(c.settings.scopes.len(), 1);
+        for (vars, says) in [
+            (vec![("AUTHORIZER_LISTEN", "nowhere")], "AUTHORIZER_LISTEN"),
+            (vec![("GRANT_LEDGER_TENANT", "a b")], "GRANT_LEDGER_TENANT"),
+            (
+                vec![("BROWSER_TASK_GRANT_SCOPES", "https://www.example.org/lesson")],
+                "requires BROWSER_TASK_GRANTS_ENABLED",
+            ),
+            (
+                vec![
+                    ("BROWSER_TASK_GRANTS_ENABLED", "1"),
+                    ("BROWSER_TASK_GRANT_SCOPES", "https://www.example.org/checkout"),
+                ],
+                "sensitive",
+            ),
+            (vec![("POLICY_FILE", "/nonexistent/policy.json")], "POLICY_FILE"),
+            (vec![("SWEEP_INTERVAL_SECONDS", "0")], "between 1 and 3600"),
+            (vec![("SWEEP_INTERVAL_SECONDS", "soon")], "SWEEP_INTERVAL_SECONDS"),
+        ] {
+            let err = format!("{:#}", parse(&vars).unwrap_err());
+            assert!(err.contains(says), "{vars:?}: {err}");
+        }
+    }
+}
