@@ -172,10 +172,13 @@ impl PgGrants {
         };
         let ordinal = u32::try_from(row.get::<_, i32>(0)).map_err(unavailable)?;
         let event = use_event(ordinal);
+        // A grant's stream is [created, use 1..n, ended?]: uses stop once the row is ended, and
+        // the row lock orders them, so use n lands at version n + 1. Saying so lets the store
+        // skip reading the stream's head.
         let request = AppendRequest::single(
             tenant.clone(),
             stream_of(&event),
-            ExpectedVersion::Any,
+            ExpectedVersion::At(u64::from(ordinal)),
             vec![event.to_new(Uuid::new_v4(), metadata.clone())],
         );
         let staged = self.store.append_within(&tx, &request).await?;

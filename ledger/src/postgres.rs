@@ -294,14 +294,19 @@ fn head_from_row(row: &Row) -> Result<Option<Head>, String> {
     }))
 }
 
-/// Announces local commits to other processes, one NOTIFY for however many commits happened
-/// while the previous one was in flight.
+/// The least time between two NOTIFYs: each takes PostgreSQL's global notify lock at commit, and
+/// a wake-up hint needs no finer grain.
+const NOTIFY_EVERY: Duration = Duration::from_millis(50);
+
+/// Announces local commits to other processes: at most one NOTIFY per `NOTIFY_EVERY`, covering
+/// every commit made since the previous one.
 async fn notify_on_commit(pool: Pool, mut local: watch::Receiver<u64>) {
     while local.changed().await.is_ok() {
         if let Ok(client) = pool.get().await {
             // A lost hint costs a reader one poll interval, never an event.
             let _ = client.batch_execute(&format!("NOTIFY {WAKE_CHANNEL}")).await;
         }
+        tokio::time::sleep(NOTIFY_EVERY).await;
     }
 }
 

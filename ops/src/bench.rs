@@ -177,3 +177,207 @@ async fn run_append(url: &str, name: &str, writers: &[usize], duration: Duration
     }
     Ok(format!("{out}\n{ratios}"))
 }
+
+/// `grantctl bench authorize`: authorize-and-consume over loopback gRPC against a server process
+/// of its own, side by side with a bare insert-and-commit on the same database.
+pub mod authorize {
+    use std::fmt::Write as _;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    use anyhow::{Context, Result, bail};
+    use pb::authorizer_client::AuthorizerClient;
+    use proto::v1 as pb;
+    use tokio::io::AsyncBufReadExt;
+    use tonic::transport::Channel;
+    use uuid::Uuid;
+
+    use super::{Samples, bare};
+
+    const TENANT: &str = "bench";
+
+    fn req<T>(m: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(m);
+        r.metadata_mut().insert("x-tenant-id", TENANT.parse().expect("ascii"));
+        r.metadata_mut().insert("x-principal-id", "owner".parse().expect("ascii"));
+        r
+    }
+
+    fn act(session: &str) -> pb::AuthorizeRequest {
+        pb::AuthorizeRequest {
+            session_id: session.into(),
+            run: Some(pb::RunContext { run_id: "run".into(), interactive: true, top_level: true }),
+            tool_call_id: "call".into(),
+            turn_tool_calls: vec!["browser.act".into()],
+            agent_version: "bench".into(),
+            element: Some(pb::ElementFacts {
+                role: "button".into(),
+                name: "el gato".into(),
+                visible_text: "el gato".into(),
+                ..Default::default()
+            }),
+            page_url: "https://www.lesson.test/lesson/unit-1".into(),
+            action: Some(pb::Action { kind: pb::ActionKind::Click as i32, ..Default::default() }),
+            ..Default::default()
+        }
+    }
+
+    /// A new session with a fresh grant, made the only way there is: the card.
+    async fn fresh_grant(client: &mut AuthorizerClient<Channel>) -> Result<String> {
+        let session = format!("bench-{}", Uuid::new_v4().simple());
+        let create = pb::CreateSessionRequest {
+            session_id: session.clone(),
+            browser_profile_id: "p".into(),
+            surface: 1,
+            ..Default::default()
+        };
+        client.create_session(req(create)).await?;
+        client
+            .record_message(req(pb::RecordMessageRequest {
+                session_id: session.clone(),
+                message_id: "m".into(),
+                from_owner: true,
+            }))
+            .await?;
+        let reply = client.authorize(req(act(&session))).await?.into_inner();
+        let Some(pb::authorize_reply::Decision::RequireApproval(card)) = reply.decision else {
+            bail!("the first act should ask")
+        };
+        let offer = card.offer.context("no offer")?;
+        let resolve = pb::ResolveApprovalRequest {
+            approval_id: card.approval_id,
+            resolution: pb::Resolution::ApproveForTask as i32,
+            offered_origin: offer.origin,
+            offered_path_prefix: offer.path_prefix,
+        };
+        client.resolve_approval(req(resolve)).await?;
+        Ok(session)
+    }
+
+    /// Timed authorize-and-consume calls from `clients` clients for `duration`.
+    async fn drive(endpoint: &str, clients: usize, duration: Duration) -> Result<Samples> {
+        let start = Instant::now();
+        let deadline = start + duration;
+        let tasks: Vec<_> = (0..clients)
+            .map(|_| {
+                let endpoint = endpoint.to_owned();
+                tokio::spawn(async move {
+                    let mut client = AuthorizerClient::connect(endpoint).await?;
+                    let mut latencies = Vec::new();
+                    let mut session = fresh_grant(&mut client).await?;
+                    let mut used = 0;
+                    while Instant::now() < deadline {
+                        if used == 200 {
+                            session = fresh_grant(&mut client).await?;
+                            used = 0;
+                        }
+                        let t = Instant::now();
+                        let reply = client.authorize(req(act(&session))).await?.into_inner();
+                        let elapsed = t.elapsed();
+                        match reply.decision {
+                            Some(pb::authorize_reply::Decision::Allow(_)) => latencies.push(elapsed),
+                            other => bail!("expected an allow, got {other:?}"),
+                        }
+                        used += 1;
+                    }
+                    Ok::<_, anyhow::Error>(latencies)
+                })
+            })
+            .collect();
+        let mut samples = Samples::default();
+        for t in tasks {
+            samples.latencies.extend(t.await??);
+        }
+        samples.elapsed = start.elapsed();
+        Ok(samples)
+    }
+
+    fn peak_rss_kib(pid: u32) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
+    pub async fn run(url: &str, clients: &[usize], duration: Duration) -> Result<String> {
+        let admin = crate::connect(url).await?;
+        let name = format!("grantctl_bench_{}", Uuid::new_v4().simple());
+        admin.batch_execute(&format!("CREATE DATABASE {name}")).await?;
+        let result = run_on(url, &name, clients, duration).await;
+        admin.batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)")).await?;
+        result
+    }
+
+    async fn run_on(url: &str, name: &str, clients: &[usize], duration: Duration) -> Result<String> {
+        let mut config: tokio_postgres::Config = url.parse()?;
+        config.dbname(name);
+        let (mut client, connection) = config.connect(tokio_postgres::NoTls).await?;
+        tokio::spawn(connection);
+        crate::migrate::run(&mut client).await?;
+        client
+            .batch_execute(
+                "CREATE TABLE bench_bare (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, payload jsonb NOT NULL)",
+            )
+            .await?;
+        let db_url = format!("{}/{}", url.rsplit_once('/').map_or(url, |(base, _)| base), name);
+
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let mut server = tokio::process::Command::new(std::env::current_exe()?)
+            .args(["serve", "authorizer"])
+            .env("DATABASE_URL", &db_url)
+            .env("AUTHORIZER_LISTEN", format!("127.0.0.1:{port}"))
+            .env("GRANT_LEDGER_TENANT", TENANT)
+            .env("BROWSER_TASK_GRANTS_ENABLED", "true")
+            .env("BROWSER_TASK_GRANT_SCOPES", "https://www.lesson.test/lesson")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting the authorizer")?;
+        let pid = server.id().context("server pid")?;
+        let mut lines = tokio::io::BufReader::new(server.stdout.take().context("server stdout")?).lines();
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(line) = lines.next_line().await? {
+                if line.contains("serving on") {
+                    return Ok(());
+                }
+            }
+            bail!("the authorizer exited before serving")
+        })
+        .await
+        .context("the authorizer did not start within 30 s")??;
+        let endpoint = format!("http://127.0.0.1:{port}");
+        let pool = ledger::postgres::pool(config, clients.iter().copied().max().unwrap_or(1) + 2)
+            .map_err(anyhow::Error::msg)?;
+
+        let mut out = String::from("| clients | call | p50 µs | p99 µs | per second |\n|---:|---|---:|---:|---:|\n");
+        let mut ratios = String::new();
+        for &n in clients {
+            bare(pool.clone(), n, Duration::from_millis(300)).await?;
+            drive(&endpoint, n, Duration::from_millis(500)).await?;
+            let (mut b, mut a) = (Samples::default(), Samples::default());
+            for _ in 0..2 {
+                b.merge(bare(pool.clone(), n, duration / 4).await?);
+                a.merge(drive(&endpoint, n, duration / 4).await?);
+            }
+            for (label, s) in [("bare INSERT; COMMIT", &b), ("Authorize (gRPC, consumes a use)", &a)] {
+                writeln!(
+                    out,
+                    "| {n} | {label} | {} | {} | {:.0} |",
+                    s.percentile(50).as_micros(),
+                    s.percentile(99).as_micros(),
+                    s.throughput()
+                )?;
+            }
+            let p50 = a.percentile(50).as_secs_f64() / b.percentile(50).as_secs_f64().max(1e-9);
+            let tput = a.throughput() / b.throughput().max(1e-9);
+            writeln!(ratios, "{n} client(s): authorize/bare p50 = {p50:.2}x, throughput = {tput:.2}x")?;
+        }
+        let rss = peak_rss_kib(pid).map_or("unknown".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0));
+        // SIGINT would be gentler, but the server is ours and about to be dropped with its database.
+        server.start_kill()?;
+        let _ = server.wait().await;
+        Ok(format!("{out}\n{ratios}server peak RSS (VmHWM): {rss}\n"))
+    }
+}

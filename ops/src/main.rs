@@ -77,6 +77,14 @@ enum DbCmd {
 
 #[derive(Debug, Subcommand)]
 enum BenchCmd {
+    /// Authorize-and-consume over loopback gRPC against a bare insert-and-commit, side by side.
+    Authorize {
+        #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
+        clients: Vec<usize>,
+        /// Seconds per client count, split between the two kinds.
+        #[arg(long, default_value_t = 8.0)]
+        seconds: f64,
+    },
     /// Ledger append against a bare insert-and-commit, side by side.
     Append {
         #[arg(long, value_delimiter = ',', default_value = "1,32")]
@@ -158,6 +166,13 @@ async fn run(cli: Cli) -> Result<()> {
                 None => bail!("no cluster is running in {}", dir.display()),
             },
         },
+        Cmd::Bench { command: BenchCmd::Authorize { clients, seconds } } => {
+            if clients.is_empty() || clients.contains(&0) || !seconds.is_finite() || seconds <= 0.0 {
+                bail!("--clients takes positive counts and --seconds a positive number");
+            }
+            let url = database_url(&cli.database_url)?;
+            println!("{}", ops::bench::authorize::run(&url, &clients, Duration::from_secs_f64(seconds)).await?);
+        }
         Cmd::Bench { command: BenchCmd::Append { writers, seconds } } => {
             if writers.is_empty() || writers.contains(&0) || !seconds.is_finite() || seconds <= 0.0 {
                 bail!("--writers takes positive counts and --seconds a positive number");
