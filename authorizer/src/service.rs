@@ -661,13 +661,18 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
     }
 }
 
-/// Serves `service` on `listener` until `shutdown` resolves, finishing requests in flight.
+/// Serves `service` on `listener` until `shutdown` resolves, finishing requests in flight, with
+/// the standard gRPC health service beside it: the authorizer reports SERVING once it is
+/// constructed, which is after its world was recovered from the log.
 pub async fn serve<B: Backend + 'static>(
     listener: TcpListener,
     service: AuthorizerService<B>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter.set_serving::<pb::authorizer_server::AuthorizerServer<AuthorizerService<B>>>().await;
     tonic::transport::Server::builder()
+        .add_service(health)
         .add_service(service.into_server())
         .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), shutdown)
         .await

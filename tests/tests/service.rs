@@ -368,3 +368,58 @@ async fn refused_resolutions_leave_the_card_pending_and_retries_are_safe() {
     }
     assert_eq!(redeemed, 1, "single use under concurrent redemption");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_reports_serving() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let authority = Arc::new(Authority::new(MemoryGrants::default(), Policy::empty(), TenantId::new(TENANT).unwrap()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(serve(listener, AuthorizerService::new(authority, TENANT), async {
+        let _ = stopped.await;
+    }));
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
+    let mut health = HealthClient::new(channel);
+    let asked = |service: &str| HealthCheckRequest { service: service.into() };
+    let overall = health.check(asked("")).await.unwrap().into_inner();
+    assert_eq!(overall.status, ServingStatus::Serving as i32);
+    let named = health.check(asked("grant_ledger.v1.Authorizer")).await.unwrap().into_inner();
+    assert_eq!(named.status, ServingStatus::Serving as i32);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sign_in_and_a_deleted_session_end_grants_through_the_api() {
+    let Served { mut client, _stop } = start(MemoryGrants::default()).await;
+    session(&mut client).await;
+    let grant_for_task = |card: pb::RequireApproval| pb::ResolveApprovalRequest {
+        approval_id: card.approval_id,
+        resolution: pb::Resolution::ApproveForTask as i32,
+        offered_origin: card.offer.clone().unwrap().origin,
+        offered_path_prefix: card.offer.unwrap().path_prefix,
+    };
+    let card = asked(&client.authorize(owner(act(None))).await.unwrap().into_inner()).clone();
+    let grant_id = client.resolve_approval(owner(grant_for_task(card))).await.unwrap().into_inner().grant_id;
+    let began = pb::ProfileEventRequest { profile_id: "profile-1".into(), event: pb::ProfileEvent::SignInBegan as i32 };
+    client.record_profile_event(owner(began)).await.unwrap();
+    let g = client.get_grant(owner(pb::GetGrantRequest { grant_id, min_position: None })).await.unwrap().into_inner();
+    assert_eq!(g.end_reason, "profile_changed");
+    let bad = pb::ProfileEventRequest { profile_id: "profile-1".into(), event: 0 };
+    assert_eq!(client.record_profile_event(owner(bad)).await.unwrap_err().code(), Code::InvalidArgument);
+
+    let card = asked(&client.authorize(owner(act(None))).await.unwrap().into_inner()).clone();
+    let grant_id = client.resolve_approval(owner(grant_for_task(card))).await.unwrap().into_inner().grant_id;
+    assert_eq!(
+        client.delete_session(intruder(pb::DeleteSessionRequest { session_id: "s1".into() })).await.unwrap_err().code(),
+        Code::NotFound
+    );
+    client.delete_session(owner(pb::DeleteSessionRequest { session_id: "s1".into() })).await.unwrap();
+    let g = client.get_grant(owner(pb::GetGrantRequest { grant_id, min_position: None })).await.unwrap().into_inner();
+    assert_eq!(g.end_reason, "session_deleted");
+    assert_eq!(
+        client.authorize(owner(act(None))).await.unwrap_err().code(),
+        Code::NotFound,
+        "a deleted session takes no acts"
+    );
+}
