@@ -423,3 +423,49 @@ async fn a_sign_in_and_a_deleted_session_end_grants_through_the_api() {
         "a deleted session takes no acts"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_database_is_unavailable_writes_nothing_and_a_retry_succeeds() {
+    let db = TestDb::new().await;
+    let Served { mut client, _stop } = start(PgGrants::new(db.store(4))).await;
+    session(&mut client).await;
+    let admin = {
+        let mut config = db.config.clone();
+        config.dbname("postgres");
+        let (c, conn) = config.connect(tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(conn);
+        c
+    };
+    let cut = format!(
+        "ALTER DATABASE {0} ALLOW_CONNECTIONS false; \
+         SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{0}';",
+        db.name
+    );
+    admin.batch_execute(&cut).await.unwrap();
+    let err = client.authorize(owner(act(None))).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(err.message().contains("nothing was written"), "{}", err.message());
+
+    admin.batch_execute(&format!("ALTER DATABASE {} ALLOW_CONNECTIONS true", db.name)).await.unwrap();
+    // The pool may still hand out a connection killed above; a caller retries a determinate
+    // failure, and within a few tries gets a fresh connection.
+    let mut reply = None;
+    for _ in 0..8 {
+        match client.authorize(owner(act(None))).await {
+            Ok(r) => {
+                reply = Some(r.into_inner());
+                break;
+            }
+            Err(e) => assert_eq!(e.code(), Code::Unavailable, "{e:?}"),
+        }
+    }
+    let reply = reply.expect("the retry went through once the database was back");
+    let card = asked(&reply).clone();
+    // Exactly one approval exists: the failed attempt wrote nothing.
+    let list = client
+        .list_approvals(owner(pb::ListApprovalsRequest { session_id: "s1".into(), ..Default::default() }))
+        .await
+        .unwrap();
+    let ids: Vec<String> = list.into_inner().approvals.into_iter().map(|a| a.approval_id).collect();
+    assert_eq!(ids, [card.approval_id]);
+}
