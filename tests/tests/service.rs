@@ -1,5 +1,6 @@
-//! The Authorizer gRPC service over a real loopback socket: each call's happy path, validation,
-//! authentication, another principal's objects, failures and retries, and approval tokens.
+//! The Authorizer gRPC service: in process over an in-memory duplex (the memory backend), and over
+//! a real loopback socket (PostgreSQL, health, a lost database). Each call's happy path,
+//! validation, authentication, another principal's objects, failures and retries, and tokens.
 
 use std::sync::Arc;
 
@@ -38,6 +39,44 @@ async fn start<B: Backend + 'static>(backend: B) -> Served {
     }));
     let client = AuthorizerClient::connect(format!("http://{addr}")).await.unwrap();
     Served { client, _stop: stop }
+}
+
+/// The same service in process: tonic over an in-memory duplex, no socket.
+async fn start_in_process(backend: MemoryGrants) -> Served {
+    let authority = Arc::new(Authority::new(backend, Policy::empty(), TenantId::new(TENANT).unwrap()));
+    let settings = TaskGrantSettings { enabled: true, scopes: parse_scopes("https://www.lesson.test/lesson").unwrap() };
+    authority.execute(Command::ChangeSettings(settings), "operator").await.unwrap();
+    let (client_io, server_io) = tokio::io::duplex(1 << 20);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let service = AuthorizerService::new(authority, TENANT).into_server();
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(service)
+            // One connection, then an incoming stream that stays open: the server stops on the
+            // signal, not when its incoming stream ends.
+            .serve_with_incoming_shutdown(
+                tokio_stream::StreamExt::chain(
+                    tokio_stream::once(Ok::<_, std::io::Error>(server_io)),
+                    tokio_stream::pending(),
+                ),
+                async {
+                    let _ = stopped.await;
+                },
+            )
+            .await
+    });
+    let mut client_io = Some(client_io);
+    let channel =
+        tonic::transport::Endpoint::from_static("http://in-process.invalid")
+            .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+                let io = client_io.take();
+                async move {
+                    io.map(hyper_util::rt::TokioIo::new).ok_or_else(|| std::io::Error::other("one connection only"))
+                }
+            }))
+            .await
+            .unwrap();
+    Served { client: AuthorizerClient::new(channel), _stop: stop }
 }
 
 fn as_who<T>(principal: &str, message: T) -> Request<T> {
@@ -111,8 +150,8 @@ fn reason(status: &Status) -> String {
 
 /// The lesson path end to end: card with an offer, Allow for this task, covered acts, list,
 /// get, revoke.
-async fn lesson_path<B: Backend + 'static>(backend: B) {
-    let Served { mut client, _stop } = start(backend).await;
+async fn lesson_path(served: Served) {
+    let Served { mut client, _stop } = served;
     session(&mut client).await;
 
     let first = client.authorize(owner(act(None))).await.unwrap().into_inner();
@@ -193,18 +232,18 @@ async fn lesson_path<B: Backend + 'static>(backend: B) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lesson_path_in_memory() {
-    lesson_path(MemoryGrants::default()).await;
+    lesson_path(start_in_process(MemoryGrants::default()).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lesson_path_on_postgres() {
     let db = TestDb::new().await;
-    lesson_path(PgGrants::new(db.store(8))).await;
+    lesson_path(start(PgGrants::new(db.store(8))).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_name_the_field_and_change_nothing() {
-    let Served { mut client, _stop } = start(MemoryGrants::default()).await;
+    let Served { mut client, _stop } = start_in_process(MemoryGrants::default()).await;
     session(&mut client).await;
     let before = client
         .list_approvals(owner(pb::ListApprovalsRequest { session_id: "s1".into(), ..Default::default() }))
@@ -259,7 +298,7 @@ async fn bad_requests_name_the_field_and_change_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_must_say_who_they_are_and_see_only_their_own() {
-    let Served { mut client, _stop } = start(MemoryGrants::default()).await;
+    let Served { mut client, _stop } = start_in_process(MemoryGrants::default()).await;
     session(&mut client).await;
     let err = client.authorize(Request::new(act(None))).await.unwrap_err();
     assert_eq!(err.code(), Code::Unauthenticated);
@@ -306,7 +345,7 @@ async fn callers_must_say_who_they_are_and_see_only_their_own() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_resolutions_leave_the_card_pending_and_retries_are_safe() {
-    let Served { mut client, _stop } = start(MemoryGrants::default()).await;
+    let Served { mut client, _stop } = start_in_process(MemoryGrants::default()).await;
     session(&mut client).await;
     client
         .create_session(owner(pb::CreateSessionRequest { session_id: "s1".into(), surface: 1, ..Default::default() }))
@@ -391,7 +430,7 @@ async fn health_reports_serving() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sign_in_and_a_deleted_session_end_grants_through_the_api() {
-    let Served { mut client, _stop } = start(MemoryGrants::default()).await;
+    let Served { mut client, _stop } = start_in_process(MemoryGrants::default()).await;
     session(&mut client).await;
     let grant_for_task = |card: pb::RequireApproval| pb::ResolveApprovalRequest {
         approval_id: card.approval_id,
