@@ -23,7 +23,28 @@ pub(crate) struct Hashed<'a> {
     pub(crate) recorded_at: OffsetDateTime,
 }
 
-impl Hashed<'_> {
+impl<'a> Hashed<'a> {
+    /// The fields of an event about to be appended at `stream_version`.
+    pub(crate) fn of_new(
+        stream_id: &'a StreamId,
+        stream_version: u64,
+        event: &'a crate::envelope::NewEvent,
+        tenant_id: &'a TenantId,
+        recorded_at: OffsetDateTime,
+    ) -> Self {
+        Self {
+            stream_id,
+            stream_version,
+            event_id: event.event_id,
+            event_type: &event.event_type,
+            schema_version: event.schema_version,
+            tenant_id,
+            payload: &event.payload,
+            metadata: &event.metadata,
+            recorded_at,
+        }
+    }
+
     /// SHA-256 over the previous hash and length-prefixed fields. JSON is serialised with sorted
     /// keys (serde_json's default map), so the bytes do not depend on jsonb's storage order.
     pub(crate) fn hash(&self, prev: &[u8; 32]) -> [u8; 32] {

@@ -121,18 +121,7 @@ impl EventStore for MemoryStore {
             let positions = inner.streams.get(&s.stream_id).cloned().unwrap_or_default();
             let mut prev = positions.last().map_or(GENESIS, |&i| inner.log[i].hash);
             for (version, e) in (positions.len() as u64 + 1..).zip(s.events) {
-                let hash = Hashed {
-                    stream_id: &s.stream_id,
-                    stream_version: version,
-                    event_id: e.event_id,
-                    event_type: &e.event_type,
-                    schema_version: e.schema_version,
-                    tenant_id: &request.tenant_id,
-                    payload: &e.payload,
-                    metadata: &e.metadata,
-                    recorded_at,
-                }
-                .hash(&prev);
+                let hash = Hashed::of_new(&s.stream_id, version, &e, &request.tenant_id, recorded_at).hash(&prev);
                 let index = inner.log.len();
                 let global_position = index as u64 + 1;
                 inner.log.push(RecordedEvent {

@@ -235,18 +235,7 @@ impl PgStore {
             let (mut version, mut prev) = (current, head.map_or(GENESIS, |h| h.hash));
             for e in &s.events {
                 version += 1;
-                let hash = Hashed {
-                    stream_id: &s.stream_id,
-                    stream_version: version,
-                    event_id: e.event_id,
-                    event_type: &e.event_type,
-                    schema_version: e.schema_version,
-                    tenant_id: &request.tenant_id,
-                    payload: &e.payload,
-                    metadata: &e.metadata,
-                    recorded_at,
-                }
-                .hash(&prev);
+                let hash = Hashed::of_new(&s.stream_id, version, e, &request.tenant_id, recorded_at).hash(&prev);
                 cols.push(&request.tenant_id, &s.stream_id, version, e, recorded_at, prev, hash);
                 order.push((e.event_id, s.stream_id.clone(), version, hash));
                 prev = hash;

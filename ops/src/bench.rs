@@ -123,30 +123,49 @@ async fn ledger_append(store: PgStore, writers: usize, duration: Duration) -> Re
     .await
 }
 
+/// A migrated scratch database with the bare-insert table, dropped by [`Scratch::drop_now`].
+struct Scratch {
+    admin: tokio_postgres::Client,
+    name: String,
+    config: tokio_postgres::Config,
+}
+
+impl Scratch {
+    async fn create(url: &str) -> Result<Self> {
+        let admin = crate::connect(url).await?;
+        let name = format!("grantctl_bench_{}", Uuid::new_v4().simple());
+        admin.batch_execute(&format!("CREATE DATABASE {name}")).await.context("creating the scratch database")?;
+        let mut config: tokio_postgres::Config = url.parse()?;
+        config.dbname(&name);
+        let scratch = Self { admin, name, config };
+        let (mut client, connection) = scratch.config.connect(tokio_postgres::NoTls).await?;
+        tokio::spawn(connection);
+        crate::migrate::run(&mut client).await?;
+        client
+            .batch_execute(
+                "CREATE TABLE bench_bare (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, payload jsonb NOT NULL)",
+            )
+            .await?;
+        Ok(scratch)
+    }
+
+    async fn drop_now(self) -> Result<()> {
+        self.admin
+            .batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", self.name))
+            .await
+            .context("dropping the scratch database")
+    }
+}
+
 /// Creates a scratch database on the server at `url`, runs the comparison and drops it.
 pub async fn append(url: &str, writers: &[usize], duration: Duration) -> Result<String> {
-    let admin = crate::connect(url).await?;
-    let name = format!("grantctl_bench_{}", Uuid::new_v4().simple());
-    admin.batch_execute(&format!("CREATE DATABASE {name}")).await.context("creating the scratch database")?;
-    let result = run_append(url, &name, writers, duration).await;
-    admin
-        .batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)"))
-        .await
-        .context("dropping the scratch database")?;
+    let scratch = Scratch::create(url).await?;
+    let result = run_append(scratch.config.clone(), writers, duration).await;
+    scratch.drop_now().await?;
     result
 }
 
-async fn run_append(url: &str, name: &str, writers: &[usize], duration: Duration) -> Result<String> {
-    let mut config: tokio_postgres::Config = url.parse()?;
-    config.dbname(name);
-    let (mut client, connection) = config.connect(tokio_postgres::NoTls).await?;
-    tokio::spawn(connection);
-    crate::migrate::run(&mut client).await?;
-    client
-        .batch_execute(
-            "CREATE TABLE bench_bare (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, payload jsonb NOT NULL)",
-        )
-        .await?;
+async fn run_append(config: tokio_postgres::Config, writers: &[usize], duration: Duration) -> Result<String> {
     let max = writers.iter().copied().max().unwrap_or(1);
     let pool = ledger::postgres::pool(config, max + 2).map_err(anyhow::Error::msg)?;
     let store = PgStore::new(pool.clone());
@@ -192,7 +211,7 @@ pub mod authorize {
     use tonic::transport::Channel;
     use uuid::Uuid;
 
-    use super::{Samples, bare};
+    use super::{Samples, Scratch, bare};
 
     const TENANT: &str = "bench";
 
@@ -301,31 +320,23 @@ pub mod authorize {
     }
 
     pub async fn run(url: &str, clients: &[usize], duration: Duration) -> Result<String> {
-        let admin = crate::connect(url).await?;
-        let name = format!("grantctl_bench_{}", Uuid::new_v4().simple());
-        admin.batch_execute(&format!("CREATE DATABASE {name}")).await?;
-        let result = run_on(url, &name, clients, duration).await;
-        admin.batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)")).await?;
+        let scratch = Scratch::create(url).await?;
+        let db_url = format!("{}/{}", url.rsplit_once('/').map_or(url, |(base, _)| base), scratch.name);
+        let result = run_on(scratch.config.clone(), &db_url, clients, duration).await;
+        scratch.drop_now().await?;
         result
     }
 
-    async fn run_on(url: &str, name: &str, clients: &[usize], duration: Duration) -> Result<String> {
-        let mut config: tokio_postgres::Config = url.parse()?;
-        config.dbname(name);
-        let (mut client, connection) = config.connect(tokio_postgres::NoTls).await?;
-        tokio::spawn(connection);
-        crate::migrate::run(&mut client).await?;
-        client
-            .batch_execute(
-                "CREATE TABLE bench_bare (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, payload jsonb NOT NULL)",
-            )
-            .await?;
-        let db_url = format!("{}/{}", url.rsplit_once('/').map_or(url, |(base, _)| base), name);
-
+    async fn run_on(
+        config: tokio_postgres::Config,
+        db_url: &str,
+        clients: &[usize],
+        duration: Duration,
+    ) -> Result<String> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let mut server = tokio::process::Command::new(std::env::current_exe()?)
             .args(["serve", "authorizer"])
-            .env("DATABASE_URL", &db_url)
+            .env("DATABASE_URL", db_url)
             .env("AUTHORIZER_LISTEN", format!("127.0.0.1:{port}"))
             .env("GRANT_LEDGER_TENANT", TENANT)
             .env("BROWSER_TASK_GRANTS_ENABLED", "true")
