@@ -326,27 +326,16 @@ impl<B: Backend> Authority<B> {
             }
             // The row is spent where this decision thought it was not: ask the owner.
             let mut world = self.world.write().await;
-            let offer = domain::offer_for(&world, &req.page, &req.view);
-            let requested = Event::ApprovalRequested(ledger::catalogue::ApprovalRequested {
-                approval_id,
-                session_id: req.session_id.clone(),
-                run_id: req.run_id.clone(),
-                view: req.view.clone(),
-                offer: offer.clone(),
-                not_covered_reason: Some("grant_spent".into()),
-                expires_at: now + crate::limits::APPROVAL_TTL,
-                binding: req.snapshot.as_ref().map(|(snapshot_id, node_ref)| ledger::catalogue::TokenBinding {
-                    run_id: req.run_id.clone(),
-                    snapshot_id: snapshot_id.clone(),
-                    node_ref: node_ref.clone(),
-                }),
-                agent_version: req.versions.agent.clone(),
-            });
+            let (decision, requested) =
+                domain::request_approval(&world, req, now, approval_id, Some("grant_spent".into()));
             let at = self.backend.commit(&self.tenant, &metadata, std::slice::from_ref(&requested)).await?;
             world.apply(&requested);
             self.reached(at);
-            let decision = Decision::RequireApproval { approval_id, reason: Some("grant_spent".into()), offer };
             return Ok((decision, vec![requested]));
+        }
+        // A denial records nothing: done.
+        if auth.events.is_empty() {
+            return Ok((auth.decision, auth.events));
         }
         // Anything else records events: decide again under the exclusive lock, so an end found by
         // two requests at once is recorded by the first only.

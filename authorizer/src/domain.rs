@@ -733,9 +733,24 @@ pub fn authorize(
             (code != NO_TASK_GRANT).then(|| code.to_owned())
         }
     };
+    let (decision, requested) = request_approval(world, req, now, new_approval_id, reason);
+    events.push(requested);
+    Authorization { decision, events }
+}
+
+/// The approval card for `req`: its decision and the `approval.requested` event, with the view,
+/// the offer (where one may be made), why a grant did not cover it, the token binding and the
+/// agent version a grant made from it will pin.
+pub fn request_approval(
+    world: &World,
+    req: &AuthorizeRequest,
+    now: OffsetDateTime,
+    approval_id: Uuid,
+    reason: Option<String>,
+) -> (Decision, Event) {
     let offer = offer_for(world, &req.page, &req.view);
-    events.push(Event::ApprovalRequested(ApprovalRequested {
-        approval_id: new_approval_id,
+    let requested = Event::ApprovalRequested(ApprovalRequested {
+        approval_id,
         session_id: req.session_id.clone(),
         run_id: req.run_id.clone(),
         view: req.view.clone(),
@@ -748,11 +763,6 @@ pub fn authorize(
             node_ref: node_ref.clone(),
         }),
         agent_version: req.versions.agent.clone(),
-    }));
-    Authorization { decision: Decision::RequireApproval { approval_id: new_approval_id, reason, offer }, events }
-}
-
-/// Whether `status` approves: the regression the decision record names first.
-pub fn approves(status: ApprovalStatus) -> bool {
-    status == ApprovalStatus::Approved
+    });
+    (Decision::RequireApproval { approval_id, reason, offer }, requested)
 }
