@@ -194,10 +194,13 @@ async fn play<B: Backend>(authority: &Authority<B>, ops: &[Op]) -> Vec<Step> {
     steps
 }
 
-/// Every event a store holds, decoded, in log order.
-async fn stored<S: ledger::EventStore>(store: &S, expected: usize) -> Vec<Event> {
+/// Every event a store holds, decoded, in log order, with where each stands in the log.
+async fn stored<S: ledger::EventStore>(store: &S, expected: usize) -> (Vec<Event>, Vec<ledger::Checkpoint>) {
     let all = ledger::contract::read_until(store, ledger::Checkpoint::START, |r| r.len() >= expected).await;
-    all.iter().map(|e| Event::from_recorded(e).unwrap()).collect()
+    (
+        all.iter().map(|e| Event::from_recorded(e).unwrap()).collect(),
+        all.iter().map(ledger::RecordedEvent::checkpoint).collect(),
+    )
 }
 
 #[test]
@@ -218,9 +221,14 @@ fn memory_and_postgres_decide_and_record_alike() {
                 prop_assert_eq!(x, y, "step {} of {:?}", i, ops);
             }
             prop_assert_eq!(memory.world().await, pg.world().await);
-            let in_memory = stored(&memory.backend().store, 0).await;
-            let in_pg = stored(pg.backend().store(), in_memory.len()).await;
-            prop_assert_eq!(&in_memory, &in_pg, "the stores recorded different logs");
+            let (in_memory, _) = stored(&memory.backend().store, 0).await;
+            let (in_pg, at) = stored(pg.backend().store(), in_memory.len()).await;
+            prop_assert_eq!(
+                &in_memory,
+                &in_pg,
+                "the stores recorded different logs; PostgreSQL (tx_id, position): {:?}",
+                at
+            );
             // A restarted authority folds the same world from the log.
             let restarted =
                 Authority::recover(PgGrants::new(db.store(2)), Policy::empty(), TenantId::new("tenant-1").unwrap())
