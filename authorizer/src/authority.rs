@@ -218,8 +218,11 @@ impl<B: Backend> Authority<B> {
         let mut world = World::default();
         let mut at = ledger::Checkpoint::START;
         loop {
-            let page =
-                backend.events().read_all(at, 1_000).await.map_err(|e| StoreError::Unavailable(e.to_string()))?;
+            let page = backend
+                .events()
+                .read_all(at, ledger::READ_PAGE)
+                .await
+                .map_err(|e| StoreError::Unavailable(e.to_string()))?;
             let Some(last) = page.last() else { break };
             at = last.checkpoint();
             for recorded in page.iter().filter(|e| e.tenant_id == tenant) {

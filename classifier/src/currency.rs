@@ -94,8 +94,13 @@ mod tests {
             assert_eq!(currency(text), Some(true), "{text}");
         }
         assert_eq!(currency("€"), Some(false));
-        for text in ["Continue", "Lesson 12", "I have 2 cats", "usda", "2 eur opeans"] {
-            assert!(currency(text) != Some(true) || text == "2 eur opeans", "{text}");
+        for text in ["Continue", "Lesson 12", "I have 2 cats", "usda", "2 europeans"] {
+            assert_eq!(currency(text), None, "{text}");
+        }
+        // A code that stands as a word of its own beside a number is an amount, whatever
+        // follows: deny-biased, so a split word may ask for approval but a price never slips by.
+        for text in ["2 eur opeans", "eur 2 opeans", "2 EUR, please", "EUR2"] {
+            assert_eq!(currency(text), Some(true), "{text}");
         }
     }
 }

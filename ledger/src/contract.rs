@@ -10,14 +10,27 @@ use crate::{
     PgStore, StreamAppend, StreamId, TenantId, verify_stream,
 };
 
-/// A store the suite can also corrupt, to prove the hash chain catches an edit.
+/// A store the suite can also corrupt, to prove the hash chain catches an edit, and whose
+/// transaction ids it can move, to page across a boundary where their digit count changes.
 pub trait ContractStore: EventStore {
     fn tamper(&self, event_id: Uuid, payload: Value) -> impl Future<Output = ()> + Send;
+    /// A lower bound on the transaction id the next append gets.
+    fn next_tx_id(&self) -> impl Future<Output = u64> + Send;
+    /// Uses up transaction ids until the next append gets at least `target`.
+    fn burn_tx_ids(&self, target: u64) -> impl Future<Output = ()> + Send;
 }
 
 impl ContractStore for MemoryStore {
     async fn tamper(&self, event_id: Uuid, payload: Value) {
         MemoryStore::tamper(self, event_id, payload);
+    }
+
+    async fn next_tx_id(&self) -> u64 {
+        MemoryStore::next_tx_id(self)
+    }
+
+    async fn burn_tx_ids(&self, target: u64) {
+        MemoryStore::burn_tx_ids(self, target);
     }
 }
 
@@ -31,6 +44,30 @@ impl ContractStore for PgStore {
             .await
             .expect("edit");
         client.batch_execute("RESET session_replication_role").await.expect("reset");
+    }
+
+    async fn next_tx_id(&self) -> u64 {
+        let client = self.pool().get().await.expect("connection");
+        let row = client.query_one("SELECT pg_current_xact_id()::text", &[]).await.expect("xid");
+        row.get::<_, &str>(0).parse::<u64>().expect("an xid8 is a u64") + 1
+    }
+
+    async fn burn_tx_ids(&self, target: u64) {
+        // Transaction ids are cluster-wide, so this moves every database's. Each explicit
+        // BEGIN … COMMIT in one simple query is a transaction of its own: a round trip burns
+        // a batch, and no commit waits for the disk.
+        let client = self.pool().get().await.expect("connection");
+        client.batch_execute("SET synchronous_commit = off").await.expect("async commit");
+        loop {
+            let next = self.next_tx_id().await;
+            if next >= target {
+                break;
+            }
+            let batch = (target - next).min(2_000);
+            let sql = "BEGIN; SELECT pg_current_xact_id(); COMMIT;".repeat(usize::try_from(batch).expect("small"));
+            client.batch_execute(&sql).await.expect("burning transaction ids");
+        }
+        client.batch_execute("RESET synchronous_commit").await.expect("reset");
     }
 }
 
@@ -65,6 +102,7 @@ pub async fn run_all<S: ContractStore>(store: &S) {
     reused_event_id_with_other_content_is_refused(store).await;
     hash_chain_catches_an_edited_payload(store).await;
     global_read_is_ordered_and_resumes_from_checkpoint(store).await;
+    global_read_pages_across_a_transaction_id_digit_boundary(store).await;
     find_event_settles_by_id(store).await;
     stream_never_changes_tenant(store).await;
     bad_input_is_refused_and_writes_nothing(store).await;
@@ -206,6 +244,68 @@ pub async fn global_read_is_ordered_and_resumes_from_checkpoint<S: EventStore>(s
     assert_eq!(after_a.iter().filter(|e| e.stream_id == s).count(), 1);
     let limited = store.read_all(start, 1).await.unwrap();
     assert_eq!(limited.len(), 1);
+}
+
+/// Appends in transactions whose ids straddle a power of ten, then pages through the global read
+/// with small limits: every event exactly once, in numeric `(tx_id, position)` order. A store
+/// that orders ids as text ("1000" before "999") cuts a page past events it never returned.
+pub async fn global_read_pages_across_a_transaction_id_digit_boundary<S: ContractStore>(store: &S) {
+    // Appends below burn one id each; start a few hundred short of the next power of ten so
+    // that ids other sessions take meanwhile cannot carry the first append past it.
+    const LEAD: u64 = 300;
+    // About 90,000 ids a second on PostgreSQL: a few minutes at most.
+    const MOST_TO_BURN: u64 = 20_000_000;
+    let next = store.next_tx_id().await;
+    let boundary = std::iter::successors(Some(10u64), |p| p.checked_mul(10))
+        .find(|&p| p > next + LEAD)
+        .expect("a power of ten above the next id");
+    assert!(
+        boundary - next <= MOST_TO_BURN,
+        "transaction ids are at {next}: reaching {boundary} takes too many transactions. \
+         Run on a fresh cluster (scripts/test starts one, or unset DATABASE_URL)"
+    );
+    store.burn_tx_ids(boundary - LEAD).await;
+
+    let start = last_checkpoint(store).await;
+    let s = stream("boundary");
+    let (mut version, mut tx_ids, mut ids) = (0u64, Vec::new(), Vec::new());
+    // One to three events per transaction, until two transactions have ids past the boundary.
+    while tx_ids.iter().filter(|&&t| t >= boundary).count() < 2 {
+        let events: Vec<_> = (0..version % 3 + 1).map(|i| event(version + i)).collect();
+        ids.extend(events.iter().map(|e| e.event_id));
+        let expected = if version == 0 { ExpectedVersion::NoStream } else { ExpectedVersion::At(version) };
+        let out = store.append(one(&s, expected, events)).await.expect("append");
+        version = out.version_of(&s).expect("appended");
+        tx_ids.push(out.tx_id);
+        assert!(tx_ids.len() < 100_000, "transaction ids never reached {boundary}");
+    }
+    assert!(tx_ids[0] < boundary, "the first append ({}) already passed {boundary}", tx_ids[0]);
+
+    for limit in [1, 2, 7] {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        let (mut read, mut at) = (Vec::<crate::RecordedEvent>::new(), start);
+        while read.iter().filter(|e| e.stream_id == s).count() < ids.len() {
+            let page = store.read_all(at, limit).await.expect("read_all");
+            assert!(page.len() <= limit, "a page of {} for limit {limit}", page.len());
+            match page.last() {
+                Some(last) => at = last.checkpoint(),
+                None => {
+                    // Every event is committed; only an older open transaction elsewhere in
+                    // the cluster can hold the read back, and it ends soon.
+                    assert!(tokio::time::Instant::now() < deadline, "paging with limit {limit} stalled");
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+            }
+            read.extend(page);
+        }
+        assert!(
+            read.windows(2).all(|w| w[0].checkpoint() < w[1].checkpoint()),
+            "limit {limit}: not in numeric (tx_id, position) order: {:?}",
+            read.iter().map(|e| (e.tx_id, e.global_position)).collect::<Vec<_>>()
+        );
+        let mine: Vec<_> = read.iter().filter(|e| e.stream_id == s).map(|e| e.event_id).collect();
+        assert_eq!(mine, ids, "limit {limit}: every event once, in append order");
+    }
 }
 
 /// Reads after `from` until `done` holds for what was read, or panics after 30 s. The gap-safe

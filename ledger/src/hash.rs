@@ -127,3 +127,58 @@ pub(crate) fn hashed(e: &RecordedEvent) -> Hashed<'_> {
         recorded_at: e.recorded_at,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use time::macros::datetime;
+    use uuid::Uuid;
+
+    use super::{GENESIS, Hashed};
+    use crate::envelope::{Metadata, NewEvent, StreamId, TenantId};
+
+    /// The chain's bytes are a stored format: a change of serializer, key order or field layout
+    /// must fail here, not in an auditor's verify years later. The expected hashes were computed
+    /// independently (Python's hashlib and json with sorted keys) from the layout `hash` documents.
+    #[test]
+    fn canonical_bytes_and_hashes_are_pinned() {
+        let stream = StreamId::new("session-s1").unwrap();
+        let tenant = TenantId::new("tenant-a").unwrap();
+        let at = datetime!(2026-09-25 10:00:00.123456 UTC);
+        let first = NewEvent {
+            event_id: Uuid::from_u128(0x0000_0000_0000_4000_8000_0000_0000_0001),
+            event_type: "session.created".into(),
+            schema_version: 1,
+            payload: json!({ "zeta": 1, "alpha": { "y": [1, "ü"], "b": null }, "text": "ünïcödé ✓" }),
+            metadata: Metadata {
+                principal: "owner-1".into(),
+                causation_id: None,
+                correlation_id: Some(Uuid::parse_str("7b0a1f0e-5c8d-4d3e-9f11-2a3b4c5d6e7f").unwrap()),
+            },
+        };
+        let second = NewEvent {
+            event_id: Uuid::from_u128(0x0000_0000_0000_4000_8000_0000_0000_0002),
+            event_type: "session.deleted".into(),
+            schema_version: 2,
+            payload: json!({ "n": 2 }),
+            metadata: Metadata::by("sweeper"),
+        };
+
+        // Payload keys sorted whatever order they were written in; metadata in field order,
+        // absent ids left out; non-ASCII as UTF-8, not escaped.
+        assert_eq!(
+            String::from_utf8(serde_json::to_vec(&first.payload).unwrap()).unwrap(),
+            r#"{"alpha":{"b":null,"y":[1,"ü"]},"text":"ünïcödé ✓","zeta":1}"#
+        );
+        assert_eq!(
+            String::from_utf8(serde_json::to_vec(&first.metadata).unwrap()).unwrap(),
+            r#"{"principal":"owner-1","correlation_id":"7b0a1f0e-5c8d-4d3e-9f11-2a3b4c5d6e7f"}"#
+        );
+
+        let a = Hashed::of_new(&stream, 1, &first, &tenant, at).hash(&GENESIS);
+        assert_eq!(hex::encode(a), "3c093eb6c4f3f4fdfb763d581c5fd2e211d954983fde9201b76ef70fb93df213");
+        let later = at + time::Duration::microseconds(1);
+        let b = Hashed::of_new(&stream, 2, &second, &tenant, later).hash(&a);
+        assert_eq!(hex::encode(b), "b89fa2d64d792d7ff23be70d5bd46e95bd54e08bb7437c6038437a83899bf653");
+    }
+}

@@ -24,4 +24,4 @@ pub use error::{AppendError, InvalidInput, ReadError};
 pub use hash::{ChainError, verify_stream};
 pub use memory::MemoryStore;
 pub use postgres::PgStore;
-pub use store::EventStore;
+pub use store::{EventStore, READ_PAGE};

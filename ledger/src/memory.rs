@@ -51,6 +51,19 @@ impl MemoryStore {
         let i = inner.by_id[&event_id];
         inner.log[i].payload = payload;
     }
+
+    /// Test hook: the id the next append gets.
+    #[cfg(feature = "contract")]
+    pub fn next_tx_id(&self) -> u64 {
+        self.lock().next_tx + 1
+    }
+
+    /// Test hook: skip transaction ids, as other transactions of a server would use them up.
+    #[cfg(feature = "contract")]
+    pub fn burn_tx_ids(&self, target: u64) {
+        let mut inner = self.lock();
+        inner.next_tx = inner.next_tx.max(target.saturating_sub(1));
+    }
 }
 
 fn replay_of(inner: &Inner, request: &AppendRequest) -> Result<Option<AppendOutcome>, AppendError> {

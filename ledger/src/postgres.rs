@@ -37,6 +37,19 @@ pub const WAKE_CHANNEL: &str = "grant_ledger_events";
 const COLUMNS: &str = "global_position, tx_id::text, stream_id, stream_version, event_id, event_type, \
      schema_version, tenant_id, payload, metadata, recorded_at, prev_hash, hash";
 
+/// The global read: `$1` the checkpoint's tx id as text, `$2` its position, `$3` the limit.
+pub fn read_all_sql() -> String {
+    // Qualified: the select list's `tx_id::text` is an output column named `tx_id`, and a bare
+    // `ORDER BY tx_id` resolves to it and sorts text ("1000" before "999"), disagreeing with the
+    // numeric WHERE: a page cut there skips events, and the sort defeats the primary key.
+    format!(
+        "SELECT {COLUMNS} FROM events \
+         WHERE (events.tx_id, events.global_position) > ($1::text::xid8, $2) \
+           AND events.tx_id < pg_snapshot_xmin(pg_current_snapshot()) \
+         ORDER BY events.tx_id, events.global_position LIMIT $3"
+    )
+}
+
 const HEADS: &str = "SELECT s.id, e.stream_version, e.hash, e.tenant_id \
      FROM unnest($1::text[]) AS s(id) \
      LEFT JOIN LATERAL (SELECT stream_version, hash, tenant_id FROM events \
@@ -592,15 +605,7 @@ impl EventStore for PgStore {
 
     async fn read_all(&self, after: Checkpoint, limit: usize) -> Result<Vec<RecordedEvent>, ReadError> {
         let client = self.pool.get().await.map_err(unavailable_read)?;
-        let stmt = client
-            .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM events \
-                 WHERE (tx_id, global_position) > ($1::text::xid8, $2) \
-                   AND tx_id < pg_snapshot_xmin(pg_current_snapshot()) \
-                 ORDER BY tx_id, global_position LIMIT $3"
-            ))
-            .await
-            .map_err(unavailable_read)?;
+        let stmt = client.prepare_cached(&read_all_sql()).await.map_err(unavailable_read)?;
         let tx = after.tx_id.to_string();
         let position = i64::try_from(after.position).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);

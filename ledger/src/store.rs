@@ -8,6 +8,9 @@ use uuid::Uuid;
 use crate::envelope::{AppendOutcome, AppendRequest, Checkpoint, RecordedEvent, StreamId};
 use crate::error::{AppendError, ReadError};
 
+/// The page size readers of the global log use unless told otherwise.
+pub const READ_PAGE: usize = 1_000;
+
 pub trait EventStore: Send + Sync {
     /// Appends to one or several streams in one transaction, checking each expected version.
     /// Re-appending events whose ids are all stored with the same content returns the original

@@ -3,6 +3,7 @@
 //! except `tests`.
 
 pub mod bench;
+pub mod check;
 pub mod classify;
 pub mod migrate;
 pub mod pgcluster;

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use ledger::{Checkpoint, EventStore, PgStore, StreamId, verify_stream};
 use ops::pgcluster::{self, Durability};
 
 #[derive(Debug, Parser)]
@@ -25,8 +24,13 @@ enum Cmd {
     Migrate,
     /// Start local PostgreSQL if needed, migrate, and check the ledger: the main job.
     Up,
-    /// Check the ledger: migrations applied and every stream's hash chain.
-    Check,
+    /// Check the ledger: migrations applied, the paged global read against count(*), and every
+    /// stream's hash chain.
+    Check {
+        /// Events per page of the global read.
+        #[arg(long, default_value_t = ledger::READ_PAGE as u64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+        page_size: u64,
+    },
     /// Classify elements: JSON lines on stdin, one JSON line per input on stdout.
     Classify,
     /// Run a service.
@@ -102,28 +106,6 @@ fn database_url(cli: &Option<String>) -> Result<String> {
     }
 }
 
-async fn check(url: &str) -> Result<(usize, u64, usize)> {
-    let client = ops::connect(url).await?;
-    let migrations =
-        client.query("SELECT version FROM schema_migrations", &[]).await.context("reading schema_migrations")?;
-    let config: tokio_postgres::Config = url.parse()?;
-    let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
-    let (mut events, mut at) = (0u64, Checkpoint::START);
-    let mut streams = std::collections::BTreeSet::new();
-    loop {
-        let page = store.read_all(at, 5_000).await?;
-        let Some(last) = page.last() else { break };
-        at = last.checkpoint();
-        events += page.len() as u64;
-        streams.extend(page.iter().map(|e| e.stream_id.to_string()));
-    }
-    for s in &streams {
-        let id = StreamId::new(s.clone())?;
-        verify_stream(&id, &store.read_stream(&id, 1).await?).with_context(|| format!("stream {s}"))?;
-    }
-    Ok((migrations.len(), events, streams.len()))
-}
-
 async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Cmd::Migrate => {
@@ -134,17 +116,16 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Up => {
             let url = database_url(&cli.database_url)?;
             let report = ops::migrate::run(&mut ops::connect(&url).await?).await?;
-            let (migrations, events, streams) = check(&url).await?;
+            let checked = ops::check::run(&url, ledger::READ_PAGE).await?;
             println!(
-                "ledger ready at {}: {migrations} migrations ({} applied now), {events} events in {streams} streams, every hash chain verified",
+                "ledger ready at {} ({} migrations applied now): {checked}",
                 ops::redact(&url),
                 report.applied_now.len()
             );
         }
-        Cmd::Check => {
+        Cmd::Check { page_size } => {
             let url = database_url(&cli.database_url)?;
-            let (migrations, events, streams) = check(&url).await?;
-            println!("{migrations} migrations, {events} events in {streams} streams, every hash chain verified");
+            println!("{}", ops::check::run(&url, usize::try_from(page_size)?).await?);
         }
         Cmd::Serve { service: ServeCmd::Authorizer } => {
             // Parsed once, here; nothing reads the environment after start-up.

@@ -85,6 +85,12 @@ pub fn ensure_started(dir: &Path, durability: Durability) -> Result<String> {
         return Ok(url);
     }
     let bin = bindir()?;
+    if durability == Durability::Throwaway && dir.join("PG_VERSION").is_file() {
+        // A throwaway cluster starts empty: nothing of a past run (databases, used transaction
+        // ids) carries into this one.
+        fs::remove_dir_all(dir)?;
+        fs::create_dir_all(dir)?;
+    }
     if !dir.join("PG_VERSION").is_file() {
         if is_root() {
             let status = Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir).status()?;
