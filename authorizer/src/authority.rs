@@ -329,8 +329,13 @@ impl<B: Backend> Authority<B> {
             }
             // The row is spent where this decision thought it was not: ask the owner.
             let mut world = self.world.write().await;
-            let (decision, requested) =
-                domain::request_approval(&world, req, now, approval_id, Some("grant_spent".into()));
+            let (decision, requested) = domain::request_approval(
+                req,
+                now,
+                approval_id,
+                Some("grant_spent".into()),
+                domain::offer_for(&world, req),
+            );
             let at = self.backend.commit(&self.tenant, &metadata, std::slice::from_ref(&requested)).await?;
             world.apply(&requested);
             self.reached(at);

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use classifier::{Action, ElementFacts, PageFacts, TaskScope};
+use classifier::{Action, Consequence, ElementFacts, FieldKind, Named, PageFacts, TaskScope};
 use ledger::StreamId;
 use ledger::catalogue::{
     ActionView, ApprovalExpired, ApprovalRequested, ApprovalResolved, ApprovalStatus, ApprovalTokenIssued,
@@ -17,7 +17,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::limits::{APPROVAL_TTL, GRANT_DURATION, MAX_ACTIONS, MAX_TYPED_CHARS};
-use crate::policy::{Policy, Verdict};
+use crate::policy::{ActionKind, Policy, Verdict};
 use crate::scopes::{TaskGrantSettings, scope_for};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -565,9 +565,10 @@ const NO_TASK_GRANT: &str = "no_task_grant";
 
 const BROWSER_TOOLS: [&str; 3] = ["browser.navigate", "browser.observe", "browser.act"];
 
-/// A turn qualifies when every tool call is a browser call, directly or through `tool.call`.
+/// A turn qualifies when it made tool calls and every one is a browser call, directly or through
+/// `tool.call`. An empty list proves nothing about the turn, so it does not qualify.
 fn browser_only(calls: &[String]) -> bool {
-    calls.iter().all(|c| BROWSER_TOOLS.contains(&c.strip_prefix("tool.call:").unwrap_or(c)))
+    !calls.is_empty() && calls.iter().all(|c| BROWSER_TOOLS.contains(&c.strip_prefix("tool.call:").unwrap_or(c)))
 }
 
 fn typed_chars(action: &Action) -> u32 {
@@ -659,20 +660,44 @@ fn standing_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateT
         && classifier::covers(&classifier::Grant::Standing, &req.action, &req.element, &req.page).is_ok()
 }
 
-/// The offer an approval for `page` carries: only with the flag on, only inside a configured
-/// scope, only when the card can describe the element. The scope is the configured entry, never
-/// one taken from the page.
-pub fn offer_for(world: &World, page: &PageFacts, view: &ActionView) -> Option<Offer> {
-    if !world.settings.enabled || !view.describable {
+/// The offer an approval for `req` carries: only with the flag on, only where a grant made from
+/// it could ever apply — an eligible session, a describable element on a field a grant may act
+/// on, a page inside a configured scope with no sensitive segment. The scope is the configured
+/// entry, never one taken from the page.
+pub fn offer_for(world: &World, req: &AuthorizeRequest) -> Option<Offer> {
+    if !world.settings.enabled || !req.view.describable {
         return None;
     }
-    scope_for(&world.settings.scopes, &page.url).map(|scope| Offer {
+    let session = world.sessions.get(&req.session_id)?;
+    if session_ineligible(session).is_some() {
+        return None;
+    }
+    if classifier::coverage::field_never_covered(req.element.field_kind) {
+        return None;
+    }
+    let location = classifier::paths::location(&req.page.url).ok()?;
+    if location.segments.iter().any(|s| classifier::paths::sensitive_segment(s).is_some()) {
+        return None;
+    }
+    scope_for(&world.settings.scopes, &req.page.url).map(|scope| Offer {
         scope: scope.clone(),
         minutes: u32::try_from(GRANT_DURATION.whole_minutes()).unwrap_or(30),
         max_actions: MAX_ACTIONS,
         max_typed_chars: MAX_TYPED_CHARS,
     })
 }
+
+/// Fields no one may act on without the owner typing themselves: refused outright, no card.
+fn refused_field(kind: FieldKind) -> Option<&'static str> {
+    match kind {
+        FieldKind::Password => Some(Named::CredentialField.code()),
+        FieldKind::OneTimeCode => Some(Named::OneTimeCodeField.code()),
+        _ => None,
+    }
+}
+
+/// The reason an approval records when a policy rule escalated the action to the owner.
+pub const POLICY_ESCALATION: &str = "policy_escalation";
 
 /// Decides one `browser.act`: the policy engine first (DENY and hardline are final), then the
 /// pinned standing grant, then the session's task grant; otherwise an approval, with the reason
@@ -684,13 +709,23 @@ pub fn authorize(
     now: OffsetDateTime,
     new_approval_id: Uuid,
 ) -> Authorization {
-    let consequence = classifier::classify(&req.element, &req.page);
+    let classification = classifier::classify_detailed(&req.element);
+    let mut consequences = vec![classification.consequence];
+    consequences.extend(classification.matches.iter().map(|m| Consequence::Named(m.named)));
     let origin = classifier::paths::location(&req.page.url).map(|l| l.origin).unwrap_or_default();
-    match policy.evaluate(req.action.kind(), consequence.code(), &origin) {
-        Verdict::Deny { rule } | Verdict::Hardline { rule } => {
-            return Authorization { decision: Decision::Deny { code: rule }, events: vec![] };
+    let deny = |code: String| Authorization { decision: Decision::Deny { code }, events: vec![] };
+    match policy.evaluate(ActionKind::of(&req.action), &consequences, &origin) {
+        Verdict::Deny { rule } | Verdict::Hardline { rule } => return deny(rule),
+        Verdict::Escalate { .. } => {
+            // No grant answers an escalation, so the card offers none either.
+            let reason = Some(POLICY_ESCALATION.to_owned());
+            let (decision, requested) = request_approval(req, now, new_approval_id, reason, None);
+            return Authorization { decision, events: vec![requested] };
         }
         Verdict::RequireApproval => {}
+    }
+    if let Some(code) = refused_field(req.element.field_kind) {
+        return deny(code.to_owned());
     }
     let authorized = |kind, grant_id, use_ordinal| {
         Event::ToolCallAuthorized(ToolCallAuthorized {
@@ -733,22 +768,21 @@ pub fn authorize(
             (code != NO_TASK_GRANT).then(|| code.to_owned())
         }
     };
-    let (decision, requested) = request_approval(world, req, now, new_approval_id, reason);
+    let (decision, requested) = request_approval(req, now, new_approval_id, reason, offer_for(world, req));
     events.push(requested);
     Authorization { decision, events }
 }
 
 /// The approval card for `req`: its decision and the `approval.requested` event, with the view,
-/// the offer (where one may be made), why a grant did not cover it, the token binding and the
+/// the offer (see [`offer_for`]), why a grant did not cover it, the token binding and the
 /// agent version a grant made from it will pin.
 pub fn request_approval(
-    world: &World,
     req: &AuthorizeRequest,
     now: OffsetDateTime,
     approval_id: Uuid,
     reason: Option<String>,
+    offer: Option<Offer>,
 ) -> (Decision, Event) {
-    let offer = offer_for(world, &req.page, &req.view);
     let requested = Event::ApprovalRequested(ApprovalRequested {
         approval_id,
         session_id: req.session_id.clone(),

@@ -211,7 +211,7 @@ fn offer(o: &Offer) -> pb::Offer {
         minutes: o.minutes,
         max_actions: o.max_actions,
         max_typed_chars: o.max_typed_chars,
-        text: offer_text(&place, o.minutes, o.max_actions),
+        text: offer_text(&place, o.minutes, o.max_actions, o.max_typed_chars),
     }
 }
 

@@ -51,6 +51,11 @@ fn verb(action: &Action) -> &'static str {
     }
 }
 
+fn plain_segment(segment: &str) -> bool {
+    (1..=32).contains(&segment.len())
+        && segment.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.'))
+}
+
 fn non_empty(s: Option<&str>) -> Option<String> {
     s.map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned)
 }
@@ -76,10 +81,12 @@ pub fn approval_view_in_session(
         Some(l) => (Some(l.origin.clone()), Some(format!("/{}", l.segments.join("/")))),
         None => (None, None),
     };
-    // "www.example.org/lesson": the host and the first path segment, both from the URL.
+    // "www.example.org/lesson": the host, and the first path segment only when it is a short run of
+    // URL-safe ASCII. Decoded path text is the page's words (spaces, bidi overrides, a sentence
+    // aimed at the owner); it stays in `page_path`, labelled as the website's.
     let place = location.as_ref().map(|l| {
         let host = l.origin.trim_start_matches("https://");
-        match l.segments.first() {
+        match l.segments.first().filter(|s| plain_segment(s)) {
             Some(first) => format!("{host}/{first}"),
             None => host.to_owned(),
         }
@@ -131,12 +138,13 @@ pub fn approval_view_in_session(
     view
 }
 
-/// The offer's words: what the owner grants, and no more promise than the classifier keeps.
-pub fn offer_text(host_and_prefix: &str, minutes: u32, actions: u32) -> String {
+/// The offer's words: what the owner grants, and no more promise than the system keeps. Excluded
+/// controls are recognised by the words the website labels them with, so the text says that.
+pub fn offer_text(host_and_prefix: &str, minutes: u32, actions: u32, typed_chars: u32) -> String {
     format!(
-        "Allow clicks and typing on {host_and_prefix} for {minutes} minutes, up to {actions} actions, without asking. \
-         Payments, purchases, account changes and messages are recognised by the website's labels and still ask every time. \
-         You can stop this permission at any time."
+        "Allow actions on {host_and_prefix} for {minutes} minutes, up to {actions} actions and {typed_chars} typed \
+         characters, without asking. Controls whose website labels read as payments, purchases, account or settings \
+         changes, messages or deletions still ask. You can stop this permission at any time."
     )
 }
 
@@ -210,6 +218,26 @@ mod tests {
         assert_eq!(v.action_summary, "Click an element on www.example.org/lesson");
         for page_text in ["Ignore", "Approve", "APPROVE", "Totally", "Evil"] {
             assert!(!v.action_summary.contains(page_text));
+        }
+        // A path segment is page text too: spaces, a right-to-left override, capitals, length.
+        for path in ["/Allow%20all%20for%20this%20task/1", "/lesson%E2%80%AEnoitpircsbus/1", "/Lesson/1"] {
+            let page = PageFacts { url: format!("https://www.example.org{path}") };
+            let v = approval_view_in_session(Some(&el("Next", "Next", FieldKind::None)), &page, None, &Action::Click);
+            assert_eq!(v.action_summary, "Click a button on www.example.org", "{path}");
+        }
+        let long = PageFacts { url: format!("https://www.example.org/{}/1", "a".repeat(33)) };
+        let v = approval_view_in_session(Some(&el("Next", "Next", FieldKind::None)), &long, None, &Action::Click);
+        assert_eq!(v.action_summary, "Click a button on www.example.org");
+    }
+
+    #[test]
+    fn offer_text_names_every_cap_and_promises_only_label_recognition() {
+        let text = offer_text("www.example.org/lesson", 30, 200, 4096);
+        for part in ["www.example.org/lesson", "30 minutes", "200 actions", "4096 typed characters", "labels", "stop"] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
+        for promise in ["never", "always", "every time", "guarantee"] {
+            assert!(!text.contains(promise), "{promise}: {text}");
         }
     }
 

@@ -387,14 +387,14 @@ fn scheduled_sessions_child_runs_and_mixed_turns_ask() {
         reason(&run(&mut sched, &Policy::empty(), &act("s3", button("x"), Action::Click), t0())),
         Some("session_not_eligible")
     );
-    // And the card never offers to create one there.
-    let Decision::RequireApproval { approval_id, .. } =
+    // And the card never offers to create one there, so none can be made from it.
+    let Decision::RequireApproval { approval_id, offer: None, .. } =
         run(&mut sched, &Policy::empty(), &act("s3", button("y"), Action::Click), t0()).decision
     else {
-        panic!()
+        panic!("a card with no offer")
     };
     let err = when(&mut sched, resolve(approval_id, Resolution::ApproveForTask, Some(scope()), Uuid::new_v4(), t0()));
-    assert!(matches!(err, Err(DomainError::Conflict { code: "offer_no_longer_valid", .. })));
+    assert!(matches!(err, Err(DomainError::Conflict { code: "no_offer", .. })), "{err:?}");
 }
 
 #[test]
@@ -622,4 +622,109 @@ fn approval_tokens_are_single_use_and_bound_to_run_snapshot_and_node() {
         *token_sha256 = Some("digest-2".into());
     }
     assert!(matches!(&when(&mut world, deny).unwrap()[..], [Event::ApprovalResolved(_)]));
+}
+
+#[test]
+fn credential_and_one_time_code_fields_are_refused_outright() {
+    let mut world = given();
+    let grant = allow_for_task(&mut world, t0());
+    for (kind, code) in [(FieldKind::Password, "credential_field"), (FieldKind::OneTimeCode, "one_time_code_field")] {
+        for action in [Action::Click, Action::Type { text: "lesson".into() }, Action::Press { key: "Enter".into() }] {
+            let field = ElementFacts {
+                role: "textbox".into(),
+                name: Some("Answer".into()),
+                field_kind: kind,
+                ..Default::default()
+            };
+            let out = run(&mut world, &Policy::empty(), &act("s1", field, action), t0());
+            assert_eq!(out.decision, Decision::Deny { code: code.into() }, "{kind:?}");
+            assert!(out.events.is_empty(), "a denial shows no card and records nothing");
+        }
+    }
+    assert_eq!(world.grants[&grant].actions_used, 0);
+}
+
+#[test]
+fn offers_are_made_only_where_a_grant_could_apply() {
+    let mut world = given();
+    let profileless = SessionCreated { browser_profile_id: None, ..session("s-np", None, Surface::Interactive) };
+    world = world.applied(&[
+        Event::SessionCreated(session("s-in", None, Surface::Inbound)),
+        Event::SessionCreated(session("s-dev", None, Surface::Device)),
+        Event::SessionCreated(session("s-sched", Some("daily"), Surface::Interactive)),
+        Event::SessionCreated(profileless),
+    ]);
+    for s in ["s-in", "s-dev", "s-sched", "s-np"] {
+        world.apply(&owner_said(s));
+    }
+    let offer = |world: &mut World, req: &AuthorizeRequest| match run(world, &Policy::empty(), req, t0()).decision {
+        Decision::RequireApproval { offer, .. } => offer,
+        other => panic!("expected a card, got {other:?}"),
+    };
+    assert!(offer(&mut world, &tile("el gato")).is_some(), "the control case offers");
+    for s in ["s-in", "s-dev", "s-sched", "s-np"] {
+        assert_eq!(offer(&mut world, &act(s, button("el gato"), Action::Click)), None, "session {s}");
+    }
+    for kind in [FieldKind::Payment, FieldKind::Identity, FieldKind::File] {
+        let field = ElementFacts {
+            role: "textbox".into(),
+            name: Some("Answer".into()),
+            field_kind: kind,
+            ..Default::default()
+        };
+        assert_eq!(offer(&mut world, &act("s1", field, Action::Click)), None, "{kind:?}");
+    }
+    let mut sensitive = tile("el gato");
+    sensitive.page.url = "https://www.lesson.test/lesson/account/unit-3".into();
+    assert_eq!(offer(&mut world, &sensitive), None, "a page with a sensitive segment");
+}
+
+#[test]
+fn an_empty_turn_is_not_a_browser_only_turn() {
+    let mut world = given();
+    allow_for_task(&mut world, t0());
+    let mut empty = tile("el gato");
+    empty.turn_tool_calls = vec![];
+    assert_eq!(reason(&run(&mut world, &Policy::empty(), &empty, t0())), Some("turn_not_browser_only"));
+}
+
+#[test]
+fn an_advisory_escalation_or_a_later_hardline_is_never_answered_by_a_grant() {
+    let policy = Policy::parse(
+        br#"{"rules":[{"id":"ask","effect":"require_approval"},
+            {"id":"typing-escalates","effect":"advisory_escalation","actions":["type"]},
+            {"id":"never-delete","effect":"hardline","consequences":["deletion"]}]}"#,
+    )
+    .unwrap();
+    let mut world = given();
+    let Decision::RequireApproval { approval_id, .. } = run(&mut world, &policy, &tile("Next"), t0()).decision else {
+        panic!()
+    };
+    let grant_id = Uuid::new_v4();
+    let mut command = resolve(approval_id, Resolution::ApproveForTask, Some(scope()), grant_id, t0());
+    if let Command::ResolveApproval { versions, .. } = &mut command {
+        versions.policy = policy.version.clone();
+    }
+    when(&mut world, command).unwrap();
+    let pinned = |mut req: AuthorizeRequest| {
+        req.versions.policy = policy.version.clone();
+        req
+    };
+    assert!(matches!(run(&mut world, &policy, &pinned(tile("el gato")), t0()).decision, Decision::Allow { .. }));
+
+    let field = ElementFacts {
+        role: "textbox".into(),
+        name: Some("Answer".into()),
+        field_kind: FieldKind::Text,
+        ..Default::default()
+    };
+    let out = run(&mut world, &policy, &pinned(act("s1", field, Action::Type { text: "el gato".into() })), t0());
+    let Decision::RequireApproval { reason, offer, .. } = &out.decision else { panic!("{:?}", out.decision) };
+    assert_eq!((reason.as_deref(), offer), (Some("policy_escalation"), &None));
+    // "Delete" in the visible text only, "Continue" as the name: every source counts.
+    let mut delete = button("Continue");
+    delete.visible_text = Some("Delete lesson".into());
+    let out = run(&mut world, &policy, &pinned(act("s1", delete, Action::Click)), t0());
+    assert_eq!(out.decision, Decision::Deny { code: "never-delete".into() });
+    assert_eq!(world.grants[&grant_id].actions_used, 1, "only the covered tile used the grant");
 }

@@ -83,6 +83,11 @@ impl Named {
             Self::Administration => "administration",
         }
     }
+
+    /// The consequence whose [`Named::code`] is `code`.
+    pub fn from_code(code: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|n| n.code() == code)
+    }
 }
 
 /// The classifier's answer. `Named` is the most specific consequence found (fields first, then
@@ -102,6 +107,15 @@ impl Consequence {
             Self::Routine => "routine",
             Self::Unknown => "unknown",
             Self::Named(n) => n.code(),
+        }
+    }
+
+    /// The consequence whose [`Consequence::code`] is `code`.
+    pub fn from_code(code: &str) -> Option<Self> {
+        match code {
+            "routine" => Some(Self::Routine),
+            "unknown" => Some(Self::Unknown),
+            other => Named::from_code(other).map(Self::Named),
         }
     }
 }

@@ -136,6 +136,12 @@ fn is_sensitive_field(kind: FieldKind) -> bool {
     matches!(kind, FieldKind::Password | FieldKind::OneTimeCode | FieldKind::Payment | FieldKind::Identity)
 }
 
+/// Fields no task grant covers whatever the action: sensitive fields and file inputs. An
+/// approval on one offers no grant, since the grant could never apply there.
+pub fn field_never_covered(kind: FieldKind) -> bool {
+    is_sensitive_field(kind) || kind == FieldKind::File
+}
+
 /// Does `grant` cover `action` on `element` in `page`? The first rule that refuses answers.
 pub fn covers(grant: &Grant, action: &Action, element: &ElementFacts, page: &PageFacts) -> Result<(), NotCovered> {
     if let Grant::Task(scope) = grant {
