@@ -332,6 +332,16 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         Ok(Response::new(pb::WriteReply { position: position(self.authority.position()) }))
     }
 
+    /// The task-grant calls exist only with BROWSER_TASK_GRANTS_ENABLED on: with it off they
+    /// answer as a route that is not mounted, for every caller, before anything else is read.
+    async fn grant_routes_mounted(&self) -> Result<(), Status> {
+        if self.authority.read(|w| w.settings.enabled).await {
+            Ok(())
+        } else {
+            Err(Status::unimplemented("task grants are not enabled on this deployment"))
+        }
+    }
+
     /// The session, if it is this principal's and not deleted.
     async fn own_session(&self, session_id: &str, principal: &str) -> Result<(), Status> {
         let owns = self
@@ -620,6 +630,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
     }
 
     async fn get_grant(&self, req: Request<pb::GetGrantRequest>) -> Result<Response<pb::TaskGrant>, Status> {
+        self.grant_routes_mounted().await?;
         let principal = self.principal(&req)?;
         let r = req.into_inner();
         let grant_id = uuid("grant_id", &r.grant_id)?;
@@ -632,6 +643,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
     }
 
     async fn list_grants(&self, req: Request<pb::ListGrantsRequest>) -> Result<Response<pb::ListGrantsReply>, Status> {
+        self.grant_routes_mounted().await?;
         let principal = self.principal(&req)?;
         let r = req.into_inner();
         self.seen(r.min_position).await?;
@@ -653,6 +665,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
 
     #[tracing::instrument(skip_all, fields(tenant = %self.tenant, grant_id))]
     async fn revoke_grant(&self, req: Request<pb::RevokeGrantRequest>) -> Result<Response<pb::WriteReply>, Status> {
+        self.grant_routes_mounted().await?;
         let principal = self.principal(&req)?;
         let r = req.into_inner();
         let grant_id = uuid("grant_id", &r.grant_id)?;

@@ -43,9 +43,17 @@ async fn start<B: Backend + 'static>(backend: B) -> Served {
 
 /// The same service in process: tonic over an in-memory duplex, no socket.
 async fn start_in_process(backend: MemoryGrants) -> Served {
+    start_in_process_with(backend, true).await
+}
+
+/// [`start_in_process`] with BROWSER_TASK_GRANTS_ENABLED as given (off: no scope either).
+async fn start_in_process_with(backend: MemoryGrants, task_grants: bool) -> Served {
     let authority = Arc::new(Authority::new(backend, Policy::empty(), TenantId::new(TENANT).unwrap()));
-    let settings = TaskGrantSettings { enabled: true, scopes: parse_scopes("https://www.lesson.test/lesson").unwrap() };
-    authority.execute(Command::ChangeSettings(settings), "operator").await.unwrap();
+    if task_grants {
+        let settings =
+            TaskGrantSettings { enabled: true, scopes: parse_scopes("https://www.lesson.test/lesson").unwrap() };
+        authority.execute(Command::ChangeSettings(settings), "operator").await.unwrap();
+    }
     let (client_io, server_io) = tokio::io::duplex(1 << 20);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let service = AuthorizerService::new(authority, TENANT).into_server();
@@ -502,4 +510,43 @@ async fn a_lost_database_is_unavailable_writes_nothing_and_a_retry_succeeds() {
         .unwrap();
     let ids: Vec<String> = list.into_inner().approvals.into_iter().map(|a| a.approval_id).collect();
     assert_eq!(ids, [card.approval_id]);
+}
+
+/// Which calls exist: every RPC called once; the task-grant calls answer UNIMPLEMENTED, as a route
+/// that is not mounted, exactly when the flag is off.
+#[tokio::test]
+async fn census_of_calls_served_with_the_flag_off_and_on() {
+    fn code<T>(r: Result<tonic::Response<T>, Status>) -> Code {
+        r.err().map_or(Code::Ok, |s| s.code())
+    }
+    async fn unimplemented(client: &mut AuthorizerClient<Channel>) -> Vec<&'static str> {
+        let mut codes: Vec<(&'static str, Code)> = Vec::new();
+        codes.push(("CreateSession", code(client.create_session(owner(pb::CreateSessionRequest::default())).await)));
+        codes.push(("RecordMessage", code(client.record_message(owner(pb::RecordMessageRequest::default())).await)));
+        codes.push(("DeleteSession", code(client.delete_session(owner(pb::DeleteSessionRequest::default())).await)));
+        codes.push((
+            "RecordProfileEvent",
+            code(client.record_profile_event(owner(pb::ProfileEventRequest::default())).await),
+        ));
+        codes.push(("Authorize", code(client.authorize(owner(pb::AuthorizeRequest::default())).await)));
+        codes.push((
+            "ResolveApproval",
+            code(client.resolve_approval(owner(pb::ResolveApprovalRequest::default())).await),
+        ));
+        codes.push(("GetApproval", code(client.get_approval(owner(pb::GetApprovalRequest::default())).await)));
+        codes.push(("ListApprovals", code(client.list_approvals(owner(pb::ListApprovalsRequest::default())).await)));
+        codes.push(("RedeemToken", code(client.redeem_token(owner(pb::RedeemTokenRequest::default())).await)));
+        codes.push(("GetGrant", code(client.get_grant(owner(pb::GetGrantRequest::default())).await)));
+        codes.push(("ListGrants", code(client.list_grants(owner(pb::ListGrantsRequest::default())).await)));
+        codes.push(("RevokeGrant", code(client.revoke_grant(owner(pb::RevokeGrantRequest::default())).await)));
+        assert_eq!(codes.len(), 12, "every RPC of the service");
+        codes.into_iter().filter(|(_, c)| *c == Code::Unimplemented).map(|(n, _)| n).collect()
+    }
+    let mut off = start_in_process_with(MemoryGrants::default(), false).await;
+    assert_eq!(unimplemented(&mut off.client).await, ["GetGrant", "ListGrants", "RevokeGrant"]);
+    // Unmounted for everyone, whoever asks and whatever they send.
+    let status = off.client.list_grants(intruder(pb::ListGrantsRequest::default())).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unimplemented);
+    let mut on = start_in_process_with(MemoryGrants::default(), true).await;
+    assert!(unimplemented(&mut on.client).await.is_empty());
 }
