@@ -103,6 +103,7 @@ impl PgGrants {
         }
         let staged = self.store.append_within(&tx, &request).await?;
         if let Err(e) = tx.commit().await {
+            ledger::postgres::discard(client);
             return self.settle(staged.commit_error(&e)).await.map(|()| self.outcome(&staged));
         }
         self.store.committed(&staged);
@@ -183,6 +184,7 @@ impl PgGrants {
         );
         let staged = self.store.append_within(&tx, &request).await?;
         if let Err(e) = tx.commit().await {
+            ledger::postgres::discard(client);
             self.settle(staged.commit_error(&e)).await?;
             return Ok(Consumed::Allowed { ordinal, outcome: self.outcome(&staged) });
         }

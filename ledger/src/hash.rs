@@ -149,7 +149,10 @@ mod tests {
             event_id: Uuid::from_u128(0x0000_0000_0000_4000_8000_0000_0000_0001),
             event_type: "session.created".into(),
             schema_version: 1,
-            payload: json!({ "zeta": 1, "alpha": { "y": [1, "ü"], "b": null }, "text": "ünïcödé ✓" }),
+            payload: json!({
+                "zeta": 1, "alpha": { "y": [1, "ü"], "b": null }, "text": "ünïcödé ✓",
+                "f": [0.1, 2.5, -1.5], "c": "a\u{1}\"b\\"
+            }),
             metadata: Metadata {
                 principal: "owner-1".into(),
                 causation_id: None,
@@ -164,11 +167,12 @@ mod tests {
             metadata: Metadata::by("sweeper"),
         };
 
-        // Payload keys sorted whatever order they were written in; metadata in field order,
-        // absent ids left out; non-ASCII as UTF-8, not escaped.
+        // Payload keys sorted whatever order they were written in; floats in shortest form;
+        // control characters, quotes and backslashes escaped; non-ASCII as UTF-8, not escaped;
+        // metadata in field order, absent ids left out.
         assert_eq!(
             String::from_utf8(serde_json::to_vec(&first.payload).unwrap()).unwrap(),
-            r#"{"alpha":{"b":null,"y":[1,"ü"]},"text":"ünïcödé ✓","zeta":1}"#
+            r#"{"alpha":{"b":null,"y":[1,"ü"]},"c":"a\u0001\"b\\","f":[0.1,2.5,-1.5],"text":"ünïcödé ✓","zeta":1}"#
         );
         assert_eq!(
             String::from_utf8(serde_json::to_vec(&first.metadata).unwrap()).unwrap(),
@@ -176,9 +180,9 @@ mod tests {
         );
 
         let a = Hashed::of_new(&stream, 1, &first, &tenant, at).hash(&GENESIS);
-        assert_eq!(hex::encode(a), "3c093eb6c4f3f4fdfb763d581c5fd2e211d954983fde9201b76ef70fb93df213");
+        assert_eq!(hex::encode(a), "af524db054bc2af9876013ed7daa5988eba592bba76d0d804924271906c4bcc5");
         let later = at + time::Duration::microseconds(1);
         let b = Hashed::of_new(&stream, 2, &second, &tenant, later).hash(&a);
-        assert_eq!(hex::encode(b), "b89fa2d64d792d7ff23be70d5bd46e95bd54e08bb7437c6038437a83899bf653");
+        assert_eq!(hex::encode(b), "69c50e45c8e8fca5797f583a5bb284cb727747511ef6af94172f23ea352fdbef");
     }
 }

@@ -74,6 +74,13 @@ fn insert_sql(rows: usize) -> String {
     sql
 }
 
+/// Keeps a connection whose COMMIT failed out of the pool. Its session may be dead while the
+/// client has not yet noticed, and the pool's round-trip-free recycling would hand it to the
+/// next caller, who would then fail for nothing.
+pub fn discard(client: deadpool_postgres::Object) {
+    drop(deadpool_postgres::Object::take(client));
+}
+
 /// A pool over `config` whose connections are recycled without a round trip.
 pub fn pool(config: tokio_postgres::Config, max_size: usize) -> Result<Pool, String> {
     let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
@@ -566,7 +573,10 @@ impl EventStore for PgStore {
                 .await
                 .map_err(unavailable)?;
             let staged = self.append_within(&tx, &request).await?;
-            tx.commit().await.map_err(|e| staged.commit_error(&e))?;
+            if let Err(e) = tx.commit().await {
+                discard(client);
+                return Err(staged.commit_error(&e));
+            }
             Ok::<_, AppendError>(staged)
         };
         match attempt.await {
@@ -594,7 +604,7 @@ impl EventStore for PgStore {
         let client = self.pool.get().await.map_err(unavailable_read)?;
         let stmt = client
             .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM events WHERE stream_id = $1 AND stream_version >= $2 ORDER BY stream_version"
+                "SELECT {COLUMNS} FROM events WHERE stream_id = $1 AND stream_version >= $2 ORDER BY events.stream_version"
             ))
             .await
             .map_err(unavailable_read)?;

@@ -3,6 +3,9 @@
 use anyhow::{Context, Result, bail};
 use ledger::{Checkpoint, EventStore, PgStore, StreamId, verify_stream};
 
+/// How long the read may lag behind transactions still open before the check gives up.
+const CATCH_UP: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// What `check` found.
 #[derive(Debug)]
 pub struct Checked {
@@ -34,11 +37,27 @@ pub async fn run(url: &str, page_size: usize) -> Result<Checked> {
         client.query("SELECT version FROM schema_migrations", &[]).await.context("reading schema_migrations")?;
     let config: tokio_postgres::Config = url.parse()?;
     let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
+    let count = "SELECT count(*) FROM events";
+    let committed = u64::try_from(client.query_one(count, &[]).await.context("counting events")?.get::<_, i64>(0))?;
     let (mut read, mut at) = (0u64, Checkpoint::START);
     let mut streams = std::collections::BTreeSet::new();
+    // The read must reach every event committed before the check began; it lags while an older
+    // transaction anywhere in the cluster is open, so wait for that, within bounds.
+    let deadline = tokio::time::Instant::now() + CATCH_UP;
+    let mut held_back = false;
     loop {
         let page = store.read_all(at, page_size).await?;
-        let Some(last) = page.last() else { break };
+        let Some(last) = page.last() else {
+            if read >= committed {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                held_back = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            continue;
+        };
         at = last.checkpoint();
         read += page.len() as u64;
         streams.extend(page.iter().map(|e| e.stream_id.to_string()));
@@ -57,6 +76,13 @@ pub async fn run(url: &str, page_size: usize) -> Result<Checked> {
     let checked = Checked { migrations: migrations.len(), read, counted, total, streams: streams.len() };
     if read != counted {
         bail!("the global read skipped or repeated events: {checked}");
+    }
+    if held_back {
+        bail!(
+            "the global read is held back: {read} of {committed} committed events readable after {}s; an open \
+             transaction in the cluster holds it (see pg_stat_activity)",
+            CATCH_UP.as_secs()
+        );
     }
     for s in &streams {
         let id = StreamId::new(s.clone())?;

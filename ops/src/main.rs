@@ -63,7 +63,7 @@ enum DbCmd {
     Start {
         #[arg(long, default_value = ".pgdata/main")]
         dir: PathBuf,
-        /// fsync off: for test clusters only.
+        /// fsync off, and wiped at its next start: for test clusters only.
         #[arg(long)]
         throwaway: bool,
     },

@@ -71,6 +71,9 @@ pub enum Durability {
     Throwaway,
 }
 
+/// Marks a cluster folder as throwaway: its next start wipes it.
+const THROWAWAY_MARKER: &str = "grantctl-throwaway";
+
 /// A cluster in `dir`, started if it is not running, reused if it is. Safe to call from many
 /// processes at once: they serialise on a lock file beside the folder.
 pub fn ensure_started(dir: &Path, durability: Durability) -> Result<String> {
@@ -85,9 +88,11 @@ pub fn ensure_started(dir: &Path, durability: Durability) -> Result<String> {
         return Ok(url);
     }
     let bin = bindir()?;
-    if durability == Durability::Throwaway && dir.join("PG_VERSION").is_file() {
-        // A throwaway cluster starts empty: nothing of a past run (databases, used transaction
-        // ids) carries into this one.
+    // A throwaway cluster starts empty: nothing of a past run (databases, used transaction ids)
+    // carries into the next. Only a folder this code made as throwaway is wiped, and only with no
+    // server's pid file in it, so a durable ledger is never lost to a mistyped `--dir`.
+    let marker = dir.join(THROWAWAY_MARKER);
+    if durability == Durability::Throwaway && marker.is_file() && !dir.join("postmaster.pid").exists() {
         fs::remove_dir_all(dir)?;
         fs::create_dir_all(dir)?;
     }
@@ -104,6 +109,10 @@ pub fn ensure_started(dir: &Path, durability: Durability) -> Result<String> {
             "initdb",
             &["-D", d, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "--locale=C"],
         )?;
+        if durability == Durability::Throwaway {
+            // Written after initdb, which wants an empty folder.
+            fs::write(&marker, "made by grantctl db start --throwaway; wiped at its next start\n")?;
+        }
     }
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let d = dir.to_str().context("cluster path is not UTF-8")?;
@@ -129,7 +138,8 @@ pub fn running_url(dir: &Path) -> Option<String> {
     Path::new("/proc").join(pid).exists().then_some(url)
 }
 
-/// Stops the cluster in `dir` if it runs. Its files stay for the next start.
+/// Stops the cluster in `dir` if it runs. Its files stay; a throwaway cluster's are wiped at its
+/// next start.
 pub fn stop(dir: &Path) -> Result<()> {
     if running_url(dir).is_none() {
         return Ok(());
