@@ -128,6 +128,20 @@ fn allow_for_task(world: &mut World, now: OffsetDateTime) -> Uuid {
     grant_id
 }
 
+/// "Allow for this task" on a card asked under `policy`: the grant pins that policy's version.
+fn allow_for_task_under(world: &mut World, policy: &Policy) -> Uuid {
+    let Decision::RequireApproval { approval_id, .. } = run(world, policy, &tile("Next"), t0()).decision else {
+        panic!("the first act must ask")
+    };
+    let grant_id = Uuid::new_v4();
+    let mut command = resolve(approval_id, Resolution::ApproveForTask, Some(scope()), grant_id, t0());
+    if let Command::ResolveApproval { versions, .. } = &mut command {
+        versions.policy = policy.version.clone();
+    }
+    when(world, command).unwrap();
+    grant_id
+}
+
 fn resolve(
     approval_id: Uuid,
     resolution: Resolution,
@@ -430,17 +444,7 @@ fn policy_deny_and_hardline_are_never_overridden() {
     )
     .unwrap();
     let mut world = given();
-    // The grant pins the policy it was made under; use that same policy here.
-    let Decision::RequireApproval { approval_id, .. } = run(&mut world, &Policy::empty(), &tile("Next"), t0()).decision
-    else {
-        panic!()
-    };
-    let grant_id = Uuid::new_v4();
-    let mut command = resolve(approval_id, Resolution::ApproveForTask, Some(scope()), grant_id, t0());
-    if let Command::ResolveApproval { versions, .. } = &mut command {
-        versions.policy = policy.version.clone();
-    }
-    when(&mut world, command).unwrap();
+    let grant_id = allow_for_task_under(&mut world, &policy);
     let mut req = tile("el gato");
     req.versions.policy = policy.version.clone();
     assert_eq!(run(&mut world, &policy, &req, t0()).decision, Decision::Deny { code: "no-tiles".into() });
@@ -697,15 +701,7 @@ fn an_advisory_escalation_or_a_later_hardline_is_never_answered_by_a_grant() {
     )
     .unwrap();
     let mut world = given();
-    let Decision::RequireApproval { approval_id, .. } = run(&mut world, &policy, &tile("Next"), t0()).decision else {
-        panic!()
-    };
-    let grant_id = Uuid::new_v4();
-    let mut command = resolve(approval_id, Resolution::ApproveForTask, Some(scope()), grant_id, t0());
-    if let Command::ResolveApproval { versions, .. } = &mut command {
-        versions.policy = policy.version.clone();
-    }
-    when(&mut world, command).unwrap();
+    let grant_id = allow_for_task_under(&mut world, &policy);
     let pinned = |mut req: AuthorizeRequest| {
         req.versions.policy = policy.version.clone();
         req
