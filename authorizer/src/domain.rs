@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use classifier::{Action, Consequence, ElementFacts, FieldKind, Named, PageFacts, TaskScope};
+use classifier::{Action, Consequence, ElementFacts, Named, PageFacts, TaskScope};
 use ledger::StreamId;
 use ledger::catalogue::{
     ActionView, ApprovalExpired, ApprovalRequested, ApprovalResolved, ApprovalStatus, ApprovalTokenIssued,
@@ -687,13 +687,13 @@ pub fn offer_for(world: &World, req: &AuthorizeRequest) -> Option<Offer> {
     })
 }
 
-/// Fields no one may act on without the owner typing themselves: refused outright, no card.
-fn refused_field(kind: FieldKind) -> Option<&'static str> {
-    match kind {
-        FieldKind::Password => Some(Named::CredentialField.code()),
-        FieldKind::OneTimeCode => Some(Named::OneTimeCodeField.code()),
+/// Credential and one-time-code fields are refused outright, no card: the classifier names them
+/// from the field kind.
+fn refused_field(consequences: &[Consequence]) -> Option<&'static str> {
+    consequences.iter().find_map(|c| match c {
+        Consequence::Named(n @ (Named::CredentialField | Named::OneTimeCodeField)) => Some(n.code()),
         _ => None,
-    }
+    })
 }
 
 /// The reason an approval records when a policy rule escalated the action to the owner.
@@ -724,7 +724,7 @@ pub fn authorize(
         }
         Verdict::RequireApproval => {}
     }
-    if let Some(code) = refused_field(req.element.field_kind) {
+    if let Some(code) = refused_field(&consequences) {
         return deny(code.to_owned());
     }
     let authorized = |kind, grant_id, use_ordinal| {

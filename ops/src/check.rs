@@ -31,12 +31,11 @@ impl std::fmt::Display for Checked {
 
 /// Pages through the global log as readers do and compares what came back with `count(*)`, so a
 /// skipped event shows; then verifies every stream's hash chain.
-pub async fn run(url: &str, page_size: usize) -> Result<Checked> {
-    let client = crate::connect(url).await?;
+pub async fn run(config: &tokio_postgres::Config, page_size: usize) -> Result<Checked> {
+    let client = crate::connect_config(config).await?;
     let migrations =
         client.query("SELECT version FROM schema_migrations", &[]).await.context("reading schema_migrations")?;
-    let config: tokio_postgres::Config = url.parse()?;
-    let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
+    let store = PgStore::new(ledger::postgres::pool(config.clone(), 2).map_err(anyhow::Error::msg)?);
     let count = "SELECT count(*) FROM events";
     let committed = u64::try_from(client.query_one(count, &[]).await.context("counting events")?.get::<_, i64>(0))?;
     let (mut read, mut at) = (0u64, Checkpoint::START);

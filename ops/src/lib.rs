@@ -14,10 +14,12 @@ use anyhow::{Context, Result};
 /// Connects one client and drives its connection in the background.
 pub async fn connect(url: &str) -> Result<tokio_postgres::Client> {
     let config: tokio_postgres::Config = url.parse().context("DATABASE_URL is not a valid PostgreSQL URL")?;
-    let (client, connection) = config
-        .connect(tokio_postgres::NoTls)
-        .await
-        .with_context(|| format!("connecting to PostgreSQL at {}", redact(url)))?;
+    connect_config(&config).await.with_context(|| format!("connecting to PostgreSQL at {}", redact(url)))
+}
+
+/// [`connect`] from a parsed configuration.
+pub async fn connect_config(config: &tokio_postgres::Config) -> Result<tokio_postgres::Client> {
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await.context("connecting to PostgreSQL")?;
     tokio::spawn(connection);
     Ok(client)
 }

@@ -116,7 +116,9 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Up => {
             let url = database_url(&cli.database_url)?;
             let report = ops::migrate::run(&mut ops::connect(&url).await?).await?;
-            let checked = ops::check::run(&url, ledger::READ_PAGE).await?;
+            let checked =
+                ops::check::run(&url.parse().context("DATABASE_URL is not a valid PostgreSQL URL")?, ledger::READ_PAGE)
+                    .await?;
             println!(
                 "ledger ready at {} ({} migrations applied now): {checked}",
                 ops::redact(&url),
@@ -125,7 +127,14 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Check { page_size } => {
             let url = database_url(&cli.database_url)?;
-            println!("{}", ops::check::run(&url, usize::try_from(page_size)?).await?);
+            println!(
+                "{}",
+                ops::check::run(
+                    &url.parse().context("DATABASE_URL is not a valid PostgreSQL URL")?,
+                    usize::try_from(page_size)?
+                )
+                .await?
+            );
         }
         Cmd::Serve { service: ServeCmd::Authorizer } => {
             // Parsed once, here; nothing reads the environment after start-up.

@@ -68,20 +68,6 @@ impl TestDb {
         Ok(db)
     }
 
-    /// This database's URL: the server's with the database name replaced.
-    pub fn url(&self) -> String {
-        let (base, query) = self.server_url.split_once('?').map_or((&self.server_url[..], None), |(b, q)| (b, Some(q)));
-        let host_end = base.find("://").map_or(0, |i| i + 3);
-        let base = match base[host_end..].find('/') {
-            Some(slash) => &base[..host_end + slash],
-            None => base,
-        };
-        match query {
-            Some(q) => format!("{base}/{}?{q}", self.name),
-            None => format!("{base}/{}", self.name),
-        }
-    }
-
     /// A plain connection to this database.
     pub async fn client(&self) -> tokio_postgres::Client {
         let (client, connection) =

@@ -312,7 +312,7 @@ async fn check_reads_every_event_at_every_page_size() {
             .unwrap();
     }
     for page_size in [1, 3, 1_000] {
-        let checked = ops::check::run(&db.url(), page_size).await.expect("check passes");
+        let checked = ops::check::run(&db.config, page_size).await.expect("check passes");
         assert_eq!((checked.read, checked.counted, checked.total), (appended, appended, appended), "page {page_size}");
         assert_eq!(checked.streams, 40);
     }
