@@ -4,6 +4,7 @@
 //! The domain is synchronous and pure: time and ids come in with each command; no IO, no clock,
 //! no prost types. Storage adapters sit at the edge (`pg`).
 
+pub mod auth;
 pub mod authority;
 pub mod constraint;
 pub mod domain;

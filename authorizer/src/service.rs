@@ -1,8 +1,8 @@
 //! The tonic service over the authority: prost types are converted here and go no further in.
 //!
-//! The caller's tenant and principal come from request metadata (`x-tenant-id`,
-//! `x-principal-id`), set by the trusted caller (the gateway, the agent's worker) after it
-//! authenticated its own client. Another principal's session, approval or grant is NOT_FOUND.
+//! Every call is authenticated (`auth`): the caller's credential fixes its tenant and role, and
+//! the principal is the credential's own, or for the gateway the owner it names. Another
+//! principal's session, approval or grant is NOT_FOUND.
 //! Bad requests are INVALID_ARGUMENT with field violations and change nothing.
 
 use std::future::Future;
@@ -16,6 +16,8 @@ use ledger::catalogue::{
 };
 use ledger::{Checkpoint, StreamId};
 use proto::v1 as pb;
+
+use crate::auth::{AuthError, Caller, Credentials, Rpc, Scope};
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -31,6 +33,10 @@ use crate::domain::{
     RunContext, Versions,
 };
 use crate::view::{approval_view_in_session, offer_text};
+
+/// The `ErrorInfo` reason of a call refused to its caller's credential (role, tenant or scope),
+/// beside the domain's own refusals such as `APPROVAL_TOKEN_INVALID`.
+pub const CALLER_NOT_PERMITTED: &str = "CALLER_NOT_PERMITTED";
 
 /// How long a read waits for the position it asked to see.
 const READ_YOUR_WRITES_PATIENCE: Duration = Duration::from_secs(5);
@@ -74,20 +80,6 @@ fn status(e: AuthorityError) -> Status {
             Status::unknown(format!("the outcome is unknown; look it up before retrying: {e}"))
         }
     }
-}
-
-/// The caller's tenant and principal, from metadata.
-fn caller<T>(req: &Request<T>) -> Result<(String, String), Status> {
-    let get = |key: &str| {
-        req.metadata()
-            .get(key)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(str::to_owned)
-            .ok_or_else(|| Status::unauthenticated(format!("missing {key}")))
-    };
-    Ok((get("x-tenant-id")?, get("x-principal-id")?))
 }
 
 /// An id that can name a stream.
@@ -291,30 +283,44 @@ fn is_token(token: &str) -> bool {
 pub struct AuthorizerService<B> {
     authority: Arc<Authority<B>>,
     tenant: String,
+    credentials: Credentials,
 }
 
 impl<B> Clone for AuthorizerService<B> {
     fn clone(&self) -> Self {
-        Self { authority: Arc::clone(&self.authority), tenant: self.tenant.clone() }
+        Self {
+            authority: Arc::clone(&self.authority),
+            tenant: self.tenant.clone(),
+            credentials: self.credentials.clone(),
+        }
     }
 }
 
 impl<B: Backend + 'static> AuthorizerService<B> {
-    pub fn new(authority: Arc<Authority<B>>, tenant: impl Into<String>) -> Self {
-        Self { authority, tenant: tenant.into() }
+    pub fn new(authority: Arc<Authority<B>>, tenant: impl Into<String>, credentials: Credentials) -> Self {
+        Self { authority, tenant: tenant.into(), credentials }
     }
 
     pub fn into_server(self) -> pb::authorizer_server::AuthorizerServer<Self> {
         pb::authorizer_server::AuthorizerServer::new(self)
     }
 
-    /// The caller's principal, once the tenant is checked to be the one this authority serves.
-    fn principal<T>(&self, req: &Request<T>) -> Result<String, Status> {
-        let (tenant, principal) = caller(req)?;
-        if tenant != self.tenant {
-            return Err(Status::permission_denied("this authority does not serve that tenant"));
-        }
-        Ok(principal)
+    /// The authenticated caller of `rpc`: its credential's tenant must be the one this authority
+    /// serves and its role the one the call belongs to.
+    async fn caller<T>(&self, req: &Request<T>, rpc: Rpc) -> Result<Caller, Status> {
+        let caller =
+            self.credentials.authenticate(req.metadata(), rpc, &self.tenant, OffsetDateTime::now_utc()).await.map_err(
+                |e| match e {
+                    AuthError::Unauthenticated(m) => Status::unauthenticated(m),
+                    AuthError::PermissionDenied(m) => with_reason(Code::PermissionDenied, CALLER_NOT_PERMITTED, m),
+                    AuthError::Unavailable(m) => {
+                        Status::unavailable(format!("nothing was written: credentials cannot be read now: {m}"))
+                    }
+                    AuthError::Invalid(m) => Status::invalid_argument(m),
+                },
+            )?;
+        tracing::debug!(role = %caller.role, principal = %caller.principal, "authenticated");
+        Ok(caller)
     }
 
     async fn seen(&self, min: Option<pb::Position>) -> Result<(), Status> {
@@ -355,7 +361,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
 #[tonic::async_trait]
 impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerService<B> {
     async fn create_session(&self, req: Request<pb::CreateSessionRequest>) -> Result<Response<pb::WriteReply>, Status> {
-        let principal = self.principal(&req)?;
+        let principal = self.caller(&req, Rpc::CreateSession).await?.principal;
         let r = req.into_inner();
         let session_id = id("session_id", &r.session_id)?;
         let surface = match pb::Surface::try_from(r.surface) {
@@ -377,7 +383,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
     }
 
     async fn record_message(&self, req: Request<pb::RecordMessageRequest>) -> Result<Response<pb::WriteReply>, Status> {
-        let principal = self.principal(&req)?;
+        let principal = self.caller(&req, Rpc::RecordMessage).await?.principal;
         let r = req.into_inner();
         let session_id = id("session_id", &r.session_id)?;
         let message_id = id("message_id", &r.message_id)?;
@@ -387,7 +393,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
     }
 
     async fn delete_session(&self, req: Request<pb::DeleteSessionRequest>) -> Result<Response<pb::WriteReply>, Status> {
-        let principal = self.principal(&req)?;
+        let principal = self.caller(&req, Rpc::DeleteSession).await?.principal;
         let session_id = id("session_id", &req.into_inner().session_id)?;
         self.write(Command::DeleteSession { session_id, principal_id: principal.clone() }, &principal).await
     }
@@ -396,7 +402,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         &self,
         req: Request<pb::ProfileEventRequest>,
     ) -> Result<Response<pb::WriteReply>, Status> {
-        let principal = self.principal(&req)?;
+        let principal = self.caller(&req, Rpc::RecordProfileEvent).await?.principal;
         let r = req.into_inner();
         let profile_id = id("profile_id", &r.profile_id)?;
         let command = match pb::ProfileEvent::try_from(r.event) {
@@ -411,7 +417,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
 
     #[tracing::instrument(skip_all, fields(tenant = %self.tenant, session_id, decision))]
     async fn authorize(&self, req: Request<pb::AuthorizeRequest>) -> Result<Response<pb::AuthorizeReply>, Status> {
-        let principal = self.principal(&req)?;
+        let principal = self.caller(&req, Rpc::Authorize).await?.principal;
         let r = req.into_inner();
         let session_id = id("session_id", &r.session_id)?;
         tracing::Span::current().record("session_id", session_id.as_str());
@@ -504,7 +510,8 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         &self,
         req: Request<pb::ResolveApprovalRequest>,
     ) -> Result<Response<pb::ResolveApprovalReply>, Status> {
-        let principal = self.principal(&req)?;
+        let caller = self.caller(&req, Rpc::ResolveApproval).await?;
+        let principal = caller.principal.clone();
         let r = req.into_inner();
         let approval_id = uuid("approval_id", &r.approval_id)?;
         tracing::Span::current().record("approval_id", r.approval_id.as_str());
@@ -515,6 +522,13 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             _ => return Err(invalid("resolution", "is required")),
         };
         let repeated_scope = match resolution {
+            Resolution::ApproveForTask if !caller.has(Scope::GrantWrite) => {
+                return Err(with_reason(
+                    Code::PermissionDenied,
+                    CALLER_NOT_PERMITTED,
+                    "approve_for_task needs the owner's scope browser.grant.write".into(),
+                ));
+            }
             Resolution::ApproveForTask => {
                 if r.offered_origin.is_empty() || r.offered_path_prefix.is_empty() {
                     return Err(invalid(
@@ -559,7 +573,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
     }
 
     async fn get_approval(&self, req: Request<pb::GetApprovalRequest>) -> Result<Response<pb::Approval>, Status> {
-        let principal = self.principal(&req)?;
+        let principal = self.caller(&req, Rpc::GetApproval).await?.principal;
         let r = req.into_inner();
         let approval_id = uuid("approval_id", &r.approval_id)?;
         self.seen(r.min_position).await?;
@@ -578,7 +592,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         &self,
         req: Request<pb::ListApprovalsRequest>,
     ) -> Result<Response<pb::ListApprovalsReply>, Status> {
-        let principal = self.principal(&req)?;
+        let principal = self.caller(&req, Rpc::ListApprovals).await?.principal;
         let r = req.into_inner();
         let session_id = id("session_id", &r.session_id)?;
         self.seen(r.min_position).await?;
@@ -603,7 +617,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         &self,
         req: Request<pb::RedeemTokenRequest>,
     ) -> Result<Response<pb::RedeemTokenReply>, Status> {
-        let principal = self.principal(&req)?;
+        let principal = self.caller(&req, Rpc::RedeemToken).await?.principal;
         let r = req.into_inner();
         if !is_token(&r.approval_token) {
             return Err(invalid("approval_token", "must be apv_ and 24 lowercase hex digits"));
@@ -631,7 +645,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
 
     async fn get_grant(&self, req: Request<pb::GetGrantRequest>) -> Result<Response<pb::TaskGrant>, Status> {
         self.grant_routes_mounted().await?;
-        let principal = self.principal(&req)?;
+        let principal = self.caller(&req, Rpc::GetGrant).await?.principal;
         let r = req.into_inner();
         let grant_id = uuid("grant_id", &r.grant_id)?;
         self.seen(r.min_position).await?;
@@ -644,7 +658,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
 
     async fn list_grants(&self, req: Request<pb::ListGrantsRequest>) -> Result<Response<pb::ListGrantsReply>, Status> {
         self.grant_routes_mounted().await?;
-        let principal = self.principal(&req)?;
+        let principal = self.caller(&req, Rpc::ListGrants).await?.principal;
         let r = req.into_inner();
         self.seen(r.min_position).await?;
         let mut grants = self
@@ -666,7 +680,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
     #[tracing::instrument(skip_all, fields(tenant = %self.tenant, grant_id))]
     async fn revoke_grant(&self, req: Request<pb::RevokeGrantRequest>) -> Result<Response<pb::WriteReply>, Status> {
         self.grant_routes_mounted().await?;
-        let principal = self.principal(&req)?;
+        let principal = self.caller(&req, Rpc::RevokeGrant).await?.principal;
         let r = req.into_inner();
         let grant_id = uuid("grant_id", &r.grant_id)?;
         tracing::Span::current().record("grant_id", r.grant_id.as_str());
@@ -676,15 +690,21 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
 
 /// Serves `service` on `listener` until `shutdown` resolves, finishing requests in flight, with
 /// the standard gRPC health service beside it: the authorizer reports SERVING once it is
-/// constructed, which is after its world was recovered from the log.
+/// constructed, which is after its world was recovered from the log. `tls` is `None` only for
+/// plaintext loopback (development) and in-process tests.
 pub async fn serve<B: Backend + 'static>(
     listener: TcpListener,
     service: AuthorizerService<B>,
+    tls: Option<tonic::transport::ServerTlsConfig>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<pb::authorizer_server::AuthorizerServer<AuthorizerService<B>>>().await;
-    tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls)?;
+    }
+    builder
         .add_service(health)
         .add_service(service.into_server())
         .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), shutdown)

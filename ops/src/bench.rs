@@ -205,21 +205,49 @@ pub mod authorize {
     use std::time::{Duration, Instant};
 
     use anyhow::{Context, Result, bail};
+    use authorizer::auth::{Credentials, Role, new_token};
     use pb::authorizer_client::AuthorizerClient;
     use proto::v1 as pb;
     use tokio::io::AsyncBufReadExt;
-    use tonic::transport::Channel;
+    use tonic::transport::{Certificate, Channel, ClientTlsConfig};
     use uuid::Uuid;
 
     use super::{Samples, Scratch, bare};
 
     const TENANT: &str = "bench";
 
-    fn req<T>(m: T) -> tonic::Request<T> {
-        let mut r = tonic::Request::new(m);
-        r.metadata_mut().insert("x-tenant-id", TENANT.parse().expect("ascii"));
-        r.metadata_mut().insert("x-principal-id", "owner".parse().expect("ascii"));
-        r
+    /// The bench's credentials: the worker that authorizes, the gateway that resolves the card.
+    #[derive(Debug, Clone)]
+    struct Tokens {
+        worker: String,
+        gateway: String,
+        ca_pem: String,
+    }
+
+    impl Tokens {
+        fn bearer<T>(m: T, token: &str) -> tonic::Request<T> {
+            let mut r = tonic::Request::new(m);
+            r.metadata_mut().insert("authorization", format!("Bearer {token}").parse().expect("ascii"));
+            r
+        }
+
+        fn worker<T>(&self, m: T) -> tonic::Request<T> {
+            Self::bearer(m, &self.worker)
+        }
+
+        fn gateway<T>(&self, m: T) -> tonic::Request<T> {
+            let mut r = Self::bearer(m, &self.gateway);
+            r.metadata_mut().insert("x-principal-id", "owner".parse().expect("ascii"));
+            r.metadata_mut().insert("x-owner-scopes", "approval.resolve,browser.grant.write".parse().expect("ascii"));
+            r
+        }
+
+        async fn connect(&self, endpoint: &str) -> Result<AuthorizerClient<Channel>> {
+            let tls =
+                ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&self.ca_pem)).domain_name("localhost");
+            let channel = Channel::from_shared(endpoint.to_owned())?.tls_config(tls)?.connect().await?;
+            Ok(AuthorizerClient::new(channel))
+        }
     }
 
     fn act(session: &str) -> pb::AuthorizeRequest {
@@ -242,7 +270,7 @@ pub mod authorize {
     }
 
     /// A new session with a fresh grant, made the only way there is: the card.
-    async fn fresh_grant(client: &mut AuthorizerClient<Channel>) -> Result<String> {
+    async fn fresh_grant(client: &mut AuthorizerClient<Channel>, tokens: &Tokens) -> Result<String> {
         let session = format!("bench-{}", Uuid::new_v4().simple());
         let create = pb::CreateSessionRequest {
             session_id: session.clone(),
@@ -250,15 +278,15 @@ pub mod authorize {
             surface: 1,
             ..Default::default()
         };
-        client.create_session(req(create)).await?;
+        client.create_session(tokens.worker(create)).await?;
         client
-            .record_message(req(pb::RecordMessageRequest {
+            .record_message(tokens.worker(pb::RecordMessageRequest {
                 session_id: session.clone(),
                 message_id: "m".into(),
                 from_owner: true,
             }))
             .await?;
-        let reply = client.authorize(req(act(&session))).await?.into_inner();
+        let reply = client.authorize(tokens.worker(act(&session))).await?.into_inner();
         let Some(pb::authorize_reply::Decision::RequireApproval(card)) = reply.decision else {
             bail!("the first act should ask")
         };
@@ -269,29 +297,29 @@ pub mod authorize {
             offered_origin: offer.origin,
             offered_path_prefix: offer.path_prefix,
         };
-        client.resolve_approval(req(resolve)).await?;
+        client.resolve_approval(tokens.gateway(resolve)).await?;
         Ok(session)
     }
 
     /// Timed authorize-and-consume calls from `clients` clients for `duration`.
-    async fn drive(endpoint: &str, clients: usize, duration: Duration) -> Result<Samples> {
+    async fn drive(endpoint: &str, tokens: &Tokens, clients: usize, duration: Duration) -> Result<Samples> {
         let start = Instant::now();
         let deadline = start + duration;
         let tasks: Vec<_> = (0..clients)
             .map(|_| {
-                let endpoint = endpoint.to_owned();
+                let (endpoint, tokens) = (endpoint.to_owned(), tokens.clone());
                 tokio::spawn(async move {
-                    let mut client = AuthorizerClient::connect(endpoint).await?;
+                    let mut client = tokens.connect(&endpoint).await?;
                     let mut latencies = Vec::new();
-                    let mut session = fresh_grant(&mut client).await?;
+                    let mut session = fresh_grant(&mut client, &tokens).await?;
                     let mut used = 0;
                     while Instant::now() < deadline {
                         if used == 200 {
-                            session = fresh_grant(&mut client).await?;
+                            session = fresh_grant(&mut client, &tokens).await?;
                             used = 0;
                         }
                         let t = Instant::now();
-                        let reply = client.authorize(req(act(&session))).await?.into_inner();
+                        let reply = client.authorize(tokens.worker(act(&session))).await?.into_inner();
                         let elapsed = t.elapsed();
                         match reply.decision {
                             Some(pb::authorize_reply::Decision::Allow(_)) => latencies.push(elapsed),
@@ -334,8 +362,15 @@ pub mod authorize {
         duration: Duration,
     ) -> Result<String> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        // TLS as in production: its cost is part of the call.
+        let pki_dir = std::env::temp_dir().join(format!("grantctl-bench-{}", Uuid::new_v4().simple()));
+        let pki = crate::tls::DevPki::generate()?;
+        pki.write(&pki_dir)?;
+        let (_, cert, key) = crate::tls::DevPki::paths(&pki_dir);
         let mut server = tokio::process::Command::new(std::env::current_exe()?)
             .args(["serve", "authorizer"])
+            .env("AUTHORIZER_TLS_CERT", cert)
+            .env("AUTHORIZER_TLS_KEY", key)
             .env("DATABASE_URL", db_url)
             .env("AUTHORIZER_LISTEN", format!("127.0.0.1:{port}"))
             .env("GRANT_LEDGER_TENANT", TENANT)
@@ -358,19 +393,24 @@ pub mod authorize {
         })
         .await
         .context("the authorizer did not start within 30 s")??;
-        let endpoint = format!("http://127.0.0.1:{port}");
+        std::fs::remove_dir_all(&pki_dir)?;
+        let endpoint = format!("https://localhost:{port}");
         let pool = ledger::postgres::pool(config, clients.iter().copied().max().unwrap_or(1) + 2)
             .map_err(anyhow::Error::msg)?;
+        let credentials = Credentials::Postgres(pool.clone());
+        let tokens = Tokens { worker: new_token(), gateway: new_token(), ca_pem: pki.ca_cert };
+        credentials.register(&tokens.worker, TENANT, Role::Worker, Some("owner"), None).await?;
+        credentials.register(&tokens.gateway, TENANT, Role::Gateway, None, None).await?;
 
         let mut out = String::from("| clients | call | p50 µs | p99 µs | per second |\n|---:|---|---:|---:|---:|\n");
         let mut ratios = String::new();
         for &n in clients {
             bare(pool.clone(), n, Duration::from_millis(300)).await?;
-            drive(&endpoint, n, Duration::from_millis(500)).await?;
+            drive(&endpoint, &tokens, n, Duration::from_millis(500)).await?;
             let (mut b, mut a) = (Samples::default(), Samples::default());
             for _ in 0..2 {
                 b.merge(bare(pool.clone(), n, duration / 4).await?);
-                a.merge(drive(&endpoint, n, duration / 4).await?);
+                a.merge(drive(&endpoint, &tokens, n, duration / 4).await?);
             }
             for (label, s) in [("bare INSERT; COMMIT", &b), ("Authorize (gRPC, consumes a use)", &a)] {
                 writeln!(

@@ -8,6 +8,7 @@ pub mod classify;
 pub mod migrate;
 pub mod pgcluster;
 pub mod serve;
+pub mod tls;
 
 use anyhow::{Context, Result};
 

@@ -38,6 +38,16 @@ enum Cmd {
         #[command(subcommand)]
         service: ServeCmd,
     },
+    /// Credentials of the services that call the authorizer.
+    Credentials {
+        #[command(subcommand)]
+        command: CredentialsCmd,
+    },
+    /// Certificates for TLS on loopback.
+    Tls {
+        #[command(subcommand)]
+        command: TlsCmd,
+    },
     /// Manage a local throwaway cluster.
     Db {
         #[command(subcommand)]
@@ -52,9 +62,53 @@ enum Cmd {
 
 #[derive(Debug, Subcommand)]
 enum ServeCmd {
-    /// The authorizer gRPC service. Configured by AUTHORIZER_LISTEN, GRANT_LEDGER_TENANT,
-    /// BROWSER_TASK_GRANTS_ENABLED, BROWSER_TASK_GRANT_SCOPES, POLICY_FILE, SWEEP_INTERVAL_SECONDS.
-    Authorizer,
+    /// The authorizer gRPC service. Configured by AUTHORIZER_LISTEN, AUTHORIZER_TLS_CERT,
+    /// AUTHORIZER_TLS_KEY, GRANT_LEDGER_TENANT, BROWSER_TASK_GRANTS_ENABLED,
+    /// BROWSER_TASK_GRANT_SCOPES, POLICY_FILE, SWEEP_INTERVAL_SECONDS.
+    Authorizer {
+        /// Serve plaintext on a loopback address instead of TLS: local development only.
+        #[arg(long)]
+        insecure_loopback: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TlsCmd {
+    /// Make a throwaway CA and a loopback server certificate in DIR (ca.pem, server.pem,
+    /// server-key.pem), unless they are there already.
+    Init {
+        #[arg(long, default_value = ".pgdata/tls")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CredentialsCmd {
+    /// Make a credential and print its id and its token; the token is shown only this once.
+    Create {
+        /// worker, runtime, gateway, profiles or operator.
+        #[arg(long)]
+        role: String,
+        #[arg(long)]
+        tenant: String,
+        /// The owner a worker or runtime credential acts as.
+        #[arg(long)]
+        principal: Option<String>,
+        /// Hours until it expires; unset, it lasts until revoked.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        expires_in_hours: Option<u32>,
+    },
+    /// Revoke a credential: calls made with it are refused from now on.
+    Revoke {
+        #[arg(long)]
+        tenant: String,
+        credential_id: uuid::Uuid,
+    },
+    /// List a tenant's credentials (never their tokens).
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -136,11 +190,50 @@ async fn run(cli: Cli) -> Result<()> {
                 .await?
             );
         }
-        Cmd::Serve { service: ServeCmd::Authorizer } => {
+        Cmd::Serve { service: ServeCmd::Authorizer { insecure_loopback } } => {
             // Parsed once, here; nothing reads the environment after start-up.
-            let config = ops::serve::AuthorizerConfig::parse(|k| std::env::var(k).ok())?;
+            let config = ops::serve::AuthorizerConfig::parse(|k| std::env::var(k).ok(), insecure_loopback)?;
             let url = database_url(&cli.database_url)?;
             ops::serve::authorizer(config, url).await?;
+        }
+        Cmd::Tls { command: TlsCmd::Init { dir } } => {
+            let (ca, cert, key) = ops::tls::DevPki::paths(&dir);
+            if !(ca.is_file() && cert.is_file() && key.is_file()) {
+                ops::tls::DevPki::generate()?.write(&dir)?;
+            }
+            println!("{}", dir.display());
+        }
+        Cmd::Credentials { command } => {
+            let url = database_url(&cli.database_url)?;
+            ops::migrate::run(&mut ops::connect(&url).await?).await?;
+            let pool = ledger::postgres::pool(url.parse()?, 1).map_err(anyhow::Error::msg)?;
+            let credentials = authorizer::auth::Credentials::Postgres(pool);
+            match command {
+                CredentialsCmd::Create { role, tenant, principal, expires_in_hours } => {
+                    let role = authorizer::auth::Role::from_code(&role).with_context(|| {
+                        format!("--role {role:?}: one of worker, runtime, gateway, profiles, operator")
+                    })?;
+                    let expires =
+                        expires_in_hours.map(|h| time::OffsetDateTime::now_utc() + time::Duration::hours(i64::from(h)));
+                    let token = authorizer::auth::new_token();
+                    let c = credentials.register(&token, &tenant, role, principal.as_deref(), expires).await?;
+                    println!("{} {token}", c.credential_id);
+                }
+                CredentialsCmd::Revoke { tenant, credential_id } => {
+                    if !credentials.revoke(&tenant, credential_id).await? {
+                        bail!("no credential {credential_id} of tenant {tenant} that is not revoked already");
+                    }
+                    println!("revoked {credential_id}");
+                }
+                CredentialsCmd::List { tenant } => {
+                    for c in credentials.list(&tenant).await? {
+                        let state = if c.revoked_at.is_some() { "revoked" } else { "active" };
+                        let expires = c.expires_at.map_or_else(|| "never".to_owned(), |t| t.to_string());
+                        let principal = c.principal.as_deref().unwrap_or("-");
+                        println!("{} {} {principal} {state} expires {expires}", c.credential_id, c.role);
+                    }
+                }
+            }
         }
         Cmd::Classify => {
             ops::classify::run(std::io::stdin().lock(), std::io::stdout().lock()).context("classify")?;

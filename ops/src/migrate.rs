@@ -23,6 +23,7 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0002_active_task_grants.sql",
         sql: include_str!("../../migrations/0002_active_task_grants.sql"),
     },
+    Migration { version: 3, name: "0003_credentials.sql", sql: include_str!("../../migrations/0003_credentials.sql") },
 ];
 
 /// Shared by every runner of this schema: the ASCII of "grantmig".

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use authorizer::auth::Credentials;
 use authorizer::authority::Authority;
 use authorizer::domain::Command;
 use authorizer::pg::PgGrants;
@@ -15,6 +16,7 @@ use authorizer::scopes::{TaskGrantSettings, settings};
 use authorizer::service::{AuthorizerService, serve};
 use ledger::{PgStore, TenantId};
 use time::OffsetDateTime;
+use tonic::transport::{Identity, ServerTlsConfig};
 
 /// Everything the authorizer reads from its environment.
 #[derive(Debug)]
@@ -25,11 +27,22 @@ pub struct AuthorizerConfig {
     pub settings: TaskGrantSettings,
     pub policy: Policy,
     pub sweep_every: Duration,
+    pub transport: Transport,
+}
+
+/// How the listener speaks.
+#[derive(Debug)]
+pub enum Transport {
+    /// TLS with this certificate chain and key (PEM).
+    Tls { cert_pem: Vec<u8>, key_pem: Vec<u8> },
+    /// Plaintext, on a loopback address only: local development behind an explicit flag.
+    InsecureLoopback,
 }
 
 impl AuthorizerConfig {
     /// Parses the settings `get` returns; each refusal names the variable and the rule.
-    pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+    /// `insecure_loopback` is the command line's explicit consent to plaintext on loopback.
+    pub fn parse(get: impl Fn(&str) -> Option<String>, insecure_loopback: bool) -> Result<Self> {
         let listen = get("AUTHORIZER_LISTEN").unwrap_or_else(|| "127.0.0.1:50051".into());
         let listen: SocketAddr = listen
             .parse()
@@ -51,7 +64,24 @@ impl AuthorizerConfig {
         if !(1..=3600).contains(&seconds) {
             bail!("SWEEP_INTERVAL_SECONDS={seconds} must be between 1 and 3600");
         }
+        let transport = match (get("AUTHORIZER_TLS_CERT"), get("AUTHORIZER_TLS_KEY"), insecure_loopback) {
+            (Some(_), Some(_), true) => bail!("--insecure-loopback and AUTHORIZER_TLS_CERT/KEY exclude each other"),
+            (Some(cert), Some(key), false) => Transport::Tls {
+                cert_pem: std::fs::read(&cert)
+                    .with_context(|| format!("AUTHORIZER_TLS_CERT={cert:?} cannot be read"))?,
+                key_pem: std::fs::read(&key).with_context(|| format!("AUTHORIZER_TLS_KEY={key:?} cannot be read"))?,
+            },
+            (None, None, true) if listen.ip().is_loopback() => Transport::InsecureLoopback,
+            (None, None, true) => {
+                bail!("--insecure-loopback serves plaintext on loopback only; AUTHORIZER_LISTEN={listen}")
+            }
+            (None, None, false) => bail!(
+                "AUTHORIZER_TLS_CERT and AUTHORIZER_TLS_KEY are required (or --insecure-loopback for local development)"
+            ),
+            _ => bail!("AUTHORIZER_TLS_CERT and AUTHORIZER_TLS_KEY are set together"),
+        };
         Ok(Self {
+            transport,
             database_url: get("DATABASE_URL"),
             listen,
             tenant,
@@ -67,6 +97,7 @@ pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Resul
     crate::migrate::run(&mut crate::connect(&database_url).await?).await?;
     let pg_config: tokio_postgres::Config = database_url.parse()?;
     let pool = ledger::postgres::pool(pg_config.clone(), 32).map_err(anyhow::Error::msg)?;
+    let pool_for_credentials = pool.clone();
     let backend = PgGrants::new(PgStore::with_listener(pool, pg_config));
     let authority = Arc::new(Authority::recover(backend, config.policy, config.tenant.clone()).await?);
     authority.execute(Command::ChangeSettings(config.settings), "operator").await?;
@@ -99,7 +130,18 @@ pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Resul
         let _ = tokio::signal::ctrl_c().await;
         tracing::info!("shutting down: finishing requests in flight");
     };
-    let served = serve(listener, AuthorizerService::new(authority, config.tenant.as_str()), shutdown).await;
+    let tls = match &config.transport {
+        Transport::Tls { cert_pem, key_pem } => {
+            Some(ServerTlsConfig::new().identity(Identity::from_pem(cert_pem, key_pem)))
+        }
+        Transport::InsecureLoopback => {
+            tracing::warn!("--insecure-loopback: serving plaintext gRPC; credentials cross the socket unencrypted");
+            None
+        }
+    };
+    let credentials = Credentials::Postgres(pool_for_credentials);
+    let service = AuthorizerService::new(authority, config.tenant.as_str(), credentials);
+    let served = serve(listener, service, tls, shutdown).await;
     sweeper.abort();
     served.context("serving")
 }
@@ -111,7 +153,7 @@ mod tests {
 
     fn parse(vars: &[(&str, &str)]) -> Result<AuthorizerConfig> {
         let map: HashMap<String, String> = vars.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
-        AuthorizerConfig::parse(|k| map.get(k).cloned())
+        AuthorizerConfig::parse(|k| map.get(k).cloned(), true)
     }
 
     #[test]
@@ -144,9 +186,34 @@ mod tests {
             (vec![("POLICY_FILE", "/nonexistent/policy.json")], "POLICY_FILE"),
             (vec![("SWEEP_INTERVAL_SECONDS", "0")], "between 1 and 3600"),
             (vec![("SWEEP_INTERVAL_SECONDS", "soon")], "SWEEP_INTERVAL_SECONDS"),
+            (vec![("AUTHORIZER_LISTEN", "0.0.0.0:50051")], "plaintext on loopback only"),
+            (vec![("AUTHORIZER_TLS_CERT", "/x.pem"), ("AUTHORIZER_TLS_KEY", "/y.pem")], "exclude each other"),
         ] {
             let err = format!("{:#}", parse(&vars).unwrap_err());
             assert!(err.contains(says), "{vars:?}: {err}");
         }
+    }
+
+    #[test]
+    fn tls_is_required_without_the_explicit_flag() {
+        let tls = |vars: &[(&str, &str)]| {
+            let map: HashMap<String, String> = vars.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
+            AuthorizerConfig::parse(|k| map.get(k).cloned(), false)
+        };
+        for (vars, says) in [
+            (vec![], "AUTHORIZER_TLS_CERT and AUTHORIZER_TLS_KEY are required"),
+            (vec![("AUTHORIZER_TLS_CERT", "/x.pem")], "set together"),
+            (vec![("AUTHORIZER_TLS_CERT", "/nonexistent.pem"), ("AUTHORIZER_TLS_KEY", "/k.pem")], "cannot be read"),
+        ] {
+            let err = format!("{:#}", tls(&vars).unwrap_err());
+            assert!(err.contains(says), "{vars:?}: {err}");
+        }
+        let dir = std::env::temp_dir().join(format!("grantctl-tls-{}", uuid::Uuid::new_v4().simple()));
+        crate::tls::DevPki::generate().unwrap().write(&dir).unwrap();
+        let (_, cert, key) = crate::tls::DevPki::paths(&dir);
+        let c = tls(&[("AUTHORIZER_TLS_CERT", cert.to_str().unwrap()), ("AUTHORIZER_TLS_KEY", key.to_str().unwrap())])
+            .unwrap();
+        assert!(matches!(c.transport, Transport::Tls { .. }));
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

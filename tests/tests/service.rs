@@ -4,18 +4,19 @@
 
 use std::sync::Arc;
 
+use authorizer::auth::{Credentials, Role, Rpc};
 use authorizer::authority::{Authority, Backend, MemoryGrants};
 use authorizer::constraint::{DispatchConstraint, GrantKind};
 use authorizer::domain::Command;
 use authorizer::pg::PgGrants;
 use authorizer::policy::Policy;
 use authorizer::scopes::{TaskGrantSettings, parse_scopes};
-use authorizer::service::{AuthorizerService, serve};
+use authorizer::service::{AuthorizerService, CALLER_NOT_PERMITTED, serve};
 use ledger::TenantId;
 use pb::authorizer_client::AuthorizerClient;
 use proto::v1 as pb;
 use tests::TestDb;
-use tonic::transport::Channel;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity, ServerTlsConfig};
 use tonic::{Code, Request, Status};
 use tonic_types::StatusExt;
 
@@ -24,21 +25,121 @@ const TENANT: &str = "tenant-1";
 /// A served authority and a client for it; the server stops when this is dropped.
 struct Served {
     client: AuthorizerClient<Channel>,
+    credentials: Credentials,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
-async fn start<B: Backend + 'static>(backend: B) -> Served {
+/// Which call a request message is for, so a test can send it as the service that makes it.
+trait Call {
+    const RPC: Rpc;
+}
+
+macro_rules! calls {
+    ($($message:ty => $rpc:ident),* $(,)?) => { $(impl Call for $message { const RPC: Rpc = Rpc::$rpc; })* };
+}
+
+calls!(
+    pb::CreateSessionRequest => CreateSession,
+    pb::RecordMessageRequest => RecordMessage,
+    pb::DeleteSessionRequest => DeleteSession,
+    pb::ProfileEventRequest => RecordProfileEvent,
+    pb::AuthorizeRequest => Authorize,
+    pb::ResolveApprovalRequest => ResolveApproval,
+    pb::GetApprovalRequest => GetApproval,
+    pb::ListApprovalsRequest => ListApprovals,
+    pb::RedeemTokenRequest => RedeemToken,
+    pb::GetGrantRequest => GetGrant,
+    pb::ListGrantsRequest => ListGrants,
+    pb::RevokeGrantRequest => RevokeGrant,
+);
+
+/// A known token per role and owner (owners matter for worker and runtime only).
+fn token(role: Role, principal: &str) -> String {
+    let r = Role::ALL.iter().position(|x| *x == role).unwrap() as u64;
+    let p = match (role.acts_as_one_owner(), principal) {
+        (false, _) => 0,
+        (true, "owner") => 1,
+        (true, "intruder") => 2,
+        (true, other) => panic!("no test credential for {other}"),
+    };
+    format!("glc_{:064x}", 16 * (r + 1) + p)
+}
+
+/// Every role's credential for this tenant: worker and runtime once for each owner.
+async fn seed(credentials: &Credentials) {
+    for role in Role::ALL {
+        let owners: &[Option<&str>] =
+            if role.acts_as_one_owner() { &[Some("owner"), Some("intruder")] } else { &[None] };
+        for owner in owners {
+            let t = token(role, owner.unwrap_or(""));
+            credentials.register(&t, TENANT, role, *owner, None).await.unwrap();
+        }
+    }
+}
+
+/// `message` sent by `role` for `principal`: the gateway names the owner and carries every scope.
+fn with_role<T>(role: Role, principal: &str, message: T) -> Request<T> {
+    let mut req = Request::new(message);
+    req.metadata_mut().insert("authorization", format!("Bearer {}", token(role, principal)).parse().unwrap());
+    if role == Role::Gateway {
+        req.metadata_mut().insert("x-principal-id", principal.parse().unwrap());
+        let scopes = "approval.resolve,browser.grant.read,browser.grant.write";
+        req.metadata_mut().insert("x-owner-scopes", scopes.parse().unwrap());
+    }
+    req
+}
+
+/// `message` sent by the service whose call it is, on behalf of `principal`.
+fn as_who<T: Call>(principal: &str, message: T) -> Request<T> {
+    with_role(T::RPC.role(), principal, message)
+}
+
+fn owner<T: Call>(message: T) -> Request<T> {
+    as_who("owner", message)
+}
+
+fn intruder<T: Call>(message: T) -> Request<T> {
+    as_who("intruder", message)
+}
+
+async fn authority_with_scope<B: Backend + 'static>(backend: B, task_grants: bool) -> Arc<Authority<B>> {
     let authority = Arc::new(Authority::new(backend, Policy::empty(), TenantId::new(TENANT).unwrap()));
-    let settings = TaskGrantSettings { enabled: true, scopes: parse_scopes("https://www.lesson.test/lesson").unwrap() };
-    authority.execute(Command::ChangeSettings(settings), "operator").await.unwrap();
+    if task_grants {
+        let settings =
+            TaskGrantSettings { enabled: true, scopes: parse_scopes("https://www.lesson.test/lesson").unwrap() };
+        authority.execute(Command::ChangeSettings(settings), "operator").await.unwrap();
+    }
+    authority
+}
+
+/// Over a real loopback socket with TLS, the server's certificate from a throwaway CA.
+async fn start<B: Backend + 'static>(backend: B, credentials: Credentials) -> Served {
+    seed(&credentials).await;
+    let authority = authority_with_scope(backend, true).await;
+    let pki = ops::tls::DevPki::generate().unwrap();
+    let tls = ServerTlsConfig::new().identity(Identity::from_pem(&pki.server_cert, &pki.server_key));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve(listener, AuthorizerService::new(authority, TENANT), async {
+    let service = AuthorizerService::new(authority, TENANT, credentials.clone());
+    tokio::spawn(serve(listener, service, Some(tls), async {
         let _ = stopped.await;
     }));
-    let client = AuthorizerClient::connect(format!("http://{addr}")).await.unwrap();
-    Served { client, _stop: stop }
+    let client_tls =
+        ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&pki.ca_cert)).domain_name("localhost");
+    let channel = Channel::from_shared(format!("https://localhost:{}", addr.port()))
+        .unwrap()
+        .tls_config(client_tls)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    Served { client: AuthorizerClient::new(channel), credentials, _stop: stop }
+}
+
+/// [`start`] on PostgreSQL: the ledger and the credentials in `db`.
+async fn start_on_postgres(db: &TestDb, pool_size: usize) -> Served {
+    start(PgGrants::new(db.store(pool_size)), Credentials::Postgres(db.pool(2))).await
 }
 
 /// The same service in process: tonic over an in-memory duplex, no socket.
@@ -48,15 +149,12 @@ async fn start_in_process(backend: MemoryGrants) -> Served {
 
 /// [`start_in_process`] with BROWSER_TASK_GRANTS_ENABLED as given (off: no scope either).
 async fn start_in_process_with(backend: MemoryGrants, task_grants: bool) -> Served {
-    let authority = Arc::new(Authority::new(backend, Policy::empty(), TenantId::new(TENANT).unwrap()));
-    if task_grants {
-        let settings =
-            TaskGrantSettings { enabled: true, scopes: parse_scopes("https://www.lesson.test/lesson").unwrap() };
-        authority.execute(Command::ChangeSettings(settings), "operator").await.unwrap();
-    }
+    let credentials = Credentials::memory();
+    seed(&credentials).await;
+    let authority = authority_with_scope(backend, task_grants).await;
     let (client_io, server_io) = tokio::io::duplex(1 << 20);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let service = AuthorizerService::new(authority, TENANT).into_server();
+    let service = AuthorizerService::new(authority, TENANT, credentials.clone()).into_server();
     tokio::spawn(async move {
         tonic::transport::Server::builder()
             .add_service(service)
@@ -84,22 +182,7 @@ async fn start_in_process_with(backend: MemoryGrants, task_grants: bool) -> Serv
             }))
             .await
             .unwrap();
-    Served { client: AuthorizerClient::new(channel), _stop: stop }
-}
-
-fn as_who<T>(principal: &str, message: T) -> Request<T> {
-    let mut req = Request::new(message);
-    req.metadata_mut().insert("x-tenant-id", TENANT.parse().unwrap());
-    req.metadata_mut().insert("x-principal-id", principal.parse().unwrap());
-    req
-}
-
-fn owner<T>(message: T) -> Request<T> {
-    as_who("owner", message)
-}
-
-fn intruder<T>(message: T) -> Request<T> {
-    as_who("intruder", message)
+    Served { client: AuthorizerClient::new(channel), credentials, _stop: stop }
 }
 
 fn act(text: Option<&str>) -> pb::AuthorizeRequest {
@@ -159,7 +242,7 @@ fn reason(status: &Status) -> String {
 /// The lesson path end to end: card with an offer, Allow for this task, covered acts, list,
 /// get, revoke.
 async fn lesson_path(served: Served) {
-    let Served { mut client, _stop } = served;
+    let Served { mut client, _stop, .. } = served;
     session(&mut client).await;
 
     let first = client.authorize(owner(act(None))).await.unwrap().into_inner();
@@ -246,12 +329,12 @@ async fn lesson_path_in_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lesson_path_on_postgres() {
     let db = TestDb::new().await;
-    lesson_path(start(PgGrants::new(db.store(8))).await).await;
+    lesson_path(start_on_postgres(&db, 8).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_name_the_field_and_change_nothing() {
-    let Served { mut client, _stop } = start_in_process(MemoryGrants::default()).await;
+    let Served { mut client, _stop, .. } = start_in_process(MemoryGrants::default()).await;
     session(&mut client).await;
     let before = client
         .list_approvals(owner(pb::ListApprovalsRequest { session_id: "s1".into(), ..Default::default() }))
@@ -305,14 +388,11 @@ async fn bad_requests_name_the_field_and_change_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn callers_must_say_who_they_are_and_see_only_their_own() {
-    let Served { mut client, _stop } = start_in_process(MemoryGrants::default()).await;
+async fn callers_see_only_their_own() {
+    let Served { mut client, _stop, .. } = start_in_process(MemoryGrants::default()).await;
     session(&mut client).await;
     let err = client.authorize(Request::new(act(None))).await.unwrap_err();
     assert_eq!(err.code(), Code::Unauthenticated);
-    let mut other_tenant = owner(act(None));
-    other_tenant.metadata_mut().insert("x-tenant-id", "tenant-2".parse().unwrap());
-    assert_eq!(client.authorize(other_tenant).await.unwrap_err().code(), Code::PermissionDenied);
 
     let card = asked(&client.authorize(owner(act(None))).await.unwrap().into_inner()).clone();
     assert_eq!(
@@ -353,7 +433,7 @@ async fn callers_must_say_who_they_are_and_see_only_their_own() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_resolutions_leave_the_card_pending_and_retries_are_safe() {
-    let Served { mut client, _stop } = start_in_process(MemoryGrants::default()).await;
+    let Served { mut client, _stop, .. } = start_in_process(MemoryGrants::default()).await;
     session(&mut client).await;
     let again = client
         .create_session(owner(pb::CreateSessionRequest { session_id: "s1".into(), surface: 1, ..Default::default() }))
@@ -419,7 +499,7 @@ async fn health_reports_serving() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve(listener, AuthorizerService::new(authority, TENANT), async {
+    tokio::spawn(serve(listener, AuthorizerService::new(authority, TENANT, Credentials::memory()), None, async {
         let _ = stopped.await;
     }));
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
@@ -433,7 +513,7 @@ async fn health_reports_serving() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sign_in_and_a_deleted_session_end_grants_through_the_api() {
-    let Served { mut client, _stop } = start_in_process(MemoryGrants::default()).await;
+    let Served { mut client, _stop, .. } = start_in_process(MemoryGrants::default()).await;
     session(&mut client).await;
     let grant_for_task = |card: pb::RequireApproval| pb::ResolveApprovalRequest {
         approval_id: card.approval_id,
@@ -469,7 +549,7 @@ async fn a_sign_in_and_a_deleted_session_end_grants_through_the_api() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_database_is_unavailable_writes_nothing_and_a_retry_succeeds() {
     let db = TestDb::new().await;
-    let Served { mut client, _stop } = start(PgGrants::new(db.store(4))).await;
+    let Served { mut client, _stop, .. } = start_on_postgres(&db, 4).await;
     session(&mut client).await;
     let admin = {
         let mut config = db.config.clone();
@@ -549,4 +629,235 @@ async fn census_of_calls_served_with_the_flag_off_and_on() {
     assert_eq!(status.code(), Code::Unimplemented);
     let mut on = start_in_process_with(MemoryGrants::default(), true).await;
     assert!(unimplemented(&mut on.client).await.is_empty());
+}
+
+/// A lesson in progress for the role matrix: a grant from one card, and a second card pending.
+struct Scene {
+    grant_id: String,
+    pending: pb::RequireApproval,
+}
+
+async fn scene(client: &mut AuthorizerClient<Channel>) -> Scene {
+    session(client).await;
+    let card = asked(&client.authorize(owner(act(None))).await.unwrap().into_inner()).clone();
+    let offer = card.offer.clone().unwrap();
+    let resolve = pb::ResolveApprovalRequest {
+        approval_id: card.approval_id,
+        resolution: pb::Resolution::ApproveForTask as i32,
+        offered_origin: offer.origin,
+        offered_path_prefix: offer.path_prefix,
+    };
+    let grant_id = client.resolve_approval(owner(resolve)).await.unwrap().into_inner().grant_id;
+    let mut pay = act(None);
+    pay.element.as_mut().unwrap().visible_text = "Pay $5".into();
+    let pending = asked(&client.authorize(owner(pay)).await.unwrap().into_inner()).clone();
+    Scene { grant_id, pending }
+}
+
+/// Calls `rpc` as `role` for the owner, with a request that would change the scene if let in.
+async fn call_as(client: &mut AuthorizerClient<Channel>, role: Role, rpc: Rpc, s: &Scene) -> Result<(), Status> {
+    let pending = s.pending.approval_id.clone();
+    match rpc {
+        Rpc::CreateSession => {
+            let m = pb::CreateSessionRequest { session_id: "s2".into(), surface: 1, ..Default::default() };
+            client.create_session(with_role(role, "owner", m)).await.map(drop)
+        }
+        Rpc::RecordMessage => {
+            let m = pb::RecordMessageRequest { session_id: "s1".into(), message_id: "m9".into(), from_owner: false };
+            client.record_message(with_role(role, "owner", m)).await.map(drop)
+        }
+        Rpc::DeleteSession => client
+            .delete_session(with_role(role, "owner", pb::DeleteSessionRequest { session_id: "s1".into() }))
+            .await
+            .map(drop),
+        Rpc::RecordProfileEvent => {
+            let m = pb::ProfileEventRequest { profile_id: "profile-1".into(), event: pb::ProfileEvent::Revoked as i32 };
+            client.record_profile_event(with_role(role, "owner", m)).await.map(drop)
+        }
+        Rpc::Authorize => client.authorize(with_role(role, "owner", act(None))).await.map(drop),
+        Rpc::ResolveApproval => {
+            let m = pb::ResolveApprovalRequest {
+                approval_id: pending,
+                resolution: pb::Resolution::ApproveOnce as i32,
+                ..Default::default()
+            };
+            client.resolve_approval(with_role(role, "owner", m)).await.map(drop)
+        }
+        Rpc::GetApproval => client
+            .get_approval(with_role(role, "owner", pb::GetApprovalRequest { approval_id: pending, min_position: None }))
+            .await
+            .map(drop),
+        Rpc::ListApprovals => {
+            let m = pb::ListApprovalsRequest { session_id: "s1".into(), ..Default::default() };
+            client.list_approvals(with_role(role, "owner", m)).await.map(drop)
+        }
+        Rpc::RedeemToken => {
+            let m = pb::RedeemTokenRequest {
+                approval_token: format!("apv_{}", "0".repeat(24)),
+                run_id: "run-1".into(),
+                snapshot_id: "snap_000000000001".into(),
+                node_ref: "n7".into(),
+            };
+            client.redeem_token(with_role(role, "owner", m)).await.map(drop)
+        }
+        Rpc::GetGrant => {
+            let m = pb::GetGrantRequest { grant_id: s.grant_id.clone(), min_position: None };
+            client.get_grant(with_role(role, "owner", m)).await.map(drop)
+        }
+        Rpc::ListGrants => {
+            client.list_grants(with_role(role, "owner", pb::ListGrantsRequest::default())).await.map(drop)
+        }
+        Rpc::RevokeGrant => client
+            .revoke_grant(with_role(role, "owner", pb::RevokeGrantRequest { grant_id: s.grant_id.clone() }))
+            .await
+            .map(drop),
+    }
+}
+
+/// Every call by every role: the call's own role gets in, every other is PERMISSION_DENIED and
+/// writes nothing — the worker cannot resolve its own card, the gateway cannot act in the browser.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn role_matrix_every_call_by_every_role() {
+    let Served { mut client, _stop, .. } = start_in_process(MemoryGrants::default()).await;
+    let s = scene(&mut client).await;
+    let list = |c: &mut AuthorizerClient<Channel>| {
+        let mut c = c.clone();
+        async move {
+            let a = c.list_approvals(owner(pb::ListApprovalsRequest { session_id: "s1".into(), ..Default::default() }));
+            let approvals = a.await.unwrap().into_inner();
+            let grants = c.list_grants(owner(pb::ListGrantsRequest::default())).await.unwrap().into_inner();
+            format!("{approvals:?} {grants:?}")
+        }
+    };
+    // Deleting the session ends the scene, so it comes last.
+    let mut order = Rpc::ALL.to_vec();
+    order.retain(|r| *r != Rpc::DeleteSession);
+    order.push(Rpc::DeleteSession);
+    let mut allowed = Vec::new();
+    for rpc in order {
+        let before = list(&mut client).await;
+        for role in Role::ALL.into_iter().filter(|r| *r != rpc.role()) {
+            let status = call_as(&mut client, role, rpc, &s).await.expect_err("refused");
+            assert_eq!(
+                (status.code(), reason(&status).as_str()),
+                (Code::PermissionDenied, CALLER_NOT_PERMITTED),
+                "{rpc:?} by {role}: {status:?}"
+            );
+            assert_eq!(list(&mut client).await, before, "{rpc:?} refused to {role} wrote something");
+        }
+        let own = call_as(&mut client, rpc.role(), rpc, &s).await;
+        // Let in: whatever the domain then says (a bad token is its own refusal), not the caller's.
+        let refusal = own.as_ref().err().map(|e| (e.code(), reason(e)));
+        assert!(
+            !matches!(&refusal, Some((Code::Unauthenticated, _)))
+                && refusal.as_ref().is_none_or(|(_, r)| r != CALLER_NOT_PERMITTED),
+            "{rpc:?}: {own:?}"
+        );
+        allowed.push(rpc);
+    }
+    assert_eq!(allowed.len(), Rpc::ALL.len(), "every call is let in for its own role: {allowed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_cannot_resolve_its_own_card_and_its_principal_claims_are_ignored() {
+    let Served { mut client, _stop, .. } = start_in_process(MemoryGrants::default()).await;
+    let s = scene(&mut client).await;
+    for resolution in [pb::Resolution::ApproveForTask, pb::Resolution::ApproveOnce, pb::Resolution::Deny] {
+        let offer = s.pending.offer.clone().unwrap_or_default();
+        let m = pb::ResolveApprovalRequest {
+            approval_id: s.pending.approval_id.clone(),
+            resolution: resolution as i32,
+            offered_origin: offer.origin,
+            offered_path_prefix: offer.path_prefix,
+        };
+        let mut req = with_role(Role::Worker, "owner", m);
+        // Even dressed as the gateway would be.
+        req.metadata_mut().insert("x-principal-id", "owner".parse().unwrap());
+        req.metadata_mut().insert("x-owner-scopes", "approval.resolve,browser.grant.write".parse().unwrap());
+        assert_eq!(client.resolve_approval(req).await.unwrap_err().code(), Code::PermissionDenied);
+    }
+    let get = pb::GetApprovalRequest { approval_id: s.pending.approval_id.clone(), min_position: None };
+    assert_eq!(client.get_approval(owner(get)).await.unwrap().into_inner().status, "PENDING");
+
+    // The intruder's worker naming the owner still acts as the intruder: not the owner's session.
+    let mut req = with_role(Role::Worker, "intruder", act(None));
+    req.metadata_mut().insert("x-principal-id", "owner".parse().unwrap());
+    assert_eq!(client.authorize(req).await.unwrap_err().code(), Code::NotFound);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_needs_the_owner_and_the_owners_scopes() {
+    let Served { mut client, _stop, .. } = start_in_process(MemoryGrants::default()).await;
+    let s = scene(&mut client).await;
+    let with_scopes = |scopes: &str, m: pb::ResolveApprovalRequest| {
+        let mut req = owner(m);
+        req.metadata_mut().insert("x-owner-scopes", scopes.parse().unwrap());
+        req
+    };
+    let offer = s.pending.offer.clone().unwrap();
+    let for_task = pb::ResolveApprovalRequest {
+        approval_id: s.pending.approval_id.clone(),
+        resolution: pb::Resolution::ApproveForTask as i32,
+        offered_origin: offer.origin,
+        offered_path_prefix: offer.path_prefix,
+    };
+    let err = client.resolve_approval(with_scopes("approval.resolve", for_task.clone())).await.unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied, "approve_for_task needs browser.grant.write too");
+    assert_eq!(reason(&err), CALLER_NOT_PERMITTED);
+    let err = client.resolve_approval(with_scopes("browser.grant.write", for_task.clone())).await.unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied, "and approval.resolve");
+    let mut nameless = owner(for_task);
+    nameless.metadata_mut().remove("x-principal-id");
+    assert_eq!(client.resolve_approval(nameless).await.unwrap_err().code(), Code::Unauthenticated);
+    let get = pb::GetApprovalRequest { approval_id: s.pending.approval_id.clone(), min_position: None };
+    assert_eq!(client.get_approval(owner(get)).await.unwrap().into_inner().status, "PENDING", "nothing resolved");
+
+    let mut read_only = owner(pb::RevokeGrantRequest { grant_id: s.grant_id.clone() });
+    read_only.metadata_mut().insert("x-owner-scopes", "browser.grant.read".parse().unwrap());
+    assert_eq!(client.revoke_grant(read_only).await.unwrap_err().code(), Code::PermissionDenied);
+    let g = client.get_grant(owner(pb::GetGrantRequest { grant_id: s.grant_id, min_position: None })).await.unwrap();
+    assert_eq!(g.into_inner().end_reason, "", "not revoked");
+}
+
+/// On PostgreSQL over TLS: a missing, malformed, unknown, expired or revoked credential is
+/// UNAUTHENTICATED; one for another tenant is PERMISSION_DENIED; none of them writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_revoked_and_foreign_credentials_are_refused() {
+    let db = TestDb::new().await;
+    let Served { mut client, credentials, _stop } = start_on_postgres(&db, 4).await;
+    let create = |id: &str| pb::CreateSessionRequest { session_id: id.into(), surface: 1, ..Default::default() };
+    let bearer = |token: &str, m| {
+        let mut req = Request::new(m);
+        req.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+        req
+    };
+    let past = time::OffsetDateTime::now_utc() - time::Duration::minutes(1);
+    let expired = authorizer::auth::new_token();
+    credentials.register(&expired, TENANT, Role::Worker, Some("owner"), Some(past)).await.unwrap();
+    let foreign = authorizer::auth::new_token();
+    credentials.register(&foreign, "tenant-2", Role::Worker, Some("owner"), None).await.unwrap();
+    let revocable = authorizer::auth::new_token();
+    let c = credentials.register(&revocable, TENANT, Role::Worker, Some("owner"), None).await.unwrap();
+    client.create_session(bearer(&revocable, create("s-ok"))).await.expect("a good credential works");
+    assert!(credentials.revoke(TENANT, c.credential_id).await.unwrap());
+
+    for (token, code) in [
+        (String::new(), Code::Unauthenticated),
+        ("glc_nothex".to_owned(), Code::Unauthenticated),
+        (authorizer::auth::new_token(), Code::Unauthenticated),
+        (expired, Code::Unauthenticated),
+        (revocable, Code::Unauthenticated),
+        (foreign, Code::PermissionDenied),
+    ] {
+        let err = client.create_session(bearer(&token, create("s-bad"))).await.unwrap_err();
+        assert_eq!(err.code(), code, "{token:?}: {err:?}");
+    }
+    let sessions: i64 = db
+        .client()
+        .await
+        .query_one("SELECT count(*) FROM events WHERE event_type = 'session.created'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(sessions, 1, "only the good credential's session was written");
 }
