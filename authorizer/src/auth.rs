@@ -237,7 +237,8 @@ impl Credentials {
         if tenant.is_empty() {
             return Err(AuthError::Invalid("a credential needs a tenant"));
         }
-        if role.acts_as_one_owner() != principal.is_some_and(|p| !p.is_empty()) {
+        let principal = principal.filter(|p| !p.is_empty());
+        if role.acts_as_one_owner() != principal.is_some() {
             return Err(AuthError::Invalid("worker and runtime credentials name one principal; other roles none"));
         }
         let credential = Credential {
@@ -354,8 +355,9 @@ impl Credentials {
         let token = metadata
             .get("authorization")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
             .ok_or(AuthError::Unauthenticated("a bearer credential is required"))?;
         if !well_formed(token) {
             return Err(AuthError::Unauthenticated("the credential is malformed"));
@@ -376,7 +378,7 @@ impl Credentials {
                 let principal = metadata_value(metadata, "x-principal-id")
                     .ok_or(AuthError::Unauthenticated("the gateway must name the owner it authenticated"))?;
                 let named = metadata_value(metadata, "x-owner-scopes").unwrap_or_default();
-                let named: Vec<&str> = named.split(',').map(str::trim).collect();
+                let named: Vec<&str> = named.split([',', ' ']).filter(|s| !s.is_empty()).collect();
                 let scopes = Scope::ALL.into_iter().filter(|s| named.contains(&s.code())).collect::<Vec<_>>();
                 if let Some(missing) = rpc.scopes().iter().find(|s| !scopes.contains(s)) {
                     return Err(AuthError::PermissionDenied(format!("the owner lacks the scope {}", missing.code())));

@@ -286,8 +286,10 @@ pub enum Command {
         /// the approval is bound to a run, snapshot and node.
         token_sha256: Option<String>,
     },
-    /// Redeems an approval token for the exact run, snapshot and node it was issued for.
+    /// Redeems an approval token for the exact run, snapshot and node it was issued for, by the
+    /// runtime acting for the owner of the approval's session.
     RedeemToken {
+        principal_id: String,
         token_sha256: String,
         binding: TokenBinding,
         now: OffsetDateTime,
@@ -379,7 +381,7 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             }
             Ok(events)
         }
-        Command::RedeemToken { token_sha256, binding, now } => {
+        Command::RedeemToken { principal_id, token_sha256, binding, now } => {
             // Any mismatch is the same terminal refusal: a token that does not fit is a policy
             // violation, not something to retry.
             let invalid = || DomainError::conflict(APPROVAL_TOKEN_INVALID, "the token does not fit this action");
@@ -388,7 +390,9 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
                 .values()
                 .find(|a| a.token_sha256.as_deref() == Some(token_sha256.as_str()))
                 .ok_or_else(invalid)?;
+            let owner = world.sessions.get(&approval.requested.session_id).map(|s| s.created.principal_id.as_str());
             let fits = approval.requested.binding.as_ref() == Some(&binding)
+                && owner == Some(principal_id.as_str())
                 && !approval.token_redeemed
                 && approval.requested.expires_at > now;
             if !fits {

@@ -155,9 +155,10 @@ fn element(e: pb::ElementFacts) -> Result<ElementFacts, Status> {
             })
             .collect(),
         nav_targets: e.nav_targets,
-        download: e.download,
-        disabled: e.disabled,
-        truncated: e.truncated,
+        download: e.download.unwrap_or(true),
+        disabled: e.disabled.unwrap_or(true),
+        truncated: e.truncated.unwrap_or(true),
+        facts_missing: !e.nav_targets_carried || e.download.is_none() || e.disabled.is_none() || e.truncated.is_none(),
     })
 }
 
@@ -314,7 +315,9 @@ impl<B: Backend + 'static> AuthorizerService<B> {
                     AuthError::Unauthenticated(m) => Status::unauthenticated(m),
                     AuthError::PermissionDenied(m) => with_reason(Code::PermissionDenied, CALLER_NOT_PERMITTED, m),
                     AuthError::Unavailable(m) => {
-                        Status::unavailable(format!("nothing was written: credentials cannot be read now: {m}"))
+                        // The store's own words stay in the log: the caller is not yet authenticated.
+                        tracing::warn!(error = %m, "credentials cannot be read");
+                        Status::unavailable("nothing was written: credentials cannot be read now; retry")
                     }
                     AuthError::Invalid(m) => Status::invalid_argument(m),
                 },
@@ -339,7 +342,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
     }
 
     /// The task-grant calls exist only with BROWSER_TASK_GRANTS_ENABLED on: with it off they
-    /// answer as a route that is not mounted, for every caller, before anything else is read.
+    /// answer as a route that is not mounted, to any authenticated caller of the right role.
     async fn grant_routes_mounted(&self) -> Result<(), Status> {
         if self.authority.read(|w| w.settings.enabled).await {
             Ok(())
@@ -628,6 +631,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             node_ref: id("node_ref", &r.node_ref)?,
         };
         let command = Command::RedeemToken {
+            principal_id: principal.clone(),
             token_sha256: token_digest(&r.approval_token),
             binding,
             now: OffsetDateTime::now_utc(),
@@ -644,8 +648,8 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
     }
 
     async fn get_grant(&self, req: Request<pb::GetGrantRequest>) -> Result<Response<pb::TaskGrant>, Status> {
-        self.grant_routes_mounted().await?;
         let principal = self.caller(&req, Rpc::GetGrant).await?.principal;
+        self.grant_routes_mounted().await?;
         let r = req.into_inner();
         let grant_id = uuid("grant_id", &r.grant_id)?;
         self.seen(r.min_position).await?;
@@ -657,8 +661,8 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
     }
 
     async fn list_grants(&self, req: Request<pb::ListGrantsRequest>) -> Result<Response<pb::ListGrantsReply>, Status> {
-        self.grant_routes_mounted().await?;
         let principal = self.caller(&req, Rpc::ListGrants).await?.principal;
+        self.grant_routes_mounted().await?;
         let r = req.into_inner();
         self.seen(r.min_position).await?;
         let mut grants = self
@@ -679,8 +683,8 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
 
     #[tracing::instrument(skip_all, fields(tenant = %self.tenant, grant_id))]
     async fn revoke_grant(&self, req: Request<pb::RevokeGrantRequest>) -> Result<Response<pb::WriteReply>, Status> {
-        self.grant_routes_mounted().await?;
         let principal = self.caller(&req, Rpc::RevokeGrant).await?.principal;
+        self.grant_routes_mounted().await?;
         let r = req.into_inner();
         let grant_id = uuid("grant_id", &r.grant_id)?;
         tracing::Span::current().record("grant_id", r.grant_id.as_str());

@@ -596,6 +596,7 @@ fn approval_tokens_are_single_use_and_bound_to_run_snapshot_and_node() {
     let binding =
         TokenBinding { run_id: "run-1".into(), snapshot_id: "snap_0123456789ab".into(), node_ref: "n42".into() };
     let redeem = |token: &str, binding: &TokenBinding| Command::RedeemToken {
+        principal_id: "owner".into(),
         token_sha256: token.into(),
         binding: binding.clone(),
         now: t0(),
@@ -611,6 +612,14 @@ fn approval_tokens_are_single_use_and_bound_to_run_snapshot_and_node() {
     }
     assert!(
         matches!(when(&mut world, redeem("other", &binding)), Err(DomainError::Conflict { code, .. }) if code == APPROVAL_TOKEN_INVALID)
+    );
+    // Another owner's runtime holding the token cannot redeem it.
+    let mut theirs = redeem("digest-1", &binding);
+    if let Command::RedeemToken { principal_id, .. } = &mut theirs {
+        *principal_id = "intruder".into();
+    }
+    assert!(
+        matches!(when(&mut world, theirs), Err(DomainError::Conflict { code, .. }) if code == APPROVAL_TOKEN_INVALID)
     );
     assert!(matches!(&when(&mut world, redeem("digest-1", &binding)).unwrap()[..], [Event::ApprovalTokenRedeemed(_)]));
     assert!(

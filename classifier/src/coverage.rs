@@ -61,6 +61,7 @@ pub enum Reason {
     TextDigitRun,
     TextCredentialShaped,
     TextExceedsRemaining,
+    FactsMissing,
 }
 
 impl Reason {
@@ -91,6 +92,7 @@ impl Reason {
             Self::TextDigitRun => "text_digit_run",
             Self::TextCredentialShaped => "text_credential_shaped",
             Self::TextExceedsRemaining => "text_exceeds_remaining",
+            Self::FactsMissing => "facts_missing",
         }
     }
 }
@@ -144,6 +146,10 @@ pub fn field_never_covered(kind: FieldKind) -> bool {
 
 /// Does `grant` cover `action` on `element` in `page`? The first rule that refuses answers.
 pub fn covers(grant: &Grant, action: &Action, element: &ElementFacts, page: &PageFacts) -> Result<(), NotCovered> {
+    if element.facts_missing {
+        // An absent fact means no coverage: what was not carried could be what refuses.
+        return refuse(Reason::FactsMissing, "a fact the coverage rules read was not carried");
+    }
     if let Grant::Task(scope) = grant {
         let Ok(here) = location(&page.url) else {
             return refuse(Reason::PageUnparseable, "the page URL is not an https URL");

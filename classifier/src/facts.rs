@@ -75,6 +75,9 @@ pub struct ElementFacts {
     pub disabled: bool,
     /// A label source was cut (longer than the facts carry): its unread part could hold anything.
     pub truncated: bool,
+    /// A fact the rules read (navigation targets, download, disabled, truncation) was not
+    /// carried by whoever sent these facts: nothing is covered.
+    pub facts_missing: bool,
 }
 
 impl ElementFacts {

@@ -81,6 +81,19 @@ pub fn discard(client: deadpool_postgres::Object) {
     drop(deadpool_postgres::Object::take(client));
 }
 
+/// A pool of at most `max_size` whose callers wait at most `wait` for a connection, then get an
+/// error: for work that must not queue without bound behind others (credential lookups by
+/// callers not yet authenticated).
+pub fn bounded_pool(config: tokio_postgres::Config, max_size: usize, wait: Duration) -> Result<Pool, String> {
+    let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+    Pool::builder(manager)
+        .max_size(max_size)
+        .wait_timeout(Some(wait))
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
+        .map_err(|e| e.to_string())
+}
+
 /// A pool over `config` whose connections are recycled without a round trip.
 pub fn pool(config: tokio_postgres::Config, max_size: usize) -> Result<Pool, String> {
     let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });

@@ -261,6 +261,10 @@ pub mod authorize {
                 role: "button".into(),
                 name: "el gato".into(),
                 visible_text: "el gato".into(),
+                download: Some(false),
+                disabled: Some(false),
+                truncated: Some(false),
+                nav_targets_carried: true,
                 ..Default::default()
             }),
             page_url: "https://www.lesson.test/lesson/unit-1".into(),

@@ -97,7 +97,10 @@ pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Resul
     crate::migrate::run(&mut crate::connect(&database_url).await?).await?;
     let pg_config: tokio_postgres::Config = database_url.parse()?;
     let pool = ledger::postgres::pool(pg_config.clone(), 32).map_err(anyhow::Error::msg)?;
-    let pool_for_credentials = pool.clone();
+    // Credentials are looked up before a caller is known: on a pool of their own, with a bounded
+    // wait, so a flood of made-up tokens cannot hold the ledger's connections.
+    let pool_for_credentials =
+        ledger::postgres::bounded_pool(pg_config.clone(), 4, Duration::from_secs(2)).map_err(anyhow::Error::msg)?;
     let backend = PgGrants::new(PgStore::with_listener(pool, pg_config));
     let authority = Arc::new(Authority::recover(backend, config.policy, config.tenant.clone()).await?);
     authority.execute(Command::ChangeSettings(config.settings), "operator").await?;

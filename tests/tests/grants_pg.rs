@@ -524,7 +524,9 @@ async fn a_token_redeemed_by_many_at_once_is_redeemed_once() {
         .map(|_| {
             let (authority, binding) = (Arc::clone(&authority), binding.clone());
             tokio::spawn(async move {
-                authority.execute(Command::RedeemToken { token_sha256: "d1".into(), binding, now }, "agent").await
+                let redeem =
+                    Command::RedeemToken { principal_id: "owner".into(), token_sha256: "d1".into(), binding, now };
+                authority.execute(redeem, "runtime").await
             })
         })
         .collect();

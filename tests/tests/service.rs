@@ -26,6 +26,8 @@ const TENANT: &str = "tenant-1";
 struct Served {
     client: AuthorizerClient<Channel>,
     credentials: Credentials,
+    /// The ledger position the served authority has reached: unchanged means nothing written.
+    position: Arc<dyn Fn() -> ledger::Checkpoint + Send + Sync>,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
@@ -121,6 +123,10 @@ async fn start<B: Backend + 'static>(backend: B, credentials: Credentials) -> Se
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let position = {
+        let authority = Arc::clone(&authority);
+        Arc::new(move || authority.position())
+    };
     let service = AuthorizerService::new(authority, TENANT, credentials.clone());
     tokio::spawn(serve(listener, service, Some(tls), async {
         let _ = stopped.await;
@@ -134,7 +140,7 @@ async fn start<B: Backend + 'static>(backend: B, credentials: Credentials) -> Se
         .connect()
         .await
         .unwrap();
-    Served { client: AuthorizerClient::new(channel), credentials, _stop: stop }
+    Served { client: AuthorizerClient::new(channel), credentials, position, _stop: stop }
 }
 
 /// [`start`] on PostgreSQL: the ledger and the credentials in `db`.
@@ -154,6 +160,10 @@ async fn start_in_process_with(backend: MemoryGrants, task_grants: bool) -> Serv
     let authority = authority_with_scope(backend, task_grants).await;
     let (client_io, server_io) = tokio::io::duplex(1 << 20);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let position = {
+        let authority = Arc::clone(&authority);
+        Arc::new(move || authority.position())
+    };
     let service = AuthorizerService::new(authority, TENANT, credentials.clone()).into_server();
     tokio::spawn(async move {
         tonic::transport::Server::builder()
@@ -182,7 +192,7 @@ async fn start_in_process_with(backend: MemoryGrants, task_grants: bool) -> Serv
             }))
             .await
             .unwrap();
-    Served { client: AuthorizerClient::new(channel), credentials, _stop: stop }
+    Served { client: AuthorizerClient::new(channel), credentials, position, _stop: stop }
 }
 
 fn act(text: Option<&str>) -> pb::AuthorizeRequest {
@@ -201,6 +211,10 @@ fn act(text: Option<&str>) -> pb::AuthorizeRequest {
             name: "el gato".into(),
             visible_text: "el gato".into(),
             field_kind: field_kind as i32,
+            download: Some(false),
+            disabled: Some(false),
+            truncated: Some(false),
+            nav_targets_carried: true,
             ..Default::default()
         }),
         page_url: "https://www.lesson.test/lesson/unit-3?token=secret".into(),
@@ -718,7 +732,7 @@ async fn call_as(client: &mut AuthorizerClient<Channel>, role: Role, rpc: Rpc, s
 /// writes nothing — the worker cannot resolve its own card, the gateway cannot act in the browser.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn role_matrix_every_call_by_every_role() {
-    let Served { mut client, _stop, .. } = start_in_process(MemoryGrants::default()).await;
+    let Served { mut client, position, _stop, .. } = start_in_process(MemoryGrants::default()).await;
     let s = scene(&mut client).await;
     let list = |c: &mut AuthorizerClient<Channel>| {
         let mut c = c.clone();
@@ -735,7 +749,7 @@ async fn role_matrix_every_call_by_every_role() {
     order.push(Rpc::DeleteSession);
     let mut allowed = Vec::new();
     for rpc in order {
-        let before = list(&mut client).await;
+        let (before, at) = (list(&mut client).await, position());
         for role in Role::ALL.into_iter().filter(|r| *r != rpc.role()) {
             let status = call_as(&mut client, role, rpc, &s).await.expect_err("refused");
             assert_eq!(
@@ -743,6 +757,7 @@ async fn role_matrix_every_call_by_every_role() {
                 (Code::PermissionDenied, CALLER_NOT_PERMITTED),
                 "{rpc:?} by {role}: {status:?}"
             );
+            assert_eq!(position(), at, "{rpc:?} refused to {role} appended to the ledger");
             assert_eq!(list(&mut client).await, before, "{rpc:?} refused to {role} wrote something");
         }
         let own = call_as(&mut client, rpc.role(), rpc, &s).await;
@@ -824,7 +839,7 @@ async fn the_gateway_needs_the_owner_and_the_owners_scopes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_revoked_and_foreign_credentials_are_refused() {
     let db = TestDb::new().await;
-    let Served { mut client, credentials, _stop } = start_on_postgres(&db, 4).await;
+    let Served { mut client, credentials, _stop, .. } = start_on_postgres(&db, 4).await;
     let create = |id: &str| pb::CreateSessionRequest { session_id: id.into(), surface: 1, ..Default::default() };
     let bearer = |token: &str, m| {
         let mut req = Request::new(m);
@@ -860,4 +875,33 @@ async fn expired_revoked_and_foreign_credentials_are_refused() {
         .unwrap()
         .get(0);
     assert_eq!(sessions, 1, "only the good credential's session was written");
+}
+
+/// An absent fact means no coverage: a covered click stops being covered when any fact the rules
+/// read is left out, and the card says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absent_fact_means_no_coverage() {
+    let Served { mut client, _stop, .. } = start_in_process(MemoryGrants::default()).await;
+    scene(&mut client).await;
+    let allowed = |r: &pb::AuthorizeReply| matches!(r.decision, Some(pb::authorize_reply::Decision::Allow(_)));
+    assert!(allowed(&client.authorize(owner(act(None))).await.unwrap().into_inner()), "all facts carried: covered");
+    type Strip = fn(&mut pb::ElementFacts);
+    let leave_out: [(&str, Strip); 4] = [
+        ("nav targets", |e| e.nav_targets_carried = false),
+        ("download", |e| e.download = None),
+        ("disabled", |e| e.disabled = None),
+        ("truncated", |e| e.truncated = None),
+    ];
+    for (fact, strip) in leave_out {
+        let mut req = act(None);
+        strip(req.element.as_mut().unwrap());
+        let reply = client.authorize(owner(req)).await.unwrap().into_inner();
+        assert_eq!(asked(&reply).reason, "facts_missing", "{fact} left out");
+    }
+    // A link whose targets were never sent is not covered.
+    let mut link = act(None);
+    let e = link.element.as_mut().unwrap();
+    e.role = "link".into();
+    e.nav_targets_carried = false;
+    assert_eq!(asked(&client.authorize(owner(link)).await.unwrap().into_inner()).reason, "facts_missing");
 }
