@@ -42,7 +42,7 @@ impl ActionKind {
             Action::Select { .. } => Self::Select,
             Action::Check => Self::Check,
             Action::Press { .. } => Self::Press,
-            Action::Scroll => Self::Scroll,
+            Action::Scroll { .. } => Self::Scroll,
         }
     }
 }

@@ -174,7 +174,7 @@ fn action(a: Option<pb::Action>) -> Result<Action, Status> {
         K::Check => Action::Check,
         K::Press if a.key.is_empty() => return Err(invalid("action.key", "is required for press")),
         K::Press => Action::Press { key: a.key },
-        K::Scroll => Action::Scroll,
+        K::Scroll => Action::Scroll { by: a.scroll_by },
     })
 }
 
@@ -436,7 +436,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         let action = action(r.action)?;
         let element = match r.element {
             Some(e) => Some(element(e)?),
-            None if action == Action::Scroll => None,
+            None if matches!(action, Action::Scroll { .. }) => None,
             None => return Err(invalid("element", "is required")),
         };
         let snapshot = match (r.snapshot_id.is_empty(), r.node_ref.is_empty()) {

@@ -47,7 +47,7 @@ fn verb(action: &Action) -> &'static str {
         Action::Select { .. } => "Choose from",
         Action::Check => "Check",
         Action::Press { .. } => "Press a key on",
-        Action::Scroll => "Scroll",
+        Action::Scroll { .. } => "Scroll",
     }
 }
 
@@ -91,7 +91,12 @@ pub fn approval_view_in_session(
             None => host.to_owned(),
         }
     });
-    let described = element.filter(|e| non_empty(e.name.as_deref()).is_some() || *action == Action::Scroll);
+    // A scroll of the page names no element and is still described: the page and the distance.
+    let page_itself = ElementFacts::default();
+    let scroll = matches!(action, Action::Scroll { .. });
+    let described = element
+        .or(scroll.then_some(&page_itself))
+        .filter(|e| non_empty(e.name.as_deref()).is_some() || scroll);
     let mut view = ActionView {
         action_kind: action.kind().to_owned(),
         describable: described.is_some() && location.is_some(),
@@ -127,12 +132,17 @@ pub fn approval_view_in_session(
             let (d, digest) = shown(option);
             (Some(d), digest)
         }
-        Action::Click | Action::Check | Action::Scroll => (None, None),
+        // Server-authored words around a number: how far, and which way.
+        Action::Scroll { by } => {
+            let way = if *by < 0 { "up" } else { "down" };
+            (Some(format!("{} pixels {way}", by.unsigned_abs())), None)
+        }
+        Action::Click | Action::Check => (None, None),
     };
     view.detail = detail;
     view.detail_digest = digest;
     view.action_summary = match action {
-        Action::Scroll => format!("Scroll the page{on}"),
+        Action::Scroll { .. } => format!("Scroll the page{on}"),
         _ => format!("{} {}{on}", verb(action), role_noun(&element.role, element.field_kind)),
     };
     view
@@ -239,6 +249,14 @@ mod tests {
         for promise in ["never", "always", "every time", "guarantee"] {
             assert!(!text.contains(promise), "{promise}: {text}");
         }
+    }
+
+    #[test]
+    fn a_scroll_shows_its_distance_and_direction() {
+        let shown = |by| approval_view_in_session(None, &page(), None, &Action::Scroll { by }).detail;
+        assert_eq!(shown(600).as_deref(), Some("600 pixels down"));
+        assert_eq!(shown(-250).as_deref(), Some("250 pixels up"));
+        assert_eq!(shown(i32::MIN).as_deref(), Some("2147483648 pixels up"));
     }
 
     #[test]

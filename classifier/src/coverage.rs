@@ -167,7 +167,7 @@ pub fn covers(grant: &Grant, action: &Action, element: &ElementFacts, page: &Pag
             );
         }
     }
-    if *action == Action::Scroll {
+    if matches!(action, Action::Scroll { .. }) {
         return Ok(());
     }
     if element.disabled {

@@ -141,7 +141,11 @@ pub enum Action {
     Press {
         key: String,
     },
-    Scroll,
+    /// Scrolls the page by this many pixels (negative: up).
+    Scroll {
+        #[cfg_attr(feature = "serde", serde(default))]
+        by: i32,
+    },
 }
 
 impl Action {
@@ -152,7 +156,7 @@ impl Action {
             Self::Select { .. } => "select",
             Self::Check => "check",
             Self::Press { .. } => "press",
-            Self::Scroll => "scroll",
+            Self::Scroll { .. } => "scroll",
         }
     }
 }

@@ -322,7 +322,7 @@ fn lesson_words_are_covered() {
     ] {
         check(&button(tile), &Action::Click, "unknown", "covered");
     }
-    check(&button("Continue"), &Action::Scroll, "routine", "covered");
+    check(&button("Continue"), &Action::Scroll { by: 600 }, "routine", "covered");
 }
 
 #[test]
@@ -330,7 +330,7 @@ fn standing_grant_covers_routine_only() {
     let standing =
         |action: &Action, e: &ElementFacts| covers(&Grant::Standing, action, e, &page()).map_err(|e| e.reason.code());
     assert_eq!(standing(&Action::Click, &button("Continue")), Ok(()));
-    assert_eq!(standing(&Action::Scroll, &button("x")), Ok(()));
+    assert_eq!(standing(&Action::Scroll { by: 600 }, &button("x")), Ok(()));
     assert_eq!(standing(&Action::Click, &button("el gato")), Err("not_routine"));
     let mut mixed = button("Continue");
     mixed.aria_label = Some("Next".into());
