@@ -324,7 +324,8 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
         Command::DeleteSession { session_id, principal_id } => {
             let session = world.session_of(&session_id, &principal_id)?;
             let mut events = vec![Event::SessionDeleted(SessionDeleted { session_id: session_id.clone() })];
-            events.extend(session.active_grant.and_then(|g| world.end(g, EndReason::SessionDeleted)));
+            // The record's nine reasons have none for a deleted chat: the owner's deletion revokes.
+            events.extend(session.active_grant.and_then(|g| world.end(g, EndReason::Revoked)));
             Ok(events)
         }
         Command::AdvanceProfile { profile_id, phase } => {

@@ -30,7 +30,7 @@ use crate::authority::{Authority, AuthorityError, Backend};
 use crate::constraint::{DispatchConstraint, GrantKind};
 use crate::domain::{
     APPROVAL_TOKEN_INVALID, Approval, ApprovalState, AuthorizeRequest, Command, Decision, DomainError, Grant,
-    RunContext, Versions,
+    RunContext, Versions, World,
 };
 use crate::view::{approval_view_in_session, offer_text};
 
@@ -241,6 +241,12 @@ fn approval(a: &Approval) -> pb::Approval {
         reason: r.not_covered_reason.clone().unwrap_or_default(),
         expires_at: rfc3339(r.expires_at),
     }
+}
+
+/// A grant is the principal's to see while its chat exists: deleting the session takes its grants
+/// off every list and get (their end, `revoked`, stays in the log).
+fn visible_to(w: &World, g: &Grant, principal: &str) -> bool {
+    g.created.principal_id == principal && w.sessions.get(&g.created.session_id).is_some_and(|s| !s.deleted)
 }
 
 fn grant(g: &Grant) -> pb::TaskGrant {
@@ -653,10 +659,8 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         let r = req.into_inner();
         let grant_id = uuid("grant_id", &r.grant_id)?;
         self.seen(r.min_position).await?;
-        let found = self
-            .authority
-            .read(|w| w.grants.get(&grant_id).filter(|g| g.created.principal_id == principal).map(grant))
-            .await;
+        let found =
+            self.authority.read(|w| w.grants.get(&grant_id).filter(|g| visible_to(w, g, &principal)).map(grant)).await;
         found.map(Response::new).ok_or_else(|| Status::not_found("grant not found"))
     }
 
@@ -670,7 +674,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             .read(|w| {
                 w.grants
                     .values()
-                    .filter(|g| g.created.principal_id == principal)
+                    .filter(|g| visible_to(w, g, &principal))
                     .filter(|g| r.session_id.is_empty() || g.created.session_id == r.session_id)
                     .filter(|g| !r.active_only || g.is_active())
                     .map(|g| (g.created.created_at, grant(g)))

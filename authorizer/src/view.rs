@@ -94,9 +94,8 @@ pub fn approval_view_in_session(
     // A scroll of the page names no element and is still described: the page and the distance.
     let page_itself = ElementFacts::default();
     let scroll = matches!(action, Action::Scroll { .. });
-    let described = element
-        .or(scroll.then_some(&page_itself))
-        .filter(|e| non_empty(e.name.as_deref()).is_some() || scroll);
+    let described =
+        element.or(scroll.then_some(&page_itself)).filter(|e| non_empty(e.name.as_deref()).is_some() || scroll);
     let mut view = ActionView {
         action_kind: action.kind().to_owned(),
         describable: described.is_some() && location.is_some(),

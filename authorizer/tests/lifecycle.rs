@@ -534,7 +534,13 @@ fn every_end_reason_is_reached_once_per_grant() {
     record(&run(&mut w, &Policy::empty(), &tile("x"), later).events);
     let mut w = given();
     allow_for_task(&mut w, t0());
-    record(&when(&mut w, Command::DeleteSession { session_id: "s1".into(), principal_id: "owner".into() }).unwrap());
+    let deleted = when(&mut w, Command::DeleteSession { session_id: "s1".into(), principal_id: "owner".into() });
+    assert!(ended(&deleted.unwrap()).iter().all(|(_, r)| *r == EndReason::Revoked), "a deleted chat revokes");
+    // Also a profile deleted, not only revoked, ends every grant on it.
+    let mut w = given();
+    allow_for_task(&mut w, t0());
+    let gone = when(&mut w, Command::DeleteProfile { profile_id: "profile-1".into() }).unwrap();
+    assert_eq!(ended(&gone).iter().map(|(_, r)| *r).collect::<Vec<_>>(), [EndReason::ProfileRevoked]);
 
     let mut reasons: Vec<EndReason> = ends.values().flatten().copied().collect();
     assert!(ends.values().all(|r| r.len() == 1), "a grant ended twice: {ends:?}");
@@ -551,7 +557,6 @@ fn every_end_reason_is_reached_once_per_grant() {
         PolicyChanged,
         AgentChanged,
         ScopeRemoved,
-        SessionDeleted,
     ];
     all.sort_by_key(|r| format!("{r:?}"));
     assert_eq!(reasons, all);

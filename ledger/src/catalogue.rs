@@ -72,6 +72,9 @@ pub enum AuthorizationKind {
 pub enum EndReason {
     Expired,
     Exhausted,
+    /// The owner stopped it, or deleted its session. Early logs wrote a session's deletion as
+    /// `session_deleted`; it reads as what it was, a revocation (the stored bytes are unchanged).
+    #[serde(alias = "session_deleted")]
     Revoked,
     Superseded,
     ProfileChanged,
@@ -79,7 +82,6 @@ pub enum EndReason {
     PolicyChanged,
     AgentChanged,
     ScopeRemoved,
-    SessionDeleted,
 }
 
 /// A configured site scope: an exact origin and one path segment.
@@ -434,6 +436,15 @@ mod tests {
 
     fn view() -> ActionView {
         ActionView { action_kind: "click".into(), action_summary: "Click a button".into(), ..ActionView::default() }
+    }
+
+    #[test]
+    fn an_early_session_deleted_end_reads_as_revoked_and_is_written_so_no_more() {
+        let grant_id = Uuid::nil();
+        let old: TaskGrantEnded =
+            serde_json::from_value(json!({ "grant_id": grant_id, "reason": "session_deleted" })).unwrap();
+        assert_eq!(old.reason, EndReason::Revoked);
+        assert_eq!(serde_json::to_value(EndReason::Revoked).unwrap(), json!("revoked"));
     }
 
     #[test]

@@ -551,8 +551,10 @@ async fn a_sign_in_and_a_deleted_session_end_grants_through_the_api() {
         Code::NotFound
     );
     client.delete_session(owner(pb::DeleteSessionRequest { session_id: "s1".into() })).await.unwrap();
-    let g = client.get_grant(owner(pb::GetGrantRequest { grant_id, min_position: None })).await.unwrap().into_inner();
-    assert_eq!(g.end_reason, "session_deleted");
+    let gone = client.get_grant(owner(pb::GetGrantRequest { grant_id, min_position: None })).await.unwrap_err();
+    assert_eq!(gone.code(), Code::NotFound, "a deleted chat's grants leave every get");
+    let listed = client.list_grants(owner(pb::ListGrantsRequest::default())).await.unwrap().into_inner().grants;
+    assert!(listed.is_empty(), "and every list: {listed:?}");
     assert_eq!(
         client.authorize(owner(act(None))).await.unwrap_err().code(),
         Code::NotFound,
@@ -904,4 +906,61 @@ async fn an_absent_fact_means_no_coverage() {
     e.role = "link".into();
     e.nav_targets_carried = false;
     assert_eq!(asked(&client.authorize(owner(link)).await.unwrap().into_inner()).reason, "facts_missing");
+}
+
+/// On PostgreSQL: deleting a profile ends every grant on it, and deleting a chat ends its grant as
+/// revoked and takes it off every list and get; the inline rows say the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_profile_or_a_session_ends_grants_on_postgres() {
+    let db = TestDb::new().await;
+    let Served { mut client, _stop, .. } = start_on_postgres(&db, 4).await;
+    let grant_in = |client: &mut AuthorizerClient<Channel>, session_id: &'static str| {
+        let mut client = client.clone();
+        async move {
+            let create = pb::CreateSessionRequest {
+                session_id: session_id.into(),
+                browser_profile_id: "profile-1".into(),
+                surface: pb::Surface::Interactive as i32,
+                ..Default::default()
+            };
+            client.create_session(owner(create)).await.unwrap();
+            let said =
+                pb::RecordMessageRequest { session_id: session_id.into(), message_id: "m1".into(), from_owner: true };
+            client.record_message(owner(said)).await.unwrap();
+            let mut req = act(None);
+            req.session_id = session_id.into();
+            let card = asked(&client.authorize(owner(req)).await.unwrap().into_inner()).clone();
+            let offer = card.offer.unwrap();
+            let resolve = pb::ResolveApprovalRequest {
+                approval_id: card.approval_id,
+                resolution: pb::Resolution::ApproveForTask as i32,
+                offered_origin: offer.origin,
+                offered_path_prefix: offer.path_prefix,
+            };
+            client.resolve_approval(owner(resolve)).await.unwrap().into_inner().grant_id
+        }
+    };
+    let first = grant_in(&mut client, "s1").await;
+    let deleted = pb::ProfileEventRequest { profile_id: "profile-1".into(), event: pb::ProfileEvent::Deleted as i32 };
+    client.record_profile_event(owner(deleted)).await.unwrap();
+    let g = client.get_grant(owner(pb::GetGrantRequest { grant_id: first.clone(), min_position: None })).await;
+    assert_eq!(g.unwrap().into_inner().end_reason, "profile_revoked");
+    assert_eq!(ended_row(&db, &first).await, (true, Some("profile_revoked".into())));
+
+    let db2 = TestDb::new().await;
+    let Served { mut client, _stop, .. } = start_on_postgres(&db2, 4).await;
+    let second = grant_in(&mut client, "s2").await;
+    client.delete_session(owner(pb::DeleteSessionRequest { session_id: "s2".into() })).await.unwrap();
+    let g = client.get_grant(owner(pb::GetGrantRequest { grant_id: second.clone(), min_position: None })).await;
+    assert_eq!(g.unwrap_err().code(), Code::NotFound);
+    assert!(client.list_grants(owner(pb::ListGrantsRequest::default())).await.unwrap().into_inner().grants.is_empty());
+    assert_eq!(ended_row(&db2, &second).await, (true, Some("revoked".into())));
+}
+
+/// Whether a grant's inline row is ended, and why.
+async fn ended_row(db: &TestDb, grant_id: &str) -> (bool, Option<String>) {
+    let id = uuid::Uuid::parse_str(grant_id).unwrap();
+    let sql = "SELECT ended_at IS NOT NULL, end_reason FROM active_task_grants WHERE grant_id = $1";
+    let r = db.client().await.query_one(sql, &[&id]).await.unwrap();
+    (r.get(0), r.get(1))
 }
