@@ -74,6 +74,9 @@ pub struct World {
     pub approvals: HashMap<Uuid, Approval>,
     pub grants: HashMap<Uuid, Grant>,
     pub standing: Option<StandingGrantPinned>,
+    /// Each run's newest snapshot the authorizer has seen (in a card's binding or an allowed
+    /// act): a token for an older one no longer fits.
+    pub run_snapshots: HashMap<String, String>,
 }
 
 /// The stream an event belongs to.
@@ -140,6 +143,9 @@ impl World {
                     token_redeemed: false,
                 };
                 self.approvals.insert(e.approval_id, approval);
+                if let Some(b) = &e.binding {
+                    self.run_snapshots.insert(b.run_id.clone(), b.snapshot_id.clone());
+                }
             }
             Event::ApprovalResolved(e) => {
                 if let Some(a) = self.approvals.get_mut(&e.approval_id) {
@@ -159,6 +165,9 @@ impl World {
                 }
             }
             Event::ToolCallAuthorized(e) => {
+                if let Some(snapshot) = &e.snapshot_id {
+                    self.run_snapshots.insert(e.run_id.clone(), snapshot.clone());
+                }
                 if let (AuthorizationKind::BrowserTaskGrant, Some(g)) = (e.authorization_kind, e.grant_id)
                     && let Some(grant) = self.grants.get_mut(&g)
                 {
@@ -394,6 +403,7 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             let owner = world.sessions.get(&approval.requested.session_id).map(|s| s.created.principal_id.as_str());
             let fits = approval.requested.binding.as_ref() == Some(&binding)
                 && owner == Some(principal_id.as_str())
+                && world.run_snapshots.get(&binding.run_id) == Some(&binding.snapshot_id)
                 && !approval.token_redeemed
                 && approval.requested.expires_at > now;
             if !fits {
@@ -742,6 +752,7 @@ pub fn authorize(
             use_ordinal,
             typed_chars: typed_chars(&req.action),
             view: req.view.clone(),
+            snapshot_id: req.snapshot.as_ref().map(|(snapshot, _)| snapshot.clone()),
         })
     };
     if standing_grant_covers(world, req, now) {

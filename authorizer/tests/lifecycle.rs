@@ -618,6 +618,15 @@ fn approval_tokens_are_single_use_and_bound_to_run_snapshot_and_node() {
     assert!(
         matches!(when(&mut world, redeem("other", &binding)), Err(DomainError::Conflict { code, .. }) if code == APPROVAL_TOKEN_INVALID)
     );
+    // Once the run has moved to a newer snapshot, a token for the older one no longer fits.
+    let mut moved = world.clone();
+    let mut newer = tile("el gato");
+    newer.snapshot = Some(("snap_fedcba987654".into(), "n3".into()));
+    run(&mut moved, &Policy::empty(), &newer, t0());
+    assert!(
+        matches!(when(&mut moved, redeem("digest-1", &binding)), Err(DomainError::Conflict { code, .. }) if code == APPROVAL_TOKEN_INVALID),
+        "a newer snapshot voids older tokens"
+    );
     // Another owner's runtime holding the token cannot redeem it.
     let mut theirs = redeem("digest-1", &binding);
     if let Command::RedeemToken { principal_id, .. } = &mut theirs {

@@ -252,6 +252,10 @@ pub struct ToolCallAuthorized {
     pub use_ordinal: Option<u32>,
     pub typed_chars: u32,
     pub view: ActionView,
+    /// The snapshot the act named, when it named one: the run's current snapshot from then on.
+    /// Left out when absent, so events written before it existed keep their bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -474,6 +478,7 @@ mod tests {
                 use_ordinal: Some(7),
                 typed_chars: 5,
                 view: view(),
+                snapshot_id: Some("snap_0123456789ab".into()),
             }),
             Event::ApprovalRequested(ApprovalRequested {
                 approval_id: Uuid::nil(),

@@ -51,6 +51,7 @@ fn use_event(grant_id: Uuid, chars: u32, ordinal: u32) -> Event {
             action_summary: "Type into a field".into(),
             ..ActionView::default()
         },
+        snapshot_id: None,
     })
 }
 
