@@ -10,8 +10,8 @@ use ledger::catalogue::{
     ActionView, ApprovalExpired, ApprovalRequested, ApprovalResolved, ApprovalStatus, ApprovalTokenIssued,
     ApprovalTokenRedeemed, Author, AuthorizationKind, DeploymentScopesChanged, EndReason, Event, Offer, ProfileDeleted,
     ProfileGenerationAdvanced, ProfileRevoked, Resolution, SessionCreated, SessionDeleted, SessionMessageRecorded,
-    SignInPhase, SiteScope, StandingGrantPinned, Surface, TaskGrantCreated, TaskGrantEnded, TokenBinding,
-    ToolCallAuthorized,
+    SignInPhase, SiteScope, StandingGrantPinned, StandingGrantUnpinned, Surface, TaskGrantCreated, TaskGrantEnded,
+    TokenBinding, ToolCallAuthorized,
 };
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -282,6 +282,12 @@ pub enum Command {
         profile_id: String,
     },
     ChangeSettings(TaskGrantSettings),
+    /// The operator's standing-grant pin as configured now (`None`: no pin). Recorded only when
+    /// it differs from the pin in force; a new pin lasts [`STANDING_GRANT_DURATION`].
+    PinStandingGrant {
+        pin: Option<StandingPin>,
+        now: OffsetDateTime,
+    },
     ResolveApproval {
         approval_id: Uuid,
         principal_id: String,
@@ -355,6 +361,23 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             let mut events = world.end_grants_on_profile(&profile_id, EndReason::ProfileRevoked);
             events.insert(0, Event::ProfileDeleted(ProfileDeleted { profile_id }));
             Ok(events)
+        }
+        Command::PinStandingGrant { pin, now } => {
+            let current = world.standing.as_ref().filter(|p| p.expires_at > now);
+            match (pin, current) {
+                (Some(pin), Some(c)) if c.grant_id == pin.grant_id && c.profile_id == pin.profile_id => Ok(vec![]),
+                (Some(pin), _) => Ok(vec![Event::StandingGrantPinned(StandingGrantPinned {
+                    grant_id: pin.grant_id,
+                    profile_id: pin.profile_id,
+                    expires_at: now + STANDING_GRANT_DURATION,
+                })]),
+                (None, _) => Ok(world
+                    .standing
+                    .as_ref()
+                    .map(|c| Event::StandingGrantUnpinned(StandingGrantUnpinned { grant_id: c.grant_id.clone() }))
+                    .into_iter()
+                    .collect()),
+            }
         }
         Command::ChangeSettings(settings) => {
             if settings == world.settings {
@@ -665,6 +688,16 @@ fn task_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateTime)
         .map_err(|e| refusal(e.reason.code()))?;
     Ok(grant_id)
 }
+
+/// An operator's standing-grant pin: which grant, on which browser profile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StandingPin {
+    pub grant_id: String,
+    pub profile_id: String,
+}
+
+/// How long a standing-grant pin lasts from when it is recorded (the record: up to thirty days).
+pub const STANDING_GRANT_DURATION: time::Duration = time::Duration::days(30);
 
 /// The pinned standing grant covers routine only, on its own profile, until it expires.
 fn standing_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateTime) -> bool {

@@ -747,3 +747,43 @@ fn an_advisory_escalation_or_a_later_hardline_is_never_answered_by_a_grant() {
     assert_eq!(out.decision, Decision::Deny { code: "never-delete".into() });
     assert_eq!(world.grants[&grant_id].actions_used, 1, "only the covered tile used the grant");
 }
+
+#[test]
+fn the_operator_pins_the_standing_grant_once_and_it_covers_only_routine_buttons_and_scrolls_on_https() {
+    use authorizer::domain::{STANDING_GRANT_DURATION, StandingPin};
+    let pin = || StandingPin { grant_id: "standing-1".into(), profile_id: "profile-1".into() };
+    let mut world = given();
+    let pinned = when(&mut world, Command::PinStandingGrant { pin: Some(pin()), now: t0() }).unwrap();
+    assert!(matches!(&pinned[..], [Event::StandingGrantPinned(p)] if p.expires_at == t0() + STANDING_GRANT_DURATION));
+    // A restart with the same pin records nothing; a changed pin, or an expired one, records anew.
+    assert!(when(&mut world, Command::PinStandingGrant { pin: Some(pin()), now: t0() }).unwrap().is_empty());
+    let later = t0() + STANDING_GRANT_DURATION + Duration::minutes(1);
+    let mut expired = world.clone();
+    assert_eq!(when(&mut expired, Command::PinStandingGrant { pin: Some(pin()), now: later }).unwrap().len(), 1);
+
+    let standing = |world: &mut World, req: &AuthorizeRequest| {
+        matches!(
+            run(world, &Policy::empty(), req, t0()).decision,
+            Decision::Allow { kind: AuthorizationKind::StandingGrant, .. }
+        )
+    };
+    assert!(standing(&mut world, &tile("Continue")), "a routine button");
+    assert!(standing(&mut world, &act("s1", button("x"), Action::Scroll { by: 300 })), "a scroll");
+    let mut link = button("Continue");
+    link.role = "link".into();
+    assert!(!standing(&mut world, &act("s1", link, Action::Click)), "a link is not a button");
+    let mut mixed = button("Continue");
+    mixed.visible_text = Some("Next".into());
+    assert!(!standing(&mut world, &act("s1", mixed, Action::Click)), "label sources read as different words");
+    let mut http = tile("Continue");
+    http.page.url = "http://www.lesson.test/lesson/unit-3".into();
+    assert!(!standing(&mut world, &http), "not on a plain-HTTP page");
+    let mut http_scroll = act("s1", button("x"), Action::Scroll { by: 300 });
+    http_scroll.page.url = "http://www.lesson.test/lesson/unit-3".into();
+    assert!(!standing(&mut world, &http_scroll), "not even a scroll");
+
+    let unpinned = when(&mut world, Command::PinStandingGrant { pin: None, now: t0() }).unwrap();
+    assert!(matches!(&unpinned[..], [Event::StandingGrantUnpinned(u)] if u.grant_id == "standing-1"));
+    assert!(!standing(&mut world, &tile("Continue")), "unpinned");
+    assert!(when(&mut world, Command::PinStandingGrant { pin: None, now: t0() }).unwrap().is_empty());
+}

@@ -150,10 +150,11 @@ pub fn covers(grant: &Grant, action: &Action, element: &ElementFacts, page: &Pag
         // An absent fact means no coverage: what was not carried could be what refuses.
         return refuse(Reason::FactsMissing, "a fact the coverage rules read was not carried");
     }
+    // Every grant acts on HTTPS pages only.
+    let Ok(here) = location(&page.url) else {
+        return refuse(Reason::PageUnparseable, "the page URL is not an https URL");
+    };
     if let Grant::Task(scope) = grant {
-        let Ok(here) = location(&page.url) else {
-            return refuse(Reason::PageUnparseable, "the page URL is not an https URL");
-        };
         if !inside(&here, &scope.origin, &scope.path_prefix) {
             return refuse(
                 Reason::PageOutsideScope,
@@ -207,8 +208,8 @@ pub fn covers(grant: &Grant, action: &Action, element: &ElementFacts, page: &Pag
 
     let Grant::Task(scope) = grant else {
         return match (action, classification.consequence) {
-            (Action::Click, Consequence::Routine) => Ok(()),
-            _ => refuse(Reason::NotRoutine, "a standing grant covers only a routine click or a scroll"),
+            (Action::Click, Consequence::Routine) if element.role.eq_ignore_ascii_case("button") => Ok(()),
+            _ => refuse(Reason::NotRoutine, "a standing grant covers only a routine click on a button or a scroll"),
         };
     };
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use authorizer::auth::Credentials;
 use authorizer::authority::Authority;
-use authorizer::domain::Command;
+use authorizer::domain::{Command, StandingPin};
 use authorizer::pg::PgGrants;
 use authorizer::policy::Policy;
 use authorizer::scopes::{TaskGrantSettings, settings};
@@ -28,6 +28,8 @@ pub struct AuthorizerConfig {
     pub policy: Policy,
     pub sweep_every: Duration,
     pub transport: Transport,
+    /// The operator's standing-grant pin (BROWSER_GRANT_ID on BROWSER_PROFILE_ID), if any.
+    pub standing: Option<StandingPin>,
 }
 
 /// How the listener speaks.
@@ -80,7 +82,19 @@ impl AuthorizerConfig {
             ),
             _ => bail!("AUTHORIZER_TLS_CERT and AUTHORIZER_TLS_KEY are set together"),
         };
+        let standing = match (get("BROWSER_GRANT_ID"), get("BROWSER_PROFILE_ID")) {
+            (None, None) => None,
+            (Some(grant_id), Some(profile_id)) => {
+                for (var, value) in [("BROWSER_GRANT_ID", &grant_id), ("BROWSER_PROFILE_ID", &profile_id)] {
+                    ledger::StreamId::for_entity("x", value)
+                        .map_err(|e| anyhow::anyhow!("{var}={value:?}: {}", e.reason))?;
+                }
+                Some(StandingPin { grant_id, profile_id })
+            }
+            _ => bail!("BROWSER_GRANT_ID and BROWSER_PROFILE_ID pin the standing grant together"),
+        };
         Ok(Self {
+            standing,
             transport,
             database_url: get("DATABASE_URL"),
             listen,
@@ -104,6 +118,9 @@ pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Resul
     let backend = PgGrants::new(PgStore::with_listener(pool, pg_config));
     let authority = Arc::new(Authority::recover(backend, config.policy, config.tenant.clone()).await?);
     authority.execute(Command::ChangeSettings(config.settings), "operator").await?;
+    // The pin in the environment is the operator's: recorded when it differs from the one in force.
+    let pin = Command::PinStandingGrant { pin: config.standing.clone(), now: OffsetDateTime::now_utc() };
+    authority.execute(pin, "operator").await?;
 
     let sweeper = {
         let authority = Arc::clone(&authority);
@@ -191,6 +208,8 @@ mod tests {
             (vec![("SWEEP_INTERVAL_SECONDS", "soon")], "SWEEP_INTERVAL_SECONDS"),
             (vec![("AUTHORIZER_LISTEN", "0.0.0.0:50051")], "plaintext on loopback only"),
             (vec![("AUTHORIZER_TLS_CERT", "/x.pem"), ("AUTHORIZER_TLS_KEY", "/y.pem")], "exclude each other"),
+            (vec![("BROWSER_GRANT_ID", "g-1")], "together"),
+            (vec![("BROWSER_GRANT_ID", "g 1"), ("BROWSER_PROFILE_ID", "p-1")], "BROWSER_GRANT_ID"),
         ] {
             let err = format!("{:#}", parse(&vars).unwrap_err());
             assert!(err.contains(says), "{vars:?}: {err}");

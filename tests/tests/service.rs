@@ -155,9 +155,13 @@ async fn start_in_process(backend: MemoryGrants) -> Served {
 
 /// [`start_in_process`] with BROWSER_TASK_GRANTS_ENABLED as given (off: no scope either).
 async fn start_in_process_with(backend: MemoryGrants, task_grants: bool) -> Served {
+    start_in_process_on(authority_with_scope(backend, task_grants).await).await
+}
+
+/// [`start_in_process`] over an authority the test prepared.
+async fn start_in_process_on(authority: Arc<Authority<MemoryGrants>>) -> Served {
     let credentials = Credentials::memory();
     seed(&credentials).await;
-    let authority = authority_with_scope(backend, task_grants).await;
     let (client_io, server_io) = tokio::io::duplex(1 << 20);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let position = {
@@ -963,4 +967,35 @@ async fn ended_row(db: &TestDb, grant_id: &str) -> (bool, Option<String>) {
     let sql = "SELECT ended_at IS NOT NULL, end_reason FROM active_task_grants WHERE grant_id = $1";
     let r = db.client().await.query_one(sql, &[&id]).await.unwrap();
     (r.get(0), r.get(1))
+}
+
+/// The operator's standing grant answers a routine button on its profile, and the constraint it
+/// sends validates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standing_grant_allow_carries_a_valid_constraint() {
+    use authorizer::domain::StandingPin;
+    let authority = authority_with_scope(MemoryGrants::default(), true).await;
+    let pin = StandingPin { grant_id: "standing-1".into(), profile_id: "profile-1".into() };
+    let now = time::OffsetDateTime::now_utc();
+    authority.execute(Command::PinStandingGrant { pin: Some(pin), now }, "operator").await.unwrap();
+    let Served { mut client, _stop, .. } = start_in_process_on(authority).await;
+    session(&mut client).await;
+    let mut req = act(None);
+    let e = req.element.as_mut().unwrap();
+    (e.name, e.visible_text) = ("Continue".into(), "Continue".into());
+    let reply = client.authorize(owner(req)).await.unwrap().into_inner();
+    let Some(pb::authorize_reply::Decision::Allow(allow)) = reply.decision else { panic!("{reply:?}") };
+    assert_eq!(allow.kind, "standing_grant");
+    let c = allow.constraint.expect("every allow carries a constraint");
+    let rebuilt = DispatchConstraint {
+        kind: GrantKind::Standing,
+        origins: c.origins,
+        path_prefix: c.path_prefix,
+        not_after: time::OffsetDateTime::parse(&c.not_after, &time::format_description::well_known::Rfc3339).unwrap(),
+        consequence_ceiling: c.consequence_ceiling,
+        max_text_chars: c.max_text_chars,
+    };
+    assert_eq!(c.grant_kind, pb::GrantKind::Standing as i32);
+    rebuilt.validate().expect("the standing grant's constraint validates");
+    assert_eq!(rebuilt.origins, ["https://www.lesson.test"]);
 }
