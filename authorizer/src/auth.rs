@@ -83,6 +83,7 @@ impl Scope {
 pub enum Rpc {
     CreateSession,
     RecordMessage,
+    RecordToolCall,
     DeleteSession,
     RecordProfileEvent,
     Authorize,
@@ -96,9 +97,10 @@ pub enum Rpc {
 }
 
 impl Rpc {
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::CreateSession,
         Self::RecordMessage,
+        Self::RecordToolCall,
         Self::DeleteSession,
         Self::RecordProfileEvent,
         Self::Authorize,
@@ -114,7 +116,7 @@ impl Rpc {
     /// The one role that may make this call.
     pub fn role(self) -> Role {
         match self {
-            Self::CreateSession | Self::RecordMessage | Self::Authorize => Role::Worker,
+            Self::CreateSession | Self::RecordMessage | Self::RecordToolCall | Self::Authorize => Role::Worker,
             Self::RedeemToken => Role::Runtime,
             // Deleting a chat is the owner's act, made through the owner's client.
             Self::DeleteSession
@@ -418,7 +420,7 @@ mod tests {
     #[test]
     fn every_call_belongs_to_one_role_and_the_worker_resolves_nothing() {
         let worker: Vec<_> = Rpc::ALL.into_iter().filter(|r| r.role() == Role::Worker).collect();
-        assert_eq!(worker, [Rpc::CreateSession, Rpc::RecordMessage, Rpc::Authorize]);
+        assert_eq!(worker, [Rpc::CreateSession, Rpc::RecordMessage, Rpc::RecordToolCall, Rpc::Authorize]);
         assert_eq!(Rpc::ResolveApproval.role(), Role::Gateway);
         assert_eq!(Rpc::RedeemToken.role(), Role::Runtime);
         for role in Role::ALL {

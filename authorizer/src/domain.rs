@@ -10,8 +10,8 @@ use ledger::catalogue::{
     ActionView, ApprovalExpired, ApprovalRequested, ApprovalResolved, ApprovalStatus, ApprovalTokenIssued,
     ApprovalTokenRedeemed, Author, AuthorizationKind, DeploymentScopesChanged, EndReason, Event, Offer, ProfileDeleted,
     ProfileGenerationAdvanced, ProfileRevoked, Resolution, SessionCreated, SessionDeleted, SessionMessageRecorded,
-    SignInPhase, SiteScope, StandingGrantPinned, StandingGrantUnpinned, Surface, TaskGrantCreated, TaskGrantEnded,
-    TokenBinding, ToolCallAuthorized,
+    SessionToolCalled, SignInPhase, SiteScope, StandingGrantPinned, StandingGrantUnpinned, Surface, TaskGrantCreated,
+    TaskGrantEnded, TokenBinding, ToolCallAuthorized,
 };
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -24,6 +24,8 @@ use crate::scopes::{TaskGrantSettings, scope_for};
 pub struct Session {
     pub created: SessionCreated,
     pub newest_message_author: Option<Author>,
+    /// The tools called in this session since the owner's newest message, as recorded.
+    pub turn_tools: Vec<String>,
     pub deleted: bool,
     pub active_grant: Option<Uuid>,
 }
@@ -87,6 +89,7 @@ pub fn stream_of(event: &Event) -> StreamId {
         Event::SessionCreated(e) => entity("session", &e.session_id),
         Event::SessionMessageRecorded(e) => entity("session", &e.session_id),
         Event::SessionDeleted(e) => entity("session", &e.session_id),
+        Event::SessionToolCalled(e) => entity("session", &e.session_id),
         Event::RunEscalated(e) => entity("session", &e.session_id),
         Event::ProfileGenerationAdvanced(e) => entity("profile", &e.profile_id),
         Event::ProfileRevoked(e) => entity("profile", &e.profile_id),
@@ -114,12 +117,26 @@ impl World {
             Event::SessionCreated(e) => {
                 self.sessions.insert(
                     e.session_id.clone(),
-                    Session { created: e.clone(), newest_message_author: None, deleted: false, active_grant: None },
+                    Session {
+                        created: e.clone(),
+                        newest_message_author: None,
+                        turn_tools: Vec::new(),
+                        deleted: false,
+                        active_grant: None,
+                    },
                 );
             }
             Event::SessionMessageRecorded(e) => {
                 if let Some(s) = self.sessions.get_mut(&e.session_id) {
                     s.newest_message_author = Some(e.author);
+                    if e.author == Author::Owner {
+                        s.turn_tools.clear();
+                    }
+                }
+            }
+            Event::SessionToolCalled(e) => {
+                if let Some(s) = self.sessions.get_mut(&e.session_id) {
+                    s.turn_tools.push(e.tool.clone());
                 }
             }
             Event::SessionDeleted(e) => {
@@ -281,6 +298,8 @@ pub enum Command {
     DeleteProfile {
         profile_id: String,
     },
+    /// A tool call the worker made: the session's record of the turn.
+    RecordToolCall(SessionToolCalled),
     ChangeSettings(TaskGrantSettings),
     /// The operator's standing-grant pin as configured now (`None`: no pin). Recorded only when
     /// it differs from the pin in force; a new pin lasts [`STANDING_GRANT_DURATION`].
@@ -330,6 +349,11 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
                 return Err(DomainError::conflict("session_exists", created.session_id));
             }
             Ok(vec![Event::SessionCreated(created)])
+        }
+        Command::RecordToolCall(call) => {
+            let session = world.sessions.get(&call.session_id).filter(|s| !s.deleted);
+            session.ok_or_else(|| DomainError::not_found("session", &call.session_id))?;
+            Ok(vec![Event::SessionToolCalled(call)])
         }
         Command::RecordMessage(message) => {
             let session = world.sessions.get(&message.session_id).filter(|s| !s.deleted);
@@ -606,7 +630,11 @@ const BROWSER_TOOLS: [&str; 3] = ["browser.navigate", "browser.observe", "browse
 /// A turn qualifies when it made tool calls and every one is a browser call, directly or through
 /// `tool.call`. An empty list proves nothing about the turn, so it does not qualify.
 fn browser_only(calls: &[String]) -> bool {
-    !calls.is_empty() && calls.iter().all(|c| BROWSER_TOOLS.contains(&c.strip_prefix("tool.call:").unwrap_or(c)))
+    !calls.is_empty() && calls.iter().all(|c| is_browser_tool(c))
+}
+
+fn is_browser_tool(call: &str) -> bool {
+    BROWSER_TOOLS.contains(&call.strip_prefix("tool.call:").unwrap_or(call))
 }
 
 fn typed_chars(action: &Action) -> u32 {
@@ -676,7 +704,8 @@ fn task_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateTime)
     if !(req.run.interactive && req.run.top_level) {
         return Err(refusal("run_not_eligible"));
     }
-    if !browser_only(&req.turn_tool_calls) {
+    // The caller's list and the session's own record must both show a browser-only turn.
+    if !browser_only(&req.turn_tool_calls) || !session.turn_tools.iter().all(|t| is_browser_tool(t)) {
         return Err(refusal("turn_not_browser_only"));
     }
     let scope = TaskScope {

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use classifier::{Action, ElementFacts, FieldKind, PageFacts, SelectOption};
 use ledger::catalogue::{
-    ActionView, Author, Event, Offer, Resolution, SessionCreated, SessionMessageRecorded, SignInPhase, SiteScope,
-    Surface, TokenBinding,
+    ActionView, Author, Event, Offer, Resolution, SessionCreated, SessionMessageRecorded, SessionToolCalled,
+    SignInPhase, SiteScope, Surface, TokenBinding,
 };
 use ledger::{Checkpoint, StreamId};
 use proto::v1 as pb;
@@ -399,6 +399,22 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         self.own_session(&session_id, &principal).await?;
         let author = if r.from_owner { Author::Owner } else { Author::Other };
         self.write(Command::RecordMessage(SessionMessageRecorded { session_id, message_id, author }), &principal).await
+    }
+
+    async fn record_tool_call(
+        &self,
+        req: Request<pb::RecordToolCallRequest>,
+    ) -> Result<Response<pb::WriteReply>, Status> {
+        let principal = self.caller(&req, Rpc::RecordToolCall).await?.principal;
+        let r = req.into_inner();
+        let session_id = id("session_id", &r.session_id)?;
+        let tool_call_id = id("tool_call_id", &r.tool_call_id)?;
+        if r.tool.is_empty() || r.tool.len() > 200 || r.tool.chars().any(char::is_control) {
+            return Err(invalid("tool", "is 1 to 200 bytes with no control characters"));
+        }
+        self.own_session(&session_id, &principal).await?;
+        let call = SessionToolCalled { session_id, tool_call_id, tool: r.tool };
+        self.write(Command::RecordToolCall(call), &principal).await
     }
 
     async fn delete_session(&self, req: Request<pb::DeleteSessionRequest>) -> Result<Response<pb::WriteReply>, Status> {

@@ -133,6 +133,16 @@ pub struct SessionCreated {
     pub surface: Surface,
 }
 
+/// A tool call the agent's worker made in the session: what "since the owner's newest message"
+/// is checked against.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionToolCalled {
+    pub session_id: String,
+    pub tool_call_id: String,
+    pub tool: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SessionMessageRecorded {
@@ -358,6 +368,7 @@ catalogue! {
     SessionCreated = "session.created" v 1,
     SessionMessageRecorded = "session.message_recorded" v 1,
     SessionDeleted = "session.deleted" v 1,
+    SessionToolCalled = "session.tool_called" v 1,
     ProfileGenerationAdvanced = "browser.profile.generation_advanced" v 1,
     ProfileRevoked = "browser.profile.revoked" v 1,
     ProfileDeleted = "browser.profile.deleted" v 1,

@@ -43,6 +43,7 @@ macro_rules! calls {
 calls!(
     pb::CreateSessionRequest => CreateSession,
     pb::RecordMessageRequest => RecordMessage,
+    pb::RecordToolCallRequest => RecordToolCall,
     pb::DeleteSessionRequest => DeleteSession,
     pb::ProfileEventRequest => RecordProfileEvent,
     pb::AuthorizeRequest => Authorize,
@@ -623,6 +624,8 @@ async fn census_of_calls_served_with_the_flag_off_and_on() {
         let mut codes: Vec<(&'static str, Code)> = Vec::new();
         codes.push(("CreateSession", code(client.create_session(owner(pb::CreateSessionRequest::default())).await)));
         codes.push(("RecordMessage", code(client.record_message(owner(pb::RecordMessageRequest::default())).await)));
+        codes
+            .push(("RecordToolCall", code(client.record_tool_call(owner(pb::RecordToolCallRequest::default())).await)));
         codes.push(("DeleteSession", code(client.delete_session(owner(pb::DeleteSessionRequest::default())).await)));
         codes.push((
             "RecordProfileEvent",
@@ -639,7 +642,7 @@ async fn census_of_calls_served_with_the_flag_off_and_on() {
         codes.push(("GetGrant", code(client.get_grant(owner(pb::GetGrantRequest::default())).await)));
         codes.push(("ListGrants", code(client.list_grants(owner(pb::ListGrantsRequest::default())).await)));
         codes.push(("RevokeGrant", code(client.revoke_grant(owner(pb::RevokeGrantRequest::default())).await)));
-        assert_eq!(codes.len(), 12, "every RPC of the service");
+        assert_eq!(codes.len(), Rpc::ALL.len(), "every RPC of the service");
         codes.into_iter().filter(|(_, c)| *c == Code::Unimplemented).map(|(n, _)| n).collect()
     }
     let mut off = start_in_process_with(MemoryGrants::default(), false).await;
@@ -685,6 +688,14 @@ async fn call_as(client: &mut AuthorizerClient<Channel>, role: Role, rpc: Rpc, s
         Rpc::RecordMessage => {
             let m = pb::RecordMessageRequest { session_id: "s1".into(), message_id: "m9".into(), from_owner: false };
             client.record_message(with_role(role, "owner", m)).await.map(drop)
+        }
+        Rpc::RecordToolCall => {
+            let m = pb::RecordToolCallRequest {
+                session_id: "s1".into(),
+                tool_call_id: "c9".into(),
+                tool: "email.read".into(),
+            };
+            client.record_tool_call(with_role(role, "owner", m)).await.map(drop)
         }
         Rpc::DeleteSession => client
             .delete_session(with_role(role, "owner", pb::DeleteSessionRequest { session_id: "s1".into() }))
@@ -998,4 +1009,25 @@ async fn a_standing_grant_allow_carries_a_valid_constraint() {
     assert_eq!(c.grant_kind, pb::GrantKind::Standing as i32);
     rebuilt.validate().expect("the standing grant's constraint validates");
     assert_eq!(rebuilt.origins, ["https://www.lesson.test"]);
+}
+
+/// The turn a task grant checks is the session's record: a non-browser tool recorded since the
+/// owner's newest message stops coverage whatever the act's own list says; the owner's next
+/// message starts a new turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_record_of_tool_calls_decides_the_browser_only_turn() {
+    let Served { mut client, _stop, .. } = start_in_process(MemoryGrants::default()).await;
+    scene(&mut client).await;
+    let allowed = |r: &pb::AuthorizeReply| matches!(r.decision, Some(pb::authorize_reply::Decision::Allow(_)));
+    assert!(allowed(&client.authorize(owner(act(None))).await.unwrap().into_inner()));
+    let call =
+        pb::RecordToolCallRequest { session_id: "s1".into(), tool_call_id: "c1".into(), tool: "email.read".into() };
+    client.record_tool_call(owner(call)).await.unwrap();
+    let reply = client.authorize(owner(act(None))).await.unwrap().into_inner();
+    assert_eq!(asked(&reply).reason, "turn_not_browser_only", "the act's list said browser only");
+    let said = pb::RecordMessageRequest { session_id: "s1".into(), message_id: "m2".into(), from_owner: true };
+    client.record_message(owner(said)).await.unwrap();
+    assert!(allowed(&client.authorize(owner(act(None))).await.unwrap().into_inner()), "a new turn");
+    let bad = pb::RecordToolCallRequest { session_id: "s1".into(), tool_call_id: "c2".into(), tool: String::new() };
+    assert_eq!(field_violation(&client.record_tool_call(owner(bad)).await.unwrap_err()), "tool");
 }
