@@ -113,11 +113,14 @@ impl Rpc {
         Self::RevokeGrant,
     ];
 
-    /// The one role that may make this call.
-    pub fn role(self) -> Role {
+    /// The roles that may make this call. Only `RecordMessage` has two: the worker records
+    /// messages from others, and only the gateway, for the owner it authenticated, records the
+    /// owner's own (the turn a task grant checks starts there).
+    pub fn roles(self) -> &'static [Role] {
         match self {
-            Self::CreateSession | Self::RecordMessage | Self::RecordToolCall | Self::Authorize => Role::Worker,
-            Self::RedeemToken => Role::Runtime,
+            Self::CreateSession | Self::RecordToolCall | Self::Authorize => &[Role::Worker],
+            Self::RecordMessage => &[Role::Worker, Role::Gateway],
+            Self::RedeemToken => &[Role::Runtime],
             // Deleting a chat is the owner's act, made through the owner's client.
             Self::DeleteSession
             | Self::ResolveApproval
@@ -125,8 +128,8 @@ impl Rpc {
             | Self::ListApprovals
             | Self::GetGrant
             | Self::ListGrants
-            | Self::RevokeGrant => Role::Gateway,
-            Self::RecordProfileEvent => Role::Profiles,
+            | Self::RevokeGrant => &[Role::Gateway],
+            Self::RecordProfileEvent => &[Role::Profiles],
         }
     }
 
@@ -372,7 +375,7 @@ impl Credentials {
         if credential.tenant != serving_tenant {
             return Err(AuthError::PermissionDenied("the credential is for another tenant".into()));
         }
-        if credential.role != rpc.role() {
+        if !rpc.roles().contains(&credential.role) {
             return Err(AuthError::PermissionDenied(format!("the {} role may not make this call", credential.role)));
         }
         let (principal, scopes) = match credential.role {
@@ -418,11 +421,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_call_belongs_to_one_role_and_the_worker_resolves_nothing() {
-        let worker: Vec<_> = Rpc::ALL.into_iter().filter(|r| r.role() == Role::Worker).collect();
+    fn the_worker_resolves_nothing() {
+        let worker: Vec<_> = Rpc::ALL.into_iter().filter(|r| r.roles().contains(&Role::Worker)).collect();
         assert_eq!(worker, [Rpc::CreateSession, Rpc::RecordMessage, Rpc::RecordToolCall, Rpc::Authorize]);
-        assert_eq!(Rpc::ResolveApproval.role(), Role::Gateway);
-        assert_eq!(Rpc::RedeemToken.role(), Role::Runtime);
+        assert_eq!(Rpc::ResolveApproval.roles(), [Role::Gateway]);
+        assert_eq!(Rpc::RedeemToken.roles(), [Role::Runtime]);
         for role in Role::ALL {
             assert_eq!(Role::from_code(role.code()), Some(role));
         }

@@ -67,6 +67,22 @@ impl Grant {
     }
 }
 
+/// The snapshots one run has named, and the newest. Naming an older one again does not make it
+/// current: snapshots only move forward.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunSnapshots {
+    pub current: String,
+    pub seen: std::collections::HashSet<String>,
+}
+
+impl RunSnapshots {
+    fn named(&mut self, snapshot: &str) {
+        if self.seen.insert(snapshot.to_owned()) {
+            snapshot.clone_into(&mut self.current);
+        }
+    }
+}
+
 /// Everything the rules read, folded from the log.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct World {
@@ -76,9 +92,9 @@ pub struct World {
     pub approvals: HashMap<Uuid, Approval>,
     pub grants: HashMap<Uuid, Grant>,
     pub standing: Option<StandingGrantPinned>,
-    /// Each run's newest snapshot the authorizer has seen (in a card's binding or an allowed
-    /// act): a token for an older one no longer fits.
-    pub run_snapshots: HashMap<String, String>,
+    /// Each run's snapshots as the authorizer has seen them (in a card's binding or an allowed
+    /// act), keyed by session and run: a token fits only the newest.
+    pub run_snapshots: HashMap<(String, String), RunSnapshots>,
 }
 
 /// The stream an event belongs to.
@@ -161,7 +177,8 @@ impl World {
                 };
                 self.approvals.insert(e.approval_id, approval);
                 if let Some(b) = &e.binding {
-                    self.run_snapshots.insert(b.run_id.clone(), b.snapshot_id.clone());
+                    let key = (e.session_id.clone(), b.run_id.clone());
+                    self.run_snapshots.entry(key).or_default().named(&b.snapshot_id);
                 }
             }
             Event::ApprovalResolved(e) => {
@@ -183,7 +200,8 @@ impl World {
             }
             Event::ToolCallAuthorized(e) => {
                 if let Some(snapshot) = &e.snapshot_id {
-                    self.run_snapshots.insert(e.run_id.clone(), snapshot.clone());
+                    let key = (e.session_id.clone(), e.run_id.clone());
+                    self.run_snapshots.entry(key).or_default().named(snapshot);
                 }
                 if let (AuthorizationKind::BrowserTaskGrant, Some(g)) = (e.authorization_kind, e.grant_id)
                     && let Some(grant) = self.grants.get_mut(&g)
@@ -387,8 +405,8 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             Ok(events)
         }
         Command::PinStandingGrant { pin, now } => {
-            let current = world.standing.as_ref().filter(|p| p.expires_at > now);
-            match (pin, current) {
+            match (pin, world.standing.as_ref()) {
+                // The same pin, expired or not: a restart renews nothing; a new grant id does.
                 (Some(pin), Some(c)) if c.grant_id == pin.grant_id && c.profile_id == pin.profile_id => Ok(vec![]),
                 (Some(pin), _) => Ok(vec![Event::StandingGrantPinned(StandingGrantPinned {
                     grant_id: pin.grant_id,
@@ -450,7 +468,10 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             let owner = world.sessions.get(&approval.requested.session_id).map(|s| s.created.principal_id.as_str());
             let fits = approval.requested.binding.as_ref() == Some(&binding)
                 && owner == Some(principal_id.as_str())
-                && world.run_snapshots.get(&binding.run_id) == Some(&binding.snapshot_id)
+                && world
+                    .run_snapshots
+                    .get(&(approval.requested.session_id.clone(), binding.run_id.clone()))
+                    .is_some_and(|r| r.current == binding.snapshot_id)
                 && !approval.token_redeemed
                 && approval.requested.expires_at > now;
             if !fits {
@@ -521,7 +542,7 @@ fn resolve(
     let session = world
         .sessions
         .get(&approval.requested.session_id)
-        .filter(|s| s.created.principal_id == principal_id)
+        .filter(|s| s.created.principal_id == principal_id && !s.deleted)
         .ok_or_else(|| DomainError::not_found("approval", approval_id))?;
     if approval.state != ApprovalState::Pending {
         return Err(DomainError::conflict("approval_not_pending", "the approval was already resolved or expired"));
@@ -749,6 +770,10 @@ pub fn offer_for(world: &World, req: &AuthorizeRequest) -> Option<Offer> {
     if session_ineligible(session).is_some() {
         return None;
     }
+    let profile = session.created.browser_profile_id.as_ref().and_then(|p| world.profiles.get(p));
+    if profile.is_some_and(|p| p.revoked || p.deleted) {
+        return None;
+    }
     if classifier::coverage::field_never_covered(req.element.field_kind) {
         return None;
     }
@@ -789,9 +814,13 @@ pub fn authorize(
     let classification = classifier::classify_detailed(&req.element);
     let mut consequences = vec![classification.consequence];
     consequences.extend(classification.matches.iter().map(|m| Consequence::Named(m.named)));
-    let origin = classifier::paths::location(&req.page.url).map(|l| l.origin).unwrap_or_default();
+    // The page's HTTPS origin, userinfo or not (`https://u@evil.example` is evil.example). Any
+    // other page has no origin a rule could name (rules name HTTPS origins only), so every
+    // origin rule applies to it: plain HTTP or a malformed URL cannot slip past a DENY.
+    let origin = url::Url::parse(req.page.url.trim()).ok().filter(|u| u.scheme() == "https");
+    let origin = origin.map(|u| u.origin().ascii_serialization());
     let deny = |code: String| Authorization { decision: Decision::Deny { code }, events: vec![] };
-    match policy.evaluate(ActionKind::of(&req.action), &consequences, &origin) {
+    match policy.evaluate(ActionKind::of(&req.action), &consequences, origin.as_deref()) {
         Verdict::Deny { rule } | Verdict::Hardline { rule } => return deny(rule),
         Verdict::Escalate { .. } => {
             // No grant answers an escalation, so the card offers none either.

@@ -77,10 +77,12 @@ pub struct Rule {
 }
 
 impl Rule {
-    fn matches(&self, action: ActionKind, consequences: &[Consequence], origin: &str) -> bool {
+    /// `origin` is `None` when the page's origin cannot be read: every origin rule matches then,
+    /// so a malformed URL cannot slip past a DENY for its site.
+    fn matches(&self, action: ActionKind, consequences: &[Consequence], origin: Option<&str>) -> bool {
         (self.actions.is_empty() || self.actions.contains(&action))
             && (self.consequences.is_empty() || self.consequences.iter().any(|c| consequences.contains(&c.0)))
-            && (self.origins.is_empty() || self.origins.iter().any(|o| o == origin))
+            && (self.origins.is_empty() || origin.is_none_or(|origin| self.origins.iter().any(|o| o == origin)))
     }
 }
 
@@ -147,7 +149,7 @@ impl Policy {
     /// The strongest effect among the matching rules, whatever their order: hardline, then DENY,
     /// then advisory escalation; among equals the first in the file names the verdict.
     /// `consequences` is every consequence the classifier read, not only the most specific.
-    pub fn evaluate(&self, action: ActionKind, consequences: &[Consequence], origin: &str) -> Verdict {
+    pub fn evaluate(&self, action: ActionKind, consequences: &[Consequence], origin: Option<&str>) -> Verdict {
         let strongest =
             self.rules.iter().filter(|r| r.matches(action, consequences, origin)).fold(None::<&Rule>, |best, r| {
                 match best {
@@ -178,7 +180,7 @@ mod tests {
 
     fn check(rules: &str, action: ActionKind, consequences: &[Consequence], origin: &str, expect: Verdict) {
         let p = Policy::parse(format!(r#"{{"rules":[{rules}]}}"#).as_bytes()).unwrap();
-        assert_eq!(p.evaluate(action, consequences, origin), expect, "{rules}");
+        assert_eq!(p.evaluate(action, consequences, Some(origin)), expect, "{rules}");
     }
 
     #[test]
@@ -211,6 +213,13 @@ mod tests {
         // Every consequence read counts, not only the most specific one.
         let both = [Consequence::Named(Named::Payment), Consequence::Named(Named::Deletion)];
         check(hard, ActionKind::Click, &both, a, hardline());
+    }
+
+    #[test]
+    fn an_unreadable_origin_matches_every_origin_rule() {
+        let p = Policy::parse(br#"{"rules":[{"id":"no-evil","effect":"deny","origins":["https://evil.example"]}]}"#)
+            .unwrap();
+        assert_eq!(p.evaluate(ActionKind::Click, UNKNOWN, None), Verdict::Deny { rule: "no-evil".into() });
     }
 
     #[test]

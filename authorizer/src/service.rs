@@ -17,7 +17,7 @@ use ledger::catalogue::{
 use ledger::{Checkpoint, StreamId};
 use proto::v1 as pb;
 
-use crate::auth::{AuthError, Caller, Credentials, Rpc, Scope};
+use crate::auth::{AuthError, Caller, Credentials, Role, Rpc, Scope};
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -141,7 +141,7 @@ fn element(e: pb::ElementFacts) -> Result<ElementFacts, Status> {
         value: opt(&e.value),
         visible_text: opt(&e.visible_text),
         dialog_name: opt(&e.dialog_name),
-        field_kind: field_kind(e.field_kind)?,
+        field_kind: field_kind(e.field_kind.unwrap_or_default())?,
         options: e
             .options
             .into_iter()
@@ -158,7 +158,11 @@ fn element(e: pb::ElementFacts) -> Result<ElementFacts, Status> {
         download: e.download.unwrap_or(true),
         disabled: e.disabled.unwrap_or(true),
         truncated: e.truncated.unwrap_or(true),
-        facts_missing: !e.nav_targets_carried || e.download.is_none() || e.disabled.is_none() || e.truncated.is_none(),
+        facts_missing: !e.nav_targets_carried
+            || e.field_kind.is_none()
+            || e.download.is_none()
+            || e.disabled.is_none()
+            || e.truncated.is_none(),
     })
 }
 
@@ -392,8 +396,15 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
     }
 
     async fn record_message(&self, req: Request<pb::RecordMessageRequest>) -> Result<Response<pb::WriteReply>, Status> {
-        let principal = self.caller(&req, Rpc::RecordMessage).await?.principal;
+        let caller = self.caller(&req, Rpc::RecordMessage).await?;
         let r = req.into_inner();
+        // The owner's words come only through the gateway that authenticated the owner; the worker
+        // records everyone else's. A worker cannot start a fresh turn by claiming the owner spoke.
+        if r.from_owner != (caller.role == Role::Gateway) {
+            let says = "the owner's messages are recorded by the gateway, others' by the worker";
+            return Err(with_reason(Code::PermissionDenied, CALLER_NOT_PERMITTED, says.into()));
+        }
+        let principal = caller.principal;
         let session_id = id("session_id", &r.session_id)?;
         let message_id = id("message_id", &r.message_id)?;
         self.own_session(&session_id, &principal).await?;
@@ -468,7 +479,8 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         };
         self.own_session(&session_id, &principal).await?;
         let page = PageFacts { url: r.page_url };
-        let view = approval_view_in_session(element.as_ref(), &page, opt(&r.page_title).as_deref(), &action);
+        let scopes = self.authority.read(|w| w.settings.scopes.clone()).await;
+        let view = approval_view_in_session(element.as_ref(), &page, opt(&r.page_title).as_deref(), &action, &scopes);
         let request = AuthorizeRequest {
             tenant_id: self.tenant.clone(),
             principal_id: principal,

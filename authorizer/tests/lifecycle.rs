@@ -627,6 +627,26 @@ fn approval_tokens_are_single_use_and_bound_to_run_snapshot_and_node() {
         matches!(when(&mut moved, redeem("digest-1", &binding)), Err(DomainError::Conflict { code, .. }) if code == APPROVAL_TOKEN_INVALID),
         "a newer snapshot voids older tokens"
     );
+    // Naming the old snapshot again does not make it current: snapshots only move forward.
+    let mut rewound = moved.clone();
+    let mut old_again = tile("el gato");
+    old_again.snapshot = Some(("snap_0123456789ab".into(), "n42".into()));
+    run(&mut rewound, &Policy::empty(), &old_again, t0());
+    assert!(
+        matches!(when(&mut rewound, redeem("digest-1", &binding)), Err(DomainError::Conflict { code, .. }) if code == APPROVAL_TOKEN_INVALID),
+        "an old snapshot named again stays stale"
+    );
+    // Another session using the same run id does not touch this run's snapshots.
+    let mut elsewhere = world.clone();
+    elsewhere =
+        elsewhere.applied(&[Event::SessionCreated(session("s9", None, Surface::Interactive)), owner_said("s9")]);
+    let mut foreign = act("s9", button("el gato"), Action::Click);
+    foreign.snapshot = Some(("snap_999999999999".into(), "n1".into()));
+    run(&mut elsewhere, &Policy::empty(), &foreign, t0());
+    assert!(
+        matches!(&when(&mut elsewhere, redeem("digest-1", &binding)).unwrap()[..], [Event::ApprovalTokenRedeemed(_)]),
+        "another session's run of the same id voids nothing"
+    );
     // Another owner's runtime holding the token cannot redeem it.
     let mut theirs = redeem("digest-1", &binding);
     if let Command::RedeemToken { principal_id, .. } = &mut theirs {
@@ -704,6 +724,25 @@ fn offers_are_made_only_where_a_grant_could_apply() {
     let mut sensitive = tile("el gato");
     sensitive.page.url = "https://www.lesson.test/lesson/account/unit-3".into();
     assert_eq!(offer(&mut world, &sensitive), None, "a page with a sensitive segment");
+    let mut revoked = world.clone();
+    when(&mut revoked, Command::RevokeProfile { profile_id: "profile-1".into() }).unwrap();
+    assert_eq!(offer(&mut revoked, &tile("el gato")), None, "a revoked profile");
+}
+
+#[test]
+fn an_origin_rule_holds_for_any_scheme_userinfo_or_unreadable_url() {
+    let policy =
+        Policy::parse(br#"{"rules":[{"id":"no-evil","effect":"deny","origins":["https://evil.example"]}]}"#).unwrap();
+    let mut world = given();
+    for url in ["https://evil.example/x", "https://u@evil.example/x", "http://evil.example/x", "not a url"] {
+        let mut req = tile("el gato");
+        req.page.url = url.into();
+        let decision = run(&mut world, &policy, &req, t0()).decision;
+        assert!(matches!(decision, Decision::Deny { .. }), "{url}: {decision:?}");
+    }
+    let mut other = tile("el gato");
+    other.page.url = "https://www.lesson.test/lesson/unit-3".into();
+    assert!(!matches!(run(&mut world, &policy, &other, t0()).decision, Decision::Deny { .. }), "another site");
 }
 
 #[test]
@@ -755,11 +794,14 @@ fn the_operator_pins_the_standing_grant_once_and_it_covers_only_routine_buttons_
     let mut world = given();
     let pinned = when(&mut world, Command::PinStandingGrant { pin: Some(pin()), now: t0() }).unwrap();
     assert!(matches!(&pinned[..], [Event::StandingGrantPinned(p)] if p.expires_at == t0() + STANDING_GRANT_DURATION));
-    // A restart with the same pin records nothing; a changed pin, or an expired one, records anew.
+    // A restart with the same pin records nothing, even once it expired: only the operator's new
+    // grant id pins anew.
     assert!(when(&mut world, Command::PinStandingGrant { pin: Some(pin()), now: t0() }).unwrap().is_empty());
     let later = t0() + STANDING_GRANT_DURATION + Duration::minutes(1);
     let mut expired = world.clone();
-    assert_eq!(when(&mut expired, Command::PinStandingGrant { pin: Some(pin()), now: later }).unwrap().len(), 1);
+    assert!(when(&mut expired, Command::PinStandingGrant { pin: Some(pin()), now: later }).unwrap().is_empty());
+    let renewed = StandingPin { grant_id: "standing-2".into(), ..pin() };
+    assert_eq!(when(&mut expired, Command::PinStandingGrant { pin: Some(renewed), now: later }).unwrap().len(), 1);
 
     let standing = |world: &mut World, req: &AuthorizeRequest| {
         matches!(
@@ -772,6 +814,9 @@ fn the_operator_pins_the_standing_grant_once_and_it_covers_only_routine_buttons_
     let mut link = button("Continue");
     link.role = "link".into();
     assert!(!standing(&mut world, &act("s1", link, Action::Click)), "a link is not a button");
+    let mut download = button("Continue");
+    download.download = true;
+    assert!(!standing(&mut world, &act("s1", download, Action::Click)), "a download is not routine");
     let mut mixed = button("Continue");
     mixed.visible_text = Some("Next".into());
     assert!(!standing(&mut world, &act("s1", mixed, Action::Click)), "label sources read as different words");

@@ -208,7 +208,11 @@ pub fn covers(grant: &Grant, action: &Action, element: &ElementFacts, page: &Pag
 
     let Grant::Task(scope) = grant else {
         return match (action, classification.consequence) {
-            (Action::Click, Consequence::Routine) if element.role.eq_ignore_ascii_case("button") => Ok(()),
+            (Action::Click, Consequence::Routine)
+                if element.role.eq_ignore_ascii_case("button") && !element.download =>
+            {
+                Ok(())
+            }
             _ => refuse(Reason::NotRoutine, "a standing grant covers only a routine click on a button or a scroll"),
         };
     };

@@ -261,6 +261,7 @@ pub mod authorize {
                 role: "button".into(),
                 name: "el gato".into(),
                 visible_text: "el gato".into(),
+                field_kind: Some(pb::FieldKind::None as i32),
                 download: Some(false),
                 disabled: Some(false),
                 truncated: Some(false),
@@ -284,7 +285,7 @@ pub mod authorize {
         };
         client.create_session(tokens.worker(create)).await?;
         client
-            .record_message(tokens.worker(pb::RecordMessageRequest {
+            .record_message(tokens.gateway(pb::RecordMessageRequest {
                 session_id: session.clone(),
                 message_id: "m".into(),
                 from_owner: true,

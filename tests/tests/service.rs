@@ -34,15 +34,28 @@ struct Served {
 /// Which call a request message is for, so a test can send it as the service that makes it.
 trait Call {
     const RPC: Rpc;
+
+    /// The service that sends this message.
+    fn role(&self) -> Role {
+        Self::RPC.roles()[0]
+    }
 }
 
 macro_rules! calls {
     ($($message:ty => $rpc:ident),* $(,)?) => { $(impl Call for $message { const RPC: Rpc = Rpc::$rpc; })* };
 }
 
+impl Call for pb::RecordMessageRequest {
+    const RPC: Rpc = Rpc::RecordMessage;
+
+    /// The owner's own words come through the gateway; everyone else's through the worker.
+    fn role(&self) -> Role {
+        if self.from_owner { Role::Gateway } else { Role::Worker }
+    }
+}
+
 calls!(
     pb::CreateSessionRequest => CreateSession,
-    pb::RecordMessageRequest => RecordMessage,
     pb::RecordToolCallRequest => RecordToolCall,
     pb::DeleteSessionRequest => DeleteSession,
     pb::ProfileEventRequest => RecordProfileEvent,
@@ -94,7 +107,7 @@ fn with_role<T>(role: Role, principal: &str, message: T) -> Request<T> {
 
 /// `message` sent by the service whose call it is, on behalf of `principal`.
 fn as_who<T: Call>(principal: &str, message: T) -> Request<T> {
-    with_role(T::RPC.role(), principal, message)
+    with_role(message.role(), principal, message)
 }
 
 fn owner<T: Call>(message: T) -> Request<T> {
@@ -215,7 +228,7 @@ fn act(text: Option<&str>) -> pb::AuthorizeRequest {
             role: "button".into(),
             name: "el gato".into(),
             visible_text: "el gato".into(),
-            field_kind: field_kind as i32,
+            field_kind: Some(field_kind as i32),
             download: Some(false),
             disabled: Some(false),
             truncated: Some(false),
@@ -686,7 +699,8 @@ async fn call_as(client: &mut AuthorizerClient<Channel>, role: Role, rpc: Rpc, s
             client.create_session(with_role(role, "owner", m)).await.map(drop)
         }
         Rpc::RecordMessage => {
-            let m = pb::RecordMessageRequest { session_id: "s1".into(), message_id: "m9".into(), from_owner: false };
+            let from_owner = role == Role::Gateway;
+            let m = pb::RecordMessageRequest { session_id: "s1".into(), message_id: "m9".into(), from_owner };
             client.record_message(with_role(role, "owner", m)).await.map(drop)
         }
         Rpc::RecordToolCall => {
@@ -767,7 +781,7 @@ async fn role_matrix_every_call_by_every_role() {
     let mut allowed = Vec::new();
     for rpc in order {
         let (before, at) = (list(&mut client).await, position());
-        for role in Role::ALL.into_iter().filter(|r| *r != rpc.role()) {
+        for role in Role::ALL.into_iter().filter(|r| !rpc.roles().contains(r)) {
             let status = call_as(&mut client, role, rpc, &s).await.expect_err("refused");
             assert_eq!(
                 (status.code(), reason(&status).as_str()),
@@ -777,14 +791,16 @@ async fn role_matrix_every_call_by_every_role() {
             assert_eq!(position(), at, "{rpc:?} refused to {role} appended to the ledger");
             assert_eq!(list(&mut client).await, before, "{rpc:?} refused to {role} wrote something");
         }
-        let own = call_as(&mut client, rpc.role(), rpc, &s).await;
-        // Let in: whatever the domain then says (a bad token is its own refusal), not the caller's.
-        let refusal = own.as_ref().err().map(|e| (e.code(), reason(e)));
-        assert!(
-            !matches!(&refusal, Some((Code::Unauthenticated, _)))
-                && refusal.as_ref().is_none_or(|(_, r)| r != CALLER_NOT_PERMITTED),
-            "{rpc:?}: {own:?}"
-        );
+        for &role in rpc.roles() {
+            let own = call_as(&mut client, role, rpc, &s).await;
+            // Let in: whatever the domain then says (a bad token is its own refusal), not the caller's.
+            let refusal = own.as_ref().err().map(|e| (e.code(), reason(e)));
+            assert!(
+                !matches!(&refusal, Some((Code::Unauthenticated, _)))
+                    && refusal.as_ref().is_none_or(|(_, r)| r != CALLER_NOT_PERMITTED),
+                "{rpc:?} by {role}: {own:?}"
+            );
+        }
         allowed.push(rpc);
     }
     assert_eq!(allowed.len(), Rpc::ALL.len(), "every call is let in for its own role: {allowed:?}");
@@ -903,7 +919,8 @@ async fn an_absent_fact_means_no_coverage() {
     let allowed = |r: &pb::AuthorizeReply| matches!(r.decision, Some(pb::authorize_reply::Decision::Allow(_)));
     assert!(allowed(&client.authorize(owner(act(None))).await.unwrap().into_inner()), "all facts carried: covered");
     type Strip = fn(&mut pb::ElementFacts);
-    let leave_out: [(&str, Strip); 4] = [
+    let leave_out: [(&str, Strip); 5] = [
+        ("field kind", |e| e.field_kind = None),
         ("nav targets", |e| e.nav_targets_carried = false),
         ("download", |e| e.download = None),
         ("disabled", |e| e.disabled = None),
@@ -1030,4 +1047,21 @@ async fn the_session_record_of_tool_calls_decides_the_browser_only_turn() {
     assert!(allowed(&client.authorize(owner(act(None))).await.unwrap().into_inner()), "a new turn");
     let bad = pb::RecordToolCallRequest { session_id: "s1".into(), tool_call_id: "c2".into(), tool: String::new() };
     assert_eq!(field_violation(&client.record_tool_call(owner(bad)).await.unwrap_err()), "tool");
+}
+
+/// Only the gateway records the owner's words: a worker claiming the owner spoke is refused and
+/// starts no new turn; the gateway cannot record someone else's words either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_gateway_records_the_owners_messages() {
+    let Served { mut client, position, _stop, .. } = start_in_process(MemoryGrants::default()).await;
+    scene(&mut client).await;
+    let at = position();
+    let said = |from_owner| pb::RecordMessageRequest { session_id: "s1".into(), message_id: "m5".into(), from_owner };
+    for (role, from_owner) in [(Role::Worker, true), (Role::Gateway, false)] {
+        let err = client.record_message(with_role(role, "owner", said(from_owner))).await.unwrap_err();
+        assert_eq!((err.code(), reason(&err).as_str()), (Code::PermissionDenied, CALLER_NOT_PERMITTED), "{role}");
+    }
+    assert_eq!(position(), at, "nothing written");
+    client.record_message(with_role(Role::Worker, "owner", said(false))).await.unwrap();
+    client.record_message(with_role(Role::Gateway, "owner", said(true))).await.unwrap();
 }
