@@ -34,7 +34,8 @@ use crate::store::EventStore;
 /// The channel appends are announced on.
 pub const WAKE_CHANNEL: &str = "grant_ledger_events";
 
-const COLUMNS: &str = "global_position, tx_id::text, stream_id, stream_version, event_id, event_type, \
+/// The columns [`decode_row`] reads, in its order: for readers that select events themselves.
+pub const COLUMNS: &str = "global_position, tx_id::text, stream_id, stream_version, event_id, event_type, \
      schema_version, tenant_id, payload, metadata, recorded_at, prev_hash, hash";
 
 /// The global read: `$1` the checkpoint's tx id as text, `$2` its position, `$3` the limit.
@@ -495,7 +496,8 @@ fn parse_xid(text: &str) -> Result<u64, std::num::ParseIntError> {
     text.parse()
 }
 
-fn decode_row(row: &Row) -> Result<RecordedEvent, ReadError> {
+/// An event from a row selected with [`COLUMNS`].
+pub fn decode_row(row: &Row) -> Result<RecordedEvent, ReadError> {
     let position = to_u64(row.get(0));
     let corrupt = |reason: String| ReadError::Corrupt { position, reason };
     let hash32 =

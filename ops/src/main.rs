@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
+use ledger::PgStore;
 use ops::pgcluster::{self, Durability};
 
 #[derive(Debug, Parser)]
@@ -37,6 +38,16 @@ enum Cmd {
     Serve {
         #[command(subcommand)]
         service: ServeCmd,
+    },
+    /// The read side: projections' status and verification against the log.
+    Projections {
+        #[command(subcommand)]
+        command: ProjectionsCmd,
+    },
+    /// What an auditor runs: replay stories from the log, verify chains and views.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCmd,
     },
     /// Credentials of the services that call the authorizer.
     Credentials {
@@ -70,6 +81,38 @@ enum ServeCmd {
         #[arg(long)]
         insecure_loopback: bool,
     },
+    /// A worker per async projection (audit_log, grant_list) until Ctrl-C.
+    Projections,
+}
+
+#[derive(Debug, Subcommand)]
+enum ProjectionsCmd {
+    /// Each projection's version, checkpoint and lag.
+    Status,
+    /// Replays the log in memory and diffs NAME (every view when unset, the inline
+    /// active_task_grants included) against it; prints the first differing row.
+    Verify { name: Option<String> },
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCmd {
+    /// A story from the log itself, in order.
+    Replay {
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long, conflicts_with = "grant")]
+        session: Option<String>,
+        /// A grant's story: the approval that created it, its uses and its end.
+        #[arg(long)]
+        grant: Option<uuid::Uuid>,
+        /// RFC 3339: only events recorded at or after it.
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long, default_value = "text", value_parser = ["text", "jsonl"])]
+        format: String,
+    },
+    /// Every stream's hash chain and every projection against the log.
+    Verify,
 }
 
 #[derive(Debug, Subcommand)]
@@ -195,6 +238,43 @@ async fn run(cli: Cli) -> Result<()> {
             let config = ops::serve::AuthorizerConfig::parse(|k| std::env::var(k).ok(), insecure_loopback)?;
             let url = database_url(&cli.database_url)?;
             ops::serve::authorizer(config, url).await?;
+        }
+        Cmd::Serve { service: ServeCmd::Projections } => {
+            let url = database_url(&cli.database_url)?;
+            ops::migrate::run(&mut ops::connect(&url).await?).await?;
+            ops::audit::serve(url.parse().context("DATABASE_URL is not a valid PostgreSQL URL")?).await?;
+        }
+        Cmd::Projections { command } => {
+            let url = database_url(&cli.database_url)?;
+            let config: tokio_postgres::Config = url.parse().context("DATABASE_URL is not a valid PostgreSQL URL")?;
+            match command {
+                ProjectionsCmd::Status => print!("{}", ops::audit::projections_status(&config).await?),
+                ProjectionsCmd::Verify { name } => {
+                    println!("{}", ops::audit::projections_verify(&config, name.as_deref()).await?);
+                }
+            }
+        }
+        Cmd::Audit { command } => {
+            let url = database_url(&cli.database_url)?;
+            let config: tokio_postgres::Config = url.parse().context("DATABASE_URL is not a valid PostgreSQL URL")?;
+            match command {
+                AuditCmd::Replay { tenant, session, grant, since, format } => {
+                    let since = since
+                        .map(|t| {
+                            time::OffsetDateTime::parse(&t, &time::format_description::well_known::Rfc3339)
+                                .with_context(|| format!("--since {t:?} is not an RFC 3339 time"))
+                        })
+                        .transpose()?;
+                    let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
+                    let filter = ops::audit::Filter { tenant, session, grant, since };
+                    let rows = ops::audit::replay(&store, &filter).await?;
+                    ops::audit::print(&rows, format == "jsonl", std::io::stdout().lock())?;
+                }
+                AuditCmd::Verify => {
+                    println!("{}", ops::check::run(&config, ledger::READ_PAGE).await?);
+                    println!("{}", ops::audit::projections_verify(&config, None).await?);
+                }
+            }
         }
         Cmd::Tls { command: TlsCmd::Init { dir } } => {
             let (ca, cert, key) = ops::tls::DevPki::paths(&dir);

@@ -24,6 +24,7 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/0002_active_task_grants.sql"),
     },
     Migration { version: 3, name: "0003_credentials.sql", sql: include_str!("../../migrations/0003_credentials.sql") },
+    Migration { version: 4, name: "0004_projections.sql", sql: include_str!("../../migrations/0004_projections.sql") },
 ];
 
 /// Shared by every runner of this schema: the ASCII of "grantmig".

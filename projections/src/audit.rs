@@ -1,0 +1,187 @@
+//! The audit log: one row per event, tenant-scoped. What an auditor reads: who, what, when, and
+//! under which authorization, with what was clicked or typed taken from the view the event holds.
+
+use ledger::catalogue::{ActionView, ApprovalStatus, Author, AuthorizationKind, Event, Resolution, SignInPhase};
+use ledger::{DecodeError, RecordedEvent};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::{Cells, text_time};
+
+/// One audit row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRow {
+    pub tenant_id: String,
+    pub global_position: u64,
+    pub tx_id: u64,
+    pub recorded_at: OffsetDateTime,
+    pub stream_id: String,
+    pub event_type: String,
+    pub principal: String,
+    pub session_id: Option<String>,
+    pub grant_id: Option<Uuid>,
+    pub approval_id: Option<Uuid>,
+    pub authorization: Option<String>,
+    pub summary: String,
+}
+
+impl AuditRow {
+    pub fn cells(&self) -> Cells {
+        vec![
+            self.tenant_id.clone(),
+            self.global_position.to_string(),
+            self.tx_id.to_string(),
+            text_time(self.recorded_at),
+            self.stream_id.clone(),
+            self.event_type.clone(),
+            self.principal.clone(),
+            self.session_id.clone().unwrap_or_default(),
+            self.grant_id.map(|g| g.to_string()).unwrap_or_default(),
+            self.approval_id.map(|a| a.to_string()).unwrap_or_default(),
+            self.authorization.clone().unwrap_or_default(),
+            self.summary.clone(),
+        ]
+    }
+}
+
+/// What was acted on, in the card's words: the summary, the element's quoted name, and what
+/// was typed, chosen or pressed (already redacted where the field is sensitive).
+fn acted(view: &ActionView) -> String {
+    let mut s = view.action_summary.clone();
+    if let Some(name) = &view.element_name {
+        s.push_str(&format!(" \"{name}\""));
+    }
+    if let Some(detail) = &view.detail {
+        s.push_str(&format!(": {detail}"));
+    }
+    s
+}
+
+/// The authorization a use ran under, as the owner's activity rows say it.
+pub fn authorization_text(kind: AuthorizationKind) -> &'static str {
+    match kind {
+        AuthorizationKind::BrowserTaskGrant => "Allowed by task permission",
+        AuthorizationKind::StandingGrant => "Allowed by standing permission",
+        AuthorizationKind::Approval => "Allowed by the owner",
+        AuthorizationKind::Policy => "Allowed by policy",
+    }
+}
+
+/// The audit row of `recorded`: the same function the worker writes with and `verify` replays.
+pub fn row(recorded: &RecordedEvent) -> Result<AuditRow, DecodeError> {
+    let event = Event::from_recorded(recorded)?;
+    let (mut session, mut grant, mut approval, mut authorization) = (None, None, None, None);
+    let summary = match &event {
+        Event::SessionCreated(e) => {
+            session = Some(e.session_id.clone());
+            format!("Session started ({:?} surface)", e.surface).to_lowercase()
+        }
+        Event::SessionMessageRecorded(e) => {
+            session = Some(e.session_id.clone());
+            match e.author {
+                Author::Owner => "Message from the owner".to_owned(),
+                Author::Other => "Message from someone else".to_owned(),
+            }
+        }
+        Event::SessionToolCalled(e) => {
+            session = Some(e.session_id.clone());
+            format!("Tool called: {}", e.tool)
+        }
+        Event::SessionDeleted(e) => {
+            session = Some(e.session_id.clone());
+            "Session deleted".to_owned()
+        }
+        Event::ProfileGenerationAdvanced(e) => match e.phase {
+            SignInPhase::Began => format!("Sign-in began on browser profile {}", e.profile_id),
+            SignInPhase::Ready => format!("Sign-in ready on browser profile {}", e.profile_id),
+        },
+        Event::ProfileRevoked(e) => format!("Browser profile {} revoked", e.profile_id),
+        Event::ProfileDeleted(e) => format!("Browser profile {} deleted", e.profile_id),
+        Event::DeploymentScopesChanged(e) => {
+            let scopes: Vec<String> = e.scopes.iter().map(|s| format!("{}{}", s.origin, s.path_prefix)).collect();
+            let on = if e.task_grants_enabled { "on" } else { "off" };
+            format!("Task grants {on}; scopes: {}", if scopes.is_empty() { "none".into() } else { scopes.join(", ") })
+        }
+        Event::ApprovalRequested(e) => {
+            session = Some(e.session_id.clone());
+            approval = Some(e.approval_id);
+            let why = e.not_covered_reason.as_deref().map(|r| format!(" (not covered: {r})")).unwrap_or_default();
+            format!("Asked the owner: {}{why}", acted(&e.view))
+        }
+        Event::ApprovalResolved(e) => {
+            approval = Some(e.approval_id);
+            grant = e.grant_id;
+            match (e.resolution, e.status) {
+                (Resolution::ApproveForTask, ApprovalStatus::Approved) => "Allowed for this task".to_owned(),
+                (Resolution::ApproveOnce, ApprovalStatus::Approved) => "Allowed once".to_owned(),
+                _ => "Denied".to_owned(),
+            }
+        }
+        Event::ApprovalExpired(e) => {
+            approval = Some(e.approval_id);
+            "Approval expired unanswered".to_owned()
+        }
+        Event::TaskGrantCreated(e) => {
+            session = Some(e.session_id.clone());
+            grant = Some(e.grant_id);
+            approval = Some(e.approval_id);
+            format!(
+                "Task permission on {}{} for {} actions and {} typed characters until {}",
+                e.scope.origin,
+                e.scope.path_prefix,
+                e.max_actions,
+                e.max_typed_chars,
+                text_time(e.expires_at)
+            )
+        }
+        Event::ToolCallAuthorized(e) => {
+            session = Some(e.session_id.clone());
+            grant = e.grant_id;
+            authorization = Some(authorization_text(e.authorization_kind).to_owned());
+            match e.use_ordinal {
+                Some(n) => format!("{} (use {n})", acted(&e.view)),
+                None => acted(&e.view),
+            }
+        }
+        Event::TaskGrantEnded(e) => {
+            grant = Some(e.grant_id);
+            let reason = serde_json::to_value(e.reason).ok().and_then(|v| v.as_str().map(str::to_owned));
+            format!("Task permission ended: {}", reason.unwrap_or_default())
+        }
+        Event::StandingGrantPinned(e) => {
+            format!(
+                "Standing grant {} pinned on profile {} until {}",
+                e.grant_id,
+                e.profile_id,
+                text_time(e.expires_at)
+            )
+        }
+        Event::StandingGrantUnpinned(e) => format!("Standing grant {} unpinned", e.grant_id),
+        Event::ApprovalTokenIssued(e) => {
+            approval = Some(e.approval_id);
+            "Approval token issued".to_owned()
+        }
+        Event::ApprovalTokenRedeemed(e) => {
+            approval = Some(e.approval_id);
+            "Approval token redeemed".to_owned()
+        }
+        Event::RunEscalated(e) => {
+            session = Some(e.session_id.clone());
+            format!("Run escalated: {}", e.reason)
+        }
+    };
+    Ok(AuditRow {
+        tenant_id: recorded.tenant_id.as_str().to_owned(),
+        global_position: recorded.global_position,
+        tx_id: recorded.tx_id,
+        recorded_at: recorded.recorded_at,
+        stream_id: recorded.stream_id.as_str().to_owned(),
+        event_type: recorded.event_type.clone(),
+        principal: recorded.metadata.principal.clone(),
+        session_id: session,
+        grant_id: grant,
+        approval_id: approval,
+        authorization,
+        summary,
+    })
+}

@@ -1,0 +1,107 @@
+//! The task-grant list behind the owner's routes: status, actions and characters used, expiry,
+//! end reason. One pure step per event ([`change`]) drives both the table and the replay.
+
+use std::collections::BTreeMap;
+
+use ledger::catalogue::{AuthorizationKind, Event};
+use ledger::{DecodeError, RecordedEvent};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::{Cells, text_time};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantRow {
+    pub tenant_id: String,
+    pub grant_id: Uuid,
+    pub principal_id: String,
+    pub session_id: String,
+    pub origin: String,
+    pub path_prefix: String,
+    pub created_at: OffsetDateTime,
+    pub expires_at: OffsetDateTime,
+    pub actions_used: u32,
+    pub chars_used: u32,
+    pub end_reason: Option<String>,
+}
+
+impl GrantRow {
+    pub fn cells(&self) -> Cells {
+        vec![
+            self.tenant_id.clone(),
+            self.grant_id.to_string(),
+            self.principal_id.clone(),
+            self.session_id.clone(),
+            self.origin.clone(),
+            self.path_prefix.clone(),
+            text_time(self.created_at),
+            text_time(self.expires_at),
+            self.actions_used.to_string(),
+            self.chars_used.to_string(),
+            self.end_reason.clone().unwrap_or_default(),
+        ]
+    }
+}
+
+/// What one event does to the list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Created(GrantRow),
+    Used { tenant_id: String, grant_id: Uuid, chars: u32 },
+    Ended { tenant_id: String, grant_id: Uuid, reason: String },
+}
+
+pub fn change(recorded: &RecordedEvent) -> Result<Option<Change>, DecodeError> {
+    let tenant_id = recorded.tenant_id.as_str().to_owned();
+    Ok(match Event::from_recorded(recorded)? {
+        Event::TaskGrantCreated(e) => Some(Change::Created(GrantRow {
+            tenant_id,
+            grant_id: e.grant_id,
+            principal_id: e.principal_id,
+            session_id: e.session_id,
+            origin: e.scope.origin,
+            path_prefix: e.scope.path_prefix,
+            created_at: e.created_at,
+            expires_at: e.expires_at,
+            actions_used: 0,
+            chars_used: 0,
+            end_reason: None,
+        })),
+        Event::ToolCallAuthorized(e) => match (e.authorization_kind, e.grant_id) {
+            (AuthorizationKind::BrowserTaskGrant, Some(grant_id)) => {
+                Some(Change::Used { tenant_id, grant_id, chars: e.typed_chars })
+            }
+            _ => None,
+        },
+        Event::TaskGrantEnded(e) => {
+            let reason = serde_json::to_value(e.reason).ok().and_then(|v| v.as_str().map(str::to_owned));
+            Some(Change::Ended { tenant_id, grant_id: e.grant_id, reason: reason.unwrap_or_default() })
+        }
+        _ => None,
+    })
+}
+
+/// The list folded in memory, keyed as the table is.
+pub fn replay(events: &[RecordedEvent]) -> Result<BTreeMap<(String, Uuid), GrantRow>, DecodeError> {
+    let mut rows = BTreeMap::new();
+    for e in events {
+        match change(e)? {
+            Some(Change::Created(row)) => {
+                rows.insert((row.tenant_id.clone(), row.grant_id), row);
+            }
+            Some(Change::Used { tenant_id, grant_id, chars }) => {
+                if let Some(r) = rows.get_mut(&(tenant_id, grant_id)) {
+                    r.actions_used += 1;
+                    r.chars_used += chars;
+                }
+            }
+            Some(Change::Ended { tenant_id, grant_id, reason }) => {
+                if let Some(r) = rows.get_mut(&(tenant_id, grant_id)) {
+                    r.end_reason = Some(reason);
+                }
+            }
+            None => {}
+        }
+    }
+    Ok(rows)
+}

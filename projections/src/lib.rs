@@ -1,0 +1,241 @@
+//! The read side: projections of the ledger's global log into the views people read (the audit
+//! log, the task-grant list), the workers that keep them current exactly once, and `verify`,
+//! which replays the log in memory and diffs every view against it.
+//!
+//! Depends on `ledger` alone; knows nothing of gRPC, the authorizer's decisions or WebDriver.
+//! Each projection's apply step and its replay share one pure function per event, so a rebuild
+//! or a verify runs the code production runs.
+
+pub mod audit;
+pub mod grants;
+pub mod verify;
+pub mod worker;
+
+use ledger::{DecodeError, RecordedEvent};
+use time::OffsetDateTime;
+use tokio_postgres::{GenericClient, Transaction};
+
+/// A row as text cells in column order: what `verify` compares and prints.
+pub type Cells = Vec<String>;
+
+/// Timestamps as both sides print them: RFC 3339 in UTC, to the microsecond.
+pub(crate) fn text_time(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.microsecond()
+    )
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("store: {0}")]
+    Store(#[from] tokio_postgres::Error),
+    #[error("read: {0}")]
+    Read(#[from] ledger::ReadError),
+    #[error("decode: {0}")]
+    Decode(#[from] DecodeError),
+    #[error("pool: {0}")]
+    Pool(String),
+    #[error("{0}")]
+    Stale(String),
+}
+
+/// The async projections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Projection {
+    AuditLog,
+    GrantList,
+}
+
+impl Projection {
+    pub const ALL: [Self; 2] = [Self::AuditLog, Self::GrantList];
+
+    /// Its name, which is also its table's.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::AuditLog => "audit_log",
+            Self::GrantList => "grant_list",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// The version of its code: a stored checkpoint of another version is stale.
+    pub fn version(self) -> i32 {
+        1
+    }
+
+    /// The advisory lock its leader holds.
+    pub(crate) fn lock_key(self) -> i64 {
+        0x676c_7072_0000 + i64::from(self.index())
+    }
+
+    fn index(self) -> u8 {
+        match self {
+            Self::AuditLog => 1,
+            Self::GrantList => 2,
+        }
+    }
+
+    /// Writes what `events` do to this projection's table, inside `tx`.
+    pub async fn apply(self, tx: &Transaction<'_>, events: &[RecordedEvent]) -> Result<(), Error> {
+        match self {
+            Self::AuditLog => {
+                let stmt = tx
+                    .prepare(
+                        "INSERT INTO audit_log (tenant_id, global_position, tx_id, recorded_at, stream_id, event_type, \
+                         principal, session_id, grant_id, approval_id, authorization_text, summary) \
+                         VALUES ($1, $2, $3::text::xid8, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                    )
+                    .await?;
+                for e in events {
+                    let r = audit::row(e)?;
+                    let position = i64::try_from(r.global_position).unwrap_or(i64::MAX);
+                    tx.execute(
+                        &stmt,
+                        &[
+                            &r.tenant_id,
+                            &position,
+                            &r.tx_id.to_string(),
+                            &r.recorded_at,
+                            &r.stream_id,
+                            &r.event_type,
+                            &r.principal,
+                            &r.session_id,
+                            &r.grant_id,
+                            &r.approval_id,
+                            &r.authorization,
+                            &r.summary,
+                        ],
+                    )
+                    .await?;
+                }
+            }
+            Self::GrantList => {
+                for e in events {
+                    match grants::change(e)? {
+                        Some(grants::Change::Created(r)) => {
+                            tx.execute(
+                                "INSERT INTO grant_list (tenant_id, grant_id, principal_id, session_id, origin, \
+                                 path_prefix, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                                &[
+                                    &r.tenant_id,
+                                    &r.grant_id,
+                                    &r.principal_id,
+                                    &r.session_id,
+                                    &r.origin,
+                                    &r.path_prefix,
+                                    &r.created_at,
+                                    &r.expires_at,
+                                ],
+                            )
+                            .await?;
+                        }
+                        Some(grants::Change::Used { tenant_id, grant_id, chars }) => {
+                            let chars = i32::try_from(chars).unwrap_or(i32::MAX);
+                            tx.execute(
+                                "UPDATE grant_list SET actions_used = actions_used + 1, chars_used = chars_used + $3 \
+                                 WHERE tenant_id = $1 AND grant_id = $2",
+                                &[&tenant_id, &grant_id, &chars],
+                            )
+                            .await?;
+                        }
+                        Some(grants::Change::Ended { tenant_id, grant_id, reason }) => {
+                            tx.execute(
+                                "UPDATE grant_list SET end_reason = $3 WHERE tenant_id = $1 AND grant_id = $2",
+                                &[&tenant_id, &grant_id, &reason],
+                            )
+                            .await?;
+                        }
+                        None => {}
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The rows `events` make, folded in memory, in key order.
+    pub fn replay(self, events: &[RecordedEvent]) -> Result<Vec<Cells>, Error> {
+        Ok(match self {
+            Self::AuditLog => {
+                let mut rows = events.iter().map(audit::row).collect::<Result<Vec<_>, _>>()?;
+                rows.sort_by(|a, b| (&a.tenant_id, a.global_position).cmp(&(&b.tenant_id, b.global_position)));
+                rows.iter().map(audit::AuditRow::cells).collect()
+            }
+            Self::GrantList => grants::replay(events)?.values().map(grants::GrantRow::cells).collect(),
+        })
+    }
+
+    /// The table's rows, in key order, as the same cells.
+    pub async fn read(self, client: &impl GenericClient) -> Result<Vec<Cells>, Error> {
+        Ok(match self {
+            Self::AuditLog => {
+                let rows = client
+                    .query(
+                        "SELECT tenant_id, global_position, tx_id::text, recorded_at, stream_id, event_type, principal, \
+                         session_id, grant_id, approval_id, authorization_text, summary FROM audit_log \
+                         ORDER BY audit_log.tenant_id COLLATE \"C\", audit_log.global_position",
+                        &[],
+                    )
+                    .await?;
+                rows.iter()
+                    .map(|r| {
+                        audit::AuditRow {
+                            tenant_id: r.get(0),
+                            global_position: u64::try_from(r.get::<_, i64>(1)).unwrap_or_default(),
+                            tx_id: r.get::<_, &str>(2).parse().unwrap_or_default(),
+                            recorded_at: r.get(3),
+                            stream_id: r.get(4),
+                            event_type: r.get(5),
+                            principal: r.get(6),
+                            session_id: r.get(7),
+                            grant_id: r.get(8),
+                            approval_id: r.get(9),
+                            authorization: r.get(10),
+                            summary: r.get(11),
+                        }
+                        .cells()
+                    })
+                    .collect()
+            }
+            Self::GrantList => {
+                let rows = client
+                    .query(
+                        "SELECT tenant_id, grant_id, principal_id, session_id, origin, path_prefix, created_at, \
+                         expires_at, actions_used, chars_used, end_reason FROM grant_list \
+                         ORDER BY grant_list.tenant_id COLLATE \"C\", grant_list.grant_id",
+                        &[],
+                    )
+                    .await?;
+                rows.iter()
+                    .map(|r| {
+                        grants::GrantRow {
+                            tenant_id: r.get(0),
+                            grant_id: r.get(1),
+                            principal_id: r.get(2),
+                            session_id: r.get(3),
+                            origin: r.get(4),
+                            path_prefix: r.get(5),
+                            created_at: r.get(6),
+                            expires_at: r.get(7),
+                            actions_used: u32::try_from(r.get::<_, i32>(8)).unwrap_or_default(),
+                            chars_used: u32::try_from(r.get::<_, i32>(9)).unwrap_or_default(),
+                            end_reason: r.get(10),
+                        }
+                        .cells()
+                    })
+                    .collect()
+            }
+        })
+    }
+}

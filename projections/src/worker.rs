@@ -1,0 +1,197 @@
+//! Async projection workers. A worker leads its projection while it holds a session advisory
+//! lock on its own connection; it reads the global log gap-safely from the projection's
+//! checkpoint `(tx_id, position)` and, on that same connection, applies a batch and moves the
+//! checkpoint in one transaction. The checkpoint moves only from the value the batch was read
+//! after, so even two appliers could not apply one batch twice. A standby waits for the lock,
+//! which PostgreSQL frees when the leader's session ends.
+
+use std::future::Future;
+use std::time::Duration;
+
+use ledger::{Checkpoint, EventStore, PgStore};
+use tokio_postgres::{Client, NoTls};
+
+use crate::{Error, Projection};
+
+/// Where a projection stands.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Standing {
+    pub projection: Projection,
+    /// The version its stored rows were built by.
+    pub stored_version: i32,
+    pub checkpoint: Checkpoint,
+    pub applied: u64,
+    /// Events committed after the checkpoint, and the age of the oldest, in seconds.
+    pub lag_events: u64,
+    pub lag_seconds: f64,
+}
+
+/// Registers `projection` if it never ran: a checkpoint at the start, at this build's version.
+pub async fn register(client: &Client, projection: Projection) -> Result<(), Error> {
+    client
+        .execute(
+            "INSERT INTO projection_checkpoints (projection, version) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            &[&projection.name(), &projection.version()],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Where each projection stands, with its lag.
+pub async fn status(client: &Client) -> Result<Vec<Standing>, Error> {
+    let mut out = Vec::new();
+    for projection in Projection::ALL {
+        register(client, projection).await?;
+        let row = client
+            .query_one(
+                "SELECT c.version, c.tx_id::text, c.position, c.applied, \
+                   (SELECT count(*) FROM events e WHERE (e.tx_id, e.global_position) > (c.tx_id, c.position)), \
+                   (SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(e.recorded_at))::float8, 0) FROM events e \
+                     WHERE (e.tx_id, e.global_position) > (c.tx_id, c.position)) \
+                 FROM projection_checkpoints c WHERE c.projection = $1",
+                &[&projection.name()],
+            )
+            .await?;
+        out.push(Standing {
+            projection,
+            stored_version: row.get(0),
+            checkpoint: Checkpoint {
+                tx_id: row.get::<_, &str>(1).parse().unwrap_or_default(),
+                position: u64::try_from(row.get::<_, i64>(2)).unwrap_or_default(),
+            },
+            applied: u64::try_from(row.get::<_, i64>(3)).unwrap_or_default(),
+            lag_events: u64::try_from(row.get::<_, i64>(4)).unwrap_or_default(),
+            lag_seconds: row.get(5),
+        });
+    }
+    Ok(out)
+}
+
+/// Refuses to serve a projection whose rows were built by another version of its code.
+pub async fn ensure_current(client: &Client) -> Result<(), Error> {
+    for s in status(client).await? {
+        if s.stored_version != s.projection.version() {
+            return Err(Error::Stale(format!(
+                "projection {} was built by version {} and this build is version {}: run `grantctl projections \
+                 rebuild {}`",
+                s.projection.name(),
+                s.stored_version,
+                s.projection.version(),
+                s.projection.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// One projection's worker.
+#[derive(Debug, Clone)]
+pub struct Worker {
+    pub projection: Projection,
+    pub config: tokio_postgres::Config,
+    pub store: PgStore,
+    pub batch: usize,
+    /// How often to look for new events when no wake-up comes.
+    pub poll: Duration,
+}
+
+impl Worker {
+    pub fn new(projection: Projection, config: tokio_postgres::Config, store: PgStore) -> Self {
+        Self { projection, config, store, batch: ledger::READ_PAGE, poll: Duration::from_secs(1) }
+    }
+
+    /// A connection of the worker's own: it holds the lock and runs the transactions.
+    pub async fn connect(&self) -> Result<Client, Error> {
+        let (client, connection) = self.config.connect(NoTls).await?;
+        tokio::spawn(connection);
+        register(&client, self.projection).await?;
+        Ok(client)
+    }
+
+    /// Takes leadership if no one holds it.
+    pub async fn try_lead(&self, client: &Client) -> Result<bool, Error> {
+        let row = client.query_one("SELECT pg_try_advisory_lock($1)", &[&self.projection.lock_key()]).await?;
+        Ok(row.get(0))
+    }
+
+    /// Applies one batch, returning how many events it applied (0: caught up).
+    pub async fn step(&self, client: &mut Client) -> Result<usize, Error> {
+        self.step_paused(client, async {}).await
+    }
+
+    /// [`Worker::step`] that awaits `pause` after applying and before committing: where a test
+    /// kills the worker to show the batch is then not applied at all.
+    pub async fn step_paused(&self, client: &mut Client, pause: impl Future<Output = ()>) -> Result<usize, Error> {
+        let row = client
+            .query_one(
+                "SELECT tx_id::text, position FROM projection_checkpoints WHERE projection = $1",
+                &[&self.projection.name()],
+            )
+            .await?;
+        let at = Checkpoint {
+            tx_id: row.get::<_, &str>(0).parse().unwrap_or_default(),
+            position: u64::try_from(row.get::<_, i64>(1)).unwrap_or_default(),
+        };
+        let events = self.store.read_all(at, self.batch).await?;
+        let Some(last) = events.last().map(ledger::RecordedEvent::checkpoint) else { return Ok(0) };
+        let tx = client.transaction().await?;
+        self.projection.apply(&tx, &events).await?;
+        let moved = tx
+            .execute(
+                "UPDATE projection_checkpoints SET tx_id = $2::text::xid8, position = $3, applied = applied + $4, \
+                 updated_at = now() \
+                 WHERE projection = $1 AND tx_id = $5::text::xid8 AND position = $6",
+                &[
+                    &self.projection.name(),
+                    &last.tx_id.to_string(),
+                    &i64::try_from(last.position).unwrap_or(i64::MAX),
+                    &i64::try_from(events.len()).unwrap_or(i64::MAX),
+                    &at.tx_id.to_string(),
+                    &i64::try_from(at.position).unwrap_or(i64::MAX),
+                ],
+            )
+            .await?;
+        if moved != 1 {
+            // Someone else moved the checkpoint since the read: drop this batch.
+            tx.rollback().await?;
+            return Ok(0);
+        }
+        pause.await;
+        tx.commit().await?;
+        Ok(events.len())
+    }
+
+    /// Leads when it can and applies until `shutdown`; wakes on the store's signal, or polls.
+    /// A lost connection is logged and the worker starts over (a standby may lead meanwhile).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let mut wake = self.store.wake_ups();
+        loop {
+            let attempt = async {
+                let mut client = self.connect().await?;
+                while !self.try_lead(&client).await? {
+                    tokio::time::sleep(self.poll).await;
+                }
+                tracing::info!(projection = self.projection.name(), "leading");
+                loop {
+                    let applied = self.step(&mut client).await?;
+                    if applied > 0 {
+                        tracing::debug!(projection = self.projection.name(), applied, "applied a batch");
+                        continue;
+                    }
+                    // Caught up: wait for a commit, or poll (a wake-up is a hint, never a delivery).
+                    let _ = tokio::time::timeout(self.poll, wake.changed()).await;
+                }
+                #[allow(unreachable_code)]
+                Ok::<(), Error>(())
+            };
+            tokio::select! {
+                () = &mut shutdown => return,
+                result = attempt => if let Err(e) = result {
+                    tracing::warn!(projection = self.projection.name(), error = %e, "worker lost its connection; starting over");
+                    tokio::time::sleep(self.poll).await;
+                },
+            }
+        }
+    }
+}

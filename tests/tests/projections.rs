@@ -1,0 +1,264 @@
+//! Async projections against real PostgreSQL: exactly-once application across a crash, one
+//! leader at a time, lag rather than skips behind an open transaction, and verify against replay.
+
+use std::time::Duration;
+
+use authorizer::authority::Authority;
+use authorizer::domain::{AuthorizeRequest, Command, Decision, RunContext, Versions};
+use authorizer::pg::PgGrants;
+use authorizer::policy::Policy;
+use authorizer::scopes::{TaskGrantSettings, parse_scopes};
+use classifier::{Action, ElementFacts, PageFacts};
+use ledger::catalogue::{ActionView, Author, Resolution, SessionCreated, SessionMessageRecorded, Surface};
+use ledger::contract::{stream, tenant};
+use ledger::{AppendRequest, EventStore, ExpectedVersion, PgStore, TenantId};
+use projections::worker::Worker;
+use projections::{Projection, verify};
+use tests::TestDb;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+fn request(session: &str, text: &str) -> AuthorizeRequest {
+    AuthorizeRequest {
+        tenant_id: "tenant-1".into(),
+        principal_id: "owner".into(),
+        session_id: session.into(),
+        run_id: "run".into(),
+        tool_call_id: "call".into(),
+        run: RunContext { interactive: true, top_level: true },
+        turn_tool_calls: vec!["browser.act".into()],
+        versions: Versions { agent: "agent-7".into(), policy: Policy::empty().version },
+        element: ElementFacts {
+            role: "textbox".into(),
+            name: Some("Answer".into()),
+            field_kind: classifier::FieldKind::Text,
+            ..ElementFacts::default()
+        },
+        page: PageFacts { url: "https://www.lesson.test/lesson/1".into() },
+        action: Action::Type { text: text.into() },
+        view: ActionView {
+            action_kind: "type".into(),
+            describable: true,
+            element_name: Some("Answer".into()),
+            detail: Some(text.into()),
+            action_summary: "Type into a text field on www.lesson.test/lesson".into(),
+            ..ActionView::default()
+        },
+        snapshot: None,
+    }
+}
+
+/// A lesson in `session`: a card, "Allow for this task", then `uses` covered acts. Returns the grant.
+async fn lesson(authority: &Authority<PgGrants>, session: &str, uses: usize) -> Uuid {
+    let now = OffsetDateTime::now_utc();
+    let created = SessionCreated {
+        session_id: session.into(),
+        tenant_id: "tenant-1".into(),
+        principal_id: "owner".into(),
+        browser_profile_id: Some("profile-1".into()),
+        schedule_id: None,
+        surface: Surface::Interactive,
+    };
+    authority.execute(Command::CreateSession(created), "owner").await.unwrap();
+    let said = SessionMessageRecorded { session_id: session.into(), message_id: "m".into(), author: Author::Owner };
+    authority.execute(Command::RecordMessage(said), "owner").await.unwrap();
+    let (Decision::RequireApproval { approval_id, .. }, _) =
+        authority.authorize(&request(session, "hola"), now, Uuid::new_v4()).await.unwrap()
+    else {
+        panic!("the first act asks")
+    };
+    let grant_id = Uuid::new_v4();
+    let resolve = Command::ResolveApproval {
+        approval_id,
+        principal_id: "owner".into(),
+        resolution: Resolution::ApproveForTask,
+        repeated_scope: Some(parse_scopes("https://www.lesson.test/lesson").unwrap().remove(0)),
+        new_grant_id: grant_id,
+        versions: Versions { agent: "agent-7".into(), policy: Policy::empty().version },
+        now,
+        token_sha256: None,
+    };
+    authority.execute(resolve, "owner").await.unwrap();
+    for i in 0..uses {
+        let (decision, _) =
+            authority.authorize(&request(session, &format!("word {i}")), now, Uuid::new_v4()).await.unwrap();
+        assert!(matches!(decision, Decision::Allow { .. }), "{decision:?}");
+    }
+    grant_id
+}
+
+/// A catalogue event of its own session.
+fn started(session: &str) -> ledger::NewEvent {
+    let created = SessionCreated {
+        session_id: session.into(),
+        tenant_id: "tenant-a".into(),
+        principal_id: "owner".into(),
+        browser_profile_id: None,
+        schedule_id: None,
+        surface: Surface::Interactive,
+    };
+    ledger::catalogue::Event::SessionCreated(created).to_new(Uuid::new_v4(), ledger::Metadata::by("owner"))
+}
+
+async fn authority(db: &TestDb) -> Authority<PgGrants> {
+    let authority = Authority::new(PgGrants::new(db.store(8)), Policy::empty(), TenantId::new("tenant-1").unwrap());
+    let settings = TaskGrantSettings { enabled: true, scopes: parse_scopes("https://www.lesson.test/lesson").unwrap() };
+    authority.execute(Command::ChangeSettings(settings), "operator").await.unwrap();
+    authority
+}
+
+/// Steps until a step applies nothing, with a deadline (the gap-safe read lags while another
+/// transaction in the cluster is open).
+async fn catch_up(worker: &Worker, client: &mut tokio_postgres::Client, events: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        worker.step(client).await.unwrap();
+        let s = projections::worker::status(client).await.unwrap();
+        let me = s.iter().find(|s| s.projection == worker.projection).unwrap();
+        if me.applied >= events && me.lag_events == 0 {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not caught up within 30 s: {me:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn event_count(db: &TestDb) -> u64 {
+    let n: i64 = db.client().await.query_one("SELECT count(*) FROM events", &[]).await.unwrap().get(0);
+    u64::try_from(n).unwrap()
+}
+
+async fn verify_all(db: &TestDb) -> Vec<verify::Report> {
+    let mut client = db.client().await;
+    verify::all(&mut client).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_build_every_view_equal_to_the_replay_and_verify_catches_an_edit() {
+    let db = TestDb::new().await;
+    let a = authority(&db).await;
+    let grant = lesson(&a, "s1", 5).await;
+    lesson(&a, "s2", 2).await;
+    let store = db.store(4);
+    let events = event_count(&db).await;
+    for p in Projection::ALL {
+        let mut w = Worker::new(p, db.config.clone(), store.clone());
+        w.batch = 7; // several batches, cut inside transactions
+        let mut client = w.connect().await;
+        catch_up(&w, client.as_mut().unwrap(), events).await;
+    }
+    for r in verify_all(&db).await {
+        assert!(r.ok(), "{r}");
+        assert!(r.actual_rows > 0, "{r}");
+    }
+    // The grant list says what the owner's routes show.
+    let row = db
+        .client()
+        .await
+        .query_one("SELECT actions_used, end_reason FROM grant_list WHERE grant_id = $1", &[&grant])
+        .await
+        .unwrap();
+    assert_eq!((row.get::<_, i32>(0), row.get::<_, Option<String>>(1)), (5, None));
+    // The audit log says what each unreviewed act was and under which authorization.
+    let rows = db
+        .client()
+        .await
+        .query(
+            "SELECT summary FROM audit_log WHERE grant_id = $1 AND authorization_text = 'Allowed by task permission' \
+             ORDER BY audit_log.global_position",
+            &[&grant],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 5);
+    assert_eq!(
+        rows[0].get::<_, String>(0),
+        "Type into a text field on www.lesson.test/lesson \"Answer\": word 0 (use 1)"
+    );
+
+    // An edit by hand shows, with the row.
+    db.client().await.batch_execute("UPDATE grant_list SET actions_used = 99").await.unwrap();
+    let reports = verify_all(&db).await;
+    let bad = reports.iter().find(|r| r.view == "grant_list").unwrap();
+    assert!(!bad.ok() && bad.to_string().contains("\"99\""), "{bad}");
+    db.client().await.batch_execute("UPDATE active_task_grants SET chars_used = chars_used + 1").await.unwrap();
+    let inline = verify_all(&db).await.into_iter().find(|r| r.view == "active_task_grants").unwrap();
+    assert!(!inline.ok(), "the inline projection is verified too: {inline}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_between_apply_and_commit_applies_nothing_and_the_next_applies_once() {
+    let db = TestDb::new().await;
+    let a = authority(&db).await;
+    lesson(&a, "s1", 3).await;
+    let events = event_count(&db).await;
+    let w = Worker::new(Projection::AuditLog, db.config.clone(), db.store(4));
+    let mut client = w.connect().await.unwrap();
+    let pid: i32 = client.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+    let killer = db.client().await;
+    // Another test's open transaction may hold the gap-safe read back for a moment.
+    ledger::contract::read_until(&w.store, ledger::Checkpoint::START, |r| r.len() as u64 >= events).await;
+    let killed = w
+        .step_paused(&mut client, async {
+            killer.execute("SELECT pg_terminate_backend($1)", &[&pid]).await.unwrap();
+        })
+        .await;
+    assert!(killed.is_err(), "the commit must fail: {killed:?}");
+    let mut fresh = w.connect().await.unwrap();
+    let s = projections::worker::status(&fresh).await.unwrap();
+    assert_eq!(s.iter().find(|s| s.projection == Projection::AuditLog).unwrap().applied, 0, "nothing applied");
+    catch_up(&w, &mut fresh, events).await;
+    let rows: i64 = fresh.query_one("SELECT count(*) FROM audit_log", &[]).await.unwrap().get(0);
+    assert_eq!(u64::try_from(rows).unwrap(), events, "each event once");
+    assert!(verify_all(&db).await.iter().all(verify::Report::ok));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_worker_leads_and_a_standby_takes_over_when_it_dies() {
+    let db = TestDb::new().await;
+    let store = db.store(4);
+    let (first, second) = (
+        Worker::new(Projection::AuditLog, db.config.clone(), store.clone()),
+        Worker::new(Projection::AuditLog, db.config.clone(), store.clone()),
+    );
+    let leader = first.connect().await.unwrap();
+    let standby = second.connect().await.unwrap();
+    assert!(first.try_lead(&leader).await.unwrap());
+    assert!(!second.try_lead(&standby).await.unwrap(), "one leader at a time");
+    drop(leader); // the leader's process dies: its session and its lock go
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !second.try_lead(&standby).await.unwrap() {
+        assert!(tokio::time::Instant::now() < deadline, "the standby never took over");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_lags_behind_an_open_transaction_and_never_skips() {
+    let db = TestDb::new().await;
+    let store: PgStore = db.store(4);
+    let pool = db.pool(2);
+    let w = Worker::new(Projection::AuditLog, db.config.clone(), store.clone());
+    let mut client = w.connect().await.unwrap();
+    // A holds an older transaction id open; B commits after it.
+    let mut held = pool.get().await.unwrap();
+    let tx_a = held.transaction().await.unwrap();
+    let a = store
+        .append_within(
+            &tx_a,
+            &AppendRequest::single(tenant(), stream("session"), ExpectedVersion::NoStream, vec![started("a")]),
+        )
+        .await
+        .unwrap();
+    store
+        .append(AppendRequest::single(tenant(), stream("session"), ExpectedVersion::NoStream, vec![started("b")]))
+        .await
+        .unwrap();
+    assert_eq!(w.step(&mut client).await.unwrap(), 0, "B waits behind the older open A");
+    tx_a.commit().await.unwrap();
+    store.committed(&a);
+    catch_up(&w, &mut client, 2).await;
+    let rows =
+        client.query("SELECT global_position FROM audit_log ORDER BY audit_log.global_position", &[]).await.unwrap();
+    assert_eq!(rows.len(), 2, "both, once each");
+}
