@@ -89,6 +89,9 @@ enum ServeCmd {
 enum ProjectionsCmd {
     /// Each projection's version, checkpoint and lag.
     Status,
+    /// Builds NAME's next generation from position zero beside the live one, then swaps it in
+    /// (and records this build's version): what an operator runs after a migration.
+    Rebuild { name: String },
     /// Replays the log in memory and diffs NAME (every view when unset, the inline
     /// active_task_grants included) against it; prints the first differing row.
     Verify { name: Option<String> },
@@ -249,6 +252,7 @@ async fn run(cli: Cli) -> Result<()> {
             let config: tokio_postgres::Config = url.parse().context("DATABASE_URL is not a valid PostgreSQL URL")?;
             match command {
                 ProjectionsCmd::Status => print!("{}", ops::audit::projections_status(&config).await?),
+                ProjectionsCmd::Rebuild { name } => println!("{}", ops::audit::rebuild(&config, &name).await?),
                 ProjectionsCmd::Verify { name } => {
                     println!("{}", ops::audit::projections_verify(&config, name.as_deref()).await?);
                 }

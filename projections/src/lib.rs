@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod grants;
+pub mod rebuild;
 pub mod verify;
 pub mod worker;
 
@@ -88,14 +89,24 @@ impl Projection {
 
     /// Writes what `events` do to this projection's table, inside `tx`.
     pub async fn apply(self, tx: &Transaction<'_>, events: &[RecordedEvent]) -> Result<(), Error> {
+        self.apply_to(tx, self.name(), events).await
+    }
+
+    /// [`Projection::apply`] into `table`: the live table, or the next generation a rebuild fills.
+    pub(crate) async fn apply_to(
+        self,
+        tx: &Transaction<'_>,
+        table: &str,
+        events: &[RecordedEvent],
+    ) -> Result<(), Error> {
         match self {
             Self::AuditLog => {
                 let stmt = tx
-                    .prepare(
-                        "INSERT INTO audit_log (tenant_id, global_position, tx_id, recorded_at, stream_id, event_type, \
-                         principal, session_id, grant_id, approval_id, authorization_text, summary) \
-                         VALUES ($1, $2, $3::text::xid8, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-                    )
+                    .prepare(&format!(
+                        "INSERT INTO {table} (tenant_id, global_position, tx_id, recorded_at, stream_id, \
+                             event_type, principal, session_id, grant_id, approval_id, authorization_text, summary) \
+                             VALUES ($1, $2, $3::text::xid8, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+                    ))
                     .await?;
                 for e in events {
                     let r = audit::row(e)?;
@@ -125,8 +136,10 @@ impl Projection {
                     match grants::change(e)? {
                         Some(grants::Change::Created(r)) => {
                             tx.execute(
-                                "INSERT INTO grant_list (tenant_id, grant_id, principal_id, session_id, origin, \
-                                 path_prefix, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                                &format!(
+                                    "INSERT INTO {table} (tenant_id, grant_id, principal_id, session_id, origin, \
+                                     path_prefix, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                                ),
                                 &[
                                     &r.tenant_id,
                                     &r.grant_id,
@@ -143,15 +156,17 @@ impl Projection {
                         Some(grants::Change::Used { tenant_id, grant_id, chars }) => {
                             let chars = i32::try_from(chars).unwrap_or(i32::MAX);
                             tx.execute(
-                                "UPDATE grant_list SET actions_used = actions_used + 1, chars_used = chars_used + $3 \
-                                 WHERE tenant_id = $1 AND grant_id = $2",
+                                &format!(
+                                    "UPDATE {table} SET actions_used = actions_used + 1, chars_used = chars_used + $3 \
+                                     WHERE tenant_id = $1 AND grant_id = $2"
+                                ),
                                 &[&tenant_id, &grant_id, &chars],
                             )
                             .await?;
                         }
                         Some(grants::Change::Ended { tenant_id, grant_id, reason }) => {
                             tx.execute(
-                                "UPDATE grant_list SET end_reason = $3 WHERE tenant_id = $1 AND grant_id = $2",
+                                &format!("UPDATE {table} SET end_reason = $3 WHERE tenant_id = $1 AND grant_id = $2"),
                                 &[&tenant_id, &grant_id, &reason],
                             )
                             .await?;

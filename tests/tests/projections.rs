@@ -262,3 +262,54 @@ async fn a_worker_lags_behind_an_open_transaction_and_never_skips() {
         client.query("SELECT global_position FROM audit_log ORDER BY audit_log.global_position", &[]).await.unwrap();
     assert_eq!(rows.len(), 2, "both, once each");
 }
+
+/// Rebuild under live load: while authorizations run and the live workers apply, both views are
+/// rebuilt blue/green; every authorization is allowed, and after the workers catch up every view
+/// equals the replay of the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebuild_under_live_load_swaps_in_a_view_equal_to_the_replay() {
+    let db = TestDb::new().await;
+    let a = std::sync::Arc::new(authority(&db).await);
+    lesson(&a, "s1", 20).await;
+    let store = db.store(4);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let workers: Vec<_> = Projection::ALL
+        .into_iter()
+        .map(|p| {
+            let mut w = Worker::new(p, db.config.clone(), store.clone());
+            w.poll = Duration::from_millis(20);
+            let mut stopped = stopped.clone();
+            tokio::spawn(w.run(async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            }))
+        })
+        .collect();
+    let load = {
+        let a = std::sync::Arc::clone(&a);
+        tokio::spawn(async move { lesson(&a, "s2", 150).await })
+    };
+    for p in Projection::ALL {
+        let mut client = db.client().await;
+        let rebuilt = projections::rebuild::rebuild(&mut client, &store, p, 50, |_| {}).await.unwrap();
+        assert!(rebuilt.events > 0);
+    }
+    load.await.expect("every authorization under load was allowed");
+    let events = event_count(&db).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let client = db.client().await;
+        let s = projections::worker::status(&client).await.unwrap();
+        if s.iter().all(|s| s.lag_events == 0 && s.applied == events) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "workers did not catch up after the swap: {s:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = stop.send(true);
+    for w in workers {
+        w.await.unwrap();
+    }
+    for r in verify_all(&db).await {
+        assert!(r.ok(), "{r}");
+    }
+}
