@@ -502,7 +502,9 @@ pub fn decode_row(row: &Row) -> Result<RecordedEvent, ReadError> {
     let corrupt = |reason: String| ReadError::Corrupt { position, reason };
     let hash32 =
         |bytes: Vec<u8>| <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| corrupt("hash is not 32 bytes".into()));
-    let metadata: Metadata = serde_json::from_value(row.get(9)).map_err(|e| corrupt(format!("metadata: {e}")))?;
+    // Straight from the jsonb text into the struct, with no tree in between.
+    let metadata =
+        row.try_get::<_, tokio_postgres::types::Json<Metadata>>(9).map_err(|e| corrupt(format!("metadata: {e}")))?.0;
     Ok(RecordedEvent {
         global_position: position,
         tx_id: parse_xid(row.get(1)).map_err(|e| corrupt(format!("tx_id: {e}")))?,

@@ -189,6 +189,11 @@ enum BenchCmd {
         #[arg(long, default_value_t = 8.0)]
         seconds: f64,
     },
+    /// Every projection rebuilt from a generated ledger, beside a plain COPY of the same events.
+    Rebuild {
+        #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1_000..=20_000_000))]
+        events: u64,
+    },
     /// Ledger append against a bare insert-and-commit, side by side.
     Append {
         #[arg(long, value_delimiter = ',', default_value = "1,32")]
@@ -339,6 +344,10 @@ async fn run(cli: Cli) -> Result<()> {
             }
             let url = database_url(&cli.database_url)?;
             println!("{}", ops::bench::authorize::run(&url, &clients, Duration::from_secs_f64(seconds)).await?);
+        }
+        Cmd::Bench { command: BenchCmd::Rebuild { events } } => {
+            let url = database_url(&cli.database_url)?;
+            println!("{}", ops::bench::rebuild::run(&url, events).await?);
         }
         Cmd::Bench { command: BenchCmd::Append { writers, seconds } } => {
             if writers.is_empty() || writers.contains(&0) || !seconds.is_finite() || seconds <= 0.0 {

@@ -33,16 +33,22 @@ pub async fn rebuild(
         ))
         .await?;
     let (mut at, mut applied) = (Checkpoint::START, 0u64);
-    // Fill the next generation while the live one serves.
-    loop {
-        let events = store.read_all(at, batch).await?;
-        let Some(last) = events.last() else { break };
+    // Fill the next generation while the live one serves, reading the next page (on the store's
+    // connection) while this one is written (on ours).
+    let mut events = store.read_all(at, batch).await?;
+    while let Some(last) = events.last() {
         at = last.checkpoint();
-        let tx = client.transaction().await?;
-        projection.apply_to(&tx, &next, &events).await?;
-        tx.commit().await?;
+        let write = async {
+            let tx = client.transaction().await?;
+            projection.apply_to(&tx, &next, &events).await?;
+            tx.commit().await?;
+            Ok::<_, Error>(())
+        };
+        let (written, read) = tokio::join!(write, store.read_all(at, batch));
+        written?;
         applied += events.len() as u64;
         progress(applied);
+        events = read?;
     }
     // Swap: hold the checkpoint row, apply what committed meanwhile, rename, move the checkpoint.
     let tx = client.transaction().await?;
