@@ -50,17 +50,22 @@ pub async fn replay(store: &PgStore, filter: &Filter) -> Result<Vec<AuditRow>> {
     Ok(rows)
 }
 
+/// One row as the JSON line an export holds.
+fn json_line(r: &AuditRow) -> String {
+    serde_json::json!({
+        "tenant": r.tenant_id, "position": r.global_position, "tx_id": r.tx_id.to_string(),
+        "recorded_at": r.cells()[3], "stream": r.stream_id, "event_type": r.event_type,
+        "principal": r.principal, "session_id": r.session_id, "grant_id": r.grant_id,
+        "approval_id": r.approval_id, "authorization": r.authorization, "summary": r.summary,
+    })
+    .to_string()
+}
+
 /// Prints rows as text lines or JSON lines.
 pub fn print(rows: &[AuditRow], jsonl: bool, mut out: impl Write) -> Result<()> {
     for r in rows {
         if jsonl {
-            let line = serde_json::json!({
-                "tenant": r.tenant_id, "position": r.global_position, "tx_id": r.tx_id.to_string(),
-                "recorded_at": r.cells()[3], "stream": r.stream_id, "event_type": r.event_type,
-                "principal": r.principal, "session_id": r.session_id, "grant_id": r.grant_id,
-                "approval_id": r.approval_id, "authorization": r.authorization, "summary": r.summary,
-            });
-            writeln!(out, "{line}")?;
+            writeln!(out, "{}", json_line(r))?;
         } else {
             let authz = r.authorization.as_deref().map(|a| format!(" [{a}]")).unwrap_or_default();
             writeln!(
@@ -75,6 +80,88 @@ pub fn print(rows: &[AuditRow], jsonl: bool, mut out: impl Write) -> Result<()> 
         }
     }
     Ok(())
+}
+
+/// What an export's manifest says: checked later by [`verify_export`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Manifest {
+    pub count: u64,
+    pub first_position: Option<u64>,
+    pub last_position: Option<u64>,
+    /// SHA-256 over the export file's bytes, hex.
+    pub sha256: String,
+    pub tenant: Option<String>,
+}
+
+fn manifest_path(export: &std::path::Path) -> std::path::PathBuf {
+    let mut name = export.as_os_str().to_owned();
+    name.push(".manifest.json");
+    std::path::PathBuf::from(name)
+}
+
+/// `grantctl audit export`: the audit rows replayed from the log as JSON lines in `path`, and a
+/// manifest beside it (`path.manifest.json`) an auditor keeps.
+pub async fn export(store: &PgStore, filter: &Filter, path: &std::path::Path) -> Result<Manifest> {
+    use sha2::Digest;
+    let rows = replay(store, filter).await?;
+    let mut bytes = Vec::new();
+    for r in &rows {
+        bytes.extend_from_slice(json_line(r).as_bytes());
+        bytes.push(b'\n');
+    }
+    std::fs::write(path, &bytes).with_context(|| format!("writing {}", path.display()))?;
+    let manifest = Manifest {
+        count: rows.len() as u64,
+        first_position: rows.first().map(|r| r.global_position),
+        last_position: rows.last().map(|r| r.global_position),
+        sha256: hex::encode(sha2::Sha256::digest(&bytes)),
+        tenant: filter.tenant.clone(),
+    };
+    std::fs::write(manifest_path(path), serde_json::to_vec_pretty(&manifest)?)?;
+    Ok(manifest)
+}
+
+/// `grantctl audit verify --export FILE`: the file against its manifest (count, positions,
+/// digest), then every line against the log's own replay at that position.
+pub async fn verify_export(store: &PgStore, path: &std::path::Path) -> Result<String> {
+    use sha2::Digest;
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let manifest: Manifest = serde_json::from_slice(
+        &std::fs::read(manifest_path(path)).with_context(|| format!("reading {}", manifest_path(path).display()))?,
+    )
+    .context("the manifest is not valid")?;
+    let digest = hex::encode(sha2::Sha256::digest(&bytes));
+    if digest != manifest.sha256 {
+        bail!(
+            "{}: its SHA-256 is {digest}, the manifest says {}: the export was changed",
+            path.display(),
+            manifest.sha256
+        );
+    }
+    let text = String::from_utf8(bytes).context("the export is not UTF-8")?;
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() as u64 != manifest.count {
+        bail!("{} lines, the manifest says {}", lines.len(), manifest.count);
+    }
+    let filter = Filter { tenant: manifest.tenant.clone(), ..Filter::default() };
+    let by_position: std::collections::HashMap<u64, String> =
+        replay(store, &filter).await?.iter().map(|r| (r.global_position, json_line(r))).collect();
+    for (i, line) in lines.iter().enumerate() {
+        let value: serde_json::Value = serde_json::from_str(line).with_context(|| format!("line {}", i + 1))?;
+        let position = value["position"].as_u64().with_context(|| format!("line {}: no position", i + 1))?;
+        match by_position.get(&position) {
+            Some(expected) if expected == line => {}
+            Some(expected) => bail!("line {}: the log says\n  {expected}\nthe export says\n  {line}", i + 1),
+            None => bail!("line {}: position {position} is not in the log", i + 1),
+        }
+    }
+    Ok(format!(
+        "{}: {} rows from position {:?} to {:?}, digest and every row match the log",
+        path.display(),
+        manifest.count,
+        manifest.first_position,
+        manifest.last_position
+    ))
 }
 
 /// `grantctl projections status`.

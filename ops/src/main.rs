@@ -114,8 +114,20 @@ enum AuditCmd {
         #[arg(long, default_value = "text", value_parser = ["text", "jsonl"])]
         format: String,
     },
-    /// Every stream's hash chain and every projection against the log.
-    Verify,
+    /// Every stream's hash chain and every projection against the log; with --export, an
+    /// export file against its manifest and against the log.
+    Verify {
+        #[arg(long)]
+        export: Option<PathBuf>,
+    },
+    /// The audit rows replayed from the log as JSON lines in OUT, with OUT.manifest.json beside
+    /// it (count, first and last position, SHA-256 of the file).
+    Export {
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -279,9 +291,26 @@ async fn run(cli: Cli) -> Result<()> {
                     let rows = ops::audit::replay(&store, &filter).await?;
                     ops::audit::print(&rows, format == "jsonl", std::io::stdout().lock())?;
                 }
-                AuditCmd::Verify => {
+                AuditCmd::Verify { export: Some(path) } => {
+                    let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
+                    println!("{}", ops::audit::verify_export(&store, &path).await?);
+                }
+                AuditCmd::Verify { export: None } => {
                     println!("{}", ops::check::run(&config, ledger::READ_PAGE).await?);
                     println!("{}", ops::audit::projections_verify(&config, None).await?);
+                }
+                AuditCmd::Export { tenant, out } => {
+                    let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
+                    let filter = ops::audit::Filter { tenant, ..ops::audit::Filter::default() };
+                    let m = ops::audit::export(&store, &filter, &out).await?;
+                    println!(
+                        "{}: {} rows, positions {:?} to {:?}, sha256 {}",
+                        out.display(),
+                        m.count,
+                        m.first_position,
+                        m.last_position,
+                        m.sha256
+                    );
                 }
             }
         }

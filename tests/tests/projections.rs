@@ -313,3 +313,61 @@ async fn rebuild_under_live_load_swaps_in_a_view_equal_to_the_replay() {
         assert!(r.ok(), "{r}");
     }
 }
+
+/// The auditor's tools: a grant's story replayed from the log in order; an export that verifies
+/// against its manifest and the log, and fails once edited; an event edited in the table (the
+/// triggers switched off by a superuser) fails the chain check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_replay_export_and_verify_catch_edits() {
+    let db = TestDb::new().await;
+    let a = authority(&db).await;
+    let grant = lesson(&a, "s1", 3).await;
+    lesson(&a, "s2", 1).await;
+    let store = db.store(4);
+    let events = event_count(&db).await;
+    ledger::contract::read_until(&store, ledger::Checkpoint::START, |r| r.len() as u64 >= events).await;
+
+    let story =
+        ops::audit::replay(&store, &ops::audit::Filter { grant: Some(grant), ..Default::default() }).await.unwrap();
+    let kinds: Vec<&str> = story.iter().map(|r| r.event_type.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "approval.requested",
+            "approval.resolved",
+            "browser.task_grant.created",
+            "tool.call.authorized",
+            "tool.call.authorized",
+            "tool.call.authorized"
+        ],
+        "from the card to the last use, in order"
+    );
+    assert!(story.windows(2).all(|w| w[0].global_position < w[1].global_position));
+
+    let dir = std::env::temp_dir().join(format!("audit-{}", Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("export.jsonl");
+    let manifest = ops::audit::export(&store, &ops::audit::Filter::default(), &file).await.unwrap();
+    assert_eq!(manifest.count, events);
+    ops::audit::verify_export(&store, &file).await.expect("a fresh export verifies");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replacen("Allowed by task permission", "Allowed by the owner", 1)).unwrap();
+    let err = ops::audit::verify_export(&store, &file).await.unwrap_err().to_string();
+    assert!(err.contains("was changed"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    ops::check::run(&db.config, 100).await.expect("an untouched ledger checks");
+    let admin = db.client().await;
+    admin
+        .batch_execute(
+            "SET session_replication_role = replica; \
+             UPDATE events SET payload = jsonb_set(payload, '{typed_chars}', '0') \
+               WHERE event_type = 'tool.call.authorized' AND global_position = \
+               (SELECT min(global_position) FROM events WHERE event_type = 'tool.call.authorized'); \
+             RESET session_replication_role;",
+        )
+        .await
+        .unwrap();
+    let err = format!("{:#}", ops::check::run(&db.config, 100).await.unwrap_err());
+    assert!(err.contains("does not match its content"), "{err}");
+}
