@@ -47,3 +47,23 @@ CREATE TABLE grant_list (
 CREATE INDEX grant_list_owner ON grant_list (tenant_id, principal_id, created_at);
 
 GRANT SELECT, INSERT, UPDATE ON projection_checkpoints, audit_log, grant_list TO grant_ledger_service;
+
+-- Approvals still waiting for the owner, per session.
+CREATE TABLE pending_approvals (
+    tenant_id    text        NOT NULL,
+    approval_id  uuid        NOT NULL,
+    session_id   text        NOT NULL,
+    requested_at timestamptz NOT NULL,
+    expires_at   timestamptz NOT NULL,
+    summary      text        NOT NULL,
+    PRIMARY KEY (tenant_id, approval_id)
+);
+CREATE INDEX pending_approvals_session ON pending_approvals (tenant_id, session_id, requested_at);
+
+-- Per-session activity: the audit rows of one chat, newest last.
+CREATE VIEW session_activity AS
+    SELECT tenant_id, session_id, global_position, recorded_at, event_type, authorization_text, summary
+    FROM audit_log WHERE session_id IS NOT NULL;
+
+GRANT SELECT, INSERT, DELETE ON pending_approvals TO grant_ledger_service;
+GRANT SELECT ON session_activity TO grant_ledger_service;

@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod grants;
+pub mod pending;
 pub mod rebuild;
 pub mod verify;
 pub mod worker;
@@ -53,16 +54,18 @@ pub enum Error {
 pub enum Projection {
     AuditLog,
     GrantList,
+    PendingApprovals,
 }
 
 impl Projection {
-    pub const ALL: [Self; 2] = [Self::AuditLog, Self::GrantList];
+    pub const ALL: [Self; 3] = [Self::AuditLog, Self::GrantList, Self::PendingApprovals];
 
     /// Its name, which is also its table's.
     pub fn name(self) -> &'static str {
         match self {
             Self::AuditLog => "audit_log",
             Self::GrantList => "grant_list",
+            Self::PendingApprovals => "pending_approvals",
         }
     }
 
@@ -75,6 +78,20 @@ impl Projection {
         1
     }
 
+    /// Views over its table, re-pointed at the new generation when a rebuild swaps it in (a view
+    /// follows the table it was made on, which the swap drops).
+    pub(crate) fn views_sql(self) -> &'static str {
+        match self {
+            Self::AuditLog => {
+                "CREATE OR REPLACE VIEW session_activity AS \
+                 SELECT tenant_id, session_id, global_position, recorded_at, event_type, authorization_text, summary \
+                 FROM audit_log WHERE session_id IS NOT NULL; \
+                 GRANT SELECT ON session_activity TO grant_ledger_service;"
+            }
+            Self::GrantList | Self::PendingApprovals => "",
+        }
+    }
+
     /// The advisory lock its leader holds.
     pub(crate) fn lock_key(self) -> i64 {
         0x676c_7072_0000 + i64::from(self.index())
@@ -84,6 +101,7 @@ impl Projection {
         match self {
             Self::AuditLog => 1,
             Self::GrantList => 2,
+            Self::PendingApprovals => 3,
         }
     }
 
@@ -220,6 +238,55 @@ impl Projection {
                     .await?;
                 }
             }
+            Self::PendingApprovals => {
+                // The batch folded first: what was asked and answered within it never lands.
+                let mut asked = std::collections::BTreeMap::new();
+                let mut answered = Vec::new();
+                for e in events {
+                    match pending::change(e)? {
+                        Some(pending::Change::Asked(r)) => {
+                            asked.insert((r.tenant_id.clone(), r.approval_id), r);
+                        }
+                        Some(pending::Change::Answered { tenant_id, approval_id })
+                            if asked.remove(&(tenant_id.clone(), approval_id)).is_none() =>
+                        {
+                            answered.push((tenant_id, approval_id));
+                        }
+                        // Asked and answered within this batch: it never lands.
+                        Some(pending::Change::Answered { .. }) | None => {}
+                    }
+                }
+                if !asked.is_empty() {
+                    let rows: Vec<&pending::PendingRow> = asked.values().collect();
+                    let tenants: Vec<&str> = rows.iter().map(|r| r.tenant_id.as_str()).collect();
+                    let ids: Vec<uuid::Uuid> = rows.iter().map(|r| r.approval_id).collect();
+                    let sessions: Vec<&str> = rows.iter().map(|r| r.session_id.as_str()).collect();
+                    let requested: Vec<OffsetDateTime> = rows.iter().map(|r| r.requested_at).collect();
+                    let expires: Vec<OffsetDateTime> = rows.iter().map(|r| r.expires_at).collect();
+                    let summaries: Vec<&str> = rows.iter().map(|r| r.summary.as_str()).collect();
+                    tx.execute(
+                        &format!(
+                            "INSERT INTO {table} (tenant_id, approval_id, session_id, requested_at, expires_at, summary) \
+                             SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], \
+                             $5::timestamptz[], $6::text[])"
+                        ),
+                        &[&tenants, &ids, &sessions, &requested, &expires, &summaries],
+                    )
+                    .await?;
+                }
+                if !answered.is_empty() {
+                    let tenants: Vec<&str> = answered.iter().map(|(t, _)| t.as_str()).collect();
+                    let ids: Vec<uuid::Uuid> = answered.iter().map(|(_, a)| *a).collect();
+                    tx.execute(
+                        &format!(
+                            "DELETE FROM {table} p USING unnest($1::text[], $2::uuid[]) AS d(t, id) \
+                             WHERE p.tenant_id = d.t AND p.approval_id = d.id"
+                        ),
+                        &[&tenants, &ids],
+                    )
+                    .await?;
+                }
+            }
         }
         Ok(())
     }
@@ -233,6 +300,7 @@ impl Projection {
                 rows.iter().map(audit::AuditRow::cells).collect()
             }
             Self::GrantList => grants::replay(events)?.values().map(grants::GrantRow::cells).collect(),
+            Self::PendingApprovals => pending::replay(events)?.values().map(pending::PendingRow::cells).collect(),
         })
     }
 
@@ -291,6 +359,29 @@ impl Projection {
                             actions_used: u32::try_from(r.get::<_, i32>(8)).unwrap_or_default(),
                             chars_used: u32::try_from(r.get::<_, i32>(9)).unwrap_or_default(),
                             end_reason: r.get(10),
+                        }
+                        .cells()
+                    })
+                    .collect()
+            }
+            Self::PendingApprovals => {
+                let rows = client
+                    .query(
+                        "SELECT tenant_id, approval_id, session_id, requested_at, expires_at, summary \
+                         FROM pending_approvals \
+                         ORDER BY pending_approvals.tenant_id COLLATE \"C\", pending_approvals.approval_id",
+                        &[],
+                    )
+                    .await?;
+                rows.iter()
+                    .map(|r| {
+                        pending::PendingRow {
+                            tenant_id: r.get(0),
+                            approval_id: r.get(1),
+                            session_id: r.get(2),
+                            requested_at: r.get(3),
+                            expires_at: r.get(4),
+                            summary: r.get(5),
                         }
                         .cells()
                     })

@@ -66,7 +66,8 @@ pub async fn rebuild(
         progress(applied);
     }
     tx.batch_execute(&format!(
-        "ALTER TABLE {live} RENAME TO {live}_old; ALTER TABLE {next} RENAME TO {live}; DROP TABLE {live}_old;"
+        "ALTER TABLE {live} RENAME TO {live}_old; ALTER TABLE {next} RENAME TO {live}; {} DROP TABLE {live}_old;",
+        projection.views_sql()
     ))
     .await?;
     tx.execute(
