@@ -202,6 +202,8 @@ async fn run_append(config: tokio_postgres::Config, writers: &[usize], duration:
 pub mod authorize {
     use std::fmt::Write as _;
     use std::process::Stdio;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::{Duration, Instant};
 
     use anyhow::{Context, Result, bail};
@@ -352,10 +354,10 @@ pub mod authorize {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
     }
 
-    pub async fn run(url: &str, clients: &[usize], duration: Duration) -> Result<String> {
+    pub async fn run(url: &str, clients: &[usize], duration: Duration, with_projections: bool) -> Result<String> {
         let scratch = Scratch::create(url).await?;
         let db_url = format!("{}/{}", url.rsplit_once('/').map_or(url, |(base, _)| base), scratch.name);
-        let result = run_on(scratch.config.clone(), &db_url, clients, duration).await;
+        let result = run_on(scratch.config.clone(), &db_url, clients, duration, with_projections).await;
         scratch.drop_now().await?;
         result
     }
@@ -365,6 +367,7 @@ pub mod authorize {
         db_url: &str,
         clients: &[usize],
         duration: Duration,
+        with_projections: bool,
     ) -> Result<String> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         // TLS as in production: its cost is part of the call.
@@ -400,6 +403,39 @@ pub mod authorize {
         .context("the authorizer did not start within 30 s")??;
         std::fs::remove_dir_all(&pki_dir)?;
         let endpoint = format!("https://localhost:{port}");
+        // With --with-projections: the projection workers beside it, as in production, and their
+        // lag sampled every 100 ms.
+        let mut workers = match with_projections {
+            true => Some(
+                tokio::process::Command::new(std::env::current_exe()?)
+                    .args(["serve", "projections"])
+                    .env("DATABASE_URL", db_url)
+                    .env("RUST_LOG", "warn")
+                    .stdout(Stdio::null())
+                    .kill_on_drop(true)
+                    .spawn()
+                    .context("starting the projection workers")?,
+            ),
+            false => None,
+        };
+        let sampling = Arc::new(AtomicBool::new(with_projections));
+        let sampler = {
+            let (config, sampling) = (config.clone(), Arc::clone(&sampling));
+            tokio::spawn(async move {
+                let mut lags = Vec::new();
+                if !sampling.load(Ordering::Relaxed) {
+                    return Ok(lags);
+                }
+                let client = crate::connect_config(&config).await?;
+                while sampling.load(Ordering::Relaxed) {
+                    if let Ok(s) = projections::worker::status(&client).await {
+                        lags.push(s.iter().map(|s| s.lag_seconds).fold(0.0, f64::max));
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Ok::<_, anyhow::Error>(lags)
+            })
+        };
         let pool = ledger::postgres::pool(config, clients.iter().copied().max().unwrap_or(1) + 2)
             .map_err(anyhow::Error::msg)?;
         let credentials = Credentials::Postgres(pool.clone());
@@ -431,10 +467,29 @@ pub mod authorize {
             writeln!(ratios, "{n} client(s): authorize/bare p50 = {p50:.2}x, throughput = {tput:.2}x")?;
         }
         let rss = peak_rss_kib(pid).map_or("unknown".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0));
+        sampling.store(false, Ordering::Relaxed);
+        let mut lags = sampler.await??;
+        lags.sort_by(f64::total_cmp);
+        let at = |pct: usize| lags.get(lags.len().saturating_sub(1) * pct / 100).copied().unwrap_or(0.0);
+        let lag = if with_projections {
+            format!(
+                "projection lag over the run ({} samples, 100 ms apart): p50 {:.3} s, p99 {:.3} s, max {:.3} s\n",
+                lags.len(),
+                at(50),
+                at(99),
+                lags.last().copied().unwrap_or(0.0)
+            )
+        } else {
+            String::new()
+        };
         // SIGINT would be gentler, but the server is ours and about to be dropped with its database.
         server.start_kill()?;
         let _ = server.wait().await;
-        Ok(format!("{out}\n{ratios}server peak RSS (VmHWM): {rss}\n"))
+        if let Some(workers) = workers.as_mut() {
+            workers.start_kill()?;
+            let _ = workers.wait().await;
+        }
+        Ok(format!("{out}\n{ratios}server peak RSS (VmHWM): {rss}\n{lag}"))
     }
 }
 

@@ -200,6 +200,10 @@ enum BenchCmd {
         /// Seconds per client count, split between the two kinds.
         #[arg(long, default_value_t = 8.0)]
         seconds: f64,
+        /// Also run the projection workers beside the server and report their lag (they share
+        /// the machine's cores, so the ratios are then not comparable with runs without them).
+        #[arg(long)]
+        with_projections: bool,
     },
     /// Every projection rebuilt from a generated ledger, beside a plain COPY of the same events.
     Rebuild {
@@ -367,12 +371,12 @@ async fn run(cli: Cli) -> Result<()> {
                 None => bail!("no cluster is running in {}", dir.display()),
             },
         },
-        Cmd::Bench { command: BenchCmd::Authorize { clients, seconds } } => {
+        Cmd::Bench { command: BenchCmd::Authorize { clients, seconds, with_projections } } => {
             if clients.is_empty() || clients.contains(&0) || !seconds.is_finite() || seconds <= 0.0 {
                 bail!("--clients takes positive counts and --seconds a positive number");
             }
             let url = database_url(&cli.database_url)?;
-            println!("{}", ops::bench::authorize::run(&url, &clients, Duration::from_secs_f64(seconds)).await?);
+            println!("{}", ops::bench::authorize::run(&url, &clients, Duration::from_secs_f64(seconds), with_projections).await?);
         }
         Cmd::Bench { command: BenchCmd::Rebuild { events } } => {
             let url = database_url(&cli.database_url)?;
