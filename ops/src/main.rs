@@ -81,7 +81,7 @@ enum ServeCmd {
         #[arg(long)]
         insecure_loopback: bool,
     },
-    /// A worker per async projection (audit_log, grant_list) until Ctrl-C.
+    /// A worker per async projection (audit_log, grant_list, pending_approvals) until Ctrl-C.
     Projections,
 }
 
@@ -103,10 +103,11 @@ enum AuditCmd {
     Replay {
         #[arg(long)]
         tenant: Option<String>,
-        #[arg(long, conflicts_with = "grant")]
+        /// A session's story (ids are a tenant's own: needs --tenant).
+        #[arg(long, conflicts_with = "grant", requires = "tenant")]
         session: Option<String>,
-        /// A grant's story: the approval that created it, its uses and its end.
-        #[arg(long)]
+        /// A grant's story: the approval that created it, its uses and its end (needs --tenant).
+        #[arg(long, requires = "tenant")]
         grant: Option<uuid::Uuid>,
         /// RFC 3339: only events recorded at or after it.
         #[arg(long)]
@@ -376,7 +377,10 @@ async fn run(cli: Cli) -> Result<()> {
                 bail!("--clients takes positive counts and --seconds a positive number");
             }
             let url = database_url(&cli.database_url)?;
-            println!("{}", ops::bench::authorize::run(&url, &clients, Duration::from_secs_f64(seconds), with_projections).await?);
+            println!(
+                "{}",
+                ops::bench::authorize::run(&url, &clients, Duration::from_secs_f64(seconds), with_projections).await?
+            );
         }
         Cmd::Bench { command: BenchCmd::Rebuild { events } } => {
             let url = database_url(&cli.database_url)?;

@@ -44,15 +44,17 @@ impl AuditRow {
     }
 }
 
-/// What was acted on, in the card's words: the summary, the element's quoted name, and what
-/// was typed, chosen or pressed (already redacted where the field is sensitive).
+/// What was acted on, in the card's words: the server-authored summary, then the element's name
+/// and what was typed, chosen or pressed (already redacted where the field is sensitive). Those
+/// two are the website's and the model's words: quoted with every quote, newline and control
+/// character escaped, and labelled, so no page text can pass for a line of the log.
 fn acted(view: &ActionView) -> String {
     let mut s = view.action_summary.clone();
     if let Some(name) = &view.element_name {
-        s.push_str(&format!(" \"{name}\""));
+        s.push_str(&format!(", element named {name:?}"));
     }
     if let Some(detail) = &view.detail {
-        s.push_str(&format!(": {detail}"));
+        s.push_str(&format!(", value {detail:?}"));
     }
     s
 }

@@ -92,9 +92,23 @@ impl Projection {
         }
     }
 
+    /// What the service role may do to its table (a rebuild grants the new generation the same).
+    pub(crate) fn privileges(self) -> &'static str {
+        match self {
+            Self::AuditLog => "SELECT, INSERT",
+            Self::GrantList => "SELECT, INSERT, UPDATE",
+            Self::PendingApprovals => "SELECT, INSERT, DELETE",
+        }
+    }
+
     /// The advisory lock its leader holds.
     pub(crate) fn lock_key(self) -> i64 {
         0x676c_7072_0000 + i64::from(self.index())
+    }
+
+    /// The advisory lock one rebuild of it holds, so two rebuilds never share its next table.
+    pub(crate) fn rebuild_lock_key(self) -> i64 {
+        0x676c_7262_0000 + i64::from(self.index())
     }
 
     fn index(self) -> u8 {

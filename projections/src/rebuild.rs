@@ -25,11 +25,28 @@ pub async fn rebuild(
     mut progress: impl FnMut(u64),
 ) -> Result<Rebuilt, Error> {
     crate::worker::register(client, projection).await?;
+    let held = client.query_one("SELECT pg_try_advisory_lock($1)", &[&projection.rebuild_lock_key()]).await?;
+    if !held.get::<_, bool>(0) {
+        return Err(Error::Stale(format!("another rebuild of {} is running", projection.name())));
+    }
+    let result = rebuild_locked(client, store, projection, batch, &mut progress).await;
+    client.execute("SELECT pg_advisory_unlock($1)", &[&projection.rebuild_lock_key()]).await?;
+    result
+}
+
+async fn rebuild_locked(
+    client: &mut Client,
+    store: &PgStore,
+    projection: Projection,
+    batch: usize,
+    progress: &mut impl FnMut(u64),
+) -> Result<Rebuilt, Error> {
     let (live, next) = (projection.name(), format!("{}_next", projection.name()));
     client
         .batch_execute(&format!(
             "DROP TABLE IF EXISTS {next}; CREATE TABLE {next} (LIKE {live} INCLUDING ALL); \
-             GRANT SELECT, INSERT, UPDATE ON {next} TO grant_ledger_service;"
+             GRANT {} ON {next} TO grant_ledger_service;",
+            projection.privileges()
         ))
         .await?;
     let (mut at, mut applied) = (Checkpoint::START, 0u64);
@@ -53,8 +70,9 @@ pub async fn rebuild(
     // Swap: hold the checkpoint row, apply what committed meanwhile, rename, move the checkpoint.
     let tx = client.transaction().await?;
     // The table first, then the row, the order a worker's batch takes them in (insert, then
-    // checkpoint): a batch in flight finishes before the swap, and one that starts during it waits
-    // and then fails on the renamed table, to be retried by its worker on the new one.
+    // checkpoint), so the two never deadlock. A batch in flight finishes before the swap; one that
+    // starts during it waits, then writes into the new table (its name is looked up again) and
+    // is rolled back by its conditional checkpoint update, which finds the checkpoint moved.
     tx.batch_execute(&format!("LOCK TABLE {live} IN ACCESS EXCLUSIVE MODE")).await?;
     tx.query_one("SELECT 1 FROM projection_checkpoints WHERE projection = $1 FOR UPDATE", &[&live]).await?;
     loop {

@@ -140,7 +140,7 @@ impl Worker {
             .execute(
                 "UPDATE projection_checkpoints SET tx_id = $2::text::xid8, position = $3, applied = applied + $4, \
                  updated_at = now() \
-                 WHERE projection = $1 AND tx_id = $5::text::xid8 AND position = $6",
+                 WHERE projection = $1 AND tx_id = $5::text::xid8 AND position = $6 AND version = $7",
                 &[
                     &self.projection.name(),
                     &last.tx_id.to_string(),
@@ -148,11 +148,13 @@ impl Worker {
                     &i64::try_from(events.len()).unwrap_or(i64::MAX),
                     &at.tx_id.to_string(),
                     &i64::try_from(at.position).unwrap_or(i64::MAX),
+                    &self.projection.version(),
                 ],
             )
             .await?;
         if moved != 1 {
-            // Someone else moved the checkpoint since the read: drop this batch.
+            // Someone else moved the checkpoint since the read, or the rows are another version's
+            // (a rebuild by a newer build): drop this batch.
             tx.rollback().await?;
             return Ok(0);
         }

@@ -174,7 +174,7 @@ async fn workers_build_every_view_equal_to_the_replay_and_verify_catches_an_edit
     assert_eq!(rows.len(), 5);
     assert_eq!(
         rows[0].get::<_, String>(0),
-        "Type into a text field on www.lesson.test/lesson \"Answer\": word 0 (use 1)"
+        "Type into a text field on www.lesson.test/lesson, element named \"Answer\", value \"word 0\" (use 1)"
     );
 
     // Nothing waits for the owner: every card in these lessons was answered.
@@ -367,6 +367,17 @@ async fn audit_replay_export_and_verify_catch_edits() {
     std::fs::write(&file, text.replacen("Allowed by task permission", "Allowed by the owner", 1)).unwrap();
     let err = ops::audit::verify_export(&store, &file).await.unwrap_err().to_string();
     assert!(err.contains("was changed"), "{err}");
+    // A line removed, and the manifest rewritten to match the shorter file, still fails: the file
+    // must be the log's own rows.
+    let shorter: String = text.lines().enumerate().filter(|(i, _)| *i != 3).map(|(_, l)| format!("{l}\n")).collect();
+    std::fs::write(&file, &shorter).unwrap();
+    let manifest_file = dir.join("export.jsonl.manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest_file).unwrap()).unwrap();
+    m["count"] = (events - 1).into();
+    m["sha256"] = hex_sha256(shorter.as_bytes()).into();
+    std::fs::write(&manifest_file, m.to_string()).unwrap();
+    let err = ops::audit::verify_export(&store, &file).await.unwrap_err().to_string();
+    assert!(err.contains("line 4: the log says"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 
     ops::check::run(&db.config, 100).await.expect("an untouched ledger checks");
@@ -427,4 +438,31 @@ async fn a_card_is_pending_until_it_is_answered() {
     assert_eq!(left, 0);
     let mut c = db.client().await;
     assert!(verify::projection(&mut c, Projection::PendingApprovals).await.unwrap().ok());
+}
+
+fn hex_sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Rows built by another version of a projection's code are stale: start-up refuses them and
+/// names the command, a worker of this build writes nothing onto them, and a rebuild makes them
+/// current.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_projection_is_refused_until_rebuilt() {
+    let db = TestDb::new().await;
+    let a = authority(&db).await;
+    lesson(&a, "s1", 2).await;
+    let store = db.store(4);
+    let events = event_count(&db).await;
+    ledger::contract::read_until(&store, ledger::Checkpoint::START, |r| r.len() as u64 >= events).await;
+    let w = Worker::new(Projection::GrantList, db.config.clone(), store.clone());
+    let mut client = w.connect().await.unwrap();
+    client.execute("UPDATE projection_checkpoints SET version = 0 WHERE projection = 'grant_list'", &[]).await.unwrap();
+    let err = projections::worker::ensure_current(&client).await.unwrap_err().to_string();
+    assert!(err.contains("grantctl projections rebuild grant_list"), "{err}");
+    assert_eq!(w.step(&mut client).await.unwrap(), 0, "nothing written onto another version's rows");
+    projections::rebuild::rebuild(&mut client, &store, Projection::GrantList, 100, |_| {}).await.unwrap();
+    projections::worker::ensure_current(&client).await.expect("current after the rebuild");
+    assert!(verify::projection(&mut client, Projection::GrantList).await.unwrap().ok());
 }
