@@ -26,6 +26,25 @@ pub struct GrantRow {
 }
 
 impl GrantRow {
+    /// A row selected as `tenant_id, grant_id, principal_id, session_id, origin, path_prefix,
+    /// created_at, expires_at, actions_used, chars_used, end_reason`: from `grant_list` or from
+    /// the authorizer's inline `active_task_grants`.
+    pub fn from_row(r: &tokio_postgres::Row) -> Self {
+        Self {
+            tenant_id: r.get(0),
+            grant_id: r.get(1),
+            principal_id: r.get(2),
+            session_id: r.get(3),
+            origin: r.get(4),
+            path_prefix: r.get(5),
+            created_at: r.get(6),
+            expires_at: r.get(7),
+            actions_used: u32::try_from(r.get::<_, i32>(8)).unwrap_or_default(),
+            chars_used: u32::try_from(r.get::<_, i32>(9)).unwrap_or_default(),
+            end_reason: r.get(10),
+        }
+    }
+
     pub fn cells(&self) -> Cells {
         vec![
             self.tenant_id.clone(),

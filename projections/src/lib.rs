@@ -359,24 +359,7 @@ impl Projection {
                         &[],
                     )
                     .await?;
-                rows.iter()
-                    .map(|r| {
-                        grants::GrantRow {
-                            tenant_id: r.get(0),
-                            grant_id: r.get(1),
-                            principal_id: r.get(2),
-                            session_id: r.get(3),
-                            origin: r.get(4),
-                            path_prefix: r.get(5),
-                            created_at: r.get(6),
-                            expires_at: r.get(7),
-                            actions_used: u32::try_from(r.get::<_, i32>(8)).unwrap_or_default(),
-                            chars_used: u32::try_from(r.get::<_, i32>(9)).unwrap_or_default(),
-                            end_reason: r.get(10),
-                        }
-                        .cells()
-                    })
-                    .collect()
+                rows.iter().map(|r| grants::GrantRow::from_row(r).cells()).collect()
             }
             Self::PendingApprovals => {
                 let rows = client

@@ -95,25 +95,7 @@ pub async fn active_task_grants(client: &mut Client) -> Result<Report, Error> {
         )
         .await?;
     tx.commit().await?;
-    let actual = rows
-        .iter()
-        .map(|r| {
-            grants::GrantRow {
-                tenant_id: r.get(0),
-                grant_id: r.get(1),
-                principal_id: r.get(2),
-                session_id: r.get(3),
-                origin: r.get(4),
-                path_prefix: r.get(5),
-                created_at: r.get(6),
-                expires_at: r.get(7),
-                actions_used: u32::try_from(r.get::<_, i32>(8)).unwrap_or_default(),
-                chars_used: u32::try_from(r.get::<_, i32>(9)).unwrap_or_default(),
-                end_reason: r.get(10),
-            }
-            .cells()
-        })
-        .collect();
+    let actual = rows.iter().map(|r| grants::GrantRow::from_row(r).cells()).collect();
     Ok(Report::of("active_task_grants", expected, actual))
 }
 
