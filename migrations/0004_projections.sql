@@ -46,7 +46,18 @@ CREATE TABLE grant_list (
 );
 CREATE INDEX grant_list_owner ON grant_list (tenant_id, principal_id, created_at);
 
+-- What the owner's routes show for each grant: its status and minutes left, derived at read time.
+CREATE VIEW grant_list_status AS
+    SELECT tenant_id, grant_id, principal_id, session_id, origin, path_prefix, created_at, expires_at,
+           actions_used, chars_used, end_reason,
+           CASE WHEN end_reason IS NOT NULL THEN 'ended'
+                WHEN expires_at <= now() THEN 'expired'
+                ELSE 'active' END AS status,
+           GREATEST(0, CEIL(EXTRACT(EPOCH FROM expires_at - now()) / 60))::integer AS minutes_left
+    FROM grant_list;
+
 GRANT SELECT, INSERT, UPDATE ON projection_checkpoints, audit_log, grant_list TO grant_ledger_service;
+GRANT SELECT ON grant_list_status TO grant_ledger_service;
 
 -- Approvals still waiting for the owner, per session.
 CREATE TABLE pending_approvals (

@@ -88,7 +88,17 @@ impl Projection {
                  FROM audit_log WHERE session_id IS NOT NULL; \
                  GRANT SELECT ON session_activity TO grant_ledger_service;"
             }
-            Self::GrantList | Self::PendingApprovals => "",
+            Self::GrantList => {
+                "CREATE OR REPLACE VIEW grant_list_status AS \
+                 SELECT tenant_id, grant_id, principal_id, session_id, origin, path_prefix, created_at, expires_at, \
+                 actions_used, chars_used, end_reason, \
+                 CASE WHEN end_reason IS NOT NULL THEN 'ended' WHEN expires_at <= now() THEN 'expired' \
+                 ELSE 'active' END AS status, \
+                 GREATEST(0, CEIL(EXTRACT(EPOCH FROM expires_at - now()) / 60))::integer AS minutes_left \
+                 FROM grant_list; \
+                 GRANT SELECT ON grant_list_status TO grant_ledger_service;"
+            }
+            Self::PendingApprovals => "",
         }
     }
 

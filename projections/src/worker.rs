@@ -160,6 +160,9 @@ impl Worker {
         }
         pause.await;
         tx.commit().await?;
+        // How far behind the newest applied event was recorded: logged, not queried for.
+        let behind = (time::OffsetDateTime::now_utc() - events[events.len() - 1].recorded_at).as_seconds_f64();
+        tracing::debug!(projection = self.projection.name(), applied = events.len(), lag_seconds = behind, "applied");
         Ok(events.len())
     }
 
@@ -178,7 +181,6 @@ impl Worker {
                 loop {
                     let applied = self.step(&mut client).await?;
                     if applied > 0 {
-                        tracing::debug!(projection = self.projection.name(), applied, "applied a batch");
                         continue;
                     }
                     // Caught up: wait for a commit, or poll (a wake-up is a hint, never a delivery).

@@ -160,6 +160,14 @@ async fn workers_build_every_view_equal_to_the_replay_and_verify_catches_an_edit
         .await
         .unwrap();
     assert_eq!((row.get::<_, i32>(0), row.get::<_, Option<String>>(1)), (5, None));
+    let status = db
+        .client()
+        .await
+        .query_one("SELECT status, minutes_left FROM grant_list_status WHERE grant_id = $1", &[&grant])
+        .await
+        .unwrap();
+    assert_eq!(status.get::<_, String>(0), "active");
+    assert!((29..=30).contains(&status.get::<_, i32>(1)), "minutes left: {}", status.get::<_, i32>(1));
     // The audit log says what each unreviewed act was and under which authorization.
     let rows = db
         .client()
