@@ -24,6 +24,11 @@ pub struct Filter {
 /// The log's audit rows that pass `filter`, in log order. A grant's story includes the approval
 /// that created it (its request and resolution) as well as its uses and its end.
 pub async fn replay(store: &PgStore, filter: &Filter) -> Result<Vec<AuditRow>> {
+    replay_with(store, filter, |_| {}).await
+}
+
+/// [`replay`], telling `progress` how many events it has read.
+async fn replay_with(store: &PgStore, filter: &Filter, mut progress: impl FnMut(u64)) -> Result<Vec<AuditRow>> {
     let mut rows = Vec::new();
     let mut at = Checkpoint::START;
     loop {
@@ -33,6 +38,7 @@ pub async fn replay(store: &PgStore, filter: &Filter) -> Result<Vec<AuditRow>> {
         for e in &page {
             rows.push(row(e).with_context(|| format!("event at position {}", e.global_position))?);
         }
+        progress(rows.len() as u64);
     }
     // Session and grant ids are a tenant's own: scope every lookup by the tenant asked for.
     rows.retain(|r| filter.tenant.as_ref().is_none_or(|t| &r.tenant_id == t));
@@ -105,7 +111,10 @@ fn manifest_path(export: &std::path::Path) -> std::path::PathBuf {
 /// manifest beside it (`path.manifest.json`) an auditor keeps.
 pub async fn export(store: &PgStore, filter: &Filter, path: &std::path::Path) -> Result<Manifest> {
     use sha2::Digest;
-    let rows = replay(store, filter).await?;
+    let total: i64 = store.pool().get().await?.query_one("SELECT count(*) FROM events", &[]).await?.get(0);
+    let mut progress = Progress::new("exporting", u64::try_from(total).unwrap_or_default());
+    let rows = replay_with(store, filter, |n| progress.at(n)).await?;
+    progress.finish();
     let mut bytes = Vec::new();
     for r in &rows {
         bytes.extend_from_slice(json_line(r).as_bytes());
@@ -217,21 +226,57 @@ pub async fn projections_verify(config: &tokio_postgres::Config, name: Option<&s
     Ok(text)
 }
 
-/// `grantctl projections rebuild NAME`, with a progress line on standard error.
+/// Progress on standard error: a bar when it is a terminal, otherwise a plain line a second.
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    label: String,
+    last_line: std::time::Instant,
+}
+
+impl Progress {
+    fn new(label: &str, total: u64) -> Self {
+        use std::io::IsTerminal;
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new(total);
+            let style =
+                indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} events ({per_sec}, {eta})")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+            bar.set_style(style);
+            bar.set_message(label.to_owned());
+            bar
+        });
+        Self { bar, label: label.to_owned(), last_line: std::time::Instant::now() }
+    }
+
+    fn at(&mut self, done: u64) {
+        match &self.bar {
+            Some(bar) => bar.set_position(done),
+            None if self.last_line.elapsed() >= Duration::from_secs(1) => {
+                eprintln!("{}: {done} events", self.label);
+                self.last_line = std::time::Instant::now();
+            }
+            None => {}
+        }
+    }
+
+    fn finish(self) {
+        if let Some(bar) = self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// `grantctl projections rebuild NAME`, with progress on standard error.
 pub async fn rebuild(config: &tokio_postgres::Config, name: &str) -> Result<String> {
     let projection = Projection::from_name(name)
         .with_context(|| format!("no projection {name:?}: audit_log, grant_list or pending_approvals"))?;
     let mut client = crate::connect_config(config).await?;
+    let total: i64 = client.query_one("SELECT count(*) FROM events", &[]).await?.get(0);
     let store = PgStore::new(ledger::postgres::pool(config.clone(), 2).map_err(anyhow::Error::msg)?);
     let started = std::time::Instant::now();
-    let mut last_report = started;
-    let done = projections::rebuild::rebuild(&mut client, &store, projection, 5_000, |n| {
-        if last_report.elapsed() >= Duration::from_secs(1) {
-            eprintln!("{name}: {n} events applied to the next generation");
-            last_report = std::time::Instant::now();
-        }
-    })
-    .await?;
+    let mut progress = Progress::new(&format!("rebuilding {name}"), u64::try_from(total).unwrap_or_default());
+    let done = projections::rebuild::rebuild(&mut client, &store, projection, 5_000, |n| progress.at(n)).await?;
+    progress.finish();
     let seconds = started.elapsed().as_secs_f64();
     Ok(format!(
         "{name}: rebuilt from {} events in {seconds:.1} s ({:.0} events/s) and swapped in at ({}, {})",
