@@ -18,6 +18,7 @@ use ledger::{Checkpoint, StreamId};
 use proto::v1 as pb;
 
 use crate::auth::{AuthError, Caller, Credentials, Role, Rpc, Scope};
+use crate::pg::StoreError;
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -60,6 +61,12 @@ fn with_reason(code: Code, reason: &str, message: String) -> Status {
 
 fn status(e: AuthorityError) -> Status {
     match e {
+        // Bad input the ledger refused (a NUL in a string jsonb cannot hold) is the caller's to
+        // fix, not an outage to retry: name where it was.
+        AuthorityError::Store(StoreError::Append(ledger::AppendError::Invalid(i))) => {
+            let field = i.reason.split_whitespace().next().unwrap_or(i.field).to_owned();
+            invalid(&field, &i.reason)
+        }
         AuthorityError::Domain(DomainError::NotFound { what, .. }) => Status::not_found(format!("{what} not found")),
         AuthorityError::Domain(DomainError::Conflict { code, detail }) if code == APPROVAL_TOKEN_INVALID => {
             with_reason(Code::PermissionDenied, code, format!("{code}: {detail}"))

@@ -204,8 +204,8 @@ impl AppendRequest {
                 if e.schema_version == 0 || i32::try_from(e.schema_version).is_err() {
                     return Err(InvalidInput::new("schema_version", "must be at least 1"));
                 }
-                if contains_nul(&e.payload) {
-                    return Err(InvalidInput::new("payload", "may not contain NUL characters"));
+                if let Some(path) = nul_path(&e.payload) {
+                    return Err(InvalidInput::new("payload", format!("{path} may not contain NUL characters")));
                 }
             }
         }
@@ -217,14 +217,27 @@ impl AppendRequest {
     }
 }
 
-/// PostgreSQL's jsonb cannot store U+0000; refuse it up front so both stores agree.
-fn contains_nul(value: &Value) -> bool {
+/// PostgreSQL's jsonb cannot store U+0000; refuse it up front so both stores agree. Returns the
+/// path of the first value holding one (`view.element_name`, `scopes[0].origin`), so a caller can
+/// name the field that carried it.
+fn nul_path(value: &Value) -> Option<String> {
     match value {
-        Value::String(s) => s.contains('\0'),
-        Value::Array(items) => items.iter().any(contains_nul),
-        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || contains_nul(v)),
-        _ => false,
+        Value::String(s) => s.contains('\0').then(String::new),
+        Value::Array(items) => {
+            items.iter().enumerate().find_map(|(i, v)| nul_path(v).map(|p| format!("[{i}]{}", dotted(&p))))
+        }
+        Value::Object(map) => map.iter().find_map(|(k, v)| {
+            if k.contains('\0') {
+                return Some(k.escape_debug().to_string());
+            }
+            nul_path(v).map(|p| format!("{k}{}", dotted(&p)))
+        }),
+        _ => None,
     }
+}
+
+fn dotted(rest: &str) -> String {
+    if rest.is_empty() || rest.starts_with('[') { rest.to_owned() } else { format!(".{rest}") }
 }
 
 /// Where a reader of the global log stands: the last `(tx_id, position)` it delivered.

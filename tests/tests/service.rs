@@ -1065,3 +1065,18 @@ async fn only_the_gateway_records_the_owners_messages() {
     client.record_message(with_role(Role::Worker, "owner", said(false))).await.unwrap();
     client.record_message(with_role(Role::Gateway, "owner", said(true))).await.unwrap();
 }
+
+/// Bad input never looks like an outage: a NUL in a string that would be recorded is
+/// INVALID_ARGUMENT naming where it went, not UNAVAILABLE, and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nul_in_a_recorded_string_is_invalid_argument_not_unavailable() {
+    let Served { mut client, position, _stop, .. } = start_in_process(MemoryGrants::default()).await;
+    session(&mut client).await;
+    let at = position();
+    let mut req = act(None);
+    req.element.as_mut().unwrap().name = "el\u{0}gato".into();
+    let err = client.authorize(owner(req)).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert_eq!(field_violation(&err), "view.element_name");
+    assert_eq!(position(), at, "nothing written");
+}
