@@ -354,7 +354,6 @@ impl Credentials {
         &self,
         metadata: &MetadataMap,
         rpc: Rpc,
-        serving_tenant: &str,
         now: OffsetDateTime,
     ) -> Result<Caller, AuthError> {
         let token = metadata
@@ -372,9 +371,6 @@ impl Credentials {
             .await?
             .filter(|c| c.usable(now))
             .ok_or(AuthError::Unauthenticated("the credential is unknown, expired or revoked"))?;
-        if credential.tenant != serving_tenant {
-            return Err(AuthError::PermissionDenied("the credential is for another tenant".into()));
-        }
         if !rpc.roles().contains(&credential.role) {
             return Err(AuthError::PermissionDenied(format!("the {} role may not make this call", credential.role)));
         }

@@ -1,38 +1,56 @@
-//! The authority: the pure domain over a storage backend. Commands and authorizations are
-//! decided against the `World` and committed through the backend; a task-grant allow goes
-//! through the backend's atomic use, whose answer wins over the domain's count.
+//! The authority: the pure domain over a storage backend, per request. Each command reads what
+//! it needs from the backend's inline state (locking it), decides with the pure domain, and
+//! appends with the stream versions it read; an authorization reads one snapshot, and a
+//! task-grant allow is final only once the backend's atomic use committed it. Nothing is kept in
+//! the process between requests, so any number of replicas serve any tenant.
 //!
 //! Two backends: PostgreSQL (`PgGrants`) and memory (`MemoryGrants`, the reference model with the
-//! same conditional use, for differential tests). The `World` lock serialises deciding within one
-//! process; the database row serialises uses across processes.
+//! same reads and the same conditional use, for differential tests).
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 
-use ledger::catalogue::{AuthorizationKind, EndReason, Event, ToolCallAuthorized};
-use ledger::{AppendRequest, Checkpoint, EventStore, ExpectedVersion, MemoryStore, Metadata, TenantId};
+use ledger::catalogue::{AuthorizationKind, Event, ToolCallAuthorized};
+use ledger::{AppendRequest, Checkpoint, EventStore, ExpectedVersion, MemoryStore, Metadata, StreamId, TenantId};
 use time::OffsetDateTime;
-use tokio::sync::{Mutex, RwLock};
+use tokio::sync::Mutex;
 use uuid::Uuid;
 
-use crate::domain::{self, AuthorizeRequest, Command, Decision, DomainError, World, stream_of};
+use crate::domain::{self, AuthorizeRequest, Command, Decision, DomainError, Grant, World, stream_of};
 use crate::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
 use crate::pg::{Consumed, PgGrants, StoreError};
 use crate::policy::Policy;
+use crate::state::{self, Approvals, Deployment, Grants, Need, Reader, Versioned};
 
-/// Where the authority's events and the inline grant rows live.
+/// How many times a request is decided again after another request changed what it read.
+pub const ATTEMPTS: usize = 8;
+
+/// What a transaction decided and recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transacted<T> {
+    pub value: T,
+    pub events: Vec<Event>,
+    /// Where the ledger reached (`None` when nothing was appended).
+    pub at: Option<Checkpoint>,
+}
+
+/// The decision function a backend runs inside its transaction: the events to record and a
+/// value for the caller.
+pub type Decide<'a, T> = dyn Fn(&World) -> Result<(Vec<Event>, T), DomainError> + Sync + 'a;
+
+/// Where the authority's events and inline state live.
 pub trait Backend: Send + Sync {
-    /// Appends events and applies them to the inline projection, atomically; returns where the
-    /// ledger reached (`None` when there was nothing to append).
-    fn commit(
+    /// Reads what `need` names for `tenant` (locking it when `lock`), runs `decide` on it, and
+    /// appends the events with the inline state written, atomically.
+    fn transact<T: Send>(
         &self,
         tenant: &TenantId,
         metadata: &Metadata,
-        events: &[Event],
-    ) -> impl Future<Output = Result<Option<Checkpoint>, StoreError>> + Send;
-
-    /// The store the backend appends to, for folding the world at start-up.
-    fn events(&self) -> &impl EventStore;
+        need: Need<'_>,
+        lock: bool,
+        decide: &Decide<'_, T>,
+    ) -> impl Future<Output = Result<Transacted<T>, AuthorityError>> + Send;
 
     /// Consumes one use atomically and records `use_event(ordinal)` with it.
     fn consume(
@@ -44,23 +62,24 @@ pub trait Backend: Send + Sync {
         now: OffsetDateTime,
         use_event: impl FnOnce(u32) -> Event + Send,
     ) -> impl Future<Output = Result<Consumed, StoreError>> + Send;
+
+    /// A tenant's whole inline state (verify and tests).
+    fn dump(&self, tenant: &TenantId) -> impl Future<Output = Result<World, StoreError>> + Send;
+
+    /// Tenants with a grant or a pending approval past its expiry.
+    fn due_tenants(&self, now: OffsetDateTime) -> impl Future<Output = Result<Vec<TenantId>, StoreError>> + Send;
 }
 
 impl Backend for PgGrants {
-    fn events(&self) -> &impl EventStore {
-        self.store()
-    }
-
-    async fn commit(
+    async fn transact<T: Send>(
         &self,
         tenant: &TenantId,
         metadata: &Metadata,
-        events: &[Event],
-    ) -> Result<Option<Checkpoint>, StoreError> {
-        if events.is_empty() {
-            return Ok(None);
-        }
-        PgGrants::commit(self, tenant, metadata, events).await.map(|o| Some(o.checkpoint()))
+        need: Need<'_>,
+        lock: bool,
+        decide: &Decide<'_, T>,
+    ) -> Result<Transacted<T>, AuthorityError> {
+        PgGrants::transact(self, tenant, metadata, need, lock, decide).await
     }
 
     async fn consume(
@@ -74,77 +93,160 @@ impl Backend for PgGrants {
     ) -> Result<Consumed, StoreError> {
         PgGrants::consume(self, tenant, metadata, grant_id, typed_chars, now, use_event).await
     }
+
+    async fn dump(&self, tenant: &TenantId) -> Result<World, StoreError> {
+        PgGrants::dump(self, tenant).await
+    }
+
+    async fn due_tenants(&self, now: OffsetDateTime) -> Result<Vec<TenantId>, StoreError> {
+        PgGrants::due_tenants(self, now).await
+    }
 }
 
-#[derive(Debug, Clone)]
-struct Row {
-    tenant: TenantId,
-    session_id: String,
-    expires_at: OffsetDateTime,
-    actions: u32,
-    chars: u32,
-    ended: Option<EndReason>,
+/// One tenant's state in memory: the whole world folded, and each stream's version.
+#[derive(Debug, Default)]
+struct TenantState {
+    world: World,
+    versions: HashMap<StreamId, u64>,
 }
 
-/// The in-memory backend: a `MemoryStore` and inline rows with the same rules as the SQL.
+/// The in-memory backend: a `MemoryStore` and each tenant's world, read through the same
+/// `state::load` as PostgreSQL, one request at a time.
 #[derive(Debug, Default)]
 pub struct MemoryGrants {
     pub store: MemoryStore,
-    rows: Mutex<HashMap<Uuid, Row>>,
+    tenants: Mutex<HashMap<TenantId, TenantState>>,
 }
 
-impl Backend for MemoryGrants {
-    fn events(&self) -> &impl EventStore {
-        &self.store
+struct MemoryReader<'a> {
+    state: &'a TenantState,
+    tenant: &'a TenantId,
+}
+
+impl MemoryReader<'_> {
+    fn version(&self, category: &str, id: &dyn std::fmt::Display) -> u64 {
+        domain::entity_stream(self.tenant, category, id)
+            .map_or(0, |s| self.state.versions.get(&s).copied().unwrap_or(0))
     }
 
-    async fn commit(
-        &self,
-        tenant: &TenantId,
-        metadata: &Metadata,
-        events: &[Event],
-    ) -> Result<Option<Checkpoint>, StoreError> {
-        if events.is_empty() {
-            return Ok(None);
-        }
-        let mut rows = self.rows.lock().await;
-        let mut next = rows.clone();
+    fn approval(&self, a: &domain::Approval) -> Versioned<domain::Approval> {
+        Versioned { value: a.clone(), version: self.version("approval", &a.requested.approval_id) }
+    }
+}
+
+impl Reader for MemoryReader<'_> {
+    async fn sessions(&mut self, ids: &[&str]) -> Result<Vec<Versioned<domain::Session>>, StoreError> {
+        let mut out: Vec<_> = ids
+            .iter()
+            .filter_map(|id| self.state.world.sessions.get(*id))
+            .map(|s| Versioned {
+                value: domain::Session { active_grant: None, ..s.clone() },
+                version: self.version("session", &s.created.session_id),
+            })
+            .collect();
+        out.sort_by(|a, b| a.value.created.session_id.cmp(&b.value.created.session_id));
+        Ok(out)
+    }
+
+    async fn profile(&mut self, id: &str) -> Result<Versioned<domain::Profile>, StoreError> {
+        let value = self.state.world.profiles.get(id).cloned().unwrap_or_default();
+        Ok(Versioned { value, version: self.version("profile", &id) })
+    }
+
+    async fn deployment(&mut self) -> Result<Versioned<Deployment>, StoreError> {
+        let w = &self.state.world;
+        let value = Deployment { settings: w.settings.clone(), standing: w.standing.clone() };
+        let stream = domain::deployment_stream(self.tenant)?;
+        Ok(Versioned { value, version: self.state.versions.get(&stream).copied().unwrap_or(0) })
+    }
+
+    async fn approvals(&mut self, which: Approvals<'_>) -> Result<Vec<Versioned<domain::Approval>>, StoreError> {
+        let all = self.state.world.approvals.values();
+        let mut out: Vec<_> = match which {
+            Approvals::Id(id) => all.filter(|a| a.requested.approval_id == id).map(|a| self.approval(a)).collect(),
+            Approvals::Token(sha) => {
+                all.filter(|a| a.token_sha256.as_deref() == Some(sha)).map(|a| self.approval(a)).collect()
+            }
+            Approvals::OfSession(s) => all.filter(|a| a.requested.session_id == s).map(|a| self.approval(a)).collect(),
+            Approvals::DueBy(now) => all
+                .filter(|a| a.state == domain::ApprovalState::Pending && a.requested.expires_at <= now)
+                .map(|a| self.approval(a))
+                .collect(),
+        };
+        out.sort_by_key(|a| a.value.requested.approval_id);
+        Ok(out)
+    }
+
+    async fn grants(&mut self, which: Grants<'_>) -> Result<Vec<Grant>, StoreError> {
+        let all = self.state.world.grants.values();
+        let mut out: Vec<Grant> = match which {
+            Grants::Id(id) => all.filter(|g| g.created.grant_id == id).cloned().collect(),
+            Grants::ActiveOfSession(s) => all.filter(|g| g.is_active() && g.created.session_id == s).cloned().collect(),
+            Grants::ActiveOnProfile(p) => all.filter(|g| g.is_active() && g.created.profile_id == p).cloned().collect(),
+            Grants::Active => all.filter(|g| g.is_active()).cloned().collect(),
+            Grants::DueBy(now) => all.filter(|g| g.is_active() && g.created.expires_at <= now).cloned().collect(),
+            Grants::OfPrincipal(p) => all.filter(|g| g.created.principal_id == p).cloned().collect(),
+        };
+        out.sort_by_key(|g| g.created.grant_id);
+        Ok(out)
+    }
+
+    async fn run(&mut self, session: &str, run: &str) -> Result<domain::RunSnapshots, StoreError> {
+        Ok(self.state.world.run_snapshots.get(&(session.to_owned(), run.to_owned())).cloned().unwrap_or_default())
+    }
+}
+
+impl TenantState {
+    /// The same refusals as the grant rows' statements and keys.
+    fn check_grant_rows(&self, events: &[Event]) -> Result<(), StoreError> {
+        let mut world = self.world.clone();
         for e in events {
             match e {
                 Event::TaskGrantCreated(c) => {
-                    // The same rules as the table's primary key and one-active-per-session index.
-                    let second_active = next.values().any(|r| r.ended.is_none() && r.session_id == c.session_id);
-                    if next.contains_key(&c.grant_id) || second_active {
-                        return Err(StoreError::Projection(format!(
-                            "grant {} would be a second active grant",
-                            c.grant_id
-                        )));
+                    let second = world.grants.values().any(|g| g.is_active() && g.created.session_id == c.session_id);
+                    if second || world.grants.contains_key(&c.grant_id) {
+                        return Err(StoreError::Projection(format!("grant {} would be a second", c.grant_id)));
                     }
-                    let row = Row {
-                        tenant: tenant.clone(),
-                        session_id: c.session_id.clone(),
-                        expires_at: c.expires_at,
-                        actions: 0,
-                        chars: 0,
-                        ended: None,
-                    };
-                    next.insert(c.grant_id, row);
                 }
-                Event::TaskGrantEnded(x) => match next.get_mut(&x.grant_id) {
-                    Some(r) if r.ended.is_none() => r.ended = Some(x.reason),
-                    _ => {
-                        return Err(StoreError::Projection(format!(
-                            "grant {} is not active: it ends exactly once",
-                            x.grant_id
-                        )));
-                    }
-                },
+                Event::TaskGrantEnded(x) if !world.grants.get(&x.grant_id).is_some_and(Grant::is_active) => {
+                    return Err(StoreError::Contended(format!("grant {} already ended", x.grant_id)));
+                }
                 _ => {}
             }
+            world.apply(e);
         }
-        let outcome = self.store.append(crate::pg::to_append(tenant, metadata, events)).await?;
-        *rows = next;
-        Ok(Some(outcome.checkpoint()))
+        Ok(())
+    }
+
+    fn applied(&mut self, events: &[Event], outcome: &ledger::AppendOutcome) {
+        events.iter().for_each(|e| self.world.apply(e));
+        for a in &outcome.events {
+            self.versions.insert(a.stream_id.clone(), a.stream_version);
+        }
+    }
+}
+
+impl Backend for MemoryGrants {
+    async fn transact<T: Send>(
+        &self,
+        tenant: &TenantId,
+        metadata: &Metadata,
+        need: Need<'_>,
+        _lock: bool,
+        decide: &Decide<'_, T>,
+    ) -> Result<Transacted<T>, AuthorityError> {
+        let mut tenants = self.tenants.lock().await;
+        let state = tenants.entry(tenant.clone()).or_default();
+        let loaded = state::load(&mut MemoryReader { state, tenant }, tenant, need).await?;
+        let (events, value) = decide(&loaded.world)?;
+        if events.is_empty() {
+            return Ok(Transacted { value, events, at: None });
+        }
+        let plan = loaded.plan(&events, metadata)?;
+        state.check_grant_rows(&events)?;
+        let outcome = self.store.append(plan.append).await.map_err(StoreError::from)?;
+        state.applied(&events, &outcome);
+        Ok(Transacted { value, events, at: Some(outcome.checkpoint()) })
     }
 
     async fn consume(
@@ -156,28 +258,48 @@ impl Backend for MemoryGrants {
         now: OffsetDateTime,
         use_event: impl FnOnce(u32) -> Event + Send,
     ) -> Result<Consumed, StoreError> {
-        let mut rows = self.rows.lock().await;
-        let Some(row) = rows.get_mut(&grant_id) else { return Ok(Consumed::Refused) };
-        let fits = row.ended.is_none()
-            && row.actions < MAX_ACTIONS
-            && row.chars + typed_chars <= MAX_TYPED_CHARS
-            && row.expires_at > now
-            && &row.tenant == tenant;
+        let mut tenants = self.tenants.lock().await;
+        let state = tenants.entry(tenant.clone()).or_default();
+        let Some(g) = state.world.grants.get(&grant_id) else { return Ok(Consumed::Refused) };
+        let fits = g.is_active()
+            && g.actions_used < MAX_ACTIONS
+            && g.chars_used + typed_chars <= MAX_TYPED_CHARS
+            && g.created.expires_at > now;
         if !fits {
             return Ok(Consumed::Refused);
         }
-        let ordinal = row.actions + 1;
+        let ordinal = g.actions_used + 1;
         let event = use_event(ordinal);
         let request = AppendRequest::single(
             tenant.clone(),
-            stream_of(&event),
-            ExpectedVersion::Any,
+            stream_of(tenant, &event)?,
+            ExpectedVersion::At(u64::from(ordinal)),
             vec![event.to_new(Uuid::new_v4(), metadata.clone())],
         );
         let outcome = self.store.append(request).await?;
-        row.actions = ordinal;
-        row.chars += typed_chars;
+        state.applied(std::slice::from_ref(&event), &outcome);
         Ok(Consumed::Allowed { ordinal, outcome })
+    }
+
+    async fn dump(&self, tenant: &TenantId) -> Result<World, StoreError> {
+        Ok(self.tenants.lock().await.get(tenant).map(|s| s.world.clone()).unwrap_or_default())
+    }
+
+    async fn due_tenants(&self, now: OffsetDateTime) -> Result<Vec<TenantId>, StoreError> {
+        let tenants = self.tenants.lock().await;
+        let mut due: Vec<TenantId> = tenants
+            .iter()
+            .filter(|(_, s)| {
+                s.world.grants.values().any(|g| g.is_active() && g.created.expires_at <= now)
+                    || s.world
+                        .approvals
+                        .values()
+                        .any(|a| a.state == domain::ApprovalState::Pending && a.requested.expires_at <= now)
+            })
+            .map(|(t, _)| t.clone())
+            .collect();
+        due.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        Ok(due)
     }
 }
 
@@ -187,176 +309,209 @@ pub enum AuthorityError {
     Domain(#[from] DomainError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Other requests kept changing what this one read, [`ATTEMPTS`] times: nothing was written.
+    #[error("other requests kept changing what this request read; nothing was written")]
+    Contended,
 }
 
-/// The domain over a backend, for one tenant.
+impl From<ledger::AppendError> for AuthorityError {
+    fn from(e: ledger::AppendError) -> Self {
+        Self::Store(StoreError::Append(e))
+    }
+}
+
+impl AuthorityError {
+    fn contended(&self) -> bool {
+        matches!(self, Self::Store(e) if state::contended(e))
+    }
+}
+
+/// An authorization and what the reply needs beside it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Authorized {
+    pub decision: Decision,
+    pub events: Vec<Event>,
+    pub at: Option<Checkpoint>,
+    /// The grant a task-grant allow used, as read.
+    pub grant: Option<Grant>,
+    /// Until when the pinned standing grant that allowed runs.
+    pub standing_until: Option<OffsetDateTime>,
+}
+
+#[derive(Debug)]
+struct Core<B> {
+    backend: B,
+    policy: Policy,
+}
+
+/// The domain over a backend, for one tenant; `for_tenant` gives the same backend for another.
 #[derive(Debug)]
 pub struct Authority<B> {
-    backend: B,
-    world: RwLock<World>,
-    policy: Policy,
+    core: Arc<Core<B>>,
     tenant: TenantId,
-    /// The newest ledger position whose events the world has applied.
-    applied: tokio::sync::watch::Sender<Checkpoint>,
+}
+
+impl<B> Clone for Authority<B> {
+    fn clone(&self) -> Self {
+        Self { core: Arc::clone(&self.core), tenant: self.tenant.clone() }
+    }
 }
 
 impl<B: Backend> Authority<B> {
     pub fn new(backend: B, policy: Policy, tenant: TenantId) -> Self {
-        Self {
-            backend,
-            world: RwLock::new(World::default()),
-            policy,
-            tenant,
-            applied: tokio::sync::watch::channel(Checkpoint::START).0,
-        }
+        Self { core: Arc::new(Core { backend, policy }), tenant }
     }
 
-    /// An authority whose world is folded from every event of `tenant` in the backend's log,
-    /// as after a restart. The read is gap-safe: events of transactions still open elsewhere
-    /// are not yet visible, so recover before serving.
-    pub async fn recover(backend: B, policy: Policy, tenant: TenantId) -> Result<Self, AuthorityError> {
-        let mut world = World::default();
-        let mut at = ledger::Checkpoint::START;
-        loop {
-            let page = backend
-                .events()
-                .read_all(at, ledger::READ_PAGE)
-                .await
-                .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-            let Some(last) = page.last() else { break };
-            at = last.checkpoint();
-            for recorded in page.iter().filter(|e| e.tenant_id == tenant) {
-                let event = Event::from_recorded(recorded).map_err(|e| StoreError::Unavailable(e.to_string()))?;
-                world.apply(&event);
-            }
-        }
-        Ok(Self { backend, world: RwLock::new(world), policy, tenant, applied: tokio::sync::watch::channel(at).0 })
+    /// The same backend and policy, for `tenant`.
+    pub fn for_tenant(&self, tenant: TenantId) -> Self {
+        Self { core: Arc::clone(&self.core), tenant }
     }
 
-    /// Reads the world without cloning it.
-    pub async fn read<T>(&self, f: impl FnOnce(&World) -> T) -> T {
-        f(&*self.world.read().await)
+    pub fn tenant(&self) -> &TenantId {
+        &self.tenant
     }
 
     pub fn policy(&self) -> &Policy {
-        &self.policy
-    }
-
-    /// The newest position the world reflects: at least that of every write that returned.
-    pub fn position(&self) -> Checkpoint {
-        *self.applied.borrow()
-    }
-
-    /// Waits (up to `patience`) until the world reflects `at`; false when it did not in time.
-    pub async fn wait_for(&self, at: Checkpoint, patience: std::time::Duration) -> bool {
-        let mut rx = self.applied.subscribe();
-        tokio::time::timeout(patience, rx.wait_for(|p| *p >= at)).await.is_ok_and(|r| r.is_ok())
-    }
-
-    fn reached(&self, at: Option<Checkpoint>) {
-        if let Some(at) = at {
-            self.applied.send_if_modified(|p| {
-                let newer = at > *p;
-                if newer {
-                    *p = at;
-                }
-                newer
-            });
-        }
+        &self.core.policy
     }
 
     pub fn backend(&self) -> &B {
-        &self.backend
+        &self.core.backend
     }
 
-    pub async fn world(&self) -> World {
-        self.world.read().await.clone()
+    /// Reads what `need` names and answers from it; writes nothing.
+    pub async fn read<T: Send>(&self, need: Need<'_>, f: impl Fn(&World) -> T + Sync) -> Result<T, AuthorityError> {
+        let t =
+            self.backend().transact(&self.tenant, &Metadata::default(), need, false, &|w| Ok((vec![], f(w)))).await?;
+        Ok(t.value)
     }
 
-    /// Decides and commits a command; the world changes only after the commit.
+    /// The tenant's whole state as the backend holds it.
+    pub async fn world(&self) -> Result<World, AuthorityError> {
+        Ok(self.backend().dump(&self.tenant).await?)
+    }
+
+    /// Runs `decide` in a transaction that locks what it read, deciding again from a fresh read
+    /// when another request changed it, at most [`ATTEMPTS`] times.
+    async fn transact<T: Send>(
+        &self,
+        metadata: &Metadata,
+        need: Need<'_>,
+        lock: bool,
+        decide: &Decide<'_, T>,
+    ) -> Result<Transacted<T>, AuthorityError> {
+        for _ in 0..ATTEMPTS {
+            match self.backend().transact(&self.tenant, metadata, need, lock, decide).await {
+                Err(e) if e.contended() => tracing::debug!(error = %e, "contended; deciding again"),
+                other => return other,
+            }
+        }
+        Err(AuthorityError::Contended)
+    }
+
+    /// Decides and commits a command.
     pub async fn execute(&self, command: Command, principal: &str) -> Result<Vec<Event>, AuthorityError> {
-        let mut world = self.world.write().await;
-        let events = domain::decide(&world, command)?;
-        let at = self.backend.commit(&self.tenant, &Metadata::by(principal), &events).await?;
-        events.iter().for_each(|e| world.apply(e));
-        self.reached(at);
-        Ok(events)
+        Ok(self.execute_at(command, principal).await?.0)
     }
 
-    /// Decides one `browser.act`. Concurrent calls decide under a shared lock and consume uses
-    /// with no lock held: the backend's row is what serialises them, so a task-grant allow is
-    /// final only once the atomic use committed it, and a request that finds the row spent goes
-    /// to the approval card. Decisions that end a grant are re-decided under the exclusive lock,
-    /// so each end is recorded once.
+    /// Decides and commits a command; with the ledger position its events reached.
+    pub async fn execute_at(
+        &self,
+        command: Command,
+        principal: &str,
+    ) -> Result<(Vec<Event>, Option<Checkpoint>), AuthorityError> {
+        let decide = |w: &World| domain::decide(w, command.clone()).map(|e| (e, ()));
+        let t = self.transact(&Metadata::by(principal), state::need_of(&command), true, &decide).await?;
+        Ok((t.events, t.at))
+    }
+
+    /// Decides one `browser.act`.
     pub async fn authorize(
         &self,
         req: &AuthorizeRequest,
         now: OffsetDateTime,
         approval_id: Uuid,
     ) -> Result<(Decision, Vec<Event>), AuthorityError> {
-        let auth = {
-            let world = self.world.read().await;
-            domain::authorize(&world, &self.policy, req, now, approval_id)
-        };
+        let a = self.authorize_detailed(req, now, approval_id).await?;
+        Ok((a.decision, a.events))
+    }
+
+    /// Decides one `browser.act` from one snapshot of the session's state. A task-grant allow is
+    /// final only once the atomic use committed it; when the row moved since the read (spent,
+    /// ended), the act is decided again from a fresh read, which ends the grant or asks.
+    pub async fn authorize_detailed(
+        &self,
+        req: &AuthorizeRequest,
+        now: OffsetDateTime,
+        approval_id: Uuid,
+    ) -> Result<Authorized, AuthorityError> {
         let metadata = Metadata::by(&req.principal_id);
-        if let Decision::Allow {
-            kind: AuthorizationKind::BrowserTaskGrant,
-            grant_id: Some(grant_id),
-            typed_chars,
-            ..
-        } = auth.decision
-        {
+        let decide = |w: &World| {
+            w.session_of(&req.session_id, &req.principal_id)?;
+            let auth = domain::authorize(w, self.policy(), req, now, approval_id);
+            let grant = match &auth.decision {
+                Decision::Allow { grant_id: Some(g), .. } => w.grants.get(g).cloned(),
+                _ => None,
+            };
+            let standing = w.standing.as_ref().map(|s| s.expires_at);
+            // A task-grant use is recorded by the atomic use, below.
+            let record = match auth.decision {
+                Decision::Allow { kind: AuthorizationKind::BrowserTaskGrant, .. } => vec![],
+                _ => auth.events.clone(),
+            };
+            Ok((record, (auth, grant, standing)))
+        };
+        for _ in 0..ATTEMPTS {
+            let t = self.transact(&metadata, Need::Authorize(&req.session_id), false, &decide).await?;
+            let (auth, grant, standing) = t.value;
+            let Decision::Allow {
+                kind: AuthorizationKind::BrowserTaskGrant,
+                grant_id: Some(grant_id),
+                typed_chars,
+                ..
+            } = auth.decision
+            else {
+                let standing_until = match auth.decision {
+                    Decision::Allow { kind: AuthorizationKind::StandingGrant, .. } => standing,
+                    _ => None,
+                };
+                return Ok(Authorized { decision: auth.decision, events: t.events, at: t.at, grant, standing_until });
+            };
             let Some(Event::ToolCallAuthorized(template)) = auth.events.first().cloned() else {
                 return Err(StoreError::Projection("a task-grant allow without its use event".into()).into());
             };
-            let consumed = self
-                .backend
-                .consume(&self.tenant, &metadata, grant_id, typed_chars, now, |ordinal| {
-                    Event::ToolCallAuthorized(ToolCallAuthorized { use_ordinal: Some(ordinal), ..template.clone() })
-                })
-                .await?;
-            if let Consumed::Allowed { ordinal, outcome } = consumed {
-                let used = Event::ToolCallAuthorized(ToolCallAuthorized { use_ordinal: Some(ordinal), ..template });
-                self.world.write().await.apply(&used);
-                self.reached(Some(outcome.checkpoint()));
-                let decision = Decision::Allow {
-                    kind: AuthorizationKind::BrowserTaskGrant,
-                    grant_id: Some(grant_id),
-                    use_ordinal: Some(ordinal),
-                    typed_chars,
-                };
-                return Ok((decision, vec![used]));
+            let use_event = |ordinal| {
+                Event::ToolCallAuthorized(ToolCallAuthorized { use_ordinal: Some(ordinal), ..template.clone() })
+            };
+            match self.backend().consume(&self.tenant, &metadata, grant_id, typed_chars, now, use_event).await {
+                Ok(Consumed::Allowed { ordinal, outcome }) => {
+                    let decision = Decision::Allow {
+                        kind: AuthorizationKind::BrowserTaskGrant,
+                        grant_id: Some(grant_id),
+                        use_ordinal: Some(ordinal),
+                        typed_chars,
+                    };
+                    let used = use_event(ordinal);
+                    let at = Some(outcome.checkpoint());
+                    return Ok(Authorized { decision, events: vec![used], at, grant, standing_until: None });
+                }
+                // The row moved since the read: decide again from a fresh one.
+                Ok(Consumed::Refused) => {}
+                Err(e) if state::contended(&e) => {}
+                Err(e) => return Err(e.into()),
             }
-            // The row is spent where this decision thought it was not: ask the owner.
-            let mut world = self.world.write().await;
-            let (decision, requested) = domain::request_approval(
-                req,
-                now,
-                approval_id,
-                Some("grant_spent".into()),
-                domain::offer_for(&world, req),
-            );
-            let at = self.backend.commit(&self.tenant, &metadata, std::slice::from_ref(&requested)).await?;
-            world.apply(&requested);
-            self.reached(at);
-            return Ok((decision, vec![requested]));
         }
-        // A denial records nothing: done.
-        if auth.events.is_empty() {
-            return Ok((auth.decision, auth.events));
+        Err(AuthorityError::Contended)
+    }
+
+    /// Ends every grant whose time is up and expires every card past its own, in every tenant.
+    pub async fn sweep(&self, now: OffsetDateTime) -> Result<usize, AuthorityError> {
+        let mut recorded = 0;
+        for tenant in self.backend().due_tenants(now).await? {
+            let authority = self.for_tenant(tenant);
+            recorded += authority.execute(Command::Sweep { now }, "authorizer").await?.len();
+            recorded += authority.execute(Command::ExpireApprovals { now }, "authorizer").await?.len();
         }
-        // Anything else records events: decide again under the exclusive lock, so an end found by
-        // two requests at once is recorded by the first only.
-        let mut world = self.world.write().await;
-        let auth = domain::authorize(&world, &self.policy, req, now, approval_id);
-        if matches!(auth.decision, Decision::Allow { kind: AuthorizationKind::BrowserTaskGrant, .. }) {
-            // The world moved on between the two decisions; this cannot allow without a use.
-            drop(world);
-            return Box::pin(self.authorize(req, now, approval_id)).await;
-        }
-        let at = self.backend.commit(&self.tenant, &metadata, &auth.events).await?;
-        auth.events.iter().for_each(|e| world.apply(e));
-        self.reached(at);
-        Ok((auth.decision, auth.events))
+        Ok(recorded)
     }
 }

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use classifier::{Action, Consequence, ElementFacts, Named, PageFacts, TaskScope};
 use ledger::StreamId;
+use ledger::TenantId;
 use ledger::catalogue::{
     ActionView, ApprovalExpired, ApprovalRequested, ApprovalResolved, ApprovalStatus, ApprovalTokenIssued,
     ApprovalTokenRedeemed, Author, AuthorizationKind, DeploymentScopesChanged, EndReason, Event, Offer, ProfileDeleted,
@@ -13,38 +14,42 @@ use ledger::catalogue::{
     SessionToolCalled, SignInPhase, SiteScope, StandingGrantPinned, StandingGrantUnpinned, Surface, TaskGrantCreated,
     TaskGrantEnded, TokenBinding, ToolCallAuthorized,
 };
+use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::limits::{APPROVAL_TTL, GRANT_DURATION, MAX_ACTIONS, MAX_TYPED_CHARS};
+use crate::limits::{APPROVAL_TTL, GRANT_DURATION, MAX_ACTIONS, MAX_TENANT_LEN, MAX_TYPED_CHARS};
 use crate::policy::{ActionKind, Policy, Verdict};
 use crate::scopes::{TaskGrantSettings, scope_for};
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Session {
     pub created: SessionCreated,
     pub newest_message_author: Option<Author>,
     /// The tools called in this session since the owner's newest message, as recorded.
     pub turn_tools: Vec<String>,
     pub deleted: bool,
+    /// Not stored with the session: the grant rows say which is active.
+    #[serde(skip)]
     pub active_grant: Option<Uuid>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Profile {
     pub generation: u64,
     pub revoked: bool,
     pub deleted: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ApprovalState {
     Pending,
     Resolved(Resolution),
     Expired,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Approval {
     pub requested: ApprovalRequested,
     pub state: ApprovalState,
@@ -76,7 +81,7 @@ pub struct RunSnapshots {
 }
 
 impl RunSnapshots {
-    fn named(&mut self, snapshot: &str) {
+    pub fn named(&mut self, snapshot: &str) {
         if self.seen.insert(snapshot.to_owned()) {
             snapshot.clone_into(&mut self.current);
         }
@@ -97,10 +102,32 @@ pub struct World {
     pub run_snapshots: HashMap<(String, String), RunSnapshots>,
 }
 
-/// The stream an event belongs to.
-pub fn stream_of(event: &Event) -> StreamId {
-    let entity =
-        |category: &str, id: &dyn std::fmt::Display| StreamId::for_entity(category, id).expect("ids are stream-safe");
+/// A tenant id the authority serves: the ledger's id rules, at most [`MAX_TENANT_LEN`] bytes and
+/// no `.`, which separates the tenant from the id in a stream name.
+pub fn tenant_id(value: &str) -> Result<TenantId, DomainError> {
+    let invalid = |reason: &str| DomainError::Invalid { field: "tenant_id", reason: reason.into() };
+    if value.len() > MAX_TENANT_LEN || value.contains('.') {
+        return Err(invalid("is at most 64 bytes with no '.'"));
+    }
+    TenantId::new(value).map_err(|e| invalid(&e.reason))
+}
+
+/// An entity's stream: `category-tenant.id`. Tenants hold no `.`, so two tenants never share a
+/// stream, whatever ids they choose.
+pub fn entity_stream(tenant: &TenantId, category: &str, id: &dyn std::fmt::Display) -> Result<StreamId, DomainError> {
+    StreamId::new(format!("{category}-{tenant}.{id}"))
+        .map_err(|e| DomainError::Invalid { field: "id", reason: format!("{category} id: {}", e.reason) })
+}
+
+/// The tenant's deployment stream (settings and standing-grant pins).
+pub fn deployment_stream(tenant: &TenantId) -> Result<StreamId, DomainError> {
+    StreamId::new(format!("deployment-{tenant}"))
+        .map_err(|e| DomainError::Invalid { field: "tenant_id", reason: e.reason })
+}
+
+/// The stream an event of `tenant` belongs to.
+pub fn stream_of(tenant: &TenantId, event: &Event) -> Result<StreamId, DomainError> {
+    let entity = |category: &str, id: &dyn std::fmt::Display| entity_stream(tenant, category, id);
     match event {
         Event::SessionCreated(e) => entity("session", &e.session_id),
         Event::SessionMessageRecorded(e) => entity("session", &e.session_id),
@@ -111,7 +138,7 @@ pub fn stream_of(event: &Event) -> StreamId {
         Event::ProfileRevoked(e) => entity("profile", &e.profile_id),
         Event::ProfileDeleted(e) => entity("profile", &e.profile_id),
         Event::DeploymentScopesChanged(_) | Event::StandingGrantPinned(_) | Event::StandingGrantUnpinned(_) => {
-            StreamId::new("deployment").expect("valid")
+            deployment_stream(tenant)
         }
         Event::ApprovalRequested(e) => entity("approval", &e.approval_id),
         Event::ApprovalResolved(e) => entity("approval", &e.approval_id),
@@ -260,7 +287,7 @@ impl World {
     }
 
     /// A session of this principal; another principal's session does not exist for the caller.
-    fn session_of(&self, session_id: &str, principal_id: &str) -> Result<&Session, DomainError> {
+    pub fn session_of(&self, session_id: &str, principal_id: &str) -> Result<&Session, DomainError> {
         self.sessions
             .get(session_id)
             .filter(|s| s.created.principal_id == principal_id && !s.deleted)
@@ -425,10 +452,21 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             if settings == world.settings {
                 return Ok(vec![]);
             }
-            Ok(vec![Event::DeploymentScopesChanged(DeploymentScopesChanged {
+            // A grant whose scope is gone, or every grant once the flag is off, ends in the same
+            // append: a use on another replica then finds its row ended.
+            let mut ended: Vec<Uuid> = world
+                .grants
+                .values()
+                .filter(|g| g.is_active() && !(settings.enabled && settings.scopes.contains(&g.created.scope)))
+                .map(|g| g.created.grant_id)
+                .collect();
+            ended.sort();
+            let mut events = vec![Event::DeploymentScopesChanged(DeploymentScopesChanged {
                 task_grants_enabled: settings.enabled,
                 scopes: settings.scopes,
-            })])
+            })];
+            events.extend(ended.into_iter().filter_map(|id| world.end(id, EndReason::ScopeRemoved)));
+            Ok(events)
         }
         Command::ResolveApproval {
             approval_id,

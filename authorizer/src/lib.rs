@@ -13,4 +13,5 @@ pub mod pg;
 pub mod policy;
 pub mod scopes;
 pub mod service;
+pub mod state;
 pub mod view;

@@ -1,5 +1,6 @@
-//! The authority's PostgreSQL edge: events appended with the inline `active_task_grants`
-//! projection updated in the same transaction, and the atomic use of a task grant.
+//! The authority's PostgreSQL edge: each request's read of the inline state (`state::Reader`,
+//! locking what it reads when it writes), its events appended with the inline tables updated in
+//! the same transaction, and the atomic use of a task grant.
 //!
 //! A use is one READ COMMITTED transaction: a conditional `UPDATE … WHERE actions_used < 200
 //! AND chars_used + n <= 4096 AND expires_at > now … RETURNING` that concurrent requests queue
@@ -12,14 +13,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::Transaction;
-use ledger::catalogue::{EndReason, Event, TaskGrantCreated};
-use ledger::{AppendError, AppendOutcome, AppendRequest, ExpectedVersion, Metadata, PgStore, StreamAppend, TenantId};
+use ledger::catalogue::{EndReason, Event, SiteScope, TaskGrantCreated, ToolCallAuthorized};
+use ledger::{AppendError, AppendOutcome, AppendRequest, ExpectedVersion, Metadata, PgStore, TenantId};
 use time::OffsetDateTime;
 use tokio_postgres::IsolationLevel;
 use uuid::Uuid;
 
-use crate::domain::stream_of;
+use crate::authority::{AuthorityError, Decide, Transacted};
+use crate::domain::{Approval, ApprovalState, DomainError, Grant, Profile, RunSnapshots, Session, World, stream_of};
 use crate::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
+use crate::state::{self, Approvals, Deployment, Grants, Need, Reader, Versioned, Writes};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -30,6 +33,13 @@ pub enum StoreError {
     /// The inline projection refused the change: a grant ended twice, a second active grant.
     #[error("inline projection refused: {0}")]
     Projection(String),
+    /// Another request changed what this one read (a deadlock or serialisation failure the
+    /// server resolved by aborting this one): nothing was written; decide again.
+    #[error("contended: {0}")]
+    Contended(String),
+    /// The request cannot be stored as it is (an id too long for a stream name).
+    #[error("invalid: {0}")]
+    Invalid(String),
 }
 
 impl StoreError {
@@ -44,6 +54,16 @@ impl StoreError {
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
+}
+
+/// A statement's failure: contention the caller may decide again after, a constraint of the
+/// inline tables, or the store being unavailable.
+fn db(e: tokio_postgres::Error) -> StoreError {
+    match e.as_db_error().map(|d| (d.code().code(), d.message())) {
+        Some(("40001" | "40P01", m)) => StoreError::Contended(m.to_owned()),
+        Some((code, m)) if code.starts_with("23") => StoreError::Projection(format!("{code}: {m}")),
+        _ => unavailable(e),
+    }
 }
 
 /// The answer to a use request.
@@ -82,31 +102,78 @@ impl PgGrants {
         &self.settled
     }
 
-    /// Appends domain events (grouped by stream, in order) and applies them to the inline
-    /// projection, all in one transaction.
+    /// Reads what `need` names (locking it when `lock`), lets `decide` choose events from the
+    /// partial world, and appends them with the inline tables written, in one transaction.
+    /// Without `lock` the read is one REPEATABLE READ snapshot, and a write that another request
+    /// beat comes back `Contended`.
+    pub async fn transact<T: Send>(
+        &self,
+        tenant: &TenantId,
+        metadata: &Metadata,
+        need: Need<'_>,
+        lock: bool,
+        decide: &Decide<'_, T>,
+    ) -> Result<Transacted<T>, AuthorityError> {
+        let mut client = self.store.pool().get().await.map_err(unavailable)?;
+        let isolation = if lock { IsolationLevel::ReadCommitted } else { IsolationLevel::RepeatableRead };
+        let tx = client.build_transaction().isolation_level(isolation).start().await.map_err(unavailable)?;
+        let mut reader = PgReader { tx: &tx, tenant: tenant.as_str(), lock };
+        let loaded = state::load(&mut reader, tenant, need).await?;
+        let (events, value) = decide(&loaded.world)?;
+        if events.is_empty() {
+            tx.commit().await.map_err(unavailable)?;
+            return Ok(Transacted { value, events, at: None });
+        }
+        let plan = loaded.plan(&events, metadata)?;
+        // The append first: a stream another request moved is a conflict before anything else.
+        let staged = self.store.append_within(&tx, &plan.append).await?;
+        write(&tx, tenant.as_str(), &plan.write).await?;
+        for e in &events {
+            apply_grant_row(&tx, tenant.as_str(), e).await?;
+        }
+        if let Err(e) = tx.commit().await {
+            ledger::postgres::discard(client);
+            self.settle(staged.commit_error(&e)).await?;
+        } else {
+            self.store.committed(&staged);
+        }
+        Ok(Transacted { value, events, at: Some(self.outcome(&staged).checkpoint()) })
+    }
+
+    /// Appends grant events as they are, each stream unchecked, and applies them to the grant
+    /// rows, in one transaction: for tests and tools that write a grant's events directly. The
+    /// authority itself decides through [`PgGrants::transact`].
     pub async fn commit(
         &self,
         tenant: &TenantId,
         metadata: &Metadata,
         events: &[Event],
     ) -> Result<AppendOutcome, StoreError> {
-        let request = to_append(tenant, metadata, events);
-        let mut client = self.store.pool().get().await.map_err(unavailable)?;
-        let tx = client
-            .build_transaction()
-            .isolation_level(IsolationLevel::ReadCommitted)
-            .start()
-            .await
-            .map_err(unavailable)?;
+        let mut request = AppendRequest { tenant_id: tenant.clone(), streams: Vec::new() };
         for e in events {
-            apply_inline(&tx, e).await?;
+            let stream = stream_of(tenant, e)?;
+            let new = e.to_new(Uuid::new_v4(), metadata.clone());
+            match request.streams.iter_mut().find(|s| s.stream_id == stream) {
+                Some(s) => s.events.push(new),
+                None => request.streams.push(ledger::StreamAppend {
+                    stream_id: stream,
+                    expected: ExpectedVersion::Any,
+                    events: vec![new],
+                }),
+            }
         }
+        let mut client = self.store.pool().get().await.map_err(unavailable)?;
+        let tx = client.transaction().await.map_err(unavailable)?;
         let staged = self.store.append_within(&tx, &request).await?;
+        for e in events {
+            apply_grant_row(&tx, tenant.as_str(), e).await?;
+        }
         if let Err(e) = tx.commit().await {
             ledger::postgres::discard(client);
-            return self.settle(staged.commit_error(&e)).await.map(|()| self.outcome(&staged));
+            self.settle(staged.commit_error(&e)).await?;
+        } else {
+            self.store.committed(&staged);
         }
-        self.store.committed(&staged);
         Ok(self.outcome(&staged))
     }
 
@@ -158,8 +225,8 @@ impl PgGrants {
         let stmt = tx
             .prepare_cached(
                 "UPDATE active_task_grants SET actions_used = actions_used + 1, chars_used = chars_used + $2 \
-                 WHERE grant_id = $1 AND ended_at IS NULL AND actions_used < $4 AND chars_used + $2 <= $5 \
-                   AND expires_at > $3 AND tenant_id = $6 \
+                 WHERE tenant_id = $6 AND grant_id = $1 AND ended_at IS NULL AND actions_used < $4 AND chars_used + $2 <= $5 \
+                   AND expires_at > $3 \
                  RETURNING actions_used",
             )
             .await
@@ -178,11 +245,14 @@ impl PgGrants {
         // skip reading the stream's head.
         let request = AppendRequest::single(
             tenant.clone(),
-            stream_of(&event),
+            stream_of(tenant, &event)?,
             ExpectedVersion::At(u64::from(ordinal)),
             vec![event.to_new(Uuid::new_v4(), metadata.clone())],
         );
         let staged = self.store.append_within(&tx, &request).await?;
+        if let Event::ToolCallAuthorized(ToolCallAuthorized { session_id, run_id, snapshot_id: Some(s), .. }) = &event {
+            name_snapshot(&tx, tenant.as_str(), session_id, run_id, s).await?;
+        }
         if let Err(e) = tx.commit().await {
             ledger::postgres::discard(client);
             self.settle(staged.commit_error(&e)).await?;
@@ -193,12 +263,17 @@ impl PgGrants {
     }
 
     /// The inline row of a grant: (actions_used, chars_used, end_reason).
-    pub async fn usage(&self, grant_id: Uuid) -> Result<Option<(u32, u32, Option<String>)>, StoreError> {
+    pub async fn usage(
+        &self,
+        tenant: &TenantId,
+        grant_id: Uuid,
+    ) -> Result<Option<(u32, u32, Option<String>)>, StoreError> {
         let client = self.store.pool().get().await.map_err(unavailable)?;
         let row = client
             .query_opt(
-                "SELECT actions_used, chars_used, end_reason FROM active_task_grants WHERE grant_id = $1",
-                &[&grant_id],
+                "SELECT actions_used, chars_used, end_reason FROM active_task_grants \
+                 WHERE tenant_id = $1 AND grant_id = $2",
+                &[&tenant.as_str(), &grant_id],
             )
             .await
             .map_err(unavailable)?;
@@ -207,33 +282,347 @@ impl PgGrants {
             (n(0), n(1), r.get(2))
         }))
     }
+
+    /// A tenant's whole inline state as one world (verify and tests).
+    pub async fn dump(&self, tenant: &TenantId) -> Result<World, StoreError> {
+        let mut client = self.store.pool().get().await.map_err(unavailable)?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(unavailable)?;
+        let t = tenant.as_str();
+        let mut world = World::default();
+        for r in tx.query("SELECT state FROM authority_sessions WHERE tenant_id = $1", &[&t]).await.map_err(db)? {
+            let s: Session = json(r.get(0))?;
+            world.sessions.insert(s.created.session_id.clone(), s);
+        }
+        for r in tx
+            .query("SELECT profile_id, state FROM authority_profiles WHERE tenant_id = $1 AND version > 0", &[&t])
+            .await
+            .map_err(db)?
+        {
+            world.profiles.insert(r.get(0), json(r.get(1))?);
+        }
+        for r in tx.query("SELECT state FROM authority_approvals WHERE tenant_id = $1", &[&t]).await.map_err(db)? {
+            let a: Approval = json(r.get(0))?;
+            world.approvals.insert(a.requested.approval_id, a);
+        }
+        let sql = format!("SELECT {GRANT_COLUMNS} FROM active_task_grants WHERE tenant_id = $1");
+        for r in tx.query(&sql, &[&t]).await.map_err(db)? {
+            let g = grant_from_row(&r)?;
+            world.grants.insert(g.created.grant_id, g);
+        }
+        let deployment = tx
+            .query_opt("SELECT state FROM authority_settings WHERE tenant_id = $1 AND version > 0", &[&t])
+            .await
+            .map_err(db)?;
+        if let Some(r) = deployment {
+            let d: Deployment = json(r.get(0))?;
+            world.settings = d.settings;
+            world.standing = d.standing;
+        }
+        let runs = tx
+            .query("SELECT session_id, run_id, snapshot_id FROM run_snapshots WHERE tenant_id = $1 ORDER BY seq", &[&t])
+            .await
+            .map_err(db)?;
+        for r in runs {
+            let snapshots: &mut RunSnapshots = world.run_snapshots.entry((r.get(0), r.get(1))).or_default();
+            snapshots.named(r.get(2));
+        }
+        for g in world.grants.values().filter(|g| g.is_active()) {
+            if let Some(s) = world.sessions.get_mut(&g.created.session_id) {
+                s.active_grant = Some(g.created.grant_id);
+            }
+        }
+        Ok(world)
+    }
+
+    /// Tenants with a grant past its expiry or a pending approval past its own.
+    pub async fn due_tenants(&self, now: OffsetDateTime) -> Result<Vec<TenantId>, StoreError> {
+        let client = self.store.pool().get().await.map_err(unavailable)?;
+        let rows = client
+            .query(
+                "SELECT tenant_id FROM active_task_grants WHERE ended_at IS NULL AND expires_at <= $1 \
+                 UNION SELECT tenant_id FROM authority_approvals WHERE pending_until <= $1",
+                &[&now],
+            )
+            .await
+            .map_err(db)?;
+        rows.iter().map(|r| TenantId::new(r.get::<_, String>(0)).map_err(|e| StoreError::Invalid(e.reason))).collect()
+    }
 }
 
-/// Domain events as one append: grouped by stream in order of first appearance, each stream
-/// unchecked (`Any`), since the caller decided them against the state it holds.
-pub fn to_append(tenant: &TenantId, metadata: &Metadata, events: &[Event]) -> AppendRequest {
-    let mut streams: Vec<StreamAppend> = Vec::new();
-    for e in events {
-        let stream = stream_of(e);
-        let new = e.to_new(Uuid::new_v4(), metadata.clone());
-        match streams.iter_mut().find(|s| s.stream_id == stream) {
-            Some(s) => s.events.push(new),
-            None => streams.push(StreamAppend { stream_id: stream, expected: ExpectedVersion::Any, events: vec![new] }),
+fn json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, StoreError> {
+    serde_json::from_value(value).map_err(|e| StoreError::Projection(format!("inline state unreadable: {e}")))
+}
+
+fn to_json(value: &impl serde::Serialize) -> Result<serde_json::Value, StoreError> {
+    serde_json::to_value(value).map_err(|e| StoreError::Invalid(e.to_string()))
+}
+
+fn version(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn from_version(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+const GRANT_COLUMNS: &str = "grant_id, approval_id, tenant_id, principal_id, session_id, profile_id, \
+     profile_generation, agent_version, policy_version, origin, path_prefix, created_at, expires_at, \
+     actions_used, chars_used, end_reason";
+
+fn grant_from_row(r: &tokio_postgres::Row) -> Result<Grant, StoreError> {
+    let n = |i: usize| u32::try_from(r.get::<_, i32>(i)).unwrap_or(0);
+    let ended =
+        r.get::<_, Option<String>>(15).map(|code| json::<EndReason>(serde_json::Value::String(code))).transpose()?;
+    Ok(Grant {
+        created: TaskGrantCreated {
+            grant_id: r.get(0),
+            approval_id: r.get(1),
+            tenant_id: r.get(2),
+            principal_id: r.get(3),
+            session_id: r.get(4),
+            profile_id: r.get(5),
+            profile_generation: from_version(r.get(6)),
+            agent_version: r.get(7),
+            policy_version: r.get(8),
+            scope: SiteScope { origin: r.get(9), path_prefix: r.get(10) },
+            created_at: r.get(11),
+            expires_at: r.get(12),
+            max_actions: MAX_ACTIONS,
+            max_typed_chars: MAX_TYPED_CHARS,
+        },
+        actions_used: n(13),
+        chars_used: n(14),
+        ended,
+    })
+}
+
+/// One request's reads, inside its transaction; `FOR UPDATE` when the request writes, so two
+/// replicas deciding on the same rows take turns.
+struct PgReader<'a> {
+    tx: &'a Transaction<'a>,
+    tenant: &'a str,
+    lock: bool,
+}
+
+impl PgReader<'_> {
+    fn locking(&self) -> &'static str {
+        if self.lock { " FOR UPDATE" } else { "" }
+    }
+
+    /// With `lock`, a placeholder row at version 0 is made first so that there is a row to lock
+    /// even before the first event (two first sign-ins then take turns, too).
+    async fn defaulted(
+        &self,
+        table: &str,
+        key: &str,
+        id: Option<&str>,
+    ) -> Result<Option<(u64, serde_json::Value)>, StoreError> {
+        let (cols, args): (&str, Vec<&(dyn tokio_postgres::types::ToSql + Sync)>) = match &id {
+            Some(id) => (", $2", vec![&self.tenant, id]),
+            None => ("", vec![&self.tenant]),
+        };
+        let key_cols = if id.is_some() { format!("tenant_id, {key}") } else { "tenant_id".into() };
+        if self.lock {
+            let sql = format!(
+                "INSERT INTO {table} ({key_cols}, version, state) VALUES ($1{cols}, 0, 'null') ON CONFLICT DO NOTHING"
+            );
+            self.tx.execute(&sql, &args).await.map_err(db)?;
+        }
+        let filter = if id.is_some() { format!(" AND {key} = $2") } else { String::new() };
+        let sql = format!("SELECT version, state FROM {table} WHERE tenant_id = $1{filter}{}", self.locking());
+        let row = self.tx.query_opt(&sql, &args).await.map_err(db)?;
+        Ok(row.map(|r| (from_version(r.get(0)), r.get(1))).filter(|(v, _)| *v > 0))
+    }
+}
+
+impl Reader for PgReader<'_> {
+    async fn sessions(&mut self, ids: &[&str]) -> Result<Vec<Versioned<Session>>, StoreError> {
+        let sql = format!(
+            "SELECT version, state FROM authority_sessions WHERE tenant_id = $1 AND session_id = ANY($2) \
+             ORDER BY session_id{}",
+            self.locking()
+        );
+        let rows = self.tx.query(&sql, &[&self.tenant, &ids]).await.map_err(db)?;
+        rows.iter().map(|r| Ok(Versioned { version: from_version(r.get(0)), value: json(r.get(1))? })).collect()
+    }
+
+    async fn profile(&mut self, id: &str) -> Result<Versioned<Profile>, StoreError> {
+        Ok(match self.defaulted("authority_profiles", "profile_id", Some(id)).await? {
+            Some((version, state)) => Versioned { value: json(state)?, version },
+            None => Versioned { value: Profile::default(), version: 0 },
+        })
+    }
+
+    async fn deployment(&mut self) -> Result<Versioned<Deployment>, StoreError> {
+        Ok(match self.defaulted("authority_settings", "", None).await? {
+            Some((version, state)) => Versioned { value: json(state)?, version },
+            None => Versioned { value: Deployment::default(), version: 0 },
+        })
+    }
+
+    async fn approvals(&mut self, which: Approvals<'_>) -> Result<Vec<Versioned<Approval>>, StoreError> {
+        let base = "SELECT version, state FROM authority_approvals WHERE tenant_id = $1";
+        let lock = self.locking();
+        let rows = match which {
+            Approvals::Id(id) => {
+                self.tx.query(&format!("{base} AND approval_id = $2{lock}"), &[&self.tenant, &id]).await
+            }
+            Approvals::Token(sha) => {
+                self.tx.query(&format!("{base} AND token_sha256 = $2{lock}"), &[&self.tenant, &sha]).await
+            }
+            Approvals::OfSession(session) => {
+                self.tx
+                    .query(&format!("{base} AND session_id = $2 ORDER BY approval_id{lock}"), &[&self.tenant, &session])
+                    .await
+            }
+            Approvals::DueBy(now) => {
+                self.tx
+                    .query(&format!("{base} AND pending_until <= $2 ORDER BY approval_id{lock}"), &[&self.tenant, &now])
+                    .await
+            }
+        }
+        .map_err(db)?;
+        rows.iter().map(|r| Ok(Versioned { version: from_version(r.get(0)), value: json(r.get(1))? })).collect()
+    }
+
+    async fn grants(&mut self, which: Grants<'_>) -> Result<Vec<Grant>, StoreError> {
+        let base = format!("SELECT {GRANT_COLUMNS} FROM active_task_grants WHERE tenant_id = $1");
+        let lock = self.locking();
+        let t = &self.tenant;
+        let rows = match which {
+            Grants::Id(id) => self.tx.query(&format!("{base} AND grant_id = $2{lock}"), &[t, &id]).await,
+            Grants::ActiveOfSession(s) => {
+                self.tx.query(&format!("{base} AND session_id = $2 AND ended_at IS NULL{lock}"), &[t, &s]).await
+            }
+            Grants::ActiveOnProfile(p) => {
+                let sql = format!("{base} AND profile_id = $2 AND ended_at IS NULL ORDER BY grant_id{lock}");
+                self.tx.query(&sql, &[t, &p]).await
+            }
+            Grants::Active => {
+                self.tx.query(&format!("{base} AND ended_at IS NULL ORDER BY grant_id{lock}"), &[t]).await
+            }
+            Grants::DueBy(now) => {
+                let sql = format!("{base} AND ended_at IS NULL AND expires_at <= $2 ORDER BY grant_id{lock}");
+                self.tx.query(&sql, &[t, &now]).await
+            }
+            Grants::OfPrincipal(p) => self.tx.query(&format!("{base} AND principal_id = $2{lock}"), &[t, &p]).await,
+        }
+        .map_err(db)?;
+        rows.iter().map(grant_from_row).collect()
+    }
+
+    async fn run(&mut self, session: &str, run: &str) -> Result<RunSnapshots, StoreError> {
+        let rows = self
+            .tx
+            .query(
+                "SELECT snapshot_id FROM run_snapshots WHERE tenant_id = $1 AND session_id = $2 AND run_id = $3 \
+                 ORDER BY seq",
+                &[&self.tenant, &session, &run],
+            )
+            .await
+            .map_err(db)?;
+        let mut snapshots = RunSnapshots::default();
+        for r in &rows {
+            snapshots.named(r.get(0));
+        }
+        Ok(snapshots)
+    }
+}
+
+/// Writes the entities an append changed.
+async fn write(tx: &Transaction<'_>, tenant: &str, w: &Writes) -> Result<(), StoreError> {
+    for s in &w.sessions {
+        tx.execute(
+            "INSERT INTO authority_sessions (tenant_id, session_id, principal_id, version, state) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant_id, session_id) \
+             DO UPDATE SET version = excluded.version, state = excluded.state",
+            &[
+                &tenant,
+                &s.value.created.session_id,
+                &s.value.created.principal_id,
+                &version(s.version),
+                &to_json(&s.value)?,
+            ],
+        )
+        .await
+        .map_err(db)?;
+    }
+    for (id, p) in &w.profiles {
+        tx.execute(
+            "INSERT INTO authority_profiles (tenant_id, profile_id, version, state) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (tenant_id, profile_id) DO UPDATE SET version = excluded.version, state = excluded.state",
+            &[&tenant, id, &version(p.version), &to_json(&p.value)?],
+        )
+        .await
+        .map_err(db)?;
+    }
+    if let Some(d) = &w.deployment {
+        tx.execute(
+            "INSERT INTO authority_settings (tenant_id, version, state) VALUES ($1, $2, $3) \
+             ON CONFLICT (tenant_id) DO UPDATE SET version = excluded.version, state = excluded.state",
+            &[&tenant, &version(d.version), &to_json(&d.value)?],
+        )
+        .await
+        .map_err(db)?;
+    }
+    for a in &w.approvals {
+        let r = &a.value.requested;
+        let pending_until = (a.value.state == ApprovalState::Pending).then_some(r.expires_at);
+        tx.execute(
+            "INSERT INTO authority_approvals (tenant_id, approval_id, session_id, version, state, token_sha256, \
+             pending_until) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (tenant_id, approval_id) \
+             DO UPDATE SET version = excluded.version, state = excluded.state, token_sha256 = excluded.token_sha256, \
+             pending_until = excluded.pending_until",
+            &[
+                &tenant,
+                &r.approval_id,
+                &r.session_id,
+                &version(a.version),
+                &to_json(&a.value)?,
+                &a.value.token_sha256,
+                &pending_until,
+            ],
+        )
+        .await
+        .map_err(db)?;
+    }
+    for ((session, run), named) in &w.snapshots {
+        for s in named {
+            name_snapshot(tx, tenant, session, run, s).await?;
         }
     }
-    AppendRequest { tenant_id: tenant.clone(), streams }
+    Ok(())
+}
+
+async fn name_snapshot(
+    tx: &Transaction<'_>,
+    tenant: &str,
+    session: &str,
+    run: &str,
+    snapshot: &str,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO run_snapshots (tenant_id, session_id, run_id, snapshot_id) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT DO NOTHING",
+        &[&tenant, &session, &run, &snapshot],
+    )
+    .await
+    .map_err(db)?;
+    Ok(())
 }
 
 fn end_code(reason: EndReason) -> String {
     serde_json::to_value(reason).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
 }
 
-/// Applies one event to the inline projection inside the append's transaction.
-async fn apply_inline(tx: &Transaction<'_>, event: &Event) -> Result<(), StoreError> {
-    let projection = |e: tokio_postgres::Error| match e.as_db_error() {
-        Some(db) => StoreError::Projection(format!("{}: {}", db.code().code(), db.message())),
-        None => unavailable(e),
-    };
+/// Applies a grant's creation or end to its row inside the append's transaction.
+async fn apply_grant_row(tx: &Transaction<'_>, tenant: &str, event: &Event) -> Result<(), StoreError> {
     match event {
         Event::TaskGrantCreated(TaskGrantCreated {
             grant_id,
@@ -250,6 +639,9 @@ async fn apply_inline(tx: &Transaction<'_>, event: &Event) -> Result<(), StoreEr
             expires_at,
             ..
         }) => {
+            if tenant_id != tenant {
+                return Err(StoreError::Projection(format!("grant {grant_id} names tenant {tenant_id}, not {tenant}")));
+            }
             let generation = i64::try_from(*profile_generation).unwrap_or(i64::MAX);
             tx.execute(
                 "INSERT INTO active_task_grants (grant_id, tenant_id, principal_id, session_id, profile_id, profile_generation, \
@@ -272,21 +664,20 @@ async fn apply_inline(tx: &Transaction<'_>, event: &Event) -> Result<(), StoreEr
                 ],
             )
             .await
-            .map_err(projection)?;
+            .map_err(db)?;
         }
         Event::TaskGrantEnded(e) => {
             let n = tx
                 .execute(
-                    "UPDATE active_task_grants SET ended_at = now(), end_reason = $2 WHERE grant_id = $1 AND ended_at IS NULL",
-                    &[&e.grant_id, &end_code(e.reason)],
+                    "UPDATE active_task_grants SET ended_at = now(), end_reason = $3 \
+                     WHERE tenant_id = $1 AND grant_id = $2 AND ended_at IS NULL",
+                    &[&tenant, &e.grant_id, &end_code(e.reason)],
                 )
                 .await
-                .map_err(projection)?;
+                .map_err(db)?;
             if n != 1 {
-                return Err(StoreError::Projection(format!(
-                    "grant {} is not active: it ends exactly once",
-                    e.grant_id
-                )));
+                // Another request ended it after this one read it: decide again.
+                return Err(StoreError::Contended(format!("grant {} already ended", e.grant_id)));
             }
         }
         _ => {}

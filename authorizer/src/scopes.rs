@@ -73,7 +73,7 @@ pub fn parse_scopes(value: &str) -> Result<Vec<SiteScope>, ScopeError> {
 }
 
 /// The deployment's task-grant settings.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct TaskGrantSettings {
     pub enabled: bool,
     pub scopes: Vec<SiteScope>,

@@ -7,7 +7,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use classifier::{Action, ElementFacts, FieldKind, PageFacts, SelectOption};
 use ledger::catalogue::{
@@ -29,18 +28,20 @@ use uuid::Uuid;
 
 use crate::authority::{Authority, AuthorityError, Backend};
 use crate::constraint::{DispatchConstraint, GrantKind};
+use crate::domain;
 use crate::domain::{
     APPROVAL_TOKEN_INVALID, Approval, ApprovalState, AuthorizeRequest, Command, Decision, DomainError, Grant,
     RunContext, Versions, World,
 };
+use crate::state::Need;
 use crate::view::{approval_view_in_session, offer_text};
 
 /// The `ErrorInfo` reason of a call refused to its caller's credential (role, tenant or scope),
 /// beside the domain's own refusals such as `APPROVAL_TOKEN_INVALID`.
 pub const CALLER_NOT_PERMITTED: &str = "CALLER_NOT_PERMITTED";
 
-/// How long a read waits for the position it asked to see.
-const READ_YOUR_WRITES_PATIENCE: Duration = Duration::from_secs(5);
+/// The `ErrorInfo` reason of ABORTED: other requests kept changing what this one read.
+pub const CONCURRENT_CHANGE: &str = "CONCURRENT_CHANGE";
 
 fn invalid(field: &str, description: &str) -> Status {
     Status::with_error_details(
@@ -78,6 +79,14 @@ fn status(e: AuthorityError) -> Status {
             with_reason(Code::FailedPrecondition, code, format!("{code}: {detail}"))
         }
         AuthorityError::Domain(DomainError::Invalid { field, reason }) => invalid(field, &reason),
+        // Another request kept changing what this one read: nothing was written, and trying
+        // again decides afresh.
+        AuthorityError::Contended | AuthorityError::Store(StoreError::Contended(_)) => with_reason(
+            Code::Aborted,
+            CONCURRENT_CHANGE,
+            "other requests changed what this one read; nothing was written; retry".into(),
+        ),
+        AuthorityError::Store(StoreError::Invalid(reason)) => invalid("request", &reason),
         AuthorityError::Store(e) if e.is_determinate() => {
             tracing::warn!(error = %e, "store refused a write; nothing was written");
             Status::unavailable(format!("nothing was written: {e}"))
@@ -296,92 +305,90 @@ fn is_token(token: &str) -> bool {
         .is_some_and(|h| h.len() == 24 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
 }
 
-/// The gRPC face of one tenant's authority.
+/// The gRPC face of the authority, for every tenant: each call acts in its credential's tenant.
 #[derive(Debug)]
 pub struct AuthorizerService<B> {
     authority: Arc<Authority<B>>,
-    tenant: String,
     credentials: Credentials,
 }
 
 impl<B> Clone for AuthorizerService<B> {
     fn clone(&self) -> Self {
-        Self {
-            authority: Arc::clone(&self.authority),
-            tenant: self.tenant.clone(),
-            credentials: self.credentials.clone(),
-        }
+        Self { authority: Arc::clone(&self.authority), credentials: self.credentials.clone() }
     }
 }
 
 impl<B: Backend + 'static> AuthorizerService<B> {
-    pub fn new(authority: Arc<Authority<B>>, tenant: impl Into<String>, credentials: Credentials) -> Self {
-        Self { authority, tenant: tenant.into(), credentials }
+    pub fn new(authority: Arc<Authority<B>>, credentials: Credentials) -> Self {
+        Self { authority, credentials }
     }
 
     pub fn into_server(self) -> pb::authorizer_server::AuthorizerServer<Self> {
         pb::authorizer_server::AuthorizerServer::new(self)
     }
 
-    /// The authenticated caller of `rpc`: its credential's tenant must be the one this authority
-    /// serves and its role the one the call belongs to.
-    async fn caller<T>(&self, req: &Request<T>, rpc: Rpc) -> Result<Caller, Status> {
-        let caller =
-            self.credentials.authenticate(req.metadata(), rpc, &self.tenant, OffsetDateTime::now_utc()).await.map_err(
-                |e| match e {
-                    AuthError::Unauthenticated(m) => Status::unauthenticated(m),
-                    AuthError::PermissionDenied(m) => with_reason(Code::PermissionDenied, CALLER_NOT_PERMITTED, m),
-                    AuthError::Unavailable(m) => {
-                        // The store's own words stay in the log: the caller is not yet authenticated.
-                        tracing::warn!(error = %m, "credentials cannot be read");
-                        Status::unavailable("nothing was written: credentials cannot be read now; retry")
-                    }
-                    AuthError::Invalid(m) => Status::invalid_argument(m),
-                },
-            )?;
-        tracing::debug!(role = %caller.role, principal = %caller.principal, "authenticated");
-        Ok(caller)
+    /// The authenticated caller of `rpc`, whose role must be the one the call belongs to, and the
+    /// authority of its credential's tenant.
+    async fn caller<T>(&self, req: &Request<T>, rpc: Rpc) -> Result<(Caller, Authority<B>), Status> {
+        let caller = self.credentials.authenticate(req.metadata(), rpc, OffsetDateTime::now_utc()).await.map_err(
+            |e| match e {
+                AuthError::Unauthenticated(m) => Status::unauthenticated(m),
+                AuthError::PermissionDenied(m) => with_reason(Code::PermissionDenied, CALLER_NOT_PERMITTED, m),
+                AuthError::Unavailable(m) => {
+                    // The store's own words stay in the log: the caller is not yet authenticated.
+                    tracing::warn!(error = %m, "credentials cannot be read");
+                    Status::unavailable("nothing was written: credentials cannot be read now; retry")
+                }
+                AuthError::Invalid(m) => Status::invalid_argument(m),
+            },
+        )?;
+        tracing::debug!(role = %caller.role, principal = %caller.principal, tenant = %caller.tenant, "authenticated");
+        let tenant = domain::tenant_id(&caller.tenant).map_err(|e| {
+            with_reason(Code::PermissionDenied, CALLER_NOT_PERMITTED, format!("the credential's tenant: {e}"))
+        })?;
+        let authority = self.authority.for_tenant(tenant);
+        Ok((caller, authority))
     }
 
-    async fn seen(&self, min: Option<pb::Position>) -> Result<(), Status> {
-        let Some(min) = min else { return Ok(()) };
-        let at = Checkpoint { tx_id: min.tx_id, position: min.position };
-        if self.authority.wait_for(at, READ_YOUR_WRITES_PATIENCE).await {
-            Ok(())
-        } else {
-            Err(Status::unavailable("not caught up to the requested position yet; retry"))
-        }
+    async fn write(
+        &self,
+        authority: &Authority<B>,
+        command: Command,
+        principal: &str,
+    ) -> Result<Response<pb::WriteReply>, Status> {
+        let (_, at) = authority.execute_at(command, principal).await.map_err(status)?;
+        Ok(Response::new(pb::WriteReply { position: at.and_then(position) }))
     }
+}
 
-    async fn write(&self, command: Command, principal: &str) -> Result<Response<pb::WriteReply>, Status> {
-        self.authority.execute(command, principal).await.map_err(status)?;
-        Ok(Response::new(pb::WriteReply { position: position(self.authority.position()) }))
-    }
+/// Reads come from the inline tables every write updated before it returned, so a position a
+/// write answered is always seen; the field stays for clients that send it.
+fn seen(_min: Option<pb::Position>) {}
 
-    /// The task-grant calls exist only with BROWSER_TASK_GRANTS_ENABLED on: with it off they
-    /// answer as a route that is not mounted, to any authenticated caller of the right role.
-    async fn grant_routes_mounted(&self) -> Result<(), Status> {
-        if self.authority.read(|w| w.settings.enabled).await {
-            Ok(())
-        } else {
-            Err(Status::unimplemented("task grants are not enabled on this deployment"))
-        }
+/// The task-grant calls exist only with the tenant's recorded flag on: with it off they answer
+/// as a route that is not mounted, to any authenticated caller of the right role.
+async fn grant_routes_mounted<B: Backend>(authority: &Authority<B>) -> Result<(), Status> {
+    if authority.read(Need::Deployment { grants: false }, |w| w.settings.enabled).await.map_err(status)? {
+        Ok(())
+    } else {
+        Err(Status::unimplemented("task grants are not enabled on this deployment"))
     }
+}
 
-    /// The session, if it is this principal's and not deleted.
-    async fn own_session(&self, session_id: &str, principal: &str) -> Result<(), Status> {
-        let owns = self
-            .authority
-            .read(|w| w.sessions.get(session_id).is_some_and(|s| s.created.principal_id == principal && !s.deleted))
-            .await;
-        if owns { Ok(()) } else { Err(Status::not_found("session not found")) }
-    }
+/// The session, if it is this principal's and not deleted.
+async fn own_session<B: Backend>(authority: &Authority<B>, session_id: &str, principal: &str) -> Result<(), Status> {
+    let owns = authority
+        .read(Need::Session(session_id), |w| w.session_of(session_id, principal).is_ok())
+        .await
+        .map_err(status)?;
+    if owns { Ok(()) } else { Err(Status::not_found("session not found")) }
 }
 
 #[tonic::async_trait]
 impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerService<B> {
     async fn create_session(&self, req: Request<pb::CreateSessionRequest>) -> Result<Response<pb::WriteReply>, Status> {
-        let principal = self.caller(&req, Rpc::CreateSession).await?.principal;
+        let (caller, authority) = self.caller(&req, Rpc::CreateSession).await?;
+        let principal = caller.principal;
         let r = req.into_inner();
         let session_id = id("session_id", &r.session_id)?;
         let surface = match pb::Surface::try_from(r.surface) {
@@ -393,17 +400,17 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         let profile = opt(&r.browser_profile_id).map(|p| id("browser_profile_id", &p)).transpose()?;
         let created = SessionCreated {
             session_id,
-            tenant_id: self.tenant.clone(),
+            tenant_id: authority.tenant().to_string(),
             principal_id: principal.clone(),
             browser_profile_id: profile,
             schedule_id: opt(&r.schedule_id),
             surface,
         };
-        self.write(Command::CreateSession(created), &principal).await
+        self.write(&authority, Command::CreateSession(created), &principal).await
     }
 
     async fn record_message(&self, req: Request<pb::RecordMessageRequest>) -> Result<Response<pb::WriteReply>, Status> {
-        let caller = self.caller(&req, Rpc::RecordMessage).await?;
+        let (caller, authority) = self.caller(&req, Rpc::RecordMessage).await?;
         let r = req.into_inner();
         // The owner's words come only through the gateway that authenticated the owner; the worker
         // records everyone else's. A worker cannot start a fresh turn by claiming the owner spoke.
@@ -414,38 +421,46 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         let principal = caller.principal;
         let session_id = id("session_id", &r.session_id)?;
         let message_id = id("message_id", &r.message_id)?;
-        self.own_session(&session_id, &principal).await?;
+        own_session(&authority, &session_id, &principal).await?;
         let author = if r.from_owner { Author::Owner } else { Author::Other };
-        self.write(Command::RecordMessage(SessionMessageRecorded { session_id, message_id, author }), &principal).await
+        self.write(
+            &authority,
+            Command::RecordMessage(SessionMessageRecorded { session_id, message_id, author }),
+            &principal,
+        )
+        .await
     }
 
     async fn record_tool_call(
         &self,
         req: Request<pb::RecordToolCallRequest>,
     ) -> Result<Response<pb::WriteReply>, Status> {
-        let principal = self.caller(&req, Rpc::RecordToolCall).await?.principal;
+        let (caller, authority) = self.caller(&req, Rpc::RecordToolCall).await?;
+        let principal = caller.principal;
         let r = req.into_inner();
         let session_id = id("session_id", &r.session_id)?;
         let tool_call_id = id("tool_call_id", &r.tool_call_id)?;
         if r.tool.is_empty() || r.tool.len() > 200 || r.tool.chars().any(char::is_control) {
             return Err(invalid("tool", "is 1 to 200 bytes with no control characters"));
         }
-        self.own_session(&session_id, &principal).await?;
+        own_session(&authority, &session_id, &principal).await?;
         let call = SessionToolCalled { session_id, tool_call_id, tool: r.tool };
-        self.write(Command::RecordToolCall(call), &principal).await
+        self.write(&authority, Command::RecordToolCall(call), &principal).await
     }
 
     async fn delete_session(&self, req: Request<pb::DeleteSessionRequest>) -> Result<Response<pb::WriteReply>, Status> {
-        let principal = self.caller(&req, Rpc::DeleteSession).await?.principal;
+        let (caller, authority) = self.caller(&req, Rpc::DeleteSession).await?;
+        let principal = caller.principal;
         let session_id = id("session_id", &req.into_inner().session_id)?;
-        self.write(Command::DeleteSession { session_id, principal_id: principal.clone() }, &principal).await
+        self.write(&authority, Command::DeleteSession { session_id, principal_id: principal.clone() }, &principal).await
     }
 
     async fn record_profile_event(
         &self,
         req: Request<pb::ProfileEventRequest>,
     ) -> Result<Response<pb::WriteReply>, Status> {
-        let principal = self.caller(&req, Rpc::RecordProfileEvent).await?.principal;
+        let (caller, authority) = self.caller(&req, Rpc::RecordProfileEvent).await?;
+        let principal = caller.principal;
         let r = req.into_inner();
         let profile_id = id("profile_id", &r.profile_id)?;
         let command = match pb::ProfileEvent::try_from(r.event) {
@@ -455,12 +470,13 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             Ok(pb::ProfileEvent::Deleted) => Command::DeleteProfile { profile_id },
             _ => return Err(invalid("event", "is required")),
         };
-        self.write(command, &principal).await
+        self.write(&authority, command, &principal).await
     }
 
-    #[tracing::instrument(skip_all, fields(tenant = %self.tenant, session_id, decision))]
+    #[tracing::instrument(skip_all, fields(session_id, decision))]
     async fn authorize(&self, req: Request<pb::AuthorizeRequest>) -> Result<Response<pb::AuthorizeReply>, Status> {
-        let principal = self.caller(&req, Rpc::Authorize).await?.principal;
+        let (caller, authority) = self.caller(&req, Rpc::Authorize).await?;
+        let principal = caller.principal;
         let r = req.into_inner();
         let session_id = id("session_id", &r.session_id)?;
         tracing::Span::current().record("session_id", session_id.as_str());
@@ -484,19 +500,20 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             (true, true) => None,
             _ => return Err(invalid("snapshot_id", "snapshot_id and node_ref go together")),
         };
-        self.own_session(&session_id, &principal).await?;
+        own_session(&authority, &session_id, &principal).await?;
         let page = PageFacts { url: r.page_url };
-        let scopes = self.authority.read(|w| w.settings.scopes.clone()).await;
+        let scopes =
+            authority.read(Need::Deployment { grants: false }, |w| w.settings.scopes.clone()).await.map_err(status)?;
         let view = approval_view_in_session(element.as_ref(), &page, opt(&r.page_title).as_deref(), &action, &scopes);
         let request = AuthorizeRequest {
-            tenant_id: self.tenant.clone(),
+            tenant_id: authority.tenant().to_string(),
             principal_id: principal,
             session_id,
             run_id,
             tool_call_id,
             run: RunContext { interactive: run.interactive, top_level: run.top_level },
             turn_tool_calls: r.turn_tool_calls,
-            versions: Versions { agent: r.agent_version, policy: self.authority.policy().version.clone() },
+            versions: Versions { agent: r.agent_version, policy: authority.policy().version.clone() },
             element: element.unwrap_or_default(),
             page,
             action,
@@ -504,16 +521,16 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             snapshot,
         };
         let now = OffsetDateTime::now_utc();
-        let (decision, events) = self.authority.authorize(&request, now, Uuid::new_v4()).await.map_err(status)?;
-        let reply = match decision {
+        let authorized = authority.authorize_detailed(&request, now, Uuid::new_v4()).await.map_err(status)?;
+        let events = &authorized.events;
+        let reply = match authorized.decision {
             Decision::Allow { kind, grant_id, use_ordinal, .. } => {
-                let dispatch = match grant_id {
-                    Some(g) => self.authority.read(|w| w.grants.get(&g).map(DispatchConstraint::for_task_grant)).await,
+                let dispatch = match &authorized.grant {
+                    Some(g) => Some(DispatchConstraint::for_task_grant(g)),
                     None => {
                         let origin =
                             classifier::paths::location(&request.page.url).map(|l| l.origin).unwrap_or_default();
-                        let until = self.authority.read(|w| w.standing.as_ref().map(|s| s.expires_at)).await;
-                        until.map(|t| DispatchConstraint::for_standing_grant(&origin, t))
+                        authorized.standing_until.map(|t| DispatchConstraint::for_standing_grant(&origin, t))
                     }
                 };
                 pb::authorize_reply::Decision::Allow(pb::Allow {
@@ -546,15 +563,15 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             pb::authorize_reply::Decision::Deny(_) => "deny",
         };
         tracing::Span::current().record("decision", name);
-        Ok(Response::new(pb::AuthorizeReply { decision: Some(reply), position: position(self.authority.position()) }))
+        Ok(Response::new(pb::AuthorizeReply { decision: Some(reply), position: authorized.at.and_then(position) }))
     }
 
-    #[tracing::instrument(skip_all, fields(tenant = %self.tenant, approval_id))]
+    #[tracing::instrument(skip_all, fields(approval_id))]
     async fn resolve_approval(
         &self,
         req: Request<pb::ResolveApprovalRequest>,
     ) -> Result<Response<pb::ResolveApprovalReply>, Status> {
-        let caller = self.caller(&req, Rpc::ResolveApproval).await?;
+        let (caller, authority) = self.caller(&req, Rpc::ResolveApproval).await?;
         let principal = caller.principal.clone();
         let r = req.into_inner();
         let approval_id = uuid("approval_id", &r.approval_id)?;
@@ -584,8 +601,12 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             }
             _ => None,
         };
-        let agent =
-            self.authority.read(|w| w.approvals.get(&approval_id).map(|a| a.requested.agent_version.clone())).await;
+        let agent = authority
+            .read(Need::Approval(approval_id), |w| {
+                w.approvals.get(&approval_id).map(|a| a.requested.agent_version.clone())
+            })
+            .await
+            .map_err(status)?;
         let Some(agent) = agent else { return Err(Status::not_found("approval not found")) };
         let token = new_token();
         let command = Command::ResolveApproval {
@@ -594,13 +615,12 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             resolution,
             repeated_scope,
             new_grant_id: Uuid::new_v4(),
-            versions: Versions { agent, policy: self.authority.policy().version.clone() },
+            versions: Versions { agent, policy: authority.policy().version.clone() },
             now: OffsetDateTime::now_utc(),
             token_sha256: Some(token_digest(&token)),
         };
-        let events = self.authority.execute(command, &principal).await.map_err(status)?;
-        let mut reply =
-            pb::ResolveApprovalReply { position: position(self.authority.position()), ..Default::default() };
+        let (events, at) = authority.execute_at(command, &principal).await.map_err(status)?;
+        let mut reply = pb::ResolveApprovalReply { position: at.and_then(position), ..Default::default() };
         for e in &events {
             match e {
                 Event::ApprovalResolved(x) => {
@@ -617,18 +637,19 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
     }
 
     async fn get_approval(&self, req: Request<pb::GetApprovalRequest>) -> Result<Response<pb::Approval>, Status> {
-        let principal = self.caller(&req, Rpc::GetApproval).await?.principal;
+        let (caller, authority) = self.caller(&req, Rpc::GetApproval).await?;
+        let principal = caller.principal;
         let r = req.into_inner();
         let approval_id = uuid("approval_id", &r.approval_id)?;
-        self.seen(r.min_position).await?;
-        let found = self
-            .authority
-            .read(|w| {
+        seen(r.min_position);
+        let found = authority
+            .read(Need::Approval(approval_id), |w| {
                 let a = w.approvals.get(&approval_id)?;
                 let owner = &w.sessions.get(&a.requested.session_id)?.created.principal_id;
                 (owner == &principal).then(|| approval(a))
             })
-            .await;
+            .await
+            .map_err(status)?;
         found.map(Response::new).ok_or_else(|| Status::not_found("approval not found"))
     }
 
@@ -636,14 +657,14 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         &self,
         req: Request<pb::ListApprovalsRequest>,
     ) -> Result<Response<pb::ListApprovalsReply>, Status> {
-        let principal = self.caller(&req, Rpc::ListApprovals).await?.principal;
+        let (caller, authority) = self.caller(&req, Rpc::ListApprovals).await?;
+        let principal = caller.principal;
         let r = req.into_inner();
         let session_id = id("session_id", &r.session_id)?;
-        self.seen(r.min_position).await?;
-        self.own_session(&session_id, &principal).await?;
-        let mut approvals = self
-            .authority
-            .read(|w| {
+        seen(r.min_position);
+        own_session(&authority, &session_id, &principal).await?;
+        let mut approvals = authority
+            .read(Need::SessionApprovals(&session_id), |w| {
                 w.approvals
                     .values()
                     .filter(|a| {
@@ -652,7 +673,8 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
                     .map(|a| (a.requested.expires_at, approval(a)))
                     .collect::<Vec<_>>()
             })
-            .await;
+            .await
+            .map_err(status)?;
         approvals.sort_by_key(|(t, a)| (*t, a.approval_id.clone()));
         Ok(Response::new(pb::ListApprovalsReply { approvals: approvals.into_iter().map(|(_, a)| a).collect() }))
     }
@@ -661,7 +683,8 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         &self,
         req: Request<pb::RedeemTokenRequest>,
     ) -> Result<Response<pb::RedeemTokenReply>, Status> {
-        let principal = self.caller(&req, Rpc::RedeemToken).await?.principal;
+        let (caller, authority) = self.caller(&req, Rpc::RedeemToken).await?;
+        let principal = caller.principal;
         let r = req.into_inner();
         if !is_token(&r.approval_token) {
             return Err(invalid("approval_token", "must be apv_ and 24 lowercase hex digits"));
@@ -677,7 +700,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             binding,
             now: OffsetDateTime::now_utc(),
         };
-        let events = self.authority.execute(command, &principal).await.map_err(status)?;
+        let (events, at) = authority.execute_at(command, &principal).await.map_err(status)?;
         let approval_id = events
             .iter()
             .find_map(|e| match e {
@@ -685,28 +708,33 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
                 _ => None,
             })
             .unwrap_or_default();
-        Ok(Response::new(pb::RedeemTokenReply { approval_id, position: position(self.authority.position()) }))
+        Ok(Response::new(pb::RedeemTokenReply { approval_id, position: at.and_then(position) }))
     }
 
     async fn get_grant(&self, req: Request<pb::GetGrantRequest>) -> Result<Response<pb::TaskGrant>, Status> {
-        let principal = self.caller(&req, Rpc::GetGrant).await?.principal;
-        self.grant_routes_mounted().await?;
+        let (caller, authority) = self.caller(&req, Rpc::GetGrant).await?;
+        let principal = caller.principal;
+        grant_routes_mounted(&authority).await?;
         let r = req.into_inner();
         let grant_id = uuid("grant_id", &r.grant_id)?;
-        self.seen(r.min_position).await?;
-        let found =
-            self.authority.read(|w| w.grants.get(&grant_id).filter(|g| visible_to(w, g, &principal)).map(grant)).await;
+        seen(r.min_position);
+        let found = authority
+            .read(Need::Grant(grant_id), |w| {
+                w.grants.get(&grant_id).filter(|g| visible_to(w, g, &principal)).map(grant)
+            })
+            .await
+            .map_err(status)?;
         found.map(Response::new).ok_or_else(|| Status::not_found("grant not found"))
     }
 
     async fn list_grants(&self, req: Request<pb::ListGrantsRequest>) -> Result<Response<pb::ListGrantsReply>, Status> {
-        let principal = self.caller(&req, Rpc::ListGrants).await?.principal;
-        self.grant_routes_mounted().await?;
+        let (caller, authority) = self.caller(&req, Rpc::ListGrants).await?;
+        let principal = caller.principal;
+        grant_routes_mounted(&authority).await?;
         let r = req.into_inner();
-        self.seen(r.min_position).await?;
-        let mut grants = self
-            .authority
-            .read(|w| {
+        seen(r.min_position);
+        let mut grants = authority
+            .read(Need::PrincipalGrants(&principal), |w| {
                 w.grants
                     .values()
                     .filter(|g| visible_to(w, g, &principal))
@@ -715,19 +743,21 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
                     .map(|g| (g.created.created_at, grant(g)))
                     .collect::<Vec<_>>()
             })
-            .await;
+            .await
+            .map_err(status)?;
         grants.sort_by_key(|(t, g)| (*t, g.grant_id.clone()));
         Ok(Response::new(pb::ListGrantsReply { grants: grants.into_iter().map(|(_, g)| g).collect() }))
     }
 
-    #[tracing::instrument(skip_all, fields(tenant = %self.tenant, grant_id))]
+    #[tracing::instrument(skip_all, fields(grant_id))]
     async fn revoke_grant(&self, req: Request<pb::RevokeGrantRequest>) -> Result<Response<pb::WriteReply>, Status> {
-        let principal = self.caller(&req, Rpc::RevokeGrant).await?.principal;
-        self.grant_routes_mounted().await?;
+        let (caller, authority) = self.caller(&req, Rpc::RevokeGrant).await?;
+        let principal = caller.principal;
+        grant_routes_mounted(&authority).await?;
         let r = req.into_inner();
         let grant_id = uuid("grant_id", &r.grant_id)?;
         tracing::Span::current().record("grant_id", r.grant_id.as_str());
-        self.write(Command::RevokeGrant { grant_id, principal_id: principal.clone() }, &principal).await
+        self.write(&authority, Command::RevokeGrant { grant_id, principal_id: principal.clone() }, &principal).await
     }
 }
 

@@ -521,9 +521,11 @@ fn every_end_reason_is_reached_once_per_grant() {
         assert!(reason(&out).is_some_and(|r| r.starts_with(label)));
         record(&out.events);
     }
+    // A scope removed ends the grant in the settings change itself, so a use on any replica
+    // finds its row ended; the next act has no grant to end.
     let mut w = given();
     allow_for_task(&mut w, t0());
-    when(
+    let changed = when(
         &mut w,
         Command::ChangeSettings(TaskGrantSettings {
             enabled: true,
@@ -531,7 +533,14 @@ fn every_end_reason_is_reached_once_per_grant() {
         }),
     )
     .unwrap();
-    record(&run(&mut w, &Policy::empty(), &tile("x"), later).events);
+    assert_eq!(ended(&changed).iter().map(|(_, r)| *r).collect::<Vec<_>>(), [EndReason::ScopeRemoved]);
+    record(&changed);
+    assert!(ended(&run(&mut w, &Policy::empty(), &tile("x"), later).events).is_empty());
+    // The flag turned off ends every active grant the same way.
+    let mut w = given();
+    allow_for_task(&mut w, t0());
+    let off = when(&mut w, Command::ChangeSettings(TaskGrantSettings::default())).unwrap();
+    assert_eq!(ended(&off).iter().map(|(_, r)| *r).collect::<Vec<_>>(), [EndReason::ScopeRemoved]);
     let mut w = given();
     allow_for_task(&mut w, t0());
     let deleted = when(&mut w, Command::DeleteSession { session_id: "s1".into(), principal_id: "owner".into() });

@@ -217,6 +217,8 @@ pub mod authorize {
     use super::{Samples, Scratch, bare};
 
     const TENANT: &str = "bench";
+    /// Authorizer replicas behind the clients.
+    const REPLICAS: usize = 2;
 
     /// The bench's credentials: the worker that authorizes, the gateway that resolves the card.
     #[derive(Debug, Clone)]
@@ -309,12 +311,12 @@ pub mod authorize {
     }
 
     /// Timed authorize-and-consume calls from `clients` clients for `duration`.
-    async fn drive(endpoint: &str, tokens: &Tokens, clients: usize, duration: Duration) -> Result<Samples> {
+    async fn drive(endpoints: &[String], tokens: &Tokens, clients: usize, duration: Duration) -> Result<Samples> {
         let start = Instant::now();
         let deadline = start + duration;
         let tasks: Vec<_> = (0..clients)
-            .map(|_| {
-                let (endpoint, tokens) = (endpoint.to_owned(), tokens.clone());
+            .map(|i| {
+                let (endpoint, tokens) = (endpoints[i % endpoints.len()].clone(), tokens.clone());
                 tokio::spawn(async move {
                     let mut client = tokens.connect(&endpoint).await?;
                     let mut latencies = Vec::new();
@@ -369,40 +371,48 @@ pub mod authorize {
         duration: Duration,
         with_projections: bool,
     ) -> Result<String> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        // The settings are recorded once, as an operator does; the replicas serve them.
+        let lesson = authorizer::scopes::settings(Some("true"), Some("https://www.lesson.test/lesson"))?;
+        let wanted = crate::serve::DeploymentSettings { settings: lesson, standing: None };
+        crate::serve::apply_settings(db_url, TENANT, wanted).await?;
         // TLS as in production: its cost is part of the call.
         let pki_dir = std::env::temp_dir().join(format!("grantctl-bench-{}", Uuid::new_v4().simple()));
         let pki = crate::tls::DevPki::generate()?;
         pki.write(&pki_dir)?;
         let (_, cert, key) = crate::tls::DevPki::paths(&pki_dir);
-        let mut server = tokio::process::Command::new(std::env::current_exe()?)
-            .args(["serve", "authorizer"])
-            .env("AUTHORIZER_TLS_CERT", cert)
-            .env("AUTHORIZER_TLS_KEY", key)
-            .env("DATABASE_URL", db_url)
-            .env("AUTHORIZER_LISTEN", format!("127.0.0.1:{port}"))
-            .env("GRANT_LEDGER_TENANT", TENANT)
-            .env("BROWSER_TASK_GRANTS_ENABLED", "true")
-            .env("BROWSER_TASK_GRANT_SCOPES", "https://www.lesson.test/lesson")
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .context("starting the authorizer")?;
-        let pid = server.id().context("server pid")?;
-        let mut lines = tokio::io::BufReader::new(server.stdout.take().context("server stdout")?).lines();
-        tokio::time::timeout(Duration::from_secs(30), async {
-            while let Some(line) = lines.next_line().await? {
-                if line.contains("serving on") {
-                    return Ok(());
+        // Two replicas on one database, the clients spread over them round robin.
+        let mut servers = Vec::new();
+        let mut endpoints = Vec::new();
+        for _ in 0..REPLICAS {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+            let mut server = tokio::process::Command::new(std::env::current_exe()?)
+                .args(["serve", "authorizer"])
+                .env("AUTHORIZER_TLS_CERT", &cert)
+                .env("AUTHORIZER_TLS_KEY", &key)
+                .env("DATABASE_URL", db_url)
+                .env("AUTHORIZER_LISTEN", format!("127.0.0.1:{port}"))
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .context("starting the authorizer")?;
+            let mut lines = tokio::io::BufReader::new(server.stdout.take().context("server stdout")?).lines();
+            let started = Instant::now();
+            tokio::time::timeout(Duration::from_secs(30), async {
+                while let Some(line) = lines.next_line().await? {
+                    if line.contains("serving on") {
+                        return Ok(());
+                    }
                 }
-            }
-            bail!("the authorizer exited before serving")
-        })
-        .await
-        .context("the authorizer did not start within 30 s")??;
+                bail!("the authorizer exited before serving")
+            })
+            .await
+            .context("the authorizer did not start within 30 s")??;
+            let pid = server.id().context("server pid")?;
+            servers.push((server, pid, started.elapsed()));
+            endpoints.push(format!("https://localhost:{port}"));
+        }
         std::fs::remove_dir_all(&pki_dir)?;
-        let endpoint = format!("https://localhost:{port}");
         // With --with-projections: the projection workers beside it, as in production, and their
         // lag sampled every 100 ms.
         let mut workers = match with_projections {
@@ -447,11 +457,11 @@ pub mod authorize {
         let mut ratios = String::new();
         for &n in clients {
             bare(pool.clone(), n, Duration::from_millis(300)).await?;
-            drive(&endpoint, &tokens, n, Duration::from_millis(500)).await?;
+            drive(&endpoints, &tokens, n, Duration::from_millis(500)).await?;
             let (mut b, mut a) = (Samples::default(), Samples::default());
             for _ in 0..2 {
                 b.merge(bare(pool.clone(), n, duration / 4).await?);
-                a.merge(drive(&endpoint, &tokens, n, duration / 4).await?);
+                a.merge(drive(&endpoints, &tokens, n, duration / 4).await?);
             }
             for (label, s) in [("bare INSERT; COMMIT", &b), ("Authorize (gRPC, consumes a use)", &a)] {
                 writeln!(
@@ -466,7 +476,14 @@ pub mod authorize {
             let tput = a.throughput() / b.throughput().max(1e-9);
             writeln!(ratios, "{n} client(s): authorize/bare p50 = {p50:.2}x, throughput = {tput:.2}x")?;
         }
-        let rss = peak_rss_kib(pid).map_or("unknown".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0));
+        let rss: Vec<String> = servers
+            .iter()
+            .map(|(_, pid, up)| {
+                let rss = peak_rss_kib(*pid).map_or("unknown".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0));
+                format!("{rss} (serving after {} ms)", up.as_millis())
+            })
+            .collect();
+        let rss = rss.join(", ");
         sampling.store(false, Ordering::Relaxed);
         let mut lags = sampler.await??;
         lags.sort_by(f64::total_cmp);
@@ -483,13 +500,15 @@ pub mod authorize {
             String::new()
         };
         // SIGINT would be gentler, but the server is ours and about to be dropped with its database.
-        server.start_kill()?;
-        let _ = server.wait().await;
+        for (server, _, _) in &mut servers {
+            server.start_kill()?;
+            let _ = server.wait().await;
+        }
         if let Some(workers) = workers.as_mut() {
             workers.start_kill()?;
             let _ = workers.wait().await;
         }
-        Ok(format!("{out}\n{ratios}server peak RSS (VmHWM): {rss}\n{lag}"))
+        Ok(format!("{out}\n{ratios}{REPLICAS} replicas, round robin; peak RSS (VmHWM) each: {rss}\n{lag}"))
     }
 }
 

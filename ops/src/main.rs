@@ -49,6 +49,11 @@ enum Cmd {
         #[command(subcommand)]
         command: AuditCmd,
     },
+    /// A tenant's deployment settings: the one truth every authorizer replica serves.
+    Settings {
+        #[command(subcommand)]
+        command: SettingsCmd,
+    },
     /// Credentials of the services that call the authorizer.
     Credentials {
         #[command(subcommand)]
@@ -73,9 +78,9 @@ enum Cmd {
 
 #[derive(Debug, Subcommand)]
 enum ServeCmd {
-    /// The authorizer gRPC service. Configured by AUTHORIZER_LISTEN, AUTHORIZER_TLS_CERT,
-    /// AUTHORIZER_TLS_KEY, GRANT_LEDGER_TENANT, BROWSER_TASK_GRANTS_ENABLED,
-    /// BROWSER_TASK_GRANT_SCOPES, POLICY_FILE, SWEEP_INTERVAL_SECONDS.
+    /// The authorizer gRPC service, for every tenant. Configured by AUTHORIZER_LISTEN,
+    /// AUTHORIZER_TLS_CERT, AUTHORIZER_TLS_KEY, POLICY_FILE, SWEEP_INTERVAL_SECONDS; settings
+    /// are recorded per tenant with `grantctl settings apply`.
     Authorizer {
         /// Serve plaintext on a loopback address instead of TLS: local development only.
         #[arg(long)]
@@ -83,6 +88,18 @@ enum ServeCmd {
     },
     /// A worker per async projection (audit_log, grant_list, pending_approvals) until Ctrl-C.
     Projections,
+}
+
+#[derive(Debug, Subcommand)]
+enum SettingsCmd {
+    /// Records the tenant's settings from BROWSER_TASK_GRANTS_ENABLED, BROWSER_TASK_GRANT_SCOPES,
+    /// BROWSER_GRANT_ID and BROWSER_PROFILE_ID (unset: off, no scopes, no pin). Grants whose scope
+    /// is gone, or every grant once the flag is off, end with the change; every replica serves
+    /// it from the next request.
+    Apply {
+        #[arg(long)]
+        tenant: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -263,6 +280,16 @@ async fn run(cli: Cli) -> Result<()> {
             let config = ops::serve::AuthorizerConfig::parse(|k| std::env::var(k).ok(), insecure_loopback)?;
             let url = database_url(&cli.database_url)?;
             ops::serve::authorizer(config, url).await?;
+        }
+        Cmd::Settings { command: SettingsCmd::Apply { tenant } } => {
+            let wanted = ops::serve::DeploymentSettings::parse(|k| std::env::var(k).ok())?;
+            let url = database_url(&cli.database_url)?;
+            let recorded = ops::serve::apply_settings(&url, &tenant, wanted).await?;
+            if recorded.is_empty() {
+                println!("tenant {tenant}: the settings in force are these already; nothing recorded");
+            } else {
+                println!("tenant {tenant}: recorded {}", recorded.join(", "));
+            }
         }
         Cmd::Serve { service: ServeCmd::Projections } => {
             let url = database_url(&cli.database_url)?;

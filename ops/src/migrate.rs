@@ -25,6 +25,11 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration { version: 3, name: "0003_credentials.sql", sql: include_str!("../../migrations/0003_credentials.sql") },
     Migration { version: 4, name: "0004_projections.sql", sql: include_str!("../../migrations/0004_projections.sql") },
+    Migration {
+        version: 5,
+        name: "0005_authority_state.sql",
+        sql: include_str!("../../migrations/0005_authority_state.sql"),
+    },
 ];
 
 /// Shared by every runner of this schema: the ASCII of "grantmig".

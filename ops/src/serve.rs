@@ -1,6 +1,12 @@
 //! `grantctl serve authorizer`: typed configuration from the environment, parsed once at
-//! start-up; then migrations, the authority recovered from the log, the sweep and approval
-//! reaper on an interval, and the gRPC server until Ctrl-C.
+//! start-up; then migrations, the sweep and approval reaper on an interval, and the gRPC server
+//! for every tenant until Ctrl-C. Nothing is folded from the log: each request reads its own
+//! state, so start-up does not grow with the log and replicas never disagree.
+//!
+//! Deployment settings (the task-grant flag and scopes, the standing-grant pin) are one recorded
+//! truth per tenant, changed only by `grantctl settings apply`: a replica never writes them, so
+//! two replicas started with different environments cannot flap between them. A replica started
+//! with a setting in its environment refuses to start and names the command.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,13 +29,63 @@ use tonic::transport::{Identity, ServerTlsConfig};
 pub struct AuthorizerConfig {
     pub database_url: Option<String>,
     pub listen: SocketAddr,
-    pub tenant: TenantId,
-    pub settings: TaskGrantSettings,
     pub policy: Policy,
     pub sweep_every: Duration,
     pub transport: Transport,
-    /// The operator's standing-grant pin (BROWSER_GRANT_ID on BROWSER_PROFILE_ID), if any.
+}
+
+/// The variables `grantctl settings apply` records and the authorizer refuses.
+pub const SETTINGS_VARIABLES: [&str; 5] = [
+    "GRANT_LEDGER_TENANT",
+    "BROWSER_TASK_GRANTS_ENABLED",
+    "BROWSER_TASK_GRANT_SCOPES",
+    "BROWSER_GRANT_ID",
+    "BROWSER_PROFILE_ID",
+];
+
+/// A tenant's deployment settings as an operator configures them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeploymentSettings {
+    pub settings: TaskGrantSettings,
+    /// The standing-grant pin (BROWSER_GRANT_ID on BROWSER_PROFILE_ID), if any.
     pub standing: Option<StandingPin>,
+}
+
+impl DeploymentSettings {
+    /// Parses BROWSER_TASK_GRANTS_ENABLED, BROWSER_TASK_GRANT_SCOPES, BROWSER_GRANT_ID and
+    /// BROWSER_PROFILE_ID; each refusal names the variable and the rule.
+    pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let settings =
+            settings(get("BROWSER_TASK_GRANTS_ENABLED").as_deref(), get("BROWSER_TASK_GRANT_SCOPES").as_deref())?;
+        let standing = match (get("BROWSER_GRANT_ID"), get("BROWSER_PROFILE_ID")) {
+            (None, None) => None,
+            (Some(grant_id), Some(profile_id)) => {
+                for (var, value) in [("BROWSER_GRANT_ID", &grant_id), ("BROWSER_PROFILE_ID", &profile_id)] {
+                    if value.len() > authorizer::limits::MAX_ID_LEN {
+                        bail!("{var}={value:?}: at most {} bytes", authorizer::limits::MAX_ID_LEN);
+                    }
+                    ledger::StreamId::for_entity("x", value)
+                        .map_err(|e| anyhow::anyhow!("{var}={value:?}: {}", e.reason))?;
+                }
+                Some(StandingPin { grant_id, profile_id })
+            }
+            _ => bail!("BROWSER_GRANT_ID and BROWSER_PROFILE_ID pin the standing grant together"),
+        };
+        Ok(Self { settings, standing })
+    }
+}
+
+/// Records `wanted` as `tenant`'s settings and pin; returns the events recorded (none when they
+/// are already in force). Grants whose scope is gone, or all once the flag is off, end with it.
+pub async fn apply_settings(database_url: &str, tenant: &str, wanted: DeploymentSettings) -> Result<Vec<String>> {
+    crate::migrate::run(&mut crate::connect(database_url).await?).await?;
+    let tenant = authorizer::domain::tenant_id(tenant).map_err(|e| anyhow::anyhow!("--tenant {tenant:?}: {e}"))?;
+    let pool = ledger::postgres::pool(database_url.parse()?, 2).map_err(anyhow::Error::msg)?;
+    let authority = Authority::new(PgGrants::new(PgStore::new(pool)), Policy::empty(), tenant);
+    let mut events = authority.execute(Command::ChangeSettings(wanted.settings), "operator").await?;
+    let pin = Command::PinStandingGrant { pin: wanted.standing, now: OffsetDateTime::now_utc() };
+    events.extend(authority.execute(pin, "operator").await?);
+    Ok(events.iter().map(|e| e.event_type().to_owned()).collect())
 }
 
 /// How the listener speaks.
@@ -49,10 +105,12 @@ impl AuthorizerConfig {
         let listen: SocketAddr = listen
             .parse()
             .with_context(|| format!("AUTHORIZER_LISTEN={listen:?} is not an address like 127.0.0.1:50051"))?;
-        let tenant = get("GRANT_LEDGER_TENANT").unwrap_or_else(|| "default".into());
-        let tenant = TenantId::new(tenant.clone()).with_context(|| format!("GRANT_LEDGER_TENANT={tenant:?}"))?;
-        let settings =
-            settings(get("BROWSER_TASK_GRANTS_ENABLED").as_deref(), get("BROWSER_TASK_GRANT_SCOPES").as_deref())?;
+        if let Some(var) = SETTINGS_VARIABLES.iter().find(|v| get(v).is_some()) {
+            bail!(
+                "{var} is set, but the authorizer serves every tenant with the settings recorded for it: record them \
+                 with `grantctl settings apply --tenant T` (which reads these variables) and unset them here"
+            );
+        }
         let policy = match get("POLICY_FILE") {
             Some(path) => {
                 let bytes = std::fs::read(&path).with_context(|| format!("POLICY_FILE={path:?} cannot be read"))?;
@@ -82,24 +140,10 @@ impl AuthorizerConfig {
             ),
             _ => bail!("AUTHORIZER_TLS_CERT and AUTHORIZER_TLS_KEY are set together"),
         };
-        let standing = match (get("BROWSER_GRANT_ID"), get("BROWSER_PROFILE_ID")) {
-            (None, None) => None,
-            (Some(grant_id), Some(profile_id)) => {
-                for (var, value) in [("BROWSER_GRANT_ID", &grant_id), ("BROWSER_PROFILE_ID", &profile_id)] {
-                    ledger::StreamId::for_entity("x", value)
-                        .map_err(|e| anyhow::anyhow!("{var}={value:?}: {}", e.reason))?;
-                }
-                Some(StandingPin { grant_id, profile_id })
-            }
-            _ => bail!("BROWSER_GRANT_ID and BROWSER_PROFILE_ID pin the standing grant together"),
-        };
         Ok(Self {
-            standing,
             transport,
             database_url: get("DATABASE_URL"),
             listen,
-            tenant,
-            settings,
             policy,
             sweep_every: Duration::from_secs(seconds),
         })
@@ -116,11 +160,8 @@ pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Resul
     let pool_for_credentials =
         ledger::postgres::bounded_pool(pg_config.clone(), 4, Duration::from_secs(2)).map_err(anyhow::Error::msg)?;
     let backend = PgGrants::new(PgStore::with_listener(pool, pg_config));
-    let authority = Arc::new(Authority::recover(backend, config.policy, config.tenant.clone()).await?);
-    authority.execute(Command::ChangeSettings(config.settings), "operator").await?;
-    // The pin in the environment is the operator's: recorded when it differs from the one in force.
-    let pin = Command::PinStandingGrant { pin: config.standing.clone(), now: OffsetDateTime::now_utc() };
-    authority.execute(pin, "operator").await?;
+    // The tenant here only names the handle: each call acts in its credential's tenant.
+    let authority = Arc::new(Authority::new(backend, config.policy, TenantId::new("default")?));
 
     let sweeper = {
         let authority = Arc::clone(&authority);
@@ -128,15 +169,11 @@ pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Resul
             let mut tick = tokio::time::interval(config.sweep_every);
             loop {
                 tick.tick().await;
-                let now = OffsetDateTime::now_utc();
-                for command in [Command::Sweep { now }, Command::ExpireApprovals { now }] {
-                    match authority.execute(command, "sweeper").await {
-                        Ok(events) if !events.is_empty() => {
-                            tracing::info!(ended = events.len(), "sweep recorded ends and expiries")
-                        }
-                        Ok(_) => {}
-                        Err(e) => tracing::warn!(error = %e, "sweep failed; retrying next interval"),
-                    }
+                // Every replica sweeps; the rows they lock make each end and expiry happen once.
+                match authority.sweep(OffsetDateTime::now_utc()).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(recorded = n, "sweep recorded ends and expiries"),
+                    Err(e) => tracing::warn!(error = %e, "sweep failed; retrying next interval"),
                 }
             }
         })
@@ -144,7 +181,7 @@ pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Resul
 
     let listener =
         tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
-    tracing::info!(address = %listener.local_addr()?, tenant = %config.tenant, "authorizer serving");
+    tracing::info!(address = %listener.local_addr()?, "authorizer serving every tenant");
     println!("authorizer serving on {}", listener.local_addr()?);
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
@@ -160,7 +197,7 @@ pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Resul
         }
     };
     let credentials = Credentials::Postgres(pool_for_credentials);
-    let service = AuthorizerService::new(authority, config.tenant.as_str(), credentials);
+    let service = AuthorizerService::new(authority, credentials);
     let served = serve(listener, service, tls, shutdown).await;
     sweeper.abort();
     served.context("serving")
@@ -179,19 +216,36 @@ mod tests {
     #[test]
     fn defaults_and_refusals() {
         let c = parse(&[]).unwrap();
-        assert_eq!(
-            (c.listen.to_string().as_str(), c.tenant.as_str(), c.settings.enabled),
-            ("127.0.0.1:50051", "default", false)
-        );
-        let c = parse(&[
+        assert_eq!(c.listen.to_string().as_str(), "127.0.0.1:50051");
+        for (vars, says) in [
+            (vec![("AUTHORIZER_LISTEN", "nowhere")], "AUTHORIZER_LISTEN"),
+            (vec![("GRANT_LEDGER_TENANT", "a")], "grantctl settings apply"),
+            (vec![("BROWSER_TASK_GRANT_SCOPES", "https://www.example.org/lesson")], "grantctl settings apply"),
+            (vec![("POLICY_FILE", "/nonexistent/policy.json")], "POLICY_FILE"),
+            (vec![("SWEEP_INTERVAL_SECONDS", "0")], "between 1 and 3600"),
+            (vec![("SWEEP_INTERVAL_SECONDS", "soon")], "SWEEP_INTERVAL_SECONDS"),
+            (vec![("AUTHORIZER_LISTEN", "0.0.0.0:50051")], "plaintext on loopback only"),
+            (vec![("AUTHORIZER_TLS_CERT", "/x.pem"), ("AUTHORIZER_TLS_KEY", "/y.pem")], "exclude each other"),
+        ] {
+            let err = format!("{:#}", parse(&vars).unwrap_err());
+            assert!(err.contains(says), "{vars:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn settings_parse_and_refusals() {
+        let settings = |vars: &[(&str, &str)]| {
+            let map: HashMap<String, String> = vars.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
+            DeploymentSettings::parse(|k| map.get(k).cloned())
+        };
+        assert!(!settings(&[]).unwrap().settings.enabled);
+        let c = settings(&[
             ("BROWSER_TASK_GRANTS_ENABLED", "true"),
             ("BROWSER_TASK_GRANT_SCOPES", "https://www.example.org/lesson"),
         ])
         .unwrap();
         assert_eq!(c.settings.scopes.len(), 1);
         for (vars, says) in [
-            (vec![("AUTHORIZER_LISTEN", "nowhere")], "AUTHORIZER_LISTEN"),
-            (vec![("GRANT_LEDGER_TENANT", "a b")], "GRANT_LEDGER_TENANT"),
             (
                 vec![("BROWSER_TASK_GRANT_SCOPES", "https://www.example.org/lesson")],
                 "requires BROWSER_TASK_GRANTS_ENABLED",
@@ -203,15 +257,10 @@ mod tests {
                 ],
                 "sensitive",
             ),
-            (vec![("POLICY_FILE", "/nonexistent/policy.json")], "POLICY_FILE"),
-            (vec![("SWEEP_INTERVAL_SECONDS", "0")], "between 1 and 3600"),
-            (vec![("SWEEP_INTERVAL_SECONDS", "soon")], "SWEEP_INTERVAL_SECONDS"),
-            (vec![("AUTHORIZER_LISTEN", "0.0.0.0:50051")], "plaintext on loopback only"),
-            (vec![("AUTHORIZER_TLS_CERT", "/x.pem"), ("AUTHORIZER_TLS_KEY", "/y.pem")], "exclude each other"),
             (vec![("BROWSER_GRANT_ID", "g-1")], "together"),
             (vec![("BROWSER_GRANT_ID", "g 1"), ("BROWSER_PROFILE_ID", "p-1")], "BROWSER_GRANT_ID"),
         ] {
-            let err = format!("{:#}", parse(&vars).unwrap_err());
+            let err = format!("{:#}", settings(&vars).unwrap_err());
             assert!(err.contains(says), "{vars:?}: {err}");
         }
     }

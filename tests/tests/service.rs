@@ -137,11 +137,9 @@ async fn start<B: Backend + 'static>(backend: B, credentials: Credentials) -> Se
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let position = {
-        let authority = Arc::clone(&authority);
-        Arc::new(move || authority.position())
-    };
-    let service = AuthorizerService::new(authority, TENANT, credentials.clone());
+    let position: Arc<dyn Fn() -> ledger::Checkpoint + Send + Sync> =
+        Arc::new(|| unreachable!("the written-or-not probe is the in-process server's"));
+    let service = AuthorizerService::new(authority, credentials.clone());
     tokio::spawn(serve(listener, service, Some(tls), async {
         let _ = stopped.await;
     }));
@@ -180,9 +178,10 @@ async fn start_in_process_on(authority: Arc<Authority<MemoryGrants>>) -> Served 
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let position = {
         let authority = Arc::clone(&authority);
-        Arc::new(move || authority.position())
+        // The memory store's next transaction id moves with every append.
+        Arc::new(move || ledger::Checkpoint { tx_id: authority.backend().store.next_tx_id(), position: 0 })
     };
-    let service = AuthorizerService::new(authority, TENANT, credentials.clone()).into_server();
+    let service = AuthorizerService::new(authority, credentials.clone()).into_server();
     tokio::spawn(async move {
         tonic::transport::Server::builder()
             .add_service(service)
@@ -531,7 +530,7 @@ async fn health_reports_serving() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve(listener, AuthorizerService::new(authority, TENANT, Credentials::memory()), None, async {
+    tokio::spawn(serve(listener, AuthorizerService::new(authority, Credentials::memory()), None, async {
         let _ = stopped.await;
     }));
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
@@ -868,17 +867,17 @@ async fn the_gateway_needs_the_owner_and_the_owners_scopes() {
 }
 
 /// On PostgreSQL over TLS: a missing, malformed, unknown, expired or revoked credential is
-/// UNAUTHENTICATED; one for another tenant is PERMISSION_DENIED; none of them writes.
+/// UNAUTHENTICATED and writes nothing; one for another tenant acts only in that tenant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_revoked_and_foreign_credentials_are_refused() {
     let db = TestDb::new().await;
     let Served { mut client, credentials, _stop, .. } = start_on_postgres(&db, 4).await;
     let create = |id: &str| pb::CreateSessionRequest { session_id: id.into(), surface: 1, ..Default::default() };
-    let bearer = |token: &str, m| {
+    fn bearer<T>(token: &str, m: T) -> Request<T> {
         let mut req = Request::new(m);
         req.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
         req
-    };
+    }
     let past = time::OffsetDateTime::now_utc() - time::Duration::minutes(1);
     let expired = authorizer::auth::new_token();
     credentials.register(&expired, TENANT, Role::Worker, Some("owner"), Some(past)).await.unwrap();
@@ -895,19 +894,31 @@ async fn expired_revoked_and_foreign_credentials_are_refused() {
         (authorizer::auth::new_token(), Code::Unauthenticated),
         (expired, Code::Unauthenticated),
         (revocable, Code::Unauthenticated),
-        (foreign, Code::PermissionDenied),
     ] {
         let err = client.create_session(bearer(&token, create("s-bad"))).await.unwrap_err();
         assert_eq!(err.code(), code, "{token:?}: {err:?}");
     }
-    let sessions: i64 = db
+    // Another tenant's credential acts in its own tenant: the same session id is a session of
+    // its own, and the first tenant's does not exist for it.
+    let call = || pb::RecordToolCallRequest { session_id: "s-ok".into(), tool_call_id: "c".into(), tool: "x".into() };
+    let err = client.record_tool_call(bearer(&foreign, call())).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "tenant-1's session is not tenant-2's");
+    client.create_session(bearer(&foreign, create("s-ok"))).await.expect("tenant-2 has ids of its own");
+    client.record_tool_call(bearer(&foreign, call())).await.expect("its own session");
+    let sessions = db
         .client()
         .await
-        .query_one("SELECT count(*) FROM events WHERE event_type = 'session.created'", &[])
+        .query(
+            "SELECT tenant_id, count(*) FROM events WHERE event_type = 'session.created' GROUP BY tenant_id \
+             ORDER BY tenant_id",
+            &[],
+        )
         .await
         .unwrap()
-        .get(0);
-    assert_eq!(sessions, 1, "only the good credential's session was written");
+        .iter()
+        .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1)))
+        .collect::<Vec<_>>();
+    assert_eq!(sessions, [(TENANT.to_owned(), 1), ("tenant-2".to_owned(), 1)], "only the good credentials wrote");
 }
 
 /// An absent fact means no coverage: a covered click stops being covered when any fact the rules

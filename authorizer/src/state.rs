@@ -1,0 +1,454 @@
+//! The authority's inline state, read per request. A request names what it needs (`Need`); the
+//! shared `load` reads exactly that through a backend's `Reader` into a partial `World` with the
+//! stream version of each entity read; the pure domain decides on it; `Plan` says which
+//! entities the events change and the versions the append expects. Nothing is kept between
+//! requests, so replicas never disagree and start-up does not grow with the log.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+
+use ledger::catalogue::{Event, StandingGrantPinned};
+use ledger::{AppendRequest, ExpectedVersion, Metadata, StreamAppend, StreamId, TenantId};
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::domain::{Approval, Command, DomainError, Grant, Profile, RunSnapshots, Session, World, stream_of};
+use crate::pg::StoreError;
+use crate::scopes::TaskGrantSettings;
+
+/// An entity as stored, with the version of its stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned<T> {
+    pub value: T,
+    pub version: u64,
+}
+
+/// A tenant's deployment settings and standing-grant pin: its `deployment` stream folded.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Deployment {
+    pub settings: TaskGrantSettings,
+    pub standing: Option<StandingGrantPinned>,
+}
+
+/// Which grants to read.
+#[derive(Debug, Clone, Copy)]
+pub enum Grants<'a> {
+    Id(Uuid),
+    ActiveOfSession(&'a str),
+    ActiveOnProfile(&'a str),
+    Active,
+    /// Active and past their expiry.
+    DueBy(OffsetDateTime),
+    OfPrincipal(&'a str),
+}
+
+/// Which approvals to read.
+#[derive(Debug, Clone, Copy)]
+pub enum Approvals<'a> {
+    Id(Uuid),
+    Token(&'a str),
+    OfSession(&'a str),
+    /// Pending and past their expiry.
+    DueBy(OffsetDateTime),
+}
+
+/// Reads one tenant's inline state. A backend locks what it reads when the request writes.
+pub trait Reader: Send {
+    fn sessions(&mut self, ids: &[&str]) -> impl Future<Output = Result<Vec<Versioned<Session>>, StoreError>> + Send;
+    /// A profile nobody recorded anything for reads as the default at version 0.
+    fn profile(&mut self, id: &str) -> impl Future<Output = Result<Versioned<Profile>, StoreError>> + Send;
+    fn deployment(&mut self) -> impl Future<Output = Result<Versioned<Deployment>, StoreError>> + Send;
+    fn approvals(
+        &mut self,
+        which: Approvals<'_>,
+    ) -> impl Future<Output = Result<Vec<Versioned<Approval>>, StoreError>> + Send;
+    fn grants(&mut self, which: Grants<'_>) -> impl Future<Output = Result<Vec<Grant>, StoreError>> + Send;
+    fn run(&mut self, session: &str, run: &str) -> impl Future<Output = Result<RunSnapshots, StoreError>> + Send;
+}
+
+/// What one request reads.
+#[derive(Debug, Clone, Copy)]
+pub enum Need<'a> {
+    Nothing,
+    /// The session and its active grant.
+    Session(&'a str),
+    /// The profile and the active grants on it.
+    Profile(&'a str),
+    /// The settings, and every active grant when they may end some.
+    Deployment {
+        grants: bool,
+    },
+    /// An approval, its session with its active grant, the session's profile, the settings.
+    Approval(Uuid),
+    /// The approval a token was issued for, its session, and the run's snapshots.
+    Token {
+        sha256: &'a str,
+        run: &'a str,
+    },
+    DueApprovals(OffsetDateTime),
+    Grant(Uuid),
+    DueGrants(OffsetDateTime),
+    /// What `authorize` reads: the session, its active grant, the profiles of both, the settings.
+    Authorize(&'a str),
+    SessionApprovals(&'a str),
+    /// A principal's grants and their sessions.
+    PrincipalGrants(&'a str),
+}
+
+/// What a command reads.
+pub fn need_of(command: &Command) -> Need<'_> {
+    match command {
+        Command::CreateSession(c) => Need::Session(&c.session_id),
+        Command::RecordMessage(m) => Need::Session(&m.session_id),
+        Command::RecordToolCall(c) => Need::Session(&c.session_id),
+        Command::DeleteSession { session_id, .. } => Need::Session(session_id),
+        Command::AdvanceProfile { profile_id, .. }
+        | Command::RevokeProfile { profile_id }
+        | Command::DeleteProfile { profile_id } => Need::Profile(profile_id),
+        Command::ChangeSettings(_) => Need::Deployment { grants: true },
+        Command::PinStandingGrant { .. } => Need::Deployment { grants: false },
+        Command::ResolveApproval { approval_id, .. } => Need::Approval(*approval_id),
+        Command::RedeemToken { token_sha256, binding, .. } => {
+            Need::Token { sha256: token_sha256, run: &binding.run_id }
+        }
+        Command::ExpireApprovals { now } => Need::DueApprovals(*now),
+        Command::RevokeGrant { grant_id, .. } => Need::Grant(*grant_id),
+        Command::Sweep { now } => Need::DueGrants(*now),
+    }
+}
+
+/// A partial world and the stream versions of what it holds.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub tenant: TenantId,
+    pub world: World,
+    versions: HashMap<StreamId, u64>,
+}
+
+/// A grant's stream is [created, use 1..n, ended?].
+pub fn grant_version(g: &Grant) -> u64 {
+    1 + u64::from(g.actions_used) + u64::from(g.ended.is_some())
+}
+
+impl Loaded {
+    fn new(tenant: &TenantId) -> Self {
+        Self { tenant: tenant.clone(), world: World::default(), versions: HashMap::new() }
+    }
+
+    fn stream(&self, category: &str, id: &dyn std::fmt::Display) -> Result<StreamId, StoreError> {
+        crate::domain::entity_stream(&self.tenant, category, id).map_err(|e| StoreError::Invalid(e.to_string()))
+    }
+
+    fn session(&mut self, s: Versioned<Session>) -> Result<(), StoreError> {
+        self.versions.insert(self.stream("session", &s.value.created.session_id)?, s.version);
+        self.world.sessions.insert(s.value.created.session_id.clone(), s.value);
+        Ok(())
+    }
+
+    /// Sessions by id; an id not found reads as a stream at version 0.
+    async fn sessions(&mut self, r: &mut impl Reader, ids: &[&str]) -> Result<(), StoreError> {
+        let wanted: Vec<&str> = ids.iter().copied().filter(|id| !self.world.sessions.contains_key(*id)).collect();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        for id in &wanted {
+            self.versions.insert(self.stream("session", id)?, 0);
+        }
+        for s in r.sessions(&wanted).await? {
+            self.session(s)?;
+        }
+        Ok(())
+    }
+
+    async fn profile(&mut self, r: &mut impl Reader, id: &str) -> Result<(), StoreError> {
+        if self.world.profiles.contains_key(id) {
+            return Ok(());
+        }
+        let p = r.profile(id).await?;
+        self.versions.insert(self.stream("profile", &id)?, p.version);
+        self.world.profiles.insert(id.to_owned(), p.value);
+        Ok(())
+    }
+
+    async fn deployment(&mut self, r: &mut impl Reader) -> Result<(), StoreError> {
+        let d = r.deployment().await?;
+        let stream = crate::domain::deployment_stream(&self.tenant).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        self.versions.insert(stream, d.version);
+        self.world.settings = d.value.settings;
+        self.world.standing = d.value.standing;
+        Ok(())
+    }
+
+    async fn approvals(&mut self, r: &mut impl Reader, which: Approvals<'_>) -> Result<Vec<Uuid>, StoreError> {
+        let mut ids = Vec::new();
+        if let Approvals::Id(id) = which {
+            // Absent, it is a new stream.
+            self.versions.insert(self.stream("approval", &id)?, 0);
+        }
+        for a in r.approvals(which).await? {
+            let id = a.value.requested.approval_id;
+            self.versions.insert(self.stream("approval", &id)?, a.version);
+            self.world.approvals.insert(id, a.value);
+            ids.push(id);
+        }
+        Ok(ids)
+    }
+
+    async fn grants(&mut self, r: &mut impl Reader, which: Grants<'_>) -> Result<Vec<Uuid>, StoreError> {
+        let mut ids = Vec::new();
+        for g in r.grants(which).await? {
+            let id = g.created.grant_id;
+            self.versions.insert(self.stream("grant", &id)?, grant_version(&g));
+            self.world.grants.insert(id, g);
+            ids.push(id);
+        }
+        Ok(ids)
+    }
+
+    /// Points each loaded session at its loaded active grant.
+    fn link(mut self) -> Self {
+        for g in self.world.grants.values().filter(|g| g.is_active()) {
+            if let Some(s) = self.world.sessions.get_mut(&g.created.session_id) {
+                s.active_grant = Some(g.created.grant_id);
+            }
+        }
+        self
+    }
+
+    fn session_profile(&self, session: &str) -> Option<String> {
+        self.world.sessions.get(session).and_then(|s| s.created.browser_profile_id.clone())
+    }
+
+    /// The version `stream` was read at; a stream not read is new (0).
+    pub fn version(&self, stream: &StreamId) -> u64 {
+        self.versions.get(stream).copied().unwrap_or(0)
+    }
+
+    /// What appending `events` changes: the world after them, the entities to write and the
+    /// append, each stream expecting the version it was read at.
+    pub fn plan(&self, events: &[Event], metadata: &Metadata) -> Result<Plan, StoreError> {
+        let mut after = self.world.clone();
+        let mut streams: Vec<StreamAppend> = Vec::new();
+        let mut touched = Touched::default();
+        for e in events {
+            after.apply(e);
+            touched.note(e);
+            let stream = stream_of(&self.tenant, e).map_err(|e| StoreError::Invalid(e.to_string()))?;
+            let new = e.to_new(Uuid::new_v4(), metadata.clone());
+            match streams.iter_mut().find(|s| s.stream_id == stream) {
+                Some(s) => s.events.push(new),
+                None => {
+                    let expected = match self.version(&stream) {
+                        0 => ExpectedVersion::NoStream,
+                        v => ExpectedVersion::At(v),
+                    };
+                    streams.push(StreamAppend { stream_id: stream, expected, events: vec![new] });
+                }
+            }
+        }
+        let version_after = |stream: &StreamId| {
+            let appended = streams.iter().find(|s| &s.stream_id == stream).map_or(0, |s| s.events.len() as u64);
+            self.version(stream) + appended
+        };
+        let mut write = Writes::default();
+        for id in &touched.sessions {
+            if let Some(s) = after.sessions.get(id) {
+                let v = version_after(&self.stream("session", id)?);
+                write.sessions.push(Versioned { value: s.clone(), version: v });
+            }
+        }
+        for id in &touched.profiles {
+            let p = after.profiles.get(id).cloned().unwrap_or_default();
+            write
+                .profiles
+                .push((id.clone(), Versioned { value: p, version: version_after(&self.stream("profile", id)?) }));
+        }
+        if touched.deployment {
+            let stream =
+                crate::domain::deployment_stream(&self.tenant).map_err(|e| StoreError::Invalid(e.to_string()))?;
+            let value = Deployment { settings: after.settings.clone(), standing: after.standing.clone() };
+            write.deployment = Some(Versioned { value, version: version_after(&stream) });
+        }
+        for id in &touched.approvals {
+            if let Some(a) = after.approvals.get(id) {
+                let v = version_after(&self.stream("approval", id)?);
+                write.approvals.push(Versioned { value: a.clone(), version: v });
+            }
+        }
+        write.snapshots = touched.snapshots;
+        let append = AppendRequest { tenant_id: self.tenant.clone(), streams };
+        Ok(Plan { after, write, append })
+    }
+}
+
+#[derive(Debug, Default)]
+struct Touched {
+    sessions: BTreeSet<String>,
+    profiles: BTreeSet<String>,
+    deployment: bool,
+    approvals: BTreeSet<Uuid>,
+    snapshots: BTreeMap<(String, String), Vec<String>>,
+}
+
+impl Touched {
+    fn note(&mut self, e: &Event) {
+        let mut snapshot = |session: &str, run: &str, snapshot: &str| {
+            let named = self.snapshots.entry((session.to_owned(), run.to_owned())).or_default();
+            if !named.iter().any(|s| s == snapshot) {
+                named.push(snapshot.to_owned());
+            }
+        };
+        match e {
+            Event::SessionCreated(x) => drop(self.sessions.insert(x.session_id.clone())),
+            Event::SessionMessageRecorded(x) => drop(self.sessions.insert(x.session_id.clone())),
+            Event::SessionDeleted(x) => drop(self.sessions.insert(x.session_id.clone())),
+            Event::SessionToolCalled(x) => drop(self.sessions.insert(x.session_id.clone())),
+            Event::RunEscalated(x) => drop(self.sessions.insert(x.session_id.clone())),
+            Event::ProfileGenerationAdvanced(x) => drop(self.profiles.insert(x.profile_id.clone())),
+            Event::ProfileRevoked(x) => drop(self.profiles.insert(x.profile_id.clone())),
+            Event::ProfileDeleted(x) => drop(self.profiles.insert(x.profile_id.clone())),
+            Event::DeploymentScopesChanged(_) | Event::StandingGrantPinned(_) | Event::StandingGrantUnpinned(_) => {
+                self.deployment = true;
+            }
+            Event::ApprovalRequested(x) => {
+                self.approvals.insert(x.approval_id);
+                if let Some(b) = &x.binding {
+                    snapshot(&x.session_id, &b.run_id, &b.snapshot_id);
+                }
+            }
+            Event::ApprovalResolved(x) => drop(self.approvals.insert(x.approval_id)),
+            Event::ApprovalExpired(x) => drop(self.approvals.insert(x.approval_id)),
+            Event::ApprovalTokenIssued(x) => drop(self.approvals.insert(x.approval_id)),
+            Event::ApprovalTokenRedeemed(x) => drop(self.approvals.insert(x.approval_id)),
+            Event::ToolCallAuthorized(x) => {
+                if x.grant_id.is_none() {
+                    self.sessions.insert(x.session_id.clone());
+                }
+                if let Some(s) = &x.snapshot_id {
+                    snapshot(&x.session_id, &x.run_id, s);
+                }
+            }
+            // Grant rows are written by the backend's own statements, event by event.
+            Event::TaskGrantCreated(_) | Event::TaskGrantEnded(_) => {}
+        }
+    }
+}
+
+/// The inline writes of one append.
+#[derive(Debug, Default, Clone)]
+pub struct Writes {
+    pub sessions: Vec<Versioned<Session>>,
+    pub profiles: Vec<(String, Versioned<Profile>)>,
+    pub deployment: Option<Versioned<Deployment>>,
+    pub approvals: Vec<Versioned<Approval>>,
+    /// Snapshots named per (session, run), in order.
+    pub snapshots: BTreeMap<(String, String), Vec<String>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub after: World,
+    pub write: Writes,
+    pub append: AppendRequest,
+}
+
+/// Reads what `need` names into a partial world.
+pub async fn load(r: &mut impl Reader, tenant: &TenantId, need: Need<'_>) -> Result<Loaded, StoreError> {
+    let mut l = Loaded::new(tenant);
+    match need {
+        Need::Nothing => {}
+        Need::Session(id) => {
+            l.sessions(r, &[id]).await?;
+            l.grants(r, Grants::ActiveOfSession(id)).await?;
+        }
+        Need::Profile(id) => {
+            l.profile(r, id).await?;
+            l.grants(r, Grants::ActiveOnProfile(id)).await?;
+        }
+        Need::Deployment { grants } => {
+            l.deployment(r).await?;
+            if grants {
+                l.grants(r, Grants::Active).await?;
+            }
+        }
+        Need::Approval(id) => {
+            l.approvals(r, Approvals::Id(id)).await?;
+            if let Some(session) = l.world.approvals.get(&id).map(|a| a.requested.session_id.clone()) {
+                l.sessions(r, &[&session]).await?;
+                l.grants(r, Grants::ActiveOfSession(&session)).await?;
+                if let Some(p) = l.session_profile(&session) {
+                    l.profile(r, &p).await?;
+                }
+                l.deployment(r).await?;
+            }
+        }
+        Need::Token { sha256, run } => {
+            l.approvals(r, Approvals::Token(sha256)).await?;
+            let found = l.world.approvals.values().next().map(|a| a.requested.session_id.clone());
+            if let Some(session) = found {
+                l.sessions(r, &[&session]).await?;
+                let snapshots = r.run(&session, run).await?;
+                l.world.run_snapshots.insert((session, run.to_owned()), snapshots);
+            }
+        }
+        Need::DueApprovals(now) => {
+            l.approvals(r, Approvals::DueBy(now)).await?;
+        }
+        Need::Grant(id) => {
+            l.grants(r, Grants::Id(id)).await?;
+            if let Some(session) = l.world.grants.get(&id).map(|g| g.created.session_id.clone()) {
+                l.sessions(r, &[&session]).await?;
+            }
+        }
+        Need::DueGrants(now) => {
+            l.grants(r, Grants::DueBy(now)).await?;
+        }
+        Need::Authorize(session) => {
+            l.sessions(r, &[session]).await?;
+            l.grants(r, Grants::ActiveOfSession(session)).await?;
+            let grant_profile = l.world.grants.values().next().map(|g| g.created.profile_id.clone());
+            for p in grant_profile.into_iter().chain(l.session_profile(session)) {
+                l.profile(r, &p).await?;
+            }
+            l.deployment(r).await?;
+        }
+        Need::SessionApprovals(session) => {
+            l.sessions(r, &[session]).await?;
+            l.approvals(r, Approvals::OfSession(session)).await?;
+        }
+        Need::PrincipalGrants(principal) => {
+            l.grants(r, Grants::OfPrincipal(principal)).await?;
+            let sessions: BTreeSet<String> = l.world.grants.values().map(|g| g.created.session_id.clone()).collect();
+            let ids: Vec<&str> = sessions.iter().map(String::as_str).collect();
+            l.sessions(r, &ids).await?;
+        }
+    }
+    Ok(l.link())
+}
+
+/// Whether a failed attempt may be decided again from a fresh read: another request changed
+/// what this one read.
+pub fn contended(e: &StoreError) -> bool {
+    match e {
+        StoreError::Append(ledger::AppendError::Conflict { .. }) | StoreError::Contended(_) => true,
+        StoreError::Append(_) | StoreError::Unavailable(_) | StoreError::Projection(_) | StoreError::Invalid(_) => {
+            false
+        }
+    }
+}
+
+/// Folds `events` into a world: what the inline state must equal (verify and tests).
+pub fn fold<'a>(events: impl IntoIterator<Item = &'a Event>) -> World {
+    let mut world = World::default();
+    for e in events {
+        world.apply(e);
+    }
+    world
+}
+
+impl From<DomainError> for StoreError {
+    fn from(e: DomainError) -> Self {
+        StoreError::Invalid(e.to_string())
+    }
+}
