@@ -20,7 +20,7 @@ use tokio_postgres::IsolationLevel;
 use uuid::Uuid;
 
 use crate::authority::{AuthorityError, Decide, Transacted};
-use crate::domain::{Approval, ApprovalState, DomainError, Grant, Profile, RunSnapshots, Session, World, stream_of};
+use crate::domain::{Approval, ApprovalState, Grant, Profile, RunSnapshots, Session, World, stream_of};
 use crate::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
 use crate::state::{self, Approvals, Deployment, Grants, Need, Reader, Versioned, Writes};
 

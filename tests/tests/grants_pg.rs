@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use authorizer::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
 use authorizer::pg::{Consumed, PgGrants};
 use ledger::catalogue::{ActionView, AuthorizationKind, Event, SiteScope, TaskGrantCreated, ToolCallAuthorized};
-use ledger::{EventStore, Metadata, StreamId, TenantId};
+use ledger::{EventStore, Metadata, TenantId};
 use rand::Rng;
 use tests::TestDb;
 use time::{Duration, OffsetDateTime};
