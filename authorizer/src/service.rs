@@ -33,6 +33,7 @@ use crate::domain::{
     APPROVAL_TOKEN_INVALID, Approval, ApprovalState, AuthorizeRequest, Command, Decision, DomainError, Grant,
     RunContext, Versions, World,
 };
+use crate::limits::MAX_ID_LEN;
 use crate::state::Need;
 use crate::view::{approval_view_in_session, offer_text};
 
@@ -98,10 +99,14 @@ fn status(e: AuthorityError) -> Status {
     }
 }
 
-/// An id that can name a stream.
+/// An id that fits a stream name beside any tenant: at most [`MAX_ID_LEN`] bytes of the
+/// ledger's id characters.
 fn id(field: &str, value: &str) -> Result<String, Status> {
     if value.is_empty() {
         return Err(invalid(field, "is required"));
+    }
+    if value.len() > MAX_ID_LEN {
+        return Err(invalid(field, &format!("is at most {MAX_ID_LEN} bytes")));
     }
     StreamId::for_entity("x", value).map_err(|e| invalid(field, &e.reason))?;
     Ok(value.to_owned())

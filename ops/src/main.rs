@@ -79,7 +79,8 @@ enum Cmd {
 #[derive(Debug, Subcommand)]
 enum ServeCmd {
     /// The authorizer gRPC service, for every tenant. Configured by AUTHORIZER_LISTEN,
-    /// AUTHORIZER_TLS_CERT, AUTHORIZER_TLS_KEY, POLICY_FILE, SWEEP_INTERVAL_SECONDS; settings
+    /// AUTHORIZER_TLS_CERT, AUTHORIZER_TLS_KEY, POLICY_FILE, SWEEP_INTERVAL_SECONDS,
+    /// AUTHORIZER_DB_POOL; settings
     /// are recorded per tenant with `grantctl settings apply`.
     Authorizer {
         /// Serve plaintext on a loopback address instead of TLS: local development only.

@@ -32,6 +32,8 @@ pub struct AuthorizerConfig {
     pub policy: Policy,
     pub sweep_every: Duration,
     pub transport: Transport,
+    /// Connections to PostgreSQL for deciding (AUTHORIZER_DB_POOL, default 32).
+    pub pool_size: usize,
 }
 
 /// The variables `grantctl settings apply` records and the authorizer refuses.
@@ -140,12 +142,19 @@ impl AuthorizerConfig {
             ),
             _ => bail!("AUTHORIZER_TLS_CERT and AUTHORIZER_TLS_KEY are set together"),
         };
+        let pool = get("AUTHORIZER_DB_POOL").unwrap_or_else(|| "32".into());
+        let pool_size: usize =
+            pool.parse().with_context(|| format!("AUTHORIZER_DB_POOL={pool:?} is not a whole number"))?;
+        if !(1..=1000).contains(&pool_size) {
+            bail!("AUTHORIZER_DB_POOL={pool_size} must be between 1 and 1000");
+        }
         Ok(Self {
             transport,
             database_url: get("DATABASE_URL"),
             listen,
             policy,
             sweep_every: Duration::from_secs(seconds),
+            pool_size,
         })
     }
 }
@@ -154,7 +163,7 @@ impl AuthorizerConfig {
 pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Result<()> {
     crate::migrate::run(&mut crate::connect(&database_url).await?).await?;
     let pg_config: tokio_postgres::Config = database_url.parse()?;
-    let pool = ledger::postgres::pool(pg_config.clone(), 32).map_err(anyhow::Error::msg)?;
+    let pool = ledger::postgres::pool(pg_config.clone(), config.pool_size).map_err(anyhow::Error::msg)?;
     // Credentials are looked up before a caller is known: on a pool of their own, with a bounded
     // wait, so a flood of made-up tokens cannot hold the ledger's connections.
     let pool_for_credentials =
@@ -224,6 +233,7 @@ mod tests {
             (vec![("POLICY_FILE", "/nonexistent/policy.json")], "POLICY_FILE"),
             (vec![("SWEEP_INTERVAL_SECONDS", "0")], "between 1 and 3600"),
             (vec![("SWEEP_INTERVAL_SECONDS", "soon")], "SWEEP_INTERVAL_SECONDS"),
+            (vec![("AUTHORIZER_DB_POOL", "0")], "between 1 and 1000"),
             (vec![("AUTHORIZER_LISTEN", "0.0.0.0:50051")], "plaintext on loopback only"),
             (vec![("AUTHORIZER_TLS_CERT", "/x.pem"), ("AUTHORIZER_TLS_KEY", "/y.pem")], "exclude each other"),
         ] {

@@ -68,6 +68,13 @@ impl TestDb {
         Ok(db)
     }
 
+    /// This database's URL, for a child process.
+    pub fn url(&self) -> String {
+        let base = self.server_url.split_once('?').map_or(self.server_url.as_str(), |(b, _)| b);
+        let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
+        format!("{server}/{}", self.name)
+    }
+
     /// A plain connection to this database.
     pub async fn client(&self) -> tokio_postgres::Client {
         let (client, connection) =
