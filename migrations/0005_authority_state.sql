@@ -2,6 +2,18 @@
 -- as the events that change them, so any number of replicas serving any tenant agree. Every key
 -- carries the tenant. `version` is the entity's stream version: a command appends expecting it.
 
+-- Streams are named per tenant from here on and the inline state starts empty: a log written
+-- before could not be decided on (its grants could never end). Refuse rather than half-upgrade.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM events) THEN
+        RAISE EXCEPTION 'this database holds events written before tenant-scoped streams (migration 0005); '
+            'an in-place upgrade is not supported: keep it for audit (grantctl audit export) and start the '
+            'authorizer on a new database';
+    END IF;
+END
+$$;
+
 -- Grants were keyed globally; two tenants may hold the same ids.
 ALTER TABLE active_task_grants DROP CONSTRAINT active_task_grants_pkey;
 ALTER TABLE active_task_grants ADD CONSTRAINT active_task_grants_pkey PRIMARY KEY (tenant_id, grant_id);

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 
-use ledger::catalogue::{AuthorizationKind, Event, ToolCallAuthorized};
+use ledger::catalogue::{ActionView, AuthorizationKind, Event, SiteScope, ToolCallAuthorized};
 use ledger::{AppendRequest, Checkpoint, EventStore, ExpectedVersion, MemoryStore, Metadata, StreamId, TenantId};
 use time::OffsetDateTime;
 use tokio::sync::Mutex;
@@ -19,12 +19,15 @@ use uuid::Uuid;
 
 use crate::domain::{self, AuthorizeRequest, Command, Decision, DomainError, Grant, World, stream_of};
 use crate::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
-use crate::pg::{Consumed, PgGrants, StoreError};
+use crate::pg::{Consumed, PgGrants, SessionAt, StoreError};
 use crate::policy::Policy;
 use crate::state::{self, Approvals, Deployment, Grants, Need, Reader, Versioned};
 
 /// How many times a request is decided again after another request changed what it read.
 pub const ATTEMPTS: usize = 8;
+
+/// Makes an approval card's view from the configured scopes.
+pub type ViewOf<'a> = dyn Fn(&[SiteScope]) -> ActionView + Sync + 'a;
 
 /// What a transaction decided and recorded.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,7 +55,9 @@ pub trait Backend: Send + Sync {
         decide: &Decide<'_, T>,
     ) -> impl Future<Output = Result<Transacted<T>, AuthorityError>> + Send;
 
-    /// Consumes one use atomically and records `use_event(ordinal)` with it.
+    /// Consumes one use atomically and records `use_event(ordinal)` with it; with `session`,
+    /// only while that session is still at the version the decision read.
+    #[allow(clippy::too_many_arguments)] // one use's facts, each checked by the statement
     fn consume(
         &self,
         tenant: &TenantId,
@@ -60,6 +65,7 @@ pub trait Backend: Send + Sync {
         grant_id: Uuid,
         typed_chars: u32,
         now: OffsetDateTime,
+        session: Option<SessionAt<'_>>,
         use_event: impl FnOnce(u32) -> Event + Send,
     ) -> impl Future<Output = Result<Consumed, StoreError>> + Send;
 
@@ -89,9 +95,10 @@ impl Backend for PgGrants {
         grant_id: Uuid,
         typed_chars: u32,
         now: OffsetDateTime,
+        session: Option<SessionAt<'_>>,
         use_event: impl FnOnce(u32) -> Event + Send,
     ) -> Result<Consumed, StoreError> {
-        PgGrants::consume(self, tenant, metadata, grant_id, typed_chars, now, use_event).await
+        PgGrants::consume(self, tenant, metadata, grant_id, typed_chars, now, session, use_event).await
     }
 
     async fn dump(&self, tenant: &TenantId) -> Result<World, StoreError> {
@@ -218,8 +225,7 @@ impl TenantState {
         Ok(())
     }
 
-    fn applied(&mut self, events: &[Event], outcome: &ledger::AppendOutcome) {
-        events.iter().for_each(|e| self.world.apply(e));
+    fn versions_after(&mut self, outcome: &ledger::AppendOutcome) {
         for a in &outcome.events {
             self.versions.insert(a.stream_id.clone(), a.stream_version);
         }
@@ -244,9 +250,14 @@ impl Backend for MemoryGrants {
         }
         let plan = loaded.plan(&events, metadata)?;
         state.check_grant_rows(&events)?;
-        let outcome = self.store.append(plan.append).await.map_err(StoreError::from)?;
-        state.applied(&events, &outcome);
-        Ok(Transacted { value, events, at: Some(outcome.checkpoint()) })
+        let mut at = None;
+        for append in plan.appends {
+            let outcome = self.store.append(append).await.map_err(StoreError::from)?;
+            state.versions_after(&outcome);
+            at = Some(outcome.checkpoint());
+        }
+        events.iter().for_each(|e| state.world.apply(e));
+        Ok(Transacted { value, events, at })
     }
 
     async fn consume(
@@ -256,12 +267,18 @@ impl Backend for MemoryGrants {
         grant_id: Uuid,
         typed_chars: u32,
         now: OffsetDateTime,
+        session: Option<SessionAt<'_>>,
         use_event: impl FnOnce(u32) -> Event + Send,
     ) -> Result<Consumed, StoreError> {
         let mut tenants = self.tenants.lock().await;
         let state = tenants.entry(tenant.clone()).or_default();
         let Some(g) = state.world.grants.get(&grant_id) else { return Ok(Consumed::Refused) };
-        let fits = g.is_active()
+        let session_still = session.is_none_or(|s| {
+            domain::entity_stream(tenant, "session", &s.session_id)
+                .is_ok_and(|stream| state.versions.get(&stream).copied().unwrap_or(0) == s.version)
+        });
+        let fits = session_still
+            && g.is_active()
             && g.actions_used < MAX_ACTIONS
             && g.chars_used + typed_chars <= MAX_TYPED_CHARS
             && g.created.expires_at > now;
@@ -277,7 +294,8 @@ impl Backend for MemoryGrants {
             vec![event.to_new(Uuid::new_v4(), metadata.clone())],
         );
         let outcome = self.store.append(request).await?;
-        state.applied(std::slice::from_ref(&event), &outcome);
+        state.versions_after(&outcome);
+        state.world.apply(&event);
         Ok(Consumed::Allowed { ordinal, outcome })
     }
 
@@ -436,34 +454,48 @@ impl<B: Backend> Authority<B> {
         Ok((a.decision, a.events))
     }
 
-    /// Decides one `browser.act` from one snapshot of the session's state. A task-grant allow is
-    /// final only once the atomic use committed it; when the row moved since the read (spent,
-    /// ended), the act is decided again from a fresh read, which ends the grant or asks.
+    /// [`Authority::authorize_viewed`] with the request's own view.
     pub async fn authorize_detailed(
         &self,
         req: &AuthorizeRequest,
         now: OffsetDateTime,
         approval_id: Uuid,
     ) -> Result<Authorized, AuthorityError> {
+        self.authorize_viewed(req, &|_| req.view.clone(), now, approval_id).await
+    }
+
+    /// Decides one `browser.act` from one snapshot of the session's state; `view` makes the
+    /// card's view from the tenant's configured scopes in that snapshot. A task-grant allow is
+    /// final only once the atomic use committed it; when the row moved since the read (spent,
+    /// ended), the act is decided again from a fresh read, which ends the grant or asks.
+    pub async fn authorize_viewed(
+        &self,
+        req: &AuthorizeRequest,
+        view: &ViewOf<'_>,
+        now: OffsetDateTime,
+        approval_id: Uuid,
+    ) -> Result<Authorized, AuthorityError> {
         let metadata = Metadata::by(&req.principal_id);
         let decide = |w: &World| {
             w.session_of(&req.session_id, &req.principal_id)?;
+            let req = &AuthorizeRequest { view: view(&w.settings.scopes), ..req.clone() };
             let auth = domain::authorize(w, self.policy(), req, now, approval_id);
             let grant = match &auth.decision {
                 Decision::Allow { grant_id: Some(g), .. } => w.grants.get(g).cloned(),
                 _ => None,
             };
             let standing = w.standing.as_ref().map(|s| s.expires_at);
+            let session_version = w.sessions.get(&req.session_id).map_or(0, |s| s.read_version);
             // A task-grant use is recorded by the atomic use, below.
             let record = match auth.decision {
                 Decision::Allow { kind: AuthorizationKind::BrowserTaskGrant, .. } => vec![],
                 _ => auth.events.clone(),
             };
-            Ok((record, (auth, grant, standing)))
+            Ok((record, (auth, grant, standing, session_version)))
         };
         for _ in 0..ATTEMPTS {
             let t = self.transact(&metadata, Need::Authorize(&req.session_id), false, &decide).await?;
-            let (auth, grant, standing) = t.value;
+            let (auth, grant, standing, session_version) = t.value;
             let Decision::Allow {
                 kind: AuthorizationKind::BrowserTaskGrant,
                 grant_id: Some(grant_id),
@@ -483,7 +515,9 @@ impl<B: Backend> Authority<B> {
             let use_event = |ordinal| {
                 Event::ToolCallAuthorized(ToolCallAuthorized { use_ordinal: Some(ordinal), ..template.clone() })
             };
-            match self.backend().consume(&self.tenant, &metadata, grant_id, typed_chars, now, use_event).await {
+            let session = Some(SessionAt { session_id: &req.session_id, version: session_version });
+            match self.backend().consume(&self.tenant, &metadata, grant_id, typed_chars, now, session, use_event).await
+            {
                 Ok(Consumed::Allowed { ordinal, outcome }) => {
                     let decision = Decision::Allow {
                         kind: AuthorizationKind::BrowserTaskGrant,
@@ -507,11 +541,20 @@ impl<B: Backend> Authority<B> {
     /// Ends every grant whose time is up and expires every card past its own, in every tenant.
     pub async fn sweep(&self, now: OffsetDateTime) -> Result<usize, AuthorityError> {
         let mut recorded = 0;
+        let mut failed = None;
         for tenant in self.backend().due_tenants(now).await? {
-            let authority = self.for_tenant(tenant);
-            recorded += authority.execute(Command::Sweep { now }, "authorizer").await?.len();
-            recorded += authority.execute(Command::ExpireApprovals { now }, "authorizer").await?.len();
+            let authority = self.for_tenant(tenant.clone());
+            // One tenant's failure does not hold back the others' ends and expiries.
+            for command in [Command::Sweep { now }, Command::ExpireApprovals { now }] {
+                match authority.execute(command, "authorizer").await {
+                    Ok(events) => recorded += events.len(),
+                    Err(e) => {
+                        tracing::warn!(tenant = %tenant, error = %e, "sweep failed for this tenant");
+                        failed.get_or_insert(e);
+                    }
+                }
+            }
         }
-        Ok(recorded)
+        failed.map_or(Ok(recorded), Err)
     }
 }

@@ -32,6 +32,10 @@ pub struct Session {
     /// Not stored with the session: the grant rows say which is active.
     #[serde(skip)]
     pub active_grant: Option<Uuid>,
+    /// The session stream's version when this request read it (0 when folded): a use is
+    /// consumed only while the session is still at it.
+    #[serde(skip)]
+    pub read_version: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -166,6 +170,7 @@ impl World {
                         turn_tools: Vec::new(),
                         deleted: false,
                         active_grant: None,
+                        read_version: 0,
                     },
                 );
             }
@@ -503,7 +508,8 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
                 .values()
                 .find(|a| a.token_sha256.as_deref() == Some(token_sha256.as_str()))
                 .ok_or_else(invalid)?;
-            let owner = world.sessions.get(&approval.requested.session_id).map(|s| s.created.principal_id.as_str());
+            let session = world.sessions.get(&approval.requested.session_id).filter(|s| !s.deleted);
+            let owner = session.map(|s| s.created.principal_id.as_str());
             let fits = approval.requested.binding.as_ref() == Some(&binding)
                 && owner == Some(principal_id.as_str())
                 && world

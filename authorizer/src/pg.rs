@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use deadpool_postgres::Transaction;
 use ledger::catalogue::{EndReason, Event, SiteScope, TaskGrantCreated, ToolCallAuthorized};
-use ledger::{AppendError, AppendOutcome, AppendRequest, ExpectedVersion, Metadata, PgStore, TenantId};
+use ledger::{AppendError, AppendOutcome, AppendRequest, Checkpoint, ExpectedVersion, Metadata, PgStore, TenantId};
 use time::OffsetDateTime;
 use tokio_postgres::IsolationLevel;
 use uuid::Uuid;
@@ -52,6 +52,9 @@ impl StoreError {
     }
 }
 
+/// A commit's result: what it staged, or that with the COMMIT's error.
+type Committed = Result<Vec<ledger::postgres::Staged>, (Vec<ledger::postgres::Staged>, tokio_postgres::Error)>;
+
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
@@ -64,6 +67,13 @@ fn db(e: tokio_postgres::Error) -> StoreError {
         Some((code, m)) if code.starts_with("23") => StoreError::Projection(format!("{code}: {m}")),
         _ => unavailable(e),
     }
+}
+
+/// The session a use is made in, at the version its decision read.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionAt<'a> {
+    pub session_id: &'a str,
+    pub version: u64,
 }
 
 /// The answer to a use request.
@@ -115,6 +125,21 @@ impl PgGrants {
         decide: &Decide<'_, T>,
     ) -> Result<Transacted<T>, AuthorityError> {
         let mut client = self.store.pool().get().await.map_err(unavailable)?;
+        if let (false, Need::Authorize(session)) = (lock, need) {
+            // The hot path: everything an authorization reads in one statement (one snapshot,
+            // one round trip); a write it decides opens its own transaction, and a stream or
+            // grant row that moved since the read comes back as a conflict.
+            let mut rows = Prefetched::authorize(&client, tenant.as_str(), session).await?;
+            let loaded = state::load(&mut rows, tenant, need).await?;
+            let (events, value) = decide(&loaded.world)?;
+            if events.is_empty() {
+                return Ok(Transacted { value, events, at: None });
+            }
+            let tx = client.build_transaction().start().await.map_err(unavailable)?;
+            let written = self.write_all(tx, tenant, &loaded, metadata, &events).await?;
+            let at = self.settled_commit(client, written).await?;
+            return Ok(Transacted { value, events, at: Some(at) });
+        }
         let isolation = if lock { IsolationLevel::ReadCommitted } else { IsolationLevel::RepeatableRead };
         let tx = client.build_transaction().isolation_level(isolation).start().await.map_err(unavailable)?;
         let mut reader = PgReader { tx: &tx, tenant: tenant.as_str(), lock };
@@ -124,20 +149,59 @@ impl PgGrants {
             tx.commit().await.map_err(unavailable)?;
             return Ok(Transacted { value, events, at: None });
         }
-        let plan = loaded.plan(&events, metadata)?;
-        // The append first: a stream another request moved is a conflict before anything else.
-        let staged = self.store.append_within(&tx, &plan.append).await?;
+        let written = self.write_all(tx, tenant, &loaded, metadata, &events).await?;
+        let at = self.settled_commit(client, written).await?;
+        Ok(Transacted { value, events, at: Some(at) })
+    }
+
+    /// Appends what `events` plan, writes the inline state and commits. A COMMIT that failed
+    /// comes back with what it staged, to be settled once the connection is dropped.
+    async fn write_all(
+        &self,
+        tx: Transaction<'_>,
+        tenant: &TenantId,
+        loaded: &state::Loaded,
+        metadata: &Metadata,
+        events: &[Event],
+    ) -> Result<Committed, StoreError> {
+        let plan = loaded.plan(events, metadata)?;
+        // The appends first: a stream another request moved is a conflict before anything else.
+        let mut staged = Vec::new();
+        for append in &plan.appends {
+            staged.push(self.store.append_within(&tx, append).await?);
+        }
         write(&tx, tenant.as_str(), &plan.write).await?;
-        for e in &events {
+        for e in events {
             apply_grant_row(&tx, tenant.as_str(), e).await?;
         }
-        if let Err(e) = tx.commit().await {
-            ledger::postgres::discard(client);
-            self.settle(staged.commit_error(&e)).await?;
-        } else {
-            self.store.committed(&staged);
-        }
-        Ok(Transacted { value, events, at: Some(self.outcome(&staged).checkpoint()) })
+        Ok(match tx.commit().await {
+            Ok(()) => Ok(staged),
+            Err(e) => Err((staged, e)),
+        })
+    }
+
+    /// Where a commit reached; a COMMIT that lost its session is settled by event id first.
+    async fn settled_commit(
+        &self,
+        client: deadpool_postgres::Object,
+        committed: Committed,
+    ) -> Result<Checkpoint, StoreError> {
+        let staged = match committed {
+            Ok(staged) => {
+                staged.iter().for_each(|s| self.store.committed(s));
+                staged
+            }
+            Err((staged, e)) => {
+                ledger::postgres::discard(client);
+                // One transaction: its first append stored means all of them are.
+                if let Some(first) = staged.first() {
+                    self.settle(first.commit_error(&e)).await?;
+                }
+                staged
+            }
+        };
+        let last = staged.last().ok_or_else(|| StoreError::Projection("a commit with no append".into()))?;
+        Ok(self.outcome(last).checkpoint())
     }
 
     /// Appends grant events as they are, each stream unchecked, and applies them to the grant
@@ -200,6 +264,7 @@ impl PgGrants {
 
     /// Consumes one use and `typed_chars` of grant `grant_id`, and records `use_event(ordinal)`,
     /// atomically. Never refunded.
+    #[allow(clippy::too_many_arguments)] // one use's facts, each checked by the statement
     pub async fn consume(
         &self,
         tenant: &TenantId,
@@ -207,6 +272,7 @@ impl PgGrants {
         grant_id: Uuid,
         typed_chars: u32,
         now: OffsetDateTime,
+        session: Option<SessionAt<'_>>,
         use_event: impl FnOnce(u32) -> Event,
     ) -> Result<Consumed, StoreError> {
         if typed_chars > MAX_TYPED_CHARS {
@@ -222,19 +288,31 @@ impl PgGrants {
             .start()
             .await
             .map_err(unavailable)?;
+        // Expiry by both clocks: the deciding replica's and the database's, so a replica whose
+        // clock runs slow cannot stretch a grant. With the session named, the use also holds its
+        // row (FOR SHARE) at the version the decision read: a message or tool call recorded
+        // since then refuses the use, and one recorded after waits for it.
+        let (session_id, session_version) =
+            session.map_or((None, None), |s| (Some(s.session_id), Some(version(s.version))));
         let stmt = tx
             .prepare_cached(
-                "UPDATE active_task_grants SET actions_used = actions_used + 1, chars_used = chars_used + $2 \
-                 WHERE tenant_id = $6 AND grant_id = $1 AND ended_at IS NULL AND actions_used < $4 AND chars_used + $2 <= $5 \
-                   AND expires_at > $3 \
+                "WITH held AS (SELECT 1 FROM authority_sessions WHERE tenant_id = $6 AND session_id = $7 \
+                   AND version = $8 FOR SHARE) \
+                 UPDATE active_task_grants SET actions_used = actions_used + 1, chars_used = chars_used + $2 \
+                 WHERE tenant_id = $6 AND grant_id = $1 AND ended_at IS NULL AND actions_used < $4 \
+                   AND chars_used + $2 <= $5 AND expires_at > $3 AND expires_at > statement_timestamp() \
+                   AND ($7::text IS NULL OR EXISTS (SELECT 1 FROM held)) \
                  RETURNING actions_used",
             )
             .await
-            .map_err(unavailable)?;
+            .map_err(db)?;
         let row = tx
-            .query_opt(&stmt, &[&grant_id, &chars, &now, &max_actions, &max_chars, &tenant.as_str()])
+            .query_opt(
+                &stmt,
+                &[&grant_id, &chars, &now, &max_actions, &max_chars, &tenant.as_str(), &session_id, &session_version],
+            )
             .await
-            .map_err(unavailable)?;
+            .map_err(db)?;
         let Some(row) = row else {
             return Ok(Consumed::Refused);
         };
@@ -376,23 +454,30 @@ const GRANT_COLUMNS: &str = "grant_id, approval_id, tenant_id, principal_id, ses
      actions_used, chars_used, end_reason";
 
 fn grant_from_row(r: &tokio_postgres::Row) -> Result<Grant, StoreError> {
-    let n = |i: usize| u32::try_from(r.get::<_, i32>(i)).unwrap_or(0);
-    let ended =
-        r.get::<_, Option<String>>(15).map(|code| json::<EndReason>(serde_json::Value::String(code))).transpose()?;
+    grant_at(r, 0)
+}
+
+/// A grant from the row's columns `at..at + 16`, in [`GRANT_COLUMNS`] order.
+fn grant_at(r: &tokio_postgres::Row, at: usize) -> Result<Grant, StoreError> {
+    let n = |i: usize| u32::try_from(r.get::<_, i32>(at + i)).unwrap_or(0);
+    let ended = r
+        .get::<_, Option<String>>(at + 15)
+        .map(|code| json::<EndReason>(serde_json::Value::String(code)))
+        .transpose()?;
     Ok(Grant {
         created: TaskGrantCreated {
-            grant_id: r.get(0),
-            approval_id: r.get(1),
-            tenant_id: r.get(2),
-            principal_id: r.get(3),
-            session_id: r.get(4),
-            profile_id: r.get(5),
-            profile_generation: from_version(r.get(6)),
-            agent_version: r.get(7),
-            policy_version: r.get(8),
-            scope: SiteScope { origin: r.get(9), path_prefix: r.get(10) },
-            created_at: r.get(11),
-            expires_at: r.get(12),
+            grant_id: r.get(at),
+            approval_id: r.get(at + 1),
+            tenant_id: r.get(at + 2),
+            principal_id: r.get(at + 3),
+            session_id: r.get(at + 4),
+            profile_id: r.get(at + 5),
+            profile_generation: from_version(r.get(at + 6)),
+            agent_version: r.get(at + 7),
+            policy_version: r.get(at + 8),
+            scope: SiteScope { origin: r.get(at + 9), path_prefix: r.get(at + 10) },
+            created_at: r.get(at + 11),
+            expires_at: r.get(at + 12),
             max_actions: MAX_ACTIONS,
             max_typed_chars: MAX_TYPED_CHARS,
         },
@@ -400,6 +485,93 @@ fn grant_from_row(r: &tokio_postgres::Row) -> Result<Grant, StoreError> {
         chars_used: n(14),
         ended,
     })
+}
+
+/// What an authorization reads, fetched in one statement, served to `state::load`. Anything
+/// else asked of it is an error, never an empty answer.
+#[derive(Debug, Default)]
+struct Prefetched {
+    session: Option<Versioned<Session>>,
+    profiles: Vec<(String, Versioned<Profile>)>,
+    deployment: Option<Versioned<Deployment>>,
+    grant: Option<Grant>,
+}
+
+const AUTHORIZE_READ: &str = "SELECT s.version, s.state, d.version, d.state, ps.profile_id, ps.version, ps.state, \
+     gp.profile_id, gp.version, gp.state, ";
+
+impl Prefetched {
+    async fn authorize(client: &deadpool_postgres::Object, tenant: &str, session: &str) -> Result<Self, StoreError> {
+        let grant_columns: Vec<String> = GRANT_COLUMNS.split(',').map(|c| format!("g.{}", c.trim())).collect();
+        let sql = format!(
+            "{AUTHORIZE_READ}{} FROM (VALUES (1)) AS one(x) \
+             LEFT JOIN authority_sessions s ON s.tenant_id = $1 AND s.session_id = $2 \
+             LEFT JOIN authority_settings d ON d.tenant_id = $1 AND d.version > 0 \
+             LEFT JOIN active_task_grants g ON g.tenant_id = $1 AND g.session_id = $2 AND g.ended_at IS NULL \
+             LEFT JOIN authority_profiles ps ON ps.tenant_id = $1 AND ps.version > 0 \
+               AND ps.profile_id = s.state->'created'->>'browser_profile_id' \
+             LEFT JOIN authority_profiles gp ON gp.tenant_id = $1 AND gp.version > 0 AND gp.profile_id = g.profile_id",
+            grant_columns.join(", ")
+        );
+        let stmt = client.prepare_cached(&sql).await.map_err(db)?;
+        let r = client.query_one(&stmt, &[&tenant, &session]).await.map_err(db)?;
+        let versioned = |v: usize| -> Result<Option<(u64, serde_json::Value)>, StoreError> {
+            Ok(r.get::<_, Option<i64>>(v).map(|version| (from_version(version), r.get(v + 1))))
+        };
+        let mut out = Self::default();
+        if let Some((version, state)) = versioned(0)? {
+            out.session = Some(Versioned { value: json(state)?, version });
+        }
+        if let Some((version, state)) = versioned(2)? {
+            out.deployment = Some(Versioned { value: json(state)?, version });
+        }
+        for at in [4, 7] {
+            if let Some(id) = r.get::<_, Option<String>>(at) {
+                let (version, state) = versioned(at + 1)?.unwrap_or_default();
+                out.profiles.push((id, Versioned { value: json(state)?, version }));
+            }
+        }
+        if r.get::<_, Option<Uuid>>(10).is_some() {
+            out.grant = Some(grant_at(&r, 10)?);
+        }
+        Ok(out)
+    }
+
+    fn not_fetched(what: &str) -> StoreError {
+        StoreError::Projection(format!("an authorization read {what}, which its one statement does not fetch"))
+    }
+}
+
+impl Reader for Prefetched {
+    async fn sessions(&mut self, ids: &[&str]) -> Result<Vec<Versioned<Session>>, StoreError> {
+        Ok(self.session.iter().filter(|s| ids.contains(&s.value.created.session_id.as_str())).cloned().collect())
+    }
+
+    async fn profile(&mut self, id: &str) -> Result<Versioned<Profile>, StoreError> {
+        let found = self.profiles.iter().find(|(p, _)| p == id).map(|(_, v)| v.clone());
+        Ok(found.unwrap_or(Versioned { value: Profile::default(), version: 0 }))
+    }
+
+    async fn deployment(&mut self) -> Result<Versioned<Deployment>, StoreError> {
+        Ok(self.deployment.clone().unwrap_or(Versioned { value: Deployment::default(), version: 0 }))
+    }
+
+    async fn approvals(&mut self, _: Approvals<'_>) -> Result<Vec<Versioned<Approval>>, StoreError> {
+        Err(Self::not_fetched("approvals"))
+    }
+
+    async fn grants(&mut self, which: Grants<'_>) -> Result<Vec<Grant>, StoreError> {
+        match which {
+            Grants::ActiveOfSession(s) => {
+                Ok(self.grant.iter().filter(|g| g.created.session_id == s).cloned().collect())
+            }
+            _ => Err(Self::not_fetched("grants other than the session's active one")),
+        }
+    }
+
+    async fn run(&mut self, _: &str, _: &str) -> Result<RunSnapshots, StoreError> {
+        Err(Self::not_fetched("a run's snapshots"))
+    }
 }
 
 /// One request's reads, inside its transaction; `FOR UPDATE` when the request writes, so two

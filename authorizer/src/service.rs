@@ -88,6 +88,17 @@ fn status(e: AuthorityError) -> Status {
             "other requests changed what this one read; nothing was written; retry".into(),
         ),
         AuthorityError::Store(StoreError::Invalid(reason)) => invalid("request", &reason),
+        // Not something a retry cures: the stored state and the request disagree. Nothing was
+        // written; the operator's log has the details.
+        AuthorityError::Store(
+            e @ (StoreError::Projection(_)
+            | StoreError::Append(
+                ledger::AppendError::TenantMismatch { .. } | ledger::AppendError::DuplicateEventId { .. },
+            )),
+        ) => {
+            tracing::error!(error = %e, "the stored state refused the change; nothing was written");
+            Status::internal("the stored state refused the change; nothing was written")
+        }
         AuthorityError::Store(e) if e.is_determinate() => {
             tracing::warn!(error = %e, "store refused a write; nothing was written");
             Status::unavailable(format!("nothing was written: {e}"))
@@ -505,11 +516,8 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             (true, true) => None,
             _ => return Err(invalid("snapshot_id", "snapshot_id and node_ref go together")),
         };
-        own_session(&authority, &session_id, &principal).await?;
         let page = PageFacts { url: r.page_url };
-        let scopes =
-            authority.read(Need::Deployment { grants: false }, |w| w.settings.scopes.clone()).await.map_err(status)?;
-        let view = approval_view_in_session(element.as_ref(), &page, opt(&r.page_title).as_deref(), &action, &scopes);
+        let has_element = element.is_some();
         let request = AuthorizeRequest {
             tenant_id: authority.tenant().to_string(),
             principal_id: principal,
@@ -522,11 +530,16 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             element: element.unwrap_or_default(),
             page,
             action,
-            view,
+            view: ActionView::default(),
             snapshot,
         };
+        let title = opt(&r.page_title);
+        let named = has_element.then_some(&request.element);
+        let view = |scopes: &[SiteScope]| {
+            approval_view_in_session(named, &request.page, title.as_deref(), &request.action, scopes)
+        };
         let now = OffsetDateTime::now_utc();
-        let authorized = authority.authorize_detailed(&request, now, Uuid::new_v4()).await.map_err(status)?;
+        let authorized = authority.authorize_viewed(&request, &view, now, Uuid::new_v4()).await.map_err(status)?;
         let events = &authorized.events;
         let reply = match authorized.decision {
             Decision::Allow { kind, grant_id, use_ordinal, .. } => {

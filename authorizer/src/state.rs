@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 
 use ledger::catalogue::{Event, StandingGrantPinned};
-use ledger::{AppendRequest, ExpectedVersion, Metadata, StreamAppend, StreamId, TenantId};
+use ledger::{AppendRequest, ExpectedVersion, MAX_EVENTS_PER_APPEND, Metadata, StreamAppend, StreamId, TenantId};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -71,8 +71,10 @@ pub trait Reader: Send {
 #[derive(Debug, Clone, Copy)]
 pub enum Need<'a> {
     Nothing,
-    /// The session and its active grant.
+    /// The session alone.
     Session(&'a str),
+    /// The session and its active grant (locked with it when the request writes).
+    SessionGrant(&'a str),
     /// The profile and the active grants on it.
     Profile(&'a str),
     /// The settings, and every active grant when they may end some.
@@ -102,7 +104,7 @@ pub fn need_of(command: &Command) -> Need<'_> {
         Command::CreateSession(c) => Need::Session(&c.session_id),
         Command::RecordMessage(m) => Need::Session(&m.session_id),
         Command::RecordToolCall(c) => Need::Session(&c.session_id),
-        Command::DeleteSession { session_id, .. } => Need::Session(session_id),
+        Command::DeleteSession { session_id, .. } => Need::SessionGrant(session_id),
         Command::AdvanceProfile { profile_id, .. }
         | Command::RevokeProfile { profile_id }
         | Command::DeleteProfile { profile_id } => Need::Profile(profile_id),
@@ -142,7 +144,8 @@ impl Loaded {
 
     fn session(&mut self, s: Versioned<Session>) -> Result<(), StoreError> {
         self.versions.insert(self.stream("session", &s.value.created.session_id)?, s.version);
-        self.world.sessions.insert(s.value.created.session_id.clone(), s.value);
+        let session = Session { read_version: s.version, ..s.value };
+        self.world.sessions.insert(session.created.session_id.clone(), session);
         Ok(())
     }
 
@@ -277,8 +280,19 @@ impl Loaded {
             }
         }
         write.snapshots = touched.snapshots;
-        let append = AppendRequest { tenant_id: self.tenant.clone(), streams };
-        Ok(Plan { after, write, append })
+        // Whole streams per append, each append under the ledger's cap, all in one transaction:
+        // a settings change may end thousands of grants.
+        let mut appends: Vec<AppendRequest> = Vec::new();
+        for stream in streams {
+            let fits = appends.last().is_some_and(|a| {
+                a.streams.iter().map(|s| s.events.len()).sum::<usize>() + stream.events.len() <= MAX_EVENTS_PER_APPEND
+            });
+            match appends.last_mut() {
+                Some(a) if fits => a.streams.push(stream),
+                _ => appends.push(AppendRequest { tenant_id: self.tenant.clone(), streams: vec![stream] }),
+            }
+        }
+        Ok(Plan { after, write, appends })
     }
 }
 
@@ -350,7 +364,8 @@ pub struct Writes {
 pub struct Plan {
     pub after: World,
     pub write: Writes,
-    pub append: AppendRequest,
+    /// In order, each within the ledger's cap on one append.
+    pub appends: Vec<AppendRequest>,
 }
 
 /// Reads what `need` names into a partial world.
@@ -358,7 +373,8 @@ pub async fn load(r: &mut impl Reader, tenant: &TenantId, need: Need<'_>) -> Res
     let mut l = Loaded::new(tenant);
     match need {
         Need::Nothing => {}
-        Need::Session(id) => {
+        Need::Session(id) => l.sessions(r, &[id]).await?,
+        Need::SessionGrant(id) => {
             l.sessions(r, &[id]).await?;
             l.grants(r, Grants::ActiveOfSession(id)).await?;
         }

@@ -70,7 +70,9 @@ async fn race(grants: &PgGrants, grant_id: Uuid, requests: usize, max_chars: u32
             let chars = rand::rng().random_range(0..=max_chars);
             tokio::spawn(async move {
                 let out = grants
-                    .consume(&tenant(), &Metadata::by("agent"), grant_id, chars, now, |o| use_event(grant_id, chars, o))
+                    .consume(&tenant(), &Metadata::by("agent"), grant_id, chars, now, None, |o| {
+                        use_event(grant_id, chars, o)
+                    })
                     .await;
                 (chars, out)
             })
@@ -171,7 +173,7 @@ async fn an_expired_or_ended_grant_gives_no_use() {
     let grant_id = new_grant(&grants, "s1").await;
     let late = OffsetDateTime::now_utc() + Duration::minutes(31);
     let out = grants
-        .consume(&tenant(), &Metadata::by("agent"), grant_id, 1, late, |o| use_event(grant_id, 1, o))
+        .consume(&tenant(), &Metadata::by("agent"), grant_id, 1, late, None, |o| use_event(grant_id, 1, o))
         .await
         .unwrap();
     assert_eq!(out, Consumed::Refused);
@@ -182,7 +184,7 @@ async fn an_expired_or_ended_grant_gives_no_use() {
     grants.commit(&tenant(), &Metadata::by("owner"), std::slice::from_ref(&ended)).await.unwrap();
     let now = OffsetDateTime::now_utc();
     let out = grants
-        .consume(&tenant(), &Metadata::by("agent"), grant_id, 1, now, |o| use_event(grant_id, 1, o))
+        .consume(&tenant(), &Metadata::by("agent"), grant_id, 1, now, None, |o| use_event(grant_id, 1, o))
         .await
         .unwrap();
     assert_eq!(out, Consumed::Refused);
@@ -433,7 +435,7 @@ async fn a_use_whose_commit_dies_is_settled_before_dispatch() {
         let grants = grants.clone();
         tokio::spawn(async move {
             grants
-                .consume(&tenant(), &Metadata::by("agent"), grant_id, 3, OffsetDateTime::now_utc(), |o| {
+                .consume(&tenant(), &Metadata::by("agent"), grant_id, 3, OffsetDateTime::now_utc(), None, |o| {
                     use_event(grant_id, 3, o)
                 })
                 .await
