@@ -6,7 +6,7 @@
 use time::OffsetDateTime;
 
 use crate::domain::Grant;
-use classifier::text_shape::MAX_TYPED_CHARS as MAX_TEXT_PER_ACTION;
+use classifier::text_shape::MAX_TEXT_PER_ACTION;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GrantKind {

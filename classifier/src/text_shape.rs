@@ -5,7 +5,7 @@ use unicode_normalization::UnicodeNormalization;
 use crate::coverage::Reason;
 
 /// The per-action typed-text cap.
-pub const MAX_TYPED_CHARS: usize = 256;
+pub const MAX_TEXT_PER_ACTION: usize = 256;
 
 /// Prefixes of well-known secret formats.
 const SECRET_PREFIXES: &[&str] = &[
@@ -83,7 +83,7 @@ fn has_digit_run(text: &str) -> bool {
 /// allows newlines (a textarea); elsewhere a newline can submit a form.
 pub fn check(text: &str, multiline: bool, chars_remaining: u32) -> Result<(), Reason> {
     let n = text.chars().count();
-    if n > MAX_TYPED_CHARS {
+    if n > MAX_TEXT_PER_ACTION {
         return Err(Reason::TextTooLong);
     }
     if text.chars().any(|c| c.is_control() && !(multiline && c == '\n')) {
