@@ -106,6 +106,12 @@ pub struct World {
     pub run_snapshots: HashMap<(String, String), RunSnapshots>,
 }
 
+/// A time as the store keeps it, to the microsecond: what an event records is then exactly what
+/// the inline tables hold and a replay finds.
+pub fn stored(t: OffsetDateTime) -> OffsetDateTime {
+    t.replace_nanosecond(t.nanosecond() - t.nanosecond() % 1_000).unwrap_or(t)
+}
+
 /// A tenant id the authority serves: the ledger's id rules, at most [`MAX_TENANT_LEN`] bytes and
 /// no `.`, which separates the tenant from the id in a stream name.
 pub fn tenant_id(value: &str) -> Result<TenantId, DomainError> {
@@ -443,7 +449,7 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
                 (Some(pin), _) => Ok(vec![Event::StandingGrantPinned(StandingGrantPinned {
                     grant_id: pin.grant_id,
                     profile_id: pin.profile_id,
-                    expires_at: now + STANDING_GRANT_DURATION,
+                    expires_at: stored(now + STANDING_GRANT_DURATION),
                 })]),
                 (None, _) => Ok(world
                     .standing
@@ -636,8 +642,8 @@ fn resolve(
         agent_version: versions.agent.clone(),
         policy_version: versions.policy.clone(),
         scope: offer.scope.clone(),
-        created_at: now,
-        expires_at: now + GRANT_DURATION,
+        created_at: stored(now),
+        expires_at: stored(now + GRANT_DURATION),
         max_actions: MAX_ACTIONS,
         max_typed_chars: MAX_TYPED_CHARS,
     }));
@@ -941,7 +947,7 @@ pub fn request_approval(
         view: req.view.clone(),
         offer: offer.clone(),
         not_covered_reason: reason.clone(),
-        expires_at: now + APPROVAL_TTL,
+        expires_at: stored(now + APPROVAL_TTL),
         binding: req.snapshot.as_ref().map(|(snapshot_id, node_ref)| TokenBinding {
             run_id: req.run_id.clone(),
             snapshot_id: snapshot_id.clone(),

@@ -212,18 +212,95 @@ pub async fn projections_verify(config: &tokio_postgres::Config, name: Option<&s
     let reports = match name {
         None => verify::all(&mut client).await?,
         Some("active_task_grants") => vec![verify::active_task_grants(&mut client).await?],
+        Some("authority") => vec![],
         Some(n) => {
             let p = Projection::from_name(n).with_context(|| {
-                format!("no projection {n:?}: audit_log, grant_list, pending_approvals or active_task_grants")
+                format!(
+                    "no projection {n:?}: audit_log, grant_list, pending_approvals, active_task_grants or authority"
+                )
             })?;
             vec![verify::projection(&mut client, p).await?]
         }
     };
-    let text = reports.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n");
-    if reports.iter().any(|r| !r.ok()) {
+    let mut text = reports.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n");
+    let mut ok = reports.iter().all(verify::Report::ok);
+    if matches!(name, None | Some("authority")) {
+        let (authority_ok, said) = authority_verify(config).await?;
+        ok &= authority_ok;
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&said);
+    }
+    if !ok {
         bail!("{text}");
     }
     Ok(text)
+}
+
+/// The authorizer's inline state (sessions, profiles, settings, approvals, grants, run
+/// snapshots) against each tenant's log folded in memory. Run it when the tenant is quiet: the
+/// log and the tables are read one after the other, so a write in between shows as a difference.
+pub async fn authority_verify(config: &tokio_postgres::Config) -> Result<(bool, String)> {
+    use authorizer::domain::World;
+    let store = PgStore::new(ledger::postgres::pool(config.clone(), 2).map_err(anyhow::Error::msg)?);
+    let mut folded: std::collections::BTreeMap<String, World> = std::collections::BTreeMap::new();
+    let mut at = Checkpoint::START;
+    loop {
+        let page = store.read_all(at, ledger::READ_PAGE).await?;
+        let Some(last) = page.last() else { break };
+        at = last.checkpoint();
+        for e in &page {
+            let event = ledger::catalogue::Event::from_recorded(e)?;
+            folded.entry(e.tenant_id.to_string()).or_default().apply(&event);
+        }
+    }
+    let grants = authorizer::pg::PgGrants::new(store);
+    let mut out = Vec::new();
+    let mut ok = true;
+    for (tenant, expected) in &folded {
+        let stored = grants.dump(&ledger::TenantId::new(tenant.clone())?).await?;
+        match first_difference(expected, &stored) {
+            None => out.push(format!("authority state of {tenant}: equal to its log folded")),
+            Some(d) => {
+                ok = false;
+                out.push(format!("authority state of {tenant}: differs from its log folded: {d}"));
+            }
+        }
+    }
+    if folded.is_empty() {
+        out.push("authority state: no events".into());
+    }
+    Ok((ok, out.join("\n")))
+}
+
+/// The first entity where two worlds differ, named, with both sides.
+fn first_difference(expected: &authorizer::domain::World, stored: &authorizer::domain::World) -> Option<String> {
+    use std::collections::BTreeSet;
+    use std::fmt::Debug;
+    fn keyed<K: Ord + Debug + Clone + std::hash::Hash + Eq, V: PartialEq + Debug>(
+        what: &str,
+        a: &std::collections::HashMap<K, V>,
+        b: &std::collections::HashMap<K, V>,
+    ) -> Option<String> {
+        let keys: BTreeSet<&K> = a.keys().chain(b.keys()).collect();
+        keys.into_iter()
+            .find(|k| a.get(k) != b.get(k))
+            .map(|k| format!("{what} {k:?}\n  replayed: {:?}\n  stored:   {:?}", a.get(k), b.get(k)))
+    }
+    keyed("session", &expected.sessions, &stored.sessions)
+        .or_else(|| keyed("profile", &expected.profiles, &stored.profiles))
+        .or_else(|| keyed("approval", &expected.approvals, &stored.approvals))
+        .or_else(|| keyed("grant", &expected.grants, &stored.grants))
+        .or_else(|| keyed("run", &expected.run_snapshots, &stored.run_snapshots))
+        .or_else(|| {
+            (expected.settings != stored.settings || expected.standing != stored.standing).then(|| {
+                format!(
+                    "settings\n  replayed: {:?} {:?}\n  stored:   {:?} {:?}",
+                    expected.settings, expected.standing, stored.settings, stored.standing
+                )
+            })
+        })
 }
 
 /// Progress on standard error: a bar when it is a terminal, otherwise a plain line a second.

@@ -488,3 +488,29 @@ async fn a_stale_projection_is_refused_until_rebuilt() {
     projections::worker::ensure_current(&client).await.expect("current after the rebuild");
     assert!(verify::projection(&mut client, Projection::GrantList).await.unwrap().ok());
 }
+
+/// The authorizer's inline state verifies against each tenant's log folded, and an edit to it
+/// (a deleted session revived by hand) is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_authority_state_verifies_against_the_log_and_an_edit_is_named() {
+    let db = TestDb::new().await;
+    let a = authority(&db).await;
+    lesson(&a, "s1", 3).await;
+    lesson(&a, "s2", 1).await;
+    let (ok, said) = ops::audit::authority_verify(&db.config).await.unwrap();
+    assert!(ok, "{said}");
+    assert!(said.contains("equal to its log folded"), "{said}");
+    db.client()
+        .await
+        .execute(
+            "UPDATE authority_sessions SET state = jsonb_set(state, '{deleted}', 'true') WHERE session_id = 's2'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (ok, said) = ops::audit::authority_verify(&db.config).await.unwrap();
+    assert!(!ok);
+    assert!(said.contains("session \"s2\""), "{said}");
+    let err = ops::audit::projections_verify(&db.config, Some("authority")).await.unwrap_err();
+    assert!(format!("{err}").contains("differs from its log folded"), "{err}");
+}
