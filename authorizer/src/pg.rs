@@ -294,28 +294,52 @@ impl PgGrants {
         // since then refuses the use, and one recorded after waits for it.
         let (session_id, session_version) =
             session.map_or((None, None), |s| (Some(s.session_id), Some(version(s.version))));
+        // The grant stream's head comes back from the same statement: when it is the version
+        // this use follows, the append need not read it again.
+        let stream = crate::domain::entity_stream(tenant, "grant", &grant_id)?;
         let stmt = tx
             .prepare_cached(
                 "WITH held AS (SELECT 1 FROM authority_sessions WHERE tenant_id = $6 AND session_id = $7 \
-                   AND version = $8 FOR SHARE) \
-                 UPDATE active_task_grants SET actions_used = actions_used + 1, chars_used = chars_used + $2 \
-                 WHERE tenant_id = $6 AND grant_id = $1 AND ended_at IS NULL AND actions_used < $4 \
+                   AND version = $8 FOR SHARE), \
+                 used AS (UPDATE active_task_grants SET actions_used = actions_used + 1, \
+                   chars_used = chars_used + $2 \
+                   WHERE tenant_id = $6 AND grant_id = $1 AND ended_at IS NULL AND actions_used < $4 \
                    AND chars_used + $2 <= $5 AND expires_at > $3 AND expires_at > statement_timestamp() \
                    AND ($7::text IS NULL OR EXISTS (SELECT 1 FROM held)) \
-                 RETURNING actions_used",
+                   RETURNING actions_used) \
+                 SELECT used.actions_used, head.stream_version, head.hash FROM used LEFT JOIN LATERAL \
+                   (SELECT e.stream_version, e.hash FROM events e WHERE e.stream_id = $9 \
+                    ORDER BY e.stream_version DESC LIMIT 1) head ON true",
             )
             .await
             .map_err(db)?;
         let row = tx
             .query_opt(
                 &stmt,
-                &[&grant_id, &chars, &now, &max_actions, &max_chars, &tenant.as_str(), &session_id, &session_version],
+                &[
+                    &grant_id,
+                    &chars,
+                    &now,
+                    &max_actions,
+                    &max_chars,
+                    &tenant.as_str(),
+                    &session_id,
+                    &session_version,
+                    &stream.as_str(),
+                ],
             )
             .await
             .map_err(db)?;
         let Some(row) = row else {
             return Ok(Consumed::Refused);
         };
+        let head = (row.get::<_, Option<i64>>(1), row.get::<_, Option<Vec<u8>>>(2));
+        if let (Some(version), Some(hash)) = head
+            && let Ok(hash) = <[u8; 32]>::try_from(hash)
+            && i64::from(row.get::<_, i32>(0)) == version
+        {
+            self.store.note_head(stream, from_version(version), hash, tenant.clone());
+        }
         let ordinal = u32::try_from(row.get::<_, i32>(0)).map_err(unavailable)?;
         let event = use_event(ordinal);
         // A grant's stream is [created, use 1..n, ended?]: uses stop once the row is ended, and

@@ -163,6 +163,13 @@ impl PgStore {
         self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(stream).cloned()
     }
 
+    /// A stream's head the caller read inside the transaction it is about to append in (its row
+    /// lock holding the stream still): the append then skips reading it again. A version nobody
+    /// expects is simply never used.
+    pub fn note_head(&self, stream: StreamId, version: u64, hash: [u8; 32], tenant: TenantId) {
+        self.remember(stream, Head { version, hash, tenant });
+    }
+
     fn remember(&self, stream: StreamId, head: Head) {
         let mut heads = self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if heads.len() >= HEAD_CACHE_LIMIT {
