@@ -514,3 +514,47 @@ async fn the_authority_state_verifies_against_the_log_and_an_edit_is_named() {
     let err = ops::audit::projections_verify(&db.config, Some("authority")).await.unwrap_err();
     assert!(format!("{err}").contains("differs from its log folded"), "{err}");
 }
+
+/// Workers reading one event, two or seven at a time build views equal to the replay from a log
+/// whose transaction ids cross a power of ten (…999 → …000), where ids compared as text would
+/// cut a page past events never read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_page_across_a_transaction_id_digit_boundary() {
+    use ledger::contract::ContractStore;
+    let db = TestDb::new().await;
+    let a = authority(&db).await;
+    let store = db.store(4);
+    // Each command below is one transaction; other tests may take ids meanwhile, so the sessions
+    // go on until two of this test's transactions are past the boundary, and a first one already
+    // past it tries the next power (at most three times).
+    const LEAD: u64 = 60;
+    let mut sessions = 0;
+    for attempt in 1..=3 {
+        let next = store.next_tx_id().await;
+        let boundary = std::iter::successors(Some(10u64), |p| p.checked_mul(10)).find(|&p| p > next + LEAD).unwrap();
+        assert!(
+            boundary - next <= 20_000_000,
+            "transaction ids are at {next}: start a fresh cluster (`grantctl db stop --dir target/pg-test`)"
+        );
+        store.burn_tx_ids(boundary - LEAD).await;
+        let first = store.next_tx_id().await;
+        while store.next_tx_id().await < boundary + 2 {
+            sessions += 1;
+            lesson(&a, &format!("s{sessions}"), 20).await;
+        }
+        if first < boundary {
+            break;
+        }
+        assert!(attempt < 3, "other sessions took ids past {boundary} before this test's first transaction");
+    }
+    let events = event_count(&db).await;
+    for (p, batch) in Projection::ALL.into_iter().zip([1, 2, 7]) {
+        let mut w = Worker::new(p, db.config.clone(), store.clone());
+        w.batch = batch;
+        let mut client = w.connect().await;
+        catch_up(&w, client.as_mut().unwrap(), events).await;
+    }
+    for r in verify_all(&db).await {
+        assert!(r.ok(), "{r}");
+    }
+}
