@@ -97,11 +97,26 @@ pub struct PgGrants {
     store: PgStore,
     settle_patience: Duration,
     settled: Arc<SettleCounts>,
+    pause: Arc<std::sync::Mutex<Option<Arc<Pause>>>>,
+}
+
+/// A fault hook for tests: the next use stops after its decision and before its statement,
+/// says so on `reached`, and goes on at `go`.
+#[derive(Debug, Default)]
+pub struct Pause {
+    pub reached: tokio::sync::Notify,
+    pub go: tokio::sync::Notify,
 }
 
 impl PgGrants {
     pub fn new(store: PgStore) -> Self {
-        Self { store, settle_patience: Duration::from_secs(10), settled: Arc::default() }
+        Self { store, settle_patience: Duration::from_secs(10), settled: Arc::default(), pause: Arc::default() }
+    }
+
+    /// Pauses the next use (once) at `pause`: how a test puts a change between a decision's
+    /// read and its use.
+    pub fn pause_next_use(&self, pause: Arc<Pause>) {
+        *self.pause.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(pause);
     }
 
     pub fn store(&self) -> &PgStore {
@@ -281,6 +296,11 @@ impl PgGrants {
         let chars = i32::try_from(typed_chars).unwrap_or(i32::MAX);
         let max_actions = i32::try_from(MAX_ACTIONS).unwrap_or(i32::MAX);
         let max_chars = i32::try_from(MAX_TYPED_CHARS).unwrap_or(i32::MAX);
+        let pause = self.pause.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        if let Some(pause) = pause {
+            pause.reached.notify_one();
+            pause.go.notified().await;
+        }
         let mut client = self.store.pool().get().await.map_err(unavailable)?;
         let tx = client
             .build_transaction()

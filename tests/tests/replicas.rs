@@ -594,3 +594,158 @@ fn differential_request(tenant: &str) -> authorizer::domain::AuthorizeRequest {
         snapshot: None,
     }
 }
+
+/// Two replicas, A and B, on one database, with a session whose grant A has used once.
+async fn in_process_pair(
+    db: &TestDb,
+) -> (
+    authorizer::authority::Authority<authorizer::pg::PgGrants>,
+    authorizer::authority::Authority<authorizer::pg::PgGrants>,
+    authorizer::domain::AuthorizeRequest,
+    uuid::Uuid,
+) {
+    use authorizer::authority::Authority;
+    use authorizer::domain::{Command, Decision as Decided, Versions};
+    use ledger::catalogue::{Author, Resolution, SessionCreated, SessionMessageRecorded, Surface};
+    let tenant = ledger::TenantId::new(TENANT).unwrap();
+    let policy = authorizer::policy::Policy::empty;
+    let a = Authority::new(authorizer::pg::PgGrants::new(db.store(4)), policy(), tenant.clone());
+    let b = Authority::new(authorizer::pg::PgGrants::new(db.store(4)), policy(), tenant);
+    let now = time::OffsetDateTime::now_utc();
+    a.execute(Command::ChangeSettings(lesson().settings), "operator").await.unwrap();
+    let created = SessionCreated {
+        session_id: "s1".into(),
+        tenant_id: TENANT.into(),
+        principal_id: "owner".into(),
+        browser_profile_id: Some("p1".into()),
+        schedule_id: None,
+        surface: Surface::Interactive,
+    };
+    a.execute(Command::CreateSession(created), "owner").await.unwrap();
+    let said = SessionMessageRecorded { session_id: "s1".into(), message_id: "m".into(), author: Author::Owner };
+    a.execute(Command::RecordMessage(said), "owner").await.unwrap();
+    let req = differential_request(TENANT);
+    let (Decided::RequireApproval { approval_id, .. }, _) = a.authorize(&req, now, uuid::Uuid::new_v4()).await.unwrap()
+    else {
+        panic!("the first act asks")
+    };
+    let grant_id = uuid::Uuid::new_v4();
+    let resolve = Command::ResolveApproval {
+        approval_id,
+        principal_id: "owner".into(),
+        resolution: Resolution::ApproveForTask,
+        repeated_scope: Some(lesson().settings.scopes[0].clone()),
+        new_grant_id: grant_id,
+        versions: Versions { agent: "agent-7".into(), policy: policy().version },
+        now,
+        token_sha256: None,
+    };
+    b.execute(resolve, "owner").await.unwrap();
+    assert!(matches!(a.authorize(&req, now, uuid::Uuid::new_v4()).await.unwrap().0, Decided::Allow { .. }));
+    (a, b, req, grant_id)
+}
+
+fn not_the_owner() -> authorizer::domain::Command {
+    use ledger::catalogue::{Author, SessionMessageRecorded};
+    let said = SessionMessageRecorded { session_id: "s1".into(), message_id: "m2".into(), author: Author::Other };
+    authorizer::domain::Command::RecordMessage(said)
+}
+
+async fn actions_used(db: &TestDb, grant_id: uuid::Uuid) -> i32 {
+    let client = db.client().await;
+    client
+        .query_one("SELECT actions_used FROM active_task_grants WHERE grant_id = $1", &[&grant_id])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// A message that is not the owner's, recorded through replica B after A's decision read the
+/// session and before A's use: the use finds the session moved on, A decides again, and the card
+/// asks, the owner being no longer newest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_recorded_between_the_read_and_the_use_refuses_the_use() {
+    use authorizer::domain::Decision as Decided;
+    let db = TestDb::new().await;
+    let (a, b, req, grant_id) = in_process_pair(&db).await;
+    let pause = Arc::new(authorizer::pg::Pause::default());
+    a.backend().pause_next_use(Arc::clone(&pause));
+    let waiting = {
+        let (a, req) = (a.clone(), req.clone());
+        tokio::spawn(async move { a.authorize(&req, time::OffsetDateTime::now_utc(), uuid::Uuid::new_v4()).await })
+    };
+    pause.reached.notified().await;
+    b.execute(not_the_owner(), "worker").await.unwrap();
+    pause.go.notify_one();
+    let (decision, _) = waiting.await.unwrap().unwrap();
+    assert!(
+        matches!(&decision, Decided::RequireApproval { reason: Some(r), .. } if r == "owner_not_newest"),
+        "{decision:?}"
+    );
+    assert_eq!(actions_used(&db, grant_id).await, 1, "only the use before the message");
+}
+
+/// The other order: a use already under way holds the session, so a message recorded through B
+/// meanwhile waits for it and lands after it in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_recorded_during_a_use_waits_for_it() {
+    use authorizer::domain::Decision as Decided;
+    let db = TestDb::new().await;
+    let (a, b, req, grant_id) = in_process_pair(&db).await;
+    // Hold the grant row from a test connection: A's use takes the session's share lock, then
+    // waits for the row.
+    let mut blocker = db.client().await;
+    let held = blocker.transaction().await.unwrap();
+    held.execute("SELECT 1 FROM active_task_grants WHERE grant_id = $1 FOR UPDATE", &[&grant_id]).await.unwrap();
+    let using = {
+        let (a, req) = (a.clone(), req.clone());
+        tokio::spawn(async move { a.authorize(&req, time::OffsetDateTime::now_utc(), uuid::Uuid::new_v4()).await })
+    };
+    let watcher = db.client().await;
+    let blocked_on = |what: &'static str| {
+        let watcher = &watcher;
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                let n: i64 = watcher
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                         AND wait_event_type = 'Lock' AND query LIKE $1",
+                        &[&format!("%{what}%")],
+                    )
+                    .await
+                    .unwrap()
+                    .get(0);
+                if n > 0 {
+                    return;
+                }
+                assert!(tokio::time::Instant::now() < deadline, "nothing waited on {what}");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    blocked_on("UPDATE active_task_grants").await;
+    let speaking = {
+        let b = b.clone();
+        tokio::spawn(async move { b.execute(not_the_owner(), "worker").await })
+    };
+    blocked_on("authority_sessions").await;
+    held.commit().await.unwrap();
+    let (decision, events) = using.await.unwrap().unwrap();
+    assert!(matches!(decision, Decided::Allow { use_ordinal: Some(2), .. }), "{decision:?}");
+    speaking.await.unwrap().unwrap();
+    assert_eq!(actions_used(&db, grant_id).await, 2);
+    let ledger::catalogue::Event::ToolCallAuthorized(used) = &events[0] else { panic!("{events:?}") };
+    let order: Vec<String> = watcher
+        .query(
+            "SELECT event_type FROM events WHERE event_type IN ('tool.call.authorized', 'session.message_recorded') \
+             ORDER BY tx_id, global_position",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(order.last().map(String::as_str), Some("session.message_recorded"), "{order:?} ({used:?})");
+}
