@@ -356,10 +356,16 @@ pub mod authorize {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
     }
 
-    pub async fn run(url: &str, clients: &[usize], duration: Duration, with_projections: bool) -> Result<String> {
+    pub async fn run(
+        url: &str,
+        clients: &[usize],
+        duration: Duration,
+        with_projections: bool,
+        log_events: u64,
+    ) -> Result<String> {
         let scratch = Scratch::create(url).await?;
         let db_url = format!("{}/{}", url.rsplit_once('/').map_or(url, |(base, _)| base), scratch.name);
-        let result = run_on(scratch.config.clone(), &db_url, clients, duration, with_projections).await;
+        let result = run_on(scratch.config.clone(), &db_url, clients, duration, with_projections, log_events).await;
         scratch.drop_now().await?;
         result
     }
@@ -370,11 +376,30 @@ pub mod authorize {
         clients: &[usize],
         duration: Duration,
         with_projections: bool,
+        log_events: u64,
     ) -> Result<String> {
         // The settings are recorded once, as an operator does; the replicas serve them.
         let lesson = authorizer::scopes::settings(Some("true"), Some("https://www.lesson.test/lesson"))?;
         let wanted = crate::serve::DeploymentSettings { settings: lesson, standing: None };
         crate::serve::apply_settings(db_url, TENANT, wanted).await?;
+        if log_events > 0 {
+            // Filler rows of other tenants' streams, inserted in bulk: nothing the authorizer
+            // reads at start-up or per request, which is the point.
+            let client = crate::connect_config(&config).await?;
+            let started = Instant::now();
+            client
+                .execute(
+                    "INSERT INTO events (stream_id, stream_version, event_id, event_type, schema_version, tenant_id, \
+                     payload, metadata, recorded_at, prev_hash, hash) \
+                     SELECT 'filler-' || (g / 200), g % 200 + 1, gen_random_uuid(), 'session.tool_called', 1, \
+                     'filler-' || (g % 10), '{}', '{}', now(), decode(repeat('00', 32), 'hex'), \
+                     decode(repeat('00', 32), 'hex') FROM generate_series(0, $1::bigint - 1) g",
+                    &[&i64::try_from(log_events)?],
+                )
+                .await
+                .context("writing filler events")?;
+            eprintln!("{log_events} filler events written in {:.1} s", started.elapsed().as_secs_f64());
+        }
         // TLS as in production: its cost is part of the call.
         let pki_dir = std::env::temp_dir().join(format!("grantctl-bench-{}", Uuid::new_v4().simple()));
         let pki = crate::tls::DevPki::generate()?;
@@ -508,7 +533,10 @@ pub mod authorize {
             workers.start_kill()?;
             let _ = workers.wait().await;
         }
-        Ok(format!("{out}\n{ratios}{REPLICAS} replicas, round robin; peak RSS (VmHWM) each: {rss}\n{lag}"))
+        Ok(format!(
+            "{out}\n{ratios}{REPLICAS} replicas, round robin, {log_events} events in the log before they started; \
+             peak RSS (VmHWM) each: {rss}\n{lag}"
+        ))
     }
 }
 

@@ -223,6 +223,10 @@ enum BenchCmd {
         /// the machine's cores, so the ratios are then not comparable with runs without them).
         #[arg(long)]
         with_projections: bool,
+        /// Filler events written to the log before the replicas start (not chains anyone
+        /// reads): start-up time and memory must not grow with it.
+        #[arg(long, default_value_t = 0, conflicts_with = "with_projections")]
+        log_events: u64,
     },
     /// Every projection rebuilt from a generated ledger, beside a plain COPY of the same events.
     Rebuild {
@@ -400,14 +404,21 @@ async fn run(cli: Cli) -> Result<()> {
                 None => bail!("no cluster is running in {}", dir.display()),
             },
         },
-        Cmd::Bench { command: BenchCmd::Authorize { clients, seconds, with_projections } } => {
+        Cmd::Bench { command: BenchCmd::Authorize { clients, seconds, with_projections, log_events } } => {
             if clients.is_empty() || clients.contains(&0) || !seconds.is_finite() || seconds <= 0.0 {
                 bail!("--clients takes positive counts and --seconds a positive number");
             }
             let url = database_url(&cli.database_url)?;
             println!(
                 "{}",
-                ops::bench::authorize::run(&url, &clients, Duration::from_secs_f64(seconds), with_projections).await?
+                ops::bench::authorize::run(
+                    &url,
+                    &clients,
+                    Duration::from_secs_f64(seconds),
+                    with_projections,
+                    log_events
+                )
+                .await?
             );
         }
         Cmd::Bench { command: BenchCmd::Rebuild { events } } => {
