@@ -306,6 +306,41 @@ impl World {
     }
 }
 
+/// Why a command does not fit the current state: one spelling each, the wire's reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conflict {
+    SessionExists,
+    ApprovalNotPending,
+    ApprovalExpired,
+    TaskGrantsDisabled,
+    NoOffer,
+    OfferMismatch,
+    OfferNoLongerValid,
+    /// The terminal refusal for a token that does not fit (seed 004's error contract).
+    ApprovalTokenInvalid,
+}
+
+impl Conflict {
+    pub const fn code(self) -> &'static str {
+        match self {
+            Self::SessionExists => "session_exists",
+            Self::ApprovalNotPending => "approval_not_pending",
+            Self::ApprovalExpired => "approval_expired",
+            Self::TaskGrantsDisabled => "task_grants_disabled",
+            Self::NoOffer => "no_offer",
+            Self::OfferMismatch => "offer_mismatch",
+            Self::OfferNoLongerValid => "offer_no_longer_valid",
+            Self::ApprovalTokenInvalid => "approval_token_invalid",
+        }
+    }
+}
+
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DomainError {
     /// Absent, or another principal's: the caller cannot tell which.
@@ -313,7 +348,7 @@ pub enum DomainError {
     NotFound { what: &'static str, id: String },
     /// The command does not fit the current state; nothing changed.
     #[error("{code}: {detail}")]
-    Conflict { code: &'static str, detail: String },
+    Conflict { code: Conflict, detail: String },
     #[error("invalid {field}: {reason}")]
     Invalid { field: &'static str, reason: String },
 }
@@ -323,7 +358,7 @@ impl DomainError {
         Self::NotFound { what, id: id.to_string() }
     }
 
-    fn conflict(code: &'static str, detail: impl Into<String>) -> Self {
+    fn conflict(code: Conflict, detail: impl Into<String>) -> Self {
         Self::Conflict { code, detail: detail.into() }
     }
 }
@@ -402,7 +437,7 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
     match command {
         Command::CreateSession(created) => {
             if world.sessions.contains_key(&created.session_id) {
-                return Err(DomainError::conflict("session_exists", created.session_id));
+                return Err(DomainError::conflict(Conflict::SessionExists, created.session_id));
             }
             Ok(vec![Event::SessionCreated(created)])
         }
@@ -508,7 +543,8 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
         Command::RedeemToken { principal_id, token_sha256, binding, now } => {
             // Any mismatch is the same terminal refusal: a token that does not fit is a policy
             // violation, not something to retry.
-            let invalid = || DomainError::conflict(APPROVAL_TOKEN_INVALID, "the token does not fit this action");
+            let invalid =
+                || DomainError::conflict(Conflict::ApprovalTokenInvalid, "the token does not fit this action");
             let approval = world
                 .approvals
                 .values()
@@ -562,16 +598,65 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
     }
 }
 
-/// The terminal refusal for a token that does not fit (seed 004's error contract).
-pub const APPROVAL_TOKEN_INVALID: &str = "APPROVAL_TOKEN_INVALID";
+/// Why the session's task grant did not cover an act, or no grant applied: one spelling each,
+/// the card's reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotCovered {
+    SessionNotFound,
+    /// No active task grant: the card asks without a "not covered" reason.
+    NoTaskGrant,
+    GrantExpired,
+    GrantExhausted,
+    ScopeRemoved,
+    ProfileRevoked,
+    ProfileChanged,
+    AgentChanged,
+    PolicyChanged,
+    TaskGrantsDisabled,
+    PinMismatch,
+    SessionDeleted,
+    SessionNotEligible,
+    OwnerNotNewest,
+    RunNotEligible,
+    TurnNotBrowserOnly,
+    /// A policy rule escalated the act to the owner.
+    PolicyEscalation,
+    /// The classifier's own reason.
+    Classifier(classifier::coverage::Reason),
+}
+
+impl NotCovered {
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::SessionNotFound => "session_not_found",
+            Self::NoTaskGrant => "no_task_grant",
+            Self::GrantExpired => "grant_expired",
+            Self::GrantExhausted => "grant_exhausted",
+            Self::ScopeRemoved => "scope_removed",
+            Self::ProfileRevoked => "profile_revoked",
+            Self::ProfileChanged => "profile_changed",
+            Self::AgentChanged => "agent_changed",
+            Self::PolicyChanged => "policy_changed",
+            Self::TaskGrantsDisabled => "task_grants_disabled",
+            Self::PinMismatch => "pin_mismatch",
+            Self::SessionDeleted => "session_deleted",
+            Self::SessionNotEligible => "session_not_eligible",
+            Self::OwnerNotNewest => "owner_not_newest",
+            Self::RunNotEligible => "run_not_eligible",
+            Self::TurnNotBrowserOnly => "turn_not_browser_only",
+            Self::PolicyEscalation => "policy_escalation",
+            Self::Classifier(r) => r.code(),
+        }
+    }
+}
 
 /// Why a session cannot use a task grant, if it cannot.
-fn session_ineligible(session: &Session) -> Option<&'static str> {
+fn session_ineligible(session: &Session) -> Option<NotCovered> {
     let c = &session.created;
     if session.deleted {
-        Some("session_deleted")
+        Some(NotCovered::SessionDeleted)
     } else if c.surface != Surface::Interactive || c.browser_profile_id.is_none() || c.schedule_id.is_some() {
-        Some("session_not_eligible")
+        Some(NotCovered::SessionNotEligible)
     } else {
         None
     }
@@ -595,10 +680,13 @@ fn resolve(
         .filter(|s| s.created.principal_id == principal_id && !s.deleted)
         .ok_or_else(|| DomainError::not_found("approval", approval_id))?;
     if approval.state != ApprovalState::Pending {
-        return Err(DomainError::conflict("approval_not_pending", "the approval was already resolved or expired"));
+        return Err(DomainError::conflict(
+            Conflict::ApprovalNotPending,
+            "the approval was already resolved or expired",
+        ));
     }
     if approval.requested.expires_at <= now {
-        return Err(DomainError::conflict("approval_expired", "the approval expired"));
+        return Err(DomainError::conflict(Conflict::ApprovalExpired, "the approval expired"));
     }
     let resolved = |grant_id| {
         Event::ApprovalResolved(ApprovalResolved { approval_id, resolution, status: resolution.status(), grant_id })
@@ -608,26 +696,26 @@ fn resolve(
     }
     // Every refusal below leaves the approval pending, so the owner can still allow once.
     if !world.settings.enabled {
-        return Err(DomainError::conflict("task_grants_disabled", "task grants are not enabled"));
+        return Err(DomainError::conflict(Conflict::TaskGrantsDisabled, "task grants are not enabled"));
     }
     let offer = approval
         .requested
         .offer
         .as_ref()
-        .ok_or_else(|| DomainError::conflict("no_offer", "the approval carries no offer"))?;
+        .ok_or_else(|| DomainError::conflict(Conflict::NoOffer, "the approval carries no offer"))?;
     if repeated_scope.as_ref() != Some(&offer.scope) {
-        return Err(DomainError::conflict("offer_mismatch", "the origin and prefix differ from the offer"));
+        return Err(DomainError::conflict(Conflict::OfferMismatch, "the origin and prefix differ from the offer"));
     }
     if !world.settings.scopes.contains(&offer.scope) {
-        return Err(DomainError::conflict("offer_no_longer_valid", "the offered scope is no longer configured"));
+        return Err(DomainError::conflict(Conflict::OfferNoLongerValid, "the offered scope is no longer configured"));
     }
-    if let Some(code) = session_ineligible(session) {
-        return Err(DomainError::conflict("offer_no_longer_valid", code));
+    if let Some(why) = session_ineligible(session) {
+        return Err(DomainError::conflict(Conflict::OfferNoLongerValid, why.code()));
     }
     let profile_id = session.created.browser_profile_id.clone().unwrap_or_default();
     let profile = world.profiles.get(&profile_id).cloned().unwrap_or_default();
     if profile.revoked || profile.deleted {
-        return Err(DomainError::conflict("offer_no_longer_valid", "the browser profile was revoked"));
+        return Err(DomainError::conflict(Conflict::OfferNoLongerValid, "the browser profile was revoked"));
     }
     let mut events = vec![resolved(Some(new_grant_id))];
     events.extend(session.active_grant.and_then(|old| world.end(old, EndReason::Superseded)));
@@ -693,9 +781,6 @@ pub struct Authorization {
     pub events: Vec<Event>,
 }
 
-/// The session has no active task grant: the card asks without a "not covered" reason.
-const NO_TASK_GRANT: &str = "no_task_grant";
-
 const BROWSER_TOOLS: [&str; 3] = ["browser.navigate", "browser.observe", "browser.act"];
 
 /// A turn qualifies when it made tool calls and every one is a browser call, directly or through
@@ -719,65 +804,65 @@ fn typed_chars(action: &Action) -> u32 {
 /// when it has ended on the way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Refusal {
-    code: &'static str,
+    why: NotCovered,
     end: Option<(Uuid, EndReason)>,
 }
 
-const fn refusal(code: &'static str) -> Refusal {
-    Refusal { code, end: None }
+const fn refusal(why: NotCovered) -> Refusal {
+    Refusal { why, end: None }
 }
 
 /// Checks the session's task grant, in the decision record's order.
 fn task_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateTime) -> Result<Uuid, Refusal> {
-    let session = world.sessions.get(&req.session_id).ok_or(refusal("session_not_found"))?;
-    let grant_id = session.active_grant.ok_or(refusal(NO_TASK_GRANT))?;
+    let session = world.sessions.get(&req.session_id).ok_or(refusal(NotCovered::SessionNotFound))?;
+    let grant_id = session.active_grant.ok_or(refusal(NotCovered::NoTaskGrant))?;
     let grant = &world.grants[&grant_id];
     let c = &grant.created;
-    let ended = |reason: EndReason, code: &'static str| Refusal { code, end: Some((grant_id, reason)) };
+    let ended = |reason: EndReason, why: NotCovered| Refusal { why, end: Some((grant_id, reason)) };
     if now >= c.expires_at {
-        return Err(ended(EndReason::Expired, "grant_expired"));
+        return Err(ended(EndReason::Expired, NotCovered::GrantExpired));
     }
     if grant.actions_used >= MAX_ACTIONS {
-        return Err(ended(EndReason::Exhausted, "grant_exhausted"));
+        return Err(ended(EndReason::Exhausted, NotCovered::GrantExhausted));
     }
     if !world.settings.scopes.contains(&c.scope) {
-        return Err(ended(EndReason::ScopeRemoved, "scope_removed"));
+        return Err(ended(EndReason::ScopeRemoved, NotCovered::ScopeRemoved));
     }
     let profile = world.profiles.get(&c.profile_id).cloned().unwrap_or_default();
     if profile.revoked || profile.deleted {
-        return Err(ended(EndReason::ProfileRevoked, "profile_revoked"));
+        return Err(ended(EndReason::ProfileRevoked, NotCovered::ProfileRevoked));
     }
     if profile.generation != c.profile_generation {
-        return Err(ended(EndReason::ProfileChanged, "profile_changed"));
+        return Err(ended(EndReason::ProfileChanged, NotCovered::ProfileChanged));
     }
     if req.versions.agent != c.agent_version {
-        return Err(ended(EndReason::AgentChanged, "agent_changed"));
+        return Err(ended(EndReason::AgentChanged, NotCovered::AgentChanged));
     }
     if req.versions.policy != c.policy_version {
-        return Err(ended(EndReason::PolicyChanged, "policy_changed"));
+        return Err(ended(EndReason::PolicyChanged, NotCovered::PolicyChanged));
     }
     if !world.settings.enabled {
-        return Err(refusal("task_grants_disabled"));
+        return Err(refusal(NotCovered::TaskGrantsDisabled));
     }
     let pins_match = req.tenant_id == c.tenant_id
         && req.principal_id == c.principal_id
         && req.session_id == c.session_id
         && session.created.browser_profile_id.as_deref() == Some(c.profile_id.as_str());
     if !pins_match {
-        return Err(refusal("pin_mismatch"));
+        return Err(refusal(NotCovered::PinMismatch));
     }
-    if let Some(code) = session_ineligible(session) {
-        return Err(refusal(code));
+    if let Some(why) = session_ineligible(session) {
+        return Err(refusal(why));
     }
     if session.newest_message_author != Some(Author::Owner) {
-        return Err(refusal("owner_not_newest"));
+        return Err(refusal(NotCovered::OwnerNotNewest));
     }
     if !(req.run.interactive && req.run.top_level) {
-        return Err(refusal("run_not_eligible"));
+        return Err(refusal(NotCovered::RunNotEligible));
     }
     // The caller's list and the session's own record must both show a browser-only turn.
     if !browser_only(&req.turn_tool_calls) || !session.turn_tools.iter().all(|t| is_browser_tool(t)) {
-        return Err(refusal("turn_not_browser_only"));
+        return Err(refusal(NotCovered::TurnNotBrowserOnly));
     }
     let scope = TaskScope {
         origin: c.scope.origin.clone(),
@@ -785,7 +870,7 @@ fn task_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateTime)
         chars_remaining: MAX_TYPED_CHARS.saturating_sub(grant.chars_used),
     };
     classifier::covers(&classifier::Grant::Task(scope), &req.action, &req.element, &req.page)
-        .map_err(|e| refusal(e.reason.code()))?;
+        .map_err(|e| refusal(NotCovered::Classifier(e.reason)))?;
     Ok(grant_id)
 }
 
@@ -848,9 +933,6 @@ fn refused_field(consequences: &[Consequence]) -> Option<&'static str> {
     })
 }
 
-/// The reason an approval records when a policy rule escalated the action to the owner.
-pub const POLICY_ESCALATION: &str = "policy_escalation";
-
 /// Decides one `browser.act`: the policy engine first (DENY and hardline are final), then the
 /// pinned standing grant, then the session's task grant; otherwise an approval, with the reason
 /// the grant did not cover it.
@@ -874,7 +956,7 @@ pub fn authorize(
         Verdict::Deny { rule } | Verdict::Hardline { rule } => return deny(rule),
         Verdict::Escalate { .. } => {
             // No grant answers an escalation, so the card offers none either.
-            let reason = Some(POLICY_ESCALATION.to_owned());
+            let reason = Some(NotCovered::PolicyEscalation.code().to_owned());
             let (decision, requested) = request_approval(req, now, new_approval_id, reason, None);
             return Authorization { decision, events: vec![requested] };
         }
@@ -920,9 +1002,9 @@ pub fn authorize(
                 events: vec![authorized(AuthorizationKind::BrowserTaskGrant, Some(grant_id), Some(ordinal))],
             };
         }
-        Err(Refusal { code, end }) => {
+        Err(Refusal { why, end }) => {
             events.extend(end.and_then(|(grant_id, reason)| world.end(grant_id, reason)));
-            (code != NO_TASK_GRANT).then(|| code.to_owned())
+            (why != NotCovered::NoTaskGrant).then(|| why.code().to_owned())
         }
     };
     let (decision, requested) = request_approval(req, now, new_approval_id, reason, offer_for(world, req));

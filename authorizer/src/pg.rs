@@ -212,6 +212,8 @@ impl PgGrants {
                 if let Some(first) = staged.first() {
                     self.settle(first.commit_error(&e)).await?;
                 }
+                // Settled as stored: a commit like any other for the head cache and wake-ups.
+                staged.iter().for_each(|s| self.store.committed(s));
                 staged
             }
         };
@@ -250,9 +252,8 @@ impl PgGrants {
         if let Err(e) = tx.commit().await {
             ledger::postgres::discard(client);
             self.settle(staged.commit_error(&e)).await?;
-        } else {
-            self.store.committed(&staged);
         }
+        self.store.committed(&staged);
         Ok(self.outcome(&staged))
     }
 
@@ -378,8 +379,8 @@ impl PgGrants {
         if let Err(e) = tx.commit().await {
             ledger::postgres::discard(client);
             self.settle(staged.commit_error(&e)).await?;
-            return Ok(Consumed::Allowed { ordinal, outcome: self.outcome(&staged) });
         }
+        // Committed, or settled as stored: either way the head cache and wake-ups follow.
         self.store.committed(&staged);
         Ok(Consumed::Allowed { ordinal, outcome: self.outcome(&staged) })
     }

@@ -30,8 +30,8 @@ use crate::authority::{Authority, AuthorityError, Backend};
 use crate::constraint::{DispatchConstraint, GrantKind};
 use crate::domain;
 use crate::domain::{
-    APPROVAL_TOKEN_INVALID, Approval, ApprovalState, AuthorizeRequest, Command, Decision, DomainError, Grant,
-    RunContext, Versions, World,
+    Approval, ApprovalState, AuthorizeRequest, Command, Conflict, Decision, DomainError, Grant, RunContext, Versions,
+    World,
 };
 use crate::limits::MAX_ID_LEN;
 use crate::state::Need;
@@ -70,14 +70,14 @@ fn status(e: AuthorityError) -> Status {
             invalid(&field, &i.reason)
         }
         AuthorityError::Domain(DomainError::NotFound { what, .. }) => Status::not_found(format!("{what} not found")),
-        AuthorityError::Domain(DomainError::Conflict { code, detail }) if code == APPROVAL_TOKEN_INVALID => {
-            with_reason(Code::PermissionDenied, code, format!("{code}: {detail}"))
+        AuthorityError::Domain(DomainError::Conflict { code: code @ Conflict::ApprovalTokenInvalid, detail }) => {
+            with_reason(Code::PermissionDenied, code.code(), format!("{code}: {detail}"))
         }
-        AuthorityError::Domain(DomainError::Conflict { code: "session_exists", detail }) => {
+        AuthorityError::Domain(DomainError::Conflict { code: Conflict::SessionExists, detail }) => {
             Status::already_exists(detail)
         }
         AuthorityError::Domain(DomainError::Conflict { code, detail }) => {
-            with_reason(Code::FailedPrecondition, code, format!("{code}: {detail}"))
+            with_reason(Code::FailedPrecondition, code.code(), format!("{code}: {detail}"))
         }
         AuthorityError::Domain(DomainError::Invalid { field, reason }) => invalid(field, &reason),
         // Another request kept changing what this one read: nothing was written, and trying

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use authorizer::domain::{
-    ApprovalState, Authorization, AuthorizeRequest, Command, Decision, DomainError, RunContext, Versions, World,
-    authorize, decide,
+    ApprovalState, Authorization, AuthorizeRequest, Command, Conflict, Decision, DomainError, RunContext, Versions,
+    World, authorize, decide,
 };
 use authorizer::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
 use authorizer::policy::Policy;
@@ -222,8 +222,8 @@ fn refused_resolutions_leave_the_approval_pending() {
     };
     let wider = SiteScope { origin: "https://www.lesson.test".into(), path_prefix: "/".into() };
     let cases = [
-        (resolve(approval_id, Resolution::ApproveForTask, Some(wider), Uuid::new_v4(), t0()), "offer_mismatch"),
-        (resolve(approval_id, Resolution::ApproveForTask, None, Uuid::new_v4(), t0()), "offer_mismatch"),
+        (resolve(approval_id, Resolution::ApproveForTask, Some(wider), Uuid::new_v4(), t0()), Conflict::OfferMismatch),
+        (resolve(approval_id, Resolution::ApproveForTask, None, Uuid::new_v4(), t0()), Conflict::OfferMismatch),
     ];
     for (command, code) in cases {
         assert!(matches!(when(&mut world, command), Err(DomainError::Conflict { code: c, .. }) if c == code));
@@ -233,12 +233,12 @@ fn refused_resolutions_leave_the_approval_pending() {
     let mut removed = world.clone();
     when(&mut removed, Command::ChangeSettings(TaskGrantSettings { enabled: true, scopes: vec![] })).unwrap();
     let err = when(&mut removed, resolve(approval_id, Resolution::ApproveForTask, Some(scope()), Uuid::new_v4(), t0()));
-    assert!(matches!(err, Err(DomainError::Conflict { code: "offer_no_longer_valid", .. })));
+    assert!(matches!(err, Err(DomainError::Conflict { code: Conflict::OfferNoLongerValid, .. })));
     // The flag turned off.
     let mut off = world.clone();
     when(&mut off, Command::ChangeSettings(TaskGrantSettings::default())).unwrap();
     let err = when(&mut off, resolve(approval_id, Resolution::ApproveForTask, Some(scope()), Uuid::new_v4(), t0()));
-    assert!(matches!(err, Err(DomainError::Conflict { code: "task_grants_disabled", .. })));
+    assert!(matches!(err, Err(DomainError::Conflict { code: Conflict::TaskGrantsDisabled, .. })));
     // Another principal cannot see it; expired approvals refuse.
     let mut other = resolve(approval_id, Resolution::ApproveOnce, None, Uuid::new_v4(), t0());
     if let Command::ResolveApproval { principal_id, .. } = &mut other {
@@ -246,12 +246,12 @@ fn refused_resolutions_leave_the_approval_pending() {
     }
     assert!(matches!(when(&mut world, other), Err(DomainError::NotFound { .. })));
     let late = resolve(approval_id, Resolution::ApproveOnce, None, Uuid::new_v4(), t0() + Duration::hours(1));
-    assert!(matches!(when(&mut world, late), Err(DomainError::Conflict { code: "approval_expired", .. })));
+    assert!(matches!(when(&mut world, late), Err(DomainError::Conflict { code: Conflict::ApprovalExpired, .. })));
     // The owner can still allow once, and only once.
     let once = when(&mut world, resolve(approval_id, Resolution::ApproveOnce, None, Uuid::new_v4(), t0())).unwrap();
     assert!(matches!(&once[..], [Event::ApprovalResolved(r)] if r.status == ApprovalStatus::Approved));
     let again = when(&mut world, resolve(approval_id, Resolution::Deny, None, Uuid::new_v4(), t0()));
-    assert!(matches!(again, Err(DomainError::Conflict { code: "approval_not_pending", .. })));
+    assert!(matches!(again, Err(DomainError::Conflict { code: Conflict::ApprovalNotPending, .. })));
 }
 
 #[test]
@@ -408,7 +408,7 @@ fn scheduled_sessions_child_runs_and_mixed_turns_ask() {
         panic!("a card with no offer")
     };
     let err = when(&mut sched, resolve(approval_id, Resolution::ApproveForTask, Some(scope()), Uuid::new_v4(), t0()));
-    assert!(matches!(err, Err(DomainError::Conflict { code: "no_offer", .. })), "{err:?}");
+    assert!(matches!(err, Err(DomainError::Conflict { code: Conflict::NoOffer, .. })), "{err:?}");
 }
 
 #[test]
@@ -591,7 +591,6 @@ fn the_standing_grant_covers_routine_on_its_profile_first() {
 
 #[test]
 fn approval_tokens_are_single_use_and_bound_to_run_snapshot_and_node() {
-    use authorizer::domain::APPROVAL_TOKEN_INVALID;
     use ledger::catalogue::TokenBinding;
     let mut world = given();
     let mut req = tile("Buy gems");
@@ -621,11 +620,11 @@ fn approval_tokens_are_single_use_and_bound_to_run_snapshot_and_node() {
         TokenBinding { run_id: "run-2".into(), ..binding.clone() },
     ] {
         assert!(
-            matches!(when(&mut world, redeem("digest-1", &wrong)), Err(DomainError::Conflict { code, .. }) if code == APPROVAL_TOKEN_INVALID)
+            matches!(when(&mut world, redeem("digest-1", &wrong)), Err(DomainError::Conflict { code, .. }) if code == Conflict::ApprovalTokenInvalid)
         );
     }
     assert!(
-        matches!(when(&mut world, redeem("other", &binding)), Err(DomainError::Conflict { code, .. }) if code == APPROVAL_TOKEN_INVALID)
+        matches!(when(&mut world, redeem("other", &binding)), Err(DomainError::Conflict { code, .. }) if code == Conflict::ApprovalTokenInvalid)
     );
     // Once the run has moved to a newer snapshot, a token for the older one no longer fits.
     let mut moved = world.clone();
@@ -633,7 +632,7 @@ fn approval_tokens_are_single_use_and_bound_to_run_snapshot_and_node() {
     newer.snapshot = Some(("snap_fedcba987654".into(), "n3".into()));
     run(&mut moved, &Policy::empty(), &newer, t0());
     assert!(
-        matches!(when(&mut moved, redeem("digest-1", &binding)), Err(DomainError::Conflict { code, .. }) if code == APPROVAL_TOKEN_INVALID),
+        matches!(when(&mut moved, redeem("digest-1", &binding)), Err(DomainError::Conflict { code, .. }) if code == Conflict::ApprovalTokenInvalid),
         "a newer snapshot voids older tokens"
     );
     // Naming the old snapshot again does not make it current: snapshots only move forward.
@@ -642,7 +641,7 @@ fn approval_tokens_are_single_use_and_bound_to_run_snapshot_and_node() {
     old_again.snapshot = Some(("snap_0123456789ab".into(), "n42".into()));
     run(&mut rewound, &Policy::empty(), &old_again, t0());
     assert!(
-        matches!(when(&mut rewound, redeem("digest-1", &binding)), Err(DomainError::Conflict { code, .. }) if code == APPROVAL_TOKEN_INVALID),
+        matches!(when(&mut rewound, redeem("digest-1", &binding)), Err(DomainError::Conflict { code, .. }) if code == Conflict::ApprovalTokenInvalid),
         "an old snapshot named again stays stale"
     );
     // Another session using the same run id does not touch this run's snapshots.
@@ -662,11 +661,11 @@ fn approval_tokens_are_single_use_and_bound_to_run_snapshot_and_node() {
         *principal_id = "intruder".into();
     }
     assert!(
-        matches!(when(&mut world, theirs), Err(DomainError::Conflict { code, .. }) if code == APPROVAL_TOKEN_INVALID)
+        matches!(when(&mut world, theirs), Err(DomainError::Conflict { code, .. }) if code == Conflict::ApprovalTokenInvalid)
     );
     assert!(matches!(&when(&mut world, redeem("digest-1", &binding)).unwrap()[..], [Event::ApprovalTokenRedeemed(_)]));
     assert!(
-        matches!(when(&mut world, redeem("digest-1", &binding)), Err(DomainError::Conflict { code, .. }) if code == APPROVAL_TOKEN_INVALID),
+        matches!(when(&mut world, redeem("digest-1", &binding)), Err(DomainError::Conflict { code, .. }) if code == Conflict::ApprovalTokenInvalid),
         "second redemption"
     );
     // A denial issues no token.
