@@ -66,16 +66,18 @@ CREATE UNIQUE INDEX authority_approvals_token ON authority_approvals (tenant_id,
 CREATE INDEX authority_approvals_session ON authority_approvals (tenant_id, session_id);
 CREATE INDEX authority_approvals_pending ON authority_approvals (pending_until) WHERE pending_until IS NOT NULL;
 
--- The snapshots each run has named, insert-only: the newest (highest seq) is the current one.
+-- The snapshots each run has named, each at the log position of the event that first named it:
+-- the newest in log order is the current one, as a replay of the log finds.
 CREATE TABLE run_snapshots (
     tenant_id   text   NOT NULL,
     session_id  text   NOT NULL,
     run_id      text   NOT NULL,
     snapshot_id text   NOT NULL,
-    seq         bigint GENERATED ALWAYS AS IDENTITY,
+    tx_id       xid8   NOT NULL,
+    position    bigint NOT NULL,
     PRIMARY KEY (tenant_id, session_id, run_id, snapshot_id)
 );
 
 GRANT SELECT, INSERT, UPDATE ON authority_sessions, authority_profiles, authority_settings, authority_approvals
     TO grant_ledger_service;
-GRANT SELECT, INSERT ON run_snapshots TO grant_ledger_service;
+GRANT SELECT, INSERT, UPDATE ON run_snapshots TO grant_ledger_service;

@@ -493,6 +493,7 @@ impl<B: Backend> Authority<B> {
             };
             Ok((record, (auth, grant, standing, session_version)))
         };
+        let mut spent = false;
         for _ in 0..ATTEMPTS {
             let t = self.transact(&metadata, Need::Authorize(&req.session_id), false, &decide).await?;
             let (auth, grant, standing, session_version) = t.value;
@@ -530,12 +531,25 @@ impl<B: Backend> Authority<B> {
                     return Ok(Authorized { decision, events: vec![used], at, grant, standing_until: None });
                 }
                 // The row moved since the read: decide again from a fresh one.
-                Ok(Consumed::Refused) => {}
+                Ok(Consumed::Refused) => spent = true,
                 Err(e) if state::contended(&e) => {}
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(AuthorityError::Contended)
+        if !spent {
+            return Err(AuthorityError::Contended);
+        }
+        // Every fresh read allowed what the row refused: asking the owner is always safe.
+        let ask = |w: &World| {
+            w.session_of(&req.session_id, &req.principal_id)?;
+            let req = &AuthorizeRequest { view: view(&w.settings.scopes), ..req.clone() };
+            let reason = Some(domain::NotCovered::GrantSpent.code().to_owned());
+            let (decision, requested) =
+                domain::request_approval(req, now, approval_id, reason, domain::offer_for(w, req));
+            Ok((vec![requested], decision))
+        };
+        let t = self.transact(&metadata, Need::Authorize(&req.session_id), false, &ask).await?;
+        Ok(Authorized { decision: t.value, events: t.events, at: t.at, grant: None, standing_until: None })
     }
 
     /// Ends every grant whose time is up and expires every card past its own, in every tenant.

@@ -621,6 +621,9 @@ pub enum NotCovered {
     TurnNotBrowserOnly,
     /// A policy rule escalated the act to the owner.
     PolicyEscalation,
+    /// The grant's row kept refusing the use a fresh read allowed (a replica's clock behind the
+    /// database's, at the very end of the grant): ask rather than retry.
+    GrantSpent,
     /// The classifier's own reason.
     Classifier(classifier::coverage::Reason),
 }
@@ -645,6 +648,7 @@ impl NotCovered {
             Self::RunNotEligible => "run_not_eligible",
             Self::TurnNotBrowserOnly => "turn_not_browser_only",
             Self::PolicyEscalation => "policy_escalation",
+            Self::GrantSpent => "grant_spent",
             Self::Classifier(r) => r.code(),
         }
     }

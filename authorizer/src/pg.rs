@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::Transaction;
-use ledger::catalogue::{EndReason, Event, SiteScope, TaskGrantCreated, ToolCallAuthorized};
+use ledger::catalogue::{AuthorizationKind, EndReason, Event, SiteScope, TaskGrantCreated, ToolCallAuthorized};
 use ledger::{AppendError, AppendOutcome, AppendRequest, Checkpoint, ExpectedVersion, Metadata, PgStore, TenantId};
 use time::OffsetDateTime;
 use tokio_postgres::IsolationLevel;
@@ -151,6 +151,24 @@ impl PgGrants {
                 return Ok(Transacted { value, events, at: None });
             }
             let tx = client.build_transaction().start().await.map_err(unavailable)?;
+            // A standing-grant allow rests on the pin as read: hold the settings at that version,
+            // so an unpin committed since refuses it and one committing now waits for it.
+            let standing = events.iter().any(|e| {
+                matches!(e, Event::ToolCallAuthorized(t) if t.authorization_kind == AuthorizationKind::StandingGrant)
+            });
+            if standing {
+                let read = loaded.version(&crate::domain::deployment_stream(tenant)?);
+                let held = tx
+                    .query_opt(
+                        "SELECT 1 FROM authority_settings WHERE tenant_id = $1 AND version = $2 FOR SHARE",
+                        &[&tenant.as_str(), &version(read)],
+                    )
+                    .await
+                    .map_err(db)?;
+                if held.is_none() {
+                    return Err(StoreError::Contended("the settings changed since the read".into()).into());
+                }
+            }
             let written = self.write_all(tx, tenant, &loaded, metadata, &events).await?;
             let at = self.settled_commit(client, written).await?;
             return Ok(Transacted { value, events, at: Some(at) });
@@ -188,6 +206,13 @@ impl PgGrants {
         write(&tx, tenant.as_str(), &plan.write).await?;
         for e in events {
             apply_grant_row(&tx, tenant.as_str(), e).await?;
+        }
+        for n in &plan.write.snapshots {
+            let at = staged
+                .iter()
+                .find_map(|s| s.events.iter().find(|a| a.event_id == n.event_id).map(|a| (s.tx_id, a.global_position)));
+            let Some((tx_id, position)) = at else { continue };
+            name_snapshot(&tx, tenant.as_str(), &n.session_id, &n.run_id, &n.snapshot_id, (tx_id, position)).await?;
         }
         Ok(match tx.commit().await {
             Ok(()) => Ok(staged),
@@ -373,8 +398,12 @@ impl PgGrants {
             vec![event.to_new(Uuid::new_v4(), metadata.clone())],
         );
         let staged = self.store.append_within(&tx, &request).await?;
-        if let Event::ToolCallAuthorized(ToolCallAuthorized { session_id, run_id, snapshot_id: Some(s), .. }) = &event {
-            name_snapshot(&tx, tenant.as_str(), session_id, run_id, s).await?;
+        if let (
+            Event::ToolCallAuthorized(ToolCallAuthorized { session_id, run_id, snapshot_id: Some(s), .. }),
+            Some(a),
+        ) = (&event, staged.events.first())
+        {
+            name_snapshot(&tx, tenant.as_str(), session_id, run_id, s, (staged.tx_id, a.global_position)).await?;
         }
         if let Err(e) = tx.commit().await {
             ledger::postgres::discard(client);
@@ -448,7 +477,7 @@ impl PgGrants {
             world.standing = d.standing;
         }
         let runs = tx
-            .query("SELECT session_id, run_id, snapshot_id FROM run_snapshots WHERE tenant_id = $1 ORDER BY seq", &[&t])
+            .query("SELECT session_id, run_id, snapshot_id FROM run_snapshots WHERE tenant_id = $1 ORDER BY tx_id, position", &[&t])
             .await
             .map_err(db)?;
         for r in runs {
@@ -739,7 +768,7 @@ impl Reader for PgReader<'_> {
             .tx
             .query(
                 "SELECT snapshot_id FROM run_snapshots WHERE tenant_id = $1 AND session_id = $2 AND run_id = $3 \
-                 ORDER BY seq",
+                 ORDER BY tx_id, position",
                 &[&self.tenant, &session, &run],
             )
             .await
@@ -809,25 +838,25 @@ async fn write(tx: &Transaction<'_>, tenant: &str, w: &Writes) -> Result<(), Sto
         .await
         .map_err(db)?;
     }
-    for ((session, run), named) in &w.snapshots {
-        for s in named {
-            name_snapshot(tx, tenant, session, run, s).await?;
-        }
-    }
     Ok(())
 }
 
+/// Records that a run named a snapshot at a log position; named again, it keeps the earliest in
+/// log order, as a replay does.
 async fn name_snapshot(
     tx: &Transaction<'_>,
     tenant: &str,
     session: &str,
     run: &str,
     snapshot: &str,
+    (tx_id, position): (u64, u64),
 ) -> Result<(), StoreError> {
     tx.execute(
-        "INSERT INTO run_snapshots (tenant_id, session_id, run_id, snapshot_id) VALUES ($1, $2, $3, $4) \
-         ON CONFLICT DO NOTHING",
-        &[&tenant, &session, &run, &snapshot],
+        "INSERT INTO run_snapshots AS r (tenant_id, session_id, run_id, snapshot_id, tx_id, position) \
+         VALUES ($1, $2, $3, $4, $5::text::xid8, $6) ON CONFLICT (tenant_id, session_id, run_id, snapshot_id) \
+         DO UPDATE SET tx_id = excluded.tx_id, position = excluded.position \
+         WHERE (excluded.tx_id, excluded.position) < (r.tx_id, r.position)",
+        &[&tenant, &session, &run, &snapshot, &tx_id.to_string(), &version(position)],
     )
     .await
     .map_err(db)?;

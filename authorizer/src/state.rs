@@ -4,7 +4,7 @@
 //! entities the events change and the versions the append expects. Nothing is kept between
 //! requests, so replicas never disagree and start-up does not grow with the log.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 
 use ledger::catalogue::{Event, StandingGrantPinned};
@@ -236,9 +236,9 @@ impl Loaded {
         let mut touched = Touched::default();
         for e in events {
             after.apply(e);
-            touched.note(e);
             let stream = stream_of(&self.tenant, e).map_err(|e| StoreError::Invalid(e.to_string()))?;
             let new = e.to_new(Uuid::new_v4(), metadata.clone());
+            touched.note(e, new.event_id);
             match streams.iter_mut().find(|s| s.stream_id == stream) {
                 Some(s) => s.events.push(new),
                 None => {
@@ -302,16 +302,27 @@ struct Touched {
     profiles: BTreeSet<String>,
     deployment: bool,
     approvals: BTreeSet<Uuid>,
-    snapshots: BTreeMap<(String, String), Vec<String>>,
+    snapshots: Vec<Named>,
+}
+
+/// A snapshot a run named, and the event that named it (whose log position orders it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Named {
+    pub session_id: String,
+    pub run_id: String,
+    pub snapshot_id: String,
+    pub event_id: Uuid,
 }
 
 impl Touched {
-    fn note(&mut self, e: &Event) {
+    fn note(&mut self, e: &Event, event_id: Uuid) {
         let mut snapshot = |session: &str, run: &str, snapshot: &str| {
-            let named = self.snapshots.entry((session.to_owned(), run.to_owned())).or_default();
-            if !named.iter().any(|s| s == snapshot) {
-                named.push(snapshot.to_owned());
-            }
+            self.snapshots.push(Named {
+                session_id: session.to_owned(),
+                run_id: run.to_owned(),
+                snapshot_id: snapshot.to_owned(),
+                event_id,
+            });
         };
         match e {
             Event::SessionCreated(x) => drop(self.sessions.insert(x.session_id.clone())),
@@ -356,8 +367,8 @@ pub struct Writes {
     pub profiles: Vec<(String, Versioned<Profile>)>,
     pub deployment: Option<Versioned<Deployment>>,
     pub approvals: Vec<Versioned<Approval>>,
-    /// Snapshots named per (session, run), in order.
-    pub snapshots: BTreeMap<(String, String), Vec<String>>,
+    /// Snapshots named, with the events that named them.
+    pub snapshots: Vec<Named>,
 }
 
 #[derive(Debug, Clone)]
