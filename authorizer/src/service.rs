@@ -419,7 +419,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             tenant_id: authority.tenant().to_string(),
             principal_id: principal.clone(),
             browser_profile_id: profile,
-            schedule_id: opt(&r.schedule_id),
+            schedule_id: opt(&r.schedule_id).map(|s| id("schedule_id", &s)).transpose()?,
             surface,
         };
         self.write(&authority, Command::CreateSession(created), &principal).await
@@ -512,7 +512,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             None => return Err(invalid("element", "is required")),
         };
         let snapshot = match (r.snapshot_id.is_empty(), r.node_ref.is_empty()) {
-            (false, false) => Some((r.snapshot_id, r.node_ref)),
+            (false, false) => Some((id("snapshot_id", &r.snapshot_id)?, id("node_ref", &r.node_ref)?)),
             (true, true) => None,
             _ => return Err(invalid("snapshot_id", "snapshot_id and node_ref go together")),
         };

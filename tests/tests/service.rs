@@ -391,6 +391,10 @@ async fn bad_requests_name_the_field_and_change_nothing() {
         ),
         (pb::AuthorizeRequest { node_ref: String::new(), ..act(None) }, "snapshot_id"),
         (pb::AuthorizeRequest { element: None, ..act(None) }, "element"),
+        // Every id fits a stream name beside any tenant: at most 120 bytes (193 used to panic).
+        (pb::AuthorizeRequest { session_id: "s".repeat(121), ..act(None) }, "session_id"),
+        (pb::AuthorizeRequest { tool_call_id: "c".repeat(195), ..act(None) }, "tool_call_id"),
+        (pb::AuthorizeRequest { snapshot_id: "x".repeat(5_000), node_ref: "n1".into(), ..act(None) }, "snapshot_id"),
     ];
     for (request, field) in cases {
         let err = client.authorize(owner(request)).await.unwrap_err();
@@ -406,6 +410,14 @@ async fn bad_requests_name_the_field_and_change_nothing() {
         .await
         .unwrap_err();
     assert_eq!(field_violation(&err), "surface");
+    let scheduled = pb::CreateSessionRequest {
+        session_id: "s3".into(),
+        surface: pb::Surface::Interactive as i32,
+        schedule_id: "every day".into(),
+        ..Default::default()
+    };
+    let err = client.create_session(owner(scheduled)).await.unwrap_err();
+    assert_eq!(field_violation(&err), "schedule_id");
     let err = client
         .redeem_token(owner(pb::RedeemTokenRequest { approval_token: "apv_XYZ".into(), ..Default::default() }))
         .await
