@@ -500,6 +500,13 @@ async fn the_authority_state_verifies_against_the_log_and_an_edit_is_named() {
     let (ok, said) = ops::audit::authority_verify(&db.config).await.unwrap();
     assert!(ok, "{said}");
     assert!(said.contains("equal to its log folded"), "{said}");
+    assert!(said.contains("every stored version is its stream's head"), "{said}");
+    // A stored version off by one is named: the next command on that session would conflict.
+    let client = db.client().await;
+    client.execute("UPDATE authority_sessions SET version = version + 1 WHERE session_id = 's1'", &[]).await.unwrap();
+    let (ok, said) = ops::audit::authority_verify(&db.config).await.unwrap();
+    assert!(!ok && said.contains("session \"s1\" of tenant-1 is stored at version"), "{said}");
+    client.execute("UPDATE authority_sessions SET version = version - 1 WHERE session_id = 's1'", &[]).await.unwrap();
     db.client()
         .await
         .execute(
