@@ -392,6 +392,12 @@ pub enum Command {
     /// A tool call the worker made: the session's record of the turn.
     RecordToolCall(SessionToolCalled),
     ChangeSettings(TaskGrantSettings),
+    /// The operator's whole deployment record at once: settings and pin, recorded together.
+    ApplyDeployment {
+        settings: TaskGrantSettings,
+        pin: Option<StandingPin>,
+        now: OffsetDateTime,
+    },
     /// The operator's standing-grant pin as configured now (`None`: no pin). Recorded only when
     /// it differs from the pin in force; a new pin lasts [`STANDING_GRANT_DURATION`].
     PinStandingGrant {
@@ -475,6 +481,11 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
         Command::DeleteProfile { profile_id } => {
             let mut events = world.end_grants_on_profile(&profile_id, EndReason::ProfileRevoked);
             events.insert(0, Event::ProfileDeleted(ProfileDeleted { profile_id }));
+            Ok(events)
+        }
+        Command::ApplyDeployment { settings, pin, now } => {
+            let mut events = decide(world, Command::ChangeSettings(settings))?;
+            events.extend(decide(world, Command::PinStandingGrant { pin, now })?);
             Ok(events)
         }
         Command::PinStandingGrant { pin, now } => {

@@ -108,7 +108,7 @@ pub fn need_of(command: &Command) -> Need<'_> {
         Command::AdvanceProfile { profile_id, .. }
         | Command::RevokeProfile { profile_id }
         | Command::DeleteProfile { profile_id } => Need::Profile(profile_id),
-        Command::ChangeSettings(_) => Need::Deployment { grants: true },
+        Command::ChangeSettings(_) | Command::ApplyDeployment { .. } => Need::Deployment { grants: true },
         Command::PinStandingGrant { .. } => Need::Deployment { grants: false },
         Command::ResolveApproval { approval_id, .. } => Need::Approval(*approval_id),
         Command::RedeemToken { token_sha256, binding, .. } => {

@@ -840,3 +840,21 @@ fn the_operator_pins_the_standing_grant_once_and_it_covers_only_routine_buttons_
     assert!(!standing(&mut world, &tile("Continue")), "unpinned");
     assert!(when(&mut world, Command::PinStandingGrant { pin: None, now: t0() }).unwrap().is_empty());
 }
+
+/// The operator's deployment record lands whole: the settings and the pin in one decision, and
+/// the same record again records nothing.
+#[test]
+fn a_deployment_record_applies_settings_and_pin_together_once() {
+    use authorizer::domain::StandingPin;
+    let mut world = given();
+    let settings = TaskGrantSettings { enabled: true, scopes: parse_scopes("https://www.lesson.test/unit").unwrap() };
+    let apply = || Command::ApplyDeployment {
+        settings: settings.clone(),
+        pin: Some(StandingPin { grant_id: "standing-1".into(), profile_id: "profile-1".into() }),
+        now: t0(),
+    };
+    let events = when(&mut world, apply()).unwrap();
+    let kinds: Vec<&str> = events.iter().map(Event::event_type).collect();
+    assert_eq!(kinds, ["deployment.scopes_changed", "browser.standing_grant.pinned"]);
+    assert!(when(&mut world, apply()).unwrap().is_empty(), "the record in force records nothing");
+}

@@ -84,9 +84,10 @@ pub async fn apply_settings(database_url: &str, tenant: &str, wanted: Deployment
     let tenant = authorizer::domain::tenant_id(tenant).map_err(|e| anyhow::anyhow!("--tenant {tenant:?}: {e}"))?;
     let pool = ledger::postgres::pool(database_url.parse()?, 2).map_err(anyhow::Error::msg)?;
     let authority = Authority::new(PgGrants::new(PgStore::new(pool)), Policy::empty(), tenant);
-    let mut events = authority.execute(Command::ChangeSettings(wanted.settings), "operator").await?;
-    let pin = Command::PinStandingGrant { pin: wanted.standing, now: OffsetDateTime::now_utc() };
-    events.extend(authority.execute(pin, "operator").await?);
+    // One command, one append: the settings and the pin never land apart.
+    let apply =
+        Command::ApplyDeployment { settings: wanted.settings, pin: wanted.standing, now: OffsetDateTime::now_utc() };
+    let events = authority.execute(apply, "operator").await?;
     Ok(events.iter().map(|e| e.event_type().to_owned()).collect())
 }
 
