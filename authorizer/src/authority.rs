@@ -162,7 +162,7 @@ impl Reader for MemoryReader<'_> {
 
     async fn deployment(&mut self) -> Result<Versioned<Deployment>, StoreError> {
         let w = &self.state.world;
-        let value = Deployment { settings: w.settings.clone(), standing: w.standing.clone() };
+        let value = Deployment { settings: w.settings.clone(), standing: w.standing.clone(), policy: w.policy.clone() };
         let stream = domain::deployment_stream(self.tenant)?;
         Ok(Versioned { value, version: self.state.versions.get(&stream).copied().unwrap_or(0) })
     }
@@ -478,6 +478,7 @@ impl<B: Backend> Authority<B> {
         let metadata = Metadata::by(&req.principal_id);
         let decide = |w: &World| {
             w.session_of(&req.session_id, &req.principal_id)?;
+            w.policy_in_force(&self.policy().version)?;
             let req = &AuthorizeRequest { view: view(&w.settings.scopes), ..req.clone() };
             let auth = domain::authorize(w, self.policy(), req, now, approval_id);
             let grant = match &auth.decision {

@@ -9,10 +9,10 @@ use ledger::StreamId;
 use ledger::TenantId;
 use ledger::catalogue::{
     ActionView, ApprovalExpired, ApprovalRequested, ApprovalResolved, ApprovalStatus, ApprovalTokenIssued,
-    ApprovalTokenRedeemed, Author, AuthorizationKind, DeploymentScopesChanged, EndReason, Event, Offer, ProfileDeleted,
-    ProfileGenerationAdvanced, ProfileRevoked, Resolution, SessionCreated, SessionDeleted, SessionMessageRecorded,
-    SessionToolCalled, SignInPhase, SiteScope, StandingGrantPinned, StandingGrantUnpinned, Surface, TaskGrantCreated,
-    TaskGrantEnded, TokenBinding, ToolCallAuthorized,
+    ApprovalTokenRedeemed, Author, AuthorizationKind, DeploymentPolicyChanged, DeploymentScopesChanged, EndReason,
+    Event, Offer, ProfileDeleted, ProfileGenerationAdvanced, ProfileRevoked, Resolution, SessionCreated,
+    SessionDeleted, SessionMessageRecorded, SessionToolCalled, SignInPhase, SiteScope, StandingGrantPinned,
+    StandingGrantUnpinned, Surface, TaskGrantCreated, TaskGrantEnded, TokenBinding, ToolCallAuthorized,
 };
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
@@ -101,6 +101,8 @@ pub struct World {
     pub approvals: HashMap<Uuid, Approval>,
     pub grants: HashMap<Uuid, Grant>,
     pub standing: Option<StandingGrantPinned>,
+    /// The policy version recorded in force (`None` until an operator records one).
+    pub policy: Option<String>,
     /// Each run's snapshots as the authorizer has seen them (in a card's binding or an allowed
     /// act), keyed by session and run: a token fits only the newest.
     pub run_snapshots: HashMap<(String, String), RunSnapshots>,
@@ -147,9 +149,10 @@ pub fn stream_of(tenant: &TenantId, event: &Event) -> Result<StreamId, DomainErr
         Event::ProfileGenerationAdvanced(e) => entity("profile", &e.profile_id),
         Event::ProfileRevoked(e) => entity("profile", &e.profile_id),
         Event::ProfileDeleted(e) => entity("profile", &e.profile_id),
-        Event::DeploymentScopesChanged(_) | Event::StandingGrantPinned(_) | Event::StandingGrantUnpinned(_) => {
-            deployment_stream(tenant)
-        }
+        Event::DeploymentScopesChanged(_)
+        | Event::DeploymentPolicyChanged(_)
+        | Event::StandingGrantPinned(_)
+        | Event::StandingGrantUnpinned(_) => deployment_stream(tenant),
         Event::ApprovalRequested(e) => entity("approval", &e.approval_id),
         Event::ApprovalResolved(e) => entity("approval", &e.approval_id),
         Event::ApprovalExpired(e) => entity("approval", &e.approval_id),
@@ -206,6 +209,7 @@ impl World {
             Event::DeploymentScopesChanged(e) => {
                 self.settings = TaskGrantSettings { enabled: e.task_grants_enabled, scopes: e.scopes.clone() };
             }
+            Event::DeploymentPolicyChanged(e) => self.policy = Some(e.policy_version.clone()),
             Event::ApprovalRequested(e) => {
                 let approval = Approval {
                     requested: e.clone(),
@@ -351,6 +355,22 @@ pub enum DomainError {
     Conflict { code: Conflict, detail: String },
     #[error("invalid {field}: {reason}")]
     Invalid { field: &'static str, reason: String },
+    /// This replica runs another policy than the one recorded in force: another replica may
+    /// serve the call.
+    #[error("this replica runs policy {running}; the deployment has {recorded} in force")]
+    PolicyNotInForce { running: String, recorded: String },
+}
+
+impl World {
+    /// Refuses a replica whose policy is not the one recorded in force.
+    pub fn policy_in_force(&self, running: &str) -> Result<(), DomainError> {
+        match &self.policy {
+            Some(recorded) if recorded != running => {
+                Err(DomainError::PolicyNotInForce { running: running.to_owned(), recorded: recorded.clone() })
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 impl DomainError {
@@ -396,6 +416,8 @@ pub enum Command {
     ApplyDeployment {
         settings: TaskGrantSettings,
         pin: Option<StandingPin>,
+        /// The version of the policy every replica must run from now on.
+        policy_version: Option<String>,
         now: OffsetDateTime,
     },
     /// The operator's standing-grant pin as configured now (`None`: no pin). Recorded only when
@@ -483,9 +505,23 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             events.insert(0, Event::ProfileDeleted(ProfileDeleted { profile_id }));
             Ok(events)
         }
-        Command::ApplyDeployment { settings, pin, now } => {
+        Command::ApplyDeployment { settings, pin, policy_version, now } => {
             let mut events = decide(world, Command::ChangeSettings(settings))?;
             events.extend(decide(world, Command::PinStandingGrant { pin, now })?);
+            // A new policy is in force for every replica at once: the grants made under another
+            // end in the same append, so no replica still running the old one can use them.
+            if let Some(version) = policy_version.filter(|v| world.policy.as_ref() != Some(v)) {
+                let after = world.clone().applied(&events);
+                let mut stale: Vec<Uuid> = after
+                    .grants
+                    .values()
+                    .filter(|g| g.is_active() && g.created.policy_version != version)
+                    .map(|g| g.created.grant_id)
+                    .collect();
+                stale.sort();
+                events.push(Event::DeploymentPolicyChanged(DeploymentPolicyChanged { policy_version: version }));
+                events.extend(stale.into_iter().filter_map(|id| after.end(id, EndReason::PolicyChanged)));
+            }
             Ok(events)
         }
         Command::PinStandingGrant { pin, now } => {
@@ -710,6 +746,7 @@ fn resolve(
         return Ok(vec![resolved(None)]);
     }
     // Every refusal below leaves the approval pending, so the owner can still allow once.
+    world.policy_in_force(&versions.policy)?;
     if !world.settings.enabled {
         return Err(DomainError::conflict(Conflict::TaskGrantsDisabled, "task grants are not enabled"));
     }

@@ -475,6 +475,7 @@ impl PgGrants {
             let d: Deployment = json(r.get(0))?;
             world.settings = d.settings;
             world.standing = d.standing;
+            world.policy = d.policy;
         }
         let runs = tx
             .query("SELECT session_id, run_id, snapshot_id FROM run_snapshots WHERE tenant_id = $1 ORDER BY tx_id, position", &[&t])

@@ -80,6 +80,11 @@ fn status(e: AuthorityError) -> Status {
             with_reason(Code::FailedPrecondition, code.code(), format!("{code}: {detail}"))
         }
         AuthorityError::Domain(DomainError::Invalid { field, reason }) => invalid(field, &reason),
+        // A replica left behind by a policy change: another one serves the call.
+        AuthorityError::Domain(e @ DomainError::PolicyNotInForce { .. }) => {
+            tracing::warn!(error = %e, "asked to decide under a policy not in force");
+            Status::unavailable(format!("nothing was written: {e}; another replica can serve this call"))
+        }
         // Another request kept changing what this one read: nothing was written, and trying
         // again decides afresh.
         AuthorityError::Contended | AuthorityError::Store(StoreError::Contended(_)) => with_reason(

@@ -29,6 +29,8 @@ pub struct Versioned<T> {
 pub struct Deployment {
     pub settings: TaskGrantSettings,
     pub standing: Option<StandingGrantPinned>,
+    #[serde(default)]
+    pub policy: Option<String>,
 }
 
 /// Which grants to read.
@@ -180,6 +182,7 @@ impl Loaded {
         self.versions.insert(stream, d.version);
         self.world.settings = d.value.settings;
         self.world.standing = d.value.standing;
+        self.world.policy = d.value.policy;
         Ok(())
     }
 
@@ -270,7 +273,11 @@ impl Loaded {
         if touched.deployment {
             let stream =
                 crate::domain::deployment_stream(&self.tenant).map_err(|e| StoreError::Invalid(e.to_string()))?;
-            let value = Deployment { settings: after.settings.clone(), standing: after.standing.clone() };
+            let value = Deployment {
+                settings: after.settings.clone(),
+                standing: after.standing.clone(),
+                policy: after.policy.clone(),
+            };
             write.deployment = Some(Versioned { value, version: version_after(&stream) });
         }
         for id in &touched.approvals {
@@ -333,9 +340,10 @@ impl Touched {
             Event::ProfileGenerationAdvanced(x) => drop(self.profiles.insert(x.profile_id.clone())),
             Event::ProfileRevoked(x) => drop(self.profiles.insert(x.profile_id.clone())),
             Event::ProfileDeleted(x) => drop(self.profiles.insert(x.profile_id.clone())),
-            Event::DeploymentScopesChanged(_) | Event::StandingGrantPinned(_) | Event::StandingGrantUnpinned(_) => {
-                self.deployment = true;
-            }
+            Event::DeploymentScopesChanged(_)
+            | Event::DeploymentPolicyChanged(_)
+            | Event::StandingGrantPinned(_)
+            | Event::StandingGrantUnpinned(_) => self.deployment = true,
             Event::ApprovalRequested(x) => {
                 self.approvals.insert(x.approval_id);
                 if let Some(b) = &x.binding {

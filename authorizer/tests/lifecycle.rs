@@ -851,10 +851,11 @@ fn a_deployment_record_applies_settings_and_pin_together_once() {
     let apply = || Command::ApplyDeployment {
         settings: settings.clone(),
         pin: Some(StandingPin { grant_id: "standing-1".into(), profile_id: "profile-1".into() }),
+        policy_version: Some(Policy::empty().version),
         now: t0(),
     };
     let events = when(&mut world, apply()).unwrap();
     let kinds: Vec<&str> = events.iter().map(Event::event_type).collect();
-    assert_eq!(kinds, ["deployment.scopes_changed", "browser.standing_grant.pinned"]);
+    assert_eq!(kinds, ["deployment.scopes_changed", "browser.standing_grant.pinned", "deployment.policy_changed"]);
     assert!(when(&mut world, apply()).unwrap().is_empty(), "the record in force records nothing");
 }

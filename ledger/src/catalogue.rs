@@ -290,6 +290,13 @@ pub struct StandingGrantUnpinned {
     pub grant_id: String,
 }
 
+/// The policy in force for a tenant from now on: the SHA-256 version of its rules file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeploymentPolicyChanged {
+    pub policy_version: String,
+}
+
 /// The token itself is never stored: only its SHA-256, hex.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -375,6 +382,7 @@ catalogue! {
     ProfileRevoked = "browser.profile.revoked" v 1,
     ProfileDeleted = "browser.profile.deleted" v 1,
     DeploymentScopesChanged = "deployment.scopes_changed" v 1,
+    DeploymentPolicyChanged = "deployment.policy_changed" v 1,
     ApprovalRequested = "approval.requested" v 1,
     ApprovalResolved = "approval.resolved" v 2,
     ApprovalExpired = "approval.expired" v 1,

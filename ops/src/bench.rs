@@ -380,7 +380,11 @@ pub mod authorize {
     ) -> Result<String> {
         // The settings are recorded once, as an operator does; the replicas serve them.
         let lesson = authorizer::scopes::settings(Some("true"), Some("https://www.lesson.test/lesson"))?;
-        let wanted = crate::serve::DeploymentSettings { settings: lesson, standing: None };
+        let wanted = crate::serve::DeploymentSettings {
+            settings: lesson,
+            standing: None,
+            policy_version: authorizer::policy::Policy::empty().version,
+        };
         crate::serve::apply_settings(db_url, TENANT, wanted).await?;
         if log_events > 0 {
             // Filler rows of other tenants' streams, inserted in bulk: nothing the authorizer

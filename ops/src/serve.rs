@@ -51,11 +51,13 @@ pub struct DeploymentSettings {
     pub settings: TaskGrantSettings,
     /// The standing-grant pin (BROWSER_GRANT_ID on BROWSER_PROFILE_ID), if any.
     pub standing: Option<StandingPin>,
+    /// The version of the policy (POLICY_FILE, or the empty policy) every replica must run.
+    pub policy_version: String,
 }
 
 impl DeploymentSettings {
-    /// Parses BROWSER_TASK_GRANTS_ENABLED, BROWSER_TASK_GRANT_SCOPES, BROWSER_GRANT_ID and
-    /// BROWSER_PROFILE_ID; each refusal names the variable and the rule.
+    /// Parses BROWSER_TASK_GRANTS_ENABLED, BROWSER_TASK_GRANT_SCOPES, BROWSER_GRANT_ID,
+    /// BROWSER_PROFILE_ID and POLICY_FILE; each refusal names the variable and the rule.
     pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let settings =
             settings(get("BROWSER_TASK_GRANTS_ENABLED").as_deref(), get("BROWSER_TASK_GRANT_SCOPES").as_deref())?;
@@ -73,8 +75,19 @@ impl DeploymentSettings {
             }
             _ => bail!("BROWSER_GRANT_ID and BROWSER_PROFILE_ID pin the standing grant together"),
         };
-        Ok(Self { settings, standing })
+        Ok(Self { settings, standing, policy_version: policy_file(&get)?.version })
     }
+}
+
+/// The policy POLICY_FILE names, or the empty one.
+fn policy_file(get: &impl Fn(&str) -> Option<String>) -> Result<Policy> {
+    Ok(match get("POLICY_FILE") {
+        Some(path) => {
+            let bytes = std::fs::read(&path).with_context(|| format!("POLICY_FILE={path:?} cannot be read"))?;
+            Policy::parse(&bytes).with_context(|| format!("POLICY_FILE={path:?}"))?
+        }
+        None => Policy::empty(),
+    })
 }
 
 /// Records `wanted` as `tenant`'s settings and pin; returns the events recorded (none when they
@@ -85,8 +98,12 @@ pub async fn apply_settings(database_url: &str, tenant: &str, wanted: Deployment
     let pool = ledger::postgres::pool(database_url.parse()?, 2).map_err(anyhow::Error::msg)?;
     let authority = Authority::new(PgGrants::new(PgStore::new(pool)), Policy::empty(), tenant);
     // One command, one append: the settings and the pin never land apart.
-    let apply =
-        Command::ApplyDeployment { settings: wanted.settings, pin: wanted.standing, now: OffsetDateTime::now_utc() };
+    let apply = Command::ApplyDeployment {
+        settings: wanted.settings,
+        pin: wanted.standing,
+        policy_version: Some(wanted.policy_version),
+        now: OffsetDateTime::now_utc(),
+    };
     let events = authority.execute(apply, "operator").await?;
     Ok(events.iter().map(|e| e.event_type().to_owned()).collect())
 }
@@ -114,13 +131,7 @@ impl AuthorizerConfig {
                  with `grantctl settings apply --tenant T` (which reads these variables) and unset them here"
             );
         }
-        let policy = match get("POLICY_FILE") {
-            Some(path) => {
-                let bytes = std::fs::read(&path).with_context(|| format!("POLICY_FILE={path:?} cannot be read"))?;
-                Policy::parse(&bytes).with_context(|| format!("POLICY_FILE={path:?}"))?
-            }
-            None => Policy::empty(),
-        };
+        let policy = policy_file(&get)?;
         let sweep = get("SWEEP_INTERVAL_SECONDS").unwrap_or_else(|| "30".into());
         let seconds: u64 =
             sweep.parse().with_context(|| format!("SWEEP_INTERVAL_SECONDS={sweep:?} is not a whole number"))?;

@@ -159,6 +159,7 @@ pub fn row(recorded: &RecordedEvent) -> Result<AuditRow, DecodeError> {
             )
         }
         Event::StandingGrantUnpinned(e) => format!("Standing grant {} unpinned", e.grant_id),
+        Event::DeploymentPolicyChanged(e) => format!("Policy {} in force", e.policy_version),
         Event::ApprovalTokenIssued(e) => {
             approval = Some(e.approval_id);
             "Approval token issued".to_owned()

@@ -119,7 +119,11 @@ impl Tokens {
 }
 
 fn lesson() -> DeploymentSettings {
-    DeploymentSettings { settings: authorizer::scopes::settings(Some("true"), Some(SCOPE)).unwrap(), standing: None }
+    DeploymentSettings {
+        settings: authorizer::scopes::settings(Some("true"), Some(SCOPE)).unwrap(),
+        standing: None,
+        policy_version: authorizer::policy::Policy::empty().version,
+    }
 }
 
 fn act(session: &str, agent: &str) -> pb::AuthorizeRequest {
@@ -207,6 +211,7 @@ async fn what_one_replica_records_the_others_next_authorization_obeys() {
     apply_settings(&db.url(), TENANT, lesson()).await.unwrap();
     let policy = std::env::temp_dir().join(format!("policy-{}.json", uuid::Uuid::new_v4().simple()));
     std::fs::write(&policy, br#"{ "rules": [] }"#).unwrap();
+    let other_policy_version = authorizer::policy::Policy::parse(br#"{ "rules": [] }"#).unwrap().version;
     let (a, b) = (Replica::start(&db, &[]).await, Replica::start(&db, &[]).await);
     let other_policy = Replica::start(&db, &[("POLICY_FILE", policy.to_str().unwrap())]).await;
     let (mut ca, mut cb, mut cp) = (a.client().await, b.client().await, other_policy.client().await);
@@ -249,12 +254,12 @@ async fn what_one_replica_records_the_others_next_authorization_obeys() {
             ScopeRemoved => {
                 let elsewhere =
                     authorizer::scopes::settings(Some("true"), Some("https://www.lesson.test/unit")).unwrap();
-                apply_settings(&db.url(), TENANT, DeploymentSettings { settings: elsewhere, standing: None })
+                apply_settings(&db.url(), TENANT, DeploymentSettings { settings: elsewhere, ..lesson() })
                     .await
                     .unwrap();
             }
             FlagOff => {
-                let off = DeploymentSettings { settings: Default::default(), standing: None };
+                let off = DeploymentSettings { settings: Default::default(), ..lesson() };
                 apply_settings(&db.url(), TENANT, off).await.unwrap();
             }
             AgentChanged => {
@@ -262,13 +267,21 @@ async fn what_one_replica_records_the_others_next_authorization_obeys() {
                 assert!(matches!(&asked, Decision::RequireApproval(c) if c.reason == "agent_changed"), "{asked:?}");
             }
             PolicyChanged => {
+                // Before it is recorded, the replica running the new policy serves no one.
+                let early = cp.authorize(t.worker(act(&session, "agent-7"))).await.unwrap_err();
+                assert_eq!(early.code(), Code::Unavailable, "{early:?}");
+                // Recorded, it is in force everywhere at once: the grant ends with the change,
+                // the replica running it asks, and A, left behind, serves no one.
+                let newer = DeploymentSettings { policy_version: other_policy_version.clone(), ..lesson() };
+                apply_settings(&db.url(), TENANT, newer).await.unwrap();
                 let asked = decide(&mut cp, &t, act(&session, "agent-7")).await;
-                assert!(matches!(&asked, Decision::RequireApproval(c) if c.reason == "policy_changed"), "{asked:?}");
+                assert!(matches!(&asked, Decision::RequireApproval(c) if c.reason.is_empty()), "{asked:?}");
             }
         }
         let next = ca.authorize(t.worker(act(&session, "agent-7"))).await;
         match change {
             SessionDeleted => assert_eq!(next.unwrap_err().code(), Code::NotFound),
+            PolicyChanged => assert_eq!(next.unwrap_err().code(), Code::Unavailable),
             _ => {
                 let next = next.unwrap().into_inner().decision.unwrap();
                 assert!(matches!(next, Decision::RequireApproval(_)), "{change:?}: A still allowed: {next:?}");
