@@ -360,10 +360,12 @@ fn first_difference(expected: &authorizer::domain::World, stored: &authorizer::d
         .or_else(|| keyed("grant", &expected.grants, &stored.grants))
         .or_else(|| keyed("run", &expected.run_snapshots, &stored.run_snapshots))
         .or_else(|| {
-            (expected.settings != stored.settings || expected.standing != stored.standing).then(|| {
+            let deployment = |w: &authorizer::domain::World| (w.settings.clone(), w.standing.clone(), w.policy.clone());
+            (deployment(expected) != deployment(stored)).then(|| {
                 format!(
-                    "settings\n  replayed: {:?} {:?}\n  stored:   {:?} {:?}",
-                    expected.settings, expected.standing, stored.settings, stored.standing
+                    "settings, pin and policy\n  replayed: {:?}\n  stored:   {:?}",
+                    deployment(expected),
+                    deployment(stored)
                 )
             })
         })

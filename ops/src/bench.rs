@@ -383,7 +383,7 @@ pub mod authorize {
         let wanted = crate::serve::DeploymentSettings {
             settings: lesson,
             standing: None,
-            policy_version: authorizer::policy::Policy::empty().version,
+            policy_version: Some(authorizer::policy::Policy::empty().version),
         };
         crate::serve::apply_settings(db_url, TENANT, wanted).await?;
         if log_events > 0 {

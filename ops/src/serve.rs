@@ -51,8 +51,9 @@ pub struct DeploymentSettings {
     pub settings: TaskGrantSettings,
     /// The standing-grant pin (BROWSER_GRANT_ID on BROWSER_PROFILE_ID), if any.
     pub standing: Option<StandingPin>,
-    /// The version of the policy (POLICY_FILE, or the empty policy) every replica must run.
-    pub policy_version: String,
+    /// The version of the policy (POLICY_FILE) every replica must run; unset, the recorded one
+    /// stays: a settings change made without the file must not switch every replica off.
+    pub policy_version: Option<String>,
 }
 
 impl DeploymentSettings {
@@ -75,7 +76,11 @@ impl DeploymentSettings {
             }
             _ => bail!("BROWSER_GRANT_ID and BROWSER_PROFILE_ID pin the standing grant together"),
         };
-        Ok(Self { settings, standing, policy_version: policy_file(&get)?.version })
+        let policy_version = match get("POLICY_FILE") {
+            Some(_) => Some(policy_file(&get)?.version),
+            None => None,
+        };
+        Ok(Self { settings, standing, policy_version })
     }
 }
 
@@ -101,7 +106,7 @@ pub async fn apply_settings(database_url: &str, tenant: &str, wanted: Deployment
     let apply = Command::ApplyDeployment {
         settings: wanted.settings,
         pin: wanted.standing,
-        policy_version: Some(wanted.policy_version),
+        policy_version: wanted.policy_version,
         now: OffsetDateTime::now_utc(),
     };
     let events = authority.execute(apply, "operator").await?;
@@ -260,7 +265,17 @@ mod tests {
             let map: HashMap<String, String> = vars.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
             DeploymentSettings::parse(|k| map.get(k).cloned())
         };
-        assert!(!settings(&[]).unwrap().settings.enabled);
+        let plain = settings(&[]).unwrap();
+        assert!(!plain.settings.enabled);
+        // Without POLICY_FILE the recorded policy stays as it is.
+        assert_eq!(plain.policy_version, None);
+        let dir = std::env::temp_dir().join(format!("grantctl-policy-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("policy.json");
+        std::fs::write(&file, br#"{"rules":[]}"#).unwrap();
+        let with = settings(&[("POLICY_FILE", file.to_str().unwrap())]).unwrap();
+        assert_eq!(with.policy_version, Some(Policy::empty().version));
+        std::fs::remove_dir_all(dir).unwrap();
         let c = settings(&[
             ("BROWSER_TASK_GRANTS_ENABLED", "true"),
             ("BROWSER_TASK_GRANT_SCOPES", "https://www.example.org/lesson"),

@@ -122,7 +122,7 @@ fn lesson() -> DeploymentSettings {
     DeploymentSettings {
         settings: authorizer::scopes::settings(Some("true"), Some(SCOPE)).unwrap(),
         standing: None,
-        policy_version: authorizer::policy::Policy::empty().version,
+        policy_version: Some(authorizer::policy::Policy::empty().version),
     }
 }
 
@@ -272,7 +272,7 @@ async fn what_one_replica_records_the_others_next_authorization_obeys() {
                 assert_eq!(early.code(), Code::Unavailable, "{early:?}");
                 // Recorded, it is in force everywhere at once: the grant ends with the change,
                 // the replica running it asks, and A, left behind, serves no one.
-                let newer = DeploymentSettings { policy_version: other_policy_version.clone(), ..lesson() };
+                let newer = DeploymentSettings { policy_version: Some(other_policy_version.clone()), ..lesson() };
                 apply_settings(&db.url(), TENANT, newer).await.unwrap();
                 let asked = decide(&mut cp, &t, act(&session, "agent-7")).await;
                 assert!(matches!(&asked, Decision::RequireApproval(c) if c.reason.is_empty()), "{asked:?}");
