@@ -72,7 +72,6 @@ pub trait Reader: Send {
 /// What one request reads.
 #[derive(Debug, Clone, Copy)]
 pub enum Need<'a> {
-    Nothing,
     /// The session alone.
     Session(&'a str),
     /// The session and its active grant (locked with it when the request writes).
@@ -391,7 +390,6 @@ pub struct Plan {
 pub async fn load(r: &mut impl Reader, tenant: &TenantId, need: Need<'_>) -> Result<Loaded, StoreError> {
     let mut l = Loaded::new(tenant);
     match need {
-        Need::Nothing => {}
         Need::Session(id) => l.sessions(r, &[id]).await?,
         Need::SessionGrant(id) => {
             l.sessions(r, &[id]).await?;

@@ -27,19 +27,28 @@ pub async fn replay(store: &PgStore, filter: &Filter) -> Result<Vec<AuditRow>> {
     replay_with(store, filter, |_| {}).await
 }
 
-/// [`replay`], telling `progress` how many events it has read.
-async fn replay_with(store: &PgStore, filter: &Filter, mut progress: impl FnMut(u64)) -> Result<Vec<AuditRow>> {
-    let mut rows = Vec::new();
+/// The whole log in the global read's order, a page at a time.
+async fn each_page(store: &PgStore, mut f: impl FnMut(&[ledger::RecordedEvent]) -> Result<()>) -> Result<()> {
     let mut at = Checkpoint::START;
     loop {
         let page = store.read_all(at, ledger::READ_PAGE).await?;
-        let Some(last) = page.last() else { break };
+        let Some(last) = page.last() else { return Ok(()) };
         at = last.checkpoint();
-        for e in &page {
+        f(&page)?;
+    }
+}
+
+/// [`replay`], telling `progress` how many events it has read.
+async fn replay_with(store: &PgStore, filter: &Filter, mut progress: impl FnMut(u64)) -> Result<Vec<AuditRow>> {
+    let mut rows = Vec::new();
+    each_page(store, |page| {
+        for e in page {
             rows.push(row(e).with_context(|| format!("event at position {}", e.global_position))?);
         }
         progress(rows.len() as u64);
-    }
+        Ok(())
+    })
+    .await?;
     // Session and grant ids are a tenant's own: scope every lookup by the tenant asked for.
     rows.retain(|r| filter.tenant.as_ref().is_none_or(|t| &r.tenant_id == t));
     let creating_approval = filter.grant.and_then(|g| {
@@ -258,16 +267,14 @@ async fn authority_verify_once(config: &tokio_postgres::Config) -> Result<(bool,
     use authorizer::domain::World;
     let store = PgStore::new(ledger::postgres::pool(config.clone(), 2).map_err(anyhow::Error::msg)?);
     let mut folded: std::collections::BTreeMap<String, World> = std::collections::BTreeMap::new();
-    let mut at = Checkpoint::START;
-    loop {
-        let page = store.read_all(at, ledger::READ_PAGE).await?;
-        let Some(last) = page.last() else { break };
-        at = last.checkpoint();
-        for e in &page {
+    each_page(&store, |page| {
+        for e in page {
             let event = ledger::catalogue::Event::from_recorded(e)?;
             folded.entry(e.tenant_id.to_string()).or_default().apply(&event);
         }
-    }
+        Ok(())
+    })
+    .await?;
     // Tenants with inline rows but no events are compared too (with nothing).
     let client = crate::connect_config(config).await?;
     let stored_tenants = client
