@@ -1,7 +1,7 @@
 //! Compiles the protos with protox (pure Rust), so no system `protoc` is needed.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["grant_ledger/v1/authorizer.proto"];
+    let files = ["grant_ledger/v1/authorizer.proto", "browser_runtime/v1/runtime.proto"];
     for f in files {
         println!("cargo:rerun-if-changed={f}");
     }

@@ -1,125 +1,33 @@
-//! The dispatch constraint sent with every grant allow to the browser runtime. The runtime can
-//! only narrow with it: a stale or forged constraint causes nothing worse than a refusal. The
-//! grant kind fixes the consequence ceiling and the per-action text cap, and a constraint whose
-//! fields disagree with its kind is invalid wherever it is read.
+//! The dispatch constraint for each kind of grant allow (the type and its rules are the
+//! classifier's, shared with the browser runtime that reads it).
 
 use time::OffsetDateTime;
 
+pub use classifier::constraint::{DispatchConstraint, GrantKind, InvalidConstraint};
+
 use crate::domain::Grant;
-use classifier::text_shape::MAX_TEXT_PER_ACTION;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GrantKind {
-    Task,
-    Standing,
-}
-
-impl GrantKind {
-    /// The most a covered action may do under this kind.
-    pub fn consequence_ceiling(self) -> &'static str {
-        match self {
-            Self::Task => "unknown",
-            Self::Standing => "routine",
-        }
-    }
-
-    /// Characters one action may type under this kind.
-    pub fn max_text_chars(self) -> u32 {
-        match self {
-            Self::Task => u32::try_from(MAX_TEXT_PER_ACTION).unwrap_or(256),
-            Self::Standing => 0,
-        }
+/// The constraint for a use of a task grant.
+pub fn for_task_grant(grant: &Grant) -> DispatchConstraint {
+    let c = &grant.created;
+    DispatchConstraint {
+        kind: GrantKind::Task,
+        origins: vec![c.scope.origin.clone()],
+        path_prefix: c.scope.path_prefix.clone(),
+        not_after: c.expires_at,
+        consequence_ceiling: GrantKind::Task.consequence_ceiling().to_owned(),
+        max_text_chars: GrantKind::Task.max_text_chars(),
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DispatchConstraint {
-    pub kind: GrantKind,
-    pub origins: Vec<String>,
-    pub path_prefix: String,
-    pub not_after: OffsetDateTime,
-    pub consequence_ceiling: String,
-    pub max_text_chars: u32,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid dispatch constraint: {0}")]
-pub struct InvalidConstraint(pub &'static str);
-
-impl DispatchConstraint {
-    /// The constraint for a use of a task grant.
-    pub fn for_task_grant(grant: &Grant) -> Self {
-        let c = &grant.created;
-        Self {
-            kind: GrantKind::Task,
-            origins: vec![c.scope.origin.clone()],
-            path_prefix: c.scope.path_prefix.clone(),
-            not_after: c.expires_at,
-            consequence_ceiling: GrantKind::Task.consequence_ceiling().to_owned(),
-            max_text_chars: GrantKind::Task.max_text_chars(),
-        }
-    }
-
-    /// The constraint for the pinned standing grant on the page's origin.
-    pub fn for_standing_grant(origin: &str, not_after: OffsetDateTime) -> Self {
-        Self {
-            kind: GrantKind::Standing,
-            origins: vec![origin.to_owned()],
-            path_prefix: "/".into(),
-            not_after,
-            consequence_ceiling: GrantKind::Standing.consequence_ceiling().to_owned(),
-            max_text_chars: GrantKind::Standing.max_text_chars(),
-        }
-    }
-
-    /// Refuses a constraint whose ceiling or text cap disagrees with its kind, or that names no
-    /// origin, a non-HTTPS origin, or a prefix that is not one segment (`/` for standing).
-    pub fn validate(&self) -> Result<(), InvalidConstraint> {
-        if self.consequence_ceiling != self.kind.consequence_ceiling() {
-            return Err(InvalidConstraint("consequence ceiling disagrees with the grant kind"));
-        }
-        if self.max_text_chars != self.kind.max_text_chars() {
-            return Err(InvalidConstraint("text cap disagrees with the grant kind"));
-        }
-        if self.origins.is_empty() || self.origins.iter().any(|o| !o.starts_with("https://")) {
-            return Err(InvalidConstraint("origins must be https"));
-        }
-        let one_segment =
-            self.path_prefix.starts_with('/') && self.path_prefix.len() > 1 && !self.path_prefix[1..].contains('/');
-        match self.kind {
-            GrantKind::Task if !one_segment => Err(InvalidConstraint("a task grant's prefix is one path segment")),
-            _ => Ok(()),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn task() -> DispatchConstraint {
-        DispatchConstraint {
-            kind: GrantKind::Task,
-            origins: vec!["https://www.example.org".into()],
-            path_prefix: "/lesson".into(),
-            not_after: OffsetDateTime::UNIX_EPOCH,
-            consequence_ceiling: "unknown".into(),
-            max_text_chars: 256,
-        }
-    }
-
-    #[test]
-    fn the_kind_fixes_ceiling_and_cap() {
-        assert_eq!(task().validate(), Ok(()));
-        let wider = DispatchConstraint { consequence_ceiling: "payment".into(), ..task() };
-        assert!(wider.validate().is_err());
-        let more_text = DispatchConstraint { max_text_chars: 4096, ..task() };
-        assert!(more_text.validate().is_err());
-        let standing_with_text =
-            DispatchConstraint { kind: GrantKind::Standing, consequence_ceiling: "routine".into(), ..task() };
-        assert!(standing_with_text.validate().is_err(), "a standing grant types nothing");
-        assert!(DispatchConstraint { origins: vec![], ..task() }.validate().is_err());
-        assert!(DispatchConstraint { origins: vec!["http://x.example".into()], ..task() }.validate().is_err());
-        assert!(DispatchConstraint { path_prefix: "/a/b".into(), ..task() }.validate().is_err());
+/// The constraint for the pinned standing grant on the page's origin.
+pub fn for_standing_grant(origin: &str, not_after: OffsetDateTime) -> DispatchConstraint {
+    DispatchConstraint {
+        kind: GrantKind::Standing,
+        origins: vec![origin.to_owned()],
+        path_prefix: "/".into(),
+        not_after,
+        consequence_ceiling: GrantKind::Standing.consequence_ceiling().to_owned(),
+        max_text_chars: GrantKind::Standing.max_text_chars(),
     }
 }

@@ -27,7 +27,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 use uuid::Uuid;
 
 use crate::authority::{Authority, AuthorityError, Backend};
-use crate::constraint::{DispatchConstraint, GrantKind};
+use crate::constraint::{self as dispatch, DispatchConstraint, GrantKind};
 use crate::domain;
 use crate::domain::{
     Approval, ApprovalState, AuthorizeRequest, Command, Conflict, Decision, DomainError, Grant, RunContext, Versions,
@@ -165,7 +165,8 @@ fn field_kind(k: i32) -> Result<FieldKind, Status> {
     })
 }
 
-fn element(e: pb::ElementFacts) -> Result<ElementFacts, Status> {
+/// The worker-side reading of the facts an observation carried: an absent fact means no coverage.
+pub fn element(e: pb::ElementFacts) -> Result<ElementFacts, Status> {
     Ok(ElementFacts {
         role: e.role,
         name: opt(&e.name),
@@ -351,8 +352,11 @@ impl<B: Backend + 'static> AuthorizerService<B> {
     /// The authenticated caller of `rpc`, whose role must be the one the call belongs to, and the
     /// authority of its credential's tenant.
     async fn caller<T>(&self, req: &Request<T>, rpc: Rpc) -> Result<(Caller, Authority<B>), Status> {
-        let caller = self.credentials.authenticate(req.metadata(), rpc, OffsetDateTime::now_utc()).await.map_err(
-            |e| match e {
+        let caller = self
+            .credentials
+            .authenticate(req.metadata(), rpc.roles(), rpc.scopes(), OffsetDateTime::now_utc())
+            .await
+            .map_err(|e| match e {
                 AuthError::Unauthenticated(m) => Status::unauthenticated(m),
                 AuthError::PermissionDenied(m) => with_reason(Code::PermissionDenied, CALLER_NOT_PERMITTED, m),
                 AuthError::Unavailable(m) => {
@@ -361,8 +365,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
                     Status::unavailable("nothing was written: credentials cannot be read now; retry")
                 }
                 AuthError::Invalid(m) => Status::invalid_argument(m),
-            },
-        )?;
+            })?;
         tracing::debug!(role = %caller.role, principal = %caller.principal, tenant = %caller.tenant, "authenticated");
         let tenant = domain::tenant_id(&caller.tenant).map_err(|e| {
             with_reason(Code::PermissionDenied, CALLER_NOT_PERMITTED, format!("the credential's tenant: {e}"))
@@ -549,11 +552,11 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         let reply = match authorized.decision {
             Decision::Allow { kind, grant_id, use_ordinal, .. } => {
                 let dispatch = match &authorized.grant {
-                    Some(g) => Some(DispatchConstraint::for_task_grant(g)),
+                    Some(g) => Some(dispatch::for_task_grant(g)),
                     None => {
                         let origin =
                             classifier::paths::location(&request.page.url).map(|l| l.origin).unwrap_or_default();
-                        authorized.standing_until.map(|t| DispatchConstraint::for_standing_grant(&origin, t))
+                        authorized.standing_until.map(|t| dispatch::for_standing_grant(&origin, t))
                     }
                 };
                 pb::authorize_reply::Decision::Allow(pb::Allow {

@@ -6,6 +6,7 @@
 //! It depends on no other crate of the workspace.
 
 pub mod consequence;
+pub mod constraint;
 pub mod coverage;
 mod currency;
 pub mod facts;

@@ -1,7 +1,21 @@
-//! The wire types of `grant_ledger.v1`, generated from `grant_ledger/v1/*.proto` by protox and
-//! tonic-prost-build at build time. Prost types stay at the edges: the domain never sees them.
+//! The wire types of `grant_ledger.v1` and `browser_runtime.v1`, generated from the `.proto`
+//! files by protox and tonic-prost-build at build time. The modules mirror the packages, so the
+//! runtime's messages can name the authorizer's. Prost types stay at the edges: the domain never
+//! sees them.
 
 #[allow(unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
-pub mod v1 {
-    tonic::include_proto!("grant_ledger.v1");
+pub mod grant_ledger {
+    pub mod v1 {
+        tonic::include_proto!("grant_ledger.v1");
+    }
 }
+
+#[allow(unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
+pub mod browser_runtime {
+    pub mod v1 {
+        tonic::include_proto!("browser_runtime.v1");
+    }
+}
+
+pub use browser_runtime::v1 as runtime;
+pub use grant_ledger::v1;

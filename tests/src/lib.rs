@@ -2,6 +2,8 @@
 //! test, migrated, from `DATABASE_URL` when set or else from a throwaway cluster started once
 //! from the system's PostgreSQL binaries and shared by every test process of the run.
 
+pub mod browser;
+
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};

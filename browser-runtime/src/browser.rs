@@ -1,0 +1,153 @@
+//! One Chromium: a chromedriver of its own (in its own process group, so the browser it starts
+//! ends with it), a fresh user-data directory, and the WebDriver session over it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use fantoccini::error::CmdError;
+use fantoccini::{Client, ClientBuilder};
+use hyper_util::client::legacy::connect::HttpConnector;
+use serde_json::json;
+
+use crate::config::BrowserConfig;
+
+/// The flags every Chromium runs with: headless, no background traffic, no hyperlink auditing.
+pub const FLAGS: [&str; 10] = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-pings",
+    "--disable-features=Translate,MediaRouter,OptimizationHints",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum BrowserError {
+    #[error("chromedriver could not be started ({path}): {source}")]
+    Spawn { path: String, source: std::io::Error },
+    #[error("chromedriver did not listen within {0:?}")]
+    NotReady(Duration),
+    #[error("Chromium could not be started: {0}")]
+    Session(String),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+#[derive(Debug)]
+pub struct Browser {
+    pub client: Client,
+    process: Process,
+}
+
+/// chromedriver's process group and the profile directory, ended and removed on drop.
+#[derive(Debug)]
+struct Process {
+    driver: tokio::process::Child,
+    profile_dir: PathBuf,
+}
+
+impl Browser {
+    /// Starts chromedriver and Chromium with a fresh profile; waits until the session exists.
+    pub async fn start(config: &BrowserConfig) -> Result<Self, BrowserError> {
+        let suffix: [u8; 8] = rand::random();
+        let profile_dir = std::env::temp_dir().join(format!("grant-ledger-browser-{}", hex::encode(suffix)));
+        std::fs::create_dir_all(&profile_dir)?;
+        let port = {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
+            probe.local_addr()?.port()
+        };
+        let driver = tokio::process::Command::new(&config.chromedriver)
+            .arg(format!("--port={port}"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| BrowserError::Spawn { path: config.chromedriver.display().to_string(), source })?;
+        let mut process = Process { driver, profile_dir };
+        let ready = Duration::from_secs(20);
+        let deadline = tokio::time::Instant::now() + ready;
+        // chromedriver takes a moment to listen; poll its port, bounded.
+        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            if tokio::time::Instant::now() > deadline || process.driver.try_wait()?.is_some() {
+                return Err(BrowserError::NotReady(ready));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let mut args: Vec<String> = FLAGS.iter().map(|f| (*f).to_owned()).collect();
+        args.push(format!("--user-data-dir={}", process.profile_dir.display()));
+        if !config.trusted_spki.is_empty() {
+            args.push(format!("--ignore-certificate-errors-spki-list={}", config.trusted_spki.join(",")));
+        }
+        args.extend(config.extra_args.iter().cloned());
+        let mut caps = serde_json::Map::new();
+        caps.insert("browserName".into(), json!("chrome"));
+        caps.insert("pageLoadStrategy".into(), json!("normal"));
+        // A dialog stays open: the agent never dismisses one, and a command meeting it fails.
+        caps.insert("unhandledPromptBehavior".into(), json!("ignore"));
+        caps.insert("timeouts".into(), json!({ "script": 15000, "pageLoad": 20000, "implicit": 0 }));
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({ "binary": config.chromium.display().to_string(), "args": args }),
+        );
+        let client = ClientBuilder::new(HttpConnector::new())
+            .capabilities(caps)
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+            .map_err(|e| BrowserError::Session(e.to_string()))?;
+        Ok(Self { client, process })
+    }
+
+    /// The chromedriver process, whose process group holds the browser.
+    pub fn driver_pid(&self) -> Option<u32> {
+        self.process.driver.id()
+    }
+
+    /// Whether chromedriver still runs.
+    pub fn driver_alive(&mut self) -> bool {
+        matches!(self.process.driver.try_wait(), Ok(None))
+    }
+
+    /// Ends the WebDriver session (which closes Chromium), then everything left of the group.
+    pub async fn close(self) {
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.client.clone().close()).await;
+        drop(self);
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Some(pid) = self.driver.id() {
+            // The whole group: Chromium and its helpers are chromedriver's children.
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+        let _ = std::fs::remove_dir_all(&self.profile_dir);
+    }
+}
+
+/// Whether a WebDriver error means the browser itself is gone (crashed, killed, or its tab
+/// crashed): the session must restart clean.
+pub fn is_crash(e: &CmdError) -> bool {
+    match e {
+        CmdError::Lost(_) | CmdError::Failed(_) | CmdError::FailedC(_) => true,
+        CmdError::Standard(w) => {
+            use fantoccini::error::ErrorStatus as S;
+            let m = w.message.to_ascii_lowercase();
+            matches!(w.error, S::InvalidSessionId | S::SessionNotCreated)
+                || (w.error == S::UnknownError
+                    && ["chrome not reachable", "disconnected", "session deleted", "tab crashed", "target crashed"]
+                        .iter()
+                        .any(|s| m.contains(s)))
+        }
+        _ => false,
+    }
+}

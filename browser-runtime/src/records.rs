@@ -1,0 +1,86 @@
+//! The task record the runtime types from: `<dir>/<tenant>/<run id>.json`, an object of field id
+//! to value, written by whoever prepares the run. The model names a field id; the value reaches
+//! the page and nothing else, and no reply of the runtime carries it.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("the task record of run {run:?} has no field {field:?}")]
+    NoField { run: String, field: String },
+    #[error("the task record of run {0:?} cannot be read: {1}")]
+    Unreadable(String, String),
+}
+
+#[derive(Debug, Clone)]
+pub struct RecordStore {
+    dir: PathBuf,
+}
+
+/// An id used as a file name: letters, digits, `_` and `-`, 1 to 128 of them.
+fn safe_id(what: &str, id: &str) -> Result<(), RecordError> {
+    let ok = (1..=128).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok { Ok(()) } else { Err(RecordError::Invalid(format!("{what} must be 1-128 letters, digits, _ or -"))) }
+}
+
+/// A WebDriver key code point (U+E000..U+F8FF) in a value would press a key instead of typing
+/// text; a control character would do the same for Enter or Tab.
+pub fn typeable(value: &str) -> bool {
+    value.chars().all(|c| !('\u{e000}'..='\u{f8ff}').contains(&c) && !c.is_control())
+}
+
+impl RecordStore {
+    pub fn new(dir: PathBuf) -> Self {
+        Self { dir }
+    }
+
+    pub fn value(&self, tenant: &str, run: &str, field: &str) -> Result<String, RecordError> {
+        safe_id("the tenant", tenant)?;
+        safe_id("run_id", run)?;
+        if field.is_empty() || field.len() > 128 || field.chars().any(char::is_control) {
+            return Err(RecordError::Invalid("field_id must be 1-128 bytes without control characters".into()));
+        }
+        let path = self.dir.join(tenant).join(format!("{run}.json"));
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(RecordError::NoField { run: run.into(), field: field.into() });
+            }
+            Err(e) => return Err(RecordError::Unreadable(run.into(), e.to_string())),
+        };
+        let record: HashMap<String, String> =
+            serde_json::from_slice(&bytes).map_err(|e| RecordError::Unreadable(run.into(), e.to_string()))?;
+        let value =
+            record.get(field).cloned().ok_or_else(|| RecordError::NoField { run: run.into(), field: field.into() })?;
+        if !typeable(&value) {
+            return Err(RecordError::Invalid(format!(
+                "the value of field {field:?} holds control or key characters and is not typed"
+            )));
+        }
+        Ok(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_cannot_leave_the_directory() {
+        let store = RecordStore::new(PathBuf::from("/nonexistent"));
+        for run in ["..", "../x", "a/b", "", "a.json"] {
+            assert!(matches!(store.value("t", run, "f"), Err(RecordError::Invalid(_))), "{run}");
+        }
+        assert!(matches!(store.value("t", "run1", "f"), Err(RecordError::NoField { .. })));
+    }
+
+    #[test]
+    fn key_code_points_are_not_typeable() {
+        assert!(typeable("Ford Transit 350"));
+        assert!(!typeable("a\u{e007}"), "WebDriver's Enter");
+        assert!(!typeable("a\nb"));
+    }
+}

@@ -1,0 +1,544 @@
+//! The gRPC service: authenticates each caller as a `worker` of one tenant, validates the
+//! request, and runs it on the caller's own session. Sessions live with the Chromium they drive,
+//! so a session belongs to one runtime process; every rule it enforces is re-read from the live
+//! page, not from what the process remembers.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use classifier::FieldKind;
+use classifier::constraint::{DispatchConstraint, GrantKind};
+use credentials::{AuthError, Caller, Credentials, Role};
+use proto::runtime as pb;
+use proto::v1 as gl;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use tonic::metadata::MetadataValue;
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use tonic::{Request, Response, Status};
+
+use crate::config::{AuthorizerLink, RuntimeConfig};
+use crate::page::{NodeRead, Role as NodeRole};
+use crate::records::RecordStore;
+use crate::session::{ActAction, ActInput, Code, Observation, Redeem, RedeemError, Session, SessionError, WaitFor};
+
+/// The longest expected name the contract allows.
+pub const MAX_NAME_CHARS: usize = 120;
+const MAX_ID_LEN: usize = 120;
+const MAX_STEPS: u32 = 10_000;
+
+/// Redeems approval tokens at the authorizer with the runtime's own credential.
+#[derive(Debug, Clone)]
+pub struct AuthorizerRedeemer {
+    client: Option<gl::authorizer_client::AuthorizerClient<Channel>>,
+    bearer: Option<MetadataValue<tonic::metadata::Ascii>>,
+}
+
+impl AuthorizerRedeemer {
+    pub fn new(link: Option<&AuthorizerLink>) -> Result<Self, String> {
+        let Some(link) = link else { return Ok(Self { client: None, bearer: None }) };
+        let mut endpoint =
+            Endpoint::from_shared(link.url.clone()).map_err(|e| format!("RUNTIME_AUTHORIZER_URL: {e}"))?;
+        if link.url.starts_with("https://") {
+            let mut tls = ClientTlsConfig::new().with_enabled_roots();
+            if let Some(ca) = &link.ca_pem {
+                tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(ca));
+            }
+            endpoint = endpoint.tls_config(tls).map_err(|e| format!("RUNTIME_AUTHORIZER_CA: {e}"))?;
+        }
+        let bearer = format!("Bearer {}", link.token)
+            .parse()
+            .map_err(|_| "RUNTIME_AUTHORIZER_TOKEN is not a header value".to_owned())?;
+        Ok(Self {
+            client: Some(gl::authorizer_client::AuthorizerClient::new(endpoint.connect_lazy())),
+            bearer: Some(bearer),
+        })
+    }
+}
+
+impl Redeem for AuthorizerRedeemer {
+    async fn redeem(&self, token: &str, run_id: &str, snapshot_id: &str, node_ref: &str) -> Result<(), RedeemError> {
+        let (Some(client), Some(bearer)) = (&self.client, &self.bearer) else {
+            return Err(RedeemError::Unavailable("this runtime has no authorizer to redeem tokens at".into()));
+        };
+        let mut req = Request::new(gl::RedeemTokenRequest {
+            approval_token: token.to_owned(),
+            run_id: run_id.to_owned(),
+            snapshot_id: snapshot_id.to_owned(),
+            node_ref: node_ref.to_owned(),
+        });
+        req.metadata_mut().insert("authorization", bearer.clone());
+        match client.clone().redeem_token(req).await {
+            Ok(_) => Ok(()),
+            Err(s) => match s.code() {
+                tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::DeadlineExceeded => {
+                    Err(RedeemError::Unavailable(s.message().to_owned()))
+                }
+                _ => Err(RedeemError::Invalid(format!("the authorizer refused the token: {}", s.message()))),
+            },
+        }
+    }
+}
+
+type Shared = Arc<tokio::sync::Mutex<Session>>;
+
+/// An open session, with the tenant and profile it was opened for (fixed for its life).
+#[derive(Debug, Clone)]
+struct Entry {
+    tenant: String,
+    profile: String,
+    session: Shared,
+}
+
+/// Every open session of this process, by id.
+#[derive(Debug)]
+pub struct BrowserRuntime<R> {
+    config: RuntimeConfig,
+    credentials: Credentials,
+    records: RecordStore,
+    redeemer: R,
+    sessions: Mutex<HashMap<String, Entry>>,
+}
+
+fn invalid(field: &str, rule: &str) -> Status {
+    Status::invalid_argument(format!("{field} {rule}"))
+}
+
+fn session_status(e: SessionError) -> Status {
+    match e {
+        SessionError::Invalid(m) => Status::invalid_argument(m),
+        SessionError::Crashed(m) | SessionError::Unavailable(m) => Status::unavailable(m),
+        SessionError::Dialog(m) => Status::failed_precondition(format!("a browser dialog is open: {m}")),
+    }
+}
+
+/// An `https://host[:port]` origin, written exactly as its serialization.
+fn origin(field: &str, s: &str) -> Result<String, Status> {
+    let u = url::Url::parse(s).map_err(|_| invalid(field, "is not a URL"))?;
+    let o = u.origin().ascii_serialization();
+    if u.scheme() != "https" || o != s {
+        return Err(invalid(field, "is an https origin like https://host[:port], with nothing after it"));
+    }
+    Ok(o)
+}
+
+fn id(field: &str, s: &str) -> Result<String, Status> {
+    if s.is_empty() || s.len() > MAX_ID_LEN || s.chars().any(char::is_control) {
+        return Err(invalid(field, &format!("is 1-{MAX_ID_LEN} bytes without control characters")));
+    }
+    Ok(s.to_owned())
+}
+
+fn node_role(r: NodeRole) -> pb::Role {
+    match r {
+        NodeRole::Button => pb::Role::Button,
+        NodeRole::Link => pb::Role::Link,
+        NodeRole::Checkbox => pb::Role::Checkbox,
+        NodeRole::Radio => pb::Role::Radio,
+        NodeRole::Option => pb::Role::Option,
+        NodeRole::Tab => pb::Role::Tab,
+        NodeRole::MenuItem => pb::Role::Menuitem,
+        NodeRole::Combobox => pb::Role::Combobox,
+        NodeRole::Textbox => pb::Role::Textbox,
+        NodeRole::Searchbox => pb::Role::Searchbox,
+        NodeRole::Listbox => pb::Role::Listbox,
+    }
+}
+
+fn role_from_pb(r: i32) -> Result<NodeRole, Status> {
+    let r = pb::Role::try_from(r).map_err(|_| invalid("expected_role", "is not a role of the closed set"))?;
+    NodeRole::ALL.into_iter().find(|n| node_role(*n) == r).ok_or_else(|| invalid("expected_role", "is required"))
+}
+
+pub fn field_kind_pb(k: FieldKind) -> gl::FieldKind {
+    use gl::FieldKind as F;
+    match k {
+        FieldKind::None => F::None,
+        FieldKind::Text => F::Text,
+        FieldKind::Search => F::Search,
+        FieldKind::TextArea => F::TextArea,
+        FieldKind::EditableRegion => F::EditableRegion,
+        FieldKind::Select => F::Select,
+        FieldKind::Checkbox => F::Checkbox,
+        FieldKind::Radio => F::Radio,
+        FieldKind::CustomChoice => F::CustomChoice,
+        FieldKind::Password => F::Password,
+        FieldKind::OneTimeCode => F::OneTimeCode,
+        FieldKind::Payment => F::Payment,
+        FieldKind::Identity => F::Identity,
+        FieldKind::File => F::File,
+        FieldKind::Other => F::Other,
+    }
+}
+
+/// The facts the authorizer reads, carried beside the snapshot. A label source that reads
+/// exactly as the name is left out; every other fact is carried explicitly.
+pub fn facts_pb(n: &NodeRead) -> gl::ElementFacts {
+    let f = &n.facts;
+    let name = f.name.clone().unwrap_or_default();
+    let differs = |s: &Option<String>| s.clone().filter(|s| *s != name).unwrap_or_default();
+    let differ_all = |v: &[String]| v.iter().filter(|s| **s != name).cloned().collect::<Vec<_>>();
+    gl::ElementFacts {
+        role: f.role.clone(),
+        name: name.clone(),
+        aria_label: differs(&f.aria_label),
+        labelledby: differ_all(&f.labelledby),
+        labels: differ_all(&f.labels),
+        title: differs(&f.title),
+        placeholder: differs(&f.placeholder),
+        alt: differs(&f.alt),
+        value: differs(&f.value),
+        visible_text: differs(&f.visible_text),
+        dialog_name: differs(&f.dialog_name),
+        field_kind: Some(field_kind_pb(f.field_kind) as i32),
+        options: f
+            .options
+            .iter()
+            .map(|o| gl::SelectOption {
+                value: o.value.clone(),
+                label: o.label.clone().unwrap_or_default(),
+                text: o.text.clone().unwrap_or_default(),
+                name: o.name.clone().unwrap_or_default(),
+                title: o.title.clone().unwrap_or_default(),
+                group_label: o.group_label.clone().unwrap_or_default(),
+            })
+            .collect(),
+        nav_targets: f.nav_targets.clone(),
+        download: Some(f.download),
+        disabled: Some(f.disabled),
+        truncated: Some(f.truncated || n.option_count > classifier::coverage::MAX_OPTIONS),
+        nav_targets_carried: true,
+    }
+}
+
+fn observation_pb(o: Observation) -> pb::ObserveReply {
+    let mut nodes = Vec::new();
+    let mut facts = Vec::new();
+    for (i, n) in o.nodes.iter().enumerate() {
+        let Some(role) = n.role else { continue };
+        let r = format!("n{i}");
+        nodes.push(pb::Node {
+            r#ref: r.clone(),
+            role: node_role(role) as i32,
+            name: n.name.clone(),
+            value: n.value.clone(),
+            state: Some(pb::NodeState {
+                disabled: n.state.disabled,
+                checked: n.state.checked,
+                expanded: n.state.expanded,
+                selected: n.state.selected,
+                filled: n.state.filled,
+                focused: n.state.focused,
+            }),
+        });
+        facts.push(pb::NodeFacts { r#ref: r, element: Some(facts_pb(n)) });
+    }
+    pb::ObserveReply { snapshot_id: o.snapshot_id, url: o.page.url, title: o.page.title, nodes, facts }
+}
+
+fn constraint(c: gl::DispatchConstraint) -> Result<DispatchConstraint, Status> {
+    let kind = match gl::GrantKind::try_from(c.grant_kind) {
+        Ok(gl::GrantKind::Task) => GrantKind::Task,
+        Ok(gl::GrantKind::Standing) => GrantKind::Standing,
+        _ => return Err(invalid("constraint.grant_kind", "is task or standing")),
+    };
+    let not_after = OffsetDateTime::parse(&c.not_after, &Rfc3339)
+        .map_err(|_| invalid("constraint.not_after", "is an RFC 3339 time"))?;
+    let parsed = DispatchConstraint {
+        kind,
+        origins: c.origins,
+        path_prefix: c.path_prefix,
+        not_after,
+        consequence_ceiling: c.consequence_ceiling,
+        max_text_chars: c.max_text_chars,
+    };
+    parsed.validate().map_err(|e| Status::invalid_argument(e.to_string()))?;
+    Ok(parsed)
+}
+
+/// The act the request describes, or the first field that is not well formed.
+pub fn act_input(req: pb::ActRequest) -> Result<ActInput, Status> {
+    let snapshot_ok = req
+        .snapshot_id
+        .strip_prefix("snap_")
+        .is_some_and(|h| h.len() == 12 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+    if !snapshot_ok {
+        return Err(invalid("snapshot_id", "is snap_ and 12 lowercase hex digits"));
+    }
+    let ref_ok = req
+        .r#ref
+        .strip_prefix('n')
+        .is_some_and(|d| (1..=4).contains(&d.len()) && d.bytes().all(|b| b.is_ascii_digit()));
+    if !ref_ok {
+        return Err(invalid("ref", "is n and 1-4 digits"));
+    }
+    let n = req.expected_name.chars().count();
+    if n == 0 || n > MAX_NAME_CHARS {
+        return Err(invalid("expected_name", &format!("is 1-{MAX_NAME_CHARS} characters")));
+    }
+    let expected_role = role_from_pb(req.expected_role)?;
+    let approval_token = match req.approval_token.as_str() {
+        "" => None,
+        t if t
+            .strip_prefix("apv_")
+            .is_some_and(|h| h.len() == 24 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))) =>
+        {
+            Some(t.to_owned())
+        }
+        _ => return Err(invalid("approval_token", "is apv_ and 24 lowercase hex digits")),
+    };
+    let wait_for = match pb::WaitFor::try_from(req.wait_for) {
+        Ok(pb::WaitFor::Unspecified | pb::WaitFor::Settle) => WaitFor::Settle,
+        Ok(pb::WaitFor::Navigation) => WaitFor::Navigation,
+        Ok(pb::WaitFor::Dialog) => WaitFor::Dialog,
+        Ok(pb::WaitFor::None) => WaitFor::None,
+        Err(_) => return Err(invalid("wait_for", "is settle, navigation, dialog or none")),
+    };
+    use pb::act_request::Action as A;
+    let action = match req.action.ok_or_else(|| invalid("action", "is required"))? {
+        A::Click(_) => ActAction::Click,
+        A::Type(t) => ActAction::Type { field_id: id("type.field_id", &t.field_id)? },
+        A::Select(s) if s.option.is_empty() || s.option.chars().count() > 1024 => {
+            return Err(invalid("select.option", "is 1-1024 characters"));
+        }
+        A::Select(s) => ActAction::Select { option: s.option },
+        A::Check(_) => ActAction::Check,
+        A::Press(p) if crate::session::key_text(&p.key).is_none() => {
+            return Err(invalid("press.key", "is a named key or one ASCII letter or digit"));
+        }
+        A::Press(p) => ActAction::Press { key: p.key },
+        A::Scroll(s) if s.by.unsigned_abs() > 100_000 => return Err(invalid("scroll.by", "is at most 100000 pixels")),
+        A::Scroll(s) => ActAction::Scroll { by: s.by },
+    };
+    Ok(ActInput {
+        run_id: id("run_id", &req.run_id)?,
+        snapshot_id: req.snapshot_id,
+        node_ref: req.r#ref,
+        expected_name: req.expected_name,
+        expected_role,
+        consequential: req.consequential,
+        approval_token,
+        wait_for,
+        constraint: req.constraint.map(constraint).transpose()?,
+        action,
+    })
+}
+
+fn code_pb(c: Code) -> pb::ActCode {
+    match c {
+        Code::Ok => pb::ActCode::Ok,
+        Code::StaleSnapshot => pb::ActCode::StaleSnapshot,
+        Code::RefNotFound => pb::ActCode::RefNotFound,
+        Code::NameMismatch => pb::ActCode::NameMismatch,
+        Code::RoleMismatch => pb::ActCode::RoleMismatch,
+        Code::NodeNotInteractable => pb::ActCode::NodeNotInteractable,
+        Code::ApprovalRequired => pb::ActCode::ApprovalRequired,
+        Code::ApprovalTokenInvalid => pb::ActCode::ApprovalTokenInvalid,
+        Code::OffOriginTarget => pb::ActCode::OffOriginTarget,
+        Code::BudgetExceeded => pb::ActCode::BudgetExceeded,
+        Code::GrantNotApplicable => pb::ActCode::GrantNotApplicable,
+    }
+}
+
+impl<R: Redeem + 'static> BrowserRuntime<R> {
+    pub fn new(config: RuntimeConfig, credentials: Credentials, redeemer: R) -> Self {
+        let records = RecordStore::new(config.records_dir.clone());
+        Self { config, credentials, records, redeemer, sessions: Mutex::new(HashMap::new()) }
+    }
+
+    async fn caller<T>(&self, req: &Request<T>) -> Result<Caller, Status> {
+        self.credentials.authenticate(req.metadata(), &[Role::Worker], &[], OffsetDateTime::now_utc()).await.map_err(
+            |e| match e {
+                AuthError::Unauthenticated(m) => Status::unauthenticated(m),
+                AuthError::PermissionDenied(m) => Status::permission_denied(m),
+                AuthError::Unavailable(m) => {
+                    tracing::warn!(error = %m, "credentials cannot be read");
+                    Status::unavailable("credentials cannot be read now; retry")
+                }
+                AuthError::Invalid(m) => Status::invalid_argument(m),
+            },
+        )
+    }
+
+    /// The caller's session, locked: another tenant's session is as absent as one that never
+    /// existed.
+    async fn owned(&self, caller: &Caller, session_id: &str) -> Result<tokio::sync::OwnedMutexGuard<Session>, Status> {
+        let entry = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(session_id).cloned();
+        match entry {
+            Some(e) if e.tenant == caller.tenant => Ok(e.session.lock_owned().await),
+            _ => Err(Status::not_found("no such session")),
+        }
+    }
+
+    /// Closes every session: the shutdown path.
+    pub async fn close_all(&self) {
+        let all: Vec<Shared> = {
+            let mut sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            sessions.drain().map(|(_, e)| e.session).collect()
+        };
+        for s in all {
+            s.lock().await.close().await;
+        }
+    }
+
+    /// chromedriver's pid for a session, whose process group holds its Chromium (for tests that
+    /// kill the browser they started).
+    pub async fn driver_pid(&self, session_id: &str) -> Option<u32> {
+        let e = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(session_id).cloned()?;
+        let guard = e.session.lock().await;
+        guard.driver_pid()
+    }
+
+    pub fn into_server(self) -> pb::browser_runtime_server::BrowserRuntimeServer<Self> {
+        pb::browser_runtime_server::BrowserRuntimeServer::new(self)
+    }
+}
+
+#[tonic::async_trait]
+impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for BrowserRuntime<R> {
+    async fn open_session(
+        &self,
+        req: Request<pb::OpenSessionRequest>,
+    ) -> Result<Response<pb::OpenSessionReply>, Status> {
+        let caller = self.caller(&req).await?;
+        let req = req.into_inner();
+        let profile = id("browser_profile_id", &req.browser_profile_id)?;
+        if req.allowed_origins.is_empty() {
+            return Err(invalid("allowed_origins", "names at least one origin"));
+        }
+        let origins =
+            req.allowed_origins.iter().map(|o| origin("allowed_origins", o)).collect::<Result<Vec<_>, _>>()?;
+        let start = url::Url::parse(&req.start_url).map_err(|_| invalid("start_url", "is not a URL"))?;
+        if !origins.contains(&start.origin().ascii_serialization()) {
+            return Err(invalid("start_url", "is on one of the allowed origins"));
+        }
+        if !(1..=MAX_STEPS).contains(&req.max_steps) {
+            return Err(invalid("max_steps", &format!("is between 1 and {MAX_STEPS}")));
+        }
+        let session_id = format!("bs_{}", hex::encode(rand::random::<[u8; 12]>()));
+        let mut session = Session::new(caller.tenant.clone(), profile.clone(), origins, req.start_url, req.max_steps);
+        // The slot is taken before Chromium starts, so the pool limit holds under concurrency.
+        let shared: Shared = Arc::new(tokio::sync::Mutex::new(Session::new(
+            caller.tenant.clone(),
+            profile.clone(),
+            Vec::new(),
+            String::new(),
+            0,
+        )));
+        let mut guard = Arc::clone(&shared).lock_owned().await;
+        {
+            let mut sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if sessions.len() >= self.config.pool_size {
+                return Err(Status::resource_exhausted(format!(
+                    "the browser pool is full ({} sessions): close one first",
+                    self.config.pool_size
+                )));
+            }
+            if sessions.values().any(|e| e.tenant == caller.tenant && e.profile == profile) {
+                return Err(Status::already_exists("this browser profile already has an open session"));
+            }
+            let entry = Entry { tenant: caller.tenant.clone(), profile: profile.clone(), session: Arc::clone(&shared) };
+            sessions.insert(session_id.clone(), entry);
+        }
+        if let Err(e) = session.start(&self.config.browser).await {
+            self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&session_id);
+            session.close().await;
+            return Err(session_status(e));
+        }
+        *guard = session;
+        Ok(Response::new(pb::OpenSessionReply { session_id }))
+    }
+
+    async fn observe(&self, req: Request<pb::ObserveRequest>) -> Result<Response<pb::ObserveReply>, Status> {
+        let caller = self.caller(&req).await?;
+        let mut s = self.owned(&caller, &req.get_ref().session_id).await?;
+        let o = s.observe(&self.config.browser).await.map_err(session_status)?;
+        Ok(Response::new(observation_pb(o)))
+    }
+
+    async fn act(&self, req: Request<pb::ActRequest>) -> Result<Response<pb::ActReply>, Status> {
+        let caller = self.caller(&req).await?;
+        let req = req.into_inner();
+        let session_id = req.session_id.clone();
+        let input = act_input(req)?;
+        let mut s = self.owned(&caller, &session_id).await?;
+        let o = s
+            .act(input, &self.records, &self.redeemer, &self.config.browser, OffsetDateTime::now_utc())
+            .await
+            .map_err(session_status)?;
+        if o.code != Code::Ok {
+            tracing::info!(code = o.code.name(), detail = %o.detail, session = %session_id, "act refused");
+        }
+        Ok(Response::new(pb::ActReply {
+            ok: o.code == Code::Ok,
+            code: code_pb(o.code) as i32,
+            code_name: o.code.name().to_owned(),
+            detail: o.detail,
+            snapshot_id: o.snapshot_id,
+            changed: o.changed,
+            dispatched: o.dispatched,
+            reason: o.reason.unwrap_or_default().to_owned(),
+        }))
+    }
+
+    async fn screenshot(&self, req: Request<pb::ScreenshotRequest>) -> Result<Response<pb::ScreenshotReply>, Status> {
+        let caller = self.caller(&req).await?;
+        let mut s = self.owned(&caller, &req.get_ref().session_id).await?;
+        let png = s.screenshot(&self.config.browser).await.map_err(session_status)?;
+        Ok(Response::new(pb::ScreenshotReply { png }))
+    }
+
+    async fn read_form(&self, req: Request<pb::ReadFormRequest>) -> Result<Response<pb::ReadFormReply>, Status> {
+        let caller = self.caller(&req).await?;
+        let req = req.into_inner();
+        let mut s = self.owned(&caller, &req.session_id).await?;
+        let (url, fields) =
+            s.read_form(&req.snapshot_id, &req.r#ref, &self.config.browser).await.map_err(session_status)?;
+        Ok(Response::new(pb::ReadFormReply {
+            url,
+            fields: fields
+                .into_iter()
+                .map(|f| pb::FormField {
+                    label: f.label,
+                    name: f.name,
+                    kind: field_kind_pb(f.kind) as i32,
+                    value: f.value,
+                    checked: f.checked,
+                    typed_field_id: f.typed_field_id.unwrap_or_default(),
+                })
+                .collect(),
+        }))
+    }
+
+    async fn close_session(
+        &self,
+        req: Request<pb::CloseSessionRequest>,
+    ) -> Result<Response<pb::CloseSessionReply>, Status> {
+        let caller = self.caller(&req).await?;
+        let session_id = req.get_ref().session_id.clone();
+        let mut s = self.owned(&caller, &session_id).await?;
+        s.close().await;
+        drop(s);
+        self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&session_id);
+        Ok(Response::new(pb::CloseSessionReply {}))
+    }
+}
+
+/// Serves `runtime` on `listener` until `shutdown`, then closes every browser it started.
+pub async fn serve<R: Redeem + 'static>(
+    listener: tokio::net::TcpListener,
+    runtime: Arc<BrowserRuntime<R>>,
+    tls: Option<tonic::transport::ServerTlsConfig>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls)?;
+    }
+    let served = builder
+        .add_service(pb::browser_runtime_server::BrowserRuntimeServer::from_arc(Arc::clone(&runtime)))
+        .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), shutdown)
+        .await;
+    runtime.close_all().await;
+    served
+}

@@ -1,0 +1,718 @@
+//! One browser session: its Chromium, its newest snapshot, and the act that re-checks a node of
+//! that snapshot against the live page before anything reaches it. The runtime can only refuse:
+//! every check here narrows, and none grants what the authorizer did not.
+
+use std::collections::HashMap;
+
+use classifier::constraint::{DispatchConstraint, GrantKind};
+use classifier::{Action, Consequence, FieldKind, Grant, PageFacts, TaskScope};
+use fantoccini::elements::{Element, ElementRef};
+use fantoccini::error::CmdError;
+use serde_json::json;
+use time::OffsetDateTime;
+
+use crate::browser::{Browser, BrowserError, is_crash};
+use crate::config::BrowserConfig;
+use crate::page::{self, NodeRead, PageRead, ReadError, Role};
+use crate::records::{RecordError, RecordStore};
+
+/// The closed codes of the tool contract, and the grant refusal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    Ok,
+    StaleSnapshot,
+    RefNotFound,
+    NameMismatch,
+    RoleMismatch,
+    NodeNotInteractable,
+    ApprovalRequired,
+    ApprovalTokenInvalid,
+    OffOriginTarget,
+    BudgetExceeded,
+    GrantNotApplicable,
+}
+
+impl Code {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ok => "OK",
+            Self::StaleSnapshot => "STALE_SNAPSHOT",
+            Self::RefNotFound => "REF_NOT_FOUND",
+            Self::NameMismatch => "NAME_MISMATCH",
+            Self::RoleMismatch => "ROLE_MISMATCH",
+            Self::NodeNotInteractable => "NODE_NOT_INTERACTABLE",
+            Self::ApprovalRequired => "APPROVAL_REQUIRED",
+            Self::ApprovalTokenInvalid => "APPROVAL_TOKEN_INVALID",
+            Self::OffOriginTarget => "OFF_ORIGIN_TARGET",
+            Self::BudgetExceeded => "BUDGET_EXCEEDED",
+            Self::GrantNotApplicable => "tool.browser.grant_not_applicable",
+        }
+    }
+
+    /// Take a new snapshot and decide again; every other refusal ends the run.
+    pub fn recoverable(self) -> bool {
+        matches!(self, Self::StaleSnapshot | Self::RefNotFound)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WaitFor {
+    #[default]
+    Settle,
+    Navigation,
+    Dialog,
+    None,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActAction {
+    Click,
+    /// The value of this task-record field.
+    Type {
+        field_id: String,
+    },
+    Select {
+        option: String,
+    },
+    Check,
+    Press {
+        key: String,
+    },
+    Scroll {
+        by: i32,
+    },
+}
+
+/// A validated act.
+#[derive(Debug, Clone)]
+pub struct ActInput {
+    pub run_id: String,
+    pub snapshot_id: String,
+    pub node_ref: String,
+    pub expected_name: String,
+    pub expected_role: Role,
+    pub consequential: bool,
+    pub approval_token: Option<String>,
+    pub wait_for: WaitFor,
+    pub constraint: Option<DispatchConstraint>,
+    pub action: ActAction,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActOutcome {
+    pub code: Code,
+    pub detail: String,
+    pub snapshot_id: String,
+    pub changed: bool,
+    pub dispatched: bool,
+    /// The coverage rule's stable code, for a grant refusal.
+    pub reason: Option<&'static str>,
+}
+
+/// Failures that are not the contract's refusals.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("{0}")]
+    Invalid(String),
+    /// The browser crashed or was killed; it was restarted with a clean profile.
+    #[error("{0}")]
+    Crashed(String),
+    /// A browser dialog is open; nothing was done.
+    #[error("a browser dialog is open: {0}")]
+    Dialog(String),
+    /// A retry may succeed (the browser could not be restarted, the authorizer was unreachable).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// Named keys a press may send, with their WebDriver code points.
+const KEYS: [(&str, &str); 15] = [
+    ("Enter", "\u{e007}"),
+    ("Tab", "\u{e004}"),
+    ("Escape", "\u{e00c}"),
+    ("Backspace", "\u{e003}"),
+    ("Delete", "\u{e017}"),
+    ("ArrowUp", "\u{e013}"),
+    ("ArrowDown", "\u{e015}"),
+    ("ArrowLeft", "\u{e012}"),
+    ("ArrowRight", "\u{e014}"),
+    ("Home", "\u{e011}"),
+    ("End", "\u{e010}"),
+    ("PageUp", "\u{e00e}"),
+    ("PageDown", "\u{e00f}"),
+    ("Space", " "),
+    (" ", " "),
+];
+
+/// The key's WebDriver text: a named key, or one ASCII letter or digit.
+pub fn key_text(key: &str) -> Option<String> {
+    if let Some((_, code)) = KEYS.iter().find(|(name, _)| *name == key) {
+        return Some((*code).to_owned());
+    }
+    let mut chars = key.chars();
+    match (chars.next(), chars.next()) {
+        (Some(c), None) if c.is_ascii_alphanumeric() => Some(c.to_string()),
+        _ => None,
+    }
+}
+
+/// The newest snapshot: refs are indexes into `nodes`.
+#[derive(Debug)]
+struct Snapshot {
+    id: String,
+    nodes: Vec<NodeRead>,
+}
+
+/// What an observe returns.
+#[derive(Debug)]
+pub struct Observation {
+    pub snapshot_id: String,
+    pub page: PageRead,
+    pub nodes: Vec<NodeRead>,
+}
+
+/// One field of a form, read back.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct FormField {
+    pub label: String,
+    pub name: String,
+    pub kind: FieldKind,
+    pub value: String,
+    pub checked: bool,
+    #[serde(skip)]
+    pub typed_field_id: Option<String>,
+    #[serde(default)]
+    el: serde_json::Value,
+}
+
+/// Where approval tokens are redeemed: the authorizer, for exactly this run, snapshot and ref.
+pub trait Redeem: Send + Sync {
+    fn redeem(
+        &self,
+        token: &str,
+        run_id: &str,
+        snapshot_id: &str,
+        node_ref: &str,
+    ) -> impl std::future::Future<Output = Result<(), RedeemError>> + Send;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedeemError {
+    /// The authorizer refused the token: it does not match this run, snapshot and ref, or it
+    /// was used, expired or never issued.
+    Invalid(String),
+    /// The authorizer could not be asked; nothing was dispatched.
+    Unavailable(String),
+}
+
+#[derive(Debug)]
+pub struct Session {
+    pub tenant: String,
+    pub profile: String,
+    pub allowed_origins: Vec<String>,
+    pub start_url: String,
+    pub max_steps: u32,
+    pub steps: u32,
+    browser: Option<Browser>,
+    snapshot: Option<Snapshot>,
+    /// Elements the runtime typed into, with the record field it typed.
+    typed: HashMap<ElementRef, String>,
+}
+
+fn snapshot_id() -> String {
+    let bytes: [u8; 6] = rand::random();
+    format!("snap_{}", hex::encode(bytes))
+}
+
+fn origin_of(url: &str) -> Option<String> {
+    let u = url::Url::parse(url).ok()?;
+    match u.origin() {
+        o @ url::Origin::Tuple(..) => Some(o.ascii_serialization()),
+        url::Origin::Opaque(_) => None,
+    }
+}
+
+fn driver(e: ReadError) -> Result<CmdError, SessionError> {
+    match e {
+        ReadError::Driver(e) => Ok(e),
+        ReadError::Shape(m) => Err(SessionError::Unavailable(m)),
+    }
+}
+
+impl Session {
+    pub fn new(
+        tenant: String,
+        profile: String,
+        allowed_origins: Vec<String>,
+        start_url: String,
+        max_steps: u32,
+    ) -> Self {
+        Self {
+            tenant,
+            profile,
+            allowed_origins,
+            start_url,
+            max_steps,
+            steps: 0,
+            browser: None,
+            snapshot: None,
+            typed: HashMap::new(),
+        }
+    }
+
+    /// Starts Chromium with a fresh profile and opens the start page.
+    pub async fn start(&mut self, config: &BrowserConfig) -> Result<(), SessionError> {
+        let browser =
+            Browser::start(config).await.map_err(|e: BrowserError| SessionError::Unavailable(e.to_string()))?;
+        browser
+            .client
+            .goto(&self.start_url)
+            .await
+            .map_err(|e| SessionError::Unavailable(format!("the start page could not be opened: {e}")))?;
+        self.browser = Some(browser);
+        self.snapshot = None;
+        self.typed.clear();
+        Ok(())
+    }
+
+    pub async fn close(&mut self) {
+        self.snapshot = None;
+        if let Some(b) = self.browser.take() {
+            b.close().await;
+        }
+    }
+
+    /// The chromedriver process whose group holds this session's Chromium.
+    pub fn driver_pid(&self) -> Option<u32> {
+        self.browser.as_ref().and_then(Browser::driver_pid)
+    }
+
+    fn client(&self) -> Result<fantoccini::Client, SessionError> {
+        self.browser
+            .as_ref()
+            .map(|b| b.client.clone())
+            .ok_or_else(|| SessionError::Unavailable("the session's browser is not running".into()))
+    }
+
+    /// Sorts a driver error: a crash restarts the browser clean; an open dialog is reported.
+    async fn failed(&mut self, e: CmdError, config: &BrowserConfig) -> SessionError {
+        let gone = is_crash(&e) || self.browser.as_mut().is_some_and(|b| !b.driver_alive());
+        if gone {
+            tracing::warn!(error = %e, profile = %self.profile, "the browser stopped; restarting it clean");
+            self.close().await;
+            return match self.start(config).await {
+                Ok(()) => SessionError::Crashed(
+                    "the browser stopped and was restarted with a clean profile at the start page; observe again"
+                        .into(),
+                ),
+                Err(e) => SessionError::Unavailable(format!("the browser stopped and could not be restarted: {e}")),
+            };
+        }
+        if e.is_unexpected_alert_open() {
+            return SessionError::Dialog(e.to_string());
+        }
+        SessionError::Unavailable(format!("the browser refused the command: {e}"))
+    }
+
+    /// A new snapshot of the live page; it voids the one before.
+    pub async fn observe(&mut self, config: &BrowserConfig) -> Result<Observation, SessionError> {
+        self.snapshot = None;
+        let client = self.client()?;
+        let (page, nodes, _more) = match page::snapshot(&client).await {
+            Ok(r) => r,
+            Err(e) => {
+                let e = driver(e)?;
+                return Err(self.failed(e, config).await);
+            }
+        };
+        let id = snapshot_id();
+        self.snapshot = Some(Snapshot { id: id.clone(), nodes: nodes.clone() });
+        Ok(Observation { snapshot_id: id, page, nodes })
+    }
+
+    pub async fn screenshot(&mut self, config: &BrowserConfig) -> Result<Vec<u8>, SessionError> {
+        let client = self.client()?;
+        match client.screenshot().await {
+            Ok(png) => Ok(png),
+            Err(e) => Err(self.failed(e, config).await),
+        }
+    }
+
+    fn node(&self, snapshot_id: &str, node_ref: &str) -> Result<&NodeRead, Code> {
+        let snapshot = self.snapshot.as_ref().filter(|s| s.id == snapshot_id).ok_or(Code::StaleSnapshot)?;
+        let index: usize = node_ref.strip_prefix('n').and_then(|d| d.parse().ok()).ok_or(Code::RefNotFound)?;
+        snapshot.nodes.get(index).ok_or(Code::RefNotFound)
+    }
+
+    /// Every field of the form that owns the node, read from the live page.
+    pub async fn read_form(
+        &mut self,
+        snapshot_id: &str,
+        node_ref: &str,
+        config: &BrowserConfig,
+    ) -> Result<(String, Vec<FormField>), SessionError> {
+        let element = match self.node(snapshot_id, node_ref) {
+            Ok(n) => n.element.clone(),
+            Err(code) => return Err(SessionError::Invalid(format!("{}: observe again", code.name()))),
+        };
+        let client = self.client()?;
+        let el = Element::from_element_id(client.clone(), element);
+        let arg = serde_json::to_value(&el).map_err(|e| SessionError::Unavailable(e.to_string()))?;
+        let v = match client.execute(include_str!("read.js"), vec![json!("form"), arg]).await {
+            Ok(v) => v,
+            Err(e) if e.is_stale_element_reference() => {
+                return Err(SessionError::Invalid("STALE_SNAPSHOT: observe again".into()));
+            }
+            Err(e) => return Err(self.failed(e, config).await),
+        };
+        #[derive(serde::Deserialize)]
+        struct Reply {
+            page: PageRead,
+            fields: Option<Vec<FormField>>,
+        }
+        let reply: Reply = serde_json::from_value(v).map_err(|e| SessionError::Unavailable(e.to_string()))?;
+        let mut fields = reply.fields.ok_or_else(|| SessionError::Invalid("the node is in no form".into()))?;
+        for f in &mut fields {
+            let id = f.el.as_object().and_then(|o| o.values().next()).and_then(|v| v.as_str()).map(str::to_owned);
+            f.typed_field_id = id.and_then(|id| self.typed.get(&ElementRef::from(id)).cloned());
+        }
+        Ok((reply.page.url, fields))
+    }
+
+    /// Re-checks the act against the live page and, only if nothing refuses, dispatches it.
+    pub async fn act(
+        &mut self,
+        input: ActInput,
+        records: &RecordStore,
+        redeemer: &impl Redeem,
+        config: &BrowserConfig,
+        now: OffsetDateTime,
+    ) -> Result<ActOutcome, SessionError> {
+        let outcome = self.check_and_dispatch(&input, records, redeemer, config, now).await;
+        // After any act, and after any refusal but APPROVAL_REQUIRED (whose approval is bound to
+        // this snapshot and ref), the snapshot is void: the next act needs fresh facts.
+        match &outcome {
+            Ok(o) if o.code == Code::ApprovalRequired => {}
+            _ => self.snapshot = None,
+        }
+        outcome
+    }
+
+    async fn check_and_dispatch(
+        &mut self,
+        input: &ActInput,
+        records: &RecordStore,
+        redeemer: &impl Redeem,
+        config: &BrowserConfig,
+        now: OffsetDateTime,
+    ) -> Result<ActOutcome, SessionError> {
+        let refuse = |code: Code, detail: String| ActOutcome {
+            code,
+            detail,
+            snapshot_id: input.snapshot_id.clone(),
+            changed: false,
+            dispatched: false,
+            reason: None,
+        };
+        if self.steps >= self.max_steps {
+            return Ok(refuse(Code::BudgetExceeded, format!("the run's budget of {} steps is spent", self.max_steps)));
+        }
+        let element = match self.node(&input.snapshot_id, &input.node_ref) {
+            Ok(n) => n.element.clone(),
+            Err(Code::StaleSnapshot) => {
+                return Ok(refuse(Code::StaleSnapshot, "the snapshot is not the newest one: observe again".into()));
+            }
+            Err(code) => return Ok(refuse(code, format!("{} is not in the snapshot", input.node_ref))),
+        };
+        let client = self.client()?;
+
+        // The live page: URL, element and every label source, in one round trip.
+        let (live_page, live) = match page::reread(&client, &element).await {
+            Ok(r) => r,
+            Err(e) => {
+                let e = driver(e)?;
+                if e.is_stale_element_reference() {
+                    return Ok(refuse(Code::StaleSnapshot, "the page re-rendered: the node is gone".into()));
+                }
+                return Err(self.failed(e, config).await);
+            }
+        };
+        let Some(live) = live else {
+            return Ok(refuse(Code::StaleSnapshot, "the node left the page".into()));
+        };
+        if live.role != Some(input.expected_role) {
+            let is = live.role.map_or("none of the listed roles", Role::code);
+            return Ok(refuse(Code::RoleMismatch, format!("the node is now a {is}")));
+        }
+        if live.name != input.expected_name {
+            return Ok(refuse(Code::NameMismatch, "the node's accessible name is not the expected one".into()));
+        }
+        let kind = live.facts.field_kind;
+        // The run stays on its origins: the page, and wherever the act could lead.
+        let allowed = |url: &str| origin_of(url).is_some_and(|o| self.allowed_origins.contains(&o));
+        if !allowed(&live_page.url) {
+            return Ok(refuse(Code::OffOriginTarget, "the page is not on the run's origins".into()));
+        }
+        let leads = !matches!(input.action, ActAction::Type { .. } | ActAction::Scroll { .. });
+        if let Some(t) = live.facts.nav_targets.iter().find(|t| leads && !allowed(t)) {
+            let shown = origin_of(t).unwrap_or_else(|| t.split(':').next().unwrap_or_default().to_owned());
+            return Ok(refuse(Code::OffOriginTarget, format!("the act could lead to {shown}")));
+        }
+
+        let text = match &input.action {
+            ActAction::Type { field_id } => Some(match records.value(&self.tenant, &input.run_id, field_id) {
+                Ok(v) => v,
+                Err(e @ (RecordError::Invalid(_) | RecordError::NoField { .. })) => {
+                    return Err(SessionError::Invalid(e.to_string()));
+                }
+                Err(e @ RecordError::Unreadable(..)) => return Err(SessionError::Unavailable(e.to_string())),
+            }),
+            _ => None,
+        };
+        let action = match (&input.action, &text) {
+            (ActAction::Type { .. }, Some(t)) => Action::Type { text: t.clone() },
+            (ActAction::Select { option }, _) => Action::Select { option: option.clone() },
+            (ActAction::Check, _) => Action::Check,
+            (ActAction::Press { key }, _) => Action::Press { key: key.clone() },
+            (ActAction::Scroll { by }, _) => Action::Scroll { by: *by },
+            _ => Action::Click,
+        };
+
+        // Under a grant's constraint: the same coverage rules as the authorizer, on live facts,
+        // first, so that a refusal names the same rule the worker would have named.
+        let page_facts = PageFacts { url: live_page.url.clone() };
+        if let Some(c) = &input.constraint {
+            if let Err(e) = c.validate() {
+                return Err(SessionError::Invalid(e.to_string()));
+            }
+            let not_applicable = |reason: &'static str, detail: String| ActOutcome {
+                reason: Some(reason),
+                ..refuse(Code::GrantNotApplicable, detail)
+            };
+            if now >= c.not_after {
+                return Ok(not_applicable("constraint_expired", "the grant's constraint has expired".into()));
+            }
+            if live.option_count > classifier::coverage::MAX_OPTIONS {
+                return Ok(not_applicable("too_many_options", "the select has too many options".into()));
+            }
+            if let Err(e) = covered(c, &action, &live, &page_facts) {
+                return Ok(not_applicable(e.reason.code(), e.detail));
+            }
+        }
+
+        if !live.visible {
+            return Ok(refuse(Code::NodeNotInteractable, "the node is not rendered".into()));
+        }
+        if live.facts.disabled && !matches!(input.action, ActAction::Scroll { .. }) {
+            return Ok(refuse(Code::NodeNotInteractable, "the node is disabled".into()));
+        }
+        let fits = match &input.action {
+            ActAction::Type { .. } => matches!(
+                kind,
+                FieldKind::Text
+                    | FieldKind::Search
+                    | FieldKind::TextArea
+                    | FieldKind::EditableRegion
+                    | FieldKind::Identity
+                    | FieldKind::Other
+            ),
+            ActAction::Select { .. } => kind == FieldKind::Select,
+            ActAction::Check => matches!(kind, FieldKind::Checkbox | FieldKind::Radio | FieldKind::CustomChoice),
+            _ => true,
+        };
+        if !fits {
+            return Ok(refuse(Code::NodeNotInteractable, "the action does not apply to this kind of control".into()));
+        }
+
+        if matches!(kind, FieldKind::Password | FieldKind::OneTimeCode) {
+            return Ok(refuse(
+                Code::NodeNotInteractable,
+                "credential and one-time-code fields are never acted on".into(),
+            ));
+        }
+        // The runtime's own judgement of consequence: a named consequence needs a token.
+        let consequence = classifier::classify(&live.facts, &page_facts);
+        let consequential = matches!(consequence, Consequence::Named(_));
+        if consequential != input.consequential {
+            tracing::info!(
+                run = %input.run_id, node = %input.node_ref, model = input.consequential, runtime = consequential,
+                "the model and the runtime disagree on consequence"
+            );
+        }
+        match &input.approval_token {
+            None if consequential => {
+                return Ok(refuse(
+                    Code::ApprovalRequired,
+                    format!("the node reads as {}: request an approval for this snapshot and ref", consequence.code()),
+                ));
+            }
+            None => {}
+            Some(token) => match redeemer.redeem(token, &input.run_id, &input.snapshot_id, &input.node_ref).await {
+                Ok(()) => {}
+                Err(RedeemError::Invalid(m)) => return Ok(refuse(Code::ApprovalTokenInvalid, m)),
+                Err(RedeemError::Unavailable(m)) => {
+                    return Err(SessionError::Unavailable(format!("the approval token could not be redeemed: {m}")));
+                }
+            },
+        }
+
+        // Dispatch: the act's own input, and nothing else.
+        let el = Element::from_element_id(client.clone(), element.clone());
+        let sent = match &input.action {
+            ActAction::Click => el.click().await,
+            ActAction::Type { field_id } => {
+                let value = text.unwrap_or_default();
+                let r = async {
+                    if kind != FieldKind::EditableRegion {
+                        el.clear().await?;
+                    }
+                    el.send_keys(&value).await
+                }
+                .await;
+                if r.is_ok() {
+                    self.typed.insert(element.clone(), field_id.clone());
+                }
+                r
+            }
+            ActAction::Select { option } => {
+                const PICK: &str = "const [s, want] = arguments; const c = (x) => (x || '').replace(/\\s+/g, ' ').trim(); \
+                    for (const o of s.options) if (o.value === want || c(o.label) === c(want) || c(o.text) === c(want)) return o; \
+                    return null;";
+                let arg = serde_json::to_value(&el).unwrap_or_default();
+                match client.execute(PICK, vec![arg, json!(option)]).await {
+                    // Choosing through the option itself fires the page's input and change events.
+                    Ok(v) => match v.as_object().and_then(|o| o.values().next()).and_then(|x| x.as_str()) {
+                        Some(id) => {
+                            Element::from_element_id(client.clone(), ElementRef::from(id.to_owned())).click().await
+                        }
+                        None => {
+                            return Ok(refuse(Code::NodeNotInteractable, "no option has that value or label".into()));
+                        }
+                    },
+                    Err(e) => Err(e),
+                }
+            }
+            ActAction::Check => {
+                if live.state.checked {
+                    Ok(())
+                } else {
+                    el.click().await
+                }
+            }
+            ActAction::Press { key } => match key_text(key) {
+                Some(k) => el.send_keys(&k).await,
+                None => return Err(SessionError::Invalid(format!("key {key:?} is not a key the runtime presses"))),
+            },
+            ActAction::Scroll { by } => {
+                let arg = serde_json::to_value(&el).unwrap_or_default();
+                client
+                    .execute(
+                        "arguments[0].scrollIntoView({ block: 'nearest' }); window.scrollBy(0, arguments[1]);",
+                        vec![arg, json!(by)],
+                    )
+                    .await
+                    .map(|_| ())
+            }
+        };
+        if let Err(e) = sent {
+            if matches!(&e, CmdError::Standard(w) if w.error == fantoccini::error::ErrorStatus::ElementClickIntercepted)
+                || e.is_element_not_interactable()
+                || e.is_invalid_element_state()
+            {
+                return Ok(refuse(Code::NodeNotInteractable, format!("the browser did not act: {e}")));
+            }
+            if e.is_stale_element_reference() {
+                return Ok(refuse(Code::StaleSnapshot, "the page re-rendered: the node is gone".into()));
+            }
+            return Err(self.failed(e, config).await);
+        }
+        self.steps += 1;
+
+        let waited = match input.wait_for {
+            WaitFor::None => Ok(()),
+            WaitFor::Settle => page::settle(&client).await.map_err(ReadError::Driver),
+            WaitFor::Navigation => page::navigation(&client, &live_page).await,
+            WaitFor::Dialog => wait_dialog(&client).await,
+        };
+        let after = match waited {
+            Ok(()) => page::page(&client).await,
+            Err(e) => Err(e),
+        };
+        let changed = match after {
+            Ok(p) => p.url != live_page.url || p.time_origin != live_page.time_origin || p.sig != live_page.sig,
+            // A dialog opened by the act answers every script: the page did change.
+            Err(ReadError::Driver(e)) if e.is_unexpected_alert_open() => true,
+            Err(e) => {
+                let e = driver(e)?;
+                return Err(self.failed(e, config).await);
+            }
+        };
+        Ok(ActOutcome {
+            code: Code::Ok,
+            detail: String::new(),
+            snapshot_id: input.snapshot_id.clone(),
+            changed,
+            dispatched: true,
+            reason: None,
+        })
+    }
+}
+
+/// The classifier's coverage under the constraint: a task grant on one of its origins with its
+/// per-action text cap; a standing grant on one of its origins.
+fn covered(
+    c: &DispatchConstraint,
+    action: &Action,
+    live: &NodeRead,
+    page: &PageFacts,
+) -> Result<(), classifier::NotCovered> {
+    match c.kind {
+        GrantKind::Task => {
+            let mut last = None;
+            for origin in &c.origins {
+                let grant = Grant::Task(TaskScope {
+                    origin: origin.clone(),
+                    path_prefix: c.path_prefix.clone(),
+                    chars_remaining: c.max_text_chars,
+                });
+                match classifier::covers(&grant, action, &live.facts, page) {
+                    Ok(()) => return Ok(()),
+                    Err(e) => last = Some(e),
+                }
+            }
+            Err(last.unwrap_or(classifier::NotCovered {
+                reason: classifier::Reason::PageOutsideScope,
+                detail: "the constraint names no origin".into(),
+            }))
+        }
+        GrantKind::Standing => {
+            if !origin_of(&page.url).is_some_and(|o| c.origins.contains(&o)) {
+                return Err(classifier::NotCovered {
+                    reason: classifier::Reason::PageOutsideScope,
+                    detail: "the page is not on the standing grant's origin".into(),
+                });
+            }
+            classifier::covers(&Grant::Standing, action, &live.facts, page)
+        }
+    }
+}
+
+/// Waits, bounded, until a browser dialog or a modal dialog element is open.
+async fn wait_dialog(client: &fantoccini::Client) -> Result<(), ReadError> {
+    let deadline = tokio::time::Instant::now() + page::BOUND;
+    loop {
+        match client.get_alert_text().await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.is_no_such_alert() => {}
+            Err(e) => return Err(ReadError::Driver(e)),
+        }
+        let open = client
+            .execute("return !!document.querySelector('dialog[open], [role=dialog], [role=alertdialog]');", vec![])
+            .await
+            .map_err(ReadError::Driver)?;
+        if open.as_bool() == Some(true) || tokio::time::Instant::now() > deadline {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+}

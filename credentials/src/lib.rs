@@ -1,0 +1,369 @@
+//! Who is calling. Every caller of a service (the authorizer, the browser runtime) presents a
+//! bearer credential, stored only as its SHA-256, that names one tenant and one role; each call
+//! names the roles that may make it. The gateway acts for an owner it authenticated and says
+//! which one, with that owner's scopes; every other role acts as the principal its credential
+//! names, and a principal it sends is ignored. So the agent's worker, which hosts the model, can
+//! never resolve an approval.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use deadpool_postgres::Pool;
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+use tonic::metadata::MetadataMap;
+use uuid::Uuid;
+
+/// The kind of service a credential belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// The agent's worker: sessions, messages, authorizations.
+    Worker,
+    /// The browser runtime: redeems approval tokens at the authorizer.
+    Runtime,
+    /// The owner's HTTP gateway: approvals and grants, for the owner it authenticated.
+    Gateway,
+    /// The profile management service: sign-ins, revocations, deletions.
+    Profiles,
+    /// Operators: settings and standing-grant pins.
+    Operator,
+}
+
+impl Role {
+    pub const ALL: [Self; 5] = [Self::Worker, Self::Runtime, Self::Gateway, Self::Profiles, Self::Operator];
+
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::Worker => "worker",
+            Self::Runtime => "runtime",
+            Self::Gateway => "gateway",
+            Self::Profiles => "profiles",
+            Self::Operator => "operator",
+        }
+    }
+
+    pub fn from_code(code: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.code() == code)
+    }
+
+    /// Roles whose credential names the one owner they act as.
+    pub fn acts_as_one_owner(self) -> bool {
+        matches!(self, Self::Worker | Self::Runtime)
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+/// An owner's permission, carried by the gateway for the owner it authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    ApprovalResolve,
+    GrantRead,
+    GrantWrite,
+}
+
+impl Scope {
+    pub const ALL: [Self; 3] = [Self::ApprovalResolve, Self::GrantRead, Self::GrantWrite];
+
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::ApprovalResolve => "approval.resolve",
+            Self::GrantRead => "browser.grant.read",
+            Self::GrantWrite => "browser.grant.write",
+        }
+    }
+}
+
+/// A stored credential, without its secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credential {
+    pub credential_id: Uuid,
+    pub tenant: String,
+    pub role: Role,
+    /// The owner a worker or runtime credential acts as.
+    pub principal: Option<String>,
+    pub expires_at: Option<OffsetDateTime>,
+    pub revoked_at: Option<OffsetDateTime>,
+}
+
+impl Credential {
+    fn usable(&self, now: OffsetDateTime) -> bool {
+        self.revoked_at.is_none() && self.expires_at.is_none_or(|t| t > now)
+    }
+}
+
+/// The authenticated caller of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub tenant: String,
+    pub role: Role,
+    pub principal: String,
+    pub scopes: Vec<Scope>,
+}
+
+impl Caller {
+    pub fn has(&self, scope: Scope) -> bool {
+        self.scopes.contains(&scope)
+    }
+}
+
+/// Why a call was not let in.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("{0}")]
+    Unauthenticated(&'static str),
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// The credential store could not be read; a retry may succeed.
+    #[error("credentials cannot be read now: {0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    Invalid(&'static str),
+}
+
+const TOKEN_PREFIX: &str = "glc_";
+
+/// A new secret: `glc_` and 64 hex digits of randomness.
+pub fn new_token() -> String {
+    let bytes: [u8; 32] = rand::random();
+    format!("{TOKEN_PREFIX}{}", hex::encode(bytes))
+}
+
+fn well_formed(token: &str) -> bool {
+    token
+        .strip_prefix(TOKEN_PREFIX)
+        .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// Where credentials live: PostgreSQL, or memory for in-process tests of the service.
+#[derive(Debug, Clone)]
+pub enum Credentials {
+    Postgres(Pool),
+    Memory(Arc<Mutex<HashMap<[u8; 32], Credential>>>),
+}
+
+fn unavailable(e: impl fmt::Display) -> AuthError {
+    AuthError::Unavailable(e.to_string())
+}
+
+impl Credentials {
+    pub fn memory() -> Self {
+        Self::Memory(Arc::default())
+    }
+
+    /// Stores a credential for `token` (made by [`new_token`], or by a test that needs a known
+    /// one) and returns it.
+    pub async fn register(
+        &self,
+        token: &str,
+        tenant: &str,
+        role: Role,
+        principal: Option<&str>,
+        expires_at: Option<OffsetDateTime>,
+    ) -> Result<Credential, AuthError> {
+        if !well_formed(token) {
+            return Err(AuthError::Invalid("a token is glc_ and 64 lowercase hex digits"));
+        }
+        if tenant.is_empty() {
+            return Err(AuthError::Invalid("a credential needs a tenant"));
+        }
+        let principal = principal.filter(|p| !p.is_empty());
+        if role.acts_as_one_owner() != principal.is_some() {
+            return Err(AuthError::Invalid("worker and runtime credentials name one principal; other roles none"));
+        }
+        let credential = Credential {
+            credential_id: Uuid::new_v4(),
+            tenant: tenant.to_owned(),
+            role,
+            principal: principal.map(str::to_owned),
+            expires_at,
+            revoked_at: None,
+        };
+        match self {
+            Self::Memory(map) => {
+                map.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(digest(token), credential.clone());
+            }
+            Self::Postgres(pool) => {
+                let client = pool.get().await.map_err(unavailable)?;
+                client
+                    .execute(
+                        "INSERT INTO credentials (credential_id, tenant_id, role, principal_id, token_sha256, expires_at) \
+                         VALUES ($1, $2, $3, $4, $5, $6)",
+                        &[
+                            &credential.credential_id,
+                            &credential.tenant,
+                            &role.code(),
+                            &credential.principal,
+                            &digest(token).as_slice(),
+                            &expires_at,
+                        ],
+                    )
+                    .await
+                    .map_err(unavailable)?;
+            }
+        }
+        Ok(credential)
+    }
+
+    /// Revokes a credential of `tenant`; `false` when there is none, or it was already revoked.
+    pub async fn revoke(&self, tenant: &str, credential_id: Uuid) -> Result<bool, AuthError> {
+        let now = OffsetDateTime::now_utc();
+        match self {
+            Self::Memory(map) => {
+                let mut map = map.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let found = map
+                    .values_mut()
+                    .find(|c| c.credential_id == credential_id && c.tenant == tenant && c.revoked_at.is_none());
+                Ok(found.map(|c| c.revoked_at = Some(now)).is_some())
+            }
+            Self::Postgres(pool) => {
+                let client = pool.get().await.map_err(unavailable)?;
+                let n = client
+                    .execute(
+                        "UPDATE credentials SET revoked_at = now() \
+                         WHERE credential_id = $1 AND tenant_id = $2 AND revoked_at IS NULL",
+                        &[&credential_id, &tenant],
+                    )
+                    .await
+                    .map_err(unavailable)?;
+                Ok(n == 1)
+            }
+        }
+    }
+
+    /// Every credential of `tenant`, newest first.
+    pub async fn list(&self, tenant: &str) -> Result<Vec<Credential>, AuthError> {
+        match self {
+            Self::Memory(map) => {
+                let map = map.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                Ok(map.values().filter(|c| c.tenant == tenant).cloned().collect())
+            }
+            Self::Postgres(pool) => {
+                let client = pool.get().await.map_err(unavailable)?;
+                let rows = client
+                    .query(
+                        "SELECT credential_id, tenant_id, role, principal_id, expires_at, revoked_at FROM credentials \
+                         WHERE tenant_id = $1 ORDER BY credentials.created_at DESC",
+                        &[&tenant],
+                    )
+                    .await
+                    .map_err(unavailable)?;
+                rows.iter().map(row_credential).collect()
+            }
+        }
+    }
+
+    async fn find(&self, token: &str) -> Result<Option<Credential>, AuthError> {
+        let key = digest(token);
+        match self {
+            Self::Memory(map) => Ok(map.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key).cloned()),
+            Self::Postgres(pool) => {
+                let client = pool.get().await.map_err(unavailable)?;
+                let stmt = client
+                    .prepare_cached(
+                        "SELECT credential_id, tenant_id, role, principal_id, expires_at, revoked_at FROM credentials \
+                         WHERE token_sha256 = $1",
+                    )
+                    .await
+                    .map_err(unavailable)?;
+                let row = client.query_opt(&stmt, &[&key.as_slice()]).await.map_err(unavailable)?;
+                row.as_ref().map(row_credential).transpose()
+            }
+        }
+    }
+
+    /// The caller of a call that `roles` may make, from the request's metadata: a usable
+    /// credential of one of those roles, and for the gateway the owner it names with every scope
+    /// in `scopes`.
+    pub async fn authenticate(
+        &self,
+        metadata: &MetadataMap,
+        roles: &[Role],
+        wanted: &[Scope],
+        now: OffsetDateTime,
+    ) -> Result<Caller, AuthError> {
+        let token = metadata
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
+            .ok_or(AuthError::Unauthenticated("a bearer credential is required"))?;
+        if !well_formed(token) {
+            return Err(AuthError::Unauthenticated("the credential is malformed"));
+        }
+        let credential = self
+            .find(token)
+            .await?
+            .filter(|c| c.usable(now))
+            .ok_or(AuthError::Unauthenticated("the credential is unknown, expired or revoked"))?;
+        if !roles.contains(&credential.role) {
+            return Err(AuthError::PermissionDenied(format!("the {} role may not make this call", credential.role)));
+        }
+        let (principal, scopes) = match credential.role {
+            Role::Gateway => {
+                let principal = metadata_value(metadata, "x-principal-id")
+                    .ok_or(AuthError::Unauthenticated("the gateway must name the owner it authenticated"))?;
+                let named = metadata_value(metadata, "x-owner-scopes").unwrap_or_default();
+                let named: Vec<&str> = named.split([',', ' ']).filter(|s| !s.is_empty()).collect();
+                let scopes = Scope::ALL.into_iter().filter(|s| named.contains(&s.code())).collect::<Vec<_>>();
+                if let Some(missing) = wanted.iter().find(|s| !scopes.contains(s)) {
+                    return Err(AuthError::PermissionDenied(format!("the owner lacks the scope {}", missing.code())));
+                }
+                (principal, scopes)
+            }
+            // The credential says who; anything the caller sends about it is ignored.
+            _ => (
+                credential.principal.clone().unwrap_or_else(|| format!("credential:{}", credential.credential_id)),
+                Vec::new(),
+            ),
+        };
+        Ok(Caller { tenant: credential.tenant, role: credential.role, principal, scopes })
+    }
+}
+
+fn metadata_value(metadata: &MetadataMap, key: &str) -> Option<String> {
+    metadata.get(key).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned)
+}
+
+fn row_credential(row: &tokio_postgres::Row) -> Result<Credential, AuthError> {
+    let role: String = row.get(2);
+    Ok(Credential {
+        credential_id: row.get(0),
+        tenant: row.get(1),
+        role: Role::from_code(&role).ok_or_else(|| AuthError::Unavailable(format!("stored role {role:?}")))?,
+        principal: row.get(3),
+        expires_at: row.get(4),
+        revoked_at: row.get(5),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_role_has_one_spelling() {
+        for role in Role::ALL {
+            assert_eq!(Role::from_code(role.code()), Some(role));
+        }
+    }
+
+    #[test]
+    fn tokens_are_random_and_well_formed() {
+        let (a, b) = (new_token(), new_token());
+        assert!(well_formed(&a) && well_formed(&b) && a != b);
+        for bad in ["", "glc_", "glc_XYZ", &a[..a.len() - 1], &a.to_uppercase(), &format!("{a}0")] {
+            assert!(!well_formed(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! The browser stack for tests: the fixture HTTPS site, an authorizer (memory ledger) and the
+//! browser runtime, each served on a loopback socket, the runtime configured through its
+//! environment variables alone, and clients that carry each service's credential.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use authorizer::authority::{Authority, MemoryGrants};
+use authorizer::domain::Command;
+use authorizer::policy::Policy;
+use authorizer::scopes::{TaskGrantSettings, parse_scopes};
+use authorizer::service::AuthorizerService;
+use browser_runtime::fixture::Fixture;
+use browser_runtime::service::{AuthorizerRedeemer, BrowserRuntime};
+use browser_runtime::{RuntimeConfig, service};
+use credentials::{Credentials, Role};
+use ledger::TenantId;
+use proto::runtime as rt;
+use proto::v1 as pb;
+use tonic::transport::Channel;
+use tonic::{Request, Status};
+
+pub const TENANT: &str = "tenant-1";
+/// The lesson site, and a site the run may not reach.
+pub const LESSON: &str = "www.lesson.test";
+pub const ELSEWHERE: &str = "www.elsewhere.test";
+pub const LESSON_ORIGIN: &str = "https://www.lesson.test";
+
+pub const WORKER: &str = "glc_00000000000000000000000000000000000000000000000000000000000000a1";
+pub const RUNTIME: &str = "glc_00000000000000000000000000000000000000000000000000000000000000a2";
+pub const GATEWAY: &str = "glc_00000000000000000000000000000000000000000000000000000000000000a3";
+/// A worker of another tenant.
+pub const STRANGER: &str = "glc_00000000000000000000000000000000000000000000000000000000000000a4";
+
+/// Fails with how to get Chromium when it is missing.
+pub fn need_browser() {
+    for (path, package) in [("/usr/bin/chromium", "chromium"), ("/usr/bin/chromedriver", "chromium-driver")] {
+        assert!(
+            std::path::Path::new(path).exists(),
+            "{path} is missing: install Debian's {package} package (apt-get install chromium chromium-driver), \
+             or run scripts/test, which installs both"
+        );
+    }
+}
+
+/// `message` with `token` as its bearer credential.
+pub fn with<T>(token: &str, message: T) -> Request<T> {
+    let mut req = Request::new(message);
+    req.metadata_mut().insert("authorization", format!("Bearer {token}").parse().expect("ascii"));
+    if token == GATEWAY {
+        req.metadata_mut().insert("x-principal-id", "owner".parse().expect("ascii"));
+        let scopes = "approval.resolve,browser.grant.read,browser.grant.write";
+        req.metadata_mut().insert("x-owner-scopes", scopes.parse().expect("ascii"));
+    }
+    req
+}
+
+#[derive(Debug)]
+pub struct Stack {
+    pub fixture: Fixture,
+    pub runtime: rt::browser_runtime_client::BrowserRuntimeClient<Channel>,
+    pub authorizer: pb::authorizer_client::AuthorizerClient<Channel>,
+    pub served: Arc<BrowserRuntime<AuthorizerRedeemer>>,
+    /// Task records: `records/<tenant>/<run>.json`.
+    pub records: PathBuf,
+    dir: PathBuf,
+    _stops: Vec<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn channel(port: u16) -> Channel {
+    Channel::from_shared(format!("http://127.0.0.1:{port}")).expect("url").connect().await.expect("loopback")
+}
+
+impl Stack {
+    /// Every part up, with a pool of `pool` browsers.
+    pub async fn start(pool: usize) -> Self {
+        need_browser();
+        let dir =
+            std::env::temp_dir().join(format!("grant-ledger-browser-test-{}", hex::encode(rand::random::<[u8; 8]>())));
+        let fixture = Fixture::start(&[LESSON, ELSEWHERE], &dir).await.expect("fixture site");
+
+        let credentials = Credentials::memory();
+        for (token, tenant, role, principal) in [
+            (WORKER, TENANT, Role::Worker, Some("owner")),
+            (RUNTIME, TENANT, Role::Runtime, Some("owner")),
+            (GATEWAY, TENANT, Role::Gateway, None),
+            (STRANGER, "tenant-2", Role::Worker, Some("someone")),
+        ] {
+            credentials.register(token, tenant, role, principal, None).await.expect("credential");
+        }
+        let authority =
+            Arc::new(Authority::new(MemoryGrants::default(), Policy::empty(), TenantId::new(TENANT).unwrap()));
+        let settings =
+            TaskGrantSettings { enabled: true, scopes: parse_scopes("https://www.lesson.test/lesson").unwrap() };
+        authority.execute(Command::ChangeSettings(settings), "operator").await.expect("settings");
+        let mut stops = Vec::new();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let authorizer_port = listener.local_addr().expect("addr").port();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        stops.push(stop);
+        tokio::spawn(authorizer::service::serve(
+            listener,
+            AuthorizerService::new(authority, credentials.clone()),
+            None,
+            async {
+                let _ = stopped.await;
+            },
+        ));
+
+        let records = dir.join("records");
+        let extra = serde_json::to_string(&[fixture.resolver_rule()]).expect("json");
+        let env = [
+            ("BROWSER_EXTRA_ARGS", extra),
+            ("BROWSER_CA_BUNDLE", fixture.ca_bundle.display().to_string()),
+            ("BROWSER_POOL_SIZE", pool.to_string()),
+            ("RUNTIME_AUTHORIZER_URL", format!("http://127.0.0.1:{authorizer_port}")),
+            ("RUNTIME_AUTHORIZER_TOKEN", RUNTIME.to_owned()),
+            ("TASK_RECORDS_DIR", records.display().to_string()),
+        ];
+        let config =
+            RuntimeConfig::parse(|k| env.iter().find(|(name, _)| *name == k).map(|(_, v)| v.clone())).expect("config");
+        let redeemer = AuthorizerRedeemer::new(config.authorizer.as_ref()).expect("redeemer");
+        let served = Arc::new(BrowserRuntime::new(config, credentials, redeemer));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let runtime_port = listener.local_addr().expect("addr").port();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        stops.push(stop);
+        tokio::spawn(service::serve(listener, Arc::clone(&served), None, async {
+            let _ = stopped.await;
+        }));
+        Self {
+            fixture,
+            runtime: rt::browser_runtime_client::BrowserRuntimeClient::new(channel(runtime_port).await),
+            authorizer: pb::authorizer_client::AuthorizerClient::new(channel(authorizer_port).await),
+            served,
+            records,
+            dir,
+            _stops: stops,
+        }
+    }
+
+    /// Writes the task record of `run`.
+    pub fn record(&self, run: &str, fields: &[(&str, &str)]) {
+        let dir = self.records.join(TENANT);
+        std::fs::create_dir_all(&dir).expect("records dir");
+        let map: std::collections::HashMap<_, _> = fields.iter().cloned().collect();
+        std::fs::write(dir.join(format!("{run}.json")), serde_json::to_vec(&map).expect("json")).expect("record");
+    }
+
+    /// Opens a session on the lesson site at `path`.
+    pub async fn open(&mut self, profile: &str, path: &str, max_steps: u32) -> Result<String, Status> {
+        let req = rt::OpenSessionRequest {
+            browser_profile_id: profile.into(),
+            allowed_origins: vec![LESSON_ORIGIN.into()],
+            start_url: format!("{LESSON_ORIGIN}{path}"),
+            max_steps,
+        };
+        Ok(self.runtime.open_session(with(WORKER, req)).await?.into_inner().session_id)
+    }
+
+    pub async fn observe(&mut self, session: &str) -> rt::ObserveReply {
+        self.runtime
+            .observe(with(WORKER, rt::ObserveRequest { session_id: session.into() }))
+            .await
+            .expect("observe")
+            .into_inner()
+    }
+
+    pub async fn act(&mut self, req: rt::ActRequest) -> Result<rt::ActReply, Status> {
+        Ok(self.runtime.act(with(WORKER, req)).await?.into_inner())
+    }
+
+    /// chromedriver's pid for the session (its process group holds the session's Chromium).
+    pub async fn driver_pid(&self, session: &str) -> u32 {
+        self.served.driver_pid(session).await.expect("a running browser")
+    }
+}
+
+/// The node named `name` in a snapshot, with its facts.
+pub fn node<'a>(o: &'a rt::ObserveReply, name: &str) -> (&'a rt::Node, &'a pb::ElementFacts) {
+    let n = o.nodes.iter().find(|n| n.name == name).unwrap_or_else(|| {
+        let names: Vec<_> = o.nodes.iter().map(|n| n.name.as_str()).collect();
+        panic!("no node named {name:?} in {names:?}")
+    });
+    let f = o.facts.iter().find(|f| f.r#ref == n.r#ref).and_then(|f| f.element.as_ref()).expect("facts");
+    (n, f)
+}
+
+/// A click on `node` of snapshot `o` as the model would send it.
+pub fn click(session: &str, o: &rt::ObserveReply, node: &rt::Node) -> rt::ActRequest {
+    rt::ActRequest {
+        session_id: session.into(),
+        run_id: "run-1".into(),
+        snapshot_id: o.snapshot_id.clone(),
+        r#ref: node.r#ref.clone(),
+        expected_name: node.name.clone(),
+        expected_role: node.role,
+        wait_for: rt::WaitFor::Settle as i32,
+        action: Some(rt::act_request::Action::Click(rt::Click {})),
+        ..Default::default()
+    }
+}
+
+/// The constraint the authorizer sends with a task-grant allow on the lesson scope.
+pub fn task_constraint() -> pb::DispatchConstraint {
+    let not_after = time::OffsetDateTime::now_utc() + time::Duration::minutes(30);
+    pb::DispatchConstraint {
+        grant_kind: pb::GrantKind::Task as i32,
+        origins: vec![LESSON_ORIGIN.into()],
+        path_prefix: "/lesson".into(),
+        not_after: not_after.format(&time::format_description::well_known::Rfc3339).expect("time"),
+        consequence_ceiling: "unknown".into(),
+        max_text_chars: 256,
+    }
+}

@@ -1,0 +1,571 @@
+//! The browser runtime in real Chromium (Debian's chromium and chromium-driver) against the
+//! fixture HTTPS lesson site: every code of the tool contract reached by a page built for it,
+//! the re-check under a task grant's constraint, typing from the task record, approval tokens
+//! redeemed through the authorizer, a crashed browser, the pool, and who may call. Every
+//! refusal is also checked in the fixture's request log: nothing reached the site.
+
+use classifier::{Action, Grant, PageFacts, TaskScope};
+use proto::runtime as rt;
+use proto::v1 as pb;
+use tests::browser::{
+    ELSEWHERE, GATEWAY, LESSON, LESSON_ORIGIN, RUNTIME, STRANGER, Stack, WORKER, click, node, task_constraint, with,
+};
+use tonic::Code;
+
+const LESSON_1: &str = r#"<!doctype html><html><head><title>Lesson 1</title></head><body>
+<h1>Translate: the cat</h1>
+<a href="/lesson/2">Next question</a>
+<form action="/lesson/pay" method="post"><button>Pay now</button></form>
+<a href="https://www.elsewhere.test/win">Claim prize</a>
+<button id="away" onclick="history.pushState({}, '', '/account/settings')">Go on</button>
+<button id="hidden">Continue<span style="display:none"> and delete everything</span></button>
+<button disabled>Skip</button>
+</body></html>"#;
+
+const LESSON_2: &str = "<!doctype html><title>Lesson 2</title><p>Question 2</p><a href=\"/lesson/3\">Next</a>";
+
+/// Renames its button right after the runtime's first read of it: between observe and act.
+const RENAME: &str = r#"<!doctype html><title>Rename</title>
+<button id="go" onclick="location.href='/lesson/2'">Continue</button>
+<script>
+const orig = Element.prototype.checkVisibility;
+let reads = 0;
+Element.prototype.checkVisibility = function (...args) {
+  if (this.id === 'go' && reads++ === 0) queueMicrotask(() => { this.textContent = 'Delete account'; });
+  return orig.apply(this, args);
+};
+</script>"#;
+
+const FORM: &str = r#"<!doctype html><title>Answer</title>
+<form action="/lesson/answer" method="post">
+<label>Your answer <input name="answer"></label>
+<input type="hidden" name="attempt" value="1">
+<label>Level <input name="level" value="3"></label>
+<button>Check</button>
+</form>"#;
+
+/// Each control here is refused by the worker and by the runtime for the same rule.
+const AGREE: &str = r#"<!doctype html><title>Agree</title>
+<button disabled>Next</button>
+<div contenteditable="true" role="textbox" aria-label="Notes"></div>
+<button>Choose</button>
+<div role="checkbox" aria-checked="false" tabindex="0">Cat tile</div>
+<button aria-label="Continue">Continue $</button>
+<a href="/lesson/3">Onward</a>
+"#;
+
+async fn stack() -> Stack {
+    let stack = Stack::start(2).await;
+    for (path, html) in [
+        ("/lesson/1", LESSON_1),
+        ("/lesson/2", LESSON_2),
+        ("/lesson/3", LESSON_2),
+        ("/lesson/rename", RENAME),
+        ("/lesson/form", FORM),
+        ("/lesson/same", AGREE),
+        ("/lesson/pay", "<!doctype html><title>Paid</title><p>Paid"),
+        ("/lesson/answer", "<!doctype html><title>Checked</title><p>Checked"),
+    ] {
+        stack.fixture.page(LESSON, path, html);
+    }
+    stack.fixture.page(ELSEWHERE, "/win", "<!doctype html><title>Prize</title>");
+    stack
+}
+
+/// Document requests the site has seen, as `METHOD path`.
+fn documents(stack: &Stack) -> Vec<String> {
+    stack
+        .fixture
+        .requests()
+        .iter()
+        .filter(|r| r.dest == "document")
+        .map(|r| format!("{} {}{}", r.method, r.host, r.path()))
+        .collect()
+}
+
+fn refused(reply: &rt::ActReply, code: rt::ActCode) {
+    assert!(!reply.ok, "{reply:?}");
+    assert_eq!(rt::ActCode::try_from(reply.code), Ok(code), "{reply:?}");
+    assert!(!reply.dispatched, "{reply:?}");
+}
+
+#[tokio::test]
+async fn a_covered_click_dispatches_and_the_site_sees_it() {
+    let mut s = stack().await;
+    let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
+    let o = s.observe(&session).await;
+    assert!(o.snapshot_id.starts_with("snap_") && o.snapshot_id.len() == 17, "{}", o.snapshot_id);
+    assert_eq!(o.url, format!("{LESSON_ORIGIN}/lesson/1"));
+    assert!(o.nodes.iter().all(|n| n.r#ref.starts_with('n')));
+    let (next, facts) = node(&o, "Next question");
+    assert_eq!(next.role, rt::Role::Link as i32);
+    assert_eq!(facts.nav_targets, vec![format!("{LESSON_ORIGIN}/lesson/2")]);
+    assert!(facts.visible_text.is_empty(), "a source equal to the name is left out");
+
+    let mut act = click(&session, &o, next);
+    act.constraint = Some(task_constraint());
+    act.wait_for = rt::WaitFor::Navigation as i32;
+    let reply = s.act(act.clone()).await.unwrap();
+    assert!(reply.ok && reply.dispatched && reply.changed, "{reply:?}");
+    assert!(documents(&s).contains(&format!("GET {LESSON}/lesson/2")), "{:?}", documents(&s));
+
+    // The act voided the snapshot it used.
+    refused(&s.act(act).await.unwrap(), rt::ActCode::StaleSnapshot);
+}
+
+#[tokio::test]
+async fn every_refusal_code_is_reached_and_nothing_reaches_the_site() {
+    let mut s = stack().await;
+    let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
+    let before = documents(&s);
+
+    // STALE_SNAPSHOT: a snapshot that is not the newest.
+    let old = s.observe(&session).await;
+    let new = s.observe(&session).await;
+    refused(&s.act(click(&session, &old, node(&old, "Next question").0)).await.unwrap(), rt::ActCode::StaleSnapshot);
+
+    // REF_NOT_FOUND: a ref the snapshot does not have.
+    let o = s.observe(&session).await;
+    let mut act = click(&session, &o, node(&o, "Next question").0);
+    act.r#ref = "n9999".into();
+    let reply = s.act(act).await.unwrap();
+    refused(&reply, rt::ActCode::RefNotFound);
+    let _ = new;
+
+    // ROLE_MISMATCH: the model says button, the node is a link.
+    let o = s.observe(&session).await;
+    let mut act = click(&session, &o, node(&o, "Next question").0);
+    act.expected_role = rt::Role::Button as i32;
+    refused(&s.act(act).await.unwrap(), rt::ActCode::RoleMismatch);
+
+    // NAME_MISMATCH: a name the node does not have.
+    let o = s.observe(&session).await;
+    let mut act = click(&session, &o, node(&o, "Next question").0);
+    act.expected_name = "Next questions".into();
+    refused(&s.act(act).await.unwrap(), rt::ActCode::NameMismatch);
+
+    // NODE_NOT_INTERACTABLE: a disabled button.
+    let o = s.observe(&session).await;
+    refused(&s.act(click(&session, &o, node(&o, "Skip").0)).await.unwrap(), rt::ActCode::NodeNotInteractable);
+
+    // APPROVAL_REQUIRED: the runtime reads "Pay now" as a payment; no token was given. The
+    // snapshot stays valid, since the approval is asked for this snapshot and ref.
+    let o = s.observe(&session).await;
+    let (pay, _) = node(&o, "Pay now");
+    let reply = s.act(click(&session, &o, pay)).await.unwrap();
+    refused(&reply, rt::ActCode::ApprovalRequired);
+    assert_eq!(reply.code_name, "APPROVAL_REQUIRED");
+
+    // OFF_ORIGIN_TARGET: a link to a site the run may not reach.
+    let o = s.observe(&session).await;
+    let reply = s.act(click(&session, &o, node(&o, "Claim prize").0)).await.unwrap();
+    refused(&reply, rt::ActCode::OffOriginTarget);
+    assert!(reply.detail.contains("www.elsewhere.test"), "{reply:?}");
+
+    // tool.browser.grant_not_applicable: a hidden label source reads as a deletion.
+    let o = s.observe(&session).await;
+    let (hidden, facts) = node(&o, "Continue");
+    assert!(facts.visible_text.contains("delete"), "the hidden text is carried as a label source: {facts:?}");
+    let mut act = click(&session, &o, hidden);
+    act.constraint = Some(task_constraint());
+    let reply = s.act(act).await.unwrap();
+    refused(&reply, rt::ActCode::GrantNotApplicable);
+    assert_eq!(reply.code_name, "tool.browser.grant_not_applicable");
+    assert_eq!(reply.reason, "deletion", "{reply:?}");
+
+    assert_eq!(documents(&s), before, "no refusal reached the site");
+    assert!(s.fixture.requests().iter().all(|r| r.host != ELSEWHERE));
+}
+
+#[tokio::test]
+async fn the_page_moving_outside_the_prefix_is_refused_under_the_grant() {
+    let mut s = stack().await;
+    let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
+    // "Go on" moves the page to /account/settings without loading anything.
+    let o = s.observe(&session).await;
+    let reply = s.act(click(&session, &o, node(&o, "Go on").0)).await.unwrap();
+    assert!(reply.ok && reply.changed, "{reply:?}");
+    let before = documents(&s);
+
+    let o = s.observe(&session).await;
+    assert_eq!(o.url, format!("{LESSON_ORIGIN}/account/settings"));
+    let mut act = click(&session, &o, node(&o, "Next question").0);
+    act.constraint = Some(task_constraint());
+    let reply = s.act(act).await.unwrap();
+    refused(&reply, rt::ActCode::GrantNotApplicable);
+    assert_eq!(reply.reason, "page_outside_scope", "{reply:?}");
+    assert_eq!(documents(&s), before);
+
+    // The refusal discarded the observation: the next act needs a fresh one.
+    let mut again = click(&session, &o, node(&o, "Next question").0);
+    again.constraint = Some(task_constraint());
+    refused(&s.act(again).await.unwrap(), rt::ActCode::StaleSnapshot);
+}
+
+#[tokio::test]
+async fn a_button_renamed_between_observe_and_act_is_a_name_mismatch() {
+    let mut s = stack().await;
+    let session = s.open("profile-1", "/lesson/rename", 50).await.unwrap();
+    let o = s.observe(&session).await;
+    let mut act = click(&session, &o, node(&o, "Continue").0);
+    act.constraint = Some(task_constraint());
+    let reply = s.act(act).await.unwrap();
+    refused(&reply, rt::ActCode::NameMismatch);
+    assert!(!documents(&s).contains(&format!("GET {LESSON}/lesson/2")));
+    // What the page now says is what the next snapshot shows.
+    let o = s.observe(&session).await;
+    node(&o, "Delete account");
+}
+
+#[tokio::test]
+async fn a_budget_of_one_step_refuses_the_second_act() {
+    let mut s = stack().await;
+    let session = s.open("profile-1", "/lesson/1", 1).await.unwrap();
+    let o = s.observe(&session).await;
+    let mut scroll = click(&session, &o, node(&o, "Next question").0);
+    scroll.action = Some(rt::act_request::Action::Scroll(rt::Scroll { by: 10 }));
+    assert!(s.act(scroll).await.unwrap().ok);
+    let o = s.observe(&session).await;
+    let reply = s.act(click(&session, &o, node(&o, "Next question").0)).await.unwrap();
+    refused(&reply, rt::ActCode::BudgetExceeded);
+    assert!(!documents(&s).contains(&format!("GET {LESSON}/lesson/2")));
+}
+
+#[tokio::test]
+async fn typed_values_come_from_the_record_and_are_never_returned() {
+    let mut s = stack().await;
+    s.record("run-1", &[("answer", "el gato")]);
+    let session = s.open("profile-1", "/lesson/form", 50).await.unwrap();
+    let o = s.observe(&session).await;
+    let (field, facts) = node(&o, "Your answer");
+    assert_eq!(facts.field_kind, Some(pb::FieldKind::Text as i32));
+    let mut act = click(&session, &o, field);
+    act.expected_role = rt::Role::Textbox as i32;
+    act.action = Some(rt::act_request::Action::Type(rt::Type { field_id: "answer".into() }));
+    act.constraint = Some(task_constraint());
+    let reply = s.act(act).await.unwrap();
+    assert!(reply.ok, "{reply:?}");
+    assert!(!format!("{reply:?}").contains("el gato"), "the reply carries no value");
+
+    // The model's next snapshot says the field is filled, not what it holds.
+    let o = s.observe(&session).await;
+    let (field, _) = node(&o, "Your answer");
+    assert!(field.state.as_ref().unwrap().filled && field.value.is_empty(), "{field:?}");
+    assert!(!format!("{o:?}").contains("el gato"));
+
+    // The card's read-back: every field, the one the runtime typed marked with its record field.
+    let (check, _) = node(&o, "Check");
+    let form = s
+        .runtime
+        .read_form(with(
+            WORKER,
+            rt::ReadFormRequest {
+                session_id: session.clone(),
+                snapshot_id: o.snapshot_id.clone(),
+                r#ref: check.r#ref.clone(),
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let fields: Vec<_> =
+        form.fields.iter().map(|f| (f.name.as_str(), f.value.as_str(), f.typed_field_id.as_str())).collect();
+    assert_eq!(fields, [("answer", "el gato", "answer"), ("attempt", "1", ""), ("level", "3", "")]);
+
+    // A field the record does not have is bad input, and nothing is typed.
+    let o = s.observe(&session).await;
+    let mut act = click(&session, &o, node(&o, "Level").0);
+    act.expected_role = rt::Role::Textbox as i32;
+    act.action = Some(rt::act_request::Action::Type(rt::Type { field_id: "password".into() }));
+    let err = s.act(act).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+
+    let o = s.observe(&session).await;
+    let mut submit = click(&session, &o, node(&o, "Check").0);
+    submit.constraint = Some(task_constraint());
+    submit.wait_for = rt::WaitFor::Navigation as i32;
+    assert!(s.act(submit).await.unwrap().ok);
+    let posted: Vec<_> = s.fixture.requests().into_iter().filter(|r| r.method == "POST").collect();
+    assert_eq!(posted.len(), 1, "{posted:?}");
+    assert_eq!(posted[0].body, "answer=el+gato&attempt=1&level=3");
+}
+
+/// An approval token is redeemed through the authorizer for exactly the run, snapshot and ref
+/// it was issued for.
+#[tokio::test]
+async fn a_consequential_button_needs_a_token_for_this_snapshot() {
+    let mut s = stack().await;
+    let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
+    let create = pb::CreateSessionRequest {
+        session_id: "s1".into(),
+        browser_profile_id: "profile-1".into(),
+        schedule_id: String::new(),
+        surface: pb::Surface::Interactive as i32,
+    };
+    s.authorizer.create_session(with(WORKER, create)).await.unwrap();
+    let said = pb::RecordMessageRequest { session_id: "s1".into(), message_id: "m1".into(), from_owner: true };
+    s.authorizer.record_message(with(GATEWAY, said)).await.unwrap();
+
+    let first = s.observe(&session).await;
+    let (pay, facts) = node(&first, "Pay now");
+    let authorize = pb::AuthorizeRequest {
+        session_id: "s1".into(),
+        run: Some(pb::RunContext { run_id: "run-1".into(), interactive: true, top_level: true }),
+        tool_call_id: "call-1".into(),
+        turn_tool_calls: vec!["browser.observe".into(), "browser.act".into()],
+        agent_version: "agent-7".into(),
+        element: Some(facts.clone()),
+        page_url: first.url.clone(),
+        page_title: first.title.clone(),
+        action: Some(pb::Action { kind: pb::ActionKind::Click as i32, ..Default::default() }),
+        snapshot_id: first.snapshot_id.clone(),
+        node_ref: pay.r#ref.clone(),
+    };
+    let decided = s.authorizer.authorize(with(WORKER, authorize)).await.unwrap().into_inner();
+    let Some(pb::authorize_reply::Decision::RequireApproval(ask)) = decided.decision else {
+        panic!("a payment asks: {decided:?}")
+    };
+    let resolve = pb::ResolveApprovalRequest {
+        approval_id: ask.approval_id,
+        resolution: pb::Resolution::ApproveOnce as i32,
+        ..Default::default()
+    };
+    let token = s.authorizer.resolve_approval(with(GATEWAY, resolve)).await.unwrap().into_inner().approval_token;
+    assert!(token.starts_with("apv_"), "{token}");
+
+    // Without a token: APPROVAL_REQUIRED, and the snapshot stays.
+    refused(&s.act(click(&session, &first, pay)).await.unwrap(), rt::ActCode::ApprovalRequired);
+
+    // The token of the first snapshot on the same button of a newer one: invalid, terminal.
+    let second = s.observe(&session).await;
+    let (pay2, _) = node(&second, "Pay now");
+    let mut act = click(&session, &second, pay2);
+    act.approval_token = token.clone();
+    act.consequential = true;
+    let reply = s.act(act).await.unwrap();
+    refused(&reply, rt::ActCode::ApprovalTokenInvalid);
+    assert!(s.fixture.requests().iter().all(|r| r.method != "POST"), "nothing was paid");
+
+    // A runtime credential may not drive the runtime; only the worker does.
+    let err = s.runtime.observe(with(RUNTIME, rt::ObserveRequest { session_id: session.clone() })).await.unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied);
+}
+
+#[tokio::test]
+async fn an_approved_token_dispatches_the_consequential_click_once() {
+    let mut s = stack().await;
+    let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
+    let create = pb::CreateSessionRequest {
+        session_id: "s1".into(),
+        browser_profile_id: "profile-1".into(),
+        schedule_id: String::new(),
+        surface: pb::Surface::Interactive as i32,
+    };
+    s.authorizer.create_session(with(WORKER, create)).await.unwrap();
+    let said = pb::RecordMessageRequest { session_id: "s1".into(), message_id: "m1".into(), from_owner: true };
+    s.authorizer.record_message(with(GATEWAY, said)).await.unwrap();
+    let o = s.observe(&session).await;
+    let (pay, facts) = node(&o, "Pay now");
+    let authorize = pb::AuthorizeRequest {
+        session_id: "s1".into(),
+        run: Some(pb::RunContext { run_id: "run-1".into(), interactive: true, top_level: true }),
+        tool_call_id: "call-1".into(),
+        turn_tool_calls: vec!["browser.act".into()],
+        agent_version: "agent-7".into(),
+        element: Some(facts.clone()),
+        page_url: o.url.clone(),
+        page_title: o.title.clone(),
+        action: Some(pb::Action { kind: pb::ActionKind::Click as i32, ..Default::default() }),
+        snapshot_id: o.snapshot_id.clone(),
+        node_ref: pay.r#ref.clone(),
+    };
+    let decided = s.authorizer.authorize(with(WORKER, authorize)).await.unwrap().into_inner();
+    let Some(pb::authorize_reply::Decision::RequireApproval(ask)) = decided.decision else { panic!("{decided:?}") };
+    let resolve = pb::ResolveApprovalRequest {
+        approval_id: ask.approval_id,
+        resolution: pb::Resolution::ApproveOnce as i32,
+        ..Default::default()
+    };
+    let token = s.authorizer.resolve_approval(with(GATEWAY, resolve)).await.unwrap().into_inner().approval_token;
+    let mut act = click(&session, &o, pay);
+    act.approval_token = token;
+    act.consequential = true;
+    act.wait_for = rt::WaitFor::Navigation as i32;
+    let reply = s.act(act).await.unwrap();
+    assert!(reply.ok && reply.dispatched, "{reply:?}");
+    let posted: Vec<_> = s.fixture.requests().into_iter().filter(|r| r.method == "POST").collect();
+    assert_eq!(posted.len(), 1);
+    assert_eq!(posted[0].path(), "/lesson/pay");
+}
+
+/// On an unchanged page, the worker fed the snapshot's facts and the runtime reading the live
+/// page refuse for the same rule; and both cover what is covered.
+#[tokio::test]
+async fn the_worker_and_the_runtime_agree_on_an_unchanged_page() {
+    let mut s = stack().await;
+    s.record("run-1", &[("note", "hola")]);
+    let session = s.open("profile-1", "/lesson/same", 50).await.unwrap();
+    let cases: [(&str, rt::Role, rt::act_request::Action, Action, Option<&str>); 6] = [
+        (
+            "Next",
+            rt::Role::Button,
+            rt::act_request::Action::Click(rt::Click {}),
+            Action::Click,
+            Some("element_disabled"),
+        ),
+        (
+            "Notes",
+            rt::Role::Textbox,
+            rt::act_request::Action::Type(rt::Type { field_id: "note".into() }),
+            Action::Type { text: "hola".into() },
+            Some("field_kind_not_covered"),
+        ),
+        (
+            "Choose",
+            rt::Role::Button,
+            rt::act_request::Action::Select(rt::Select { option: "x".into() }),
+            Action::Select { option: "x".into() },
+            Some("field_kind_not_covered"),
+        ),
+        (
+            "Cat tile",
+            rt::Role::Checkbox,
+            rt::act_request::Action::Check(rt::Check {}),
+            Action::Check,
+            Some("field_kind_not_covered"),
+        ),
+        ("Continue", rt::Role::Button, rt::act_request::Action::Click(rt::Click {}), Action::Click, Some("currency")),
+        ("Onward", rt::Role::Link, rt::act_request::Action::Click(rt::Click {}), Action::Click, None),
+    ];
+    let before = documents(&s);
+    for (name, role, wire, action, want) in cases {
+        let o = s.observe(&session).await;
+        let (n, facts) = node(&o, name);
+        let worker_facts = authorizer::service::element(facts.clone()).unwrap();
+        let grant = Grant::Task(TaskScope {
+            origin: LESSON_ORIGIN.into(),
+            path_prefix: "/lesson".into(),
+            chars_remaining: 4096,
+        });
+        let worker = classifier::covers(&grant, &action, &worker_facts, &PageFacts { url: o.url.clone() });
+        let mut act = click(&session, &o, n);
+        act.expected_role = role as i32;
+        act.action = Some(wire);
+        act.constraint = Some(task_constraint());
+        let reply = s.act(act).await.unwrap();
+        match want {
+            Some(reason) => {
+                assert_eq!(worker.map_err(|e| e.reason.code()), Err(reason), "worker on {name}");
+                refused(&reply, rt::ActCode::GrantNotApplicable);
+                assert_eq!(reply.reason, reason, "runtime on {name}: {reply:?}");
+            }
+            None => {
+                assert_eq!(worker, Ok(()), "worker on {name}");
+                assert!(reply.ok, "runtime on {name}: {reply:?}");
+            }
+        }
+        if want.is_some() {
+            assert_eq!(documents(&s), before, "{name} reached the site");
+        }
+    }
+    assert!(documents(&s).contains(&format!("GET {LESSON}/lesson/3")));
+}
+
+#[tokio::test]
+async fn bad_input_is_invalid_argument_and_dispatches_nothing() {
+    let mut s = stack().await;
+    let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
+    let o = s.observe(&session).await;
+    let (next, _) = node(&o, "Next question");
+    let good = click(&session, &o, next);
+    let mut wider = task_constraint();
+    wider.consequence_ceiling = "payment".into();
+    let bad: [(&str, rt::ActRequest); 7] = [
+        ("expected_name", rt::ActRequest { expected_name: "x".repeat(121), ..good.clone() }),
+        ("expected_name", rt::ActRequest { expected_name: String::new(), ..good.clone() }),
+        ("snapshot_id", rt::ActRequest { snapshot_id: "snap_XYZ".into(), ..good.clone() }),
+        ("ref", rt::ActRequest { r#ref: "#submit".into(), ..good.clone() }),
+        ("expected_role", rt::ActRequest { expected_role: 0, ..good.clone() }),
+        ("approval_token", rt::ActRequest { approval_token: "apv_short".into(), ..good.clone() }),
+        ("constraint", rt::ActRequest { constraint: Some(wider), ..good.clone() }),
+    ];
+    for (field, req) in bad {
+        let err = s.act(req).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{field}: {err:?}");
+    }
+    // Bad input changed nothing: the snapshot still stands and the click goes through.
+    assert!(!documents(&s).contains(&format!("GET {LESSON}/lesson/2")));
+    assert!(s.act(good).await.unwrap().ok);
+}
+
+#[tokio::test]
+async fn sessions_are_the_callers_own_and_the_pool_has_a_limit() {
+    let mut s = stack().await;
+    let a = s.open("profile-a", "/lesson/1", 50).await.unwrap();
+    let again = s.open("profile-a", "/lesson/1", 50).await.unwrap_err();
+    assert_eq!(again.code(), Code::AlreadyExists, "one Chromium per profile");
+    let b = s.open("profile-b", "/lesson/1", 50).await.unwrap();
+    let full = s.open("profile-c", "/lesson/1", 50).await.unwrap_err();
+    assert_eq!(full.code(), Code::ResourceExhausted);
+    assert!(full.message().contains("pool is full"), "{full:?}");
+
+    // Another tenant's worker cannot see the session; no credential is no call.
+    let err = s.runtime.observe(with(STRANGER, rt::ObserveRequest { session_id: a.clone() })).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    let err = s.runtime.observe(tonic::Request::new(rt::ObserveRequest { session_id: a.clone() })).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated);
+
+    // A start page off the allowed origins is refused before any browser starts.
+    let off = rt::OpenSessionRequest {
+        browser_profile_id: "profile-d".into(),
+        allowed_origins: vec![LESSON_ORIGIN.into()],
+        start_url: "https://www.elsewhere.test/win".into(),
+        max_steps: 5,
+    };
+    assert_eq!(s.runtime.open_session(with(WORKER, off)).await.unwrap_err().code(), Code::InvalidArgument);
+
+    s.runtime.close_session(with(WORKER, rt::CloseSessionRequest { session_id: b })).await.unwrap();
+    s.open("profile-c", "/lesson/1", 50).await.unwrap();
+}
+
+/// The pids of `parent`'s children, forked by any of its threads.
+fn children(parent: u32) -> Vec<u32> {
+    let tasks =
+        std::fs::read_dir(format!("/proc/{parent}/task")).map(|d| d.flatten().collect::<Vec<_>>()).unwrap_or_default();
+    tasks
+        .iter()
+        .flat_map(|t| {
+            std::fs::read_to_string(t.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_crashed_browser_is_reported_and_restarts_clean() {
+    let mut s = stack().await;
+    let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
+    let o = s.observe(&session).await;
+    let reply = s.act(click(&session, &o, node(&o, "Next question").0)).await.unwrap();
+    assert!(reply.ok);
+    let driver = s.driver_pid(&session).await;
+    let browsers = children(driver);
+    assert!(!browsers.is_empty(), "chromedriver started Chromium");
+    // Kill the Chromium this test's runtime started, by pid.
+    for pid in &browsers {
+        let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    }
+    let err = s.runtime.observe(with(WORKER, rt::ObserveRequest { session_id: session.clone() })).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(err.message().contains("restarted with a clean profile"), "{err:?}");
+
+    // The session goes on in a new browser, at the start page.
+    let o = s.observe(&session).await;
+    assert_eq!(o.url, format!("{LESSON_ORIGIN}/lesson/1"));
+    assert_ne!(s.driver_pid(&session).await, driver);
+    let reply = s.act(click(&session, &o, node(&o, "Next question").0)).await.unwrap();
+    assert!(reply.ok, "{reply:?}");
+}
