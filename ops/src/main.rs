@@ -89,6 +89,15 @@ enum ServeCmd {
     },
     /// A worker per async projection (audit_log, grant_list, pending_approvals) until Ctrl-C.
     Projections,
+    /// The browser runtime gRPC service. Configured by RUNTIME_LISTEN, RUNTIME_TLS_CERT,
+    /// RUNTIME_TLS_KEY, BROWSER_CHROMEDRIVER, BROWSER_CHROMIUM, BROWSER_EXTRA_ARGS (a JSON array),
+    /// BROWSER_CA_BUNDLE, BROWSER_POOL_SIZE, RUNTIME_AUTHORIZER_URL, RUNTIME_AUTHORIZER_CA,
+    /// RUNTIME_AUTHORIZER_TOKEN and TASK_RECORDS_DIR; callers' credentials are in DATABASE_URL.
+    Runtime {
+        /// Serve plaintext on a loopback address instead of TLS: local development only.
+        #[arg(long)]
+        insecure_loopback: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -233,6 +242,14 @@ enum BenchCmd {
         #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1_000..=20_000_000))]
         events: u64,
     },
+    /// A covered click through the browser runtime beside a plain WebDriver click on the same
+    /// fixture page, and observe on a large page (needs Chromium and chromedriver; no database).
+    Act {
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(10..=100_000))]
+        iterations: u64,
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=9_000))]
+        nodes: u64,
+    },
     /// Ledger append against a bare insert-and-commit, side by side.
     Append {
         #[arg(long, value_delimiter = ',', default_value = "1,32")]
@@ -285,6 +302,11 @@ async fn run(cli: Cli) -> Result<()> {
             let config = ops::serve::AuthorizerConfig::parse(|k| std::env::var(k).ok(), insecure_loopback)?;
             let url = database_url(&cli.database_url)?;
             ops::serve::authorizer(config, url).await?;
+        }
+        Cmd::Serve { service: ServeCmd::Runtime { insecure_loopback } } => {
+            let config = ops::serve::RuntimeServeConfig::parse(|k| std::env::var(k).ok(), insecure_loopback)?;
+            let url = database_url(&cli.database_url)?;
+            ops::serve::runtime(config, url).await?;
         }
         Cmd::Settings { command: SettingsCmd::Apply { tenant } } => {
             let wanted = ops::serve::DeploymentSettings::parse(|k| std::env::var(k).ok())?;
@@ -420,6 +442,9 @@ async fn run(cli: Cli) -> Result<()> {
                 )
                 .await?
             );
+        }
+        Cmd::Bench { command: BenchCmd::Act { iterations, nodes } } => {
+            println!("{}", ops::bench::act::run(usize::try_from(iterations)?, usize::try_from(nodes)?).await?);
         }
         Cmd::Bench { command: BenchCmd::Rebuild { events } } => {
             let url = database_url(&cli.database_url)?;

@@ -143,22 +143,7 @@ impl AuthorizerConfig {
         if !(1..=3600).contains(&seconds) {
             bail!("SWEEP_INTERVAL_SECONDS={seconds} must be between 1 and 3600");
         }
-        let transport = match (get("AUTHORIZER_TLS_CERT"), get("AUTHORIZER_TLS_KEY"), insecure_loopback) {
-            (Some(_), Some(_), true) => bail!("--insecure-loopback and AUTHORIZER_TLS_CERT/KEY exclude each other"),
-            (Some(cert), Some(key), false) => Transport::Tls {
-                cert_pem: std::fs::read(&cert)
-                    .with_context(|| format!("AUTHORIZER_TLS_CERT={cert:?} cannot be read"))?,
-                key_pem: std::fs::read(&key).with_context(|| format!("AUTHORIZER_TLS_KEY={key:?} cannot be read"))?,
-            },
-            (None, None, true) if listen.ip().is_loopback() => Transport::InsecureLoopback,
-            (None, None, true) => {
-                bail!("--insecure-loopback serves plaintext on loopback only; AUTHORIZER_LISTEN={listen}")
-            }
-            (None, None, false) => bail!(
-                "AUTHORIZER_TLS_CERT and AUTHORIZER_TLS_KEY are required (or --insecure-loopback for local development)"
-            ),
-            _ => bail!("AUTHORIZER_TLS_CERT and AUTHORIZER_TLS_KEY are set together"),
-        };
+        let transport = transport(&get, "AUTHORIZER", listen, insecure_loopback)?;
         let pool = get("AUTHORIZER_DB_POOL").unwrap_or_else(|| "32".into());
         let pool_size: usize =
             pool.parse().with_context(|| format!("AUTHORIZER_DB_POOL={pool:?} is not a whole number"))?;
@@ -213,20 +198,95 @@ pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Resul
         let _ = tokio::signal::ctrl_c().await;
         tracing::info!("shutting down: finishing requests in flight");
     };
-    let tls = match &config.transport {
-        Transport::Tls { cert_pem, key_pem } => {
-            Some(ServerTlsConfig::new().identity(Identity::from_pem(cert_pem, key_pem)))
-        }
-        Transport::InsecureLoopback => {
-            tracing::warn!("--insecure-loopback: serving plaintext gRPC; credentials cross the socket unencrypted");
-            None
-        }
-    };
+    let tls = config.transport.server_tls();
     let credentials = Credentials::Postgres(pool_for_credentials);
     let service = AuthorizerService::new(authority, credentials);
     let served = serve(listener, service, tls, shutdown).await;
     sweeper.abort();
     served.context("serving")
+}
+
+/// How a service listens: TLS from `<PREFIX>_TLS_CERT` and `<PREFIX>_TLS_KEY`, or plaintext on a
+/// loopback address with the command line's explicit consent.
+fn transport(
+    get: &impl Fn(&str) -> Option<String>,
+    prefix: &str,
+    listen: SocketAddr,
+    insecure_loopback: bool,
+) -> Result<Transport> {
+    let (cert_var, key_var) = (format!("{prefix}_TLS_CERT"), format!("{prefix}_TLS_KEY"));
+    Ok(match (get(&cert_var), get(&key_var), insecure_loopback) {
+        (Some(_), Some(_), true) => bail!("--insecure-loopback and {cert_var}/{key_var} exclude each other"),
+        (Some(cert), Some(key), false) => Transport::Tls {
+            cert_pem: std::fs::read(&cert).with_context(|| format!("{cert_var}={cert:?} cannot be read"))?,
+            key_pem: std::fs::read(&key).with_context(|| format!("{key_var}={key:?} cannot be read"))?,
+        },
+        (None, None, true) if listen.ip().is_loopback() => Transport::InsecureLoopback,
+        (None, None, true) => bail!("--insecure-loopback serves plaintext on loopback only; listening on {listen}"),
+        (None, None, false) => {
+            bail!("{cert_var} and {key_var} are required (or --insecure-loopback for local development)")
+        }
+        _ => bail!("{cert_var} and {key_var} are set together"),
+    })
+}
+
+impl Transport {
+    fn server_tls(&self) -> Option<ServerTlsConfig> {
+        match self {
+            Self::Tls { cert_pem, key_pem } => {
+                Some(ServerTlsConfig::new().identity(Identity::from_pem(cert_pem, key_pem)))
+            }
+            Self::InsecureLoopback => {
+                tracing::warn!("--insecure-loopback: serving plaintext gRPC; credentials cross the socket unencrypted");
+                None
+            }
+        }
+    }
+}
+
+/// Everything `grantctl serve runtime` reads from its environment: RUNTIME_LISTEN and its TLS
+/// files, and the runtime's own settings (browser, pool, authorizer, task records).
+#[derive(Debug)]
+pub struct RuntimeServeConfig {
+    pub listen: SocketAddr,
+    pub transport: Transport,
+    pub runtime: browser_runtime::RuntimeConfig,
+}
+
+impl RuntimeServeConfig {
+    pub fn parse(get: impl Fn(&str) -> Option<String>, insecure_loopback: bool) -> Result<Self> {
+        let listen = get("RUNTIME_LISTEN").unwrap_or_else(|| "127.0.0.1:50061".into());
+        let listen: SocketAddr = listen
+            .parse()
+            .with_context(|| format!("RUNTIME_LISTEN={listen:?} is not an address like 127.0.0.1:50061"))?;
+        let transport = transport(&get, "RUNTIME", listen, insecure_loopback)?;
+        let runtime = browser_runtime::RuntimeConfig::parse(&get)?;
+        Ok(Self { listen, transport, runtime })
+    }
+}
+
+/// Runs the browser runtime until Ctrl-C, then closes every browser it started. Its callers'
+/// credentials are the authorizer's table in `database_url`.
+pub async fn runtime(config: RuntimeServeConfig, database_url: String) -> Result<()> {
+    crate::migrate::run(&mut crate::connect(&database_url).await?).await?;
+    let pg_config: tokio_postgres::Config = database_url.parse()?;
+    let pool = ledger::postgres::bounded_pool(pg_config, 4, Duration::from_secs(2)).map_err(anyhow::Error::msg)?;
+    let redeemer = browser_runtime::service::AuthorizerRedeemer::new(config.runtime.authorizer.as_ref())
+        .map_err(anyhow::Error::msg)?;
+    if config.runtime.authorizer.is_none() {
+        tracing::warn!(
+            "no RUNTIME_AUTHORIZER_URL: approval tokens cannot be redeemed, so consequential acts are refused"
+        );
+    }
+    let runtime = Arc::new(browser_runtime::BrowserRuntime::new(config.runtime, Credentials::Postgres(pool), redeemer));
+    let listener =
+        tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
+    println!("browser runtime serving on {}", listener.local_addr()?);
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down: closing every browser");
+    };
+    browser_runtime::service::serve(listener, runtime, config.transport.server_tls(), shutdown).await.context("serving")
 }
 
 #[cfg(test)]
