@@ -12,9 +12,10 @@ use serde_json::json;
 use crate::config::BrowserConfig;
 
 /// The flags every Chromium runs with: headless, no background traffic, no hyperlink auditing.
-pub const FLAGS: [&str; 10] = [
+/// As root Chromium cannot use its sandbox and refuses to start without `--no-sandbox`, which is
+/// added then only: run the runtime as an unprivileged user to keep the sandbox.
+pub const FLAGS: [&str; 9] = [
     "--headless=new",
-    "--no-sandbox",
     "--disable-gpu",
     "--disable-quic",
     "--no-first-run",
@@ -47,7 +48,18 @@ pub struct Browser {
 #[derive(Debug)]
 struct Process {
     driver: tokio::process::Child,
+    /// chromedriver's pid, which is its process group's id: kept, since the child forgets it
+    /// once reaped.
+    pid: u32,
     profile_dir: PathBuf,
+}
+
+/// Whether this process runs as root (the effective uid in /proc/self/status).
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .unwrap_or(false)
 }
 
 impl Browser {
@@ -69,7 +81,8 @@ impl Browser {
             .kill_on_drop(true)
             .spawn()
             .map_err(|source| BrowserError::Spawn { path: config.chromedriver.display().to_string(), source })?;
-        let mut process = Process { driver, profile_dir };
+        let pid = driver.id().ok_or_else(|| BrowserError::Session("chromedriver exited at once".into()))?;
+        let mut process = Process { driver, pid, profile_dir };
         let ready = Duration::from_secs(20);
         let deadline = tokio::time::Instant::now() + ready;
         // chromedriver takes a moment to listen; poll its port, bounded.
@@ -80,6 +93,9 @@ impl Browser {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let mut args: Vec<String> = FLAGS.iter().map(|f| (*f).to_owned()).collect();
+        if is_root() {
+            args.push("--no-sandbox".into());
+        }
         args.push(format!("--user-data-dir={}", process.profile_dir.display()));
         if !config.trusted_spki.is_empty() {
             args.push(format!("--ignore-certificate-errors-spki-list={}", config.trusted_spki.join(",")));
@@ -104,8 +120,8 @@ impl Browser {
     }
 
     /// The chromedriver process, whose process group holds the browser.
-    pub fn driver_pid(&self) -> Option<u32> {
-        self.process.driver.id()
+    pub fn driver_pid(&self) -> u32 {
+        self.process.pid
     }
 
     /// Whether chromedriver still runs.
@@ -122,14 +138,12 @@ impl Browser {
 
 impl Drop for Process {
     fn drop(&mut self) {
-        if let Some(pid) = self.driver.id() {
-            // The whole group: Chromium and its helpers are chromedriver's children.
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", "--", &format!("-{pid}")])
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .status();
-        }
+        // The whole group: Chromium and its helpers are chromedriver's children.
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.pid)])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
         let _ = std::fs::remove_dir_all(&self.profile_dir);
     }
 }

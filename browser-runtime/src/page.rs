@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use classifier::{ElementFacts, FieldKind, SelectOption};
 use fantoccini::Client;
-use fantoccini::elements::{Element, ElementRef};
+use fantoccini::elements::ElementRef;
 use fantoccini::error::CmdError;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -88,9 +88,8 @@ pub struct NodeState {
 }
 
 /// One element as the runtime read it: what the model sees and the facts beside it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct NodeRead {
-    pub element: ElementRef,
     pub role: Option<Role>,
     pub name: String,
     pub value: String,
@@ -101,7 +100,8 @@ pub struct NodeRead {
     pub option_count: usize,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(default)]
 struct RawFact {
     role: String,
     name: Option<String>,
@@ -123,9 +123,9 @@ struct RawFact {
     truncated: bool,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(default)]
 struct RawNode {
-    el: Value,
     role: String,
     fact: RawFact,
     visible: bool,
@@ -136,6 +136,7 @@ struct RawNode {
 #[derive(Deserialize)]
 struct RawSnapshot {
     page: PageRead,
+    #[serde(default)]
     nodes: Vec<RawNode>,
     #[serde(default)]
     more: bool,
@@ -147,6 +148,24 @@ struct RawOne {
     node: Option<RawNode>,
 }
 
+/// One field of a form, read back from the live page.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct FormField {
+    pub label: String,
+    pub name: String,
+    pub kind: FieldKind,
+    /// Password, one-time-code and payment values read as `[REDACTED]`.
+    pub value: String,
+    pub checked: bool,
+}
+
+#[derive(Deserialize)]
+struct RawForm {
+    page: PageRead,
+    fields: Option<Vec<FormField>>,
+}
+
 /// What went wrong reading: the browser's own error, or a reply the script cannot have made.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
@@ -156,15 +175,30 @@ pub enum ReadError {
     Shape(String),
 }
 
-fn element_ref(v: &Value) -> Result<ElementRef, ReadError> {
-    v.as_object()
-        .and_then(|o| o.values().next())
-        .and_then(Value::as_str)
-        .map(|id| ElementRef::from(id.to_owned()))
-        .ok_or_else(|| ReadError::Shape("a node without its element".into()))
+/// A WebDriver element reference as the driver returns it: `{"element-6066-…": id}`.
+pub fn element_ref(v: &Value) -> Option<ElementRef> {
+    v.as_object().and_then(|o| o.values().next()).and_then(Value::as_str).map(|id| ElementRef::from(id.to_owned()))
 }
 
-fn node(raw: RawNode) -> Result<NodeRead, ReadError> {
+fn shape(e: impl std::fmt::Display) -> ReadError {
+    ReadError::Shape(e.to_string())
+}
+
+/// The script's `[json, elements]` reply.
+fn pair(v: Value) -> Result<(String, Value), ReadError> {
+    match v {
+        Value::Array(mut a) if a.len() == 2 => {
+            let second = a.pop().unwrap_or_default();
+            match a.pop() {
+                Some(Value::String(json)) => Ok((json, second)),
+                _ => Err(shape("the read's JSON is missing")),
+            }
+        }
+        _ => Err(shape("the read did not return its pair")),
+    }
+}
+
+fn node(raw: RawNode) -> NodeRead {
     let f = raw.fact;
     let facts = ElementFacts {
         role: f.role,
@@ -186,8 +220,7 @@ fn node(raw: RawNode) -> Result<NodeRead, ReadError> {
         truncated: f.truncated,
         facts_missing: false,
     };
-    Ok(NodeRead {
-        element: element_ref(&raw.el)?,
+    NodeRead {
         role: Role::from_code(&raw.role),
         name: f.name.unwrap_or_default(),
         value: raw.value,
@@ -195,25 +228,53 @@ fn node(raw: RawNode) -> Result<NodeRead, ReadError> {
         visible: raw.visible,
         facts,
         option_count: f.option_count,
-    })
+    }
 }
 
-/// Every node of the page's flat tree, in one script round trip.
-pub async fn snapshot(client: &Client) -> Result<(PageRead, Vec<NodeRead>, bool), ReadError> {
-    let v = client.execute(READ, vec![json!("observe")]).await?;
-    let raw: RawSnapshot = serde_json::from_value(v).map_err(|e| ReadError::Shape(e.to_string()))?;
-    let nodes = raw.nodes.into_iter().map(node).collect::<Result<_, _>>()?;
-    Ok((raw.page, nodes, raw.more))
+/// Every node of the page's flat tree, in one script round trip; the page keeps the nodes'
+/// elements under `snapshot_id` for the act that names one.
+pub async fn snapshot(client: &Client, snapshot_id: &str) -> Result<(PageRead, Vec<NodeRead>, bool), ReadError> {
+    let v = client.execute(READ, vec![json!("observe"), json!(snapshot_id)]).await?;
+    let json = v.as_str().ok_or_else(|| shape("the snapshot is not a JSON string"))?;
+    let raw: RawSnapshot = serde_json::from_str(json).map_err(shape)?;
+    Ok((raw.page, raw.nodes.into_iter().map(node).collect(), raw.more))
 }
 
-/// One element read again in the live page, with the live URL: `None` when it left the
-/// document. A stale reference is the driver's `stale element reference` error.
-pub async fn reread(client: &Client, element: &ElementRef) -> Result<(PageRead, Option<NodeRead>), ReadError> {
-    let el = Element::from_element_id(client.clone(), element.clone());
-    let arg = serde_json::to_value(&el).map_err(|e| ReadError::Shape(e.to_string()))?;
-    let v = client.execute(READ, vec![json!("one"), arg]).await?;
-    let raw: RawOne = serde_json::from_value(v).map_err(|e| ReadError::Shape(e.to_string()))?;
-    Ok((raw.page, raw.node.map(node).transpose()?))
+/// Node `index` of `snapshot_id` read again in the live page, with the live URL, and its element
+/// for the act: `None` when the page no longer holds that snapshot or the node left the document.
+pub async fn reread(
+    client: &Client,
+    snapshot_id: &str,
+    index: usize,
+) -> Result<(PageRead, Option<(NodeRead, ElementRef)>), ReadError> {
+    let v = client.execute(READ, vec![json!("one"), json!(snapshot_id), json!(index)]).await?;
+    let (json, el) = pair(v)?;
+    let raw: RawOne = serde_json::from_str(&json).map_err(shape)?;
+    let found = match (raw.node, element_ref(&el)) {
+        (Some(n), Some(el)) => Some((node(n), el)),
+        _ => None,
+    };
+    Ok((raw.page, found))
+}
+
+/// Every field of the form that owns node `index`, each with its element: `None` when the node
+/// is gone or in no form.
+pub async fn form(
+    client: &Client,
+    snapshot_id: &str,
+    index: usize,
+) -> Result<(PageRead, Option<Vec<(FormField, Option<ElementRef>)>>), ReadError> {
+    let v = client.execute(READ, vec![json!("form"), json!(snapshot_id), json!(index)]).await?;
+    let (json, els) = pair(v)?;
+    let raw: RawForm = serde_json::from_str(&json).map_err(shape)?;
+    let els: Vec<Option<ElementRef>> = match els {
+        Value::Array(a) => a.iter().map(element_ref).collect(),
+        _ => Vec::new(),
+    };
+    let fields = raw
+        .fields
+        .map(|fields| fields.into_iter().enumerate().map(|(i, f)| (f, els.get(i).cloned().flatten())).collect());
+    Ok((raw.page, fields))
 }
 
 /// The page as it is now: URL, title, document and DOM signature.

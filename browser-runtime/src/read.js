@@ -1,10 +1,20 @@
 // The runtime's one read of a page, sent with every observe and every act so that both read the
-// same way. `arguments[0]` is "observe" (every node of the flat tree) or "one" (the element in
-// `arguments[1]` only). Returned elements travel back as WebDriver element references.
+// same way. `arguments[0]` is "observe" (every node of the flat tree, kept in the page under the
+// snapshot id `arguments[1]`), "one" (node `arguments[2]` of snapshot `arguments[1]`, read again
+// and returned as a WebDriver element reference for the act) or "form" (the fields of that
+// node's form). The facts travel as one JSON string without empty values: far cheaper for the
+// driver than an object graph, and element references are made only for the one node acted on.
 //
 // Deny-biased on purpose: hidden text counts as text, a label source longer than MAX is carried
 // cut with a mark, and anything that could send the click elsewhere is a navigation target.
+//
+// This runs in the page's own script world, so a page that replaces DOM built-ins can lie to it;
+// every check is made on the element that is then acted on, and the request fence below the DOM
+// is what bounds such a page (see ARCHITECTURE.md).
 const mode = arguments[0];
+const KEY = Symbol.for('grant-ledger.snapshot');
+const FORM_ELEMENTS = Object.getOwnPropertyDescriptor(HTMLFormElement.prototype, 'elements').get;
+const FORM_ACTION = Object.getOwnPropertyDescriptor(HTMLFormElement.prototype, 'action').get;
 const MAX = 1024;
 const MAX_NODES = 10000;
 const MAX_OPTIONS = 4097;
@@ -91,9 +101,15 @@ function isLink(n) {
   if (n.namespaceURI === SVG) return n.localName === 'a' && (n.hasAttribute('href') || n.hasAttributeNS(XLINK, 'href'));
   return (n.localName === 'a' || n.localName === 'area') && n.hasAttribute('href');
 }
+// The control's own type, as the browser reads it: an unknown `type` on a button is a submit.
 function isSubmit(n) {
-  if (n.localName === 'button') return (n.getAttribute('type') || 'submit').toLowerCase() === 'submit';
+  if (n.localName === 'button' && n.namespaceURI === 'http://www.w3.org/1999/xhtml') return n.type === 'submit';
   return n.localName === 'input' && (n.type === 'submit' || n.type === 'image');
+}
+// The button an implicit submission (Enter in a field) presses: the form's first submit control.
+function defaultButton(f) {
+  for (const c of FORM_ELEMENTS.call(f)) if (isSubmit(c)) return c;
+  return null;
 }
 function formOwner(n) {
   if ('form' in n && n.form instanceof HTMLFormElement) return n.form;
@@ -189,14 +205,17 @@ function describe(el) {
   const nonEmpty = (s) => (s && s.trim() ? s : null);
   const root = el.getRootNode();
   const byId = (id) => (root.getElementById ? root.getElementById(id) : document.getElementById(id));
-  const labelledby = (el.getAttribute('aria-labelledby') || '')
-    .split(/\s+/)
-    .filter(Boolean)
-    .map(byId)
-    .filter(Boolean)
-    .map((t) => flatText(t) || t.getAttribute('aria-label') || '');
-  const labelTexts = (c) => (c.labels ? Array.from(c.labels).map(flatText) : []);
-  let labels = labelTexts(el);
+  const targetsOf = (el.getAttribute('aria-labelledby') || '').split(/\s+/).filter(Boolean).map(byId).filter(Boolean);
+  // Each target's name for the accessible name; its text and its aria-label both as sources.
+  const labelledName = targetsOf.map((t) => nonEmpty(t.getAttribute('aria-label')) || flatText(t, true));
+  const labelledby = [];
+  for (const t of targetsOf) {
+    labelledby.push(flatText(t));
+    if (nonEmpty(t.getAttribute('aria-label'))) labelledby.push(t.getAttribute('aria-label'));
+  }
+  const labelTexts = (c) => (c.labels ? Array.from(c.labels).map((l) => flatText(l)) : []);
+  const ownLabels = labelTexts(el);
+  let labels = ownLabels;
   // A click inside a label changes the label's control: its labels are this element's too.
   const controls = [];
   for (const a of [el, ...ancestors(el)]) {
@@ -225,10 +244,10 @@ function describe(el) {
     imgAlt = collapse(alts.join(' '));
   }
   let name =
-    collapse(labelledby.join(' ')) ||
+    collapse(labelledName.join(' ')) ||
     collapse(ariaLabel || '') ||
     (isButtonInput ? collapse(value || (el.type === 'image' ? alt || '' : el.type === 'reset' ? 'Reset' : el.type === 'submit' ? 'Submit' : '')) : '') ||
-    collapse(labels.join(' ')) ||
+    collapse(ownLabels.join(' ')) ||
     shownText ||
     imgAlt ||
     collapse(alt || '') ||
@@ -252,18 +271,25 @@ function describe(el) {
     const f = formOwner(n);
     if (!f) return;
     if (isSubmit(n) && n.hasAttribute('formaction')) targets.add(n.formAction);
-    else targets.add(f.action);
+    else targets.add(FORM_ACTION.call(f));
+    // Enter in a field submits through the default button, with its formaction.
+    const d = isSubmit(n) ? null : defaultButton(f);
+    if (d && d.hasAttribute('formaction')) targets.add(d.formAction);
   };
   for (const a of [el, ...ancestors(el)]) if (isLink(a)) linkTargets(a);
   formTargets(el);
   for (const c of controls) formTargets(c);
-  descendants(el, (d) => {
-    if (isLink(d)) linkTargets(d);
-    if (isSubmit(d)) formTargets(d);
+  const embedded = (d) => {
     const dn = d.localName;
     if (dn === 'iframe' || dn === 'frame' || dn === 'embed' || dn === 'object' || dn === 'map' || dn === 'portal') targets.add('about:embedded');
     if (dn === 'img' && d.hasAttribute('usemap')) targets.add('about:embedded');
     if (dn === 'use' && d.namespaceURI === SVG) targets.add('about:embedded');
+  };
+  embedded(el);
+  descendants(el, (d) => {
+    if (isLink(d)) linkTargets(d);
+    if (isSubmit(d)) formTargets(d);
+    embedded(d);
   });
 
   let dialog = null;
@@ -341,12 +367,38 @@ const page = {
   time_origin: performance.timeOrigin,
   sig: document.getElementsByTagName('*').length + ':' + (document.body ? document.body.textContent.length : 0),
 };
+// Empty values are left out of the JSON: the runtime reads an absent one as empty.
+const compact = (k, v) => (v === null || v === false || v === '' || (Array.isArray(v) && v.length === 0) ? undefined : v);
+if (mode === 'observe') {
+  const els = [];
+  const nodes = [];
+  const stack = [document.documentElement];
+  while (stack.length && nodes.length < MAX_NODES) {
+    const n = stack.pop();
+    if (n.nodeType !== 1) continue;
+    if (roleOf(n) && n.localName !== 'option' && visible(n)) {
+      const d = describe(n);
+      els.push(d.el);
+      delete d.el;
+      nodes.push(d);
+    }
+    const kids = flatChildren(n);
+    for (let i = kids.length - 1; i >= 0; i--) stack.push(kids[i]);
+  }
+  // The snapshot's elements stay in the page; the next observe replaces them.
+  window[KEY] = { id: arguments[1], els };
+  return JSON.stringify({ page, nodes, more: stack.length > 0 }, compact);
+}
+const reg = window[KEY];
+const el = reg && reg.id === arguments[1] ? reg.els[arguments[2]] : null;
+if (!el || !el.isConnected) return [JSON.stringify({ page, gone: true }, compact), null];
 if (mode === 'form') {
-  const form = formOwner(arguments[1]);
-  if (!form) return { page, fields: null };
+  const form = formOwner(el);
+  if (!form) return [JSON.stringify({ page }, compact), null];
   const SECRET = new Set(['password', 'one_time_code', 'payment']);
   const fields = [];
-  for (const e of Array.from(form.elements)) {
+  const fieldEls = [];
+  for (const e of Array.from(FORM_ELEMENTS.call(form))) {
     const t = e.localName;
     if (t === 'fieldset' || t === 'object' || t === 'output' || t === 'button') continue;
     if (t === 'input' && BUTTON_INPUTS.has(e.type)) continue;
@@ -355,22 +407,12 @@ if (mode === 'form') {
     const label = d ? d.fact.labels.join(' ') || d.fact.aria_label || d.fact.placeholder || e.name || '' : e.name || '';
     let value = t === 'select' ? Array.from(e.selectedOptions).map((o) => o.text).join(', ') : String(e.value || '');
     if (SECRET.has(kind) && value) value = '[REDACTED]';
-    fields.push({ el: e, label: collapse(label), name: e.name || '', kind, value, checked: !!e.checked });
+    fields.push({ label: collapse(label), name: e.name || '', kind, value, checked: !!e.checked });
+    fieldEls.push(e);
   }
-  return { page, fields };
+  // The fields' elements, in the same order, so the runtime can say which it typed into.
+  return [JSON.stringify({ page, fields }, compact), fieldEls];
 }
-if (mode === 'one') {
-  const el = arguments[1];
-  if (!el || !el.isConnected) return { page, node: null };
-  return { page, node: describe(el) };
-}
-const nodes = [];
-const stack = [document.documentElement];
-while (stack.length && nodes.length < MAX_NODES) {
-  const n = stack.pop();
-  if (n.nodeType !== 1) continue;
-  if (roleOf(n) && n.localName !== 'option' && visible(n)) nodes.push(describe(n));
-  const kids = flatChildren(n);
-  for (let i = kids.length - 1; i >= 0; i--) stack.push(kids[i]);
-}
-return { page, nodes, more: stack.length > 0 };
+const d = describe(el);
+delete d.el;
+return [JSON.stringify({ page, node: d }, compact), el];

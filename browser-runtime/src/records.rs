@@ -13,6 +13,8 @@ pub enum RecordError {
     NoField { run: String, field: String },
     #[error("the task record of run {0:?} cannot be read: {1}")]
     Unreadable(String, String),
+    #[error("the task record of run {0:?} is not an object of field id to text: {1}")]
+    Malformed(String, String),
 }
 
 #[derive(Debug, Clone)]
@@ -52,7 +54,7 @@ impl RecordStore {
             Err(e) => return Err(RecordError::Unreadable(run.into(), e.to_string())),
         };
         let record: HashMap<String, String> =
-            serde_json::from_slice(&bytes).map_err(|e| RecordError::Unreadable(run.into(), e.to_string()))?;
+            serde_json::from_slice(&bytes).map_err(|e| RecordError::Malformed(run.into(), e.to_string()))?;
         let value =
             record.get(field).cloned().ok_or_else(|| RecordError::NoField { run: run.into(), field: field.into() })?;
         if !typeable(&value) {

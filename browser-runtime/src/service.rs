@@ -70,24 +70,60 @@ impl Redeem for AuthorizerRedeemer {
         req.metadata_mut().insert("authorization", bearer.clone());
         match client.clone().redeem_token(req).await {
             Ok(_) => Ok(()),
-            Err(s) => match s.code() {
-                tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::DeadlineExceeded => {
-                    Err(RedeemError::Unavailable(s.message().to_owned()))
+            Err(s) => {
+                use tonic::Code as C;
+                match s.code() {
+                    // Not this token: it was never issued, is used or expired, or names another
+                    // run, snapshot or ref.
+                    C::NotFound | C::FailedPrecondition | C::InvalidArgument | C::AlreadyExists | C::OutOfRange => {
+                        Err(RedeemError::Invalid(format!("the authorizer refused the token: {}", s.message())))
+                    }
+                    // A refusal of the token itself (any reason but the caller's role).
+                    C::PermissionDenied if !caller_refused(&s) => {
+                        Err(RedeemError::Invalid(format!("the authorizer refused the token: {}", s.message())))
+                    }
+                    // The runtime's own credential or the authorizer itself is at fault.
+                    C::Unauthenticated | C::PermissionDenied | C::Internal | C::Unimplemented | C::DataLoss => {
+                        Err(RedeemError::Refused(format!("the authorizer refused the runtime: {}", s.message())))
+                    }
+                    _ => Err(RedeemError::Unavailable(s.message().to_owned())),
                 }
-                _ => Err(RedeemError::Invalid(format!("the authorizer refused the token: {}", s.message()))),
-            },
+            }
         }
     }
 }
 
+/// Whether the authorizer refused the caller (the runtime's credential) rather than the token.
+fn caller_refused(s: &Status) -> bool {
+    use tonic_types::StatusExt;
+    s.get_error_details().error_info().is_some_and(|i| i.reason == "CALLER_NOT_PERMITTED")
+}
+
 type Shared = Arc<tokio::sync::Mutex<Session>>;
 
-/// An open session, with the tenant and profile it was opened for (fixed for its life).
+/// An open session, with the owner and profile it was opened for (fixed for its life).
 #[derive(Debug, Clone)]
 struct Entry {
     tenant: String,
+    principal: String,
     profile: String,
     session: Shared,
+}
+
+/// A pool slot taken for a session being opened: given back on drop unless kept, so a call
+/// cancelled while Chromium starts leaks neither the slot nor the profile.
+struct Slot<'a> {
+    sessions: &'a Mutex<HashMap<String, Entry>>,
+    id: String,
+    kept: bool,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&self.id);
+        }
+    }
 }
 
 /// Every open session of this process, by id.
@@ -109,6 +145,14 @@ fn session_status(e: SessionError) -> Status {
         SessionError::Invalid(m) => Status::invalid_argument(m),
         SessionError::Crashed(m) | SessionError::Unavailable(m) => Status::unavailable(m),
         SessionError::Dialog(m) => Status::failed_precondition(format!("a browser dialog is open: {m}")),
+        SessionError::Stale(m) => Status::failed_precondition(m),
+        e @ SessionError::PageRefused(_) => Status::failed_precondition(e.to_string()),
+        e @ SessionError::Replayed(_) => Status::already_exists(e.to_string()),
+        e @ SessionError::OutOfOrder(_) => Status::failed_precondition(e.to_string()),
+        SessionError::Internal(m) => {
+            tracing::error!(error = %m, "the runtime cannot act");
+            Status::internal(m)
+        }
     }
 }
 
@@ -310,7 +354,11 @@ pub fn act_input(req: pb::ActRequest) -> Result<ActInput, Status> {
         A::Scroll(s) if s.by.unsigned_abs() > 100_000 => return Err(invalid("scroll.by", "is at most 100000 pixels")),
         A::Scroll(s) => ActAction::Scroll { by: s.by },
     };
+    if req.sequence == 0 {
+        return Err(invalid("sequence", "is required: one more than the session's last dispatched act"));
+    }
     Ok(ActInput {
+        sequence: req.sequence,
         run_id: id("run_id", &req.run_id)?,
         snapshot_id: req.snapshot_id,
         node_ref: req.r#ref,
@@ -360,12 +408,15 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
         )
     }
 
-    /// The caller's session, locked: another tenant's session is as absent as one that never
-    /// existed.
+    /// The caller's session, locked: another owner's session is as absent as one that never
+    /// existed, and so is one closed while the call waited for it.
     async fn owned(&self, caller: &Caller, session_id: &str) -> Result<tokio::sync::OwnedMutexGuard<Session>, Status> {
         let entry = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(session_id).cloned();
         match entry {
-            Some(e) if e.tenant == caller.tenant => Ok(e.session.lock_owned().await),
+            Some(e) if e.tenant == caller.tenant && e.principal == caller.principal => {
+                let guard = e.session.lock_owned().await;
+                if guard.closed { Err(Status::not_found("no such session")) } else { Ok(guard) }
+            }
             _ => Err(Status::not_found("no such session")),
         }
     }
@@ -426,7 +477,7 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
             0,
         )));
         let mut guard = Arc::clone(&shared).lock_owned().await;
-        {
+        let mut slot = {
             let mut sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if sessions.len() >= self.config.pool_size {
                 return Err(Status::resource_exhausted(format!(
@@ -437,15 +488,21 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
             if sessions.values().any(|e| e.tenant == caller.tenant && e.profile == profile) {
                 return Err(Status::already_exists("this browser profile already has an open session"));
             }
-            let entry = Entry { tenant: caller.tenant.clone(), profile: profile.clone(), session: Arc::clone(&shared) };
+            let entry = Entry {
+                tenant: caller.tenant.clone(),
+                principal: caller.principal.clone(),
+                profile: profile.clone(),
+                session: Arc::clone(&shared),
+            };
             sessions.insert(session_id.clone(), entry);
-        }
+            Slot { sessions: &self.sessions, id: session_id.clone(), kept: false }
+        };
         if let Err(e) = session.start(&self.config.browser).await {
-            self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&session_id);
             session.close().await;
             return Err(session_status(e));
         }
         *guard = session;
+        slot.kept = true;
         Ok(Response::new(pb::OpenSessionReply { session_id }))
     }
 
@@ -478,6 +535,7 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
             changed: o.changed,
             dispatched: o.dispatched,
             reason: o.reason.unwrap_or_default().to_owned(),
+            outcome_unknown: o.outcome_unknown,
         }))
     }
 
@@ -498,13 +556,13 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
             url,
             fields: fields
                 .into_iter()
-                .map(|f| pb::FormField {
-                    label: f.label,
-                    name: f.name,
-                    kind: field_kind_pb(f.kind) as i32,
-                    value: f.value,
-                    checked: f.checked,
-                    typed_field_id: f.typed_field_id.unwrap_or_default(),
+                .map(|r| pb::FormField {
+                    label: r.field.label,
+                    name: r.field.name,
+                    kind: field_kind_pb(r.field.kind) as i32,
+                    value: r.field.value,
+                    checked: r.field.checked,
+                    typed_field_id: r.typed_field_id.unwrap_or_default(),
                 })
                 .collect(),
         }))
@@ -518,6 +576,7 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
         let session_id = req.get_ref().session_id.clone();
         let mut s = self.owned(&caller, &session_id).await?;
         s.close().await;
+        s.closed = true;
         drop(s);
         self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&session_id);
         Ok(Response::new(pb::CloseSessionReply {}))

@@ -13,7 +13,7 @@ use time::OffsetDateTime;
 
 use crate::browser::{Browser, BrowserError, is_crash};
 use crate::config::BrowserConfig;
-use crate::page::{self, NodeRead, PageRead, ReadError, Role};
+use crate::page::{self, FormField, NodeRead, PageRead, ReadError, Role};
 use crate::records::{RecordError, RecordStore};
 
 /// The closed codes of the tool contract, and the grant refusal.
@@ -86,6 +86,9 @@ pub enum ActAction {
 /// A validated act.
 #[derive(Debug, Clone)]
 pub struct ActInput {
+    /// The act's place in the session: one more than the last act dispatched. A replay of a
+    /// dispatched one is refused and dispatches nothing, so a retry can never act twice.
+    pub sequence: u64,
     pub run_id: String,
     pub snapshot_id: String,
     pub node_ref: String,
@@ -105,6 +108,8 @@ pub struct ActOutcome {
     pub snapshot_id: String,
     pub changed: bool,
     pub dispatched: bool,
+    /// The act was sent but what it did is not known (the browser failed while it settled).
+    pub outcome_unknown: bool,
     /// The coverage rule's stable code, for a grant refusal.
     pub reason: Option<&'static str>,
 }
@@ -123,6 +128,22 @@ pub enum SessionError {
     /// A retry may succeed (the browser could not be restarted, the authorizer was unreachable).
     #[error("{0}")]
     Unavailable(String),
+    /// The snapshot is not the newest, or its node is gone: observe again.
+    #[error("{0}")]
+    Stale(String),
+    /// The page broke the runtime's read (its script threw, or returned what the read cannot
+    /// have made): a retry meets the same page.
+    #[error("the page broke the runtime's read: {0}")]
+    PageRefused(String),
+    /// The act's sequence was dispatched already; nothing was done.
+    #[error("sequence {0} was dispatched already; nothing was done")]
+    Replayed(u64),
+    /// The act's sequence skips ahead of the session's.
+    #[error("the next sequence is {0}")]
+    OutOfOrder(u64),
+    /// The runtime's own configuration is wrong (its authorizer credential was refused).
+    #[error("{0}")]
+    Internal(String),
 }
 
 /// Named keys a press may send, with their WebDriver code points.
@@ -156,10 +177,11 @@ pub fn key_text(key: &str) -> Option<String> {
     }
 }
 
-/// The newest snapshot: refs are indexes into `nodes`.
+/// The newest snapshot: refs are indexes into `nodes`, the page keeps the elements.
 #[derive(Debug)]
 struct Snapshot {
     id: String,
+    url: String,
     nodes: Vec<NodeRead>,
 }
 
@@ -171,18 +193,11 @@ pub struct Observation {
     pub nodes: Vec<NodeRead>,
 }
 
-/// One field of a form, read back.
-#[derive(Debug, Clone, serde::Deserialize)]
-pub struct FormField {
-    pub label: String,
-    pub name: String,
-    pub kind: FieldKind,
-    pub value: String,
-    pub checked: bool,
-    #[serde(skip)]
+/// One field of a form, read back, with the record field the runtime typed into it.
+#[derive(Debug, Clone)]
+pub struct ReadBack {
+    pub field: FormField,
     pub typed_field_id: Option<String>,
-    #[serde(default)]
-    el: serde_json::Value,
 }
 
 /// Where approval tokens are redeemed: the authorizer, for exactly this run, snapshot and ref.
@@ -203,6 +218,8 @@ pub enum RedeemError {
     Invalid(String),
     /// The authorizer could not be asked; nothing was dispatched.
     Unavailable(String),
+    /// The authorizer refused the runtime itself (its credential): nothing was dispatched.
+    Refused(String),
 }
 
 #[derive(Debug)]
@@ -212,7 +229,10 @@ pub struct Session {
     pub allowed_origins: Vec<String>,
     pub start_url: String,
     pub max_steps: u32,
-    pub steps: u32,
+    /// Acts dispatched: the last sequence applied.
+    pub applied: u64,
+    /// Closed by its owner: calls that waited for it find nothing.
+    pub closed: bool,
     browser: Option<Browser>,
     snapshot: Option<Snapshot>,
     /// Elements the runtime typed into, with the record field it typed.
@@ -232,11 +252,13 @@ fn origin_of(url: &str) -> Option<String> {
     }
 }
 
-fn driver(e: ReadError) -> Result<CmdError, SessionError> {
-    match e {
-        ReadError::Driver(e) => Ok(e),
-        ReadError::Shape(m) => Err(SessionError::Unavailable(m)),
-    }
+/// Errors the browser gives when it did not act: the element could not take the input.
+fn not_acted(e: &CmdError) -> bool {
+    use fantoccini::error::ErrorStatus as S;
+    matches!(e, CmdError::Standard(w) if matches!(
+        w.error,
+        S::ElementClickIntercepted | S::ElementNotInteractable | S::InvalidElementState | S::StaleElementReference
+    ))
 }
 
 impl Session {
@@ -253,7 +275,8 @@ impl Session {
             allowed_origins,
             start_url,
             max_steps,
-            steps: 0,
+            applied: 0,
+            closed: false,
             browser: None,
             snapshot: None,
             typed: HashMap::new(),
@@ -284,17 +307,23 @@ impl Session {
 
     /// The chromedriver process whose group holds this session's Chromium.
     pub fn driver_pid(&self) -> Option<u32> {
-        self.browser.as_ref().and_then(Browser::driver_pid)
+        self.browser.as_ref().map(Browser::driver_pid)
     }
 
-    fn client(&self) -> Result<fantoccini::Client, SessionError> {
+    /// The session's browser, started again (clean, at the start page) if an earlier restart
+    /// failed.
+    async fn client(&mut self, config: &BrowserConfig) -> Result<fantoccini::Client, SessionError> {
+        if self.browser.is_none() {
+            self.start(config).await?;
+        }
         self.browser
             .as_ref()
             .map(|b| b.client.clone())
             .ok_or_else(|| SessionError::Unavailable("the session's browser is not running".into()))
     }
 
-    /// Sorts a driver error: a crash restarts the browser clean; an open dialog is reported.
+    /// Sorts a driver error: a crash restarts the browser clean; an open dialog is reported;
+    /// the page throwing in the runtime's read is the page's doing.
     async fn failed(&mut self, e: CmdError, config: &BrowserConfig) -> SessionError {
         let gone = is_crash(&e) || self.browser.as_mut().is_some_and(|b| !b.driver_alive());
         if gone {
@@ -311,37 +340,45 @@ impl Session {
         if e.is_unexpected_alert_open() {
             return SessionError::Dialog(e.to_string());
         }
+        if e.is_javascript_error() {
+            return SessionError::PageRefused(e.to_string());
+        }
         SessionError::Unavailable(format!("the browser refused the command: {e}"))
+    }
+
+    async fn read_failed(&mut self, e: ReadError, config: &BrowserConfig) -> SessionError {
+        match e {
+            ReadError::Driver(e) => self.failed(e, config).await,
+            ReadError::Shape(m) => SessionError::PageRefused(m),
+        }
     }
 
     /// A new snapshot of the live page; it voids the one before.
     pub async fn observe(&mut self, config: &BrowserConfig) -> Result<Observation, SessionError> {
         self.snapshot = None;
-        let client = self.client()?;
-        let (page, nodes, _more) = match page::snapshot(&client).await {
-            Ok(r) => r,
-            Err(e) => {
-                let e = driver(e)?;
-                return Err(self.failed(e, config).await);
-            }
-        };
+        let client = self.client(config).await?;
         let id = snapshot_id();
-        self.snapshot = Some(Snapshot { id: id.clone(), nodes: nodes.clone() });
+        let (page, nodes, _more) = match page::snapshot(&client, &id).await {
+            Ok(r) => r,
+            Err(e) => return Err(self.read_failed(e, config).await),
+        };
+        self.snapshot = Some(Snapshot { id: id.clone(), url: page.url.clone(), nodes: nodes.clone() });
         Ok(Observation { snapshot_id: id, page, nodes })
     }
 
     pub async fn screenshot(&mut self, config: &BrowserConfig) -> Result<Vec<u8>, SessionError> {
-        let client = self.client()?;
+        let client = self.client(config).await?;
         match client.screenshot().await {
             Ok(png) => Ok(png),
             Err(e) => Err(self.failed(e, config).await),
         }
     }
 
-    fn node(&self, snapshot_id: &str, node_ref: &str) -> Result<&NodeRead, Code> {
+    /// The node `node_ref` names in the newest snapshot, with its index.
+    fn node(&self, snapshot_id: &str, node_ref: &str) -> Result<(usize, &NodeRead), Code> {
         let snapshot = self.snapshot.as_ref().filter(|s| s.id == snapshot_id).ok_or(Code::StaleSnapshot)?;
         let index: usize = node_ref.strip_prefix('n').and_then(|d| d.parse().ok()).ok_or(Code::RefNotFound)?;
-        snapshot.nodes.get(index).ok_or(Code::RefNotFound)
+        snapshot.nodes.get(index).map(|n| (index, n)).ok_or(Code::RefNotFound)
     }
 
     /// Every field of the form that owns the node, read from the live page.
@@ -350,33 +387,22 @@ impl Session {
         snapshot_id: &str,
         node_ref: &str,
         config: &BrowserConfig,
-    ) -> Result<(String, Vec<FormField>), SessionError> {
-        let element = match self.node(snapshot_id, node_ref) {
-            Ok(n) => n.element.clone(),
-            Err(code) => return Err(SessionError::Invalid(format!("{}: observe again", code.name()))),
+    ) -> Result<(String, Vec<ReadBack>), SessionError> {
+        let index = match self.node(snapshot_id, node_ref) {
+            Ok((i, _)) => i,
+            Err(code) => return Err(SessionError::Stale(format!("{}: observe again", code.name()))),
         };
-        let client = self.client()?;
-        let el = Element::from_element_id(client.clone(), element);
-        let arg = serde_json::to_value(&el).map_err(|e| SessionError::Unavailable(e.to_string()))?;
-        let v = match client.execute(include_str!("read.js"), vec![json!("form"), arg]).await {
-            Ok(v) => v,
-            Err(e) if e.is_stale_element_reference() => {
-                return Err(SessionError::Invalid("STALE_SNAPSHOT: observe again".into()));
-            }
-            Err(e) => return Err(self.failed(e, config).await),
+        let client = self.client(config).await?;
+        let (page, fields) = match page::form(&client, snapshot_id, index).await {
+            Ok(r) => r,
+            Err(e) => return Err(self.read_failed(e, config).await),
         };
-        #[derive(serde::Deserialize)]
-        struct Reply {
-            page: PageRead,
-            fields: Option<Vec<FormField>>,
-        }
-        let reply: Reply = serde_json::from_value(v).map_err(|e| SessionError::Unavailable(e.to_string()))?;
-        let mut fields = reply.fields.ok_or_else(|| SessionError::Invalid("the node is in no form".into()))?;
-        for f in &mut fields {
-            let id = f.el.as_object().and_then(|o| o.values().next()).and_then(|v| v.as_str()).map(str::to_owned);
-            f.typed_field_id = id.and_then(|id| self.typed.get(&ElementRef::from(id)).cloned());
-        }
-        Ok((reply.page.url, fields))
+        let fields = fields.ok_or_else(|| SessionError::Invalid("the node is gone or in no form".into()))?;
+        let read = fields
+            .into_iter()
+            .map(|(field, el)| ReadBack { typed_field_id: el.and_then(|el| self.typed.get(&el).cloned()), field })
+            .collect();
+        Ok((page.url, read))
     }
 
     /// Re-checks the act against the live page and, only if nothing refuses, dispatches it.
@@ -388,12 +414,21 @@ impl Session {
         config: &BrowserConfig,
         now: OffsetDateTime,
     ) -> Result<ActOutcome, SessionError> {
+        if input.sequence <= self.applied {
+            return Err(SessionError::Replayed(input.sequence));
+        }
+        if input.sequence != self.applied + 1 {
+            return Err(SessionError::OutOfOrder(self.applied + 1));
+        }
         let outcome = self.check_and_dispatch(&input, records, redeemer, config, now).await;
         // After any act, and after any refusal but APPROVAL_REQUIRED (whose approval is bound to
         // this snapshot and ref), the snapshot is void: the next act needs fresh facts.
         match &outcome {
             Ok(o) if o.code == Code::ApprovalRequired => {}
             _ => self.snapshot = None,
+        }
+        if matches!(&outcome, Ok(o) if o.dispatched) {
+            self.applied = input.sequence;
         }
         outcome
     }
@@ -412,34 +447,38 @@ impl Session {
             snapshot_id: input.snapshot_id.clone(),
             changed: false,
             dispatched: false,
+            outcome_unknown: false,
             reason: None,
         };
-        if self.steps >= self.max_steps {
+        if self.applied >= u64::from(self.max_steps) {
             return Ok(refuse(Code::BudgetExceeded, format!("the run's budget of {} steps is spent", self.max_steps)));
         }
-        let element = match self.node(&input.snapshot_id, &input.node_ref) {
-            Ok(n) => n.element.clone(),
+        let (index, seen) = match self.node(&input.snapshot_id, &input.node_ref) {
+            Ok((i, n)) => (i, n.clone()),
             Err(Code::StaleSnapshot) => {
                 return Ok(refuse(Code::StaleSnapshot, "the snapshot is not the newest one: observe again".into()));
             }
             Err(code) => return Ok(refuse(code, format!("{} is not in the snapshot", input.node_ref))),
         };
-        let client = self.client()?;
+        let seen_url = self.snapshot.as_ref().map(|s| s.url.clone()).unwrap_or_default();
+        // The model's claim must be what the snapshot showed.
+        if seen.role != Some(input.expected_role) {
+            return Ok(refuse(Code::RoleMismatch, "the snapshot showed another role for this ref".into()));
+        }
+        if seen.name != input.expected_name {
+            return Ok(refuse(Code::NameMismatch, "the snapshot showed another name for this ref".into()));
+        }
+        let client = self.client(config).await?;
 
         // The live page: URL, element and every label source, in one round trip.
-        let (live_page, live) = match page::reread(&client, &element).await {
+        let (live_page, live) = match page::reread(&client, &input.snapshot_id, index).await {
             Ok(r) => r,
-            Err(e) => {
-                let e = driver(e)?;
-                if e.is_stale_element_reference() {
-                    return Ok(refuse(Code::StaleSnapshot, "the page re-rendered: the node is gone".into()));
-                }
-                return Err(self.failed(e, config).await);
-            }
+            Err(e) => return Err(self.read_failed(e, config).await),
         };
-        let Some(live) = live else {
-            return Ok(refuse(Code::StaleSnapshot, "the node left the page".into()));
+        let Some((live, element)) = live else {
+            return Ok(refuse(Code::StaleSnapshot, "the page re-rendered: the node is gone".into()));
         };
+        // ... and what the live page says now.
         if live.role != Some(input.expected_role) {
             let is = live.role.map_or("none of the listed roles", Role::code);
             return Ok(refuse(Code::RoleMismatch, format!("the node is now a {is}")));
@@ -447,7 +486,13 @@ impl Session {
         if live.name != input.expected_name {
             return Ok(refuse(Code::NameMismatch, "the node's accessible name is not the expected one".into()));
         }
+        // Anything else about the node or the page that moved since the snapshot (a label
+        // source, a target, the URL) makes the snapshot's facts, and any approval of them, stale.
+        if live.facts != seen.facts || live.option_count != seen.option_count || live_page.url != seen_url {
+            return Ok(refuse(Code::StaleSnapshot, "the page changed since the snapshot: observe again".into()));
+        }
         let kind = live.facts.field_kind;
+
         // The run stays on its origins: the page, and wherever the act could lead.
         let allowed = |url: &str| origin_of(url).is_some_and(|o| self.allowed_origins.contains(&o));
         if !allowed(&live_page.url) {
@@ -465,6 +510,7 @@ impl Session {
                 Err(e @ (RecordError::Invalid(_) | RecordError::NoField { .. })) => {
                     return Err(SessionError::Invalid(e.to_string()));
                 }
+                Err(e @ RecordError::Malformed(..)) => return Err(SessionError::Internal(e.to_string())),
                 Err(e @ RecordError::Unreadable(..)) => return Err(SessionError::Unavailable(e.to_string())),
             }),
             _ => None,
@@ -518,21 +564,27 @@ impl Session {
             ),
             ActAction::Select { .. } => kind == FieldKind::Select,
             ActAction::Check => matches!(kind, FieldKind::Checkbox | FieldKind::Radio | FieldKind::CustomChoice),
+            // A letter or digit pressed into a field would type literal text, one key at a time.
+            ActAction::Press { key } => {
+                !(classifier::coverage::takes_text(kind) && key.chars().count() == 1 && key != " ")
+            }
             _ => true,
         };
         if !fits {
             return Ok(refuse(Code::NodeNotInteractable, "the action does not apply to this kind of control".into()));
         }
-
         if matches!(kind, FieldKind::Password | FieldKind::OneTimeCode) {
             return Ok(refuse(
                 Code::NodeNotInteractable,
                 "credential and one-time-code fields are never acted on".into(),
             ));
         }
-        // The runtime's own judgement of consequence: a named consequence needs a token.
+
+        // The runtime's own judgement of consequence: a named consequence, or a label or option
+        // list it could not read whole, needs a token.
         let consequence = classifier::classify(&live.facts, &page_facts);
-        let consequential = matches!(consequence, Consequence::Named(_));
+        let unread = live.facts.truncated || live.option_count > classifier::coverage::MAX_OPTIONS;
+        let consequential = matches!(consequence, Consequence::Named(_)) || unread;
         if consequential != input.consequential {
             tracing::info!(
                 run = %input.run_id, node = %input.node_ref, model = input.consequential, runtime = consequential,
@@ -541,9 +593,10 @@ impl Session {
         }
         match &input.approval_token {
             None if consequential => {
+                let reads = if unread { "a label the runtime could not read whole" } else { consequence.code() };
                 return Ok(refuse(
                     Code::ApprovalRequired,
-                    format!("the node reads as {}: request an approval for this snapshot and ref", consequence.code()),
+                    format!("the node reads as {reads}: request an approval for this snapshot and ref"),
                 ));
             }
             None => {}
@@ -553,6 +606,7 @@ impl Session {
                 Err(RedeemError::Unavailable(m)) => {
                     return Err(SessionError::Unavailable(format!("the approval token could not be redeemed: {m}")));
                 }
+                Err(RedeemError::Refused(m)) => return Err(SessionError::Internal(m)),
             },
         }
 
@@ -581,10 +635,8 @@ impl Session {
                 let arg = serde_json::to_value(&el).unwrap_or_default();
                 match client.execute(PICK, vec![arg, json!(option)]).await {
                     // Choosing through the option itself fires the page's input and change events.
-                    Ok(v) => match v.as_object().and_then(|o| o.values().next()).and_then(|x| x.as_str()) {
-                        Some(id) => {
-                            Element::from_element_id(client.clone(), ElementRef::from(id.to_owned())).click().await
-                        }
+                    Ok(v) => match page::element_ref(&v) {
+                        Some(id) => Element::from_element_id(client.clone(), id).click().await,
                         None => {
                             return Ok(refuse(Code::NodeNotInteractable, "no option has that value or label".into()));
                         }
@@ -614,19 +666,22 @@ impl Session {
                     .map(|_| ())
             }
         };
-        if let Err(e) = sent {
-            if matches!(&e, CmdError::Standard(w) if w.error == fantoccini::error::ErrorStatus::ElementClickIntercepted)
-                || e.is_element_not_interactable()
-                || e.is_invalid_element_state()
-            {
-                return Ok(refuse(Code::NodeNotInteractable, format!("the browser did not act: {e}")));
-            }
-            if e.is_stale_element_reference() {
+        let dispatched = ActOutcome { code: Code::Ok, dispatched: true, ..refuse(Code::Ok, String::new()) };
+        match sent {
+            Ok(()) => {}
+            Err(e) if e.is_stale_element_reference() => {
                 return Ok(refuse(Code::StaleSnapshot, "the page re-rendered: the node is gone".into()));
             }
-            return Err(self.failed(e, config).await);
+            Err(e) if not_acted(&e) => {
+                return Ok(refuse(Code::NodeNotInteractable, format!("the browser did not act: {e}")));
+            }
+            // Anything else may have reached the page: the outcome is unknown, and the sequence
+            // is spent so that a retry cannot act twice.
+            Err(e) => {
+                let why = self.failed(e, config).await;
+                return Ok(ActOutcome { outcome_unknown: true, changed: true, detail: why.to_string(), ..dispatched });
+            }
         }
-        self.steps += 1;
 
         let waited = match input.wait_for {
             WaitFor::None => Ok(()),
@@ -638,23 +693,18 @@ impl Session {
             Ok(()) => page::page(&client).await,
             Err(e) => Err(e),
         };
-        let changed = match after {
-            Ok(p) => p.url != live_page.url || p.time_origin != live_page.time_origin || p.sig != live_page.sig,
+        match after {
+            Ok(p) => Ok(ActOutcome {
+                changed: p.url != live_page.url || p.time_origin != live_page.time_origin || p.sig != live_page.sig,
+                ..dispatched
+            }),
             // A dialog opened by the act answers every script: the page did change.
-            Err(ReadError::Driver(e)) if e.is_unexpected_alert_open() => true,
+            Err(ReadError::Driver(e)) if e.is_unexpected_alert_open() => Ok(ActOutcome { changed: true, ..dispatched }),
             Err(e) => {
-                let e = driver(e)?;
-                return Err(self.failed(e, config).await);
+                let why = self.read_failed(e, config).await;
+                Ok(ActOutcome { outcome_unknown: true, changed: true, detail: why.to_string(), ..dispatched })
             }
-        };
-        Ok(ActOutcome {
-            code: Code::Ok,
-            detail: String::new(),
-            snapshot_id: input.snapshot_id.clone(),
-            changed,
-            dispatched: true,
-            reason: None,
-        })
+        }
     }
 }
 

@@ -134,6 +134,22 @@ pub fn choosable<'a>(options: &'a [SelectOption], wanted: &str) -> Vec<&'a Selec
         .collect()
 }
 
+/// Field kinds that take typed text (a key pressed into one types it).
+pub fn takes_text(kind: FieldKind) -> bool {
+    matches!(
+        kind,
+        FieldKind::Text
+            | FieldKind::Search
+            | FieldKind::TextArea
+            | FieldKind::EditableRegion
+            | FieldKind::Identity
+            | FieldKind::Other
+            | FieldKind::Password
+            | FieldKind::OneTimeCode
+            | FieldKind::Payment
+    )
+}
+
 fn is_sensitive_field(kind: FieldKind) -> bool {
     matches!(kind, FieldKind::Password | FieldKind::OneTimeCode | FieldKind::Payment | FieldKind::Identity)
 }
@@ -241,6 +257,11 @@ pub fn covers(grant: &Grant, action: &Action, element: &ElementFacts, page: &Pag
             let single = key.chars().count() == 1 && key.chars().all(|c| c.is_ascii_alphanumeric());
             if !(single || KEYS.contains(&key.as_str())) {
                 return refuse(Reason::KeyNotAllowed, format!("key {key:?} is not a covered key"));
+            }
+            // Letters and digits pressed one by one into a field would type literal text, which
+            // only a task-record field may do.
+            if single && takes_text(element.field_kind) {
+                return refuse(Reason::KeyNotAllowed, "a letter or digit pressed into a field types literal text");
             }
         }
         _ => {}

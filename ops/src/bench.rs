@@ -836,6 +836,7 @@ pub mod act {
             let node = o.nodes.iter().find(|n| n.name == "Tap").context("the Tap node")?;
             let act = rt::ActRequest {
                 session_id: session.clone(),
+                sequence: u64::try_from(i + 1)?,
                 run_id: "bench".into(),
                 snapshot_id: o.snapshot_id.clone(),
                 r#ref: node.r#ref.clone(),

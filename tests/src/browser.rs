@@ -63,6 +63,8 @@ pub struct Stack {
     pub served: Arc<BrowserRuntime<AuthorizerRedeemer>>,
     /// Task records: `records/<tenant>/<run>.json`.
     pub records: PathBuf,
+    /// Each session's last dispatched sequence, so `act` can number the next one.
+    applied: std::collections::HashMap<String, u64>,
     dir: PathBuf,
     _stops: Vec<tokio::sync::oneshot::Sender<()>>,
 }
@@ -140,6 +142,7 @@ impl Stack {
             authorizer: pb::authorizer_client::AuthorizerClient::new(channel(authorizer_port).await),
             served,
             records,
+            applied: std::collections::HashMap::new(),
             dir,
             _stops: stops,
         }
@@ -172,8 +175,17 @@ impl Stack {
             .into_inner()
     }
 
-    pub async fn act(&mut self, req: rt::ActRequest) -> Result<rt::ActReply, Status> {
-        Ok(self.runtime.act(with(WORKER, req)).await?.into_inner())
+    /// Sends `req`, numbered as the session's next act unless it carries a sequence.
+    pub async fn act(&mut self, mut req: rt::ActRequest) -> Result<rt::ActReply, Status> {
+        let applied = self.applied.get(&req.session_id).copied().unwrap_or(0);
+        if req.sequence == 0 {
+            req.sequence = applied + 1;
+        }
+        let reply = self.runtime.act(with(WORKER, req.clone())).await?.into_inner();
+        if reply.dispatched {
+            self.applied.insert(req.session_id, req.sequence);
+        }
+        Ok(reply)
     }
 
     /// chromedriver's pid for the session (its process group holds the session's Chromium).

