@@ -806,6 +806,11 @@ pub async fn serve<B: Backend + 'static>(
     builder
         .add_service(health)
         .add_service(service.into_server())
-        .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), shutdown)
+        .serve_with_incoming_shutdown(
+            // Without Nagle's delay: a reply larger than one segment otherwise waits for the
+            // peer's delayed acknowledgement.
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            shutdown,
+        )
         .await
 }

@@ -583,6 +583,12 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
     }
 }
 
+/// Accepted connections without Nagle's delay: a reply larger than one segment otherwise waits
+/// for the peer's delayed acknowledgement (tens of milliseconds).
+fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+}
+
 /// Serves `runtime` on `listener` until `shutdown`, then closes every browser it started.
 pub async fn serve<R: Redeem + 'static>(
     listener: tokio::net::TcpListener,
@@ -596,7 +602,7 @@ pub async fn serve<R: Redeem + 'static>(
     }
     let served = builder
         .add_service(pb::browser_runtime_server::BrowserRuntimeServer::from_arc(Arc::clone(&runtime)))
-        .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming(listener), shutdown)
         .await;
     runtime.close_all().await;
     served

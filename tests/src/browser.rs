@@ -66,6 +66,9 @@ pub struct Stack {
     /// Each session's last dispatched sequence, so `act` can number the next one.
     applied: std::collections::HashMap<String, u64>,
     dir: PathBuf,
+    /// Stops the runtime's server (which then closes every browser) and its task.
+    runtime_stop:
+        Option<(tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<Result<(), tonic::transport::Error>>)>,
     _stops: Vec<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -132,8 +135,7 @@ impl Stack {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let runtime_port = listener.local_addr().expect("addr").port();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        stops.push(stop);
-        tokio::spawn(service::serve(listener, Arc::clone(&served), None, async {
+        let serving = tokio::spawn(service::serve(listener, Arc::clone(&served), None, async {
             let _ = stopped.await;
         }));
         Self {
@@ -144,7 +146,16 @@ impl Stack {
             records,
             applied: std::collections::HashMap::new(),
             dir,
+            runtime_stop: Some((stop, serving)),
             _stops: stops,
+        }
+    }
+
+    /// Shuts the runtime down as Ctrl-C would, and waits until it has closed its browsers.
+    pub async fn shutdown_runtime(&mut self) {
+        if let Some((stop, serving)) = self.runtime_stop.take() {
+            let _ = stop.send(());
+            serving.await.expect("the runtime's task").expect("the runtime served");
         }
     }
 

@@ -702,3 +702,23 @@ async fn hidden_ways_off_the_origin_are_refused() {
     let names: Vec<_> = form.fields.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(names, ["elements", "action", "gloss"]);
 }
+
+#[tokio::test]
+async fn a_screenshot_is_a_png_and_shutdown_ends_every_browser() {
+    let mut s = stack().await;
+    let a = s.open("profile-a", "/lesson/1", 50).await.unwrap();
+    let b = s.open("profile-b", "/lesson/2", 50).await.unwrap();
+    let png = s.runtime.screenshot(with(WORKER, rt::ScreenshotRequest { session_id: a.clone() })).await.unwrap();
+    assert!(png.into_inner().png.starts_with(b"\x89PNG\r\n\x1a\n"));
+    let drivers = [s.driver_pid(&a).await, s.driver_pid(&b).await];
+    let browsers: Vec<u32> = drivers.iter().flat_map(|d| children(*d)).collect();
+    assert!(!browsers.is_empty());
+    s.shutdown_runtime().await;
+    // Every process the runtime started is gone (or a zombie its parent has not reaped yet).
+    for pid in drivers.iter().chain(&browsers) {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let running =
+            state.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()).is_some_and(|s| s != "Z");
+        assert!(!running, "process {pid} outlived the runtime: {state}");
+    }
+}
