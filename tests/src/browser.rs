@@ -55,6 +55,8 @@ pub fn with<T>(token: &str, message: T) -> Request<T> {
     req
 }
 
+type Serving = tokio::task::JoinHandle<Result<(), tonic::transport::Error>>;
+
 #[derive(Debug)]
 pub struct Stack {
     pub fixture: Fixture,
@@ -67,8 +69,7 @@ pub struct Stack {
     applied: std::collections::HashMap<String, u64>,
     dir: PathBuf,
     /// Stops the runtime's server (which then closes every browser) and its task.
-    runtime_stop:
-        Option<(tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<Result<(), tonic::transport::Error>>)>,
+    runtime_stop: Option<(tokio::sync::oneshot::Sender<()>, Serving)>,
     _stops: Vec<tokio::sync::oneshot::Sender<()>>,
 }
 
