@@ -34,6 +34,8 @@ pub enum BrowserError {
     NotReady(Duration),
     #[error("Chromium could not be started: {0}")]
     Session(String),
+    #[error("the request fence could not attach to Chromium: {0}")]
+    Fence(#[from] crate::fence::FenceError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -41,6 +43,8 @@ pub enum BrowserError {
 #[derive(Debug)]
 pub struct Browser {
     pub client: Client,
+    /// The request fence on this browser's DevTools connection: no browser runs without one.
+    pub fence: crate::fence::Fence,
     process: Process,
 }
 
@@ -116,7 +120,15 @@ impl Browser {
             .connect(&format!("http://127.0.0.1:{port}"))
             .await
             .map_err(|e| BrowserError::Session(e.to_string()))?;
-        Ok(Self { client, process })
+        let address = client
+            .capabilities()
+            .and_then(|c| c.get("goog:chromeOptions"))
+            .and_then(|o| o.get("debuggerAddress"))
+            .and_then(serde_json::Value::as_str)
+            .ok_or(crate::fence::FenceError::NoEndpoint)?
+            .to_owned();
+        let fence = crate::fence::Fence::connect(&address).await?;
+        Ok(Self { client, fence, process })
     }
 
     /// The chromedriver process, whose process group holds the browser.

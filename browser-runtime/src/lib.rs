@@ -8,6 +8,7 @@
 
 pub mod browser;
 pub mod config;
+pub mod fence;
 #[cfg(feature = "fixture")]
 pub mod fixture;
 pub mod page;

@@ -13,6 +13,7 @@ use time::OffsetDateTime;
 
 use crate::browser::{Browser, BrowserError, is_crash};
 use crate::config::BrowserConfig;
+use crate::fence::{Armed, Scope};
 use crate::page::{self, FormField, NodeRead, PageRead, ReadError, Role};
 use crate::records::{RecordError, RecordStore};
 
@@ -610,6 +611,16 @@ impl Session {
             },
         }
 
+        // Under a constraint the fence holds every document and ping to the grant's prefix while
+        // the act runs and settles.
+        let armed = match (&input.constraint, &self.browser) {
+            (Some(c), Some(b)) => Some(Armed::new(
+                b.fence.handle(),
+                Scope { origins: c.origins.clone(), path_prefix: c.path_prefix.clone() },
+            )),
+            _ => None,
+        };
+
         // Dispatch: the act's own input, and nothing else.
         let el = Element::from_element_id(client.clone(), element.clone());
         let sent = match &input.action {
@@ -684,6 +695,7 @@ impl Session {
         }
 
         let waited = match input.wait_for {
+            WaitFor::None if armed.is_some() => page::settle(&client).await.map_err(ReadError::Driver),
             WaitFor::None => Ok(()),
             WaitFor::Settle => page::settle(&client).await.map_err(ReadError::Driver),
             WaitFor::Navigation => page::navigation(&client, &live_page).await,
@@ -693,18 +705,36 @@ impl Session {
             Ok(()) => page::page(&client).await,
             Err(e) => Err(e),
         };
-        match after {
-            Ok(p) => Ok(ActOutcome {
+        let mut outcome = match after {
+            Ok(p) => ActOutcome {
                 changed: p.url != live_page.url || p.time_origin != live_page.time_origin || p.sig != live_page.sig,
                 ..dispatched
-            }),
+            },
             // A dialog opened by the act answers every script: the page did change.
-            Err(ReadError::Driver(e)) if e.is_unexpected_alert_open() => Ok(ActOutcome { changed: true, ..dispatched }),
+            Err(ReadError::Driver(e)) if e.is_unexpected_alert_open() => ActOutcome { changed: true, ..dispatched },
             Err(e) => {
                 let why = self.read_failed(e, config).await;
-                Ok(ActOutcome { outcome_unknown: true, changed: true, detail: why.to_string(), ..dispatched })
+                ActOutcome { outcome_unknown: true, changed: true, detail: why.to_string(), ..dispatched }
+            }
+        };
+        if let Some(armed) = armed {
+            armed.settle(page::QUIET, page::BOUND).await;
+            let report = armed.finish();
+            if !report.refused.is_empty() || report.opened > 0 {
+                // A refused document leaves the browser's error page: what the act did is unknown.
+                outcome.outcome_unknown = true;
+                outcome.changed = true;
+                let places: Vec<String> =
+                    report.refused.iter().map(|u| origin_of(u).unwrap_or_else(|| "a non-https URL".into())).collect();
+                outcome.detail = format!(
+                    "the fence refused {} request(s) outside the grant's prefix ({}) and closed {} new window(s)",
+                    report.refused.len(),
+                    places.join(", "),
+                    report.opened
+                );
             }
         }
+        Ok(outcome)
     }
 }
 

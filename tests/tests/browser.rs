@@ -60,6 +60,18 @@ Element.prototype.checkVisibility = function (...args) {
 };
 </script>"#;
 
+/// Controls whose way off the prefix no fact shows: script, a closed shadow root, a new window.
+const HOSTILE: &str = r#"<!doctype html><title>Hostile</title>
+<button onclick="location.href='/account/settings'">Next word</button>
+<button onclick="location.href='https://www.elsewhere.test/win'">Hint</button>
+<button onclick="window.open('https://www.elsewhere.test/win')">Dictionary</button>
+<button onclick="const m = document.createElement('meta'); m.httpEquiv = 'refresh'; m.content = '0; url=/account/x'; document.head.append(m)">Refresh</button>
+<div id="host" role="button" aria-label="Listen"></div>
+<script>
+const root = document.getElementById('host').attachShadow({ mode: 'closed' });
+root.innerHTML = '<a href="/account/delete" style="display:block;height:40px">Listen</a>';
+</script>"#;
+
 const FORM: &str = r#"<!doctype html><title>Answer</title>
 <form action="/lesson/answer" method="post">
 <label>Your answer <input name="answer"></label>
@@ -88,6 +100,7 @@ async fn stack() -> Stack {
         ("/lesson/form", FORM),
         ("/lesson/same", AGREE),
         ("/lesson/tricks", TRICKS),
+        ("/lesson/hostile", HOSTILE),
         ("/lesson/pay", "<!doctype html><title>Paid</title><p>Paid"),
         ("/lesson/answer", "<!doctype html><title>Checked</title><p>Checked"),
     ] {
@@ -721,4 +734,40 @@ async fn a_screenshot_is_a_png_and_shutdown_ends_every_browser() {
             state.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()).is_some_and(|s| s != "Z");
         assert!(!running, "process {pid} outlived the runtime: {state}");
     }
+}
+
+/// Under a task grant, the fence holds every document request to the grant's prefix, whatever
+/// set it off: script, a link in a closed shadow root, a refresh, a new window.
+#[tokio::test]
+async fn the_fence_holds_documents_the_facts_could_not_show() {
+    let mut s = stack().await;
+    s.fixture.page(LESSON, "/account/settings", "<!doctype html><title>Settings</title>");
+    s.fixture.page(LESSON, "/account/x", "<!doctype html><title>X</title>");
+    s.fixture.page(LESSON, "/account/delete", "<!doctype html><title>Deleted</title>");
+    for name in ["Next word", "Hint", "Dictionary", "Refresh", "Listen"] {
+        // A session each: a refused document leaves the browser's error page behind.
+        let session = s.open("profile-1", "/lesson/hostile", 50).await.unwrap();
+        let o = s.observe(&session).await;
+        let (n, facts) = node(&o, name);
+        assert!(facts.nav_targets.is_empty(), "{name}: the facts cannot see where it goes: {facts:?}");
+        let mut act = click(&session, &o, n);
+        act.constraint = Some(task_constraint());
+        let reply = s.act(act).await.unwrap();
+        assert!(reply.dispatched && reply.outcome_unknown, "{name}: {reply:?}");
+        assert!(reply.detail.contains("fence refused"), "{name}: {reply:?}");
+        let outside: Vec<_> = s
+            .fixture
+            .requests()
+            .into_iter()
+            .filter(|r| r.host == ELSEWHERE || r.path().starts_with("/account"))
+            .collect();
+        assert!(outside.is_empty(), "{name} reached {outside:?}");
+        s.runtime.close_session(with(WORKER, rt::CloseSessionRequest { session_id: session })).await.unwrap();
+    }
+    let session = s.open("profile-1", "/lesson/hostile", 50).await.unwrap();
+    // Without a grant's constraint nothing is armed: the same control goes where it goes.
+    let o = s.observe(&session).await;
+    let reply = s.act(click(&session, &o, node(&o, "Next word").0)).await.unwrap();
+    assert!(reply.ok && !reply.outcome_unknown, "{reply:?}");
+    assert!(documents(&s).contains(&format!("GET {LESSON}/account/settings")));
 }

@@ -1,0 +1,323 @@
+//! The request fence below the DOM. While a grant-constrained act runs and settles, every
+//! document request in any frame, and every hyperlink-auditing ping, whose URL is not on the
+//! grant's origin inside its prefix with no sensitive segment is refused, including a new
+//! window's first navigation, which it issues before its frame exists. Page script cannot see
+//! into a closed shadow root, so no fact can list what a submit button there would do; the fence
+//! holds whatever the act sets off.
+//!
+//! It speaks the DevTools protocol on the browser-level connection chromedriver opens
+//! (`goog:chromeOptions.debuggerAddress`): auto-attach to every target, each paused at start
+//! until the `Fetch` domain intercepts its documents and pings, so nothing loads unseen. Unarmed,
+//! a paused request goes on at once.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FenceError {
+    #[error("the browser's DevTools endpoint is not known")]
+    NoEndpoint,
+    #[error("the browser's DevTools endpoint did not answer: {0}")]
+    Endpoint(String),
+}
+
+/// Where documents may go while the fence is armed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    pub origins: Vec<String>,
+    pub path_prefix: String,
+}
+
+impl Scope {
+    /// On one of the origins, inside the prefix, with no sensitive path segment.
+    pub fn admits(&self, url: &str) -> bool {
+        let Ok(there) = classifier::paths::location(url) else { return false };
+        self.origins.iter().any(|o| classifier::paths::inside(&there, o, &self.path_prefix))
+            && classifier::paths::first_sensitive(&there).is_none()
+    }
+}
+
+/// What the fence did while it was armed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// URLs of refused documents and pings.
+    pub refused: Vec<String>,
+    /// Windows opened while armed (closed by [`Fence::disarm`]).
+    pub opened: usize,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    armed: Option<Scope>,
+    refused: Vec<String>,
+    /// Page targets attached while armed: windows the act did not expect.
+    opened: Vec<String>,
+    /// Every page target seen, so a window opened while armed can be told from the tab.
+    pages: HashSet<String>,
+    /// When a document request last passed through, for the settle rule.
+    last_document: Option<Instant>,
+}
+
+/// The fence of one browser; the connection closes when it is dropped.
+#[derive(Debug)]
+pub struct Fence {
+    handle: Handle,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// A handle to arm and disarm a browser's fence.
+#[derive(Debug, Clone)]
+pub struct Handle {
+    state: Arc<Mutex<State>>,
+    out: mpsc::UnboundedSender<String>,
+    ids: Arc<AtomicU64>,
+}
+
+impl Drop for Fence {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn command(ids: &AtomicU64, session: Option<&str>, method: &str, params: Value) -> String {
+    let id = ids.fetch_add(1, Ordering::Relaxed);
+    let mut m = json!({ "id": id, "method": method, "params": params });
+    if let Some(s) = session {
+        m["sessionId"] = json!(s);
+    }
+    m.to_string()
+}
+
+/// The browser-level WebSocket URL from `host:port`'s `/json/version`. The endpoint keeps the
+/// connection open, so the reply is read to its Content-Length.
+async fn browser_socket(address: &str) -> Result<String, FenceError> {
+    let fail = |e: &dyn std::fmt::Display| FenceError::Endpoint(e.to_string());
+    let mut tcp = tokio::net::TcpStream::connect(address).await.map_err(|e| fail(&e))?;
+    let request = format!("GET /json/version HTTP/1.1\r\nHost: {address}\r\n\r\n");
+    tcp.write_all(request.as_bytes()).await.map_err(|e| fail(&e))?;
+    let mut reply = Vec::new();
+    let read = async {
+        loop {
+            let mut chunk = [0u8; 4096];
+            let n = tcp.read(&mut chunk).await.map_err(|e| fail(&e))?;
+            if n == 0 {
+                return Err(fail(&"the endpoint closed the connection"));
+            }
+            reply.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&reply);
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length = head
+                    .lines()
+                    .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("content-length")))
+                    .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+                    .ok_or_else(|| fail(&"no Content-Length"))?;
+                if body.len() >= length {
+                    return Ok::<String, FenceError>(body[..length].to_owned());
+                }
+            }
+        }
+    };
+    let body = tokio::time::timeout(Duration::from_secs(5), read).await.map_err(|e| fail(&e))??;
+    let v: Value = serde_json::from_str(&body).map_err(|e| fail(&e))?;
+    v["webSocketDebuggerUrl"].as_str().map(str::to_owned).ok_or_else(|| fail(&"no webSocketDebuggerUrl"))
+}
+
+/// The request patterns the fence pauses: documents in any frame, and pings.
+fn patterns() -> Value {
+    json!({ "patterns": [
+        { "urlPattern": "*", "resourceType": "Document", "requestStage": "Request" },
+        { "urlPattern": "*", "resourceType": "Ping", "requestStage": "Request" },
+    ]})
+}
+
+const AUTO_ATTACH: fn() -> Value = || json!({ "autoAttach": true, "waitForDebuggerOnStart": true, "flatten": true });
+
+impl Fence {
+    /// Connects to the browser at `address` (`host:port`) and intercepts from now on.
+    pub async fn connect(address: &str) -> Result<Self, FenceError> {
+        let url = browser_socket(address).await?;
+        let (ws, _) = tokio_tungstenite::connect_async(url).await.map_err(|e| FenceError::Endpoint(e.to_string()))?;
+        let (mut sink, mut stream) = ws.split();
+        let (out, mut rx) = mpsc::unbounded_channel::<String>();
+        let state = Arc::new(Mutex::new(State::default()));
+        let ids = Arc::new(AtomicU64::new(1));
+        let task = {
+            let (state, ids, out) = (Arc::clone(&state), Arc::clone(&ids), out.clone());
+            tokio::spawn(async move {
+                let writer = async {
+                    while let Some(m) = rx.recv().await {
+                        if sink.send(Message::Text(m.into())).await.is_err() {
+                            break;
+                        }
+                    }
+                };
+                let reader = async {
+                    while let Some(Ok(message)) = stream.next().await {
+                        if let Message::Text(text) = message
+                            && let Ok(v) = serde_json::from_str::<Value>(&text)
+                        {
+                            handle(&v, &state, &ids, &out);
+                        }
+                    }
+                };
+                tokio::select! { () = writer => {}, () = reader => {} }
+            })
+        };
+        let _ = out.send(command(&ids, None, "Target.setAutoAttach", AUTO_ATTACH()));
+        Ok(Self { handle: Handle { state, out, ids }, task })
+    }
+
+    pub fn handle(&self) -> Handle {
+        self.handle.clone()
+    }
+}
+
+impl Handle {
+    /// Refuses, until [`Fence::disarm`], every document and ping `scope` does not admit.
+    pub fn arm(&self, scope: Scope) {
+        let mut s = lock(&self.state);
+        s.armed = Some(scope);
+        s.refused.clear();
+        s.opened.clear();
+    }
+
+    /// Whether no document request has passed for `quiet`.
+    pub fn quiet_for(&self, quiet: Duration) -> bool {
+        lock(&self.state).last_document.is_none_or(|t| t.elapsed() >= quiet)
+    }
+
+    /// Stops refusing, closes every window opened while armed, and says what it refused.
+    pub fn disarm(&self) -> Report {
+        let (refused, opened) = {
+            let mut s = lock(&self.state);
+            s.armed = None;
+            (std::mem::take(&mut s.refused), std::mem::take(&mut s.opened))
+        };
+        for target in &opened {
+            let _ = self.out.send(command(&self.ids, None, "Target.closeTarget", json!({ "targetId": target })));
+        }
+        Report { refused, opened: opened.len() }
+    }
+}
+
+/// The fence armed for one act: disarmed when dropped, so no early return leaves it armed.
+#[derive(Debug)]
+pub struct Armed {
+    handle: Handle,
+    done: bool,
+}
+
+impl Armed {
+    pub fn new(handle: Handle, scope: Scope) -> Self {
+        handle.arm(scope);
+        Self { handle, done: false }
+    }
+
+    /// Settled, as far as the fence sees: no document request for `quiet`, within `bound`.
+    pub async fn settle(&self, quiet: Duration, bound: Duration) {
+        let deadline = Instant::now() + bound;
+        while !self.handle.quiet_for(quiet) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    pub fn finish(mut self) -> Report {
+        self.done = true;
+        self.handle.disarm()
+    }
+}
+
+impl Drop for Armed {
+    fn drop(&mut self) {
+        if !self.done {
+            self.handle.disarm();
+        }
+    }
+}
+
+/// One message from the browser: attach and hold each new target; decide each paused request.
+fn handle(v: &Value, state: &Mutex<State>, ids: &AtomicU64, out: &mpsc::UnboundedSender<String>) {
+    let session = v["sessionId"].as_str();
+    match v["method"].as_str() {
+        Some("Target.attachedToTarget") => {
+            let p = &v["params"];
+            let Some(child) = p["sessionId"].as_str() else { return };
+            let info = &p["targetInfo"];
+            let kind = info["type"].as_str().unwrap_or_default();
+            if kind == "page" {
+                let target = info["targetId"].as_str().unwrap_or_default().to_owned();
+                let mut s = lock(state);
+                if s.armed.is_some() && !s.pages.contains(&target) {
+                    s.opened.push(target.clone());
+                }
+                s.pages.insert(target);
+            }
+            if matches!(kind, "page" | "iframe") {
+                let _ = out.send(command(ids, Some(child), "Fetch.enable", patterns()));
+                let _ = out.send(command(ids, Some(child), "Target.setAutoAttach", AUTO_ATTACH()));
+            }
+            // Only now may the target run: its first request meets the fence.
+            let _ = out.send(command(ids, Some(child), "Runtime.runIfWaitingForDebugger", json!({})));
+        }
+        Some("Fetch.requestPaused") => {
+            let p = &v["params"];
+            let Some(request) = p["requestId"].as_str() else { return };
+            let url = p["request"]["url"].as_str().unwrap_or_default();
+            let refuse = {
+                let mut s = lock(state);
+                s.last_document = Some(Instant::now());
+                let refuse = s.armed.as_ref().is_some_and(|scope| !scope.admits(url));
+                if refuse {
+                    s.refused.push(url.to_owned());
+                }
+                refuse
+            };
+            let m = if refuse {
+                command(
+                    ids,
+                    session,
+                    "Fetch.failRequest",
+                    json!({ "requestId": request, "errorReason": "BlockedByClient" }),
+                )
+            } else {
+                command(ids, session, "Fetch.continueRequest", json!({ "requestId": request }))
+            };
+            let _ = out.send(m);
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scope_admits_its_prefix_only() {
+        let scope = Scope { origins: vec!["https://www.lesson.test".into()], path_prefix: "/lesson".into() };
+        assert!(scope.admits("https://www.lesson.test/lesson/2?x=1"));
+        for url in [
+            "https://www.lesson.test/account",
+            "https://www.lesson.test/lessons",
+            "https://www.elsewhere.test/lesson/2",
+            "http://www.lesson.test/lesson/2",
+            "https://www.lesson.test/lesson/checkout",
+            "javascript:alert(1)",
+            "about:blank",
+        ] {
+            assert!(!scope.admits(url), "{url}");
+        }
+    }
+}
