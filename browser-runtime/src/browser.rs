@@ -150,14 +150,32 @@ impl Browser {
 
 impl Drop for Process {
     fn drop(&mut self) {
-        // The whole group: Chromium and its helpers are chromedriver's children.
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", self.pid)])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status();
+        // The whole group: Chromium and its helpers are chromedriver's children. Once chromedriver
+        // is reaped its pid may be reused, so the group is killed only while chromedriver runs or
+        // a process of the group still names this session's profile.
+        if matches!(self.driver.try_wait(), Ok(None)) || group_holds(self.pid, &self.profile_dir) {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", self.pid)])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
         let _ = std::fs::remove_dir_all(&self.profile_dir);
     }
+}
+
+/// Whether a process of group `pgid` runs with `profile` on its command line.
+fn group_holds(pgid: u32, profile: &std::path::Path) -> bool {
+    let profile = profile.display().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return false };
+    entries.flatten().any(|e| {
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        // Fields after the command's closing parenthesis: state, ppid, pgrp.
+        let in_group = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(2))
+            == Some(pgid.to_string().as_str());
+        in_group
+            && std::fs::read(e.path().join("cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(&profile))
+    })
 }
 
 /// Whether a WebDriver error means the browser itself is gone (crashed, killed, or its tab

@@ -43,6 +43,9 @@ pub struct RuntimeConfig {
     pub browser: BrowserConfig,
     /// At most this many Chromium processes at once.
     pub pool_size: usize,
+    /// The longest one call may wait on the browser: a page whose script hangs the renderer
+    /// gets its browser restarted clean (BROWSER_CALL_TIMEOUT_SECONDS, default 30).
+    pub call_timeout: std::time::Duration,
     pub authorizer: Option<AuthorizerLink>,
     /// Task records: `<dir>/<tenant>/<run id>.json`, an object of field id to value.
     pub records_dir: PathBuf,
@@ -89,6 +92,13 @@ impl RuntimeConfig {
         if !(1..=64).contains(&pool_size) {
             return refuse(format!("BROWSER_POOL_SIZE={pool_size} must be between 1 and 64"));
         }
+        let timeout = get("BROWSER_CALL_TIMEOUT_SECONDS").unwrap_or_else(|| "30".into());
+        let seconds: u64 = timeout
+            .parse()
+            .map_err(|_| ConfigError(format!("BROWSER_CALL_TIMEOUT_SECONDS={timeout:?} is not a whole number")))?;
+        if !(1..=600).contains(&seconds) {
+            return refuse(format!("BROWSER_CALL_TIMEOUT_SECONDS={seconds} must be between 1 and 600"));
+        }
         let authorizer = match (get("RUNTIME_AUTHORIZER_URL"), get("RUNTIME_AUTHORIZER_TOKEN")) {
             (None, None) => None,
             (Some(url), Some(token)) => {
@@ -112,6 +122,7 @@ impl RuntimeConfig {
         Ok(Self {
             browser: BrowserConfig { chromedriver, chromium, extra_args, trusted_spki },
             pool_size,
+            call_timeout: std::time::Duration::from_secs(seconds),
             authorizer,
             records_dir,
         })

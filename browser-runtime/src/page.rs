@@ -64,15 +64,15 @@ impl Role {
     }
 }
 
-/// The page a read saw.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// The page a read saw. Empty values travel as absent ones.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
 pub struct PageRead {
     pub url: String,
     pub title: String,
     /// `performance.timeOrigin`: a new document has a new one.
     pub time_origin: f64,
     /// Elements and text length: a cheap sign that the DOM changed.
-    #[serde(default)]
     pub sig: String,
 }
 

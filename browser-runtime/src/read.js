@@ -12,7 +12,6 @@
 // every check is made on the element that is then acted on, and the request fence below the DOM
 // is what bounds such a page (see ARCHITECTURE.md).
 const mode = arguments[0];
-const KEY = Symbol.for('grant-ledger.snapshot');
 const FORM_ELEMENTS = Object.getOwnPropertyDescriptor(HTMLFormElement.prototype, 'elements').get;
 const FORM_ACTION = Object.getOwnPropertyDescriptor(HTMLFormElement.prototype, 'action').get;
 const MAX = 1024;
@@ -32,21 +31,60 @@ const BUTTON_INPUTS = new Set(['button', 'submit', 'reset', 'image']);
 const TEXT_INPUTS = new Set(['', 'text', 'email', 'tel', 'url', 'number', 'password']);
 const IDENTITY = /\b(name|given-name|family-name|additional-name|honorific-prefix|honorific-suffix|nickname|username|bday|bday-day|bday-month|bday-year|sex|street-address|address-line1|address-line2|address-line3|postal-code|country|country-name|tel|tel-national|email)\b/;
 
+// Built-ins are read from their prototypes: a form's named controls shadow the form's own
+// properties (`<input name=nodeType>` makes `form.nodeType` that input), and markup alone must not
+// steer the read.
+const getter = (proto, name) => Object.getOwnPropertyDescriptor(proto, name).get;
+const NODE_TYPE = getter(Node.prototype, 'nodeType');
+const PARENT = getter(Node.prototype, 'parentNode');
+const CHILDREN = getter(Node.prototype, 'childNodes');
+const SHADOW = getter(Element.prototype, 'shadowRoot');
+const LOCAL = getter(Element.prototype, 'localName');
+const NS = getter(Element.prototype, 'namespaceURI');
+const ELEMENT_SLOT = getter(Element.prototype, 'assignedSlot');
+const TEXT_SLOT = getter(Text.prototype, 'assignedSlot');
+const HOST = getter(ShadowRoot.prototype, 'host');
+const ACTIVE = getter(Document.prototype, 'activeElement');
+const GET_ATTR = Element.prototype.getAttribute;
+const CHECK_VISIBILITY = Element.prototype.checkVisibility;
+const RECT = Element.prototype.getBoundingClientRect;
+const MATCHES = Element.prototype.matches;
+const HAS_ATTR = Element.prototype.hasAttribute;
+const HAS_ATTR_NS = Element.prototype.hasAttributeNS;
+const ROOT = Node.prototype.getRootNode;
+const BY_ID_DOC = Document.prototype.getElementById;
+const BY_ID_FRAG = DocumentFragment.prototype.getElementById;
+const nodeType = (n) => NODE_TYPE.call(n);
+const parentOf = (n) => PARENT.call(n);
+const childrenOf = (n) => CHILDREN.call(n);
+const shadowOf = (n) => SHADOW.call(n);
+const local = (n) => LOCAL.call(n);
+const ns = (n) => NS.call(n);
+const slotOf = (n) => {
+  const t = nodeType(n);
+  return t === 1 ? ELEMENT_SLOT.call(n) : t === 3 ? TEXT_SLOT.call(n) : null;
+};
+const attr = (n, a) => GET_ATTR.call(n, a);
+const hasAttr = (n, a) => HAS_ATTR.call(n, a);
+const rootOf = (n) => ROOT.call(n);
+const byIdIn = (root, id) =>
+  root instanceof Document ? BY_ID_DOC.call(root, id) : root instanceof DocumentFragment ? BY_ID_FRAG.call(root, id) : null;
+
 // The flat tree the browser renders: open shadow roots instead of their host's children, and a
 // slot's assigned nodes (or its fallback) in its place.
 function flatChildren(n) {
-  if (n.nodeType === 1 && n.shadowRoot) return n.shadowRoot.childNodes;
-  if (n.nodeType === 1 && n.localName === 'slot') {
+  if (nodeType(n) === 1 && shadowOf(n)) return shadowOf(n).childNodes;
+  if (nodeType(n) === 1 && local(n) === 'slot') {
     const assigned = n.assignedNodes();
     if (assigned.length) return assigned;
   }
-  return n.childNodes;
+  return childrenOf(n);
 }
 function flatParent(n) {
-  if (n.assignedSlot) return n.assignedSlot;
-  const p = n.parentNode;
-  if (p && p.nodeType === 11) return p.host || null;
-  return p && p.nodeType === 1 ? p : null;
+  if (slotOf(n)) return slotOf(n);
+  const p = parentOf(n);
+  if (p && nodeType(p) === 11) return HOST.call(p) || null;
+  return p && nodeType(p) === 1 ? p : null;
 }
 function ancestors(el) {
   const out = [];
@@ -57,7 +95,7 @@ function descendants(el, visit) {
   const stack = Array.from(flatChildren(el)).reverse();
   while (stack.length) {
     const n = stack.pop();
-    if (n.nodeType !== 1) continue;
+    if (nodeType(n) !== 1) continue;
     visit(n);
     const kids = flatChildren(n);
     for (let i = kids.length - 1; i >= 0; i--) stack.push(kids[i]);
@@ -71,21 +109,21 @@ function collapse(s) {
 // hides can be shown, and the classifier must read it. For the name, `shown` skips what is not
 // rendered, as the accessible name does.
 function hiddenElement(n) {
-  if (n.hidden || n.getAttribute('aria-hidden') === 'true') return true;
-  return n.checkVisibility ? !n.checkVisibility({ visibilityProperty: true }) : false;
+  if (hasAttr(n, 'hidden') || attr(n, 'aria-hidden') === 'true') return true;
+  return CHECK_VISIBILITY ? !CHECK_VISIBILITY.call(n, { visibilityProperty: true }) : false;
 }
 function flatText(root, shown) {
   const out = [];
   let len = 0;
   const walk = (n) => {
     if (len > MAX * 4) return;
-    if (n.nodeType === 3) {
+    if (nodeType(n) === 3) {
       out.push(n.data);
       len += n.data.length;
       return;
     }
-    if (n.nodeType !== 1) return;
-    const t = n.localName;
+    if (nodeType(n) !== 1) return;
+    const t = local(n);
     if (t === 'script' || t === 'style' || t === 'template') return;
     if (shown && hiddenElement(n)) return;
     const block = BLOCK.has(t);
@@ -98,13 +136,13 @@ function flatText(root, shown) {
 }
 
 function isLink(n) {
-  if (n.namespaceURI === SVG) return n.localName === 'a' && (n.hasAttribute('href') || n.hasAttributeNS(XLINK, 'href'));
-  return (n.localName === 'a' || n.localName === 'area') && n.hasAttribute('href');
+  if (ns(n) === SVG) return local(n) === 'a' && (hasAttr(n, 'href') || HAS_ATTR_NS.call(n, XLINK, 'href'));
+  return (local(n) === 'a' || local(n) === 'area') && hasAttr(n, 'href');
 }
 // The control's own type, as the browser reads it: an unknown `type` on a button is a submit.
 function isSubmit(n) {
-  if (n.localName === 'button' && n.namespaceURI === 'http://www.w3.org/1999/xhtml') return n.type === 'submit';
-  return n.localName === 'input' && (n.type === 'submit' || n.type === 'image');
+  if (local(n) === 'button' && ns(n) === 'http://www.w3.org/1999/xhtml') return n.type === 'submit';
+  return local(n) === 'input' && (n.type === 'submit' || n.type === 'image');
 }
 // The button an implicit submission (Enter in a field) presses: the form's first submit control.
 function defaultButton(f) {
@@ -113,22 +151,22 @@ function defaultButton(f) {
 }
 function formOwner(n) {
   if ('form' in n && n.form instanceof HTMLFormElement) return n.form;
-  const id = n.getAttribute && n.getAttribute('form');
+  const id = nodeType(n) === 1 ? attr(n, 'form') : null;
   if (id) {
-    const root = n.getRootNode();
-    const f = root.getElementById ? root.getElementById(id) : null;
+    const root = rootOf(n);
+    const f = byIdIn(root, id);
     if (f instanceof HTMLFormElement) return f;
   }
-  for (let p = n.parentNode; p && p.nodeType === 1; p = p.parentNode) if (p.localName === 'form') return p;
+  for (let p = parentOf(n); p && nodeType(p) === 1; p = parentOf(p)) if (local(p) === 'form') return p;
   return null;
 }
 
 function roleOf(el) {
-  const explicit = (el.getAttribute('role') || '').trim().split(/\s+/)[0].toLowerCase();
+  const explicit = (attr(el, 'role') || '').trim().split(/\s+/)[0].toLowerCase();
   if (explicit) return ROLES.has(explicit) ? explicit : null;
-  const t = el.localName;
+  const t = local(el);
   if (isLink(el)) return 'link';
-  if (el.namespaceURI !== 'http://www.w3.org/1999/xhtml') return null;
+  if (ns(el) !== 'http://www.w3.org/1999/xhtml') return null;
   if (t === 'button' || t === 'summary') return 'button';
   if (t === 'input') {
     const ty = el.type;
@@ -140,13 +178,13 @@ function roleOf(el) {
   }
   if (t === 'textarea') return 'textbox';
   if (t === 'select') return el.multiple || el.size > 1 ? 'listbox' : 'combobox';
-  if (el.isContentEditable && el.getAttribute('contenteditable') !== null) return 'textbox';
+  if (el.isContentEditable && attr(el, 'contenteditable') !== null) return 'textbox';
   return null;
 }
 
 function kindOf(el, role) {
-  const t = el.localName;
-  const ac = (el.getAttribute('autocomplete') || '').toLowerCase();
+  const t = local(el);
+  const ac = (attr(el, 'autocomplete') || '').toLowerCase();
   const sensitive = () => {
     if (ac.includes('one-time-code')) return 'one_time_code';
     if (/\bcc-/.test(ac)) return 'payment';
@@ -175,19 +213,19 @@ function kindOf(el, role) {
 }
 
 function disabledOf(el) {
-  if (el.matches(':disabled')) return true;
-  if (el.getAttribute('aria-disabled') === 'true') return true;
-  return ancestors(el).some((a) => a.getAttribute('aria-disabled') === 'true');
+  if (MATCHES.call(el, ':disabled')) return true;
+  if (attr(el, 'aria-disabled') === 'true') return true;
+  return ancestors(el).some((a) => attr(a, 'aria-disabled') === 'true');
 }
 function deepActive() {
-  let a = document.activeElement;
-  while (a && a.shadowRoot && a.shadowRoot.activeElement) a = a.shadowRoot.activeElement;
+  let a = ACTIVE.call(document);
+  while (a && shadowOf(a) && shadowOf(a).activeElement) a = shadowOf(a).activeElement;
   return a;
 }
 function visible(el) {
-  const r = el.getBoundingClientRect();
-  if (r.width === 0 && r.height === 0 && el.localName !== 'option') return false;
-  return el.checkVisibility ? el.checkVisibility({ visibilityProperty: true }) : true;
+  const r = RECT.call(el);
+  if (r.width === 0 && r.height === 0 && local(el) !== 'option') return false;
+  return CHECK_VISIBILITY ? CHECK_VISIBILITY.call(el, { visibilityProperty: true }) : true;
 }
 
 function describe(el) {
@@ -203,15 +241,15 @@ function describe(el) {
     return s;
   };
   const nonEmpty = (s) => (s && s.trim() ? s : null);
-  const root = el.getRootNode();
-  const byId = (id) => (root.getElementById ? root.getElementById(id) : document.getElementById(id));
-  const targetsOf = (el.getAttribute('aria-labelledby') || '').split(/\s+/).filter(Boolean).map(byId).filter(Boolean);
+  const root = rootOf(el);
+  const byId = (id) => byIdIn(root, id);
+  const targetsOf = (attr(el, 'aria-labelledby') || '').split(/\s+/).filter(Boolean).map(byId).filter(Boolean);
   // Each target's name for the accessible name; its text and its aria-label both as sources.
-  const labelledName = targetsOf.map((t) => nonEmpty(t.getAttribute('aria-label')) || flatText(t, true));
+  const labelledName = targetsOf.map((t) => nonEmpty(attr(t, 'aria-label')) || flatText(t, true));
   const labelledby = [];
   for (const t of targetsOf) {
     labelledby.push(flatText(t));
-    if (nonEmpty(t.getAttribute('aria-label'))) labelledby.push(t.getAttribute('aria-label'));
+    if (nonEmpty(attr(t, 'aria-label'))) labelledby.push(attr(t, 'aria-label'));
   }
   const labelTexts = (c) => (c.labels ? Array.from(c.labels).map((l) => flatText(l)) : []);
   const ownLabels = labelTexts(el);
@@ -219,18 +257,18 @@ function describe(el) {
   // A click inside a label changes the label's control: its labels are this element's too.
   const controls = [];
   for (const a of [el, ...ancestors(el)]) {
-    if (a.localName === 'label' && a.control && a.control !== el) controls.push(a.control);
+    if (local(a) === 'label' && a.control && a.control !== el) controls.push(a.control);
   }
-  if (el.localName === 'label' && el.control) controls.push(el.control);
+  if (local(el) === 'label' && el.control) controls.push(el.control);
   for (const c of controls) labels = labels.concat(labelTexts(c));
 
-  const t = el.localName;
+  const t = local(el);
   const isButtonInput = t === 'input' && BUTTON_INPUTS.has(el.type);
-  const value = t === 'button' || isButtonInput ? nonEmpty(el.getAttribute('value')) : null;
-  const alt = nonEmpty(el.getAttribute('alt'));
-  const ariaLabel = nonEmpty(el.getAttribute('aria-label'));
-  const title = nonEmpty(el.getAttribute('title'));
-  const placeholder = nonEmpty(el.getAttribute('placeholder'));
+  const value = t === 'button' || isButtonInput ? nonEmpty(attr(el, 'value')) : null;
+  const alt = nonEmpty(attr(el, 'alt'));
+  const ariaLabel = nonEmpty(attr(el, 'aria-label'));
+  const title = nonEmpty(attr(el, 'title'));
+  const placeholder = nonEmpty(attr(el, 'placeholder'));
   const noText = t === 'select' || t === 'textarea' || (t === 'input' && !isButtonInput);
   const text = noText ? '' : flatText(el);
   const shownText = noText ? '' : flatText(el, true);
@@ -239,7 +277,7 @@ function describe(el) {
   if (!shownText) {
     const alts = [];
     descendants(el, (d) => {
-      if (d.localName === 'img' && d.getAttribute('alt')) alts.push(d.getAttribute('alt'));
+      if (local(d) === 'img' && attr(d, 'alt')) alts.push(attr(d, 'alt'));
     });
     imgAlt = collapse(alts.join(' '));
   }
@@ -259,31 +297,31 @@ function describe(el) {
   const targets = new Set();
   let download = false;
   const linkTargets = (a) => {
-    if (a.namespaceURI === SVG) {
+    if (ns(a) === SVG) {
       const h = a.href;
       for (const v of [h && h.baseVal, h && h.animVal]) if (v !== undefined && v !== null) targets.add(new URL(v, a.baseURI).href);
     } else {
       targets.add(a.href);
     }
-    if (a.hasAttribute('download')) download = true;
+    if (hasAttr(a, 'download')) download = true;
   };
   const formTargets = (n) => {
     const f = formOwner(n);
     if (!f) return;
-    if (isSubmit(n) && n.hasAttribute('formaction')) targets.add(n.formAction);
+    if (isSubmit(n) && hasAttr(n, 'formaction')) targets.add(n.formAction);
     else targets.add(FORM_ACTION.call(f));
     // Enter in a field submits through the default button, with its formaction.
     const d = isSubmit(n) ? null : defaultButton(f);
-    if (d && d.hasAttribute('formaction')) targets.add(d.formAction);
+    if (d && hasAttr(d, 'formaction')) targets.add(d.formAction);
   };
   for (const a of [el, ...ancestors(el)]) if (isLink(a)) linkTargets(a);
   formTargets(el);
   for (const c of controls) formTargets(c);
   const embedded = (d) => {
-    const dn = d.localName;
+    const dn = local(d);
     if (dn === 'iframe' || dn === 'frame' || dn === 'embed' || dn === 'object' || dn === 'map' || dn === 'portal') targets.add('about:embedded');
-    if (dn === 'img' && d.hasAttribute('usemap')) targets.add('about:embedded');
-    if (dn === 'use' && d.namespaceURI === SVG) targets.add('about:embedded');
+    if (dn === 'img' && hasAttr(d, 'usemap')) targets.add('about:embedded');
+    if (dn === 'use' && ns(d) === SVG) targets.add('about:embedded');
   };
   embedded(el);
   descendants(el, (d) => {
@@ -294,12 +332,12 @@ function describe(el) {
 
   let dialog = null;
   for (const a of ancestors(el)) {
-    const r = (a.getAttribute('role') || '').toLowerCase();
-    if (a.localName === 'dialog' || r === 'dialog' || r === 'alertdialog') {
-      const ids = (a.getAttribute('aria-labelledby') || '').split(/\s+/).filter(Boolean);
-      const ar = a.getRootNode();
-      const byIdA = (id) => (ar.getElementById ? ar.getElementById(id) : null);
-      dialog = collapse(ids.map(byIdA).filter(Boolean).map(flatText).join(' ')) || collapse(a.getAttribute('aria-label') || '') || null;
+    const r = (attr(a, 'role') || '').toLowerCase();
+    if (local(a) === 'dialog' || r === 'dialog' || r === 'alertdialog') {
+      const ids = (attr(a, 'aria-labelledby') || '').split(/\s+/).filter(Boolean);
+      const ar = rootOf(a);
+      const byIdA = (id) => byIdIn(ar, id);
+      dialog = collapse(ids.map(byIdA).filter(Boolean).map(flatText).join(' ')) || collapse(attr(a, 'aria-label') || '') || null;
       break;
     }
   }
@@ -312,16 +350,16 @@ function describe(el) {
       .slice(0, MAX_OPTIONS)
       .map((o) => ({
         value: cut(o.value),
-        label: o.hasAttribute('label') ? cut(o.getAttribute('label')) : null,
+        label: hasAttr(o, 'label') ? cut(attr(o, 'label')) : null,
         text: cut(o.text),
-        name: cut(collapse(o.getAttribute('aria-label') || o.label || '')),
-        title: nonEmpty(o.getAttribute('title')) ? cut(o.getAttribute('title')) : null,
-        group_label: o.parentElement && o.parentElement.localName === 'optgroup' ? cut(o.parentElement.label) : null,
+        name: cut(collapse(attr(o, 'aria-label') || o.label || '')),
+        title: nonEmpty(attr(o, 'title')) ? cut(attr(o, 'title')) : null,
+        group_label: o.parentElement && local(o.parentElement) === 'optgroup' ? cut(o.parentElement.label) : null,
       }));
   }
 
   const checked =
-    (t === 'input' && (el.type === 'checkbox' || el.type === 'radio') && el.checked) || el.getAttribute('aria-checked') === 'true';
+    (t === 'input' && (el.type === 'checkbox' || el.type === 'radio') && el.checked) || attr(el, 'aria-checked') === 'true';
   const textField = (t === 'input' && TEXT_INPUTS.has(el.type)) || t === 'input' && el.type === 'search' || t === 'textarea';
   const selected = t === 'select' && el.selectedIndex >= 0 ? el.options[el.selectedIndex].text : '';
   const fact = {
@@ -352,8 +390,8 @@ function describe(el) {
     state: {
       disabled: fact.disabled,
       checked: !!checked,
-      expanded: el.getAttribute('aria-expanded') === 'true' || (t === 'details' && el.open),
-      selected: el.getAttribute('aria-selected') === 'true',
+      expanded: attr(el, 'aria-expanded') === 'true' || (t === 'details' && el.open),
+      selected: attr(el, 'aria-selected') === 'true',
       filled: textField ? el.value.length > 0 : t.length > 0 && el.isContentEditable ? flatText(el).length > 0 : false,
       focused: deepActive() === el,
     },
@@ -367,16 +405,24 @@ const page = {
   time_origin: performance.timeOrigin,
   sig: document.getElementsByTagName('*').length + ':' + (document.body ? document.body.textContent.length : 0),
 };
-// Empty values are left out of the JSON: the runtime reads an absent one as empty.
-const compact = (k, v) => (v === null || v === false || v === '' || (Array.isArray(v) && v.length === 0) ? undefined : v);
+// Empty values of objects are left out of the JSON: the runtime reads an absent one as empty.
+// Inside arrays every value stays, so a list keeps its length and an empty label stays a label.
+const compact = function (k, v) {
+  if (Array.isArray(this)) return v;
+  return v === null || v === false || v === '' || (Array.isArray(v) && v.length === 0) ? undefined : v;
+};
+// Each snapshot's elements under a key of its own, fixed for the document's life: neither the page
+// nor a later snapshot can replace them (what page script does to built-ins before this read is the
+// limit named above).
+const slot = (id) => Symbol.for('grant-ledger.snapshot.' + id);
 if (mode === 'observe') {
   const els = [];
   const nodes = [];
   const stack = [document.documentElement];
   while (stack.length && nodes.length < MAX_NODES) {
     const n = stack.pop();
-    if (n.nodeType !== 1) continue;
-    if (roleOf(n) && n.localName !== 'option' && visible(n)) {
+    if (nodeType(n) !== 1) continue;
+    if (roleOf(n) && local(n) !== 'option' && visible(n)) {
       const d = describe(n);
       els.push(d.el);
       delete d.el;
@@ -385,12 +431,11 @@ if (mode === 'observe') {
     const kids = flatChildren(n);
     for (let i = kids.length - 1; i >= 0; i--) stack.push(kids[i]);
   }
-  // The snapshot's elements stay in the page; the next observe replaces them.
-  window[KEY] = { id: arguments[1], els };
+  Object.defineProperty(window, slot(arguments[1]), { value: Object.freeze(els) });
   return JSON.stringify({ page, nodes, more: stack.length > 0 }, compact);
 }
-const reg = window[KEY];
-const el = reg && reg.id === arguments[1] ? reg.els[arguments[2]] : null;
+const kept = window[slot(arguments[1])];
+const el = Array.isArray(kept) ? kept[arguments[2]] : null;
 if (!el || !el.isConnected) return [JSON.stringify({ page, gone: true }, compact), null];
 if (mode === 'form') {
   const form = formOwner(el);
@@ -399,7 +444,7 @@ if (mode === 'form') {
   const fields = [];
   const fieldEls = [];
   for (const e of Array.from(FORM_ELEMENTS.call(form))) {
-    const t = e.localName;
+    const t = local(e);
     if (t === 'fieldset' || t === 'object' || t === 'output' || t === 'button') continue;
     if (t === 'input' && BUTTON_INPUTS.has(e.type)) continue;
     const d = e.type === 'hidden' ? null : describe(e);

@@ -101,6 +101,17 @@ fn caller_refused(s: &Status) -> bool {
 
 type Shared = Arc<tokio::sync::Mutex<Session>>;
 
+/// `$call` on session `$s` within the configured bound; a call that does not come back in time
+/// (a renderer stuck in the page's script) restarts the session's browser clean.
+macro_rules! bounded {
+    ($self:ident, $s:ident, $call:expr) => {
+        match tokio::time::timeout($self.config.call_timeout, $call).await {
+            Ok(r) => r,
+            Err(_) => Err($s.hung(&$self.config.browser).await),
+        }
+    };
+}
+
 /// An open session, with the owner and profile it was opened for (fixed for its life).
 #[derive(Debug, Clone)]
 struct Entry {
@@ -348,10 +359,15 @@ pub fn act_input(req: pb::ActRequest) -> Result<ActInput, Status> {
         A::Select(s) => ActAction::Select { option: s.option },
         A::Check(_) => ActAction::Check,
         A::Press(p) if crate::session::key_text(&p.key).is_none() => {
-            return Err(invalid("press.key", "is a named key or one ASCII letter or digit"));
+            return Err(invalid(
+                "press.key",
+                "is a named key (Enter, Tab, Escape, Backspace, Delete, arrows, Home, End, PageUp, PageDown, Space)",
+            ));
         }
         A::Press(p) => ActAction::Press { key: p.key },
-        A::Scroll(s) if s.by.unsigned_abs() > 100_000 => return Err(invalid("scroll.by", "is at most 100000 pixels")),
+        A::Scroll(s) if !crate::session::SCROLL_STEPS.contains(&s.by) => {
+            return Err(invalid("scroll.by", "is one of ±100, ±300, ±600, ±1200 pixels"));
+        }
         A::Scroll(s) => ActAction::Scroll { by: s.by },
     };
     if req.sequence == 0 {
@@ -509,7 +525,7 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
     async fn observe(&self, req: Request<pb::ObserveRequest>) -> Result<Response<pb::ObserveReply>, Status> {
         let caller = self.caller(&req).await?;
         let mut s = self.owned(&caller, &req.get_ref().session_id).await?;
-        let o = s.observe(&self.config.browser).await.map_err(session_status)?;
+        let o = bounded!(self, s, s.observe(&self.config.browser)).map_err(session_status)?;
         Ok(Response::new(observation_pb(o)))
     }
 
@@ -519,9 +535,8 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
         let session_id = req.session_id.clone();
         let input = act_input(req)?;
         let mut s = self.owned(&caller, &session_id).await?;
-        let o = s
-            .act(input, &self.records, &self.redeemer, &self.config.browser, OffsetDateTime::now_utc())
-            .await
+        let now = OffsetDateTime::now_utc();
+        let o = bounded!(self, s, s.act(input, &self.records, &self.redeemer, &self.config.browser, now))
             .map_err(session_status)?;
         if o.code != Code::Ok {
             tracing::info!(code = o.code.name(), detail = %o.detail, session = %session_id, "act refused");
@@ -542,7 +557,7 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
     async fn screenshot(&self, req: Request<pb::ScreenshotRequest>) -> Result<Response<pb::ScreenshotReply>, Status> {
         let caller = self.caller(&req).await?;
         let mut s = self.owned(&caller, &req.get_ref().session_id).await?;
-        let png = s.screenshot(&self.config.browser).await.map_err(session_status)?;
+        let png = bounded!(self, s, s.screenshot(&self.config.browser)).map_err(session_status)?;
         Ok(Response::new(pb::ScreenshotReply { png }))
     }
 
@@ -550,8 +565,8 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
         let caller = self.caller(&req).await?;
         let req = req.into_inner();
         let mut s = self.owned(&caller, &req.session_id).await?;
-        let (url, fields) =
-            s.read_form(&req.snapshot_id, &req.r#ref, &self.config.browser).await.map_err(session_status)?;
+        let (url, fields) = bounded!(self, s, s.read_form(&req.snapshot_id, &req.r#ref, &self.config.browser))
+            .map_err(session_status)?;
         Ok(Response::new(pb::ReadFormReply {
             url,
             fields: fields

@@ -166,17 +166,14 @@ const KEYS: [(&str, &str); 15] = [
     (" ", " "),
 ];
 
-/// The key's WebDriver text: a named key, or one ASCII letter or digit.
-pub fn key_text(key: &str) -> Option<String> {
-    if let Some((_, code)) = KEYS.iter().find(|(name, _)| *name == key) {
-        return Some((*code).to_owned());
-    }
-    let mut chars = key.chars();
-    match (chars.next(), chars.next()) {
-        (Some(c), None) if c.is_ascii_alphanumeric() => Some(c.to_string()),
-        _ => None,
-    }
+/// The key's WebDriver text: named keys only. A letter or digit would be literal text reaching
+/// the page one act at a time, which only a task-record field may be.
+pub fn key_text(key: &str) -> Option<&'static str> {
+    KEYS.iter().find(|(name, _)| *name == key).map(|(_, code)| *code)
 }
+
+/// The scroll distances an act may ask for: a free number would reach the page as a value.
+pub const SCROLL_STEPS: [i32; 8] = [-1200, -600, -300, -100, 100, 300, 600, 1200];
 
 /// The newest snapshot: refs are indexes into `nodes`, the page keeps the elements.
 #[derive(Debug)]
@@ -323,6 +320,23 @@ impl Session {
             .ok_or_else(|| SessionError::Unavailable("the session's browser is not running".into()))
     }
 
+    /// After a call that did not come back in time (a page whose script hangs the renderer):
+    /// the browser restarts clean at the start page.
+    pub async fn hung(&mut self, config: &BrowserConfig) -> SessionError {
+        tracing::warn!(profile = %self.profile, "the browser stopped answering; restarting it clean");
+        self.close().await;
+        match self.start(config).await {
+            Ok(()) => SessionError::Crashed(
+                "the page stopped answering; the browser was restarted with a clean profile at the start page; \
+                 observe again (an act may have reached the page)"
+                    .into(),
+            ),
+            Err(e) => {
+                SessionError::Unavailable(format!("the browser stopped answering and could not be restarted: {e}"))
+            }
+        }
+    }
+
     /// Sorts a driver error: a crash restarts the browser clean; an open dialog is reported;
     /// the page throwing in the runtime's read is the page's doing.
     async fn failed(&mut self, e: CmdError, config: &BrowserConfig) -> SessionError {
@@ -422,14 +436,13 @@ impl Session {
             return Err(SessionError::OutOfOrder(self.applied + 1));
         }
         let outcome = self.check_and_dispatch(&input, records, redeemer, config, now).await;
-        // After any act, and after any refusal but APPROVAL_REQUIRED (whose approval is bound to
-        // this snapshot and ref), the snapshot is void: the next act needs fresh facts.
+        // After any refusal but APPROVAL_REQUIRED (whose approval is bound to this snapshot and
+        // ref), the snapshot is void: the next act needs fresh facts. So is it after a failure,
+        // unless only the authorizer was out of reach. (Dispatch voided it already.)
         match &outcome {
             Ok(o) if o.code == Code::ApprovalRequired => {}
+            Err(SessionError::Unavailable(_)) if self.snapshot.is_some() => {}
             _ => self.snapshot = None,
-        }
-        if matches!(&outcome, Ok(o) if o.dispatched) {
-            self.applied = input.sequence;
         }
         outcome
     }
@@ -489,7 +502,10 @@ impl Session {
         }
         // Anything else about the node or the page that moved since the snapshot (a label
         // source, a target, the URL) makes the snapshot's facts, and any approval of them, stale.
-        if live.facts != seen.facts || live.option_count != seen.option_count || live_page.url != seen_url {
+        let state =
+            |n: &NodeRead| (n.state.checked, n.state.expanded, n.state.selected, n.state.filled, n.value.clone());
+        let moved = live.facts != seen.facts || live.option_count != seen.option_count || state(&live) != state(&seen);
+        if moved || live_page.url != seen_url {
             return Ok(refuse(Code::StaleSnapshot, "the page changed since the snapshot: observe again".into()));
         }
         let kind = live.facts.field_kind;
@@ -565,10 +581,6 @@ impl Session {
             ),
             ActAction::Select { .. } => kind == FieldKind::Select,
             ActAction::Check => matches!(kind, FieldKind::Checkbox | FieldKind::Radio | FieldKind::CustomChoice),
-            // A letter or digit pressed into a field would type literal text, one key at a time.
-            ActAction::Press { key } => {
-                !(classifier::coverage::takes_text(kind) && key.chars().count() == 1 && key != " ")
-            }
             _ => true,
         };
         if !fits {
@@ -621,35 +633,57 @@ impl Session {
             _ => None,
         };
 
-        // Dispatch: the act's own input, and nothing else.
+        // Dispatch: the act's own input, and nothing else. The sequence is spent and the snapshot
+        // voided before any input is sent, so that a call cancelled from here on (its client gone,
+        // its deadline passed) can never be replayed into a second act.
+        let sequence = self.applied + 1;
+        self.applied = sequence;
+        self.snapshot = None;
         let el = Element::from_element_id(client.clone(), element.clone());
         let sent = match &input.action {
             ActAction::Click => el.click().await,
             ActAction::Type { field_id } => {
                 let value = text.unwrap_or_default();
-                let r = async {
-                    if kind != FieldKind::EditableRegion {
-                        el.clear().await?;
+                let cleared = if kind == FieldKind::EditableRegion { Ok(()) } else { el.clear().await };
+                match cleared {
+                    Ok(()) => {
+                        self.typed.insert(element.clone(), field_id.clone());
+                        // The clear reached the page already: from here a failure leaves the
+                        // outcome unknown, never "not dispatched".
+                        if let Err(e) = el.send_keys(&value).await {
+                            let why = self.failed(e, config).await;
+                            return Ok(ActOutcome {
+                                code: Code::Ok,
+                                dispatched: true,
+                                outcome_unknown: true,
+                                changed: true,
+                                ..refuse(Code::Ok, why.to_string())
+                            });
+                        }
+                        Ok(())
                     }
-                    el.send_keys(&value).await
+                    Err(e) => Err(e),
                 }
-                .await;
-                if r.is_ok() {
-                    self.typed.insert(element.clone(), field_id.clone());
-                }
-                r
             }
             ActAction::Select { option } => {
-                const PICK: &str = "const [s, want] = arguments; const c = (x) => (x || '').replace(/\\s+/g, ' ').trim(); \
-                    for (const o of s.options) if (o.value === want || c(o.label) === c(want) || c(o.text) === c(want)) return o; \
-                    return null;";
+                // The option is picked here, in the runtime's own copy of the list, by the same
+                // rule the coverage read; only its index reaches the page.
+                let chosen = classifier::coverage::choosable(&live.facts.options, option);
+                let index = chosen.first().and_then(|c| live.facts.options.iter().position(|o| std::ptr::eq(o, *c)));
+                let Some(index) = index else {
+                    self.applied = sequence - 1;
+                    return Ok(refuse(Code::NodeNotInteractable, "no option has that value or label".into()));
+                };
+                const PICK: &str = "const get = Object.getOwnPropertyDescriptor(HTMLSelectElement.prototype, 'options').get; \
+                    return get.call(arguments[0])[arguments[1]] || null;";
                 let arg = serde_json::to_value(&el).unwrap_or_default();
-                match client.execute(PICK, vec![arg, json!(option)]).await {
+                match client.execute(PICK, vec![arg, json!(index)]).await {
                     // Choosing through the option itself fires the page's input and change events.
                     Ok(v) => match page::element_ref(&v) {
                         Some(id) => Element::from_element_id(client.clone(), id).click().await,
                         None => {
-                            return Ok(refuse(Code::NodeNotInteractable, "no option has that value or label".into()));
+                            self.applied = sequence - 1;
+                            return Ok(refuse(Code::StaleSnapshot, "the select's options changed".into()));
                         }
                     },
                     Err(e) => Err(e),
@@ -663,7 +697,7 @@ impl Session {
                 }
             }
             ActAction::Press { key } => match key_text(key) {
-                Some(k) => el.send_keys(&k).await,
+                Some(k) => el.send_keys(k).await,
                 None => return Err(SessionError::Invalid(format!("key {key:?} is not a key the runtime presses"))),
             },
             ActAction::Scroll { by } => {
@@ -680,10 +714,13 @@ impl Session {
         let dispatched = ActOutcome { code: Code::Ok, dispatched: true, ..refuse(Code::Ok, String::new()) };
         match sent {
             Ok(()) => {}
+            // The browser did not act: the sequence is not spent.
             Err(e) if e.is_stale_element_reference() => {
+                self.applied = sequence - 1;
                 return Ok(refuse(Code::StaleSnapshot, "the page re-rendered: the node is gone".into()));
             }
             Err(e) if not_acted(&e) => {
+                self.applied = sequence - 1;
                 return Ok(refuse(Code::NodeNotInteractable, format!("the browser did not act: {e}")));
             }
             // Anything else may have reached the page: the outcome is unknown, and the sequence

@@ -15,8 +15,8 @@ pub const MAX_OPTIONS: usize = 4_096;
 /// A selection that could choose more options than this is refused.
 pub const MAX_CHOOSABLE: usize = 64;
 
-/// Keys a task grant may press: navigation and editing keys, and single letters or digits (a
-/// lesson's keyboard shortcuts). Never a chord.
+/// Keys a task grant may press: named navigation and editing keys. Never a letter, a digit or a
+/// chord.
 const KEYS: &[&str] = &[
     "Enter",
     "Tab",
@@ -134,7 +134,7 @@ pub fn choosable<'a>(options: &'a [SelectOption], wanted: &str) -> Vec<&'a Selec
         .collect()
 }
 
-/// Field kinds that take typed text (a key pressed into one types it).
+/// Field kinds that take typed text.
 pub fn takes_text(kind: FieldKind) -> bool {
     matches!(
         kind,
@@ -254,14 +254,10 @@ pub fn covers(grant: &Grant, action: &Action, element: &ElementFacts, page: &Pag
             ) {
                 return refuse(Reason::KeyOnChoiceControl, "a key on a choice control chooses without a read");
             }
-            let single = key.chars().count() == 1 && key.chars().all(|c| c.is_ascii_alphanumeric());
-            if !(single || KEYS.contains(&key.as_str())) {
+            // Named keys only: a letter or digit, pressed one act at a time, would be literal text
+            // reaching the page, which only a task-record field may be.
+            if !KEYS.contains(&key.as_str()) {
                 return refuse(Reason::KeyNotAllowed, format!("key {key:?} is not a covered key"));
-            }
-            // Letters and digits pressed one by one into a field would type literal text, which
-            // only a task-record field may do.
-            if single && takes_text(element.field_kind) {
-                return refuse(Reason::KeyNotAllowed, "a letter or digit pressed into a field types literal text");
             }
         }
         _ => {}

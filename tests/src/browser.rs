@@ -128,6 +128,7 @@ impl Stack {
             ("RUNTIME_AUTHORIZER_URL", format!("http://127.0.0.1:{authorizer_port}")),
             ("RUNTIME_AUTHORIZER_TOKEN", RUNTIME.to_owned()),
             ("TASK_RECORDS_DIR", records.display().to_string()),
+            ("BROWSER_CALL_TIMEOUT_SECONDS", "8".to_owned()),
         ];
         let config =
             RuntimeConfig::parse(|k| env.iter().find(|(name, _)| *name == k).map(|(_, v)| v.clone())).expect("config");

@@ -72,6 +72,16 @@ const root = document.getElementById('host').attachShadow({ mode: 'closed' });
 root.innerHTML = '<a href="/account/delete" style="display:block;height:40px">Listen</a>';
 </script>"#;
 
+/// Named controls that shadow a form's own properties, and a page with no title or label text.
+const CLOBBER: &str = r#"<!doctype html><title></title>
+<dialog open aria-label="Delete everything?">
+<form action="/lesson/answer"><input type="hidden" name="nodeType"><input type="hidden" name="localName"><button>Yes</button></form>
+</dialog>
+<div role="button" aria-label="Next"><form action="https://www.elsewhere.test/x"><input type="hidden" name="shadowRoot"><input type="hidden" name="childNodes"><button>Pay $12.99</button></form></div>
+<input id="c" type="checkbox"><label for="c"></label>
+<select aria-label="Answer"><option>uno</option><option>dos</option></select>
+"#;
+
 const FORM: &str = r#"<!doctype html><title>Answer</title>
 <form action="/lesson/answer" method="post">
 <label>Your answer <input name="answer"></label>
@@ -101,6 +111,7 @@ async fn stack() -> Stack {
         ("/lesson/same", AGREE),
         ("/lesson/tricks", TRICKS),
         ("/lesson/hostile", HOSTILE),
+        ("/lesson/clobber", CLOBBER),
         ("/lesson/pay", "<!doctype html><title>Paid</title><p>Paid"),
         ("/lesson/answer", "<!doctype html><title>Checked</title><p>Checked"),
     ] {
@@ -261,7 +272,7 @@ async fn a_budget_of_one_step_refuses_the_second_act() {
     let session = s.open("profile-1", "/lesson/1", 1).await.unwrap();
     let o = s.observe(&session).await;
     let mut scroll = click(&session, &o, node(&o, "Next question").0);
-    scroll.action = Some(rt::act_request::Action::Scroll(rt::Scroll { by: 10 }));
+    scroll.action = Some(rt::act_request::Action::Scroll(rt::Scroll { by: 100 }));
     assert!(s.act(scroll).await.unwrap().ok);
     let o = s.observe(&session).await;
     let reply = s.act(click(&session, &o, node(&o, "Next question").0)).await.unwrap();
@@ -566,6 +577,22 @@ async fn sessions_are_the_callers_own_and_the_pool_has_a_limit() {
     s.open("profile-c", "/lesson/1", 50).await.unwrap();
 }
 
+/// The live (not zombie) processes of process group `pgid`.
+fn group(pgid: u32) -> Vec<u32> {
+    let entries = std::fs::read_dir("/proc").map(|d| d.flatten().collect::<Vec<_>>()).unwrap_or_default();
+    entries
+        .iter()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+            let state = fields.next()?;
+            let pgrp = fields.nth(1)?;
+            (state != "Z" && pgrp == pgid.to_string()).then_some(pid)
+        })
+        .collect()
+}
+
 /// The pids of `parent`'s children, forked by any of its threads.
 fn children(parent: u32) -> Vec<u32> {
     let tasks =
@@ -682,18 +709,12 @@ async fn hidden_ways_off_the_origin_are_refused() {
     typed.action = Some(rt::act_request::Action::Type(rt::Type { field_id: "word".into() }));
     assert!(s.act(typed).await.unwrap().ok);
 
-    // Letters pressed one at a time would spell literal text: refused, with or without a grant.
-    for constraint in [None, Some(task_constraint())] {
-        let o = s.observe(&session).await;
-        let mut key = click(&session, &o, node(&o, "Gloss").0);
-        key.expected_role = rt::Role::Textbox as i32;
-        key.action = Some(rt::act_request::Action::Press(rt::Press { key: "x".into() }));
-        key.constraint = constraint.clone();
-        let reply = s.act(key).await.unwrap();
-        let want =
-            if constraint.is_some() { rt::ActCode::GrantNotApplicable } else { rt::ActCode::NodeNotInteractable };
-        refused(&reply, want);
-    }
+    // A letter pressed one at a time would spell literal text: no key but a named one exists.
+    let o = s.observe(&session).await;
+    let mut key = click(&session, &o, node(&o, "Gloss").0);
+    key.expected_role = rt::Role::Textbox as i32;
+    key.action = Some(rt::act_request::Action::Press(rt::Press { key: "x".into() }));
+    assert_eq!(s.act(key).await.unwrap_err().code(), Code::InvalidArgument);
     assert!(s.fixture.requests().iter().all(|r| r.host != ELSEWHERE), "{:?}", s.fixture.requests());
 
     // Fields named like the form's own properties do not hide the others from the read-back.
@@ -712,8 +733,8 @@ async fn hidden_ways_off_the_origin_are_refused() {
         .await
         .unwrap()
         .into_inner();
-    let names: Vec<_> = form.fields.iter().map(|f| f.name.as_str()).collect();
-    assert_eq!(names, ["elements", "action", "gloss"]);
+    let fields: Vec<_> = form.fields.iter().map(|f| (f.name.as_str(), f.value.as_str())).collect();
+    assert_eq!(fields, [("elements", "e"), ("action", "a"), ("gloss", "")], "nothing was typed into Gloss");
 }
 
 #[tokio::test]
@@ -724,16 +745,13 @@ async fn a_screenshot_is_a_png_and_shutdown_ends_every_browser() {
     let png = s.runtime.screenshot(with(WORKER, rt::ScreenshotRequest { session_id: a.clone() })).await.unwrap();
     assert!(png.into_inner().png.starts_with(b"\x89PNG\r\n\x1a\n"));
     let drivers = [s.driver_pid(&a).await, s.driver_pid(&b).await];
-    let browsers: Vec<u32> = drivers.iter().flat_map(|d| children(*d)).collect();
-    assert!(!browsers.is_empty());
+    let started: Vec<u32> = drivers.iter().flat_map(|d| group(*d)).collect();
+    assert!(started.len() > drivers.len(), "Chromium and its helpers run in the drivers' groups: {started:?}");
     s.shutdown_runtime().await;
-    // Every process the runtime started is gone (or a zombie its parent has not reaped yet).
-    for pid in drivers.iter().chain(&browsers) {
-        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let running =
-            state.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()).is_some_and(|s| s != "Z");
-        assert!(!running, "process {pid} outlived the runtime: {state}");
-    }
+    // Every process the runtime started, Chromium's helpers too, is gone (or a zombie whose
+    // parent has not reaped it yet).
+    let left: Vec<u32> = drivers.iter().flat_map(|d| group(*d)).collect();
+    assert!(left.is_empty(), "processes outlived the runtime: {left:?}");
 }
 
 /// Under a task grant, the fence holds every document request to the grant's prefix, whatever
@@ -770,4 +788,75 @@ async fn the_fence_holds_documents_the_facts_could_not_show() {
     let reply = s.act(click(&session, &o, node(&o, "Next word").0)).await.unwrap();
     assert!(reply.ok && !reply.outcome_unknown, "{reply:?}");
     assert!(documents(&s).contains(&format!("GET {LESSON}/account/settings")));
+}
+
+#[tokio::test]
+async fn markup_that_shadows_form_properties_does_not_steer_the_read() {
+    let mut s = stack().await;
+    let session = s.open("profile-1", "/lesson/clobber", 50).await.unwrap();
+    // An empty title and an empty label are read, not refused.
+    let o = s.observe(&session).await;
+    assert_eq!(o.title, "");
+    // The dialog around "Yes" is found though the form hides its nodeType and localName.
+    let (yes, facts) = node(&o, "Yes");
+    assert_eq!(facts.dialog_name, "Delete everything?");
+    let mut act = click(&session, &o, yes);
+    act.constraint = Some(task_constraint());
+    let reply = s.act(act).await.unwrap();
+    refused(&reply, rt::ActCode::GrantNotApplicable);
+    assert_eq!(reply.reason, "deletion", "{reply:?}");
+    // The form inside "Next" is seen though it hides its childNodes and shadowRoot.
+    let o = s.observe(&session).await;
+    let (next, facts) = node(&o, "Next");
+    assert!(facts.nav_targets.iter().any(|t| t.starts_with("https://www.elsewhere.test/")), "{facts:?}");
+    refused(&s.act(click(&session, &o, next)).await.unwrap(), rt::ActCode::OffOriginTarget);
+
+    // A select is chosen by the runtime's own reading of its options.
+    let o = s.observe(&session).await;
+    let (answer, _) = node(&o, "Answer");
+    assert_eq!(answer.value, "uno");
+    let mut pick = click(&session, &o, answer);
+    pick.expected_role = rt::Role::Combobox as i32;
+    pick.action = Some(rt::act_request::Action::Select(rt::Select { option: "dos".into() }));
+    pick.constraint = Some(task_constraint());
+    assert!(s.act(pick).await.unwrap().ok);
+    let o = s.observe(&session).await;
+    assert_eq!(node(&o, "Answer").0.value, "dos");
+    assert!(s.fixture.requests().iter().all(|r| r.host != ELSEWHERE));
+}
+
+#[tokio::test]
+async fn a_sequence_is_required_and_a_replay_under_a_grant_dispatches_nothing() {
+    let mut s = stack().await;
+    let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
+    let o = s.observe(&session).await;
+    let mut next = click(&session, &o, node(&o, "Next question").0);
+    next.constraint = Some(task_constraint());
+    next.wait_for = rt::WaitFor::Navigation as i32;
+    let unnumbered = s.runtime.act(with(WORKER, next.clone())).await.unwrap_err();
+    assert_eq!(unnumbered.code(), Code::InvalidArgument, "{unnumbered:?}");
+    next.sequence = 1;
+    assert!(s.act(next.clone()).await.unwrap().ok);
+    let replay = s.act(next).await.unwrap_err();
+    assert_eq!(replay.code(), Code::AlreadyExists, "{replay:?}");
+    assert_eq!(documents(&s).iter().filter(|d| d.ends_with("/lesson/2")).count(), 1, "{:?}", documents(&s));
+}
+
+/// `<input name=parentNode>` in a form sends chromedriver's own element serialization into an
+/// endless loop, so a page can hang the renderer: the call is bounded, and the browser restarts.
+#[tokio::test]
+async fn a_page_that_hangs_the_browser_gets_it_restarted() {
+    let mut s = stack().await;
+    s.fixture.page(
+        LESSON,
+        "/lesson/hang",
+        "<!doctype html><title>Hang</title><form><input type=hidden name=parentNode><button>Stuck</button></form>",
+    );
+    let session = s.open("profile-1", "/lesson/hang", 50).await.unwrap();
+    let o = s.observe(&session).await;
+    let err = s.act(click(&session, &o, node(&o, "Stuck").0)).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(err.message().contains("stopped answering"), "{err:?}");
+    let o = s.observe(&session).await;
+    assert_eq!(o.url, format!("{LESSON_ORIGIN}/lesson/hang"), "restarted at the start page");
 }
