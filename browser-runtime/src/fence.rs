@@ -216,20 +216,24 @@ impl Handle {
 #[derive(Debug)]
 pub struct Armed {
     handle: Handle,
+    since: Instant,
     done: bool,
 }
 
 impl Armed {
     pub fn new(handle: Handle, scope: Scope) -> Self {
         handle.arm(scope);
-        Self { handle, done: false }
+        Self { handle, since: Instant::now(), done: false }
     }
 
-    /// Settled, as far as the fence sees: no document request for `quiet`, within `bound`.
+    /// Settled, as the fence defines it: `quiet` has passed since it was armed and since the
+    /// last document request or ping, or `bound` has. A navigation the act sets off within
+    /// `quiet` of its input therefore meets the fence; one a timer starts later does not (the
+    /// record's limits of page script).
     pub async fn settle(&self, quiet: Duration, bound: Duration) {
-        let deadline = Instant::now() + bound;
-        while !self.handle.quiet_for(quiet) && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(25)).await;
+        let deadline = self.since + bound;
+        while !(self.since.elapsed() >= quiet && self.handle.quiet_for(quiet)) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 

@@ -732,7 +732,6 @@ impl Session {
         }
 
         let waited = match input.wait_for {
-            WaitFor::None if armed.is_some() => page::settle(&client).await.map_err(ReadError::Driver),
             WaitFor::None => Ok(()),
             WaitFor::Settle => page::settle(&client).await.map_err(ReadError::Driver),
             WaitFor::Navigation => page::navigation(&client, &live_page).await,
