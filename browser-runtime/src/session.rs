@@ -570,15 +570,11 @@ impl Session {
             return Ok(refuse(Code::NodeNotInteractable, "the node is disabled".into()));
         }
         let fits = match &input.action {
-            ActAction::Type { .. } => matches!(
-                kind,
-                FieldKind::Text
-                    | FieldKind::Search
-                    | FieldKind::TextArea
-                    | FieldKind::EditableRegion
-                    | FieldKind::Identity
-                    | FieldKind::Other
-            ),
+            // Never a credential, one-time-code or payment field, whatever the record holds.
+            ActAction::Type { .. } => {
+                classifier::coverage::takes_text(kind)
+                    && !matches!(kind, FieldKind::Password | FieldKind::OneTimeCode | FieldKind::Payment)
+            }
             ActAction::Select { .. } => kind == FieldKind::Select,
             ActAction::Check => matches!(kind, FieldKind::Checkbox | FieldKind::Radio | FieldKind::CustomChoice),
             _ => true,

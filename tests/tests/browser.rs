@@ -339,12 +339,9 @@ async fn typed_values_come_from_the_record_and_are_never_returned() {
     assert_eq!(posted[0].body, "answer=el+gato&attempt=1&level=3");
 }
 
-/// An approval token is redeemed through the authorizer for exactly the run, snapshot and ref
-/// it was issued for.
-#[tokio::test]
-async fn a_consequential_button_needs_a_token_for_this_snapshot() {
-    let mut s = stack().await;
-    let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
+/// The owner's approval of a click on `name` in snapshot `o`, asked and resolved through the
+/// authorizer as the worker and the gateway would: its single-use token.
+async fn approve_once(s: &mut Stack, o: &rt::ObserveReply, name: &str) -> String {
     let create = pb::CreateSessionRequest {
         session_id: "s1".into(),
         browser_profile_id: "profile-1".into(),
@@ -354,9 +351,7 @@ async fn a_consequential_button_needs_a_token_for_this_snapshot() {
     s.authorizer.create_session(with(WORKER, create)).await.unwrap();
     let said = pb::RecordMessageRequest { session_id: "s1".into(), message_id: "m1".into(), from_owner: true };
     s.authorizer.record_message(with(GATEWAY, said)).await.unwrap();
-
-    let first = s.observe(&session).await;
-    let (pay, facts) = node(&first, "Pay now");
+    let (n, facts) = node(o, name);
     let authorize = pb::AuthorizeRequest {
         session_id: "s1".into(),
         run: Some(pb::RunContext { run_id: "run-1".into(), interactive: true, top_level: true }),
@@ -364,15 +359,15 @@ async fn a_consequential_button_needs_a_token_for_this_snapshot() {
         turn_tool_calls: vec!["browser.observe".into(), "browser.act".into()],
         agent_version: "agent-7".into(),
         element: Some(facts.clone()),
-        page_url: first.url.clone(),
-        page_title: first.title.clone(),
+        page_url: o.url.clone(),
+        page_title: o.title.clone(),
         action: Some(pb::Action { kind: pb::ActionKind::Click as i32, ..Default::default() }),
-        snapshot_id: first.snapshot_id.clone(),
-        node_ref: pay.r#ref.clone(),
+        snapshot_id: o.snapshot_id.clone(),
+        node_ref: n.r#ref.clone(),
     };
     let decided = s.authorizer.authorize(with(WORKER, authorize)).await.unwrap().into_inner();
     let Some(pb::authorize_reply::Decision::RequireApproval(ask)) = decided.decision else {
-        panic!("a payment asks: {decided:?}")
+        panic!("{name} asks: {decided:?}")
     };
     let resolve = pb::ResolveApprovalRequest {
         approval_id: ask.approval_id,
@@ -381,8 +376,20 @@ async fn a_consequential_button_needs_a_token_for_this_snapshot() {
     };
     let token = s.authorizer.resolve_approval(with(GATEWAY, resolve)).await.unwrap().into_inner().approval_token;
     assert!(token.starts_with("apv_"), "{token}");
+    token
+}
+
+/// An approval token is redeemed through the authorizer for exactly the run, snapshot and ref
+/// it was issued for.
+#[tokio::test]
+async fn a_consequential_button_needs_a_token_for_this_snapshot() {
+    let mut s = stack().await;
+    let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
+    let first = s.observe(&session).await;
+    let token = approve_once(&mut s, &first, "Pay now").await;
 
     // Without a token: APPROVAL_REQUIRED, and the snapshot stays.
+    let (pay, _) = node(&first, "Pay now");
     refused(&s.act(click(&session, &first, pay)).await.unwrap(), rt::ActCode::ApprovalRequired);
 
     // The token of the first snapshot on the same button of a newer one: invalid, terminal.
@@ -404,39 +411,9 @@ async fn a_consequential_button_needs_a_token_for_this_snapshot() {
 async fn an_approved_token_dispatches_the_consequential_click_once() {
     let mut s = stack().await;
     let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
-    let create = pb::CreateSessionRequest {
-        session_id: "s1".into(),
-        browser_profile_id: "profile-1".into(),
-        schedule_id: String::new(),
-        surface: pb::Surface::Interactive as i32,
-    };
-    s.authorizer.create_session(with(WORKER, create)).await.unwrap();
-    let said = pb::RecordMessageRequest { session_id: "s1".into(), message_id: "m1".into(), from_owner: true };
-    s.authorizer.record_message(with(GATEWAY, said)).await.unwrap();
     let o = s.observe(&session).await;
-    let (pay, facts) = node(&o, "Pay now");
-    let authorize = pb::AuthorizeRequest {
-        session_id: "s1".into(),
-        run: Some(pb::RunContext { run_id: "run-1".into(), interactive: true, top_level: true }),
-        tool_call_id: "call-1".into(),
-        turn_tool_calls: vec!["browser.act".into()],
-        agent_version: "agent-7".into(),
-        element: Some(facts.clone()),
-        page_url: o.url.clone(),
-        page_title: o.title.clone(),
-        action: Some(pb::Action { kind: pb::ActionKind::Click as i32, ..Default::default() }),
-        snapshot_id: o.snapshot_id.clone(),
-        node_ref: pay.r#ref.clone(),
-    };
-    let decided = s.authorizer.authorize(with(WORKER, authorize)).await.unwrap().into_inner();
-    let Some(pb::authorize_reply::Decision::RequireApproval(ask)) = decided.decision else { panic!("{decided:?}") };
-    let resolve = pb::ResolveApprovalRequest {
-        approval_id: ask.approval_id,
-        resolution: pb::Resolution::ApproveOnce as i32,
-        ..Default::default()
-    };
-    let token = s.authorizer.resolve_approval(with(GATEWAY, resolve)).await.unwrap().into_inner().approval_token;
-    let mut act = click(&session, &o, pay);
+    let token = approve_once(&mut s, &o, "Pay now").await;
+    let mut act = click(&session, &o, node(&o, "Pay now").0);
     act.approval_token = token;
     act.consequential = true;
     act.wait_for = rt::WaitFor::Navigation as i32;
