@@ -82,6 +82,21 @@ const CLOBBER: &str = r#"<!doctype html><title></title>
 <select aria-label="Answer"><option>uno</option><option>dos</option></select>
 "#;
 
+/// Controls whose targets or labels hide in the corners the record lists.
+const CORNERS: &str = r##"<!doctype html><title>Corners</title>
+<svg width="200" height="30"><a href="https://www.elsewhere.test/svg"><text x="5" y="20">Svg link</text></a></svg>
+<svg width="200" height="30"><a href="/lesson/2"><set attributeName="href" to="https://www.elsewhere.test/anim" begin="0s"/><text x="5" y="20">Animated link</text></a></svg>
+<svg style="display:none"><symbol id="icon"><rect width="10" height="10"/></symbol></svg>
+<button>Play<svg width="12" height="12"><use href="#icon"/></svg></button>
+<map name="m"><area shape="rect" coords="0,0,10,10" href="https://www.elsewhere.test/map" alt="Zone"></map>
+<button>Map<img usemap="#m" width="10" height="10" alt=""></button>
+<div role="button" aria-label="Framed" style="height:40px"><iframe srcdoc="<a href='https://www.elsewhere.test/f'>go</a>" width="100" height="30"></iframe></div>
+<form action="/lesson/answer"><input type="image" alt="Send" formaction="https://www.elsewhere.test/img" width="20" height="20"></form>
+<button>P&#x200B;ay now</button>
+<button>&#x420;ay now</button>
+<select aria-label="Reward"><option value="a">Next</option><option label="Continue" value="buy">Buy gems</option></select>
+"##;
+
 const FORM: &str = r#"<!doctype html><title>Answer</title>
 <form action="/lesson/answer" method="post">
 <label>Your answer <input name="answer"></label>
@@ -112,6 +127,7 @@ async fn stack() -> Stack {
         ("/lesson/tricks", TRICKS),
         ("/lesson/hostile", HOSTILE),
         ("/lesson/clobber", CLOBBER),
+        ("/lesson/corners", CORNERS),
         ("/lesson/pay", "<!doctype html><title>Paid</title><p>Paid"),
         ("/lesson/answer", "<!doctype html><title>Checked</title><p>Checked"),
     ] {
@@ -836,4 +852,42 @@ async fn a_page_that_hangs_the_browser_gets_it_restarted() {
     assert!(err.message().contains("stopped answering"), "{err:?}");
     let o = s.observe(&session).await;
     assert_eq!(o.url, format!("{LESSON_ORIGIN}/lesson/hang"), "restarted at the start page");
+}
+
+/// The facts the record names: SVG links as written and as animated, `<use>`, image maps,
+/// embedded documents and image inputs lead outside every origin the run may reach; an excluded
+/// word behind a zero-width character or a lookalike letter still reads as what it is; and an
+/// option's label is read beside its text.
+#[tokio::test]
+async fn the_corners_the_record_names_are_read() {
+    let mut s = stack().await;
+    let session = s.open("profile-1", "/lesson/corners", 80).await.unwrap();
+    for (name, role, want) in [
+        ("Svg link", rt::Role::Link, rt::ActCode::OffOriginTarget),
+        ("Animated link", rt::Role::Link, rt::ActCode::OffOriginTarget),
+        ("Play", rt::Role::Button, rt::ActCode::OffOriginTarget),
+        ("Map", rt::Role::Button, rt::ActCode::OffOriginTarget),
+        ("Framed", rt::Role::Button, rt::ActCode::OffOriginTarget),
+        ("Send", rt::Role::Button, rt::ActCode::OffOriginTarget),
+        ("P\u{200b}ay now", rt::Role::Button, rt::ActCode::ApprovalRequired),
+        ("\u{420}ay now", rt::Role::Button, rt::ActCode::ApprovalRequired),
+    ] {
+        let o = s.observe(&session).await;
+        let (n, facts) = node(&o, name);
+        let mut act = click(&session, &o, n);
+        act.expected_role = role as i32;
+        let reply = s.act(act).await.unwrap();
+        assert_eq!(rt::ActCode::try_from(reply.code), Ok(want), "{name}: {reply:?} {facts:?}");
+        assert!(!reply.dispatched, "{name}");
+    }
+    // Under a grant, choosing "Continue" chooses the option whose text is "Buy gems".
+    let o = s.observe(&session).await;
+    let mut pick = click(&session, &o, node(&o, "Reward").0);
+    pick.expected_role = rt::Role::Combobox as i32;
+    pick.action = Some(rt::act_request::Action::Select(rt::Select { option: "Continue".into() }));
+    pick.constraint = Some(task_constraint());
+    let reply = s.act(pick).await.unwrap();
+    refused(&reply, rt::ActCode::GrantNotApplicable);
+    assert_eq!(reply.reason, "in_app_currency", "{reply:?}");
+    assert!(s.fixture.requests().iter().all(|r| r.host != ELSEWHERE), "{:?}", s.fixture.requests());
 }
