@@ -365,7 +365,7 @@ pub fn act_input(req: pb::ActRequest) -> Result<ActInput, Status> {
             ));
         }
         A::Press(p) => ActAction::Press { key: p.key },
-        A::Scroll(s) if !crate::session::SCROLL_STEPS.contains(&s.by) => {
+        A::Scroll(s) if !classifier::coverage::SCROLL_STEPS.contains(&s.by) => {
             return Err(invalid("scroll.by", "is one of ±100, ±300, ±600, ±1200 pixels"));
         }
         A::Scroll(s) => ActAction::Scroll { by: s.by },

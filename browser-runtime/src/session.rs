@@ -172,9 +172,6 @@ pub fn key_text(key: &str) -> Option<&'static str> {
     KEYS.iter().find(|(name, _)| *name == key).map(|(_, code)| *code)
 }
 
-/// The scroll distances an act may ask for: a free number would reach the page as a value.
-pub const SCROLL_STEPS: [i32; 8] = [-1200, -600, -300, -100, 100, 300, 600, 1200];
-
 /// The newest snapshot: refs are indexes into `nodes`, the page keeps the elements.
 #[derive(Debug)]
 struct Snapshot {

@@ -10,6 +10,9 @@ use crate::text_shape;
 
 /// The runtime reads at most this much of one label source; an unread tail could hold anything.
 pub const MAX_LABEL_CHARS: usize = 1_024;
+/// The scroll distances an act may take (negative: up). A free number would reach the page as a
+/// value the model chose, so the runtime sends only these and a grant covers only these.
+pub const SCROLL_STEPS: [i32; 8] = [-1200, -600, -300, -100, 100, 300, 600, 1200];
 /// A select with more options is refused outright.
 pub const MAX_OPTIONS: usize = 4_096;
 /// A selection that could choose more options than this is refused.
@@ -56,6 +59,7 @@ pub enum Reason {
     TooManyChoices,
     NotRoutine,
     TextTooLong,
+    ScrollNotAStep,
     TextControlCharacter,
     TextAddress,
     TextDigitRun,
@@ -87,6 +91,7 @@ impl Reason {
             Self::TooManyChoices => "too_many_choices",
             Self::NotRoutine => "not_routine",
             Self::TextTooLong => "text_too_long",
+            Self::ScrollNotAStep => "scroll_not_a_step",
             Self::TextControlCharacter => "text_control_character",
             Self::TextAddress => "text_address",
             Self::TextDigitRun => "text_digit_run",
@@ -184,7 +189,10 @@ pub fn covers(grant: &Grant, action: &Action, element: &ElementFacts, page: &Pag
             );
         }
     }
-    if matches!(action, Action::Scroll { .. }) {
+    if let Action::Scroll { by } = action {
+        if !SCROLL_STEPS.contains(by) {
+            return refuse(Reason::ScrollNotAStep, format!("a scroll of {by} pixels is not one of the fixed steps"));
+        }
         return Ok(());
     }
     if element.disabled {

@@ -323,6 +323,7 @@ fn lesson_words_are_covered() {
         check(&button(tile), &Action::Click, "unknown", "covered");
     }
     check(&button("Continue"), &Action::Scroll { by: 600 }, "routine", "covered");
+    check(&button("Continue"), &Action::Scroll { by: 12345 }, "routine", "scroll_not_a_step");
 }
 
 #[test]

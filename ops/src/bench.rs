@@ -772,8 +772,8 @@ pub mod act {
             origins: vec![format!("https://{HOST}")],
             path_prefix: "/lesson".into(),
             not_after: not_after.format(&time::format_description::well_known::Rfc3339).unwrap_or_default(),
-            consequence_ceiling: "unknown".into(),
-            max_text_chars: 256,
+            consequence_ceiling: classifier::constraint::GrantKind::Task.consequence_ceiling().into(),
+            max_text_chars: classifier::constraint::GrantKind::Task.max_text_chars(),
         }
     }
 

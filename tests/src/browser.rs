@@ -201,6 +201,17 @@ impl Stack {
         Ok(reply)
     }
 
+    /// The card's read-back of the form that owns node `name` of snapshot `o`.
+    pub async fn read_form(&mut self, session: &str, o: &rt::ObserveReply, name: &str) -> rt::ReadFormReply {
+        let (n, _) = node(o, name);
+        let req = rt::ReadFormRequest {
+            session_id: session.into(),
+            snapshot_id: o.snapshot_id.clone(),
+            r#ref: n.r#ref.clone(),
+        };
+        self.runtime.read_form(with(WORKER, req)).await.expect("read form").into_inner()
+    }
+
     /// chromedriver's pid for the session (its process group holds the session's Chromium).
     pub async fn driver_pid(&self, session: &str) -> u32 {
         self.served.driver_pid(session).await.expect("a running browser")
@@ -240,7 +251,7 @@ pub fn task_constraint() -> pb::DispatchConstraint {
         origins: vec![LESSON_ORIGIN.into()],
         path_prefix: "/lesson".into(),
         not_after: not_after.format(&time::format_description::well_known::Rfc3339).expect("time"),
-        consequence_ceiling: "unknown".into(),
-        max_text_chars: 256,
+        consequence_ceiling: classifier::constraint::GrantKind::Task.consequence_ceiling().into(),
+        max_text_chars: classifier::constraint::GrantKind::Task.max_text_chars(),
     }
 }

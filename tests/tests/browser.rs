@@ -319,20 +319,7 @@ async fn typed_values_come_from_the_record_and_are_never_returned() {
     assert!(!format!("{o:?}").contains("el gato"));
 
     // The card's read-back: every field, the one the runtime typed marked with its record field.
-    let (check, _) = node(&o, "Check");
-    let form = s
-        .runtime
-        .read_form(with(
-            WORKER,
-            rt::ReadFormRequest {
-                session_id: session.clone(),
-                snapshot_id: o.snapshot_id.clone(),
-                r#ref: check.r#ref.clone(),
-            },
-        ))
-        .await
-        .unwrap()
-        .into_inner();
+    let form = s.read_form(&session, &o, "Check").await;
     let fields: Vec<_> =
         form.fields.iter().map(|f| (f.name.as_str(), f.value.as_str(), f.typed_field_id.as_str())).collect();
     assert_eq!(fields, [("answer", "el gato", "answer"), ("attempt", "1", ""), ("level", "3", "")]);
@@ -712,20 +699,7 @@ async fn hidden_ways_off_the_origin_are_refused() {
 
     // Fields named like the form's own properties do not hide the others from the read-back.
     let o = s.observe(&session).await;
-    let (done, _) = node(&o, "Done");
-    let form = s
-        .runtime
-        .read_form(with(
-            WORKER,
-            rt::ReadFormRequest {
-                session_id: session.clone(),
-                snapshot_id: o.snapshot_id.clone(),
-                r#ref: done.r#ref.clone(),
-            },
-        ))
-        .await
-        .unwrap()
-        .into_inner();
+    let form = s.read_form(&session, &o, "Done").await;
     let fields: Vec<_> = form.fields.iter().map(|f| (f.name.as_str(), f.value.as_str())).collect();
     assert_eq!(fields, [("elements", "e"), ("action", "a"), ("gloss", "")], "nothing was typed into Gloss");
 }

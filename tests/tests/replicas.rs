@@ -670,7 +670,10 @@ fn not_the_owner() -> authorizer::domain::Command {
 async fn actions_used(db: &TestDb, grant_id: uuid::Uuid) -> i32 {
     let client = db.client().await;
     client
-        .query_one("SELECT actions_used FROM active_task_grants WHERE grant_id = $1", &[&grant_id])
+        .query_one(
+            "SELECT actions_used FROM active_task_grants WHERE tenant_id = $1 AND grant_id = $2",
+            &[&TENANT, &grant_id],
+        )
         .await
         .unwrap()
         .get(0)
@@ -718,7 +721,8 @@ async fn a_message_recorded_during_a_use_waits_for_it() {
         tokio::spawn(async move { a.authorize(&req, time::OffsetDateTime::now_utc(), uuid::Uuid::new_v4()).await })
     };
     let watcher = db.client().await;
-    let blocked_on = |what: &'static str| {
+    // Waits until at least `at_least` statements whose text holds `what` wait on a lock.
+    let blocked_on = |what: &'static str, at_least: i64| {
         let watcher = &watcher;
         async move {
             let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -732,20 +736,21 @@ async fn a_message_recorded_during_a_use_waits_for_it() {
                     .await
                     .unwrap()
                     .get(0);
-                if n > 0 {
+                if n >= at_least {
                     return;
                 }
-                assert!(tokio::time::Instant::now() < deadline, "nothing waited on {what}");
+                assert!(tokio::time::Instant::now() < deadline, "fewer than {at_least} waited on {what}");
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
     };
-    blocked_on("UPDATE active_task_grants").await;
+    blocked_on("UPDATE active_task_grants", 1).await;
     let speaking = {
         let b = b.clone();
         tokio::spawn(async move { b.execute(not_the_owner(), "worker").await })
     };
-    blocked_on("authority_sessions").await;
+    // A's own use names the sessions table too: B waits only once two statements do.
+    blocked_on("authority_sessions", 2).await;
     held.commit().await.unwrap();
     let (decision, events) = using.await.unwrap().unwrap();
     assert!(matches!(decision, Decided::Allow { use_ordinal: Some(2), .. }), "{decision:?}");
