@@ -128,6 +128,10 @@ impl Browser {
             .ok_or(crate::fence::FenceError::NoEndpoint)?
             .to_owned();
         let fence = crate::fence::Fence::connect(&address).await?;
+        // Only a tab holding the guard may load a page: its copy must be the first script there.
+        if !fence.handle().guarded(1, std::time::Duration::from_secs(10)).await {
+            return Err(crate::fence::FenceError::Endpoint("the click guard was not installed in the tab".into()).into());
+        }
         Ok(Self { client, fence, process })
     }
 

@@ -64,6 +64,9 @@ struct State {
     pages: HashSet<String>,
     /// When a document request last passed through, for the settle rule.
     last_document: Option<Instant>,
+    /// Commands installing the guard that the browser has not answered yet, and how many it has.
+    guard_pending: HashSet<u64>,
+    guarded: usize,
 }
 
 /// The fence of one browser; the connection closes when it is dropped.
@@ -71,6 +74,8 @@ struct State {
 pub struct Fence {
     handle: Handle,
     task: tokio::task::JoinHandle<()>,
+    /// The secret the click guard and focus check (`guard.js`) answer to in this browser.
+    secret: String,
 }
 
 /// A handle to arm and disarm a browser's fence.
@@ -92,12 +97,16 @@ fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
 }
 
 fn command(ids: &AtomicU64, session: Option<&str>, method: &str, params: Value) -> String {
+    command_id(ids, session, method, params).1
+}
+
+fn command_id(ids: &AtomicU64, session: Option<&str>, method: &str, params: Value) -> (u64, String) {
     let id = ids.fetch_add(1, Ordering::Relaxed);
     let mut m = json!({ "id": id, "method": method, "params": params });
     if let Some(s) = session {
         m["sessionId"] = json!(s);
     }
-    m.to_string()
+    (id, m.to_string())
 }
 
 /// The browser-level WebSocket URL from `host:port`'s `/json/version`. The endpoint keeps the
@@ -144,17 +153,21 @@ fn patterns() -> Value {
 
 const AUTO_ATTACH: fn() -> Value = || json!({ "autoAttach": true, "waitForDebuggerOnStart": true, "flatten": true });
 
+const GUARD: &str = include_str!("guard.js");
+
 impl Fence {
     /// Connects to the browser at `address` (`host:port`) and intercepts from now on.
     pub async fn connect(address: &str) -> Result<Self, FenceError> {
         let url = browser_socket(address).await?;
+        let secret = hex::encode(rand::random::<[u8; 16]>());
+        let guard: Arc<str> = GUARD.replace("__SECRET__", &secret).into();
         let (ws, _) = tokio_tungstenite::connect_async(url).await.map_err(|e| FenceError::Endpoint(e.to_string()))?;
         let (mut sink, mut stream) = ws.split();
         let (out, mut rx) = mpsc::unbounded_channel::<String>();
         let state = Arc::new(Mutex::new(State::default()));
         let ids = Arc::new(AtomicU64::new(1));
         let task = {
-            let (state, ids, out) = (Arc::clone(&state), Arc::clone(&ids), out.clone());
+            let (state, ids, out, guard) = (Arc::clone(&state), Arc::clone(&ids), out.clone(), Arc::clone(&guard));
             tokio::spawn(async move {
                 let writer = async {
                     while let Some(m) = rx.recv().await {
@@ -168,7 +181,7 @@ impl Fence {
                         if let Message::Text(text) = message
                             && let Ok(v) = serde_json::from_str::<Value>(&text)
                         {
-                            handle(&v, &state, &ids, &out);
+                            handle(&v, &state, &ids, &out, &guard);
                         }
                     }
                 };
@@ -176,11 +189,15 @@ impl Fence {
             })
         };
         let _ = out.send(command(&ids, None, "Target.setAutoAttach", AUTO_ATTACH()));
-        Ok(Self { handle: Handle { state, out, ids }, task })
+        Ok(Self { handle: Handle { state, out, ids }, task, secret })
     }
 
     pub fn handle(&self) -> Handle {
         self.handle.clone()
+    }
+
+    pub fn guard_secret(&self) -> &str {
+        &self.secret
     }
 }
 
@@ -191,6 +208,19 @@ impl Handle {
         s.armed = Some(scope);
         s.refused.clear();
         s.opened.clear();
+    }
+
+    /// Waits, bounded, until the browser has installed the guard in `targets` page or frame
+    /// targets: the first page must hold it before the runtime navigates anywhere.
+    pub async fn guarded(&self, targets: usize, bound: Duration) -> bool {
+        let deadline = Instant::now() + bound;
+        while lock(&self.state).guarded < targets {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        true
     }
 
     /// Whether no document request has passed for `quiet`.
@@ -252,7 +282,7 @@ impl Drop for Armed {
 }
 
 /// One message from the browser: attach and hold each new target; decide each paused request.
-fn handle(v: &Value, state: &Mutex<State>, ids: &AtomicU64, out: &mpsc::UnboundedSender<String>) {
+fn handle(v: &Value, state: &Mutex<State>, ids: &AtomicU64, out: &mpsc::UnboundedSender<String>, guard: &str) {
     let session = v["sessionId"].as_str();
     match v["method"].as_str() {
         Some("Target.attachedToTarget") => {
@@ -270,6 +300,17 @@ fn handle(v: &Value, state: &Mutex<State>, ids: &AtomicU64, out: &mpsc::Unbounde
             }
             if matches!(kind, "page" | "iframe") {
                 let _ = out.send(command(ids, Some(child), "Fetch.enable", patterns()));
+                // The click guard and focus check, in every document before the page's script
+                // (the page agent runs such scripts only once enabled).
+                let _ = out.send(command(ids, Some(child), "Page.enable", json!({})));
+                let (id, m) = command_id(
+                    ids,
+                    Some(child),
+                    "Page.addScriptToEvaluateOnNewDocument",
+                    json!({ "source": guard, "runImmediately": true }),
+                );
+                lock(state).guard_pending.insert(id);
+                let _ = out.send(m);
                 let _ = out.send(command(ids, Some(child), "Target.setAutoAttach", AUTO_ATTACH()));
             }
             // Only now may the target run: its first request meets the fence.
@@ -299,6 +340,14 @@ fn handle(v: &Value, state: &Mutex<State>, ids: &AtomicU64, out: &mpsc::Unbounde
                 command(ids, session, "Fetch.continueRequest", json!({ "requestId": request }))
             };
             let _ = out.send(m);
+        }
+        None => {
+            if let Some(id) = v["id"].as_u64() {
+                let mut s = lock(state);
+                if s.guard_pending.remove(&id) && v.get("error").is_none() {
+                    s.guarded += 1;
+                }
+            }
         }
         _ => {}
     }

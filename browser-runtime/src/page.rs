@@ -351,3 +351,73 @@ pub async fn navigation(client: &Client, before: &PageRead) -> Result<(), ReadEr
     }
     settle(client).await.map_err(ReadError::Driver)
 }
+
+/// What the click guard and focus check (`guard.js`) hold for the act.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardMode {
+    /// Hit-test the element's centre; stop trusted clicks aimed at what the read did not cover.
+    Click,
+    /// Focus the element and refuse unless it holds focus; stop key and text events aimed elsewhere.
+    Keys,
+    /// Neither test: stop uncovered clicks and every key (a select chosen by the runtime).
+    Hold,
+}
+
+impl GuardMode {
+    fn code(self) -> &'static str {
+        match self {
+            Self::Click => "click",
+            Self::Keys => "keys",
+            Self::Hold => "hold",
+        }
+    }
+}
+
+const GUARD_CALL: &str = "const g = window.__grantLedgerGuard; \
+    return typeof g === 'function' ? g(arguments[0], arguments[1], arguments[2], arguments[3]) : null;";
+
+#[derive(Deserialize)]
+struct RawArm {
+    arming: Option<u64>,
+    refused: Option<String>,
+}
+
+/// Arms the guard on `element`: the arming to finish, or why the element cannot take the act.
+pub async fn arm_guard(
+    client: &Client,
+    secret: &str,
+    mode: GuardMode,
+    element: &ElementRef,
+) -> Result<Result<u64, String>, ReadError> {
+    let el = json!({ "element-6066-11e4-a52e-4f735466cecf": element.to_string() });
+    let v = client.execute(GUARD_CALL, vec![json!(secret), json!("arm"), json!(mode.code()), el]).await?;
+    if v.is_null() {
+        return Ok(Err("the page holds no guard: the act cannot be held to the node".into()));
+    }
+    let raw: RawArm = serde_json::from_value(v).map_err(shape)?;
+    Ok(match (raw.arming, raw.refused) {
+        (Some(a), None) => Ok(a),
+        (_, Some(why)) => Err(why),
+        (None, None) => Err("the guard did not arm".into()),
+    })
+}
+
+/// What the guard saw between arming and now.
+#[derive(Debug, Clone, Deserialize)]
+pub struct GuardReport {
+    /// `armed` (this arming held), `other` (another arming replaced it) or `none`.
+    pub held: String,
+    /// Clicks, keys and text events it stopped.
+    pub stopped: u64,
+    /// The document it reports from.
+    pub time_origin: f64,
+}
+
+/// Disarms the guard and says what it stopped: `None` when the document holds no guard.
+pub async fn finish_guard(client: &Client, secret: &str, arming: u64) -> Result<Option<GuardReport>, ReadError> {
+    let v = client.execute(GUARD_CALL, vec![json!(secret), json!("finish"), json!(arming), Value::Null]).await?;
+    if v.is_null() {
+        return Ok(None);
+    }
+    serde_json::from_value(v).map(Some).map_err(shape)
+}

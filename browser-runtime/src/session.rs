@@ -14,7 +14,7 @@ use time::OffsetDateTime;
 use crate::browser::{Browser, BrowserError, is_crash};
 use crate::config::BrowserConfig;
 use crate::fence::{Armed, Scope};
-use crate::page::{self, FormField, NodeRead, PageRead, ReadError, Role};
+use crate::page::{self, FormField, GuardMode, NodeRead, PageRead, ReadError, Role};
 use crate::records::{RecordError, RecordStore};
 
 /// The closed codes of the tool contract, and the grant refusal.
@@ -626,6 +626,26 @@ impl Session {
             _ => None,
         };
 
+        // The click guard or the focus check, armed on the element the read covered: a click's
+        // centre must hit it, a key or text needs it to hold focus, and until the input is sent
+        // nothing else takes a trusted click, key or text.
+        let mode = match &input.action {
+            ActAction::Click => Some(GuardMode::Click),
+            ActAction::Check if !live.state.checked => Some(GuardMode::Click),
+            ActAction::Type { .. } | ActAction::Press { .. } => Some(GuardMode::Keys),
+            ActAction::Select { .. } => Some(GuardMode::Hold),
+            ActAction::Check | ActAction::Scroll { .. } => None,
+        };
+        let secret = self.browser.as_ref().map(|b| b.fence.guard_secret().to_owned()).unwrap_or_default();
+        let arming = match mode {
+            Some(mode) => match page::arm_guard(&client, &secret, mode, &element).await {
+                Ok(Ok(arming)) => Some(arming),
+                Ok(Err(why)) => return Ok(refuse(Code::NodeNotInteractable, why)),
+                Err(e) => return Err(self.read_failed(e, config).await),
+            },
+            None => None,
+        };
+
         // Dispatch: the act's own input, and nothing else. The sequence is spent and the snapshot
         // voided before any input is sent, so that a call cancelled from here on (its client gone,
         // its deadline passed) can never be replayed into a second act.
@@ -724,6 +744,26 @@ impl Session {
             }
         }
 
+        // What the guard stopped: any click, key or text aimed elsewhere leaves the outcome unknown,
+        // and so does a guard the page disarmed. A document the act replaced took its guard with it.
+        let mut guarded = None;
+        if let Some(arming) = arming {
+            match page::finish_guard(&client, &secret, arming).await {
+                Ok(Some(r)) if r.stopped > 0 => {
+                    guarded = Some(format!("the guard stopped {} click(s) or key(s) aimed at another element", r.stopped));
+                }
+                Ok(Some(r)) if r.held != "armed" && r.time_origin == live_page.time_origin => {
+                    guarded = Some("the page disarmed the guard during the act".to_owned());
+                }
+                Ok(_) => {}
+                Err(ReadError::Driver(e)) if e.is_unexpected_alert_open() => {}
+                Err(e) => {
+                    let why = self.read_failed(e, config).await;
+                    return Ok(ActOutcome { outcome_unknown: true, changed: true, detail: why.to_string(), ..dispatched });
+                }
+            }
+        }
+
         let waited = match input.wait_for {
             WaitFor::None => Ok(()),
             WaitFor::Settle => page::settle(&client).await.map_err(ReadError::Driver),
@@ -746,6 +786,11 @@ impl Session {
                 ActOutcome { outcome_unknown: true, changed: true, detail: why.to_string(), ..dispatched }
             }
         };
+        if let Some(why) = guarded {
+            outcome.outcome_unknown = true;
+            outcome.changed = true;
+            outcome.detail = why;
+        }
         if let Some(armed) = armed {
             armed.settle(page::QUIET, page::BOUND).await;
             let report = armed.finish();
@@ -755,12 +800,14 @@ impl Session {
                 outcome.changed = true;
                 let places: Vec<String> =
                     report.refused.iter().map(|u| origin_of(u).unwrap_or_else(|| "a non-https URL".into())).collect();
-                outcome.detail = format!(
+                let fenced = format!(
                     "the fence refused {} request(s) outside the grant's prefix ({}) and closed {} new window(s)",
                     report.refused.len(),
                     places.join(", "),
                     report.opened
                 );
+                outcome.detail =
+                    if outcome.detail.is_empty() { fenced } else { format!("{}; {fenced}", outcome.detail) };
             }
         }
         Ok(outcome)
