@@ -130,7 +130,9 @@ impl Browser {
         let fence = crate::fence::Fence::connect(&address).await?;
         // Only a tab holding the guard may load a page: its copy must be the first script there.
         if !fence.handle().guarded(1, std::time::Duration::from_secs(10)).await {
-            return Err(crate::fence::FenceError::Endpoint("the click guard was not installed in the tab".into()).into());
+            return Err(
+                crate::fence::FenceError::Endpoint("the click guard was not installed in the tab".into()).into()
+            );
         }
         Ok(Self { client, fence, process })
     }

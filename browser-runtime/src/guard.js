@@ -19,6 +19,7 @@
   const attempt = (f, self) => { try { return call(f, self); } catch { return null; } };
   const LISTEN = EventTarget.prototype.addEventListener;
   const PATH = Event.prototype.composedPath;
+  const INPUT_TYPE = getter(InputEvent.prototype, 'inputType');
   const PREVENT = Event.prototype.preventDefault;
   const STOP = Event.prototype.stopImmediatePropagation;
   const PARENT = getter(Node.prototype, 'parentNode');
@@ -164,6 +165,8 @@
   };
   const onKey = (e) => {
     if (!state || !e.isTrusted) return;
+    // A check box's activation fires a plain `input` event: a change of state, not text.
+    if (e.type === 'input' && attempt(INPUT_TYPE, e) === null) return;
     if (state.mode !== 'keys' || call(PATH, e)[0] !== state.el) stop(e);
   };
   const CLICKS = ['click', 'auxclick', 'dblclick'];

@@ -750,7 +750,8 @@ impl Session {
         if let Some(arming) = arming {
             match page::finish_guard(&client, &secret, arming).await {
                 Ok(Some(r)) if r.stopped > 0 => {
-                    guarded = Some(format!("the guard stopped {} click(s) or key(s) aimed at another element", r.stopped));
+                    guarded =
+                        Some(format!("the guard stopped {} click(s) or key(s) aimed at another element", r.stopped));
                 }
                 Ok(Some(r)) if r.held != "armed" && r.time_origin == live_page.time_origin => {
                     guarded = Some("the page disarmed the guard during the act".to_owned());
@@ -759,7 +760,12 @@ impl Session {
                 Err(ReadError::Driver(e)) if e.is_unexpected_alert_open() => {}
                 Err(e) => {
                     let why = self.read_failed(e, config).await;
-                    return Ok(ActOutcome { outcome_unknown: true, changed: true, detail: why.to_string(), ..dispatched });
+                    return Ok(ActOutcome {
+                        outcome_unknown: true,
+                        changed: true,
+                        detail: why.to_string(),
+                        ..dispatched
+                    });
                 }
             }
         }

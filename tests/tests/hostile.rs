@@ -1,0 +1,254 @@
+//! Pages written to fool the runtime, in real Chromium on the fixture site: a control lying over
+//! the click point, a clipped element, a pointer-events pass-through, a page that moves things
+//! before and during the click, focus the page moves, and a handler that clicks elsewhere. Each
+//! test checks the fixture's request log (no document or ping left the prefix) and the decoy
+//! control's state (unchanged). Two tests pin the documented limits of page script.
+
+use proto::runtime as rt;
+use tests::browser::{ELSEWHERE, LESSON, Stack, click, node, task_constraint};
+
+/// A check box the page wants the act to toggle instead of the button.
+const DECOY: &str = r#"<input type="checkbox" id="decoy" aria-label="Subscribe to offers"
+ style="position:absolute;left:0;top:0;width:200px;height:40px;margin:0">"#;
+
+const BUTTON_STYLE: &str = "position:absolute;left:0;top:0;width:200px;height:40px;margin:0";
+
+fn pages() -> Vec<(&'static str, String)> {
+    vec![
+        // The decoy lies over the button, almost transparent.
+        (
+            "/lesson/overlay",
+            format!(
+                r#"<!doctype html><title>Overlay</title><button style="{BUTTON_STYLE}">Next</button>
+{DECOY}<style>#decoy{{opacity:0.01;z-index:2}}</style>"#
+            ),
+        ),
+        // The button's centre lies outside the box that clips it, over the decoy.
+        (
+            "/lesson/clipped",
+            format!(
+                r#"<!doctype html><title>Clipped</title>{DECOY}<style>#decoy{{left:100px}}</style>
+<div style="position:absolute;left:0;top:0;width:60px;height:40px;overflow:hidden;z-index:1">
+<button style="position:absolute;left:100px;top:0;width:200px;height:40px">Next</button></div>"#
+            ),
+        ),
+        // The button lets the pointer through to the decoy beneath it.
+        (
+            "/lesson/through",
+            format!(
+                r#"<!doctype html><title>Through</title>{DECOY}
+<button style="{BUTTON_STYLE};pointer-events:none;z-index:1">Next</button>"#
+            ),
+        ),
+        // The pointer's arrival, just before the press, brings the decoy over the button.
+        (
+            "/lesson/before",
+            format!(
+                r#"<!doctype html><title>Before</title>{DECOY}<style>#decoy{{z-index:0}}</style>
+<button id="go" style="{BUTTON_STYLE};z-index:1" onpointerover="document.getElementById('decoy').style.zIndex = 2">Next</button>"#
+            ),
+        ),
+        // The press itself swaps the decoy in under the pointer.
+        (
+            "/lesson/during",
+            format!(
+                r#"<!doctype html><title>During</title>{DECOY}<style>#decoy{{z-index:0}}</style>
+<button id="go" style="{BUTTON_STYLE};z-index:1" onmousedown="this.style.display = 'none'">Next</button>"#
+            ),
+        ),
+        // The handler clicks a link out of the prefix.
+        (
+            "/lesson/relay",
+            r#"<!doctype html><title>Relay</title><a id="out" href="/account/delete" hidden>x</a>
+<button onclick="document.getElementById('out').click()">Next</button>"#
+                .into(),
+        ),
+        // A documented limit: the handler clicks the decoy.
+        (
+            "/lesson/handler",
+            format!(
+                r#"<!doctype html><title>Handler</title>{DECOY}<style>#decoy{{top:60px}}</style>
+<button style="{BUTTON_STYLE}" onclick="document.getElementById('decoy').click()">Next</button>"#
+            ),
+        ),
+        // A documented limit: a refresh the act schedules for after it settles.
+        (
+            "/lesson/delayed",
+            r#"<!doctype html><title>Delayed</title>
+<button onclick="const m = document.createElement('meta'); m.httpEquiv = 'refresh'; m.content = '1; url=/account/later'; document.head.append(m)">Next</button>"#
+                .into(),
+        ),
+        // Focus: an element that cannot hold it, one that hands it on, one whose keys the page
+        // redirects mid-typing, and a field inside an open shadow root.
+        (
+            "/lesson/focus",
+            r#"<!doctype html><title>Focus</title>
+<div role="button" aria-label="Listen">Listen</div>
+<input aria-label="Your answer" onfocus="document.getElementById('other').focus()">
+<input aria-label="Second answer" onkeydown="document.getElementById('other').focus()">
+<input id="other" aria-label="Offer code">
+<answer-box></answer-box>
+<script>
+customElements.define('answer-box', class extends HTMLElement {
+  connectedCallback() { this.attachShadow({ mode: 'open' }).innerHTML = '<input aria-label="Boxed answer">'; }
+});
+</script>"#
+                .into(),
+        ),
+    ]
+}
+
+async fn stack() -> Stack {
+    let stack = Stack::start(2).await;
+    for (path, html) in pages() {
+        stack.fixture.page(LESSON, path, &html);
+    }
+    for path in ["/account/delete", "/account/later"] {
+        stack.fixture.page(LESSON, path, "<!doctype html><title>Account</title>");
+    }
+    stack
+}
+
+/// No document or ping left the lesson prefix.
+fn stayed_inside(s: &Stack) {
+    let outside: Vec<_> = s
+        .fixture
+        .requests()
+        .into_iter()
+        .filter(|r| r.host == ELSEWHERE || !(r.path().starts_with("/lesson/") || r.path() == "/favicon.ico"))
+        .collect();
+    assert!(outside.is_empty(), "requests left the prefix: {outside:?}");
+}
+
+/// Whether the control named `name` is checked in a fresh snapshot.
+async fn checked(s: &mut Stack, session: &str, name: &str) -> bool {
+    let o = s.observe(session).await;
+    node(&o, name).0.state.as_ref().is_some_and(|st| st.checked)
+}
+
+/// A granted click on "Next" of the page at `path`, in a session of its own.
+async fn click_next(s: &mut Stack, path: &str) -> (String, rt::ActReply) {
+    let session = s.open("profile-1", path, 50).await.unwrap();
+    let o = s.observe(&session).await;
+    let mut act = click(&session, &o, node(&o, "Next").0);
+    act.constraint = Some(task_constraint());
+    let reply = s.act(act).await.unwrap();
+    (session, reply)
+}
+
+async fn close(s: &mut Stack, session: String) {
+    s.runtime
+        .close_session(tests::browser::with(tests::browser::WORKER, rt::CloseSessionRequest { session_id: session }))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_control_over_the_click_point_never_takes_the_click() {
+    let mut s = stack().await;
+    for path in ["/lesson/overlay", "/lesson/clipped", "/lesson/through"] {
+        let (session, reply) = click_next(&mut s, path).await;
+        assert!(!reply.ok && !reply.dispatched, "{path}: {reply:?}");
+        assert_eq!(rt::ActCode::try_from(reply.code), Ok(rt::ActCode::NodeNotInteractable), "{path}: {reply:?}");
+        assert!(reply.detail.contains("lies over"), "{path}: {reply:?}");
+        assert!(!checked(&mut s, &session, "Subscribe to offers").await, "{path}: the decoy took the click");
+        close(&mut s, session).await;
+    }
+    stayed_inside(&s);
+}
+
+#[tokio::test]
+async fn a_page_that_moves_the_decoy_in_before_or_during_the_click_is_stopped() {
+    let mut s = stack().await;
+    // Brought over the button as the pointer arrives: the click goes to the decoy, and the guard
+    // stops it with its default action.
+    let (session, reply) = click_next(&mut s, "/lesson/before").await;
+    assert!(reply.dispatched && reply.outcome_unknown, "{reply:?}");
+    assert!(reply.detail.contains("guard stopped"), "{reply:?}");
+    assert!(!checked(&mut s, &session, "Subscribe to offers").await, "the decoy took the click");
+    close(&mut s, session).await;
+    // Swapped in under the press: whatever the click reaches, the decoy does not change.
+    let (session, reply) = click_next(&mut s, "/lesson/during").await;
+    assert!(reply.dispatched, "{reply:?}");
+    assert!(!checked(&mut s, &session, "Subscribe to offers").await, "the decoy took the click");
+    stayed_inside(&s);
+}
+
+#[tokio::test]
+async fn a_handler_that_clicks_a_link_out_of_the_prefix_meets_the_fence() {
+    let mut s = stack().await;
+    let (_, reply) = click_next(&mut s, "/lesson/relay").await;
+    assert!(reply.dispatched && reply.outcome_unknown, "{reply:?}");
+    assert!(reply.detail.contains("fence refused"), "{reply:?}");
+    stayed_inside(&s);
+}
+
+#[tokio::test]
+async fn keys_go_only_to_the_element_that_holds_focus() {
+    let mut s = stack().await;
+    s.record("run-1", &[("answer", "el gato")]);
+    let session = s.open("profile-1", "/lesson/focus", 50).await.unwrap();
+    let typing = |o: &rt::ObserveReply, name: &str| {
+        let mut act = click(&session, o, node(o, name).0);
+        act.expected_role = rt::Role::Textbox as i32;
+        act.action = Some(rt::act_request::Action::Type(rt::Type { field_id: "answer".into() }));
+        act.constraint = Some(task_constraint());
+        act
+    };
+    let filled = |o: &rt::ObserveReply, name: &str| node(o, name).0.state.as_ref().is_some_and(|st| st.filled);
+
+    // An element that cannot hold focus takes no key.
+    let o = s.observe(&session).await;
+    let mut press = click(&session, &o, node(&o, "Listen").0);
+    press.action = Some(rt::act_request::Action::Press(rt::Press { key: "Enter".into() }));
+    press.constraint = Some(task_constraint());
+    let reply = s.act(press).await.unwrap();
+    assert!(!reply.dispatched && reply.detail.contains("does not hold focus"), "{reply:?}");
+
+    // A field that hands focus on is refused before anything is typed.
+    let o = s.observe(&session).await;
+    let reply = s.act(typing(&o, "Your answer")).await.unwrap();
+    assert!(!reply.dispatched && reply.detail.contains("does not hold focus"), "{reply:?}");
+    let o = s.observe(&session).await;
+    assert!(!filled(&o, "Your answer") && !filled(&o, "Offer code"), "{o:?}");
+
+    // Focus moved by the first key: the rest never reach the other field.
+    let reply = s.act(typing(&o, "Second answer")).await.unwrap();
+    assert!(reply.dispatched && reply.outcome_unknown, "{reply:?}");
+    assert!(reply.detail.contains("guard stopped"), "{reply:?}");
+    let o = s.observe(&session).await;
+    assert!(!filled(&o, "Offer code"), "keys reached the field focus moved to: {o:?}");
+
+    // Focus resolved through an open shadow root: the field inside takes the text.
+    let reply = s.act(typing(&o, "Boxed answer")).await.unwrap();
+    assert!(reply.ok && !reply.outcome_unknown, "{reply:?}");
+    let o = s.observe(&session).await;
+    assert!(filled(&o, "Boxed answer") && !filled(&o, "Offer code"), "{o:?}");
+    stayed_inside(&s);
+}
+
+/// The record's limits of page script: the runtime bounds the act's own input, not what the
+/// page's script does in response. A change here means the limits moved; update the record.
+#[tokio::test]
+async fn page_script_limit_a_handler_may_click_a_check_box() {
+    let mut s = stack().await;
+    let (session, reply) = click_next(&mut s, "/lesson/handler").await;
+    assert!(reply.ok && !reply.outcome_unknown, "{reply:?}");
+    assert!(checked(&mut s, &session, "Subscribe to offers").await, "element.click() from a handler is not trusted");
+    stayed_inside(&s);
+}
+
+#[tokio::test]
+async fn page_script_limit_a_delayed_refresh_is_not_fenced() {
+    let mut s = stack().await;
+    let (_, reply) = click_next(&mut s, "/lesson/delayed").await;
+    assert!(reply.ok && !reply.outcome_unknown, "{reply:?}");
+    assert!(!s.fixture.requests().iter().any(|r| r.path() == "/account/later"), "the act settled first");
+    // The refresh fires a second later, after the fence is down: the origin guard alone holds it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !s.fixture.requests().iter().any(|r| r.path() == "/account/later") {
+        assert!(std::time::Instant::now() < deadline, "the delayed refresh never came");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(s.fixture.requests().iter().all(|r| r.host == LESSON));
+}
