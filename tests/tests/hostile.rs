@@ -252,3 +252,201 @@ async fn page_script_limit_a_delayed_refresh_is_not_fenced() {
     }
     assert!(s.fixture.requests().iter().all(|r| r.host == LESSON));
 }
+
+/// What a page built to lead the act astray must come to.
+#[derive(Debug, Clone, Copy)]
+enum Expect {
+    /// Refused before dispatch with this code.
+    Refused(rt::ActCode),
+    /// Dispatched, and the fence refused what it set off: the outcome is unknown.
+    Fenced,
+    /// Dispatched, with nothing to stop.
+    Done,
+}
+
+/// Each corner the record lists, one page each: the control to act on, how, and what it must come to.
+fn corners() -> Vec<(&'static str, &'static str, &'static str, Option<&'static str>, Expect)> {
+    use Expect::*;
+    use rt::ActCode::*;
+    vec![
+        (
+            "/lesson/js",
+            r#"<a href="javascript:location.href='/account/x'">Next</a>"#,
+            "Next",
+            None,
+            Refused(OffOriginTarget),
+        ),
+        (
+            "/lesson/closed",
+            r#"<div id="h" role="button" aria-label="Next" style="display:block;width:200px;height:40px"></div>
+<script>document.getElementById('h').attachShadow({ mode: 'closed' }).innerHTML =
+'<form action="/account/x" method="post"><button style="width:200px;height:40px">Go</button></form>';</script>"#,
+            "Next",
+            None,
+            Fenced,
+        ),
+        ("/lesson/audited", r#"<a href="/lesson/2" ping="/account/audit">Next</a>"#, "Next", None, Done),
+        // `form=` names a form in the element's own tree only: across the shadow boundary it owns
+        // nothing, inside its tree it does.
+        (
+            "/lesson/form-across",
+            r#"<form id="f" action="/account/x" method="post"></form><div id="h"></div>
+<script>document.getElementById('h').attachShadow({ mode: 'open' }).innerHTML = '<button form="f">Next</button>';</script>"#,
+            "Next",
+            None,
+            Done,
+        ),
+        (
+            "/lesson/form-within",
+            r#"<div id="h"></div>
+<script>document.getElementById('h').attachShadow({ mode: 'open' }).innerHTML =
+'<form id="g" action="/account/y" method="post"></form><button form="g">Next</button>';</script>"#,
+            "Next",
+            None,
+            Refused(GrantNotApplicable),
+        ),
+        (
+            "/lesson/formtarget",
+            r#"<form action="/lesson/answer"><button formmethod="post" formtarget="_blank" formaction="/account/x">Next</button></form>"#,
+            "Next",
+            None,
+            Refused(GrantNotApplicable),
+        ),
+        (
+            "/lesson/face",
+            r#"<form id="f" action="/account/x" method="post"></form>
+<face-next form="f" role="button" tabindex="0" style="display:block;width:200px;height:40px">Next</face-next>
+<script>customElements.define('face-next', class extends HTMLElement {
+  static formAssociated = true;
+  constructor() { super(); this.i = this.attachInternals(); this.addEventListener('click', () => this.i.form.requestSubmit()); }
+});</script>"#,
+            "Next",
+            None,
+            Refused(GrantNotApplicable),
+        ),
+        // Access keys need a modifier the runtime never sends: the text is only text.
+        (
+            "/lesson/accesskey",
+            r#"<form action="/account/delete" method="post"><button accesskey="e">Remove</button></form>
+<input aria-label="Your answer">"#,
+            "Your answer",
+            Some("answer"),
+            Done,
+        ),
+        (
+            "/lesson/dialog",
+            r#"<dialog open aria-labelledby="t"><h2 id="t">Delete your account?</h2><button>Next</button></dialog>"#,
+            "Next",
+            None,
+            Refused(GrantNotApplicable),
+        ),
+        (
+            "/lesson/details",
+            r#"<details><summary>Next</summary><form action="/account/x" method="post"><button>Go</button></form></details>"#,
+            "Next",
+            None,
+            Done,
+        ),
+        (
+            "/lesson/frame",
+            r#"<iframe name="f" src="/lesson/2"></iframe><button onclick="frames.f.location = '/account/x'">Next</button>"#,
+            "Next",
+            None,
+            Fenced,
+        ),
+        (
+            "/lesson/sandboxed",
+            r#"<iframe name="s" sandbox="allow-scripts allow-top-navigation"
+ srcdoc="<script>onmessage = () => { top.location = 'https://www.lesson.test/account/x'; };</script>"></iframe>
+<button onclick="frames.s.postMessage('go', '*')">Next</button>"#,
+            "Next",
+            None,
+            Fenced,
+        ),
+        (
+            "/lesson/sandboxed-inside",
+            r#"<div role="button" aria-label="Next"><iframe sandbox srcdoc="<a href='/account/x'>x</a>"></iframe></div>"#,
+            "Next",
+            None,
+            Refused(OffOriginTarget),
+        ),
+        (
+            "/lesson/editable",
+            r#"<div contenteditable="true" role="textbox" aria-label="Notes" style="min-height:40px"></div>"#,
+            "Notes",
+            Some("answer"),
+            // A region the page made editable is a kind of its own, which a task grant never types into.
+            Refused(GrantNotApplicable),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn every_corner_the_record_lists_comes_to_what_it_must() {
+    let mut s = stack().await;
+    s.record("run-1", &[("answer", "e")]);
+    s.fixture.page(LESSON, "/account/x", "<!doctype html><title>Account</title>");
+    for (path, body, _, _, _) in corners() {
+        s.fixture.page(LESSON, path, &format!("<!doctype html><title>Corner</title>{body}"));
+    }
+    for (path, _, name, typed, expect) in corners() {
+        let session = s.open("profile-1", path, 50).await.unwrap();
+        let o = s.observe(&session).await;
+        let target = node(&o, name).0;
+        let mut act = click(&session, &o, target);
+        if let Some(field) = typed {
+            act.action = Some(rt::act_request::Action::Type(rt::Type { field_id: field.into() }));
+        }
+        act.constraint = Some(task_constraint());
+        let reply = s.act(act).await.unwrap();
+        match expect {
+            Expect::Refused(code) => {
+                assert!(!reply.dispatched, "{path}: {reply:?}");
+                assert_eq!(rt::ActCode::try_from(reply.code), Ok(code), "{path}: {reply:?}");
+            }
+            Expect::Fenced => {
+                assert!(reply.dispatched && reply.outcome_unknown, "{path}: {reply:?}");
+                assert!(reply.detail.contains("fence refused"), "{path}: {reply:?}");
+            }
+            Expect::Done => assert!(reply.ok && !reply.outcome_unknown, "{path}: {reply:?}"),
+        }
+        close(&mut s, session).await;
+        stayed_inside(&s);
+    }
+}
+
+/// "Delete" disguised by a zero-width character, a right-to-left override or a lookalike letter,
+/// in each label source in turn: each is read through, and the grant does not apply.
+#[tokio::test]
+async fn a_disguised_excluded_word_in_any_label_source_is_read_through() {
+    let mut s = stack().await;
+    let controls = [
+        // (markup, the name the model sees)
+        ("<button aria-label=\"De\u{200B}lete\">x</button>", "De\u{200B}lete"),
+        (
+            "<span id=\"l\">Del\u{202E}ete\u{202C}</span><button aria-labelledby=\"l\">y</button>",
+            "Del\u{202E}ete\u{202C}",
+        ),
+        ("<label for=\"i\">D\u{435}lete</label><input id=\"i\" type=\"checkbox\">", "D\u{435}lete"),
+        ("<button title=\"Del\u{435}te\">Next title</button>", "Next title"),
+        ("<input aria-label=\"Next placeholder\" placeholder=\"Dele\u{200D}te\">", "Next placeholder"),
+        ("<button><img alt=\"Dele\u{200B}te\" width=\"10\" height=\"10\"></button>", "Dele\u{200B}te"),
+        ("<input type=\"button\" value=\"D\u{435}l\u{435}te\">", "D\u{435}l\u{435}te"),
+        ("<button aria-label=\"Next text\">De\u{AD}lete</button>", "Next text"),
+        ("<dialog open aria-label=\"Dele\u{200B}te?\"><button>Next dialog</button></dialog>", "Next dialog"),
+    ];
+    for (i, (markup, name)) in controls.iter().enumerate() {
+        let path = format!("/lesson/disguised-{i}");
+        s.fixture.page(LESSON, &path, &format!("<!doctype html><title>Disguised</title>{markup}"));
+        let session = s.open("profile-1", &path, 50).await.unwrap();
+        let o = s.observe(&session).await;
+        let mut act = click(&session, &o, node(&o, name).0);
+        act.constraint = Some(task_constraint());
+        let reply = s.act(act).await.unwrap();
+        assert!(!reply.dispatched, "{markup}: {reply:?}");
+        assert_eq!(rt::ActCode::try_from(reply.code), Ok(rt::ActCode::GrantNotApplicable), "{markup}: {reply:?}");
+        assert_eq!(reply.reason, "deletion", "{markup}: {reply:?}");
+        close(&mut s, session).await;
+    }
+    stayed_inside(&s);
+}
