@@ -10,7 +10,7 @@
 //! until the `Fetch` domain intercepts its documents and pings, so nothing loads unseen. Unarmed,
 //! a paused request goes on at once.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::Message;
 
 #[derive(Debug, thiserror::Error)]
@@ -62,8 +62,13 @@ struct State {
     opened: Vec<String>,
     /// Every page target seen, so a window opened while armed can be told from the tab.
     pages: HashSet<String>,
-    /// When a document request last passed through, for the settle rule.
-    last_document: Option<Instant>,
+    /// Document requests, pings, requested navigations, loads started and windows opened: any
+    /// change means the page may still be moving.
+    activity: u64,
+    /// Frames that started loading and have not stopped, by DevTools session and frame id.
+    loading: HashSet<(String, String)>,
+    /// Commands whose answer someone awaits.
+    waiters: HashMap<u64, oneshot::Sender<()>>,
     /// Commands installing the guard that the browser has not answered yet, and how many it has.
     guard_pending: HashSet<u64>,
     guarded: usize,
@@ -223,9 +228,23 @@ impl Handle {
         true
     }
 
-    /// Whether no document request has passed for `quiet`.
-    pub fn quiet_for(&self, quiet: Duration) -> bool {
-        lock(&self.state).last_document.is_none_or(|t| t.elapsed() >= quiet)
+    fn activity(&self) -> u64 {
+        lock(&self.state).activity
+    }
+
+    fn loading(&self) -> bool {
+        !lock(&self.state).loading.is_empty()
+    }
+
+    /// A round trip to the browser on this connection, bounded: every event the browser sent
+    /// before answering it has been handled when it returns.
+    async fn flush(&self, until: Instant) {
+        let (tx, rx) = oneshot::channel();
+        let (id, m) = command_id(&self.ids, None, "Browser.getVersion", json!({}));
+        lock(&self.state).waiters.insert(id, tx);
+        let _ = self.out.send(m);
+        let _ = tokio::time::timeout(until.saturating_duration_since(Instant::now()), rx).await;
+        lock(&self.state).waiters.remove(&id);
     }
 
     /// Stops refusing, closes every window opened while armed, and says what it refused.
@@ -247,23 +266,39 @@ impl Handle {
 pub struct Armed {
     handle: Handle,
     since: Instant,
+    activity: u64,
     done: bool,
 }
 
 impl Armed {
     pub fn new(handle: Handle, scope: Scope) -> Self {
         handle.arm(scope);
-        Self { handle, since: Instant::now(), done: false }
+        let activity = handle.activity();
+        Self { handle, since: Instant::now(), activity, done: false }
     }
 
-    /// Settled, as the fence defines it: `quiet` has passed since it was armed and since the
-    /// last document request or ping, or `bound` has. A navigation the act sets off within
-    /// `quiet` of its input therefore meets the fence; one a timer starts later does not (the
-    /// record's limits of page script).
-    pub async fn settle(&self, quiet: Duration, bound: Duration) {
-        let deadline = self.since + bound;
-        while !(self.since.elapsed() >= quiet && self.handle.quiet_for(quiet)) && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+    /// Settled, as the fence defines it: the act's document has run [`crate::page::TURNS`]
+    /// turns of its event loop since the input (the caller's [`crate::page::after`]), every
+    /// event the browser sent before a round trip on this connection is handled, no frame is
+    /// loading, and nothing navigated, loaded, opened or asked for a document since the last
+    /// look; each time something did, the document then in the tab runs its turns again. Bounded
+    /// by [`crate::page::BOUND`] from arming. A navigation a timer starts later is not the act's
+    /// (the record's limits of page script).
+    pub async fn settle(&self, client: &fantoccini::Client, secret: &str) {
+        let deadline = self.since + crate::page::BOUND;
+        let mut seen = self.activity;
+        loop {
+            self.handle.flush(deadline).await;
+            while self.handle.loading() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let now = self.handle.activity();
+            if now == seen || Instant::now() >= deadline {
+                return;
+            }
+            seen = now;
+            let left = deadline.saturating_duration_since(Instant::now());
+            let _ = tokio::time::timeout(left, crate::page::after(client, secret, None)).await;
         }
     }
 
@@ -295,6 +330,7 @@ fn handle(v: &Value, state: &Mutex<State>, ids: &AtomicU64, out: &mpsc::Unbounde
                 let mut s = lock(state);
                 if s.armed.is_some() && !s.pages.contains(&target) {
                     s.opened.push(target.clone());
+                    s.activity += 1;
                 }
                 s.pages.insert(target);
             }
@@ -322,7 +358,7 @@ fn handle(v: &Value, state: &Mutex<State>, ids: &AtomicU64, out: &mpsc::Unbounde
             let url = p["request"]["url"].as_str().unwrap_or_default();
             let refuse = {
                 let mut s = lock(state);
-                s.last_document = Some(Instant::now());
+                s.activity += 1;
                 let refuse = s.armed.as_ref().is_some_and(|scope| !scope.admits(url));
                 if refuse {
                     s.refused.push(url.to_owned());
@@ -341,11 +377,29 @@ fn handle(v: &Value, state: &Mutex<State>, ids: &AtomicU64, out: &mpsc::Unbounde
             };
             let _ = out.send(m);
         }
+        Some("Page.frameRequestedNavigation" | "Page.frameScheduledNavigation") => lock(state).activity += 1,
+        Some("Page.frameStartedLoading") => {
+            let frame = v["params"]["frameId"].as_str().unwrap_or_default().to_owned();
+            let mut s = lock(state);
+            s.activity += 1;
+            s.loading.insert((session.unwrap_or_default().to_owned(), frame));
+        }
+        Some("Page.frameStoppedLoading") => {
+            let frame = v["params"]["frameId"].as_str().unwrap_or_default().to_owned();
+            lock(state).loading.remove(&(session.unwrap_or_default().to_owned(), frame));
+        }
+        Some("Target.detachedFromTarget") => {
+            let gone = v["params"]["sessionId"].as_str().unwrap_or_default();
+            lock(state).loading.retain(|(s, _)| s != gone);
+        }
         None => {
             if let Some(id) = v["id"].as_u64() {
                 let mut s = lock(state);
                 if s.guard_pending.remove(&id) && v.get("error").is_none() {
                     s.guarded += 1;
+                }
+                if let Some(waiter) = s.waiters.remove(&id) {
+                    let _ = waiter.send(());
                 }
             }
         }

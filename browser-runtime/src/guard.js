@@ -4,10 +4,13 @@
 // or stop them. The page can see the entry point, but every call needs the secret the runtime
 // baked into this copy, which lives only in this closure.
 //
-// entry(secret, 'arm', 'click' | 'keys' | 'hold', element) hit-tests (click) or focuses (keys)
-// the element and then, until entry(secret, 'finish', arming), stops every trusted click aimed
-// at an element the read did not cover, and every key and text event unless in 'keys' mode and
-// aimed at the element, each with its default action, counting what it stopped.
+// entry(secret, 'arm', 'click' | 'keys' | 'hold', element, scroll) hit-tests (click; scrolling
+// the element into view only when `scroll`, else answering { scroll: true }) or focuses (keys)
+// the element and then, until it is finished, stops every trusted click aimed at an element the
+// read did not cover, and every key and text event unless in 'keys' mode and aimed at the
+// element, each with its default action, counting what it stopped. entry(secret, 'finish',
+// arming) disarms and reports; entry(secret, 'after', arming, turns, done) does so after `turns`
+// turns of the event loop, with the page's URL and signature.
 (() => {
   const SECRET = '__SECRET__';
   const NAME = '__grantLedgerGuard';
@@ -64,6 +67,12 @@
   const INNER_H = Object.getOwnPropertyDescriptor(window, 'innerHeight').get;
   const [max, min, floor] = [Math.max, Math.min, Math.floor];
   const LOWER = String.prototype.toLowerCase;
+  const SET_TIMEOUT = window.setTimeout;
+  const BY_TAG = Document.prototype.getElementsByTagName;
+  const BODY = getter(Document.prototype, 'body');
+  const TITLE = getter(Document.prototype, 'title');
+  const TEXT = getter(Node.prototype, 'textContent');
+  const HREF = Object.getOwnPropertyDescriptor(location, 'href').get;
   const SetC = Set;
   const SET_ADD = Set.prototype.add;
   const SET_HAS = Set.prototype.has;
@@ -175,19 +184,29 @@
   for (let i = 0; i < CLICKS.length; i++) call(LISTEN, window, CLICKS[i], onClick, true);
   for (let i = 0; i < KEYS.length; i++) call(LISTEN, window, KEYS[i], onKey, true);
 
-  const arm = (mode, el) => {
+  const arm = (mode, el, scroll) => {
     state = null;
     if (!isElement(el)) return { refused: 'the node is gone' };
     if (mode === 'click') {
-      call(SCROLL, el, { behavior: 'instant', block: 'center', inline: 'center' });
-      const rects = call(RECTS, el);
-      if (call(RECTS_LENGTH, rects) === 0) return { refused: 'the node has no box to click' };
-      const r = call(RECTS_ITEM, rects, 0);
-      const left = max(call(LEFT, r), 0);
-      const right = min(call(RIGHT, r), call(INNER_W, window));
-      const top = max(call(TOP, r), 0);
-      const bottom = min(call(BOTTOM, r), call(INNER_H, window));
-      if (right <= left || bottom <= top) return { refused: 'the node is outside the viewport' };
+      // The centre of the first box inside the viewport, where the driver's click lands.
+      const box = () => {
+        const rects = call(RECTS, el);
+        if (call(RECTS_LENGTH, rects) === 0) return null;
+        const r = call(RECTS_ITEM, rects, 0);
+        const left = max(call(LEFT, r), 0);
+        const right = min(call(RIGHT, r), call(INNER_W, window));
+        const top = max(call(TOP, r), 0);
+        const bottom = min(call(BOTTOM, r), call(INNER_H, window));
+        return right > left && bottom > top ? [left, right, top, bottom] : null;
+      };
+      let b = box();
+      if (!b && !scroll) return { scroll: true };
+      if (!b) {
+        call(SCROLL, el, { behavior: 'instant', block: 'center', inline: 'center' });
+        b = box();
+      }
+      if (!b) return { refused: 'the node has no box inside the viewport to click' };
+      const [left, right, top, bottom] = [b[0], b[1], b[2], b[3]];
       const hit = at(floor((left + right) / 2), floor((top + bottom) / 2));
       if (!within(hit, el)) return { refused: 'another element lies over the node\'s centre' };
     } else if (mode === 'keys') {
@@ -209,9 +228,28 @@
     state = null;
     return { held, stopped, time_origin: ORIGIN };
   };
-  const entry = (secret, op, mode, el) => {
+  // After an act: `turns` turns of the page's event loop (so that everything the act queued
+  // without delay has run), then the page as it is and what the guard stopped, to `done`.
+  const after = (arming, turns, done) => {
+    let left = turns;
+    const turn = () => {
+      if (--left > 0) {
+        call(SET_TIMEOUT, window, turn, 0);
+        return;
+      }
+      const guard = arming === null ? null : finish(arming);
+      const all = call(BY_TAG, document, '*');
+      const body = call(BODY, document);
+      const sig = call(COLLECTION_LENGTH, all) + ':' + (body ? call(TEXT, body).length : 0);
+      done({ page: { url: call(HREF, location), title: call(TITLE, document), time_origin: ORIGIN, sig }, guard });
+    };
+    call(SET_TIMEOUT, window, turn, 0);
+  };
+  const entry = (secret, op, a, b, c) => {
     if (secret !== SECRET) return null;
-    return op === 'arm' ? arm(mode, el) : finish(mode);
+    if (op === 'arm') return arm(a, b, c === true);
+    if (op === 'after') return after(a, b, c);
+    return finish(a);
   };
   Object.defineProperty(window, NAME, { value: entry, writable: false, enumerable: false, configurable: false });
 })();

@@ -14,7 +14,7 @@ use time::OffsetDateTime;
 use crate::browser::{Browser, BrowserError, is_crash};
 use crate::config::BrowserConfig;
 use crate::fence::{Armed, Scope};
-use crate::page::{self, FormField, GuardMode, NodeRead, PageRead, ReadError, Role};
+use crate::page::{self, FormField, GuardArm, GuardMode, NodeRead, PageRead, ReadError, Role};
 use crate::records::{RecordError, RecordStore};
 
 /// The closed codes of the tool contract, and the grant refusal.
@@ -482,7 +482,16 @@ impl Session {
         let client = self.client(config).await?;
 
         // The live page: URL, element and every label source, in one round trip.
-        let (live_page, live) = match page::reread(&client, &input.snapshot_id, index).await {
+        // A click's guard is armed by the same read; its verdict is applied just before dispatch.
+        let mode = match &input.action {
+            ActAction::Click | ActAction::Check => Some(GuardMode::Click),
+            ActAction::Type { .. } | ActAction::Press { .. } => Some(GuardMode::Keys),
+            ActAction::Select { .. } => Some(GuardMode::Hold),
+            ActAction::Scroll { .. } => None,
+        };
+        let secret = self.browser.as_ref().map(|b| b.fence.guard_secret().to_owned()).unwrap_or_default();
+        let click_guard = (mode == Some(GuardMode::Click)).then_some(secret.as_str());
+        let (live_page, live, pre_armed) = match page::reread(&client, &input.snapshot_id, index, click_guard).await {
             Ok(r) => r,
             Err(e) => return Err(self.read_failed(e, config).await),
         };
@@ -629,21 +638,22 @@ impl Session {
         // The click guard or the focus check, armed on the element the read covered: a click's
         // centre must hit it, a key or text needs it to hold focus, and until the input is sent
         // nothing else takes a trusted click, key or text.
-        let mode = match &input.action {
-            ActAction::Click => Some(GuardMode::Click),
-            ActAction::Check if !live.state.checked => Some(GuardMode::Click),
-            ActAction::Type { .. } | ActAction::Press { .. } => Some(GuardMode::Keys),
-            ActAction::Select { .. } => Some(GuardMode::Hold),
-            ActAction::Check | ActAction::Scroll { .. } => None,
-        };
-        let secret = self.browser.as_ref().map(|b| b.fence.guard_secret().to_owned()).unwrap_or_default();
-        let arming = match mode {
-            Some(mode) => match page::arm_guard(&client, &secret, mode, &element).await {
-                Ok(Ok(arming)) => Some(arming),
-                Ok(Err(why)) => return Ok(refuse(Code::NodeNotInteractable, why)),
+        let arming = match (mode, pre_armed) {
+            // A check box already checked takes no input.
+            (_, _) if matches!(input.action, ActAction::Check) && live.state.checked => None,
+            (None, _) => None,
+            (Some(GuardMode::Click), Some(GuardArm::Armed(a))) => Some(a),
+            (Some(GuardMode::Click), Some(GuardArm::Refused(why))) => {
+                return Ok(refuse(Code::NodeNotInteractable, why));
+            }
+            (Some(mode), _) => match page::arm_guard(&client, &secret, mode, &element).await {
+                Ok(GuardArm::Armed(a)) => Some(a),
+                Ok(GuardArm::Refused(why)) => return Ok(refuse(Code::NodeNotInteractable, why)),
+                Ok(GuardArm::Scroll) => {
+                    return Ok(refuse(Code::NodeNotInteractable, "the node could not be scrolled into view".into()));
+                }
                 Err(e) => return Err(self.read_failed(e, config).await),
             },
-            None => None,
         };
 
         // Dispatch: the act's own input, and nothing else. The sequence is spent and the snapshot
@@ -744,47 +754,42 @@ impl Session {
             }
         }
 
-        // What the guard stopped: any click, key or text aimed elsewhere leaves the outcome unknown,
-        // and so does a guard the page disarmed. A document the act replaced took its guard with it.
-        let mut guarded = None;
-        if let Some(arming) = arming {
-            match page::finish_guard(&client, &secret, arming).await {
-                Ok(Some(r)) if r.stopped > 0 => {
-                    guarded =
-                        Some(format!("the guard stopped {} click(s) or key(s) aimed at another element", r.stopped));
-                }
-                Ok(Some(r)) if r.held != "armed" && r.time_origin == live_page.time_origin => {
-                    guarded = Some("the page disarmed the guard during the act".to_owned());
-                }
-                Ok(_) => {}
-                Err(ReadError::Driver(e)) if e.is_unexpected_alert_open() => {}
-                Err(e) => {
-                    let why = self.read_failed(e, config).await;
-                    return Ok(ActOutcome {
-                        outcome_unknown: true,
-                        changed: true,
-                        detail: why.to_string(),
-                        ..dispatched
-                    });
-                }
-            }
-        }
-
         let waited = match input.wait_for {
             WaitFor::None => Ok(()),
             WaitFor::Settle => page::settle(&client).await.map_err(ReadError::Driver),
             WaitFor::Navigation => page::navigation(&client, &live_page).await,
             WaitFor::Dialog => wait_dialog(&client).await,
         };
+        // The page after the act, once everything the act queued without delay has run, and
+        // what the guard stopped meanwhile.
         let after = match waited {
-            Ok(()) => page::page(&client).await,
+            Ok(()) => page::after(&client, &secret, arming).await,
             Err(e) => Err(e),
         };
         let mut outcome = match after {
-            Ok(p) => ActOutcome {
-                changed: p.url != live_page.url || p.time_origin != live_page.time_origin || p.sig != live_page.sig,
-                ..dispatched
-            },
+            Ok((p, guard)) => {
+                let mut o = ActOutcome {
+                    changed: p.url != live_page.url || p.time_origin != live_page.time_origin || p.sig != live_page.sig,
+                    ..dispatched
+                };
+                // A click, key or text the guard stopped, or a guard the page disarmed, leaves the
+                // outcome unknown. A document the act replaced took its guard with it.
+                let why = match guard {
+                    Some(r) if r.stopped > 0 => {
+                        Some(format!("the guard stopped {} click(s) or key(s) aimed at another element", r.stopped))
+                    }
+                    Some(r) if r.held != "armed" && r.time_origin == live_page.time_origin => {
+                        Some("the page disarmed the guard during the act".to_owned())
+                    }
+                    _ => None,
+                };
+                if let Some(why) = why {
+                    o.outcome_unknown = true;
+                    o.changed = true;
+                    o.detail = why;
+                }
+                o
+            }
             // A dialog opened by the act answers every script: the page did change.
             Err(ReadError::Driver(e)) if e.is_unexpected_alert_open() => ActOutcome { changed: true, ..dispatched },
             Err(e) => {
@@ -792,13 +797,8 @@ impl Session {
                 ActOutcome { outcome_unknown: true, changed: true, detail: why.to_string(), ..dispatched }
             }
         };
-        if let Some(why) = guarded {
-            outcome.outcome_unknown = true;
-            outcome.changed = true;
-            outcome.detail = why;
-        }
         if let Some(armed) = armed {
-            armed.settle(page::QUIET, page::BOUND).await;
+            armed.settle(&client, &secret).await;
             let report = armed.finish();
             if !report.refused.is_empty() || report.opened > 0 {
                 // A refused document leaves the browser's error page: what the act did is unknown.
