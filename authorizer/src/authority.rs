@@ -476,10 +476,15 @@ impl<B: Backend> Authority<B> {
         approval_id: Uuid,
     ) -> Result<Authorized, AuthorityError> {
         let metadata = Metadata::by(&req.principal_id);
-        let decide = |w: &World| {
+        // Both the decision and the fallback ask start here: the caller's own session, under
+        // the policy in force, with the card's view from the tenant's scopes.
+        let start = |w: &World| {
             w.session_of(&req.session_id, &req.principal_id)?;
             w.policy_in_force(&self.policy().version)?;
-            let req = &AuthorizeRequest { view: view(&w.settings.scopes), ..req.clone() };
+            Ok(AuthorizeRequest { view: view(&w.settings.scopes), ..req.clone() })
+        };
+        let decide = |w: &World| {
+            let req = &start(w)?;
             let auth = domain::authorize(w, self.policy(), req, now, approval_id);
             let grant = match &auth.decision {
                 Decision::Allow { grant_id: Some(g), .. } => w.grants.get(g).cloned(),
@@ -542,8 +547,7 @@ impl<B: Backend> Authority<B> {
         }
         // Every fresh read allowed what the row refused: asking the owner is always safe.
         let ask = |w: &World| {
-            w.session_of(&req.session_id, &req.principal_id)?;
-            let req = &AuthorizeRequest { view: view(&w.settings.scopes), ..req.clone() };
+            let req = &start(w)?;
             let reason = Some(domain::NotCovered::GrantSpent.code().to_owned());
             let (decision, requested) =
                 domain::request_approval(req, now, approval_id, reason, domain::offer_for(w, req));

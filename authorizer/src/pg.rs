@@ -97,7 +97,14 @@ pub struct PgGrants {
     store: PgStore,
     settle_patience: Duration,
     settled: Arc<SettleCounts>,
-    pause: Arc<std::sync::Mutex<Option<Arc<Pause>>>>,
+    pause: Arc<PauseSlot>,
+}
+
+/// Where a test leaves a [`Pause`]; a use only takes the lock when one was left.
+#[derive(Debug, Default)]
+struct PauseSlot {
+    set: std::sync::atomic::AtomicBool,
+    pause: std::sync::Mutex<Option<Arc<Pause>>>,
 }
 
 /// A fault hook for tests: the next use stops after its decision and before its statement,
@@ -116,7 +123,8 @@ impl PgGrants {
     /// Pauses the next use (once) at `pause`: how a test puts a change between a decision's
     /// read and its use.
     pub fn pause_next_use(&self, pause: Arc<Pause>) {
-        *self.pause.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(pause);
+        *self.pause.pause.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(pause);
+        self.pause.set.store(true, std::sync::atomic::Ordering::Release);
     }
 
     pub fn store(&self) -> &PgStore {
@@ -322,7 +330,11 @@ impl PgGrants {
         let chars = i32::try_from(typed_chars).unwrap_or(i32::MAX);
         let max_actions = i32::try_from(MAX_ACTIONS).unwrap_or(i32::MAX);
         let max_chars = i32::try_from(MAX_TYPED_CHARS).unwrap_or(i32::MAX);
-        let pause = self.pause.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let pause = if self.pause.set.swap(false, std::sync::atomic::Ordering::Acquire) {
+            self.pause.pause.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
+        } else {
+            None
+        };
         if let Some(pause) = pause {
             pause.reached.notify_one();
             pause.go.notified().await;

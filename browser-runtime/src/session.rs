@@ -3,6 +3,7 @@
 //! every check here narrows, and none grants what the authorizer did not.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use classifier::constraint::{DispatchConstraint, GrantKind};
 use classifier::{Action, Consequence, FieldKind, Grant, PageFacts, TaskScope};
@@ -177,7 +178,7 @@ pub fn key_text(key: &str) -> Option<&'static str> {
 struct Snapshot {
     id: String,
     url: String,
-    nodes: Vec<NodeRead>,
+    nodes: Arc<[NodeRead]>,
 }
 
 /// What an observe returns.
@@ -185,7 +186,8 @@ struct Snapshot {
 pub struct Observation {
     pub snapshot_id: String,
     pub page: PageRead,
-    pub nodes: Vec<NodeRead>,
+    /// Shared with the session's copy of the snapshot.
+    pub nodes: Arc<[NodeRead]>,
 }
 
 /// One field of a form, read back, with the record field the runtime typed into it.
@@ -374,7 +376,8 @@ impl Session {
             Ok(r) => r,
             Err(e) => return Err(self.read_failed(e, config).await),
         };
-        self.snapshot = Some(Snapshot { id: id.clone(), url: page.url.clone(), nodes: nodes.clone() });
+        let nodes: Arc<[NodeRead]> = nodes.into();
+        self.snapshot = Some(Snapshot { id: id.clone(), url: page.url.clone(), nodes: Arc::clone(&nodes) });
         Ok(Observation { snapshot_id: id, page, nodes })
     }
 

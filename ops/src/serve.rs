@@ -76,23 +76,16 @@ impl DeploymentSettings {
             }
             _ => bail!("BROWSER_GRANT_ID and BROWSER_PROFILE_ID pin the standing grant together"),
         };
-        let policy_version = match get("POLICY_FILE") {
-            Some(_) => Some(policy_file(&get)?.version),
-            None => None,
-        };
+        let policy_version = policy_file(&get)?.map(|p| p.version);
         Ok(Self { settings, standing, policy_version })
     }
 }
 
-/// The policy POLICY_FILE names, or the empty one.
-fn policy_file(get: &impl Fn(&str) -> Option<String>) -> Result<Policy> {
-    Ok(match get("POLICY_FILE") {
-        Some(path) => {
-            let bytes = std::fs::read(&path).with_context(|| format!("POLICY_FILE={path:?} cannot be read"))?;
-            Policy::parse(&bytes).with_context(|| format!("POLICY_FILE={path:?}"))?
-        }
-        None => Policy::empty(),
-    })
+/// The policy POLICY_FILE names, if it names one.
+fn policy_file(get: &impl Fn(&str) -> Option<String>) -> Result<Option<Policy>> {
+    let Some(path) = get("POLICY_FILE") else { return Ok(None) };
+    let bytes = std::fs::read(&path).with_context(|| format!("POLICY_FILE={path:?} cannot be read"))?;
+    Ok(Some(Policy::parse(&bytes).with_context(|| format!("POLICY_FILE={path:?}"))?))
 }
 
 /// Records `wanted` as `tenant`'s settings and pin; returns the events recorded (none when they
@@ -136,7 +129,7 @@ impl AuthorizerConfig {
                  with `grantctl settings apply --tenant T` (which reads these variables) and unset them here"
             );
         }
-        let policy = policy_file(&get)?;
+        let policy = policy_file(&get)?.unwrap_or_else(Policy::empty);
         let sweep = get("SWEEP_INTERVAL_SECONDS").unwrap_or_else(|| "30".into());
         let seconds: u64 =
             sweep.parse().with_context(|| format!("SWEEP_INTERVAL_SECONDS={sweep:?} is not a whole number"))?;
