@@ -230,12 +230,23 @@ pub fn field_kind_pb(k: FieldKind) -> gl::FieldKind {
 /// exactly as the name is left out; every other fact is carried explicitly.
 pub fn facts_pb(n: &NodeRead) -> gl::ElementFacts {
     let f = &n.facts;
+    // Each text is carried cut at CARRIED_LABEL_CHARS, and a cut marks the facts not whole.
+    let cut_any = std::cell::Cell::new(false);
+    let cut = |s: &str| -> String {
+        match s.char_indices().nth(classifier::coverage::CARRIED_LABEL_CHARS) {
+            Some((at, _)) => {
+                cut_any.set(true);
+                s[..at].to_owned()
+            }
+            None => s.to_owned(),
+        }
+    };
     let name = f.name.clone().unwrap_or_default();
-    let differs = |s: &Option<String>| s.clone().filter(|s| *s != name).unwrap_or_default();
-    let differ_all = |v: &[String]| v.iter().filter(|s| **s != name).cloned().collect::<Vec<_>>();
-    gl::ElementFacts {
+    let differs = |s: &Option<String>| s.as_deref().filter(|s| *s != name).map(cut).unwrap_or_default();
+    let differ_all = |v: &[String]| v.iter().filter(|s| **s != name).map(|s| cut(s)).collect::<Vec<_>>();
+    let mut facts = gl::ElementFacts {
         role: f.role.clone(),
-        name: name.clone(),
+        name: cut(&name),
         aria_label: differs(&f.aria_label),
         labelledby: differ_all(&f.labelledby),
         labels: differ_all(&f.labels),
@@ -250,20 +261,22 @@ pub fn facts_pb(n: &NodeRead) -> gl::ElementFacts {
             .options
             .iter()
             .map(|o| gl::SelectOption {
-                value: o.value.clone(),
-                label: o.label.clone().unwrap_or_default(),
-                text: o.text.clone().unwrap_or_default(),
-                name: o.name.clone().unwrap_or_default(),
-                title: o.title.clone().unwrap_or_default(),
-                group_label: o.group_label.clone().unwrap_or_default(),
+                value: cut(&o.value),
+                label: cut(o.label.as_deref().unwrap_or_default()),
+                text: cut(o.text.as_deref().unwrap_or_default()),
+                name: cut(o.name.as_deref().unwrap_or_default()),
+                title: cut(o.title.as_deref().unwrap_or_default()),
+                group_label: cut(o.group_label.as_deref().unwrap_or_default()),
             })
             .collect(),
         nav_targets: f.nav_targets.clone(),
         download: Some(f.download),
         disabled: Some(f.disabled),
-        truncated: Some(f.truncated || n.option_count > classifier::coverage::MAX_OPTIONS),
+        truncated: None,
         nav_targets_carried: true,
-    }
+    };
+    facts.truncated = Some(f.truncated || n.option_count > classifier::coverage::MAX_OPTIONS || cut_any.get());
+    facts
 }
 
 fn observation_pb(o: Observation) -> pb::ObserveReply {

@@ -10,6 +10,9 @@ use crate::text_shape;
 
 /// The runtime reads at most this much of one label source; an unread tail could hold anything.
 pub const MAX_LABEL_CHARS: usize = 1_024;
+/// An observation's facts carry at most this much of one label source, marking the facts as not
+/// whole when a source was cut: the worker then covers nothing on them.
+pub const CARRIED_LABEL_CHARS: usize = 256;
 /// The scroll distances an act may take (negative: up). A free number would reach the page as a
 /// value the model chose, so the runtime sends only these and a grant covers only these.
 pub const SCROLL_STEPS: [i32; 8] = [-1200, -600, -300, -100, 100, 300, 600, 1200];

@@ -450,3 +450,47 @@ async fn a_disguised_excluded_word_in_any_label_source_is_read_through() {
     }
     stayed_inside(&s);
 }
+
+/// A label source longer than an observation carries (256 characters) reaches the worker cut and
+/// marked not whole, so the worker covers nothing on it; one longer than the runtime reads (1,024)
+/// is refused by the runtime too.
+#[tokio::test]
+async fn a_label_source_cut_in_the_facts_is_not_whole() {
+    let mut s = stack().await;
+    let long = |n: usize| "Next lesson ".repeat(n / 12 + 1).chars().take(n).collect::<String>();
+    for (i, chars) in [300usize, 1100].into_iter().enumerate() {
+        let path = format!("/lesson/long-{i}");
+        s.fixture.page(
+            LESSON,
+            &path,
+            &format!("<!doctype html><title>Long</title><button title=\"{}\">Next</button>", long(chars)),
+        );
+        let session = s.open("profile-1", &path, 50).await.unwrap();
+        let o = s.observe(&session).await;
+        let (n, facts) = node(&o, "Next");
+        assert_eq!(facts.title.chars().count(), classifier::coverage::CARRIED_LABEL_CHARS, "{chars}");
+        assert_eq!(facts.truncated, Some(true), "{chars}");
+        let worker_facts = authorizer::service::element(facts.clone()).unwrap();
+        let grant = classifier::Grant::Task(classifier::TaskScope {
+            origin: tests::browser::LESSON_ORIGIN.into(),
+            path_prefix: "/lesson".into(),
+            chars_remaining: 4096,
+        });
+        let page = classifier::PageFacts { url: o.url.clone() };
+        let worker = classifier::covers(&grant, &classifier::Action::Click, &worker_facts, &page);
+        assert_eq!(worker.map_err(|e| e.reason.code()), Err("label_truncated"), "{chars}");
+
+        let mut act = click(&session, &o, n);
+        act.constraint = Some(task_constraint());
+        let reply = s.act(act).await.unwrap();
+        if chars > classifier::coverage::MAX_LABEL_CHARS {
+            assert!(!reply.dispatched, "{reply:?}");
+            assert_eq!(reply.reason, "label_truncated", "{reply:?}");
+        } else {
+            // The runtime reads it whole: had the worker allowed it, the act would go.
+            assert!(reply.ok, "{reply:?}");
+        }
+        close(&mut s, session).await;
+    }
+    stayed_inside(&s);
+}
