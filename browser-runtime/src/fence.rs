@@ -27,6 +27,8 @@ pub enum FenceError {
     NoEndpoint,
     #[error("the browser's DevTools endpoint did not answer: {0}")]
     Endpoint(String),
+    #[error("the browser refused {method}: {message}")]
+    Refused { method: String, message: String },
 }
 
 /// Where documents may go while the fence is armed.
@@ -68,7 +70,14 @@ struct State {
     /// Frames that started loading and have not stopped, by DevTools session and frame id.
     loading: HashSet<(String, String)>,
     /// Commands whose answer someone awaits.
-    waiters: HashMap<u64, oneshot::Sender<()>>,
+    waiters: HashMap<u64, oneshot::Sender<Value>>,
+    /// The tab's DevTools session and target id (also its main frame's id): the first page.
+    tab: Option<(String, String)>,
+    /// Sessions of frames in processes of their own, with their frame (target) ids.
+    frames: HashMap<String, String>,
+    /// A JavaScript dialog (alert, confirm, prompt) is open: the page runs no script until it
+    /// closes.
+    dialog: bool,
     /// Commands installing the guard that the browser has not answered yet, and how many it has.
     guard_pending: HashSet<u64>,
     guarded: usize,
@@ -79,8 +88,6 @@ struct State {
 pub struct Fence {
     handle: Handle,
     task: tokio::task::JoinHandle<()>,
-    /// The secret the click guard and focus check (`guard.js`) answer to in this browser.
-    secret: String,
 }
 
 /// A handle to arm and disarm a browser's fence.
@@ -156,23 +163,26 @@ fn patterns() -> Value {
     ]})
 }
 
+/// How long one DevTools call may take.
+const CALL_BOUND: Duration = Duration::from_secs(5);
+
 const AUTO_ATTACH: fn() -> Value = || json!({ "autoAttach": true, "waitForDebuggerOnStart": true, "flatten": true });
 
 const GUARD: &str = include_str!("guard.js");
+/// The isolated world the guard lives in, in every document.
+pub const WORLD: &str = "grant-ledger";
 
 impl Fence {
     /// Connects to the browser at `address` (`host:port`) and intercepts from now on.
     pub async fn connect(address: &str) -> Result<Self, FenceError> {
         let url = browser_socket(address).await?;
-        let secret = hex::encode(rand::random::<[u8; 16]>());
-        let guard: Arc<str> = GUARD.replace("__SECRET__", &secret).into();
         let (ws, _) = tokio_tungstenite::connect_async(url).await.map_err(|e| FenceError::Endpoint(e.to_string()))?;
         let (mut sink, mut stream) = ws.split();
         let (out, mut rx) = mpsc::unbounded_channel::<String>();
         let state = Arc::new(Mutex::new(State::default()));
         let ids = Arc::new(AtomicU64::new(1));
         let task = {
-            let (state, ids, out, guard) = (Arc::clone(&state), Arc::clone(&ids), out.clone(), Arc::clone(&guard));
+            let (state, ids, out) = (Arc::clone(&state), Arc::clone(&ids), out.clone());
             tokio::spawn(async move {
                 let writer = async {
                     while let Some(m) = rx.recv().await {
@@ -186,7 +196,7 @@ impl Fence {
                         if let Message::Text(text) = message
                             && let Ok(v) = serde_json::from_str::<Value>(&text)
                         {
-                            handle(&v, &state, &ids, &out, &guard);
+                            handle(&v, &state, &ids, &out);
                         }
                     }
                 };
@@ -194,15 +204,11 @@ impl Fence {
             })
         };
         let _ = out.send(command(&ids, None, "Target.setAutoAttach", AUTO_ATTACH()));
-        Ok(Self { handle: Handle { state, out, ids }, task, secret })
+        Ok(Self { handle: Handle { state, out, ids }, task })
     }
 
     pub fn handle(&self) -> Handle {
         self.handle.clone()
-    }
-
-    pub fn guard_secret(&self) -> &str {
-        &self.secret
     }
 }
 
@@ -236,15 +242,50 @@ impl Handle {
         !lock(&self.state).loading.is_empty()
     }
 
-    /// A round trip to the browser on this connection, bounded: every event the browser sent
-    /// before answering it has been handled when it returns.
-    async fn flush(&self, until: Instant) {
+    /// Sends `method` to `session` (the browser itself when `None`) and waits, bounded, for its
+    /// result. Every event the browser sent on that session before answering has been handled
+    /// when it returns.
+    pub async fn call(&self, session: Option<&str>, method: &str, params: Value) -> Result<Value, FenceError> {
         let (tx, rx) = oneshot::channel();
-        let (id, m) = command_id(&self.ids, None, "Browser.getVersion", json!({}));
+        let (id, m) = command_id(&self.ids, session, method, params);
         lock(&self.state).waiters.insert(id, tx);
-        let _ = self.out.send(m);
-        let _ = tokio::time::timeout(until.saturating_duration_since(Instant::now()), rx).await;
+        if self.out.send(m).is_err() {
+            lock(&self.state).waiters.remove(&id);
+            return Err(FenceError::Endpoint("the DevTools connection is closed".into()));
+        }
+        let answer = tokio::time::timeout(CALL_BOUND, rx).await;
         lock(&self.state).waiters.remove(&id);
+        match answer {
+            Ok(Ok(mut v)) => match v.get("error") {
+                Some(e) => Err(FenceError::Refused {
+                    method: method.to_owned(),
+                    message: e["message"].as_str().unwrap_or_default().to_owned(),
+                }),
+                None => Ok(v["result"].take()),
+            },
+            Ok(Err(_)) => Err(FenceError::Endpoint("the DevTools connection is closed".into())),
+            Err(_) => Err(FenceError::Endpoint(format!("{method} had no answer within {CALL_BOUND:?}"))),
+        }
+    }
+
+    /// Whether a JavaScript dialog is open.
+    pub fn dialog_open(&self) -> bool {
+        lock(&self.state).dialog
+    }
+
+    /// Sends `method` without waiting for its answer.
+    pub fn send(&self, session: Option<&str>, method: &str, params: Value) {
+        let _ = self.out.send(command(&self.ids, session, method, params));
+    }
+
+    /// The tab's DevTools session and main frame id.
+    pub fn tab(&self) -> Option<(String, String)> {
+        lock(&self.state).tab.clone()
+    }
+
+    /// The sessions of frames in processes of their own, with their frame ids.
+    pub fn frame_sessions(&self) -> Vec<(String, String)> {
+        lock(&self.state).frames.iter().map(|(s, f)| (s.clone(), f.clone())).collect()
     }
 
     /// Stops refusing, closes every window opened while armed, and says what it refused.
@@ -265,7 +306,6 @@ impl Handle {
 #[derive(Debug)]
 pub struct Armed {
     handle: Handle,
-    since: Instant,
     activity: u64,
     done: bool,
 }
@@ -274,31 +314,35 @@ impl Armed {
     pub fn new(handle: Handle, scope: Scope) -> Self {
         handle.arm(scope);
         let activity = handle.activity();
-        Self { handle, since: Instant::now(), activity, done: false }
+        Self { handle, activity, done: false }
     }
 
-    /// Settled, as the fence defines it: the act's document has run [`crate::page::TURNS`]
-    /// turns of its event loop since the input (the caller's [`crate::page::after`]), every
-    /// event the browser sent before a round trip on this connection is handled, no frame is
-    /// loading, and nothing navigated, loaded, opened or asked for a document since the last
-    /// look; each time something did, the document then in the tab runs its turns again. Bounded
-    /// by [`crate::page::BOUND`] from arming. A navigation a timer starts later is not the act's
-    /// (the record's limits of page script).
-    pub async fn settle(&self, client: &fantoccini::Client, secret: &str) {
-        let deadline = self.since + crate::page::BOUND;
+    /// Settled, as the fence defines it: the act's document has run [`crate::guard::TURNS`]
+    /// turns of its event loop since the input (the caller's [`crate::guard::after`], a call on
+    /// the tab's own DevTools session), a round trip to the browser has flushed its events, no
+    /// frame is loading, and nothing navigated, loaded, opened a window or asked for a document
+    /// since the last look; each time something did, the document then in the tab runs its turns
+    /// again. Bounded by [`crate::page::BOUND`] from the input; `false` when the bound ended it
+    /// first, which leaves the act's outcome unknown. A navigation a timer starts later is not the
+    /// act's (the record's limits of page script).
+    pub async fn settle(&self, input_sent: Instant) -> bool {
+        let deadline = input_sent + crate::page::BOUND;
         let mut seen = self.activity;
         loop {
-            self.handle.flush(deadline).await;
+            let _ = self.handle.call(None, "Browser.getVersion", json!({})).await;
             while self.handle.loading() && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             let now = self.handle.activity();
-            if now == seen || Instant::now() >= deadline {
-                return;
+            if self.handle.loading() || (now != seen && Instant::now() >= deadline) {
+                return false;
+            }
+            if now == seen {
+                return true;
             }
             seen = now;
             let left = deadline.saturating_duration_since(Instant::now());
-            let _ = tokio::time::timeout(left, crate::page::after(client, secret, None)).await;
+            let _ = tokio::time::timeout(left, crate::guard::after(&self.handle, None)).await;
         }
     }
 
@@ -317,7 +361,7 @@ impl Drop for Armed {
 }
 
 /// One message from the browser: attach and hold each new target; decide each paused request.
-fn handle(v: &Value, state: &Mutex<State>, ids: &AtomicU64, out: &mpsc::UnboundedSender<String>, guard: &str) {
+fn handle(v: &Value, state: &Mutex<State>, ids: &AtomicU64, out: &mpsc::UnboundedSender<String>) {
     let session = v["sessionId"].as_str();
     match v["method"].as_str() {
         Some("Target.attachedToTarget") => {
@@ -325,9 +369,15 @@ fn handle(v: &Value, state: &Mutex<State>, ids: &AtomicU64, out: &mpsc::Unbounde
             let Some(child) = p["sessionId"].as_str() else { return };
             let info = &p["targetInfo"];
             let kind = info["type"].as_str().unwrap_or_default();
+            let target = info["targetId"].as_str().unwrap_or_default().to_owned();
+            if kind == "iframe" {
+                lock(state).frames.insert(child.to_owned(), target.clone());
+            }
             if kind == "page" {
-                let target = info["targetId"].as_str().unwrap_or_default().to_owned();
                 let mut s = lock(state);
+                if s.tab.is_none() {
+                    s.tab = Some((child.to_owned(), target.clone()));
+                }
                 if s.armed.is_some() && !s.pages.contains(&target) {
                     s.opened.push(target.clone());
                     s.activity += 1;
@@ -343,7 +393,7 @@ fn handle(v: &Value, state: &Mutex<State>, ids: &AtomicU64, out: &mpsc::Unbounde
                     ids,
                     Some(child),
                     "Page.addScriptToEvaluateOnNewDocument",
-                    json!({ "source": guard, "runImmediately": true }),
+                    json!({ "source": GUARD, "worldName": WORLD, "runImmediately": true }),
                 );
                 lock(state).guard_pending.insert(id);
                 let _ = out.send(m);
@@ -384,13 +434,17 @@ fn handle(v: &Value, state: &Mutex<State>, ids: &AtomicU64, out: &mpsc::Unbounde
             s.activity += 1;
             s.loading.insert((session.unwrap_or_default().to_owned(), frame));
         }
+        Some("Page.javascriptDialogOpening") => lock(state).dialog = true,
+        Some("Page.javascriptDialogClosed") => lock(state).dialog = false,
         Some("Page.frameStoppedLoading") => {
             let frame = v["params"]["frameId"].as_str().unwrap_or_default().to_owned();
             lock(state).loading.remove(&(session.unwrap_or_default().to_owned(), frame));
         }
         Some("Target.detachedFromTarget") => {
             let gone = v["params"]["sessionId"].as_str().unwrap_or_default();
-            lock(state).loading.retain(|(s, _)| s != gone);
+            let mut s = lock(state);
+            s.loading.retain(|(s, _)| s != gone);
+            s.frames.remove(gone);
         }
         None => {
             if let Some(id) = v["id"].as_u64() {
@@ -399,7 +453,7 @@ fn handle(v: &Value, state: &Mutex<State>, ids: &AtomicU64, out: &mpsc::Unbounde
                     s.guarded += 1;
                 }
                 if let Some(waiter) = s.waiters.remove(&id) {
-                    let _ = waiter.send(());
+                    let _ = waiter.send(v.clone());
                 }
             }
         }

@@ -11,6 +11,7 @@ pub mod config;
 pub mod fence;
 #[cfg(feature = "fixture")]
 pub mod fixture;
+pub mod guard;
 pub mod page;
 pub mod records;
 pub mod service;

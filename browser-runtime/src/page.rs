@@ -146,7 +146,6 @@ struct RawSnapshot {
 struct RawOne {
     page: PageRead,
     node: Option<RawNode>,
-    guard: Option<RawArm>,
 }
 
 /// One field of a form, read back from the live page.
@@ -243,21 +242,19 @@ pub async fn snapshot(client: &Client, snapshot_id: &str) -> Result<(PageRead, V
 
 /// Node `index` of `snapshot_id` read again in the live page, with the live URL, and its element
 /// for the act: `None` when the page no longer holds that snapshot or the node left the document.
-/// With the guard's secret, the same read arms the click guard on the node.
 pub async fn reread(
     client: &Client,
     snapshot_id: &str,
     index: usize,
-    click_guard: Option<&str>,
-) -> Result<(PageRead, Option<(NodeRead, ElementRef)>, Option<GuardArm>), ReadError> {
-    let v = client.execute(READ, vec![json!("one"), json!(snapshot_id), json!(index), json!(click_guard)]).await?;
+) -> Result<(PageRead, Option<(NodeRead, ElementRef)>), ReadError> {
+    let v = client.execute(READ, vec![json!("one"), json!(snapshot_id), json!(index)]).await?;
     let (json, el) = pair(v)?;
     let raw: RawOne = serde_json::from_str(&json).map_err(shape)?;
     let found = match (raw.node, element_ref(&el)) {
         (Some(n), Some(el)) => Some((node(n), el)),
         _ => None,
     };
-    Ok((raw.page, found, click_guard.map(|_| armed(raw.guard))))
+    Ok((raw.page, found))
 }
 
 /// Every field of the form that owns node `index`, each with its element: `None` when the node
@@ -353,125 +350,4 @@ pub async fn navigation(client: &Client, before: &PageRead) -> Result<(), ReadEr
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     settle(client).await.map_err(ReadError::Driver)
-}
-
-/// What the click guard and focus check (`guard.js`) hold for the act.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GuardMode {
-    /// Hit-test the element's centre; stop trusted clicks aimed at what the read did not cover.
-    Click,
-    /// Focus the element and refuse unless it holds focus; stop key and text events aimed elsewhere.
-    Keys,
-    /// Neither test: stop uncovered clicks and every key (a select chosen by the runtime).
-    Hold,
-}
-
-impl GuardMode {
-    fn code(self) -> &'static str {
-        match self {
-            Self::Click => "click",
-            Self::Keys => "keys",
-            Self::Hold => "hold",
-        }
-    }
-}
-
-const GUARD_CALL: &str = "const g = window.__grantLedgerGuard; \
-    return typeof g === 'function' ? g(arguments[0], 'arm', arguments[1], arguments[2], true) : null;";
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct RawArm {
-    arming: Option<u64>,
-    refused: Option<String>,
-    scroll: bool,
-}
-
-/// The guard as an arming left it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GuardArm {
-    /// Armed: the arming to finish.
-    Armed(u64),
-    /// The element lies outside the viewport: arm again, scrolling it in.
-    Scroll,
-    /// Why the element cannot take the act.
-    Refused(String),
-}
-
-fn armed(raw: Option<RawArm>) -> GuardArm {
-    match raw {
-        None => GuardArm::Refused("the page holds no guard: the act cannot be held to the node".into()),
-        Some(RawArm { refused: Some(why), .. }) => GuardArm::Refused(why),
-        Some(RawArm { arming: Some(a), .. }) => GuardArm::Armed(a),
-        Some(RawArm { scroll: true, .. }) => GuardArm::Scroll,
-        Some(_) => GuardArm::Refused("the guard did not arm".into()),
-    }
-}
-
-/// Arms the guard on `element`, scrolling it into view for a click.
-pub async fn arm_guard(
-    client: &Client,
-    secret: &str,
-    mode: GuardMode,
-    element: &ElementRef,
-) -> Result<GuardArm, ReadError> {
-    let el = json!({ "element-6066-11e4-a52e-4f735466cecf": element.to_string() });
-    let v = client.execute(GUARD_CALL, vec![json!(secret), json!(mode.code()), el]).await?;
-    if v.is_null() {
-        return Ok(armed(None));
-    }
-    Ok(armed(Some(serde_json::from_value(v).map_err(shape)?)))
-}
-
-/// What the guard saw between arming and its finish.
-#[derive(Debug, Clone, Deserialize)]
-pub struct GuardReport {
-    /// `armed` (this arming held), `other` (another arming replaced it) or `none`.
-    pub held: String,
-    /// Clicks, keys and text events it stopped.
-    pub stopped: u64,
-    /// The document it reports from.
-    pub time_origin: f64,
-}
-
-/// Turns of the page's event loop an act waits for: everything it queued without delay (a
-/// handler's zero-delay timer, a refresh with no delay) has run after them.
-pub const TURNS: u32 = 3;
-
-const AFTER: &str = "const done = arguments[arguments.length - 1]; const g = window.__grantLedgerGuard; \
-    if (typeof g !== 'function') { done(null); } else { g(arguments[0], 'after', arguments[1], arguments[2], done); }";
-
-#[derive(Deserialize)]
-struct RawAfter {
-    page: PageRead,
-    guard: Option<GuardReport>,
-}
-
-/// After an act: [`TURNS`] turns of the page's event loop, then the page as it is and what the
-/// guard stopped since `arming` (which it disarms). A document without the guard is read plainly.
-pub async fn after(
-    client: &Client,
-    secret: &str,
-    arming: Option<u64>,
-) -> Result<(PageRead, Option<GuardReport>), ReadError> {
-    let deadline = tokio::time::Instant::now() + BOUND;
-    let mut arming = arming;
-    loop {
-        match client.execute_async(AFTER, vec![json!(secret), json!(arming), json!(TURNS)]).await {
-            Ok(Value::Null) => return Ok((page(client).await?, None)),
-            Ok(v) => {
-                let raw: RawAfter = serde_json::from_value(v).map_err(shape)?;
-                return Ok((raw.page, raw.guard));
-            }
-            // The document went away under the script: read the new one, whose guard was
-            // never armed.
-            Err(CmdError::Standard(w))
-                if w.error == fantoccini::error::ErrorStatus::JavascriptError
-                    && tokio::time::Instant::now() < deadline =>
-            {
-                arming = None;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
 }

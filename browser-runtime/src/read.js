@@ -1,8 +1,7 @@
 // The runtime's one read of a page, sent with every observe and every act so that both read the
 // same way. `arguments[0]` is "observe" (every node of the flat tree, kept in the page under the
 // snapshot id `arguments[1]`), "one" (node `arguments[2]` of snapshot `arguments[1]`, read again
-// and returned as a WebDriver element reference for the act, its click guard armed when
-// `arguments[3]` holds the guard's secret) or "form" (the fields of that
+// and returned as a WebDriver element reference for the act) or "form" (the fields of that
 // node's form). The facts travel as one JSON string without empty values: far cheaper for the
 // driver than an object graph, and element references are made only for the one node acted on.
 //
@@ -461,8 +460,4 @@ if (mode === 'form') {
 }
 const d = describe(el);
 delete d.el;
-// A click's guard is armed by the same read (`arguments[3]` is the guard's secret), without
-// scrolling: an element outside the viewport is armed again, scrolled, just before dispatch.
-const g = window.__grantLedgerGuard;
-const guard = arguments[3] && typeof g === 'function' ? g(arguments[3], 'arm', 'click', el, false) : null;
-return [JSON.stringify({ page, node: d, guard }, compact), el];
+return [JSON.stringify({ page, node: d }, compact), el];

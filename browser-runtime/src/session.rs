@@ -15,7 +15,8 @@ use time::OffsetDateTime;
 use crate::browser::{Browser, BrowserError, is_crash};
 use crate::config::BrowserConfig;
 use crate::fence::{Armed, Scope};
-use crate::page::{self, FormField, GuardArm, GuardMode, NodeRead, PageRead, ReadError, Role};
+use crate::guard::{self, GuardMode};
+use crate::page::{self, FormField, NodeRead, PageRead, ReadError, Role};
 use crate::records::{RecordError, RecordStore};
 
 /// The closed codes of the tool contract, and the grant refusal.
@@ -485,16 +486,7 @@ impl Session {
         let client = self.client(config).await?;
 
         // The live page: URL, element and every label source, in one round trip.
-        // A click's guard is armed by the same read; its verdict is applied just before dispatch.
-        let mode = match &input.action {
-            ActAction::Click | ActAction::Check => Some(GuardMode::Click),
-            ActAction::Type { .. } | ActAction::Press { .. } => Some(GuardMode::Keys),
-            ActAction::Select { .. } => Some(GuardMode::Hold),
-            ActAction::Scroll { .. } => None,
-        };
-        let secret = self.browser.as_ref().map(|b| b.fence.guard_secret().to_owned()).unwrap_or_default();
-        let click_guard = (mode == Some(GuardMode::Click)).then_some(secret.as_str());
-        let (live_page, live, pre_armed) = match page::reread(&client, &input.snapshot_id, index, click_guard).await {
+        let (live_page, live) = match page::reread(&client, &input.snapshot_id, index).await {
             Ok(r) => r,
             Err(e) => return Err(self.read_failed(e, config).await),
         };
@@ -641,21 +633,31 @@ impl Session {
         // The click guard or the focus check, armed on the element the read covered: a click's
         // centre must hit it, a key or text needs it to hold focus, and until the input is sent
         // nothing else takes a trusted click, key or text.
-        let arming = match (mode, pre_armed) {
-            // A check box already checked takes no input.
-            (_, _) if matches!(input.action, ActAction::Check) && live.state.checked => None,
-            (None, _) => None,
-            (Some(GuardMode::Click), Some(GuardArm::Armed(a))) => Some(a),
-            (Some(GuardMode::Click), Some(GuardArm::Refused(why))) => {
-                return Ok(refuse(Code::NodeNotInteractable, why));
-            }
-            (Some(mode), _) => match page::arm_guard(&client, &secret, mode, &element).await {
-                Ok(GuardArm::Armed(a)) => Some(a),
-                Ok(GuardArm::Refused(why)) => return Ok(refuse(Code::NodeNotInteractable, why)),
-                Ok(GuardArm::Scroll) => {
-                    return Ok(refuse(Code::NodeNotInteractable, "the node could not be scrolled into view".into()));
+        // The click guard or the focus check, armed on the element the read covered: a click's
+        // centre must hit it, a key or text needs it to hold focus, and until the input is sent
+        // nothing else takes a trusted press, click, key or text, in the page or its frames.
+        let mode = match &input.action {
+            ActAction::Check if live.state.checked => None,
+            ActAction::Click | ActAction::Check => Some(GuardMode::Click),
+            ActAction::Type { .. } | ActAction::Press { .. } => Some(GuardMode::Keys),
+            ActAction::Select { .. } => Some(GuardMode::Hold),
+            ActAction::Scroll { .. } => None,
+        };
+        let Some(devtools) = self.browser.as_ref().map(|b| b.fence.handle()) else {
+            return Err(SessionError::Unavailable("the browser is not running".into()));
+        };
+        let held = match mode {
+            None => None,
+            Some(mode) => match guard::arm(&devtools, &element, mode).await {
+                Ok(Ok(held)) => Some(held),
+                Ok(Err(why)) => {
+                    // Focusing may have set something off: the fence holds it until settled.
+                    if let Some(armed) = &armed {
+                        armed.settle(std::time::Instant::now()).await;
+                    }
+                    return Ok(refuse(Code::NodeNotInteractable, why));
                 }
-                Err(e) => return Err(self.read_failed(e, config).await),
+                Err(e) => return Err(SessionError::Unavailable(format!("the guard could not be armed: {e}"))),
             },
         };
 
@@ -757,51 +759,54 @@ impl Session {
             }
         }
 
+        let input_sent = std::time::Instant::now();
         let waited = match input.wait_for {
             WaitFor::None => Ok(()),
             WaitFor::Settle => page::settle(&client).await.map_err(ReadError::Driver),
             WaitFor::Navigation => page::navigation(&client, &live_page).await,
             WaitFor::Dialog => wait_dialog(&client).await,
         };
-        // The page after the act, once everything the act queued without delay has run, and
-        // what the guard stopped meanwhile.
-        let after = match waited {
-            Ok(()) => page::after(&client, &secret, arming).await,
-            Err(e) => Err(e),
-        };
-        let mut outcome = match after {
-            Ok((p, guard)) => {
-                let mut o = ActOutcome {
-                    changed: p.url != live_page.url || p.time_origin != live_page.time_origin || p.sig != live_page.sig,
-                    ..dispatched
-                };
-                // A click, key or text the guard stopped, or a guard the page disarmed, leaves the
-                // outcome unknown. A document the act replaced took its guard with it.
-                let why = match guard {
-                    Some(r) if r.stopped > 0 => {
-                        Some(format!("the guard stopped {} click(s) or key(s) aimed at another element", r.stopped))
-                    }
-                    Some(r) if r.held != "armed" && r.time_origin == live_page.time_origin => {
-                        Some("the page disarmed the guard during the act".to_owned())
-                    }
-                    _ => None,
-                };
-                if let Some(why) = why {
-                    o.outcome_unknown = true;
-                    o.changed = true;
-                    o.detail = why;
-                }
-                o
-            }
+        let unknown = |detail: String| ActOutcome { outcome_unknown: true, changed: true, detail, ..dispatched.clone() };
+        let mut outcome = match waited {
             // A dialog opened by the act answers every script: the page did change.
             Err(ReadError::Driver(e)) if e.is_unexpected_alert_open() => ActOutcome { changed: true, ..dispatched },
             Err(e) => {
                 let why = self.read_failed(e, config).await;
-                ActOutcome { outcome_unknown: true, changed: true, detail: why.to_string(), ..dispatched }
+                unknown(why.to_string())
             }
+            // The page after the act, once everything the act queued without delay has run, and
+            // what the guard stopped meanwhile.
+            Ok(()) => match guard::after(&devtools, held.as_ref()).await {
+                Ok(None) => ActOutcome { changed: true, ..dispatched },
+                Ok(Some((p, report))) => {
+                    let changed =
+                        p.url != live_page.url || p.time_origin != live_page.time_origin || p.sig != live_page.sig;
+                    // A press, click, key or text the guard stopped, a guard the page disarmed or
+                    // whose document it reopened leaves the outcome unknown. A document the act
+                    // replaced took its guard with it.
+                    let same_document = p.time_origin == live_page.time_origin;
+                    match report {
+                        Some(r) if r.stopped > 0 => {
+                            unknown(format!("the guard stopped {} press(es), click(s) or key(s) aimed elsewhere", r.stopped))
+                        }
+                        Some(r) if same_document && !r.alive => {
+                            unknown("the page reopened its document during the act: the guard no longer held it".into())
+                        }
+                        Some(r) if same_document && r.held != "armed" && held.is_some() => {
+                            unknown("the guard was not held through the act".into())
+                        }
+                        _ => ActOutcome { changed, ..dispatched },
+                    }
+                }
+                Err(e) => unknown(format!("the page could not be read after the act: {e}")),
+            },
         };
         if let Some(armed) = armed {
-            armed.settle(&client, &secret).await;
+            if !armed.settle(input_sent).await {
+                outcome.outcome_unknown = true;
+                outcome.changed = true;
+                outcome.detail = format!("the page did not settle within {:?}", page::BOUND);
+            }
             let report = armed.finish();
             if !report.refused.is_empty() || report.opened > 0 {
                 // A refused document leaves the browser's error page: what the act did is unknown.

@@ -1,0 +1,255 @@
+//! The click guard and the focus check (`guard.js`), driven over the browser's DevTools
+//! connection in the guard's isolated world: the page can neither see these calls nor forge
+//! their answers. An act arms the guard on the element its read covered, just before the input;
+//! every other frame is blocked meanwhile; after the input, [`after`] waits a few turns of the
+//! page's event loop and reports what the guard stopped.
+
+use std::time::Duration;
+
+use fantoccini::elements::ElementRef;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::fence::{FenceError, Handle, WORLD};
+use crate::page::PageRead;
+
+/// What the guard holds for the act.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardMode {
+    /// Hit-test the element's centre; stop trusted presses and clicks aimed at what the read did
+    /// not cover.
+    Click,
+    /// Focus the element and refuse unless it holds focus; stop key and text events aimed
+    /// elsewhere.
+    Keys,
+    /// Neither test: stop uncovered clicks and every key (a select chosen by the runtime).
+    Hold,
+}
+
+impl GuardMode {
+    fn code(self) -> &'static str {
+        match self {
+            Self::Click => "click",
+            Self::Keys => "keys",
+            Self::Hold => "hold",
+        }
+    }
+}
+
+/// Turns of the page's event loop an act waits for after its input: everything it queued
+/// without delay (a handler's zero-delay timer, a refresh with no delay) has run after them.
+pub const TURNS: u32 = 3;
+
+/// The guard armed for one act: the arming to finish and the frames blocked meanwhile.
+#[derive(Debug)]
+pub struct Held {
+    arming: u64,
+    /// (DevTools session, execution context) of each blocked frame's guard.
+    blocked: Vec<(String, i64)>,
+}
+
+/// What the guard saw between arming and the end of the act.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct GuardReport {
+    /// `armed` (this arming held), `other` (another arming replaced it) or `none`.
+    pub held: String,
+    /// Presses, clicks, keys and text events it stopped, in the page and in its frames.
+    pub stopped: u64,
+    /// False when the document was reopened and the guard's listeners are gone.
+    pub alive: bool,
+    /// The document it reports from.
+    pub time_origin: f64,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RawArm {
+    arming: Option<u64>,
+    refused: Option<String>,
+}
+
+/// `f.<frame>.d.<document>.e.<backend node>`: how chromedriver names an element.
+fn frame_and_node(element: &ElementRef) -> Option<(String, i64)> {
+    let id = element.to_string();
+    let rest = id.strip_prefix("f.")?;
+    let (frame, rest) = rest.split_once(".d.")?;
+    let (_, node) = rest.rsplit_once(".e.")?;
+    Some((frame.to_owned(), node.parse().ok()?))
+}
+
+fn tab(h: &Handle) -> Result<(String, String), FenceError> {
+    h.tab().ok_or_else(|| FenceError::Endpoint("no tab is attached".into()))
+}
+
+/// The guard's execution context in `frame`, through `session`.
+async fn context(h: &Handle, session: &str, frame: &str) -> Result<i64, FenceError> {
+    let r = h.call(Some(session), "Page.createIsolatedWorld", json!({ "frameId": frame, "worldName": WORLD })).await?;
+    r["executionContextId"].as_i64().ok_or_else(|| FenceError::Endpoint("no execution context".into()))
+}
+
+/// Evaluates `expression` in context `ctx` and returns its value.
+async fn eval(h: &Handle, session: &str, ctx: i64, expression: &str) -> Result<Value, FenceError> {
+    let params = json!({ "expression": expression, "contextId": ctx, "awaitPromise": true, "returnByValue": true });
+    let mut r = h.call(Some(session), "Runtime.evaluate", params).await?;
+    thrown(&r, "Runtime.evaluate")?;
+    Ok(r["result"]["value"].take())
+}
+
+fn thrown(r: &Value, method: &str) -> Result<(), FenceError> {
+    match r.get("exceptionDetails") {
+        Some(e) => Err(FenceError::Refused {
+            method: method.to_owned(),
+            message: e["exception"]["description"].as_str().or(e["text"].as_str()).unwrap_or_default().to_owned(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Child frame ids of a frame tree, depth first.
+fn children(tree: &Value, out: &mut Vec<String>) {
+    for child in tree["childFrames"].as_array().into_iter().flatten() {
+        if let Some(id) = child["frame"]["id"].as_str() {
+            out.push(id.to_owned());
+        }
+        children(child, out);
+    }
+}
+
+/// Arms the guard on `element` (which must be in the tab's top document), after blocking every
+/// other frame: `Err(why)` when the element cannot take the act.
+pub async fn arm(h: &Handle, element: &ElementRef, mode: GuardMode) -> Result<Result<Held, String>, FenceError> {
+    let (session, main) = tab(h)?;
+    let Some((frame, node)) = frame_and_node(element) else {
+        return Ok(Err("the driver named the node in a way the guard cannot follow".into()));
+    };
+    if frame != main {
+        return Ok(Err("the node is not in the page's top document".into()));
+    }
+    let blocked = block(h, &session).await;
+    let ctx = context(h, &session, &main).await?;
+    let object = h
+        .call(Some(&session), "DOM.resolveNode", json!({ "backendNodeId": node, "executionContextId": ctx }))
+        .await?;
+    let Some(object) = object["object"]["objectId"].as_str() else {
+        return Ok(Err("the node is gone".into()));
+    };
+    let call = json!({
+        "objectId": object,
+        "functionDeclaration": "function (mode) { return globalThis.__grantLedgerGuard.arm(this, mode); }",
+        "arguments": [{ "value": mode.code() }],
+        "returnByValue": true,
+    });
+    let r = h.call(Some(&session), "Runtime.callFunctionOn", call).await;
+    h.send(Some(&session), "Runtime.releaseObject", json!({ "objectId": object }));
+    let mut r = r?;
+    thrown(&r, "Runtime.callFunctionOn")?;
+    let raw: RawArm = serde_json::from_value(r["result"]["value"].take()).unwrap_or_default();
+    Ok(match (raw.arming, raw.refused) {
+        (Some(arming), None) => Ok(Held { arming, blocked }),
+        (_, Some(why)) => {
+            unblock(h, &blocked).await;
+            Err(why)
+        }
+        (None, None) => {
+            unblock(h, &blocked).await;
+            Err("the page holds no guard: the act cannot be held to the node".into())
+        }
+    })
+}
+
+/// Blocks trusted clicks and keys in every frame of the tab but its top document: frames in the
+/// tab's process through its session, frames with a process of their own through theirs.
+async fn block(h: &Handle, session: &str) -> Vec<(String, i64)> {
+    let mut frames: Vec<(String, String)> = Vec::new();
+    if let Ok(tree) = h.call(Some(session), "Page.getFrameTree", json!({})).await {
+        let mut ids = Vec::new();
+        children(&tree["frameTree"], &mut ids);
+        frames.extend(ids.into_iter().map(|f| (session.to_owned(), f)));
+    }
+    frames.extend(h.frame_sessions());
+    let each = frames.into_iter().map(|(s, f)| async move {
+        // A frame of another process is not reachable through the tab's session: its own
+        // session blocks it.
+        let ctx = context(h, &s, &f).await.ok()?;
+        eval(h, &s, ctx, "globalThis.__grantLedgerGuard.block(true)").await.ok()?;
+        Some((s, ctx))
+    });
+    futures_util::future::join_all(each).await.into_iter().flatten().collect()
+}
+
+/// Unblocks the frames; returns how many clicks and keys they stopped.
+async fn unblock(h: &Handle, blocked: &[(String, i64)]) -> u64 {
+    let each = blocked.iter().map(|(s, ctx)| async move {
+        let v = eval(h, s, *ctx, "globalThis.__grantLedgerGuard.block(false)").await.ok()?;
+        v["stopped"].as_u64()
+    });
+    futures_util::future::join_all(each).await.into_iter().flatten().sum()
+}
+
+#[derive(Deserialize)]
+struct RawAfter {
+    page: PageRead,
+    guard: Option<GuardReport>,
+}
+
+/// After an act: [`TURNS`] turns of the tab's event loop, then the page as it is and what the
+/// guard stopped since `held` was armed (which it disarms, unblocking the frames). `Ok(None)`
+/// when a JavaScript dialog is open, which holds every script of the page.
+pub async fn after(h: &Handle, held: Option<&Held>) -> Result<Option<(PageRead, Option<GuardReport>)>, FenceError> {
+    let deadline = tokio::time::Instant::now() + crate::page::BOUND;
+    let mut arming = held.map(|h| h.arming);
+    let result = loop {
+        if h.dialog_open() {
+            break None;
+        }
+        let (session, main) = tab(h)?;
+        let expression = format!(
+            "globalThis.__grantLedgerGuard.after({}, {TURNS})",
+            arming.map_or_else(|| "null".to_owned(), |a| a.to_string())
+        );
+        let read = async {
+            let ctx = context(h, &session, &main).await?;
+            eval(h, &session, ctx, &expression).await
+        };
+        let dialog = async {
+            while !h.dialog_open() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        let v = tokio::select! {
+            v = read => v,
+            () = dialog => break None,
+        };
+        match v {
+            Ok(v) => {
+                let raw: RawAfter =
+                    serde_json::from_value(v).map_err(|e| FenceError::Endpoint(format!("the guard's report: {e}")))?;
+                break Some((raw.page, raw.guard));
+            }
+            // The document went away under the call: read the new one, whose guard was never
+            // armed.
+            Err(FenceError::Refused { .. }) if tokio::time::Instant::now() < deadline => arming = None,
+            Err(e) => return Err(e),
+        }
+    };
+    let Some(held) = held else { return Ok(result) };
+    let stopped = unblock(h, &held.blocked).await;
+    Ok(result.map(|(page, guard)| {
+        let mut guard = guard.unwrap_or_else(|| GuardReport { held: "none".into(), alive: true, ..GuardReport::default() });
+        guard.stopped += stopped;
+        (page, Some(guard))
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_driver_s_element_names_give_frame_and_node() {
+        let el = ElementRef::from("f.46EA77470A6D62F56B6F2E9545ABC1A3.d.BE467EFEBF12BEA7AE515F4985213824.e.2".to_owned());
+        assert_eq!(frame_and_node(&el), Some(("46EA77470A6D62F56B6F2E9545ABC1A3".into(), 2)));
+        assert_eq!(frame_and_node(&ElementRef::from("123".to_owned())), None);
+    }
+}
