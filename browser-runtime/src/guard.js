@@ -115,20 +115,33 @@
     if (!state) return;
     if (state.mode !== 'keys' || e.composedPath()[0] !== state.el) stop(e, state);
   };
-  for (const type of ['pointerdown', 'mousedown', 'pointerup', 'mouseup', 'click', 'auxclick', 'dblclick', 'contextmenu']) {
-    window.addEventListener(type, onPointer, true);
-  }
-  for (const type of ['keydown', 'keypress', 'keyup', 'beforeinput', 'input', 'textInput', 'compositionstart',
-    'compositionupdate', 'compositionend', 'paste', 'cut', 'drop']) {
-    window.addEventListener(type, onKey, true);
-  }
-  window.addEventListener(PROBE, () => { probed = true; }, true);
+  const listen = () => {
+    for (const type of ['pointerdown', 'mousedown', 'pointerup', 'mouseup', 'click', 'auxclick', 'dblclick', 'contextmenu']) {
+      window.addEventListener(type, onPointer, true);
+    }
+    for (const type of ['keydown', 'keypress', 'keyup', 'beforeinput', 'input', 'textInput', 'compositionstart',
+      'compositionupdate', 'compositionend', 'paste', 'cut', 'drop']) {
+      window.addEventListener(type, onKey, true);
+    }
+    window.addEventListener(PROBE, () => { probed = true; }, true);
+  };
+  listen();
   // Whether the guard's listeners are still on the window: reopening the document erases them.
-  const alive = () => {
+  const present = () => {
     probed = false;
     window.dispatchEvent(new Event(PROBE));
     return probed;
   };
+  // Reopening the document empties it: as soon as that shows, the listeners go back on (behind
+  // any the page added since, which is why the loss is still reported: `lost`).
+  let lost = false;
+  new MutationObserver(() => {
+    if (!present()) {
+      lost = true;
+      listen();
+    }
+  }).observe(document, { childList: true });
+  const alive = () => present() && !lost;
 
   const arm = (el, mode, scroll) => {
     state = null;

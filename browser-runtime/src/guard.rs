@@ -128,9 +128,8 @@ pub async fn arm(h: &Handle, element: &ElementRef, mode: GuardMode) -> Result<Re
     }
     let blocked = block(h, &session).await;
     let ctx = context(h, &session, &main).await?;
-    let object = h
-        .call(Some(&session), "DOM.resolveNode", json!({ "backendNodeId": node, "executionContextId": ctx }))
-        .await?;
+    let object =
+        h.call(Some(&session), "DOM.resolveNode", json!({ "backendNodeId": node, "executionContextId": ctx })).await?;
     let Some(object) = object["object"]["objectId"].as_str() else {
         return Ok(Err("the node is gone".into()));
     };
@@ -236,7 +235,8 @@ pub async fn after(h: &Handle, held: Option<&Held>) -> Result<Option<(PageRead, 
     let Some(held) = held else { return Ok(result) };
     let stopped = unblock(h, &held.blocked).await;
     Ok(result.map(|(page, guard)| {
-        let mut guard = guard.unwrap_or_else(|| GuardReport { held: "none".into(), alive: true, ..GuardReport::default() });
+        let mut guard =
+            guard.unwrap_or_else(|| GuardReport { held: "none".into(), alive: true, ..GuardReport::default() });
         guard.stopped += stopped;
         (page, Some(guard))
     }))
@@ -248,7 +248,8 @@ mod tests {
 
     #[test]
     fn the_driver_s_element_names_give_frame_and_node() {
-        let el = ElementRef::from("f.46EA77470A6D62F56B6F2E9545ABC1A3.d.BE467EFEBF12BEA7AE515F4985213824.e.2".to_owned());
+        let el =
+            ElementRef::from("f.46EA77470A6D62F56B6F2E9545ABC1A3.d.BE467EFEBF12BEA7AE515F4985213824.e.2".to_owned());
         assert_eq!(frame_and_node(&el), Some(("46EA77470A6D62F56B6F2E9545ABC1A3".into(), 2)));
         assert_eq!(frame_and_node(&ElementRef::from("123".to_owned())), None);
     }

@@ -766,7 +766,8 @@ impl Session {
             WaitFor::Navigation => page::navigation(&client, &live_page).await,
             WaitFor::Dialog => wait_dialog(&client).await,
         };
-        let unknown = |detail: String| ActOutcome { outcome_unknown: true, changed: true, detail, ..dispatched.clone() };
+        let unknown =
+            |detail: String| ActOutcome { outcome_unknown: true, changed: true, detail, ..dispatched.clone() };
         let mut outcome = match waited {
             // A dialog opened by the act answers every script: the page did change.
             Err(ReadError::Driver(e)) if e.is_unexpected_alert_open() => ActOutcome { changed: true, ..dispatched },
@@ -786,9 +787,10 @@ impl Session {
                     // replaced took its guard with it.
                     let same_document = p.time_origin == live_page.time_origin;
                     match report {
-                        Some(r) if r.stopped > 0 => {
-                            unknown(format!("the guard stopped {} press(es), click(s) or key(s) aimed elsewhere", r.stopped))
-                        }
+                        Some(r) if r.stopped > 0 => unknown(format!(
+                            "the guard stopped {} press(es), click(s) or key(s) aimed elsewhere",
+                            r.stopped
+                        )),
                         Some(r) if same_document && !r.alive => {
                             unknown("the page reopened its document during the act: the guard no longer held it".into())
                         }

@@ -494,3 +494,96 @@ async fn a_label_source_cut_in_the_facts_is_not_whole() {
     }
     stayed_inside(&s);
 }
+
+/// Pages that bring something under the pointer or the keys as the act starts: a frame raised
+/// over the button, a control inserted inside it, a slider that acts on the press, focus moved
+/// into a frame, a document reopened under the pointer. Each control that would change reports
+/// to `/lesson/changed`; none may.
+#[tokio::test]
+async fn what_the_page_brings_in_during_the_act_takes_no_input() {
+    let mut s = stack().await;
+    const REPORT: &str = "fetch('/lesson/changed')";
+    let frame_box = "position:absolute;left:0;top:0;width:200px;height:40px;border:0;margin:0";
+    let pages = [
+        (
+            "/lesson/frame-over",
+            format!(
+                r#"<iframe id="f" style="{frame_box};z-index:0" srcdoc="<input type=checkbox style='width:200px;height:40px;margin:0' onchange=&quot;{REPORT}&quot;>"></iframe>
+<button style="{BUTTON_STYLE};z-index:1" onpointerover="document.getElementById('f').style.zIndex = 2">Next</button>"#
+            ),
+            None,
+        ),
+        (
+            "/lesson/inserted",
+            format!(
+                r#"<div id="go" role="button" tabindex="0" aria-label="Next" style="{BUTTON_STYLE}">Next</div>
+<script>
+const go = document.getElementById('go');
+go.addEventListener('pointerover', () => {{
+  if (go.querySelector('input')) return;
+  const c = document.createElement('input');
+  c.type = 'checkbox';
+  c.style.cssText = 'position:absolute;left:0;top:0;width:200px;height:40px;margin:0';
+  c.onchange = () => {REPORT};
+  go.prepend(c);
+}});
+</script>"#
+            ),
+            None,
+        ),
+        (
+            "/lesson/slider",
+            format!(
+                r#"<input type="range" aria-label="Volume" style="{BUTTON_STYLE};z-index:0" oninput="{REPORT}">
+<button id="go" style="{BUTTON_STYLE};z-index:1" onpointerover="this.style.zIndex = -1">Next</button>"#
+            ),
+            None,
+        ),
+        (
+            "/lesson/frame-keys",
+            format!(
+                r#"<input aria-label="Your answer" onkeydown="document.getElementById('f').contentDocument.querySelector('input').focus()">
+<iframe id="f" srcdoc="<input oninput=&quot;{REPORT}&quot;>"></iframe>"#
+            ),
+            Some("Your answer"),
+        ),
+        (
+            "/lesson/reopen",
+            format!(
+                r#"<button id="go" style="{BUTTON_STYLE}">Next</button>
+<script>
+document.getElementById('go').addEventListener('pointerover', () => {{
+  document.open();
+  document.write('<!doctype html><title>Reopened</title>');
+  document.close();
+  const c = document.createElement('input');
+  c.type = 'checkbox';
+  c.style.cssText = 'position:absolute;left:0;top:0;width:200px;height:40px;margin:0';
+  c.onchange = () => {REPORT};
+  document.body.append(c);
+}});
+</script>"#
+            ),
+            None,
+        ),
+    ];
+    s.record("run-1", &[("answer", "gato")]);
+    for (path, body, typed) in &pages {
+        s.fixture.page(LESSON, path, &format!("<!doctype html><title>Brought in</title>{body}"));
+        let session = s.open("profile-1", path, 50).await.unwrap();
+        let o = s.observe(&session).await;
+        let mut act = click(&session, &o, node(&o, typed.unwrap_or("Next")).0);
+        if typed.is_some() {
+            act.expected_role = rt::Role::Textbox as i32;
+            act.action = Some(rt::act_request::Action::Type(rt::Type { field_id: "answer".into() }));
+        }
+        act.constraint = Some(task_constraint());
+        let reply = s.act(act).await.unwrap();
+        assert!(reply.dispatched && reply.outcome_unknown, "{path}: {reply:?}");
+        assert!(reply.detail.contains("guard stopped") || reply.detail.contains("reopened"), "{path}: {reply:?}");
+        let changed: Vec<_> = s.fixture.requests().into_iter().filter(|r| r.path() == "/lesson/changed").collect();
+        assert!(changed.is_empty(), "{path}: a control the read did not cover changed: {changed:?}");
+        close(&mut s, session).await;
+    }
+    stayed_inside(&s);
+}
