@@ -141,8 +141,17 @@ pub fn location(url: &str) -> Result<Location, UrlProblem> {
     let mut segments = Vec::new();
     for raw in parsed.path_segments().into_iter().flatten() {
         let decoded = percent_decode_str(raw).decode_utf8_lossy();
-        // An encoded slash or backslash hides a segment boundary: read each part.
-        segments.extend(decoded.split(['/', '\\']).filter(|s| !s.is_empty()).map(str::to_owned));
+        // An encoded slash or backslash hides a segment boundary: read each part, and resolve
+        // the dot segments they make as a server that decodes them would (`/lesson/..%2fx` is `/x`).
+        for part in decoded.split(['/', '\\']).filter(|s| !s.is_empty()) {
+            match part {
+                "." => {}
+                ".." => {
+                    segments.pop();
+                }
+                _ => segments.push(part.to_owned()),
+            }
+        }
     }
     let host = parsed.host_str().unwrap_or_default();
     let (host_unicode, _) = idna::domain_to_unicode(host);
@@ -189,6 +198,10 @@ mod tests {
         assert_eq!(l.segments, ["lesson", "admin", "x", "account"]);
         let dots = location("https://www.example.org/lesson/%2e%2e/settings").unwrap();
         assert_eq!(dots.segments, ["settings"]);
+        let hidden = location("https://www.example.org/lesson/..%2faccount/./x/.%2F").unwrap();
+        assert_eq!(hidden.segments, ["account", "x"]);
+        let back = location("https://www.example.org/lesson/a%5C..%5C..%5Cadmin").unwrap();
+        assert_eq!(back.segments, ["admin"]);
         assert_eq!(location("javascript:alert(1)"), Err(UrlProblem::NotHttps));
         assert_eq!(location("http://www.example.org/lesson"), Err(UrlProblem::NotHttps));
         assert_eq!(location("https://u:p@www.example.org/lesson"), Err(UrlProblem::Credentials));
