@@ -59,6 +59,8 @@ pub struct Report {
 #[derive(Debug, Default)]
 struct State {
     armed: Option<Scope>,
+    /// The origin guard: a page's own document off these origins is refused at any time.
+    origins: Vec<String>,
     refused: Vec<String>,
     /// Page targets attached while armed: windows the act did not expect.
     opened: Vec<String>,
@@ -213,6 +215,12 @@ impl Fence {
 }
 
 impl Handle {
+    /// Refuses, from now on, every document a page (a tab or window, not a frame inside one)
+    /// would load off `origins`: the origin guard, armed or not.
+    pub fn keep_to(&self, origins: Vec<String>) {
+        lock(&self.state).origins = origins;
+    }
+
     /// Refuses, until [`Fence::disarm`], every document and ping `scope` does not admit.
     pub fn arm(&self, scope: Scope) {
         let mut s = lock(&self.state);
@@ -406,11 +414,17 @@ fn handle(v: &Value, state: &Mutex<State>, ids: &AtomicU64, out: &mpsc::Unbounde
             let p = &v["params"];
             let Some(request) = p["requestId"].as_str() else { return };
             let url = p["request"]["url"].as_str().unwrap_or_default();
+            let frame = p["frameId"].as_str().unwrap_or_default();
             let refuse = {
                 let mut s = lock(state);
                 s.activity += 1;
-                let refuse = s.armed.as_ref().is_some_and(|scope| !scope.admits(url));
-                if refuse {
+                // A page's main frame has its target's id.
+                let page_document = p["resourceType"] == "Document" && s.pages.contains(frame);
+                let off_origins = !s.origins.is_empty()
+                    && page_document
+                    && !classifier::paths::location(url).is_ok_and(|l| s.origins.contains(&l.origin));
+                let refuse = off_origins || s.armed.as_ref().is_some_and(|scope| !scope.admits(url));
+                if refuse && s.armed.is_some() {
                     s.refused.push(url.to_owned());
                 }
                 refuse

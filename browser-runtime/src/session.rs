@@ -285,6 +285,8 @@ impl Session {
     pub async fn start(&mut self, config: &BrowserConfig) -> Result<(), SessionError> {
         let browser =
             Browser::start(config).await.map_err(|e: BrowserError| SessionError::Unavailable(e.to_string()))?;
+        // The origin guard: no page of the browser loads a document off the run's origins.
+        browser.fence.handle().keep_to(self.allowed_origins.clone());
         browser
             .client
             .goto(&self.start_url)

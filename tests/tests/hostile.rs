@@ -253,6 +253,32 @@ async fn page_script_limit_a_delayed_refresh_is_not_fenced() {
     assert!(s.fixture.requests().iter().all(|r| r.host == LESSON));
 }
 
+/// The origin guard holds outside acts too: a refresh the act scheduled for later, to another
+/// site, never loads; the tab is left on the browser's error page.
+#[tokio::test]
+async fn page_script_limit_a_delayed_refresh_off_the_origins_meets_the_origin_guard() {
+    let mut s = stack().await;
+    s.fixture.page(
+        LESSON,
+        "/lesson/away-later",
+        r#"<!doctype html><title>Later</title>
+<button onclick="const m = document.createElement('meta'); m.httpEquiv = 'refresh'; m.content = '1; url=https://www.elsewhere.test/win'; document.head.append(m)">Next</button>"#,
+    );
+    let (session, reply) = click_next(&mut s, "/lesson/away-later").await;
+    assert!(reply.ok && !reply.outcome_unknown, "{reply:?}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let o = s.observe(&session).await;
+        if !o.url.starts_with(tests::browser::LESSON_ORIGIN) {
+            assert!(o.url.starts_with("chrome-error:"), "{}", o.url);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the delayed refresh never came");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(s.fixture.requests().iter().all(|r| r.host == LESSON), "{:?}", s.fixture.requests());
+}
+
 /// What a page built to lead the act astray must come to.
 #[derive(Debug, Clone, Copy)]
 enum Expect {
