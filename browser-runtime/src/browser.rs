@@ -113,7 +113,13 @@ impl Browser {
         caps.insert("timeouts".into(), json!({ "script": 15000, "pageLoad": 20000, "implicit": 0 }));
         caps.insert(
             "goog:chromeOptions".into(),
-            json!({ "binary": config.chromium.display().to_string(), "args": args }),
+            // No preloading: a prefetched or prerendered document loads in the browser itself,
+            // where neither the fence nor the origin guard sees it.
+            json!({
+                "binary": config.chromium.display().to_string(),
+                "args": args,
+                "prefs": { "net": { "network_prediction_options": 2 } },
+            }),
         );
         let client = ClientBuilder::new(HttpConnector::new())
             .capabilities(caps)

@@ -52,17 +52,26 @@
 
   let state = null;
   let blocked = null;
+  // The runtime acts only in the top document: in a frame, every trusted press, click and key is
+  // stopped, from the document's first moment, so a frame the page adds or navigates during an
+  // act takes nothing either.
+  const framed = window !== window.top;
   let armings = 0;
+  const frameStops = { stopped: 0 };
   let probed = false;
   const ORIGIN = performance.timeOrigin;
 
   // What the read covered: the element, its ancestors and descendants, the controls of labels
   // among them and its form's default button, each with its ancestors (the path a click on it
-  // takes). Fixed at arming: what the page inserts or wraps around the element later is not.
+  // takes). Fixed at arming: what the page inserts or wraps around the element later is not. A
+  // press or click may pass through ancestors but must be aimed at the element, a descendant or
+  // one of those controls (`targets`): an event from inside a closed shadow root is aimed at its
+  // host, so a control the page hides in one on an ancestor does not pass as the ancestor.
   const cover = (el) => {
-    const covered = new Set();
+    const targets = new Set();
+    if (!descendants(el, targets)) return null;
+    const covered = new Set(targets);
     ancestry(covered, el);
-    if (!descendants(el, covered)) return null;
     const extra = [];
     for (const n of covered) if (n instanceof HTMLLabelElement && n.control) extra.push(n.control);
     const form = formOf(el);
@@ -70,8 +79,11 @@
       const button = Array.from(form.elements).find(submits);
       if (button) extra.push(button);
     }
-    for (const n of extra) ancestry(covered, n);
-    return covered;
+    for (const n of extra) {
+      targets.add(n);
+      ancestry(covered, n);
+    }
+    return { covered, targets };
   };
 
   const at = (x, y) => {
@@ -101,16 +113,21 @@
   // Every element on the path must be one the read covered.
   const onPointer = (e) => {
     if (!e.isTrusted) return;
+    if (framed) return stop(e, frameStops);
     if (blocked) return stop(e, blocked);
     if (!state) return;
-    for (const n of e.composedPath()) {
+    const path = e.composedPath();
+    if (!state.targets.has(path[0])) return stop(e, state);
+    for (const n of path) {
       if (n instanceof Element && !state.covered.has(n)) return stop(e, state);
     }
+    if (e.type === 'click') state.reached = true;
   };
   const onKey = (e) => {
     if (!e.isTrusted) return;
     // A check box's activation fires a plain `input` event: a change of state, not text.
     if (e.type === 'input' && !(e instanceof InputEvent)) return;
+    if (framed) return stop(e, frameStops);
     if (blocked) return stop(e, blocked);
     if (!state) return;
     if (state.mode !== 'keys' || e.composedPath()[0] !== state.el) stop(e, state);
@@ -156,7 +173,7 @@
         return right > left && bottom > top ? [(left + right) / 2, (top + bottom) / 2] : null;
       };
       let c = box();
-      if (!c && scroll) {
+      if (!c && scroll !== false) {
         el.scrollIntoView({ behavior: 'instant', block: 'center', inline: 'center' });
         c = box();
       }
@@ -168,10 +185,10 @@
     } else if (mode !== 'hold') {
       return { refused: 'unknown guard mode' };
     }
-    const covered = cover(el);
-    if (!covered) return { refused: 'the node holds too many elements to guard' };
+    const cover_ = cover(el);
+    if (!cover_) return { refused: 'the node holds too many elements to guard' };
     armings++;
-    state = { mode, el, covered, stopped: 0, arming: armings };
+    state = { mode, el, covered: cover_.covered, targets: cover_.targets, stopped: 0, reached: false, arming: armings };
     return { arming: armings };
   };
   // What the guard stopped since arming `arming`: 'none' when nothing is armed (a new document, or
@@ -180,12 +197,19 @@
   const finish = (arming) => {
     const live = alive();
     if (!state) return { held: 'none', stopped: 0, alive: live, time_origin: ORIGIN };
-    const report = { held: state.arming === arming ? 'armed' : 'other', stopped: state.stopped, alive: live, time_origin: ORIGIN };
+    const report = {
+      held: state.arming === arming ? 'armed' : 'other',
+      stopped: state.stopped,
+      reached: state.reached,
+      alive: live,
+      time_origin: ORIGIN,
+    };
     state = null;
     return report;
   };
   const block = (on) => {
-    const report = { stopped: blocked ? blocked.stopped : 0, alive: alive() };
+    const report = { stopped: (blocked ? blocked.stopped : 0) + frameStops.stopped, alive: alive() };
+    frameStops.stopped = 0;
     blocked = on ? { stopped: 0 } : null;
     return report;
   };

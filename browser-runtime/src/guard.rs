@@ -58,6 +58,8 @@ pub struct GuardReport {
     pub stopped: u64,
     /// False when the document was reopened and the guard's listeners are gone.
     pub alive: bool,
+    /// Whether a trusted click reached the element (click mode).
+    pub reached: bool,
     /// The document it reports from.
     pub time_origin: f64,
 }
@@ -143,7 +145,23 @@ pub async fn arm(h: &Handle, element: &ElementRef, mode: GuardMode) -> Result<Re
     h.send(Some(&session), "Runtime.releaseObject", json!({ "objectId": object }));
     let mut r = r?;
     thrown(&r, "Runtime.callFunctionOn")?;
-    let raw: RawArm = serde_json::from_value(r["result"]["value"].take()).unwrap_or_default();
+    let mut raw: RawArm = serde_json::from_value(r["result"]["value"].take()).unwrap_or_default();
+    // Keys reach whatever holds focus inside a closed shadow root, which the guard sees only as
+    // its host: an element hosting one cannot be held to its focus.
+    if mode == GuardMode::Keys && raw.refused.is_none() {
+        let described = h
+            .call(Some(&session), "DOM.describeNode", json!({ "backendNodeId": node, "depth": 0, "pierce": true }))
+            .await?;
+        let closed = described["node"]["shadowRoots"]
+            .as_array()
+            .is_some_and(|roots| roots.iter().any(|r| r["shadowRootType"] == "closed"));
+        if closed {
+            raw = RawArm {
+                arming: None,
+                refused: Some("the node hosts a closed shadow root: its focus cannot be seen".into()),
+            };
+        }
+    }
     Ok(match (raw.arming, raw.refused) {
         (Some(arming), None) => Ok(Held { arming, blocked }),
         (_, Some(why)) => {
@@ -175,6 +193,17 @@ async fn block(h: &Handle, session: &str) -> Vec<(String, i64)> {
         Some((s, ctx))
     });
     futures_util::future::join_all(each).await.into_iter().flatten().collect()
+}
+
+/// Gives the guard back when the act ends before its input: disarms it and unblocks the frames.
+pub async fn release(h: &Handle, held: Option<Held>) {
+    let Some(held) = held else { return };
+    if let Ok((session, main)) = tab(h)
+        && let Ok(ctx) = context(h, &session, &main).await
+    {
+        let _ = eval(h, &session, ctx, &format!("globalThis.__grantLedgerGuard.finish({})", held.arming)).await;
+    }
+    unblock(h, &held.blocked).await;
 }
 
 /// Unblocks the frames; returns how many clicks and keys they stopped.

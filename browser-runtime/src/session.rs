@@ -292,6 +292,15 @@ impl Session {
             .goto(&self.start_url)
             .await
             .map_err(|e| SessionError::Unavailable(format!("the start page could not be opened: {e}")))?;
+        // A start page that redirects off the run's origins meets the origin guard.
+        let landed = browser.client.current_url().await.map(|u| u.to_string()).unwrap_or_default();
+        if !origin_of(&landed).is_some_and(|o| self.allowed_origins.contains(&o)) {
+            browser.close().await;
+            return Err(SessionError::Invalid(format!(
+                "the start page led off the run's origins (to {})",
+                origin_of(&landed).unwrap_or_else(|| "an error page".into())
+            )));
+        }
         self.browser = Some(browser);
         self.snapshot = None;
         self.typed.clear();
@@ -603,23 +612,12 @@ impl Session {
                 "the model and the runtime disagree on consequence"
             );
         }
-        match &input.approval_token {
-            None if consequential => {
-                let reads = if unread { "a label the runtime could not read whole" } else { consequence.code() };
-                return Ok(refuse(
-                    Code::ApprovalRequired,
-                    format!("the node reads as {reads}: request an approval for this snapshot and ref"),
-                ));
-            }
-            None => {}
-            Some(token) => match redeemer.redeem(token, &input.run_id, &input.snapshot_id, &input.node_ref).await {
-                Ok(()) => {}
-                Err(RedeemError::Invalid(m)) => return Ok(refuse(Code::ApprovalTokenInvalid, m)),
-                Err(RedeemError::Unavailable(m)) => {
-                    return Err(SessionError::Unavailable(format!("the approval token could not be redeemed: {m}")));
-                }
-                Err(RedeemError::Refused(m)) => return Err(SessionError::Internal(m)),
-            },
+        if consequential && input.approval_token.is_none() {
+            let reads = if unread { "a label the runtime could not read whole" } else { consequence.code() };
+            return Ok(refuse(
+                Code::ApprovalRequired,
+                format!("the node reads as {reads}: request an approval for this snapshot and ref"),
+            ));
         }
 
         // Under a constraint the fence holds every document and ping to the grant's prefix while
@@ -632,9 +630,6 @@ impl Session {
             _ => None,
         };
 
-        // The click guard or the focus check, armed on the element the read covered: a click's
-        // centre must hit it, a key or text needs it to hold focus, and until the input is sent
-        // nothing else takes a trusted click, key or text.
         // The click guard or the focus check, armed on the element the read covered: a click's
         // centre must hit it, a key or text needs it to hold focus, and until the input is sent
         // nothing else takes a trusted press, click, key or text, in the page or its frames.
@@ -662,6 +657,25 @@ impl Session {
                 Err(e) => return Err(SessionError::Unavailable(format!("the guard could not be armed: {e}"))),
             },
         };
+        // Every way out from here to the input gives the guard back.
+        macro_rules! released {
+            ($e:expr) => {{
+                guard::release(&devtools, held).await;
+                return $e;
+            }};
+        }
+
+        // The token is redeemed last, once nothing else can refuse: a redeemed approval is spent.
+        if let Some(token) = &input.approval_token {
+            match redeemer.redeem(token, &input.run_id, &input.snapshot_id, &input.node_ref).await {
+                Ok(()) => {}
+                Err(RedeemError::Invalid(m)) => released!(Ok(refuse(Code::ApprovalTokenInvalid, m))),
+                Err(RedeemError::Unavailable(m)) => {
+                    released!(Err(SessionError::Unavailable(format!("the approval token could not be redeemed: {m}"))))
+                }
+                Err(RedeemError::Refused(m)) => released!(Err(SessionError::Internal(m))),
+            }
+        }
 
         // Dispatch: the act's own input, and nothing else. The sequence is spent and the snapshot
         // voided before any input is sent, so that a call cancelled from here on (its client gone,
@@ -682,13 +696,13 @@ impl Session {
                         // outcome unknown, never "not dispatched".
                         if let Err(e) = el.send_keys(&value).await {
                             let why = self.failed(e, config).await;
-                            return Ok(ActOutcome {
+                            released!(Ok(ActOutcome {
                                 code: Code::Ok,
                                 dispatched: true,
                                 outcome_unknown: true,
                                 changed: true,
                                 ..refuse(Code::Ok, why.to_string())
-                            });
+                            }));
                         }
                         Ok(())
                     }
@@ -702,7 +716,7 @@ impl Session {
                 let index = chosen.first().and_then(|c| live.facts.options.iter().position(|o| std::ptr::eq(o, *c)));
                 let Some(index) = index else {
                     self.applied = sequence - 1;
-                    return Ok(refuse(Code::NodeNotInteractable, "no option has that value or label".into()));
+                    released!(Ok(refuse(Code::NodeNotInteractable, "no option has that value or label".into())));
                 };
                 const PICK: &str = "const get = Object.getOwnPropertyDescriptor(HTMLSelectElement.prototype, 'options').get; \
                     return get.call(arguments[0])[arguments[1]] || null;";
@@ -713,7 +727,7 @@ impl Session {
                         Some(id) => Element::from_element_id(client.clone(), id).click().await,
                         None => {
                             self.applied = sequence - 1;
-                            return Ok(refuse(Code::StaleSnapshot, "the select's options changed".into()));
+                            released!(Ok(refuse(Code::StaleSnapshot, "the select's options changed".into())));
                         }
                     },
                     Err(e) => Err(e),
@@ -728,7 +742,7 @@ impl Session {
             }
             ActAction::Press { key } => match key_text(key) {
                 Some(k) => el.send_keys(k).await,
-                None => return Err(SessionError::Invalid(format!("key {key:?} is not a key the runtime presses"))),
+                None => released!(Err(SessionError::Invalid(format!("key {key:?} is not a key the runtime presses")))),
             },
             ActAction::Scroll { by } => {
                 let arg = serde_json::to_value(&el).unwrap_or_default();
@@ -747,17 +761,22 @@ impl Session {
             // The browser did not act: the sequence is not spent.
             Err(e) if e.is_stale_element_reference() => {
                 self.applied = sequence - 1;
-                return Ok(refuse(Code::StaleSnapshot, "the page re-rendered: the node is gone".into()));
+                released!(Ok(refuse(Code::StaleSnapshot, "the page re-rendered: the node is gone".into())));
             }
             Err(e) if not_acted(&e) => {
                 self.applied = sequence - 1;
-                return Ok(refuse(Code::NodeNotInteractable, format!("the browser did not act: {e}")));
+                released!(Ok(refuse(Code::NodeNotInteractable, format!("the browser did not act: {e}"))));
             }
             // Anything else may have reached the page: the outcome is unknown, and the sequence
             // is spent so that a retry cannot act twice.
             Err(e) => {
                 let why = self.failed(e, config).await;
-                return Ok(ActOutcome { outcome_unknown: true, changed: true, detail: why.to_string(), ..dispatched });
+                released!(Ok(ActOutcome {
+                    outcome_unknown: true,
+                    changed: true,
+                    detail: why.to_string(),
+                    ..dispatched
+                }));
             }
         }
 
@@ -798,6 +817,11 @@ impl Session {
                         }
                         Some(r) if same_document && r.held != "armed" && held.is_some() => {
                             unknown("the guard was not held through the act".into())
+                        }
+                        // A click whose input never reached the element went somewhere the
+                        // guard could not see (a frame the page brought in stopped it there).
+                        Some(r) if same_document && mode == Some(GuardMode::Click) && !r.reached => {
+                            unknown("the click did not reach the node".into())
                         }
                         _ => ActOutcome { changed, ..dispatched },
                     }

@@ -592,6 +592,41 @@ document.getElementById('go').addEventListener('pointerover', () => {{
             ),
             None,
         ),
+        (
+            "/lesson/new-frame",
+            format!(
+                r#"<button id="go" style="{BUTTON_STYLE}">Next</button>
+<script>
+document.getElementById('go').addEventListener('pointerover', () => {{
+  const f = document.createElement('iframe');
+  f.style.cssText = '{frame_box};z-index:2';
+  document.body.append(f);
+  const c = f.contentDocument.createElement('input');
+  c.type = 'checkbox';
+  c.style.cssText = 'width:200px;height:40px;margin:0';
+  c.onchange = () => parent.{REPORT};
+  f.contentDocument.body.style.margin = '0';
+  f.contentDocument.body.append(c);
+}}, {{ once: true }});
+</script>"#
+            ),
+            None,
+        ),
+        (
+            "/lesson/closed-ancestor",
+            format!(
+                r#"<div id="wrap" style="position:absolute;left:0;top:0"><button style="width:200px;height:40px;margin:0">Next</button></div>
+<script>
+const wrap = document.getElementById('wrap');
+wrap.addEventListener('pointerover', () => {{
+  const root = wrap.attachShadow({{ mode: 'closed' }});
+  root.innerHTML = '<input type=checkbox style="position:absolute;left:0;top:0;width:200px;height:40px;margin:0;z-index:2"><slot></slot>';
+  root.querySelector('input').onchange = () => {REPORT};
+}}, {{ once: true }});
+</script>"#
+            ),
+            None,
+        ),
     ];
     s.record("run-1", &[("answer", "gato")]);
     for (path, body, typed) in &pages {
@@ -606,10 +641,61 @@ document.getElementById('go').addEventListener('pointerover', () => {{
         act.constraint = Some(task_constraint());
         let reply = s.act(act).await.unwrap();
         assert!(reply.dispatched && reply.outcome_unknown, "{path}: {reply:?}");
-        assert!(reply.detail.contains("guard stopped") || reply.detail.contains("reopened"), "{path}: {reply:?}");
+        assert!(
+            ["guard stopped", "reopened", "did not reach"].iter().any(|d| reply.detail.contains(d)),
+            "{path}: {reply:?}"
+        );
         let changed: Vec<_> = s.fixture.requests().into_iter().filter(|r| r.path() == "/lesson/changed").collect();
         assert!(changed.is_empty(), "{path}: a control the read did not cover changed: {changed:?}");
         close(&mut s, session).await;
     }
     stayed_inside(&s);
+}
+
+/// An element below the fold is scrolled into view and clicked.
+#[tokio::test]
+async fn an_element_below_the_fold_is_scrolled_to_and_clicked() {
+    let mut s = stack().await;
+    s.fixture.page(
+        LESSON,
+        "/lesson/fold",
+        r#"<!doctype html><title>Fold</title><div style="height:3000px"></div><a href="/lesson/2">Next</a>"#,
+    );
+    let session = s.open("profile-1", "/lesson/fold", 50).await.unwrap();
+    let o = s.observe(&session).await;
+    let mut act = click(&session, &o, node(&o, "Next").0);
+    act.constraint = Some(task_constraint());
+    act.wait_for = rt::WaitFor::Navigation as i32;
+    let reply = s.act(act).await.unwrap();
+    assert!(reply.ok && !reply.outcome_unknown, "{reply:?}");
+    assert!(s.fixture.requests().iter().any(|r| r.path() == "/lesson/2"));
+}
+
+/// A document the browser would fetch ahead (speculation rules) is never fetched: preloading is
+/// off, so a later navigation off the origins meets the origin guard instead of a ready page.
+#[tokio::test]
+async fn a_prefetched_page_off_the_origins_never_loads() {
+    let mut s = stack().await;
+    s.fixture.page(
+        LESSON,
+        "/lesson/prefetch",
+        r#"<!doctype html><title>Prefetch</title>
+<script type="speculationrules">{"prefetch": [{"source": "list", "urls": ["https://www.elsewhere.test/win"], "eagerness": "immediate"}]}</script>
+<button onclick="setTimeout(() => { location.href = 'https://www.elsewhere.test/win'; }, 1000)">Next</button>"#,
+    );
+    let session = s.open("profile-1", "/lesson/prefetch", 50).await.unwrap();
+    let o = s.observe(&session).await;
+    let reply = s.act(click(&session, &o, node(&o, "Next").0)).await.unwrap();
+    assert!(reply.ok, "{reply:?}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let o = s.observe(&session).await;
+        if !o.url.starts_with(tests::browser::LESSON_ORIGIN) {
+            assert!(o.url.starts_with("chrome-error:"), "{}", o.url);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the navigation never came");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(s.fixture.requests().iter().all(|r| r.host == LESSON), "{:?}", s.fixture.requests());
 }
