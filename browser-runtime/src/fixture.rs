@@ -106,6 +106,7 @@ impl Fixture {
     }
 
     /// Serves `html` at `https://host` + `path`.
+    /// Serves `html` at `host` and `path`; `redirect:<url>` redirects there instead.
     pub fn page(&self, host: &str, path: &str, html: &str) {
         lock(&self.pages).insert((host.to_owned(), path.to_owned()), html.to_owned());
     }
@@ -178,12 +179,16 @@ async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
         };
         let page = lock(pages).get(&(host, entry.path().to_owned())).cloned();
         lock(log).push(entry);
-        let (status, body) = match page {
-            Some(html) => ("200 OK", html),
-            None => ("404 Not Found", "<!doctype html><title>Not found</title><p>Not found".to_owned()),
+        // A page set as `redirect:<url>` answers with a redirect there.
+        let (status, location, body) = match page {
+            Some(html) => match html.strip_prefix("redirect:") {
+                Some(to) => ("302 Found", format!("Location: {to}\r\n"), String::new()),
+                None => ("200 OK", String::new(), html),
+            },
+            None => ("404 Not Found", String::new(), "<!doctype html><title>Not found</title><p>Not found".to_owned()),
         };
         let reply = format!(
-            "HTTP/1.1 {status}\r\nContent-Type: text/html; charset=utf-8\r\nCache-Control: no-store\r\n\
+            "HTTP/1.1 {status}\r\n{location}Content-Type: text/html; charset=utf-8\r\nCache-Control: no-store\r\n\
              Content-Length: {}\r\n\r\n{body}",
             body.len()
         );

@@ -699,3 +699,17 @@ async fn a_prefetched_page_off_the_origins_never_loads() {
     }
     assert!(s.fixture.requests().iter().all(|r| r.host == LESSON), "{:?}", s.fixture.requests());
 }
+
+/// A start page that redirects off the run's origins is refused at OpenSession: the origin guard
+/// held the other site's document, and the session does not start on an error page.
+#[tokio::test]
+async fn a_start_page_that_leads_off_the_origins_is_refused() {
+    let mut s = stack().await;
+    s.fixture.page(LESSON, "/lesson/sso", "redirect:https://www.elsewhere.test/win");
+    let refused = s.open("profile-1", "/lesson/sso", 50).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("off the run's origins"), "{refused:?}");
+    assert!(s.fixture.requests().iter().all(|r| r.host == LESSON), "{:?}", s.fixture.requests());
+    // The pool slot came back: a session on a page that stays opens.
+    s.open("profile-1", "/lesson/2", 50).await.unwrap();
+}
