@@ -14,14 +14,36 @@
   if (globalThis.__grantLedgerGuard) return;
   const MAX_INSIDE = 20000;
   const PROBE = 'grant-ledger-guard-probe';
+  // DOM properties are read through their prototypes even here: a form's named controls shadow
+  // the form's own properties (`<input name=parentNode>` makes `form.parentNode` that input),
+  // in every world.
+  const getter = (proto, name) => {
+    const get = Object.getOwnPropertyDescriptor(proto, name).get;
+    return (n) => get.call(n);
+  };
+  const nodeType = getter(Node.prototype, 'nodeType');
+  const parentOf = getter(Node.prototype, 'parentNode');
+  const connected = getter(Node.prototype, 'isConnected');
+  const slotOf = getter(Element.prototype, 'assignedSlot');
+  const shadowOf = getter(Element.prototype, 'shadowRoot');
+  const childrenOf = getter(Element.prototype, 'children');
+  const hostOf = getter(ShadowRoot.prototype, 'host');
+  const rootChildren = getter(DocumentFragment.prototype, 'children');
+  const formElements = getter(HTMLFormElement.prototype, 'elements');
+  const rectsOf = (el) => Element.prototype.getClientRects.call(el);
+  // `document`'s own named properties (an `<img name=body>`) override its built-ins too.
+  const docActive = getter(Document.prototype, 'activeElement');
+  const rootActive = getter(ShadowRoot.prototype, 'activeElement');
+  const docBody = getter(Document.prototype, 'body');
+  const docTitle = getter(Document.prototype, 'title');
 
   // The parent an event path takes: a slotted node's slot, a shadow root's host.
   const up = (n) => {
-    if (n.nodeType === 1 && n.assignedSlot) return n.assignedSlot;
-    const p = n.parentNode;
+    if (nodeType(n) === 1 && slotOf(n)) return slotOf(n);
+    const p = parentOf(n);
     if (!p) return null;
-    if (p instanceof ShadowRoot) return p.host;
-    return p.nodeType === 1 ? p : null;
+    if (p instanceof ShadowRoot) return hostOf(p);
+    return nodeType(p) === 1 ? p : null;
   };
   const ancestry = (set, n) => {
     for (; n; n = up(n)) set.add(n);
@@ -43,9 +65,10 @@
     while (stack.length && set.size < MAX_INSIDE) {
       const n = stack.pop();
       set.add(n);
-      if (n.shadowRoot) stack.push(...n.shadowRoot.children);
-      stack.push(...n.children);
-      if (n instanceof HTMLSlotElement) stack.push(...n.assignedElements());
+      const root = shadowOf(n);
+      if (root) stack.push(...rootChildren(root));
+      stack.push(...childrenOf(n));
+      if (n instanceof HTMLSlotElement) stack.push(...HTMLSlotElement.prototype.assignedElements.call(n));
     }
     return set.size < MAX_INSIDE;
   };
@@ -76,7 +99,7 @@
     for (const n of covered) if (n instanceof HTMLLabelElement && n.control) extra.push(n.control);
     const form = formOf(el);
     if (form) {
-      const button = Array.from(form.elements).find(submits);
+      const button = Array.from(formElements(form)).find(submits);
       if (button) extra.push(button);
     }
     for (const n of extra) {
@@ -87,9 +110,9 @@
   };
 
   const at = (x, y) => {
-    let hit = document.elementFromPoint(x, y);
-    while (hit && hit.shadowRoot) {
-      const inner = hit.shadowRoot.elementFromPoint(x, y);
+    let hit = Document.prototype.elementFromPoint.call(document, x, y);
+    while (hit && shadowOf(hit)) {
+      const inner = ShadowRoot.prototype.elementFromPoint.call(shadowOf(hit), x, y);
       if (!inner || inner === hit) break;
       hit = inner;
     }
@@ -100,8 +123,8 @@
     return false;
   };
   const focused = () => {
-    let a = document.activeElement;
-    while (a && a.shadowRoot && a.shadowRoot.activeElement) a = a.shadowRoot.activeElement;
+    let a = docActive(document);
+    while (a && shadowOf(a) && rootActive(shadowOf(a))) a = rootActive(shadowOf(a));
     return a;
   };
 
@@ -132,21 +155,24 @@
     if (!state) return;
     if (state.mode !== 'keys' || e.composedPath()[0] !== state.el) stop(e, state);
   };
+  // An element with the id `addEventListener` would shadow the window's, through its named
+  // properties.
+  const listenOn = (type, f, capture) => EventTarget.prototype.addEventListener.call(window, type, f, capture);
   const listen = () => {
     for (const type of ['pointerdown', 'mousedown', 'pointerup', 'mouseup', 'click', 'auxclick', 'dblclick', 'contextmenu']) {
-      window.addEventListener(type, onPointer, true);
+      listenOn(type, onPointer, true);
     }
     for (const type of ['keydown', 'keypress', 'keyup', 'beforeinput', 'input', 'textInput', 'compositionstart',
       'compositionupdate', 'compositionend', 'paste', 'cut', 'drop']) {
-      window.addEventListener(type, onKey, true);
+      listenOn(type, onKey, true);
     }
-    window.addEventListener(PROBE, () => { probed = true; }, true);
+    listenOn(PROBE, () => { probed = true; }, true);
   };
   listen();
   // Whether the guard's listeners are still on the window: reopening the document erases them.
   const present = () => {
     probed = false;
-    window.dispatchEvent(new Event(PROBE));
+    EventTarget.prototype.dispatchEvent.call(window, new Event(PROBE));
     return probed;
   };
   // Reopening the document empties it: as soon as that shows, the listeners go back on (behind
@@ -162,11 +188,11 @@
 
   const arm = (el, mode, scroll) => {
     state = null;
-    if (!(el instanceof Element) || !el.isConnected) return { refused: 'the node is gone' };
+    if (!(el instanceof Element) || !connected(el)) return { refused: 'the node is gone' };
     if (!alive()) return { refused: 'the page reopened its document: the guard no longer holds it' };
     if (mode === 'click') {
       const box = () => {
-        const r = el.getClientRects()[0];
+        const r = rectsOf(el)[0];
         if (!r) return null;
         const left = Math.max(r.left, 0), right = Math.min(r.right, window.innerWidth);
         const top = Math.max(r.top, 0), bottom = Math.min(r.bottom, window.innerHeight);
@@ -174,13 +200,13 @@
       };
       let c = box();
       if (!c && scroll !== false) {
-        el.scrollIntoView({ behavior: 'instant', block: 'center', inline: 'center' });
+        Element.prototype.scrollIntoView.call(el, { behavior: 'instant', block: 'center', inline: 'center' });
         c = box();
       }
       if (!c) return { refused: 'the node has no box inside the viewport to click' };
       if (!within(at(Math.floor(c[0]), Math.floor(c[1])), el)) return { refused: 'another element lies over the node\'s centre' };
     } else if (mode === 'keys') {
-      el.focus({ preventScroll: false });
+      (el instanceof SVGElement ? SVGElement : HTMLElement).prototype.focus.call(el, { preventScroll: false });
       if (focused() !== el) return { refused: 'the node does not hold focus once focused' };
     } else if (mode !== 'hold') {
       return { refused: 'unknown guard mode' };
@@ -215,9 +241,10 @@
   };
   const page = () => ({
     url: location.href,
-    title: document.title,
+    title: docTitle(document),
     time_origin: ORIGIN,
-    sig: document.getElementsByTagName('*').length + ':' + (document.body ? document.body.textContent.length : 0),
+    sig: Document.prototype.getElementsByTagName.call(document, '*').length + ':' +
+      (docBody(document) ? docBody(document).textContent.length : 0),
   });
   const after = (arming, turns) => new Promise((resolve) => {
     let left = turns;

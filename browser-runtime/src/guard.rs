@@ -271,6 +271,53 @@ pub async fn after(h: &Handle, held: Option<&Held>) -> Result<Option<(PageRead, 
     }))
 }
 
+/// Calls `script` (a function body over `arguments`) in the guard's isolated world of the tab's
+/// top document: the page can neither see the call nor replace what it uses. Returns the
+/// DevTools result object (by value, or as a remote object).
+pub async fn call_in_world(h: &Handle, script: &str, args: &[Value], by_value: bool) -> Result<Value, FenceError> {
+    let (session, main) = tab(h)?;
+    let ctx = context(h, &session, &main).await?;
+    let params = json!({
+        "functionDeclaration": format!("function () {{\n{script}\n}}"),
+        "executionContextId": ctx,
+        "arguments": args.iter().map(|a| json!({ "value": a })).collect::<Vec<_>>(),
+        "returnByValue": by_value,
+    });
+    let mut r = h.call(Some(&session), "Runtime.callFunctionOn", params).await?;
+    thrown(&r, "Runtime.callFunctionOn")?;
+    Ok(r["result"].take())
+}
+
+/// The WebDriver element of a remote object in the tab's top document, named as chromedriver
+/// names it; `None` when the object is not a node. The object is released.
+pub async fn element_of(h: &Handle, object: &Value) -> Result<Option<ElementRef>, FenceError> {
+    let Some(id) = object["objectId"].as_str() else { return Ok(None) };
+    let (session, main) = tab(h)?;
+    let described = h.call(Some(&session), "DOM.describeNode", json!({ "objectId": id })).await;
+    h.send(Some(&session), "Runtime.releaseObject", json!({ "objectId": id }));
+    let Some(node) = described?["node"]["backendNodeId"].as_i64() else { return Ok(None) };
+    let tree = h.call(Some(&session), "Page.getFrameTree", json!({})).await?;
+    let loader = tree["frameTree"]["frame"]["loaderId"].as_str().unwrap_or_default().to_owned();
+    Ok(Some(ElementRef::from(format!("f.{main}.d.{loader}.e.{node}"))))
+}
+
+/// Calls `function` (a declaration) on remote object `object`; by value or as a remote object.
+pub async fn call_on(h: &Handle, object: &Value, function: &str, by_value: bool) -> Result<Value, FenceError> {
+    let (session, _) = tab(h)?;
+    let id = object["objectId"].as_str().unwrap_or_default();
+    let params = json!({ "objectId": id, "functionDeclaration": function, "returnByValue": by_value });
+    let mut r = h.call(Some(&session), "Runtime.callFunctionOn", params).await?;
+    thrown(&r, "Runtime.callFunctionOn")?;
+    Ok(r["result"].take())
+}
+
+/// Releases a remote object.
+pub fn release_object(h: &Handle, object: &Value) {
+    if let (Some((session, _)), Some(id)) = (h.tab(), object["objectId"].as_str()) {
+        h.send(Some(&session), "Runtime.releaseObject", json!({ "objectId": id }));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,9 @@ use fantoccini::error::CmdError;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::fence::Handle;
+use crate::guard;
+
 const READ: &str = include_str!("read.js");
 
 /// The closed set of roles a node can have.
@@ -173,6 +176,8 @@ pub enum ReadError {
     Driver(#[from] CmdError),
     #[error("the page read returned an unexpected shape: {0}")]
     Shape(String),
+    #[error(transparent)]
+    DevTools(#[from] crate::fence::FenceError),
 }
 
 /// A WebDriver element reference as the driver returns it: `{"element-6066-…": id}`.
@@ -182,20 +187,6 @@ pub fn element_ref(v: &Value) -> Option<ElementRef> {
 
 fn shape(e: impl std::fmt::Display) -> ReadError {
     ReadError::Shape(e.to_string())
-}
-
-/// The script's `[json, elements]` reply.
-fn pair(v: Value) -> Result<(String, Value), ReadError> {
-    match v {
-        Value::Array(mut a) if a.len() == 2 => {
-            let second = a.pop().unwrap_or_default();
-            match a.pop() {
-                Some(Value::String(json)) => Ok((json, second)),
-                _ => Err(shape("the read's JSON is missing")),
-            }
-        }
-        _ => Err(shape("the read did not return its pair")),
-    }
 }
 
 fn node(raw: RawNode) -> NodeRead {
@@ -231,49 +222,57 @@ fn node(raw: RawNode) -> NodeRead {
     }
 }
 
-/// Every node of the page's flat tree, in one script round trip; the page keeps the nodes'
-/// elements under `snapshot_id` for the act that names one.
-pub async fn snapshot(client: &Client, snapshot_id: &str) -> Result<(PageRead, Vec<NodeRead>, bool), ReadError> {
-    let v = client.execute(READ, vec![json!("observe"), json!(snapshot_id)]).await?;
-    let json = v.as_str().ok_or_else(|| shape("the snapshot is not a JSON string"))?;
+/// Every node of the page's flat tree, in one script call in the guard's isolated world; that
+/// world keeps the nodes' elements under `snapshot_id` for the act that names one, out of the
+/// page's sight.
+pub async fn snapshot(h: &Handle, snapshot_id: &str) -> Result<(PageRead, Vec<NodeRead>, bool), ReadError> {
+    let v = guard::call_in_world(h, READ, &[json!("observe"), json!(snapshot_id)], true).await?;
+    let json = v["value"].as_str().ok_or_else(|| shape("the snapshot is not a JSON string"))?;
     let raw: RawSnapshot = serde_json::from_str(json).map_err(shape)?;
     Ok((raw.page, raw.nodes.into_iter().map(node).collect(), raw.more))
+}
+
+/// The read's `[json, elements]` reply as a remote object: the JSON, and the second item.
+async fn split(h: &Handle, reply: &Value) -> Result<(String, Value), ReadError> {
+    let json = guard::call_on(h, reply, "function () { return this[0]; }", true).await;
+    let second = guard::call_on(h, reply, "function () { return this[1]; }", false).await;
+    guard::release_object(h, reply);
+    let json = json?["value"].as_str().map(str::to_owned).ok_or_else(|| shape("the read's JSON is missing"))?;
+    Ok((json, second?))
 }
 
 /// Node `index` of `snapshot_id` read again in the live page, with the live URL, and its element
 /// for the act: `None` when the page no longer holds that snapshot or the node left the document.
 pub async fn reread(
-    client: &Client,
+    h: &Handle,
     snapshot_id: &str,
     index: usize,
 ) -> Result<(PageRead, Option<(NodeRead, ElementRef)>), ReadError> {
-    let v = client.execute(READ, vec![json!("one"), json!(snapshot_id), json!(index)]).await?;
-    let (json, el) = pair(v)?;
+    let reply = guard::call_in_world(h, READ, &[json!("one"), json!(snapshot_id), json!(index)], false).await?;
+    let (json, el) = split(h, &reply).await?;
     let raw: RawOne = serde_json::from_str(&json).map_err(shape)?;
-    let found = match (raw.node, element_ref(&el)) {
-        (Some(n), Some(el)) => Some((node(n), el)),
-        _ => None,
-    };
-    Ok((raw.page, found))
+    let el = guard::element_of(h, &el).await?;
+    Ok((raw.page, raw.node.zip(el).map(|(n, el)| (node(n), el))))
 }
 
 /// Every field of the form that owns node `index`, each with its element: `None` when the node
 /// is gone or in no form.
 pub async fn form(
-    client: &Client,
+    h: &Handle,
     snapshot_id: &str,
     index: usize,
 ) -> Result<(PageRead, Option<Vec<(FormField, Option<ElementRef>)>>), ReadError> {
-    let v = client.execute(READ, vec![json!("form"), json!(snapshot_id), json!(index)]).await?;
-    let (json, els) = pair(v)?;
+    let reply = guard::call_in_world(h, READ, &[json!("form"), json!(snapshot_id), json!(index)], false).await?;
+    let (json, els) = split(h, &reply).await?;
     let raw: RawForm = serde_json::from_str(&json).map_err(shape)?;
-    let els: Vec<Option<ElementRef>> = match els {
-        Value::Array(a) => a.iter().map(element_ref).collect(),
-        _ => Vec::new(),
-    };
-    let fields = raw
-        .fields
-        .map(|fields| fields.into_iter().enumerate().map(|(i, f)| (f, els.get(i).cloned().flatten())).collect());
+    let count = raw.fields.as_ref().map_or(0, Vec::len);
+    let mut elements = Vec::with_capacity(count);
+    for i in 0..count {
+        let item = guard::call_on(h, &els, &format!("function () {{ return this[{i}]; }}"), false).await?;
+        elements.push(guard::element_of(h, &item).await?);
+    }
+    guard::release_object(h, &els);
+    let fields = raw.fields.map(|fields| fields.into_iter().zip(elements).collect());
     Ok((raw.page, fields))
 }
 

@@ -14,7 +14,7 @@ use time::OffsetDateTime;
 
 use crate::browser::{Browser, BrowserError, is_crash};
 use crate::config::BrowserConfig;
-use crate::fence::{Armed, Scope};
+use crate::fence::{Armed, Handle, Scope};
 use crate::guard::{self, GuardMode};
 use crate::page::{self, FormField, NodeRead, PageRead, ReadError, Role};
 use crate::records::{RecordError, RecordStore};
@@ -293,7 +293,12 @@ impl Session {
             .await
             .map_err(|e| SessionError::Unavailable(format!("the start page could not be opened: {e}")))?;
         // A start page that redirects off the run's origins meets the origin guard.
-        let landed = browser.client.current_url().await.map(|u| u.to_string()).unwrap_or_default();
+        // Read where it landed in the guard's world: the page's script cannot change the answer.
+        let landed = crate::guard::call_in_world(&browser.fence.handle(), "return location.href;", &[], true)
+            .await
+            .ok()
+            .and_then(|v| v["value"].as_str().map(str::to_owned))
+            .unwrap_or_default();
         if !origin_of(&landed).is_some_and(|o| self.allowed_origins.contains(&o)) {
             browser.close().await;
             return Err(SessionError::Invalid(format!(
@@ -322,12 +327,17 @@ impl Session {
     /// The session's browser, started again (clean, at the start page) if an earlier restart
     /// failed.
     async fn client(&mut self, config: &BrowserConfig) -> Result<fantoccini::Client, SessionError> {
+        Ok(self.running(config).await?.0)
+    }
+
+    /// The running browser's driver client and DevTools handle, starting it if needed.
+    async fn running(&mut self, config: &BrowserConfig) -> Result<(fantoccini::Client, Handle), SessionError> {
         if self.browser.is_none() {
             self.start(config).await?;
         }
         self.browser
             .as_ref()
-            .map(|b| b.client.clone())
+            .map(|b| (b.client.clone(), b.fence.handle()))
             .ok_or_else(|| SessionError::Unavailable("the session's browser is not running".into()))
     }
 
@@ -376,15 +386,21 @@ impl Session {
         match e {
             ReadError::Driver(e) => self.failed(e, config).await,
             ReadError::Shape(m) => SessionError::PageRefused(m),
+            // The page threw, or went away under the read.
+            ReadError::DevTools(e @ crate::fence::FenceError::Refused { .. }) => {
+                SessionError::PageRefused(e.to_string())
+            }
+            // No answer in time: the renderer is stuck, or the browser is gone.
+            ReadError::DevTools(_) => self.hung(config).await,
         }
     }
 
     /// A new snapshot of the live page; it voids the one before.
     pub async fn observe(&mut self, config: &BrowserConfig) -> Result<Observation, SessionError> {
         self.snapshot = None;
-        let client = self.client(config).await?;
+        let (_, devtools) = self.running(config).await?;
         let id = snapshot_id();
-        let (page, nodes, _more) = match page::snapshot(&client, &id).await {
+        let (page, nodes, _more) = match page::snapshot(&devtools, &id).await {
             Ok(r) => r,
             Err(e) => return Err(self.read_failed(e, config).await),
         };
@@ -419,8 +435,8 @@ impl Session {
             Ok((i, _)) => i,
             Err(code) => return Err(SessionError::Stale(format!("{}: observe again", code.name()))),
         };
-        let client = self.client(config).await?;
-        let (page, fields) = match page::form(&client, snapshot_id, index).await {
+        let (_, devtools) = self.running(config).await?;
+        let (page, fields) = match page::form(&devtools, snapshot_id, index).await {
             Ok(r) => r,
             Err(e) => return Err(self.read_failed(e, config).await),
         };
@@ -494,10 +510,10 @@ impl Session {
         if seen.name != input.expected_name {
             return Ok(refuse(Code::NameMismatch, "the snapshot showed another name for this ref".into()));
         }
-        let client = self.client(config).await?;
+        let (client, devtools) = self.running(config).await?;
 
         // The live page: URL, element and every label source, in one round trip.
-        let (live_page, live) = match page::reread(&client, &input.snapshot_id, index).await {
+        let (live_page, live) = match page::reread(&devtools, &input.snapshot_id, index).await {
             Ok(r) => r,
             Err(e) => return Err(self.read_failed(e, config).await),
         };
@@ -640,9 +656,6 @@ impl Session {
             ActAction::Select { .. } => Some(GuardMode::Hold),
             ActAction::Scroll { .. } => None,
         };
-        let Some(devtools) = self.browser.as_ref().map(|b| b.fence.handle()) else {
-            return Err(SessionError::Unavailable("the browser is not running".into()));
-        };
         let held = match mode {
             None => None,
             Some(mode) => match guard::arm(&devtools, &element, mode).await {
@@ -654,7 +667,11 @@ impl Session {
                     }
                     return Ok(refuse(Code::NodeNotInteractable, why));
                 }
-                Err(e) => return Err(SessionError::Unavailable(format!("the guard could not be armed: {e}"))),
+                Err(e @ crate::fence::FenceError::Refused { .. }) => {
+                    return Err(SessionError::PageRefused(format!("the guard could not be armed: {e}")));
+                }
+                // No answer in time: the renderer is stuck.
+                Err(_) => return Err(self.hung(config).await),
             },
         };
         // Every way out from here to the input gives the guard back.

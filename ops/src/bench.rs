@@ -875,7 +875,7 @@ pub mod act {
         for i in 0..iterations.min(100) + 3 {
             let t = Instant::now();
             // Each snapshot's key is fixed for the document's life: a new id each time.
-            browser_runtime::page::snapshot(&plain.client, &format!("snap_{i:012x}")).await?;
+            browser_runtime::page::snapshot(&plain.fence.handle(), &format!("snap_{i:012x}")).await?;
             if i >= 3 {
                 read.latencies.push(t.elapsed());
             }

@@ -24,16 +24,16 @@ const LESSON_1: &str = r#"<!doctype html><html><head><title>Lesson 1</title></he
 
 const LESSON_2: &str = "<!doctype html><title>Lesson 2</title><p>Question 2</p><a href=\"/lesson/3\">Next</a>";
 
-/// Renames its button right after the runtime's first read of it: between observe and act.
+/// Renames its button when the test says so (see [`page_changes`]): between observe and act.
 const RENAME: &str = r#"<!doctype html><title>Rename</title>
 <button id="go" onclick="location.href='/lesson/2'">Continue</button>
 <script>
-const orig = Element.prototype.checkVisibility;
-let reads = 0;
-Element.prototype.checkVisibility = function (...args) {
-  if (this.id === 'go' && reads++ === 0) queueMicrotask(() => { this.textContent = 'Delete account'; });
-  return orig.apply(this, args);
-};
+const poll = setInterval(async () => {
+  if (!(await fetch('/lesson/go-rename')).ok) return;
+  clearInterval(poll);
+  document.getElementById('go').textContent = 'Delete account';
+  fetch('/lesson/rename-done');
+}, 50);
 </script>"#;
 
 /// Controls whose way out of the origin is easy to miss.
@@ -52,12 +52,12 @@ const TRICKS: &str = r#"<!doctype html><title>Tricks</title>
 </form>
 <a id="moving" href="/lesson/2">Moving on</a>
 <script>
-const seen = Element.prototype.checkVisibility;
-let first = true;
-Element.prototype.checkVisibility = function (...args) {
-  if (this.id === 'moving' && first) { first = false; queueMicrotask(() => { this.href = '/lesson/3'; }); }
-  return seen.apply(this, args);
-};
+const poll = setInterval(async () => {
+  if (!(await fetch('/lesson/go-move')).ok) return;
+  clearInterval(poll);
+  document.getElementById('moving').href = '/lesson/3';
+  fetch('/lesson/move-done');
+}, 50);
 </script>"#;
 
 /// Controls whose way off the prefix no fact shows: script, a closed shadow root, a new window.
@@ -146,6 +146,18 @@ fn documents(stack: &Stack) -> Vec<String> {
         .filter(|r| r.dest == "document")
         .map(|r| format!("{} {}{}", r.method, r.host, r.path()))
         .collect()
+}
+
+/// Tells a page to make its change now (it polls `/lesson/go-<what>`), and waits until it says it
+/// has (`/lesson/<what>-done`).
+async fn page_changes(s: &Stack, what: &str) {
+    s.fixture.page(LESSON, &format!("/lesson/go-{what}"), "go");
+    let done = format!("/lesson/{what}-done");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !s.fixture.requests().iter().any(|r| r.path() == done) {
+        assert!(std::time::Instant::now() < deadline, "the page never made its change");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 fn refused(reply: &rt::ActReply, code: rt::ActCode) {
@@ -272,6 +284,7 @@ async fn a_button_renamed_between_observe_and_act_is_a_name_mismatch() {
     let mut s = stack().await;
     let session = s.open("profile-1", "/lesson/rename", 50).await.unwrap();
     let o = s.observe(&session).await;
+    page_changes(&s, "rename").await;
     let mut act = click(&session, &o, node(&o, "Continue").0);
     act.constraint = Some(task_constraint());
     let reply = s.act(act).await.unwrap();
@@ -647,6 +660,7 @@ async fn the_claim_must_match_the_snapshot_as_well_as_the_live_page() {
     let mut s = stack().await;
     let session = s.open("profile-1", "/lesson/rename", 50).await.unwrap();
     let o = s.observe(&session).await;
+    page_changes(&s, "rename").await;
     // The page renamed the button after the read; naming what it says now is not what the
     // snapshot showed.
     let mut act = click(&session, &o, node(&o, "Continue").0);
@@ -658,6 +672,7 @@ async fn the_claim_must_match_the_snapshot_as_well_as_the_live_page() {
     let o = s.observe(&session).await;
     let (moving, facts) = node(&o, "Moving on");
     assert_eq!(facts.nav_targets, vec![format!("{LESSON_ORIGIN}/lesson/2")]);
+    page_changes(&s, "move").await;
     let reply = s.act(click(&session, &o, moving)).await.unwrap();
     refused(&reply, rt::ActCode::StaleSnapshot);
     assert!(!documents(&s).iter().any(|d| d.contains("/lesson/3")));

@@ -713,3 +713,36 @@ async fn a_start_page_that_leads_off_the_origins_is_refused() {
     // The pool slot came back: a session on a page that stays opens.
     s.open("profile-1", "/lesson/2", 50).await.unwrap();
 }
+
+/// The page's own script replaces the DOM's built-ins to make a control read as something else;
+/// the runtime reads in an isolated world, where the built-ins are the browser's.
+#[tokio::test]
+async fn built_ins_the_page_replaces_do_not_reach_the_read() {
+    let mut s = stack().await;
+    s.fixture.page(
+        LESSON,
+        "/lesson/liar",
+        r#"<!doctype html><title>Liar</title>
+<button id="b">Delete account</button>
+<a href="https://www.elsewhere.test/win">Onward</a>
+<script>
+for (const [proto, name] of [[Node.prototype, 'textContent'], [HTMLElement.prototype, 'innerText']]) {
+  const real = Object.getOwnPropertyDescriptor(proto, name);
+  Object.defineProperty(proto, name, { get() { return this.id === 'b' ? 'Next' : real.get.call(this); } });
+}
+Object.defineProperty(HTMLAnchorElement.prototype, 'href', { get() { return 'https://www.lesson.test/lesson/2'; } });
+Element.prototype.getAttribute = function (n) { return n === 'href' ? '/lesson/2' : null; };
+JSON.stringify = () => '{}';
+</script>"#,
+    );
+    let session = s.open("profile-1", "/lesson/liar", 50).await.unwrap();
+    let o = s.observe(&session).await;
+    let (button, _) = node(&o, "Delete account");
+    let (_, facts) = node(&o, "Onward");
+    assert_eq!(facts.nav_targets, vec!["https://www.elsewhere.test/win".to_owned()]);
+    let mut act = click(&session, &o, button);
+    act.constraint = Some(task_constraint());
+    let reply = s.act(act).await.unwrap();
+    assert!(!reply.dispatched && ["account_change", "deletion"].contains(&reply.reason.as_str()), "{reply:?}");
+    stayed_inside(&s);
+}
