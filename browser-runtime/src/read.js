@@ -1,16 +1,16 @@
 // The runtime's one read of a page, sent with every observe and every act so that both read the
-// same way. `arguments[0]` is "observe" (every node of the flat tree, kept in the page under the
-// snapshot id `arguments[1]`), "one" (node `arguments[2]` of snapshot `arguments[1]`, read again
-// and returned as a WebDriver element reference for the act) or "form" (the fields of that
-// node's form). The facts travel as one JSON string without empty values: far cheaper for the
-// driver than an object graph, and element references are made only for the one node acted on.
+// same way. It runs in the guard's isolated world (called over DevTools), where the page's script
+// can neither see it nor replace the built-ins it uses. `arguments[0]` is "observe" (every node of
+// the flat tree, kept in this world under the snapshot id `arguments[1]`), "one" (node
+// `arguments[2]` of snapshot `arguments[1]`, read again and returned with its element for the act)
+// or "form" (the fields of that node's form). The facts travel as one JSON string without empty
+// values: far cheaper than an object graph.
 //
 // Deny-biased on purpose: hidden text counts as text, a label source longer than MAX is carried
 // cut with a mark, and anything that could send the click elsewhere is a navigation target.
 //
-// This runs in the page's own script world, so a page that replaces DOM built-ins can lie to it;
-// every check is made on the element that is then acted on, and the request fence below the DOM
-// is what bounds such a page (see ARCHITECTURE.md).
+// DOM properties are still read through their prototypes: a form's named controls shadow the
+// form's own properties in every world.
 const mode = arguments[0];
 const FORM_ELEMENTS = Object.getOwnPropertyDescriptor(HTMLFormElement.prototype, 'elements').get;
 const FORM_ACTION = Object.getOwnPropertyDescriptor(HTMLFormElement.prototype, 'action').get;
