@@ -29,6 +29,18 @@ pub enum FenceError {
     Endpoint(String),
     #[error("the browser refused {method}: {message}")]
     Refused { method: String, message: String },
+    /// A JavaScript dialog holds the page: nothing runs in it until the dialog closes.
+    #[error("a dialog is open on the page")]
+    Dialog,
+}
+
+impl FenceError {
+    /// The document went away under the call (a navigation): the page moved, nothing broke.
+    pub fn document_gone(&self) -> bool {
+        matches!(self, Self::Refused { message, .. }
+            if message.contains("context was destroyed") || message.contains("Cannot find context")
+                || message.contains("Inspected target navigated"))
+    }
 }
 
 /// Where documents may go while the fence is armed.
@@ -254,6 +266,21 @@ impl Handle {
     /// result. Every event the browser sent on that session before answering has been handled
     /// when it returns.
     pub async fn call(&self, session: Option<&str>, method: &str, params: Value) -> Result<Value, FenceError> {
+        self.call_within(session, method, params, CALL_BOUND).await
+    }
+
+    /// [`Handle::call`] with its own bound. A call to a page fails at once while a JavaScript
+    /// dialog holds the page, and as soon as one opens, since the page answers nothing then.
+    pub async fn call_within(
+        &self,
+        session: Option<&str>,
+        method: &str,
+        params: Value,
+        bound: Duration,
+    ) -> Result<Value, FenceError> {
+        if session.is_some() && self.dialog_open() {
+            return Err(FenceError::Dialog);
+        }
         let (tx, rx) = oneshot::channel();
         let (id, m) = command_id(&self.ids, session, method, params);
         lock(&self.state).waiters.insert(id, tx);
@@ -261,7 +288,18 @@ impl Handle {
             lock(&self.state).waiters.remove(&id);
             return Err(FenceError::Endpoint("the DevTools connection is closed".into()));
         }
-        let answer = tokio::time::timeout(CALL_BOUND, rx).await;
+        let dialog = async {
+            while session.is_none() || !self.dialog_open() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        let answer = tokio::select! {
+            a = tokio::time::timeout(bound, rx) => a,
+            () = dialog => {
+                lock(&self.state).waiters.remove(&id);
+                return Err(FenceError::Dialog);
+            }
+        };
         lock(&self.state).waiters.remove(&id);
         match answer {
             Ok(Ok(mut v)) => match v.get("error") {
@@ -272,7 +310,7 @@ impl Handle {
                 None => Ok(v["result"].take()),
             },
             Ok(Err(_)) => Err(FenceError::Endpoint("the DevTools connection is closed".into())),
-            Err(_) => Err(FenceError::Endpoint(format!("{method} had no answer within {CALL_BOUND:?}"))),
+            Err(_) => Err(FenceError::Endpoint(format!("{method} had no answer within {bound:?}"))),
         }
     }
 

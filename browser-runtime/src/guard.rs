@@ -129,10 +129,38 @@ pub async fn arm(h: &Handle, element: &ElementRef, mode: GuardMode) -> Result<Re
         return Ok(Err("the node is not in the page's top document".into()));
     }
     let blocked = block(h, &session).await;
-    let ctx = context(h, &session, &main).await?;
-    let object =
-        h.call(Some(&session), "DOM.resolveNode", json!({ "backendNodeId": node, "executionContextId": ctx })).await?;
+    let armed = arm_in(h, &session, &main, node, mode, blocked).await;
+    if let Err((_, blocked)) = &armed {
+        unblock(h, blocked).await;
+    }
+    armed.map_err(|(e, _)| e)
+}
+
+/// The arming itself, once the frames are blocked; on failure the blocked frames come back for
+/// the caller to unblock.
+async fn arm_in(
+    h: &Handle,
+    session: &str,
+    main: &str,
+    node: i64,
+    mode: GuardMode,
+    blocked: Vec<(String, i64)>,
+) -> Result<Result<Held, String>, (FenceError, Vec<(String, i64)>)> {
+    macro_rules! tried {
+        ($e:expr) => {
+            match $e {
+                Ok(v) => v,
+                Err(e) => return Err((e, blocked)),
+            }
+        };
+    }
+    let session = session.to_owned();
+    let ctx = tried!(context(h, &session, main).await);
+    let object = tried!(
+        h.call(Some(&session), "DOM.resolveNode", json!({ "backendNodeId": node, "executionContextId": ctx })).await
+    );
     let Some(object) = object["object"]["objectId"].as_str() else {
+        unblock(h, &blocked).await;
         return Ok(Err("the node is gone".into()));
     };
     let call = json!({
@@ -143,15 +171,16 @@ pub async fn arm(h: &Handle, element: &ElementRef, mode: GuardMode) -> Result<Re
     });
     let r = h.call(Some(&session), "Runtime.callFunctionOn", call).await;
     h.send(Some(&session), "Runtime.releaseObject", json!({ "objectId": object }));
-    let mut r = r?;
-    thrown(&r, "Runtime.callFunctionOn")?;
+    let mut r = tried!(r);
+    tried!(thrown(&r, "Runtime.callFunctionOn"));
     let mut raw: RawArm = serde_json::from_value(r["result"]["value"].take()).unwrap_or_default();
     // Keys reach whatever holds focus inside a closed shadow root, which the guard sees only as
     // its host: an element hosting one cannot be held to its focus.
     if mode == GuardMode::Keys && raw.refused.is_none() {
-        let described = h
-            .call(Some(&session), "DOM.describeNode", json!({ "backendNodeId": node, "depth": 0, "pierce": true }))
-            .await?;
+        let described = tried!(
+            h.call(Some(&session), "DOM.describeNode", json!({ "backendNodeId": node, "depth": 0, "pierce": true }))
+                .await
+        );
         let closed = described["node"]["shadowRoots"]
             .as_array()
             .is_some_and(|roots| roots.iter().any(|r| r["shadowRootType"] == "closed"));
@@ -282,10 +311,28 @@ pub async fn call_in_world(h: &Handle, script: &str, args: &[Value], by_value: b
         "executionContextId": ctx,
         "arguments": args.iter().map(|a| json!({ "value": a })).collect::<Vec<_>>(),
         "returnByValue": by_value,
+        "objectGroup": READ_GROUP,
     });
-    let mut r = h.call(Some(&session), "Runtime.callFunctionOn", params).await?;
+    let answer = h.call_within(Some(&session), "Runtime.callFunctionOn", params, READ_BOUND).await;
+    if matches!(answer, Err(FenceError::Endpoint(_))) {
+        // A read that ran past its bound still runs: stop it.
+        h.send(Some(&session), "Runtime.terminateExecution", json!({}));
+    }
+    let mut r = answer?;
     thrown(&r, "Runtime.callFunctionOn")?;
     Ok(r["result"].take())
+}
+
+/// The remote objects a read hands out, released together by [`release_reads`].
+const READ_GROUP: &str = "grant-ledger-read";
+/// How long one read may take: a page of deeply nested controls takes seconds.
+const READ_BOUND: Duration = Duration::from_secs(15);
+
+/// Releases every remote object the reads handed out.
+pub fn release_reads(h: &Handle) {
+    if let Some((session, _)) = h.tab() {
+        h.send(Some(&session), "Runtime.releaseObjectGroup", json!({ "objectGroup": READ_GROUP }));
+    }
 }
 
 /// The WebDriver element of a remote object in the tab's top document, named as chromedriver
@@ -305,7 +352,7 @@ pub async fn element_of(h: &Handle, object: &Value) -> Result<Option<ElementRef>
 pub async fn call_on(h: &Handle, object: &Value, function: &str, by_value: bool) -> Result<Value, FenceError> {
     let (session, _) = tab(h)?;
     let id = object["objectId"].as_str().unwrap_or_default();
-    let params = json!({ "objectId": id, "functionDeclaration": function, "returnByValue": by_value });
+    let params = json!({ "objectId": id, "functionDeclaration": function, "returnByValue": by_value, "objectGroup": READ_GROUP });
     let mut r = h.call(Some(&session), "Runtime.callFunctionOn", params).await?;
     thrown(&r, "Runtime.callFunctionOn")?;
     Ok(r["result"].take())

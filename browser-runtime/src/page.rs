@@ -248,11 +248,16 @@ pub async fn reread(
     snapshot_id: &str,
     index: usize,
 ) -> Result<(PageRead, Option<(NodeRead, ElementRef)>), ReadError> {
-    let reply = guard::call_in_world(h, READ, &[json!("one"), json!(snapshot_id), json!(index)], false).await?;
-    let (json, el) = split(h, &reply).await?;
-    let raw: RawOne = serde_json::from_str(&json).map_err(shape)?;
-    let el = guard::element_of(h, &el).await?;
-    Ok((raw.page, raw.node.zip(el).map(|(n, el)| (node(n), el))))
+    let read = async {
+        let reply = guard::call_in_world(h, READ, &[json!("one"), json!(snapshot_id), json!(index)], false).await?;
+        let (json, el) = split(h, &reply).await?;
+        let raw: RawOne = serde_json::from_str(&json).map_err(shape)?;
+        let el = guard::element_of(h, &el).await?;
+        Ok((raw.page, raw.node.zip(el).map(|(n, el)| (node(n), el))))
+    };
+    let read = read.await;
+    guard::release_reads(h);
+    read
 }
 
 /// Every field of the form that owns node `index`, each with its element: `None` when the node
@@ -262,18 +267,22 @@ pub async fn form(
     snapshot_id: &str,
     index: usize,
 ) -> Result<(PageRead, Option<Vec<(FormField, Option<ElementRef>)>>), ReadError> {
-    let reply = guard::call_in_world(h, READ, &[json!("form"), json!(snapshot_id), json!(index)], false).await?;
-    let (json, els) = split(h, &reply).await?;
-    let raw: RawForm = serde_json::from_str(&json).map_err(shape)?;
-    let count = raw.fields.as_ref().map_or(0, Vec::len);
-    let mut elements = Vec::with_capacity(count);
-    for i in 0..count {
-        let item = guard::call_on(h, &els, &format!("function () {{ return this[{i}]; }}"), false).await?;
-        elements.push(guard::element_of(h, &item).await?);
-    }
-    guard::release_object(h, &els);
-    let fields = raw.fields.map(|fields| fields.into_iter().zip(elements).collect());
-    Ok((raw.page, fields))
+    let read = async {
+        let reply = guard::call_in_world(h, READ, &[json!("form"), json!(snapshot_id), json!(index)], false).await?;
+        let (json, els) = split(h, &reply).await?;
+        let raw: RawForm = serde_json::from_str(&json).map_err(shape)?;
+        let count = raw.fields.as_ref().map_or(0, Vec::len);
+        let mut elements = Vec::with_capacity(count);
+        for i in 0..count {
+            let item = guard::call_on(h, &els, &format!("function () {{ return this[{i}]; }}"), false).await?;
+            elements.push(guard::element_of(h, &item).await?);
+        }
+        let fields = raw.fields.map(|fields| fields.into_iter().zip(elements).collect());
+        Ok((raw.page, fields))
+    };
+    let read = read.await;
+    guard::release_reads(h);
+    read
 }
 
 /// The page as it is now: URL, title, document and DOM signature.
@@ -334,13 +343,23 @@ pub async fn settle(client: &Client) -> Result<(), CmdError> {
     }
 }
 
+/// The page as it is now, read in the guard's isolated world (markup cannot shadow what it reads
+/// there the way `<img name=title>` shadows `document.title` in the page's own world).
+pub async fn page_in_world(h: &Handle) -> Result<PageRead, ReadError> {
+    const NOW: &str = "return { url: location.href, title: document.title, time_origin: performance.timeOrigin, \
+        sig: document.getElementsByTagName('*').length + ':' + (document.body ? document.body.textContent.length : 0) };";
+    let v = guard::call_in_world(h, NOW, &[], true).await?;
+    serde_json::from_value(v["value"].clone()).map_err(shape)
+}
+
 /// Waits until a new document (or a new URL) replaces `before`, bounded, then settles.
-pub async fn navigation(client: &Client, before: &PageRead) -> Result<(), ReadError> {
+pub async fn navigation(client: &Client, h: &Handle, before: &PageRead) -> Result<(), ReadError> {
     let deadline = tokio::time::Instant::now() + BOUND;
     loop {
-        match page(client).await {
+        match page_in_world(h).await {
             Ok(now) if now.time_origin != before.time_origin || now.url != before.url => break,
-            Ok(_) | Err(ReadError::Driver(CmdError::Standard(_))) => {}
+            Ok(_) => {}
+            Err(ReadError::DevTools(e)) if e.document_gone() => {}
             Err(e) => return Err(e),
         }
         if tokio::time::Instant::now() > deadline {

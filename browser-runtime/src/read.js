@@ -55,6 +55,17 @@ const ROOT = Node.prototype.getRootNode;
 const BY_ID_DOC = Document.prototype.getElementById;
 const BY_ID_FRAG = DocumentFragment.prototype.getElementById;
 const nodeType = (n) => NODE_TYPE.call(n);
+// A form's named controls shadow these too (`<input name=isContentEditable>`, `<select
+// name=labels>`): read them from the prototypes that define them, and labels only on elements
+// that can have them.
+const EDITABLE = getter(HTMLElement.prototype, 'isContentEditable');
+const editable = (n) => n instanceof HTMLElement && EDITABLE.call(n);
+const LABELS = [HTMLButtonElement, HTMLInputElement, HTMLMeterElement, HTMLOutputElement, HTMLProgressElement,
+  HTMLSelectElement, HTMLTextAreaElement].map((c) => [c, getter(c.prototype, 'labels')]);
+const labelsOf = (n) => {
+  for (const [c, get] of LABELS) if (n instanceof c) return get.call(n);
+  return null;
+};
 const parentOf = (n) => PARENT.call(n);
 const childrenOf = (n) => CHILDREN.call(n);
 const shadowOf = (n) => SHADOW.call(n);
@@ -178,7 +189,7 @@ function roleOf(el) {
   }
   if (t === 'textarea') return 'textbox';
   if (t === 'select') return el.multiple || el.size > 1 ? 'listbox' : 'combobox';
-  if (el.isContentEditable && attr(el, 'contenteditable') !== null) return 'textbox';
+  if (editable(el) && attr(el, 'contenteditable') !== null) return 'textbox';
   return null;
 }
 
@@ -206,7 +217,7 @@ function kindOf(el, role) {
   }
   if (t === 'textarea') return sensitive() || 'text_area';
   if (t === 'select') return 'select';
-  if (el.isContentEditable) return 'editable_region';
+  if (editable(el)) return 'editable_region';
   if (role === 'checkbox' || role === 'radio' || role === 'option') return 'custom_choice';
   if (role === 'textbox' || role === 'searchbox' || role === 'combobox' || role === 'listbox') return 'other';
   return 'none';
@@ -251,7 +262,10 @@ function describe(el) {
     labelledby.push(flatText(t));
     if (nonEmpty(attr(t, 'aria-label'))) labelledby.push(attr(t, 'aria-label'));
   }
-  const labelTexts = (c) => (c.labels ? Array.from(c.labels).map((l) => flatText(l)) : []);
+  const labelTexts = (c) => {
+    const ls = labelsOf(c);
+    return ls ? Array.from(ls).map((l) => flatText(l)) : [];
+  };
   const ownLabels = labelTexts(el);
   let labels = ownLabels;
   // A click inside a label changes the label's control: its labels are this element's too.
@@ -392,7 +406,7 @@ function describe(el) {
       checked: !!checked,
       expanded: attr(el, 'aria-expanded') === 'true' || (t === 'details' && el.open),
       selected: attr(el, 'aria-selected') === 'true',
-      filled: textField ? el.value.length > 0 : t.length > 0 && el.isContentEditable ? flatText(el).length > 0 : false,
+      filled: textField ? el.value.length > 0 : t.length > 0 && editable(el) ? flatText(el).length > 0 : false,
       focused: deepActive() === el,
     },
     value: cut(selected) || '',
@@ -436,7 +450,9 @@ if (mode === 'observe') {
 }
 const kept = window[slot(arguments[1])];
 const el = Array.isArray(kept) ? kept[arguments[2]] : null;
-if (!el || !el.isConnected) return [JSON.stringify({ page, gone: true }, compact), null];
+// Gone, or moved into another document (a frame, a document the page made): not this page's.
+const ROOT_OF = Node.prototype.getRootNode;
+if (!el || ROOT_OF.call(el, { composed: true }) !== document) return [JSON.stringify({ page, gone: true }, compact), null];
 if (mode === 'form') {
   const form = formOwner(el);
   if (!form) return [JSON.stringify({ page }, compact), null];

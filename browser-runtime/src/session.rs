@@ -14,7 +14,7 @@ use time::OffsetDateTime;
 
 use crate::browser::{Browser, BrowserError, is_crash};
 use crate::config::BrowserConfig;
-use crate::fence::{Armed, Handle, Scope};
+use crate::fence::{Armed, FenceError, Handle, Scope};
 use crate::guard::{self, GuardMode};
 use crate::page::{self, FormField, NodeRead, PageRead, ReadError, Role};
 use crate::records::{RecordError, RecordStore};
@@ -294,11 +294,14 @@ impl Session {
             .map_err(|e| SessionError::Unavailable(format!("the start page could not be opened: {e}")))?;
         // A start page that redirects off the run's origins meets the origin guard.
         // Read where it landed in the guard's world: the page's script cannot change the answer.
-        let landed = crate::guard::call_in_world(&browser.fence.handle(), "return location.href;", &[], true)
-            .await
-            .ok()
-            .and_then(|v| v["value"].as_str().map(str::to_owned))
-            .unwrap_or_default();
+        let landed =
+            match crate::guard::call_in_world(&browser.fence.handle(), "return location.href;", &[], true).await {
+                Ok(v) => v["value"].as_str().unwrap_or_default().to_owned(),
+                Err(e) => {
+                    browser.close().await;
+                    return Err(SessionError::Unavailable(format!("the start page could not be read: {e}")));
+                }
+            };
         if !origin_of(&landed).is_some_and(|o| self.allowed_origins.contains(&o)) {
             browser.close().await;
             return Err(SessionError::Invalid(format!(
@@ -386,10 +389,12 @@ impl Session {
         match e {
             ReadError::Driver(e) => self.failed(e, config).await,
             ReadError::Shape(m) => SessionError::PageRefused(m),
-            // The page threw, or went away under the read.
-            ReadError::DevTools(e @ crate::fence::FenceError::Refused { .. }) => {
-                SessionError::PageRefused(e.to_string())
+            ReadError::DevTools(FenceError::Dialog) => SessionError::Dialog("a dialog is open on the page".into()),
+            ReadError::DevTools(e) if e.document_gone() => {
+                SessionError::PageRefused("the page navigated during the read: observe again".into())
             }
+            // The page threw in the read.
+            ReadError::DevTools(e @ FenceError::Refused { .. }) => SessionError::PageRefused(e.to_string()),
             // No answer in time: the renderer is stuck, or the browser is gone.
             ReadError::DevTools(_) => self.hung(config).await,
         }
@@ -515,6 +520,9 @@ impl Session {
         // The live page: URL, element and every label source, in one round trip.
         let (live_page, live) = match page::reread(&devtools, &input.snapshot_id, index).await {
             Ok(r) => r,
+            Err(ReadError::DevTools(e)) if e.document_gone() => {
+                return Ok(refuse(Code::StaleSnapshot, "the page navigated: observe again".into()));
+            }
             Err(e) => return Err(self.read_failed(e, config).await),
         };
         let Some((live, element)) = live else {
@@ -667,7 +675,11 @@ impl Session {
                     }
                     return Ok(refuse(Code::NodeNotInteractable, why));
                 }
-                Err(e @ crate::fence::FenceError::Refused { .. }) => {
+                Err(e) if e.document_gone() => {
+                    return Ok(refuse(Code::StaleSnapshot, "the page navigated: observe again".into()));
+                }
+                Err(FenceError::Dialog) => return Err(SessionError::Dialog("a dialog is open on the page".into())),
+                Err(e @ FenceError::Refused { .. }) => {
                     return Err(SessionError::PageRefused(format!("the guard could not be armed: {e}")));
                 }
                 // No answer in time: the renderer is stuck.
@@ -801,7 +813,7 @@ impl Session {
         let waited = match input.wait_for {
             WaitFor::None => Ok(()),
             WaitFor::Settle => page::settle(&client).await.map_err(ReadError::Driver),
-            WaitFor::Navigation => page::navigation(&client, &live_page).await,
+            WaitFor::Navigation => page::navigation(&client, &devtools, &live_page).await,
             WaitFor::Dialog => wait_dialog(&client).await,
         };
         let unknown =
@@ -809,6 +821,7 @@ impl Session {
         let mut outcome = match waited {
             // A dialog opened by the act answers every script: the page did change.
             Err(ReadError::Driver(e)) if e.is_unexpected_alert_open() => ActOutcome { changed: true, ..dispatched },
+            Err(ReadError::DevTools(FenceError::Dialog)) => ActOutcome { changed: true, ..dispatched },
             Err(e) => {
                 let why = self.read_failed(e, config).await;
                 unknown(why.to_string())

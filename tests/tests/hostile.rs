@@ -746,3 +746,27 @@ JSON.stringify = () => '{}';
     assert!(!reply.dispatched && ["account_change", "deletion"].contains(&reply.reason.as_str()), "{reply:?}");
     stayed_inside(&s);
 }
+
+/// A dialog the act opens holds the page: the act reports a change, and a read meanwhile says a
+/// dialog is open; the browser is not restarted, so the dialog is still there.
+#[tokio::test]
+async fn an_open_dialog_is_reported_and_the_browser_kept() {
+    let mut s = stack().await;
+    s.fixture.page(
+        LESSON,
+        "/lesson/dialog-open",
+        r#"<!doctype html><title>Alert</title><button onclick="alert('Saved')">Next</button>"#,
+    );
+    let session = s.open("profile-1", "/lesson/dialog-open", 50).await.unwrap();
+    let o = s.observe(&session).await;
+    let mut act = click(&session, &o, node(&o, "Next").0);
+    act.wait_for = rt::WaitFor::Dialog as i32;
+    let reply = s.act(act).await.unwrap();
+    assert!(reply.ok && reply.changed, "{reply:?}");
+    for _ in 0..2 {
+        let req = rt::ObserveRequest { session_id: session.clone() };
+        let err = s.runtime.observe(tests::browser::with(tests::browser::WORKER, req)).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+        assert!(err.message().contains("dialog"), "{err:?}");
+    }
+}
