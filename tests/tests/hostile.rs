@@ -136,6 +136,21 @@ async fn click_next(s: &mut Stack, path: &str) -> (String, rt::ActReply) {
     (session, reply)
 }
 
+/// Waits until the tab leaves the lesson site, and checks it went to the browser's error page:
+/// the document it was sent to was refused.
+async fn left_for_the_error_page(s: &mut Stack, session: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let o = s.observe(session).await;
+        if !o.url.starts_with(tests::browser::LESSON_ORIGIN) {
+            assert!(o.url.starts_with("chrome-error:"), "{}", o.url);
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "the navigation never came");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 async fn close(s: &mut Stack, session: String) {
     s.runtime
         .close_session(tests::browser::with(tests::browser::WORKER, rt::CloseSessionRequest { session_id: session }))
@@ -266,16 +281,7 @@ async fn page_script_limit_a_delayed_refresh_off_the_origins_meets_the_origin_gu
     );
     let (session, reply) = click_next(&mut s, "/lesson/away-later").await;
     assert!(reply.ok && !reply.outcome_unknown, "{reply:?}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let o = s.observe(&session).await;
-        if !o.url.starts_with(tests::browser::LESSON_ORIGIN) {
-            assert!(o.url.starts_with("chrome-error:"), "{}", o.url);
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "the delayed refresh never came");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    left_for_the_error_page(&mut s, &session).await;
     assert!(s.fixture.requests().iter().all(|r| r.host == LESSON), "{:?}", s.fixture.requests());
 }
 
@@ -687,16 +693,7 @@ async fn a_prefetched_page_off_the_origins_never_loads() {
     let o = s.observe(&session).await;
     let reply = s.act(click(&session, &o, node(&o, "Next").0)).await.unwrap();
     assert!(reply.ok, "{reply:?}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let o = s.observe(&session).await;
-        if !o.url.starts_with(tests::browser::LESSON_ORIGIN) {
-            assert!(o.url.starts_with("chrome-error:"), "{}", o.url);
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "the navigation never came");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    left_for_the_error_page(&mut s, &session).await;
     assert!(s.fixture.requests().iter().all(|r| r.host == LESSON), "{:?}", s.fixture.requests());
 }
 
