@@ -8,7 +8,8 @@
 // only when `scroll`) or focuses it ('keys'), or neither ('hold'); then, until finish(), it stops
 // with their default actions every trusted pointer press or click whose path holds an element the
 // read did not cover, and every key and text event unless in 'keys' mode and aimed at the element.
-// block(on): in every other frame while an act is armed, stops every trusted click and key.
+// In a frame every trusted press, click and key is stopped, always; stops() says how many since
+// it was last asked (an act asks at arming and at its end).
 // after(arming, turns): turns of the event loop, then the page and what the guard stopped.
 (() => {
   if (globalThis.__grantLedgerGuard) return;
@@ -74,7 +75,6 @@
   };
 
   let state = null;
-  let blocked = null;
   // The runtime acts only in the top document: in a frame, every trusted press, click and key is
   // stopped, from the document's first moment, so a frame the page adds or navigates during an
   // act takes nothing either.
@@ -137,7 +137,6 @@
   const onPointer = (e) => {
     if (!e.isTrusted) return;
     if (framed) return stop(e, frameStops);
-    if (blocked) return stop(e, blocked);
     if (!state) return;
     const path = e.composedPath();
     if (!state.targets.has(path[0])) return stop(e, state);
@@ -151,7 +150,6 @@
     // A check box's activation fires a plain `input` event: a change of state, not text.
     if (e.type === 'input' && !(e instanceof InputEvent)) return;
     if (framed) return stop(e, frameStops);
-    if (blocked) return stop(e, blocked);
     if (!state) return;
     if (state.mode !== 'keys' || e.composedPath()[0] !== state.el) stop(e, state);
   };
@@ -233,11 +231,10 @@
     state = null;
     return report;
   };
-  const block = (on) => {
-    const report = { stopped: (blocked ? blocked.stopped : 0) + frameStops.stopped, alive: alive() };
+  const stops = () => {
+    const stopped = frameStops.stopped;
     frameStops.stopped = 0;
-    blocked = on ? { stopped: 0 } : null;
-    return report;
+    return stopped;
   };
   const page = () => ({
     url: location.href,
@@ -254,5 +251,5 @@
     };
     setTimeout(turn, 0);
   });
-  globalThis.__grantLedgerGuard = Object.freeze({ arm, finish, block, after });
+  globalThis.__grantLedgerGuard = Object.freeze({ arm, finish, stops, after, page });
 })();

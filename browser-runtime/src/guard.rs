@@ -1,8 +1,8 @@
 //! The click guard and the focus check (`guard.js`), driven over the browser's DevTools
 //! connection in the guard's isolated world: the page can neither see these calls nor forge
-//! their answers. An act arms the guard on the element its read covered, just before the input;
-//! every other frame is blocked meanwhile; after the input, [`after`] waits a few turns of the
-//! page's event loop and reports what the guard stopped.
+//! their answers. An act arms the guard on the element its read covered, just before the input
+//! (frames stop every trusted input always; their counts are read too); after the input,
+//! [`after`] waits a few turns of the page's event loop and reports what the guard stopped.
 
 use std::time::Duration;
 
@@ -40,12 +40,12 @@ impl GuardMode {
 /// without delay (a handler's zero-delay timer, a refresh with no delay) has run after them.
 pub const TURNS: u32 = 3;
 
-/// The guard armed for one act: the arming to finish and the frames blocked meanwhile.
+/// The guard armed for one act: the arming to finish and the frames whose stops it counts.
 #[derive(Debug)]
 pub struct Held {
     arming: u64,
-    /// (DevTools session, execution context) of each blocked frame's guard.
-    blocked: Vec<(String, i64)>,
+    /// (DevTools session, execution context) of each frame's guard at arming.
+    frames: Vec<(String, i64)>,
 }
 
 /// What the guard saw between arming and the end of the act.
@@ -118,8 +118,8 @@ fn children(tree: &Value, out: &mut Vec<String>) {
     }
 }
 
-/// Arms the guard on `element` (which must be in the tab's top document), after blocking every
-/// other frame: `Err(why)` when the element cannot take the act.
+/// Arms the guard on `element` (which must be in the tab's top document): `Err(why)` when the
+/// element cannot take the act.
 pub async fn arm(h: &Handle, element: &ElementRef, mode: GuardMode) -> Result<Result<Held, String>, FenceError> {
     let (session, main) = tab(h)?;
     let Some((frame, node)) = frame_and_node(element) else {
@@ -128,39 +128,12 @@ pub async fn arm(h: &Handle, element: &ElementRef, mode: GuardMode) -> Result<Re
     if frame != main {
         return Ok(Err("the node is not in the page's top document".into()));
     }
-    let blocked = block(h, &session).await;
-    let armed = arm_in(h, &session, &main, node, mode, blocked).await;
-    if let Err((_, blocked)) = &armed {
-        unblock(h, blocked).await;
-    }
-    armed.map_err(|(e, _)| e)
-}
-
-/// The arming itself, once the frames are blocked; on failure the blocked frames come back for
-/// the caller to unblock.
-async fn arm_in(
-    h: &Handle,
-    session: &str,
-    main: &str,
-    node: i64,
-    mode: GuardMode,
-    blocked: Vec<(String, i64)>,
-) -> Result<Result<Held, String>, (FenceError, Vec<(String, i64)>)> {
-    macro_rules! tried {
-        ($e:expr) => {
-            match $e {
-                Ok(v) => v,
-                Err(e) => return Err((e, blocked)),
-            }
-        };
-    }
-    let session = session.to_owned();
-    let ctx = tried!(context(h, &session, main).await);
-    let object = tried!(
-        h.call(Some(&session), "DOM.resolveNode", json!({ "backendNodeId": node, "executionContextId": ctx })).await
-    );
+    // From zero: what the frames stop from here on is this act's.
+    let frames = frames(h, &session).await;
+    let ctx = context(h, &session, &main).await?;
+    let object =
+        h.call(Some(&session), "DOM.resolveNode", json!({ "backendNodeId": node, "executionContextId": ctx })).await?;
     let Some(object) = object["object"]["objectId"].as_str() else {
-        unblock(h, &blocked).await;
         return Ok(Err("the node is gone".into()));
     };
     let call = json!({
@@ -171,42 +144,39 @@ async fn arm_in(
     });
     let r = h.call(Some(&session), "Runtime.callFunctionOn", call).await;
     h.send(Some(&session), "Runtime.releaseObject", json!({ "objectId": object }));
-    let mut r = tried!(r);
-    tried!(thrown(&r, "Runtime.callFunctionOn"));
-    let mut raw: RawArm = serde_json::from_value(r["result"]["value"].take()).unwrap_or_default();
+    let mut r = r?;
+    thrown(&r, "Runtime.callFunctionOn")?;
+    let raw: RawArm = serde_json::from_value(r["result"]["value"].take()).unwrap_or_default();
+    let arming = match (raw.arming, raw.refused) {
+        (Some(arming), None) => arming,
+        (_, Some(why)) => return Ok(Err(why)),
+        (None, None) => return Ok(Err("the page holds no guard: the act cannot be held to the node".into())),
+    };
+    let held = Held { arming, frames };
     // Keys reach whatever holds focus inside a closed shadow root, which the guard sees only as
     // its host: an element hosting one cannot be held to its focus.
-    if mode == GuardMode::Keys && raw.refused.is_none() {
-        let described = tried!(
-            h.call(Some(&session), "DOM.describeNode", json!({ "backendNodeId": node, "depth": 0, "pierce": true }))
-                .await
-        );
-        let closed = described["node"]["shadowRoots"]
-            .as_array()
-            .is_some_and(|roots| roots.iter().any(|r| r["shadowRootType"] == "closed"));
-        if closed {
-            raw = RawArm {
-                arming: None,
-                refused: Some("the node hosts a closed shadow root: its focus cannot be seen".into()),
-            };
+    if mode == GuardMode::Keys {
+        let described = h
+            .call(Some(&session), "DOM.describeNode", json!({ "backendNodeId": node, "depth": 0, "pierce": true }))
+            .await;
+        let closed = described.as_ref().map(|d| {
+            d["node"]["shadowRoots"]
+                .as_array()
+                .is_some_and(|roots| roots.iter().any(|r| r["shadowRootType"] == "closed"))
+        });
+        if !matches!(closed, Ok(false)) {
+            release(h, Some(held)).await;
+            described?;
+            return Ok(Err("the node hosts a closed shadow root: its focus cannot be seen".into()));
         }
     }
-    Ok(match (raw.arming, raw.refused) {
-        (Some(arming), None) => Ok(Held { arming, blocked }),
-        (_, Some(why)) => {
-            unblock(h, &blocked).await;
-            Err(why)
-        }
-        (None, None) => {
-            unblock(h, &blocked).await;
-            Err("the page holds no guard: the act cannot be held to the node".into())
-        }
-    })
+    Ok(Ok(held))
 }
 
-/// Blocks trusted clicks and keys in every frame of the tab but its top document: frames in the
-/// tab's process through its session, frames with a process of their own through theirs.
-async fn block(h: &Handle, session: &str) -> Vec<(String, i64)> {
+/// Every frame of the tab but its top document, each with its guard's stops read (and so reset):
+/// frames in the tab's process through its session, frames with a process of their own through
+/// theirs.
+async fn frames(h: &Handle, session: &str) -> Vec<(String, i64)> {
     let mut frames: Vec<(String, String)> = Vec::new();
     if let Ok(tree) = h.call(Some(session), "Page.getFrameTree", json!({})).await {
         let mut ids = Vec::new();
@@ -216,15 +186,23 @@ async fn block(h: &Handle, session: &str) -> Vec<(String, i64)> {
     frames.extend(h.frame_sessions());
     let each = frames.into_iter().map(|(s, f)| async move {
         // A frame of another process is not reachable through the tab's session: its own
-        // session blocks it.
+        // session counts it.
         let ctx = context(h, &s, &f).await.ok()?;
-        eval(h, &s, ctx, "globalThis.__grantLedgerGuard.block(true)").await.ok()?;
+        eval(h, &s, ctx, "globalThis.__grantLedgerGuard.stops()").await.ok()?;
         Some((s, ctx))
     });
     futures_util::future::join_all(each).await.into_iter().flatten().collect()
 }
 
-/// Gives the guard back when the act ends before its input: disarms it and unblocks the frames.
+/// How many trusted inputs the frames stopped since [`frames`] read them.
+async fn frame_stops(h: &Handle, frames: &[(String, i64)]) -> u64 {
+    let each = frames
+        .iter()
+        .map(|(s, ctx)| async move { eval(h, s, *ctx, "globalThis.__grantLedgerGuard.stops()").await.ok()?.as_u64() });
+    futures_util::future::join_all(each).await.into_iter().flatten().sum()
+}
+
+/// Gives the guard back when the act ends before its input: disarms it.
 pub async fn release(h: &Handle, held: Option<Held>) {
     let Some(held) = held else { return };
     if let Ok((session, main)) = tab(h)
@@ -232,16 +210,6 @@ pub async fn release(h: &Handle, held: Option<Held>) {
     {
         let _ = eval(h, &session, ctx, &format!("globalThis.__grantLedgerGuard.finish({})", held.arming)).await;
     }
-    unblock(h, &held.blocked).await;
-}
-
-/// Unblocks the frames; returns how many clicks and keys they stopped.
-async fn unblock(h: &Handle, blocked: &[(String, i64)]) -> u64 {
-    let each = blocked.iter().map(|(s, ctx)| async move {
-        let v = eval(h, s, *ctx, "globalThis.__grantLedgerGuard.block(false)").await.ok()?;
-        v["stopped"].as_u64()
-    });
-    futures_util::future::join_all(each).await.into_iter().flatten().sum()
 }
 
 #[derive(Deserialize)]
@@ -251,47 +219,37 @@ struct RawAfter {
 }
 
 /// After an act: [`TURNS`] turns of the tab's event loop, then the page as it is and what the
-/// guard stopped since `held` was armed (which it disarms, unblocking the frames). `Ok(None)`
+/// guard stopped since `held` was armed (which it disarms), in the page and its frames. `Ok(None)`
 /// when a JavaScript dialog is open, which holds every script of the page.
 pub async fn after(h: &Handle, held: Option<&Held>) -> Result<Option<(PageRead, Option<GuardReport>)>, FenceError> {
     let deadline = tokio::time::Instant::now() + crate::page::BOUND;
     let mut arming = held.map(|h| h.arming);
     let result = loop {
-        if h.dialog_open() {
-            break None;
-        }
         let (session, main) = tab(h)?;
         let expression = format!(
             "globalThis.__grantLedgerGuard.after({}, {TURNS})",
             arming.map_or_else(|| "null".to_owned(), |a| a.to_string())
         );
-        let read = async {
-            let ctx = context(h, &session, &main).await?;
-            eval(h, &session, ctx, &expression).await
+        let read = match context(h, &session, &main).await {
+            Ok(ctx) => eval(h, &session, ctx, &expression).await,
+            Err(e) => Err(e),
         };
-        let dialog = async {
-            while !h.dialog_open() {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        };
-        let v = tokio::select! {
-            v = read => v,
-            () = dialog => break None,
-        };
-        match v {
+        match read {
             Ok(v) => {
                 let raw: RawAfter =
                     serde_json::from_value(v).map_err(|e| FenceError::Endpoint(format!("the guard's report: {e}")))?;
                 break Some((raw.page, raw.guard));
             }
+            // A dialog holds every script of the page.
+            Err(FenceError::Dialog) => break None,
             // The document went away under the call: read the new one, whose guard was never
             // armed.
-            Err(FenceError::Refused { .. }) if tokio::time::Instant::now() < deadline => arming = None,
+            Err(e) if e.document_gone() && tokio::time::Instant::now() < deadline => arming = None,
             Err(e) => return Err(e),
         }
     };
     let Some(held) = held else { return Ok(result) };
-    let stopped = unblock(h, &held.blocked).await;
+    let stopped = frame_stops(h, &held.frames).await;
     Ok(result.map(|(page, guard)| {
         let mut guard =
             guard.unwrap_or_else(|| GuardReport { held: "none".into(), alive: true, ..GuardReport::default() });

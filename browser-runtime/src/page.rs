@@ -285,18 +285,6 @@ pub async fn form(
     read
 }
 
-/// The page as it is now: URL, title, document and DOM signature.
-pub async fn page(client: &Client) -> Result<PageRead, ReadError> {
-    let v = client
-        .execute(
-            "return { url: location.href, title: document.title, time_origin: performance.timeOrigin, \
-             sig: document.getElementsByTagName('*').length + ':' + (document.body ? document.body.textContent.length : 0) };",
-            vec![],
-        )
-        .await?;
-    serde_json::from_value(v).map_err(|e| ReadError::Shape(e.to_string()))
-}
-
 /// Settled: the document has loaded and neither its DOM nor its resource list has changed for
 /// `QUIET`, or `BOUND` has passed. A navigation during the wait starts it again in the new
 /// document, within the same bound.
@@ -346,9 +334,7 @@ pub async fn settle(client: &Client) -> Result<(), CmdError> {
 /// The page as it is now, read in the guard's isolated world (markup cannot shadow what it reads
 /// there the way `<img name=title>` shadows `document.title` in the page's own world).
 pub async fn page_in_world(h: &Handle) -> Result<PageRead, ReadError> {
-    const NOW: &str = "return { url: location.href, title: document.title, time_origin: performance.timeOrigin, \
-        sig: document.getElementsByTagName('*').length + ':' + (document.body ? document.body.textContent.length : 0) };";
-    let v = guard::call_in_world(h, NOW, &[], true).await?;
+    let v = guard::call_in_world(h, "return globalThis.__grantLedgerGuard.page();", &[], true).await?;
     serde_json::from_value(v["value"].clone()).map_err(shape)
 }
 
