@@ -432,10 +432,11 @@ const slot = (id) => Symbol.for('grant-ledger.snapshot.' + id);
 if (mode === 'observe') {
   const els = [];
   const nodes = [];
+  // A document between navigations can have no root element yet: it has no nodes.
   const stack = [document.documentElement];
   while (stack.length && nodes.length < MAX_NODES) {
     const n = stack.pop();
-    if (nodeType(n) !== 1) continue;
+    if (!n || nodeType(n) !== 1) continue;
     if (roleOf(n) && local(n) !== 'option' && visible(n)) {
       const d = describe(n);
       els.push(d.el);

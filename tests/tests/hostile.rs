@@ -767,3 +767,18 @@ async fn an_open_dialog_is_reported_and_the_browser_kept() {
         assert!(err.message().contains("dialog"), "{err:?}");
     }
 }
+
+/// A document without a root element (one between navigations, or one the page emptied) reads
+/// as a page with no nodes, not as a page that broke the read.
+#[tokio::test]
+async fn a_document_without_a_root_element_reads_as_empty() {
+    let mut s = stack().await;
+    s.fixture.page(
+        LESSON,
+        "/lesson/rootless",
+        "<!doctype html><title>Rootless</title><script>document.removeChild(document.documentElement)</script>",
+    );
+    let session = s.open("profile-1", "/lesson/rootless", 50).await.unwrap();
+    let o = s.observe(&session).await;
+    assert!(o.nodes.is_empty(), "{o:?}");
+}
