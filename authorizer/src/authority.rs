@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use crate::domain::{self, AuthorizeRequest, Command, Decision, DomainError, Grant, World, stream_of};
 use crate::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
-use crate::pg::{Consumed, PgGrants, SessionAt, StoreError};
+use crate::pg::{Consumed, PgGrants, SessionAt, StoreError, UseOf};
 use crate::policy::Policy;
 use crate::state::{self, Approvals, Deployment, Grants, Need, Reader, Versioned};
 
@@ -55,18 +55,14 @@ pub trait Backend: Send + Sync {
         decide: &Decide<'_, T>,
     ) -> impl Future<Output = Result<Transacted<T>, AuthorityError>> + Send;
 
-    /// Consumes one use atomically and records `use_event(ordinal)` with it; with `session`,
+    /// Consumes one use atomically and records `use_event(ordinal)` with it; with `u.session`,
     /// only while that session is still at the version the decision read.
-    #[allow(clippy::too_many_arguments)] // one use's facts, each checked by the statement
     fn consume(
         &self,
         tenant: &TenantId,
         metadata: &Metadata,
-        grant_id: Uuid,
-        typed_chars: u32,
-        now: OffsetDateTime,
-        session: Option<SessionAt<'_>>,
-        use_event: impl FnOnce(u32) -> Event + Send,
+        u: UseOf<'_>,
+        use_event: impl Fn(u32) -> Event + Send + Sync,
     ) -> impl Future<Output = Result<Consumed, StoreError>> + Send;
 
     /// A tenant's whole inline state (verify and tests).
@@ -92,13 +88,10 @@ impl Backend for PgGrants {
         &self,
         tenant: &TenantId,
         metadata: &Metadata,
-        grant_id: Uuid,
-        typed_chars: u32,
-        now: OffsetDateTime,
-        session: Option<SessionAt<'_>>,
-        use_event: impl FnOnce(u32) -> Event + Send,
+        u: UseOf<'_>,
+        use_event: impl Fn(u32) -> Event + Send + Sync,
     ) -> Result<Consumed, StoreError> {
-        PgGrants::consume(self, tenant, metadata, grant_id, typed_chars, now, session, use_event).await
+        PgGrants::consume(self, tenant, metadata, u, use_event).await
     }
 
     async fn dump(&self, tenant: &TenantId) -> Result<World, StoreError> {
@@ -264,12 +257,10 @@ impl Backend for MemoryGrants {
         &self,
         tenant: &TenantId,
         metadata: &Metadata,
-        grant_id: Uuid,
-        typed_chars: u32,
-        now: OffsetDateTime,
-        session: Option<SessionAt<'_>>,
-        use_event: impl FnOnce(u32) -> Event + Send,
+        u: UseOf<'_>,
+        use_event: impl Fn(u32) -> Event + Send + Sync,
     ) -> Result<Consumed, StoreError> {
+        let UseOf { grant_id, typed_chars, now, session, .. } = u;
         let mut tenants = self.tenants.lock().await;
         let state = tenants.entry(tenant.clone()).or_default();
         let Some(g) = state.world.grants.get(&grant_id) else { return Ok(Consumed::Refused) };
@@ -522,9 +513,14 @@ impl<B: Backend> Authority<B> {
             let use_event = |ordinal| {
                 Event::ToolCallAuthorized(ToolCallAuthorized { use_ordinal: Some(ordinal), ..template.clone() })
             };
-            let session = Some(SessionAt { session_id: &req.session_id, version: session_version });
-            match self.backend().consume(&self.tenant, &metadata, grant_id, typed_chars, now, session, use_event).await
-            {
+            let u = UseOf {
+                grant_id,
+                typed_chars,
+                now,
+                session: Some(SessionAt { session_id: &req.session_id, version: session_version }),
+                read_used: grant.as_ref().map(|g| g.actions_used),
+            };
+            match self.backend().consume(&self.tenant, &metadata, u, use_event).await {
                 Ok(Consumed::Allowed { ordinal, outcome }) => {
                     let decision = Decision::Allow {
                         kind: AuthorizationKind::BrowserTaskGrant,

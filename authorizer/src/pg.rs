@@ -9,12 +9,11 @@
 //! happen only after `consume` returns `Allowed`, which it does only once the commit is known.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use deadpool_postgres::Transaction;
 use ledger::catalogue::{AuthorizationKind, EndReason, Event, SiteScope, TaskGrantCreated, ToolCallAuthorized};
-use ledger::{AppendError, AppendOutcome, AppendRequest, Checkpoint, ExpectedVersion, Metadata, PgStore, TenantId};
+use ledger::postgres::{Guard, SettleCounts, Tx};
+use ledger::{AppendError, AppendOutcome, AppendRequest, ExpectedVersion, Metadata, PgStore, TenantId};
 use time::OffsetDateTime;
 use tokio_postgres::IsolationLevel;
 use uuid::Uuid;
@@ -52,9 +51,6 @@ impl StoreError {
     }
 }
 
-/// A commit's result: what it staged, or that with the COMMIT's error.
-type Committed = Result<Vec<ledger::postgres::Staged>, (Vec<ledger::postgres::Staged>, tokio_postgres::Error)>;
-
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
@@ -76,6 +72,20 @@ pub struct SessionAt<'a> {
     pub version: u64,
 }
 
+/// One use of a task grant: what it spends, and what the decision that allowed it read.
+#[derive(Debug, Clone, Copy)]
+pub struct UseOf<'a> {
+    pub grant_id: Uuid,
+    pub typed_chars: u32,
+    /// The deciding replica's clock; the database's is checked as well.
+    pub now: OffsetDateTime,
+    /// With a session, the use holds only while the session is at the version read.
+    pub session: Option<SessionAt<'a>>,
+    /// The grant's `actions_used` as the decision read it: the use is first tried as the very
+    /// next one, in one statement.
+    pub read_used: Option<u32>,
+}
+
 /// The answer to a use request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Consumed {
@@ -85,18 +95,9 @@ pub enum Consumed {
     Refused,
 }
 
-/// How many indeterminate commits were settled each way (for operators and tests).
-#[derive(Debug, Default)]
-pub struct SettleCounts {
-    pub stored: AtomicU64,
-    pub not_stored: AtomicU64,
-}
-
 #[derive(Debug, Clone)]
 pub struct PgGrants {
     store: PgStore,
-    settle_patience: Duration,
-    settled: Arc<SettleCounts>,
     pause: Arc<PauseSlot>,
 }
 
@@ -117,7 +118,7 @@ pub struct Pause {
 
 impl PgGrants {
     pub fn new(store: PgStore) -> Self {
-        Self { store, settle_patience: Duration::from_secs(10), settled: Arc::default(), pause: Arc::default() }
+        Self { store, pause: Arc::default() }
     }
 
     /// Pauses the next use (once) at `pause`: how a test puts a change between a decision's
@@ -132,7 +133,7 @@ impl PgGrants {
     }
 
     pub fn settled(&self) -> &SettleCounts {
-        &self.settled
+        self.store.settled()
     }
 
     /// Reads what `need` names (locking it when `lock`), lets `decide` choose events from the
@@ -147,111 +148,60 @@ impl PgGrants {
         lock: bool,
         decide: &Decide<'_, T>,
     ) -> Result<Transacted<T>, AuthorityError> {
-        let mut client = self.store.pool().get().await.map_err(unavailable)?;
         if let (false, Need::Authorize(session)) = (lock, need) {
             // The hot path: everything an authorization reads in one statement (one snapshot,
             // one round trip); a write it decides opens its own transaction, and a stream or
             // grant row that moved since the read comes back as a conflict.
-            let mut rows = Prefetched::authorize(&client, tenant.as_str(), session).await?;
+            let client = self.store.pool().get().await.map_err(unavailable)?;
+            let mut rows = Prefetched::authorize(&client, &self.store, tenant, session).await?;
+            drop(client);
             let loaded = state::load(&mut rows, tenant, need).await?;
             let (events, value) = decide(&loaded.world)?;
             if events.is_empty() {
                 return Ok(Transacted { value, events, at: None });
             }
-            let tx = client.build_transaction().start().await.map_err(unavailable)?;
             // A standing-grant allow rests on the pin as read: hold the settings at that version,
             // so an unpin committed since refuses it and one committing now waits for it.
             let standing = events.iter().any(|e| {
                 matches!(e, Event::ToolCallAuthorized(t) if t.authorization_kind == AuthorizationKind::StandingGrant)
             });
-            if standing {
-                let read = loaded.version(&crate::domain::deployment_stream(tenant)?);
-                let held = tx
-                    .query_opt(
-                        "SELECT 1 FROM authority_settings WHERE tenant_id = $1 AND version = $2 FOR SHARE",
-                        &[&tenant.as_str(), &version(read)],
-                    )
-                    .await
-                    .map_err(db)?;
-                if held.is_none() {
-                    return Err(StoreError::Contended("the settings changed since the read".into()).into());
-                }
-            }
-            let written = self.write_all(tx, tenant, &loaded, metadata, &events).await?;
-            let at = self.settled_commit(client, written).await?;
-            return Ok(Transacted { value, events, at: Some(at) });
+            let settings_read = loaded.version(&crate::domain::deployment_stream(tenant)?);
+            let done = self
+                .store
+                .transaction(IsolationLevel::ReadCommitted, async |tx| {
+                    if standing {
+                        let held = tx
+                            .sql()
+                            .query_opt(
+                                "SELECT 1 FROM authority_settings WHERE tenant_id = $1 AND version = $2 FOR SHARE",
+                                &[&tenant.as_str(), &version(settings_read)],
+                            )
+                            .await
+                            .map_err(db)?;
+                        if held.is_none() {
+                            return Err(StoreError::Contended("the settings changed since the read".into()));
+                        }
+                    }
+                    write_all(tx, tenant, &loaded, metadata, &events).await
+                })
+                .await?;
+            return Ok(Transacted { value, events, at: done.outcome.map(|o| o.checkpoint()) });
         }
         let isolation = if lock { IsolationLevel::ReadCommitted } else { IsolationLevel::RepeatableRead };
-        let tx = client.build_transaction().isolation_level(isolation).start().await.map_err(unavailable)?;
-        let mut reader = PgReader { tx: &tx, tenant: tenant.as_str(), lock };
-        let loaded = state::load(&mut reader, tenant, need).await?;
-        let (events, value) = decide(&loaded.world)?;
-        if events.is_empty() {
-            tx.commit().await.map_err(unavailable)?;
-            return Ok(Transacted { value, events, at: None });
-        }
-        let written = self.write_all(tx, tenant, &loaded, metadata, &events).await?;
-        let at = self.settled_commit(client, written).await?;
-        Ok(Transacted { value, events, at: Some(at) })
-    }
-
-    /// Appends what `events` plan, writes the inline state and commits. A COMMIT that failed
-    /// comes back with what it staged, to be settled once the connection is dropped.
-    async fn write_all(
-        &self,
-        tx: Transaction<'_>,
-        tenant: &TenantId,
-        loaded: &state::Loaded,
-        metadata: &Metadata,
-        events: &[Event],
-    ) -> Result<Committed, StoreError> {
-        let plan = loaded.plan(events, metadata)?;
-        // The appends first: a stream another request moved is a conflict before anything else.
-        let mut staged = Vec::new();
-        for append in &plan.appends {
-            staged.push(self.store.append_within(&tx, append).await?);
-        }
-        write(&tx, tenant.as_str(), &plan.write).await?;
-        for e in events {
-            apply_grant_row(&tx, tenant.as_str(), e).await?;
-        }
-        for n in &plan.write.snapshots {
-            let at = staged
-                .iter()
-                .find_map(|s| s.events.iter().find(|a| a.event_id == n.event_id).map(|a| (s.tx_id, a.global_position)));
-            let Some((tx_id, position)) = at else { continue };
-            name_snapshot(&tx, tenant.as_str(), &n.session_id, &n.run_id, &n.snapshot_id, (tx_id, position)).await?;
-        }
-        Ok(match tx.commit().await {
-            Ok(()) => Ok(staged),
-            Err(e) => Err((staged, e)),
-        })
-    }
-
-    /// Where a commit reached; a COMMIT that lost its session is settled by event id first.
-    async fn settled_commit(
-        &self,
-        client: deadpool_postgres::Object,
-        committed: Committed,
-    ) -> Result<Checkpoint, StoreError> {
-        let staged = match committed {
-            Ok(staged) => {
-                staged.iter().for_each(|s| self.store.committed(s));
-                staged
-            }
-            Err((staged, e)) => {
-                ledger::postgres::discard(client);
-                // One transaction: its first append stored means all of them are.
-                if let Some(first) = staged.first() {
-                    self.settle(first.commit_error(&e)).await?;
+        let done = self
+            .store
+            .transaction(isolation, async |tx| {
+                let mut reader = PgReader { tx: tx.sql(), tenant: tenant.as_str(), lock };
+                let loaded = state::load(&mut reader, tenant, need).await?;
+                let (events, value) = decide(&loaded.world)?;
+                if !events.is_empty() {
+                    write_all(tx, tenant, &loaded, metadata, &events).await?;
                 }
-                // Settled as stored: a commit like any other for the head cache and wake-ups.
-                staged.iter().for_each(|s| self.store.committed(s));
-                staged
-            }
-        };
-        let last = staged.last().ok_or_else(|| StoreError::Projection("a commit with no append".into()))?;
-        Ok(self.outcome(last).checkpoint())
+                Ok::<_, AuthorityError>((events, value))
+            })
+            .await?;
+        let (events, value) = done.value;
+        Ok(Transacted { value, events, at: done.outcome.map(|o| o.checkpoint()) })
     }
 
     /// Appends grant events as they are, each stream unchecked, and applies them to the grant
@@ -276,54 +226,34 @@ impl PgGrants {
                 }),
             }
         }
-        let mut client = self.store.pool().get().await.map_err(unavailable)?;
-        let tx = client.transaction().await.map_err(unavailable)?;
-        let staged = self.store.append_within(&tx, &request).await?;
-        for e in events {
-            apply_grant_row(&tx, tenant.as_str(), e).await?;
-        }
-        if let Err(e) = tx.commit().await {
-            ledger::postgres::discard(client);
-            self.settle(staged.commit_error(&e)).await?;
-        }
-        self.store.committed(&staged);
-        Ok(self.outcome(&staged))
+        let done = self
+            .store
+            .transaction(IsolationLevel::ReadCommitted, async |tx| {
+                let outcome = tx.append(&request).await?;
+                for e in events {
+                    apply_grant_row(tx.sql(), tenant.as_str(), e).await?;
+                }
+                Ok::<_, StoreError>(outcome)
+            })
+            .await?;
+        Ok(done.value)
     }
 
-    fn outcome(&self, staged: &ledger::postgres::Staged) -> AppendOutcome {
-        AppendOutcome { tx_id: staged.tx_id, events: staged.events.clone(), replayed: false }
-    }
-
-    /// Resolves an indeterminate commit by its event ids: `Ok(())` when it is stored.
-    async fn settle(&self, error: AppendError) -> Result<(), StoreError> {
-        let AppendError::Indeterminate { backend_pid, event_ids, .. } = &error else { return Err(error.into()) };
-        match self.store.settle(*backend_pid, event_ids, self.settle_patience).await {
-            Ok(true) => {
-                self.settled.stored.fetch_add(1, Ordering::Relaxed);
-                Ok(())
-            }
-            // Certainly not stored: report the failure as determinate.
-            Ok(false) => {
-                self.settled.not_stored.fetch_add(1, Ordering::Relaxed);
-                Err(StoreError::Unavailable(format!("commit lost with its connection and not stored: {error}")))
-            }
-            Err(_) => Err(error.into()),
-        }
-    }
-
-    /// Consumes one use and `typed_chars` of grant `grant_id`, and records `use_event(ordinal)`,
+    /// Consumes one use of `u.grant_id` and its `u.typed_chars`, and records `use_event(ordinal)`,
     /// atomically. Never refunded.
-    #[allow(clippy::too_many_arguments)] // one use's facts, each checked by the statement
+    ///
+    /// First as one statement, with no BEGIN or COMMIT: the grant row updated only if it still
+    /// holds the `actions_used` the decision read, and the event inserted by the same statement
+    /// (`PgStore::append_guarded`). When the row moved since the read (another use came first),
+    /// the use queues on the row lock in a transaction instead.
     pub async fn consume(
         &self,
         tenant: &TenantId,
         metadata: &Metadata,
-        grant_id: Uuid,
-        typed_chars: u32,
-        now: OffsetDateTime,
-        session: Option<SessionAt<'_>>,
-        use_event: impl FnOnce(u32) -> Event,
+        u: UseOf<'_>,
+        use_event: impl Fn(u32) -> Event + Send + Sync,
     ) -> Result<Consumed, StoreError> {
+        let UseOf { grant_id, typed_chars, now, session, read_used } = u;
         if typed_chars > MAX_TYPED_CHARS {
             return Ok(Consumed::Refused);
         }
@@ -339,13 +269,39 @@ impl PgGrants {
             pause.reached.notify_one();
             pause.go.notified().await;
         }
-        let mut client = self.store.pool().get().await.map_err(unavailable)?;
-        let tx = client
-            .build_transaction()
-            .isolation_level(IsolationLevel::ReadCommitted)
-            .start()
-            .await
-            .map_err(unavailable)?;
+        let (session_id, session_version) =
+            session.map_or((None, None), |s| (Some(s.session_id), Some(version(s.version))));
+        let stream = crate::domain::entity_stream(tenant, "grant", &grant_id)?;
+        if let Some(used) = read_used.filter(|&n| n < MAX_ACTIONS) {
+            let ordinal = used + 1;
+            let event = use_event(ordinal);
+            let request = AppendRequest::single(
+                tenant.clone(),
+                stream.clone(),
+                ExpectedVersion::At(u64::from(ordinal)),
+                vec![event.to_new(Uuid::new_v4(), metadata.clone())],
+            );
+            let used = i32::try_from(used).unwrap_or(i32::MAX);
+            let t = tenant.as_str();
+            let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+                vec![&grant_id, &chars, &now, &used, &max_chars, &t, &session_id, &session_version];
+            let named = match &event {
+                Event::ToolCallAuthorized(ToolCallAuthorized { session_id, run_id, snapshot_id: Some(s), .. }) => {
+                    Some((session_id, run_id, s))
+                }
+                _ => None,
+            };
+            if let Some((session, run, snapshot)) = &named {
+                params.extend([*session as &(dyn tokio_postgres::types::ToSql + Sync), *run, *snapshot]);
+            }
+            let guard = Guard { sql: CONSUME_NEXT, then: named.map(|_| NAME_SNAPSHOT_APPENDED), params: &params };
+            match self.store.append_guarded(&request, guard).await {
+                Ok(Some(outcome)) => return Ok(Consumed::Allowed { ordinal, outcome }),
+                // The row or the stream moved since the read, or the use no longer fits.
+                Ok(None) | Err(AppendError::Conflict { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         // Expiry by both clocks: the deciding replica's and the database's, so a replica whose
         // clock runs slow cannot stretch a grant. With the session named, the use also holds its
         // row (FOR SHARE) at the version the decision read: a message or tool call recorded
@@ -354,76 +310,66 @@ impl PgGrants {
             session.map_or((None, None), |s| (Some(s.session_id), Some(version(s.version))));
         // The grant stream's head comes back from the same statement: when it is the version
         // this use follows, the append need not read it again.
-        let stream = crate::domain::entity_stream(tenant, "grant", &grant_id)?;
-        let stmt = tx
-            .prepare_cached(
-                "WITH held AS (SELECT 1 FROM authority_sessions WHERE tenant_id = $6 AND session_id = $7 \
-                   AND version = $8 FOR SHARE), \
-                 used AS (UPDATE active_task_grants SET actions_used = actions_used + 1, \
-                   chars_used = chars_used + $2 \
-                   WHERE tenant_id = $6 AND grant_id = $1 AND ended_at IS NULL AND actions_used < $4 \
-                   AND chars_used + $2 <= $5 AND expires_at > $3 AND expires_at > statement_timestamp() \
-                   AND ($7::text IS NULL OR EXISTS (SELECT 1 FROM held)) \
-                   RETURNING actions_used) \
-                 SELECT used.actions_used, head.stream_version, head.hash FROM used LEFT JOIN LATERAL \
-                   (SELECT e.stream_version, e.hash FROM events e WHERE e.stream_id = $9 \
-                    ORDER BY e.stream_version DESC LIMIT 1) head ON true",
-            )
-            .await
-            .map_err(db)?;
-        let row = tx
-            .query_opt(
-                &stmt,
-                &[
-                    &grant_id,
-                    &chars,
-                    &now,
-                    &max_actions,
-                    &max_chars,
-                    &tenant.as_str(),
-                    &session_id,
-                    &session_version,
-                    &stream.as_str(),
-                ],
-            )
-            .await
-            .map_err(db)?;
-        let Some(row) = row else {
-            return Ok(Consumed::Refused);
-        };
-        let head = (row.get::<_, Option<i64>>(1), row.get::<_, Option<Vec<u8>>>(2));
-        if let (Some(version), Some(hash)) = head
-            && let Ok(hash) = <[u8; 32]>::try_from(hash)
-            && i64::from(row.get::<_, i32>(0)) == version
-        {
-            self.store.note_head(stream, from_version(version), hash, tenant.clone());
+        let done = self
+            .store
+            .transaction(IsolationLevel::ReadCommitted, async |tx| {
+                let stmt = tx.sql().prepare_cached(CONSUME).await.map_err(db)?;
+                let row = tx
+                    .sql()
+                    .query_opt(
+                        &stmt,
+                        &[
+                            &grant_id,
+                            &chars,
+                            &now,
+                            &max_actions,
+                            &max_chars,
+                            &tenant.as_str(),
+                            &session_id,
+                            &session_version,
+                            &stream.as_str(),
+                        ],
+                    )
+                    .await
+                    .map_err(db)?;
+                let Some(row) = row else {
+                    return Ok(None);
+                };
+                let used = row.get::<_, i32>(0);
+                let head = (row.get::<_, Option<i64>>(1), row.get::<_, Option<Vec<u8>>>(2));
+                if let (Some(version), Some(hash)) = head
+                    && let Ok(hash) = <[u8; 32]>::try_from(hash)
+                    && i64::from(used) == version
+                {
+                    tx.note_head(stream.clone(), from_version(version), hash, tenant.clone());
+                }
+                let ordinal = u32::try_from(used).map_err(unavailable)?;
+                let event = use_event(ordinal);
+                // A grant's stream is [created, use 1..n, ended?]: uses stop once the row is
+                // ended, and the row lock orders them, so use n lands at version n + 1. Saying
+                // so lets the store skip reading the stream's head.
+                let request = AppendRequest::single(
+                    tenant.clone(),
+                    stream_of(tenant, &event)?,
+                    ExpectedVersion::At(u64::from(ordinal)),
+                    vec![event.to_new(Uuid::new_v4(), metadata.clone())],
+                );
+                let outcome = tx.append(&request).await?;
+                if let (
+                    Event::ToolCallAuthorized(ToolCallAuthorized { session_id, run_id, snapshot_id: Some(s), .. }),
+                    Some(a),
+                ) = (&event, outcome.events.first())
+                {
+                    name_snapshot(tx.sql(), tenant.as_str(), session_id, run_id, s, (outcome.tx_id, a.global_position))
+                        .await?;
+                }
+                Ok::<_, StoreError>(Some(ordinal))
+            })
+            .await?;
+        match (done.value, done.outcome) {
+            (Some(ordinal), Some(outcome)) => Ok(Consumed::Allowed { ordinal, outcome }),
+            _ => Ok(Consumed::Refused),
         }
-        let ordinal = u32::try_from(row.get::<_, i32>(0)).map_err(unavailable)?;
-        let event = use_event(ordinal);
-        // A grant's stream is [created, use 1..n, ended?]: uses stop once the row is ended, and
-        // the row lock orders them, so use n lands at version n + 1. Saying so lets the store
-        // skip reading the stream's head.
-        let request = AppendRequest::single(
-            tenant.clone(),
-            stream_of(tenant, &event)?,
-            ExpectedVersion::At(u64::from(ordinal)),
-            vec![event.to_new(Uuid::new_v4(), metadata.clone())],
-        );
-        let staged = self.store.append_within(&tx, &request).await?;
-        if let (
-            Event::ToolCallAuthorized(ToolCallAuthorized { session_id, run_id, snapshot_id: Some(s), .. }),
-            Some(a),
-        ) = (&event, staged.events.first())
-        {
-            name_snapshot(&tx, tenant.as_str(), session_id, run_id, s, (staged.tx_id, a.global_position)).await?;
-        }
-        if let Err(e) = tx.commit().await {
-            ledger::postgres::discard(client);
-            self.settle(staged.commit_error(&e)).await?;
-        }
-        // Committed, or settled as stored: either way the head cache and wake-ups follow.
-        self.store.committed(&staged);
-        Ok(Consumed::Allowed { ordinal, outcome: self.outcome(&staged) })
     }
 
     /// The inline row of a grant: (actions_used, chars_used, end_reason).
@@ -588,20 +534,30 @@ const AUTHORIZE_READ: &str = "SELECT s.version, s.state, d.version, d.state, ps.
      gp.profile_id, gp.version, gp.state, ";
 
 impl Prefetched {
-    async fn authorize(client: &deadpool_postgres::Object, tenant: &str, session: &str) -> Result<Self, StoreError> {
+    async fn authorize(
+        client: &deadpool_postgres::Object,
+        store: &PgStore,
+        tenant: &TenantId,
+        session: &str,
+    ) -> Result<Self, StoreError> {
         let grant_columns: Vec<String> = GRANT_COLUMNS.split(',').map(|c| format!("g.{}", c.trim())).collect();
+        // The active grant's stream head comes along, so its next use can be appended without
+        // reading it (see `PgGrants::consume`).
         let sql = format!(
-            "{AUTHORIZE_READ}{} FROM (VALUES (1)) AS one(x) \
+            "{AUTHORIZE_READ}{}, gh.stream_version, gh.hash FROM (VALUES (1)) AS one(x) \
              LEFT JOIN authority_sessions s ON s.tenant_id = $1 AND s.session_id = $2 \
              LEFT JOIN authority_settings d ON d.tenant_id = $1 AND d.version > 0 \
              LEFT JOIN active_task_grants g ON g.tenant_id = $1 AND g.session_id = $2 AND g.ended_at IS NULL \
+             LEFT JOIN LATERAL (SELECT e.stream_version, e.hash FROM events e \
+               WHERE e.stream_id = 'grant-' || $1 || '.' || g.grant_id::text \
+               ORDER BY e.stream_version DESC LIMIT 1) gh ON true \
              LEFT JOIN authority_profiles ps ON ps.tenant_id = $1 AND ps.version > 0 \
                AND ps.profile_id = s.state->'created'->>'browser_profile_id' \
              LEFT JOIN authority_profiles gp ON gp.tenant_id = $1 AND gp.version > 0 AND gp.profile_id = g.profile_id",
             grant_columns.join(", ")
         );
         let stmt = client.prepare_cached(&sql).await.map_err(db)?;
-        let r = client.query_one(&stmt, &[&tenant, &session]).await.map_err(db)?;
+        let r = client.query_one(&stmt, &[&tenant.as_str(), &session]).await.map_err(db)?;
         let versioned = |v: usize| -> Result<Option<(u64, serde_json::Value)>, StoreError> {
             Ok(r.get::<_, Option<i64>>(v).map(|version| (from_version(version), r.get(v + 1))))
         };
@@ -619,7 +575,17 @@ impl Prefetched {
             }
         }
         if r.get::<_, Option<Uuid>>(10).is_some() {
-            out.grant = Some(grant_at(&r, 10)?);
+            let grant = grant_at(&r, 10)?;
+            let head = (r.get::<_, Option<i64>>(26), r.get::<_, Option<Vec<u8>>>(27));
+            // A stream of [created, use 1..n] is at version n + 1; anything else is not noted.
+            if let (Some(v), Some(hash)) = head
+                && let Ok(hash) = <[u8; 32]>::try_from(hash)
+                && from_version(v) == u64::from(grant.actions_used) + 1
+            {
+                let stream = crate::domain::entity_stream(tenant, "grant", &grant.created.grant_id)?;
+                store.note_head(stream, from_version(v), hash, tenant.clone());
+            }
+            out.grant = Some(grant);
         }
         Ok(out)
     }
@@ -792,6 +758,70 @@ impl Reader for PgReader<'_> {
         }
         Ok(snapshots)
     }
+}
+
+/// A use: the conditional `UPDATE` of the grant row (holding the session row at the version the
+/// decision read), returning the grant stream's head.
+const CONSUME: &str = "WITH held AS (SELECT 1 FROM authority_sessions WHERE tenant_id = $6 AND session_id = $7 \
+       AND version = $8 FOR SHARE), \
+     used AS (UPDATE active_task_grants SET actions_used = actions_used + 1, chars_used = chars_used + $2 \
+       WHERE tenant_id = $6 AND grant_id = $1 AND ended_at IS NULL AND actions_used < $4 \
+       AND chars_used + $2 <= $5 AND expires_at > $3 AND expires_at > statement_timestamp() \
+       AND ($7::text IS NULL OR EXISTS (SELECT 1 FROM held)) \
+       RETURNING actions_used) \
+     SELECT used.actions_used, head.stream_version, head.hash FROM used LEFT JOIN LATERAL \
+       (SELECT e.stream_version, e.hash FROM events e WHERE e.stream_id = $9 \
+        ORDER BY e.stream_version DESC LIMIT 1) head ON true";
+
+/// The one-statement use: the grant row updated only while it holds the `actions_used` the
+/// decision read (`$4`) and the use fits, the session row held at the version read. A row
+/// another use holds locked is skipped, not waited for: that use will move it, so this one
+/// goes straight to the queue of the transactional use rather than queueing twice.
+const CONSUME_NEXT: &str = "WITH held AS (SELECT 1 FROM authority_sessions WHERE tenant_id = $6 AND session_id = $7 \
+       AND version = $8 FOR SHARE), \
+     free AS (SELECT grant_id FROM active_task_grants WHERE tenant_id = $6 AND grant_id = $1 \
+       AND actions_used = $4 FOR UPDATE SKIP LOCKED) \
+     UPDATE active_task_grants SET actions_used = actions_used + 1, chars_used = chars_used + $2 \
+       WHERE tenant_id = $6 AND grant_id = $1 AND grant_id IN (SELECT grant_id FROM free) \
+       AND ended_at IS NULL AND actions_used = $4 \
+       AND chars_used + $2 <= $5 AND expires_at > $3 AND expires_at > statement_timestamp() \
+       AND ($7::text IS NULL OR EXISTS (SELECT 1 FROM held)) \
+     RETURNING actions_used";
+
+/// [`name_snapshot`] for the use the same statement appended (`$9` session, `$10` run, `$11`
+/// snapshot).
+const NAME_SNAPSHOT_APPENDED: &str = "INSERT INTO run_snapshots AS r (tenant_id, session_id, run_id, snapshot_id, \
+       tx_id, position) SELECT $6, $9, $10, $11, a.tx_id, a.global_position FROM appended a \
+     ON CONFLICT (tenant_id, session_id, run_id, snapshot_id) \
+     DO UPDATE SET tx_id = excluded.tx_id, position = excluded.position \
+     WHERE (excluded.tx_id, excluded.position) < (r.tx_id, r.position)";
+
+/// Appends what `events` plan and writes the inline state, inside `tx`.
+async fn write_all(
+    tx: &mut Tx<'_>,
+    tenant: &TenantId,
+    loaded: &state::Loaded,
+    metadata: &Metadata,
+    events: &[Event],
+) -> Result<(), StoreError> {
+    let plan = loaded.plan(events, metadata)?;
+    // The appends first: a stream another request moved is a conflict before anything else.
+    let mut appended = Vec::new();
+    for append in &plan.appends {
+        appended.push(tx.append(append).await?);
+    }
+    write(tx.sql(), tenant.as_str(), &plan.write).await?;
+    for e in events {
+        apply_grant_row(tx.sql(), tenant.as_str(), e).await?;
+    }
+    for n in &plan.write.snapshots {
+        let at = appended
+            .iter()
+            .find_map(|o| o.events.iter().find(|a| a.event_id == n.event_id).map(|a| (o.tx_id, a.global_position)));
+        let Some(at) = at else { continue };
+        name_snapshot(tx.sql(), tenant.as_str(), &n.session_id, &n.run_id, &n.snapshot_id, at).await?;
+    }
+    Ok(())
 }
 
 /// Writes the entities an append changed.

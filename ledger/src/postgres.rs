@@ -12,6 +12,7 @@
 //! listener turns other processes' NOTIFYs back into wake-ups.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -71,8 +72,48 @@ fn insert_sql(rows: usize) -> String {
         sql.push_str(&params.join(", "));
         sql.push(')');
     }
-    sql.push_str(" RETURNING global_position, tx_id::text, pg_backend_pid()");
+    sql.push_str(" RETURNING global_position, tx_id::text, pg_backend_pid(), event_id");
     sql
+}
+
+/// A query an append is made conditional on, in the same statement ([`PgStore::append_guarded`]).
+#[derive(Debug)]
+pub struct Guard<'a> {
+    /// A query, which may modify data (`UPDATE … RETURNING`), using parameters `$1..$n`. No
+    /// row: nothing is appended.
+    pub sql: &'a str,
+    /// A data-modifying statement run after the insert, which can read the inserted events from
+    /// `appended(event_id, tx_id, global_position)`: an inline projection's row that needs the
+    /// event's log position.
+    pub then: Option<&'a str>,
+    pub params: &'a [&'a (dyn tokio_postgres::types::ToSql + Sync)],
+}
+
+/// `guard`, then the insert of `rows` events when it returned a row, then `guard.then`.
+fn guarded_insert_sql(guard: &Guard<'_>, rows: usize) -> String {
+    const CASTS: [&str; INSERT_COLUMNS] =
+        ["uuid", "text", "bigint", "text", "integer", "text", "jsonb", "jsonb", "timestamptz", "bytea", "bytea"];
+    let first = guard.params.len();
+    let values: Vec<String> = (0..rows)
+        .map(|r| {
+            let cols: Vec<String> = CASTS
+                .iter()
+                .enumerate()
+                .map(|(c, t)| format!("${}::{t}", first + r * INSERT_COLUMNS + c + 1))
+                .collect();
+            format!("({})", cols.join(", "))
+        })
+        .collect();
+    let then = guard.then.map(|t| format!(", then_ AS ({t})")).unwrap_or_default();
+    format!(
+        "WITH guard AS ({}), appended AS (INSERT INTO events (event_id, stream_id, stream_version, event_type, \
+         schema_version, tenant_id, payload, metadata, recorded_at, prev_hash, hash) \
+         SELECT * FROM (VALUES {}) AS v WHERE EXISTS (SELECT 1 FROM guard) \
+         RETURNING event_id, tx_id, global_position){then} \
+         SELECT global_position, tx_id::text, pg_backend_pid(), event_id FROM appended",
+        guard.sql,
+        values.join(", ")
+    )
 }
 
 /// Keeps a connection whose COMMIT failed out of the pool. Its session may be dead while the
@@ -129,6 +170,9 @@ pub struct PgStore {
     local: Arc<watch::Sender<u64>>,
     /// Moved by local commits and by other processes' NOTIFYs.
     wake: Arc<watch::Sender<u64>>,
+    settled: Arc<SettleCounts>,
+    /// How long a lost commit's server process may take to end before settling gives up.
+    settle_patience: Duration,
     _tasks: Option<Arc<TaskGuard>>,
 }
 
@@ -140,6 +184,8 @@ impl PgStore {
             heads: Arc::default(),
             local: Arc::new(watch::channel(0).0),
             wake: Arc::new(watch::channel(0).0),
+            settled: Arc::default(),
+            settle_patience: Duration::from_secs(10),
             _tasks: None,
         }
     }
@@ -224,43 +270,124 @@ impl PgStore {
         }
     }
 
-    /// Writes `request` inside the caller's transaction without committing, so a caller can
-    /// update an inline projection in the same transaction. After the caller's COMMIT succeeds
-    /// it must call [`PgStore::committed`]; a failed COMMIT maps through [`Staged::commit_error`].
-    pub async fn append_within(&self, tx: &Transaction<'_>, request: &AppendRequest) -> Result<Staged, AppendError> {
-        request.validate()?;
-        // Request order is log order: an auditor reads the events of one append as they were
-        // decided. Two multi-stream appends racing on the same keys in opposite orders can
-        // deadlock; PostgreSQL aborts one, which comes back as a typed conflict.
-        let streams: Vec<_> = request.streams.iter().collect();
+    /// Runs `body` in one transaction of `isolation` and commits it. `body` reads and writes
+    /// through [`Tx::sql`] (an inline projection's rows) and appends through [`Tx::append`]; an
+    /// error from it rolls everything back. The ledger owns the commit: a COMMIT that lost its
+    /// connection is settled by event id before this returns, and only a commit known to be
+    /// stored moves the head cache and the wake-ups.
+    pub async fn transaction<T, E>(
+        &self,
+        isolation: IsolationLevel,
+        body: impl AsyncFnOnce(&mut Tx<'_>) -> Result<T, E>,
+    ) -> Result<Done<T>, E>
+    where
+        E: From<AppendError>,
+    {
+        let mut client = self.pool.get().await.map_err(|e| E::from(unavailable(e)))?;
+        let tx =
+            client.build_transaction().isolation_level(isolation).start().await.map_err(|e| E::from(unavailable(e)))?;
+        let (value, staged, commit) = {
+            let mut work = Tx { tx, store: self, staged: Vec::new() };
+            let value = body(&mut work).await?;
+            let Tx { tx, staged, .. } = work;
+            (value, staged, tx.commit().await)
+        };
+        if let Err(e) = commit {
+            let Some(first) = staged.first() else { return Err(unavailable(e).into()) };
+            discard(client);
+            // One transaction: its first append stored means every one of them is.
+            self.settle_lost(first.commit_error(&e)).await?;
+        }
+        staged.iter().for_each(|s| self.committed(s));
+        let outcome = (!staged.is_empty()).then(|| AppendOutcome {
+            tx_id: staged[0].tx_id,
+            events: staged.iter().flat_map(|s| s.events.iter().cloned()).collect(),
+            replayed: false,
+        });
+        Ok(Done { value, outcome })
+    }
 
-        let mut heads: HashMap<&StreamId, Option<Head>> = HashMap::new();
+    /// How many commits that lost their connection were settled each way.
+    pub fn settled(&self) -> &SettleCounts {
+        &self.settled
+    }
+
+    /// Settles an append whose commit outcome is unknown: `Ok(())` when it is stored; a
+    /// determinate error when it certainly is not; the error itself when that cannot be told.
+    async fn settle_lost(&self, error: AppendError) -> Result<(), AppendError> {
+        let AppendError::Indeterminate { backend_pid: Some(pid), event_ids, .. } = &error else { return Err(error) };
+        match self.settle(Some(*pid), event_ids, self.settle_patience).await {
+            Ok(true) => {
+                self.settled.stored.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Ok(false) => {
+                self.settled.not_stored.fetch_add(1, Ordering::Relaxed);
+                Err(AppendError::Unavailable(format!("commit lost with its connection and not stored: {error}")))
+            }
+            Err(_) => Err(error),
+        }
+    }
+
+    /// The heads `request` appends after, from the cache alone: a miss is a conflict.
+    fn known_heads(&self, request: &AppendRequest) -> Result<HashMap<StreamId, Option<Head>>, AppendError> {
+        let mut heads = HashMap::new();
+        for s in &request.streams {
+            let head = match (s.expected, self.cached_head(&s.stream_id)) {
+                (ExpectedVersion::NoStream, _) => None,
+                (ExpectedVersion::At(v), Some(h)) if h.version == v => Some(h),
+                _ => {
+                    return Err(AppendError::Conflict {
+                        stream: s.stream_id.clone(),
+                        expected: s.expected,
+                        actual: None,
+                    });
+                }
+            };
+            heads.insert(s.stream_id.clone(), head);
+        }
+        Ok(heads)
+    }
+
+    /// The heads `request` appends after: from the cache, or read (one statement) on a miss.
+    async fn heads_for(
+        &self,
+        client: &impl GenericClient,
+        request: &AppendRequest,
+    ) -> Result<HashMap<StreamId, Option<Head>>, AppendError> {
+        let mut heads = HashMap::new();
         let mut misses = Vec::new();
-        for s in &streams {
+        for s in &request.streams {
             match (s.expected, self.cached_head(&s.stream_id)) {
                 (ExpectedVersion::NoStream, _) => {
-                    heads.insert(&s.stream_id, None);
+                    heads.insert(s.stream_id.clone(), None);
                 }
                 (ExpectedVersion::At(v), Some(h)) if h.version == v => {
-                    heads.insert(&s.stream_id, Some(h));
+                    heads.insert(s.stream_id.clone(), Some(h));
                 }
                 _ => misses.push(s.stream_id.as_str()),
             }
         }
         if !misses.is_empty() {
-            let stmt = tx.prepare_cached(HEADS).await.map_err(unavailable)?;
-            for row in tx.query(&stmt, &[&misses]).await.map_err(unavailable)? {
-                let stream =
-                    streams.iter().find(|s| s.stream_id.as_str() == row.get::<_, &str>(0)).map(|s| &s.stream_id);
-                let Some(stream) = stream else { continue };
+            let stmt = client.prepare_cached(HEADS).await.map_err(unavailable)?;
+            for row in client.query(&stmt, &[&misses]).await.map_err(unavailable)? {
+                let Ok(stream) = StreamId::new(row.get::<_, String>(0)) else { continue };
                 heads.insert(stream, head_from_row(&row).map_err(AppendError::Unavailable)?);
             }
         }
+        Ok(heads)
+    }
 
+    /// The rows of `request` chained onto `heads`, in request order: request order is log
+    /// order, so an auditor reads the events of one append as they were decided.
+    fn chain(
+        request: &AppendRequest,
+        mut heads: HashMap<StreamId, Option<Head>>,
+    ) -> Result<(InsertColumns, Vec<(Uuid, StreamId, u64, [u8; 32])>), AppendError> {
         let recorded_at = truncate_to_micros(OffsetDateTime::now_utc());
         let mut cols = InsertColumns::default();
         let mut order = Vec::new();
-        for s in &streams {
+        for s in &request.streams {
             let head = heads.remove(&s.stream_id).flatten();
             if head.as_ref().is_some_and(|h| h.tenant != request.tenant_id) {
                 return Err(AppendError::TenantMismatch { stream: s.stream_id.clone() });
@@ -282,34 +409,195 @@ impl PgStore {
                 prev = hash;
             }
         }
+        Ok((cols, order))
+    }
 
-        let stmt = tx.prepare_cached(&insert_sql(order.len())).await.map_err(unavailable)?;
-        let inserted = tx.query(&stmt, &cols.params()).await.map_err(|e| insert_error(&e, request))?;
+    /// Writes `request` as one INSERT on `client` (inside a transaction or, alone, as its own).
+    /// Two multi-stream appends racing on the same keys in opposite orders can deadlock;
+    /// PostgreSQL aborts one, which comes back as a typed conflict.
+    async fn stage(&self, client: &impl GenericClient, request: &AppendRequest) -> Result<Staged, AppendError> {
+        Ok(self.stage_guarded(client, request, None).await?.expect("an unguarded append always writes"))
+    }
+
+    /// [`PgStore::stage`], made in the same statement as `guard` and only when it returns a row:
+    /// `Ok(None)` when it returned none, and nothing was written.
+    async fn stage_guarded(
+        &self,
+        client: &impl GenericClient,
+        request: &AppendRequest,
+        guard: Option<&Guard<'_>>,
+    ) -> Result<Option<Staged>, AppendError> {
+        request.validate()?;
+        let heads = match guard {
+            // A guarded append is a fast path: at heads already known, or not at all.
+            Some(_) => self.known_heads(request)?,
+            None => self.heads_for(client, request).await?,
+        };
+        let (cols, order) = Self::chain(request, heads)?;
+        let (sql, params) = match guard {
+            None => (insert_sql(order.len()), cols.params()),
+            Some(g) => {
+                let mut params = g.params.to_vec();
+                params.extend(cols.params());
+                (guarded_insert_sql(g, order.len()), params)
+            }
+        };
+        let stmt = client.prepare_cached(&sql).await.map_err(unavailable)?;
+        let inserted = client.query(&stmt, &params).await.map_err(|e| insert_error(&e, request))?;
+        if inserted.is_empty() {
+            return Ok(None);
+        }
         let (mut tx_id, mut backend_pid) = (0, 0);
         let mut by_id = HashMap::new();
         let mut new_heads = HashMap::new();
-        for (row, (event_id, stream_id, version, hash)) in inserted.iter().zip(order) {
+        let mut planned: HashMap<Uuid, (StreamId, u64, [u8; 32])> =
+            order.into_iter().map(|(id, stream, version, hash)| (id, (stream, version, hash))).collect();
+        for row in &inserted {
             tx_id = parse_xid(row.get(1)).map_err(unavailable)?;
             backend_pid = row.get(2);
-            new_heads.insert(stream_id.clone(), Head { version, hash, tenant: request.tenant_id.clone() });
+            let event_id: Uuid = row.get(3);
+            let Some((stream_id, version, hash)) = planned.remove(&event_id) else {
+                return Err(AppendError::Unavailable(format!("the insert returned event {event_id}, not asked for")));
+            };
+            let head = Head { version, hash, tenant: request.tenant_id.clone() };
+            match new_heads.get(&stream_id) {
+                Some(Head { version: newer, .. }) if *newer > version => {}
+                _ => {
+                    new_heads.insert(stream_id.clone(), head);
+                }
+            }
             by_id.insert(
                 event_id,
                 Appended { event_id, stream_id, stream_version: version, global_position: to_u64(row.get(0)) },
             );
         }
         let event_ids = request.event_ids();
-        let events = event_ids.iter().filter_map(|id| by_id.remove(id)).collect();
-        Ok(Staged { tx_id, events, backend_pid, event_ids, heads: new_heads })
+        let events: Vec<Appended> = event_ids.iter().filter_map(|id| by_id.remove(id)).collect();
+        if events.len() != event_ids.len() {
+            return Err(AppendError::Unavailable("the insert returned fewer events than it was given".into()));
+        }
+        Ok(Some(Staged { tx_id, events, backend_pid, event_ids, heads: new_heads }))
+    }
+
+    /// Appends `request` in one statement with `guard`, only when the guard returns a row, with
+    /// no BEGIN or COMMIT: a conditional `UPDATE` and the event it allows commit together or
+    /// not at all. `Ok(None)`: the guard returned no row, nothing was written. Each stream's head
+    /// must be known to the store (noted with [`PgStore::note_head`] or cached from its own
+    /// appends) at the expected version: otherwise, or when the stream moved since, it is a
+    /// conflict, and nothing was written either.
+    pub async fn append_guarded(
+        &self,
+        request: &AppendRequest,
+        guard: Guard<'_>,
+    ) -> Result<Option<AppendOutcome>, AppendError> {
+        // Refused before taking a connection when a head is not known.
+        self.known_heads(request)?;
+        let client = self.pool.get().await.map_err(unavailable)?;
+        let result = self.alone(&client, request, self.stage_guarded(&client, request, Some(&guard))).await;
+        let staged = match result {
+            Ok(staged) => staged,
+            Err(e) => {
+                if connection_suspect(&e) {
+                    discard(client);
+                }
+                self.forget(request);
+                match e {
+                    lost @ AppendError::Indeterminate { .. } => {
+                        self.settle_lost(lost).await?;
+                        let stored = self.replay_of(request).await?;
+                        return Ok(stored.map(|o| AppendOutcome { replayed: false, ..o }));
+                    }
+                    other => return Err(other),
+                }
+            }
+        };
+        Ok(staged.map(|staged| {
+            self.committed(&staged);
+            AppendOutcome { tx_id: staged.tx_id, events: staged.events, replayed: false }
+        }))
+    }
+
+    /// Runs `staging` (one statement on `client`) as a statement of its own, which commits it.
+    /// The server process's id rides ahead in the same round trip, so a reply lost with the
+    /// connection can be settled.
+    async fn alone<T>(
+        &self,
+        client: &deadpool_postgres::Client,
+        request: &AppendRequest,
+        staging: impl Future<Output = Result<T, AppendError>>,
+    ) -> Result<T, AppendError> {
+        let pid = client.prepare_cached("SELECT pg_backend_pid()").await.map_err(unavailable)?;
+        let (pid, staged) = tokio::join!(client.query_one(&pid, &[]), staging);
+        match staged {
+            Err(AppendError::Indeterminate { reason, .. }) => Err(AppendError::Indeterminate {
+                reason,
+                backend_pid: pid.ok().map(|r| r.get(0)),
+                event_ids: request.event_ids(),
+            }),
+            other => other,
+        }
     }
 
     /// Records a committed append's heads and wakes readers.
-    pub fn committed(&self, staged: &Staged) {
+    fn committed(&self, staged: &Staged) {
         for (stream, head) in &staged.heads {
             self.remember(stream.clone(), head.clone());
         }
         self.local.send_modify(|n| *n += 1);
         self.wake.send_modify(|n| *n += 1);
     }
+}
+
+/// What a [`PgStore::transaction`] decided and, when it appended, where that reached.
+#[derive(Debug)]
+pub struct Done<T> {
+    pub value: T,
+    pub outcome: Option<AppendOutcome>,
+}
+
+/// One transaction run by [`PgStore::transaction`].
+#[derive(Debug)]
+pub struct Tx<'a> {
+    tx: Transaction<'a>,
+    store: &'a PgStore,
+    staged: Vec<Staged>,
+}
+
+impl<'a> Tx<'a> {
+    /// The transaction, for the caller's own reads and its inline projection's writes.
+    pub fn sql(&self) -> &Transaction<'a> {
+        &self.tx
+    }
+
+    /// Appends `request` in this transaction. Others see it once the transaction commits.
+    pub async fn append(&mut self, request: &AppendRequest) -> Result<AppendOutcome, AppendError> {
+        let staged = match self.store.stage(&self.tx, request).await {
+            // Inside a transaction nothing commits until COMMIT: a lost session stored nothing.
+            Err(AppendError::Indeterminate { reason, .. }) => return Err(AppendError::Unavailable(reason)),
+            other => other?,
+        };
+        let outcome = AppendOutcome { tx_id: staged.tx_id, events: staged.events.clone(), replayed: false };
+        self.staged.push(staged);
+        Ok(outcome)
+    }
+
+    /// A stream's head the caller read in this transaction (its row lock holding the stream
+    /// still): the append then skips reading it again.
+    pub fn note_head(&self, stream: StreamId, version: u64, hash: [u8; 32], tenant: TenantId) {
+        self.store.note_head(stream, version, hash, tenant);
+    }
+
+    /// The server process running this transaction, once it has appended (fault tests).
+    pub fn backend_pid(&self) -> Option<i32> {
+        self.staged.first().map(|s| s.backend_pid)
+    }
+}
+
+/// How many commits that lost their connection were settled each way (operators and tests).
+#[derive(Debug, Default)]
+pub struct SettleCounts {
+    pub stored: AtomicU64,
+    pub not_stored: AtomicU64,
 }
 
 fn head_from_row(row: &Row) -> Result<Option<Head>, String> {
@@ -394,10 +682,10 @@ fn unavailable(e: impl std::error::Error) -> AppendError {
 
 /// A written but uncommitted append.
 #[derive(Debug)]
-pub struct Staged {
-    pub tx_id: u64,
-    pub events: Vec<Appended>,
-    pub backend_pid: i32,
+struct Staged {
+    tx_id: u64,
+    events: Vec<Appended>,
+    backend_pid: i32,
     event_ids: Vec<Uuid>,
     heads: HashMap<StreamId, Head>,
 }
@@ -407,16 +695,8 @@ impl Staged {
     /// serialisation failure) is determinate; a lost connection, or a server error that ends the
     /// session (FATAL, operator intervention, connection exception), is not: the commit may
     /// have been recorded before the session ended.
-    pub fn commit_error(&self, e: &tokio_postgres::Error) -> AppendError {
-        let session_ended = e.as_db_error().is_none_or(|db| {
-            let code = db.code().code();
-            matches!(
-                db.parsed_severity(),
-                Some(tokio_postgres::error::Severity::Fatal | tokio_postgres::error::Severity::Panic)
-            ) || code.starts_with("57")
-                || code.starts_with("08")
-        });
-        if !session_ended {
+    fn commit_error(&self, e: &tokio_postgres::Error) -> AppendError {
+        if !session_ended(e) {
             unavailable(e)
         } else {
             AppendError::Indeterminate {
@@ -426,6 +706,25 @@ impl Staged {
             }
         }
     }
+}
+
+/// An append failure after which the connection may be dead: kept out of the pool. A conflict or
+/// a refused input leaves it healthy, and reconnecting is far dearer than reusing it.
+fn connection_suspect(e: &AppendError) -> bool {
+    matches!(e, AppendError::Unavailable(_) | AppendError::Indeterminate { .. })
+}
+
+/// A lost connection, or a server error that ends the session (FATAL, operator intervention,
+/// connection exception): what the statement did may have been committed before it ended.
+fn session_ended(e: &tokio_postgres::Error) -> bool {
+    e.as_db_error().is_none_or(|db| {
+        let code = db.code().code();
+        matches!(
+            db.parsed_severity(),
+            Some(tokio_postgres::error::Severity::Fatal | tokio_postgres::error::Severity::Panic)
+        ) || code.starts_with("57")
+            || code.starts_with("08")
+    })
 }
 
 /// One event's INSERT parameters, owned so the statement can borrow them.
@@ -586,41 +885,42 @@ impl PgStore {
 }
 
 impl EventStore for PgStore {
+    /// One INSERT in its own transaction: the round trip of a bare insert's INSERT, with no
+    /// BEGIN or COMMIT. A reply lost with the connection is settled by event id.
     async fn append(&self, request: AppendRequest) -> Result<AppendOutcome, AppendError> {
         request.validate()?;
         let attempt = async {
-            let mut client = self.pool.get().await.map_err(unavailable)?;
-            let tx = client
-                .build_transaction()
-                .isolation_level(IsolationLevel::ReadCommitted)
-                .start()
-                .await
-                .map_err(unavailable)?;
-            let staged = self.append_within(&tx, &request).await?;
-            if let Err(e) = tx.commit().await {
+            let client = self.pool.get().await.map_err(unavailable)?;
+            let result = self.alone(&client, &request, self.stage(&client, &request)).await;
+            if result.as_ref().is_err_and(connection_suspect) {
                 discard(client);
-                return Err(staged.commit_error(&e));
             }
-            Ok::<_, AppendError>(staged)
+            result
         };
-        match attempt.await {
+        let e = match attempt.await {
             Ok(staged) => {
                 self.committed(&staged);
-                Ok(AppendOutcome { tx_id: staged.tx_id, events: staged.events, replayed: false })
+                return Ok(AppendOutcome { tx_id: staged.tx_id, events: staged.events, replayed: false });
             }
-            Err(e) => {
-                self.forget(&request);
-                match e {
-                    // A conflict or a taken event id may be this very append, already stored.
-                    AppendError::Conflict { .. } | AppendError::DuplicateEventId { .. } => {
-                        match self.replay_of(&request).await? {
-                            Some(outcome) => Ok(outcome),
-                            None => Err(self.with_actual_version(e).await),
-                        }
-                    }
-                    other => Err(other),
+            Err(e) => e,
+        };
+        self.forget(&request);
+        match e {
+            // A conflict or a taken event id may be this very append, already stored.
+            AppendError::Conflict { .. } | AppendError::DuplicateEventId { .. } => {
+                match self.replay_of(&request).await? {
+                    Some(outcome) => Ok(outcome),
+                    None => Err(self.with_actual_version(e).await),
                 }
             }
+            lost @ AppendError::Indeterminate { .. } => {
+                self.settle_lost(lost).await?;
+                let stored = self.replay_of(&request).await?;
+                stored.map(|o| AppendOutcome { replayed: false, ..o }).ok_or_else(|| {
+                    AppendError::Unavailable("an append settled as stored could not be read back".into())
+                })
+            }
+            other => Err(other),
         }
     }
 
@@ -665,6 +965,9 @@ impl EventStore for PgStore {
 /// Maps the INSERT's unique violations to typed errors by constraint name: the stream key means
 /// a concurrent writer took the version first; the event id key means the id is already stored.
 fn insert_error(e: &tokio_postgres::Error, request: &AppendRequest) -> AppendError {
+    if session_ended(e) {
+        return AppendError::Indeterminate { reason: chain(e), backend_pid: None, event_ids: request.event_ids() };
+    }
     let Some(db) = e.as_db_error() else { return unavailable(e) };
     if *db.code() == SqlState::T_R_DEADLOCK_DETECTED {
         let s = &request.streams[0];

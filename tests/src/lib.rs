@@ -109,3 +109,42 @@ impl Drop for TestDb {
         .join();
     }
 }
+
+/// An append held uncommitted in a transaction of its own until [`HeldAppend::commit`]: for
+/// tests of readers that must wait behind an older open transaction, and of faults at commit.
+#[derive(Debug)]
+pub struct HeldAppend {
+    /// Where the append landed, not yet committed.
+    pub outcome: ledger::AppendOutcome,
+    /// The server process running the transaction.
+    pub backend_pid: i32,
+    go: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<ledger::postgres::Done<()>, ledger::AppendError>>,
+}
+
+impl HeldAppend {
+    /// Appends `request` through [`PgStore::transaction`] and holds the transaction open.
+    pub async fn start(store: &PgStore, request: ledger::AppendRequest) -> Self {
+        let (staged_tx, staged_rx) = tokio::sync::oneshot::channel();
+        let (go, go_rx) = tokio::sync::oneshot::channel::<()>();
+        let store = store.clone();
+        let task = tokio::spawn(async move {
+            store
+                .transaction(tokio_postgres::IsolationLevel::ReadCommitted, async move |tx| {
+                    let outcome = tx.append(&request).await?;
+                    let _ = staged_tx.send((outcome, tx.backend_pid().unwrap_or(0)));
+                    let _ = go_rx.await;
+                    Ok(())
+                })
+                .await
+        });
+        let (outcome, backend_pid) = staged_rx.await.expect("the held append failed before it staged");
+        Self { outcome, backend_pid, go, task }
+    }
+
+    /// Lets the transaction commit and returns what the ledger made of the commit.
+    pub async fn commit(self) -> Result<ledger::postgres::Done<()>, ledger::AppendError> {
+        let _ = self.go.send(());
+        self.task.await.expect("the held append's task panicked")
+    }
+}

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use authorizer::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
-use authorizer::pg::{Consumed, PgGrants};
+use authorizer::pg::{Consumed, PgGrants, UseOf};
 use ledger::catalogue::{ActionView, AuthorizationKind, Event, SiteScope, TaskGrantCreated, ToolCallAuthorized};
 use ledger::{EventStore, Metadata, TenantId};
 use rand::Rng;
@@ -55,6 +55,10 @@ fn use_event(grant_id: Uuid, chars: u32, ordinal: u32) -> Event {
     })
 }
 
+fn use_of(grant_id: Uuid, typed_chars: u32, now: OffsetDateTime, read_used: Option<u32>) -> UseOf<'static> {
+    UseOf { grant_id, typed_chars, now, session: None, read_used }
+}
+
 /// What a round of racing requests left behind.
 #[derive(Debug, Default)]
 struct Round {
@@ -65,12 +69,19 @@ struct Round {
 
 async fn race(grants: &PgGrants, grant_id: Uuid, requests: usize, max_chars: u32, now: OffsetDateTime) -> Round {
     let tasks: Vec<_> = (0..requests)
-        .map(|_| {
+        .map(|i| {
             let grants = grants.clone();
             let chars = rand::rng().random_range(0..=max_chars);
             tokio::spawn(async move {
+                // Half read the row first, as a decision does, and try the one-statement use
+                // at what they read; the other half queue on the row lock.
+                let read_used = if i % 2 == 0 {
+                    grants.usage(&tenant(), grant_id).await.ok().flatten().map(|(used, _, _)| used)
+                } else {
+                    None
+                };
                 let out = grants
-                    .consume(&tenant(), &Metadata::by("agent"), grant_id, chars, now, None, |o| {
+                    .consume(&tenant(), &Metadata::by("agent"), use_of(grant_id, chars, now, read_used), |o| {
                         use_event(grant_id, chars, o)
                     })
                     .await;
@@ -173,7 +184,7 @@ async fn an_expired_or_ended_grant_gives_no_use() {
     let grant_id = new_grant(&grants, "s1").await;
     let late = OffsetDateTime::now_utc() + Duration::minutes(31);
     let out = grants
-        .consume(&tenant(), &Metadata::by("agent"), grant_id, 1, late, None, |o| use_event(grant_id, 1, o))
+        .consume(&tenant(), &Metadata::by("agent"), use_of(grant_id, 1, late, Some(0)), |o| use_event(grant_id, 1, o))
         .await
         .unwrap();
     assert_eq!(out, Consumed::Refused);
@@ -184,7 +195,7 @@ async fn an_expired_or_ended_grant_gives_no_use() {
     grants.commit(&tenant(), &Metadata::by("owner"), std::slice::from_ref(&ended)).await.unwrap();
     let now = OffsetDateTime::now_utc();
     let out = grants
-        .consume(&tenant(), &Metadata::by("agent"), grant_id, 1, now, None, |o| use_event(grant_id, 1, o))
+        .consume(&tenant(), &Metadata::by("agent"), use_of(grant_id, 1, now, Some(0)), |o| use_event(grant_id, 1, o))
         .await
         .unwrap();
     assert_eq!(out, Consumed::Refused);
@@ -417,6 +428,16 @@ mod through_the_authority {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_use_whose_commit_dies_is_settled_before_dispatch() {
+    use_dies_at_commit(None).await;
+}
+
+/// The same for the one-statement use, whose statement is its own commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_statement_use_whose_commit_dies_is_settled_before_dispatch() {
+    use_dies_at_commit(Some(0)).await;
+}
+
+async fn use_dies_at_commit(read_used: Option<u32>) {
     let db = TestDb::new().await;
     let grants = PgGrants::new(db.store(4));
     let grant_id = new_grant(&grants, "s1").await;
@@ -435,9 +456,12 @@ async fn a_use_whose_commit_dies_is_settled_before_dispatch() {
         let grants = grants.clone();
         tokio::spawn(async move {
             grants
-                .consume(&tenant(), &Metadata::by("agent"), grant_id, 3, OffsetDateTime::now_utc(), None, |o| {
-                    use_event(grant_id, 3, o)
-                })
+                .consume(
+                    &tenant(),
+                    &Metadata::by("agent"),
+                    use_of(grant_id, 3, OffsetDateTime::now_utc(), read_used),
+                    |o| use_event(grant_id, 3, o),
+                )
                 .await
         })
     };

@@ -25,15 +25,14 @@ async fn read_from(store: &PgStore, from: Checkpoint) -> Vec<RecordedEvent> {
 async fn reader_never_skips_an_event_that_commits_after_a_later_one() {
     let db = TestDb::new().await;
     let store = db.store(4);
-    let pool = db.pool(2);
 
     // A takes the lower position and stays open.
-    let mut client_a = pool.get().await.unwrap();
-    let tx_a = client_a.transaction().await.unwrap();
-    let a = store
-        .append_within(&tx_a, &AppendRequest::single(tenant(), stream("a"), ExpectedVersion::NoStream, vec![event(1)]))
-        .await
-        .unwrap();
+    let held = tests::HeldAppend::start(
+        &store,
+        AppendRequest::single(tenant(), stream("a"), ExpectedVersion::NoStream, vec![event(1)]),
+    )
+    .await;
+    let a = held.outcome.clone();
     // B takes a higher position and commits first.
     let b = store
         .append(AppendRequest::single(tenant(), stream("b"), ExpectedVersion::NoStream, vec![event(2)]))
@@ -46,8 +45,7 @@ async fn reader_never_skips_an_event_that_commits_after_a_later_one() {
     assert!(early.is_empty(), "B delivered while A, older, was still open: {early:?}");
     let checkpoint = early.last().map_or(Checkpoint::START, RecordedEvent::checkpoint);
 
-    tx_a.commit().await.unwrap();
-    store.committed(&a);
+    held.commit().await.unwrap();
     let late = read_until(&store, checkpoint, |r| r.len() >= 2).await;
     let ids: Vec<_> = late.iter().map(|e| e.event_id).collect();
     assert_eq!(ids, [a.events[0].event_id, b.events[0].event_id], "A then B, each once");
@@ -219,19 +217,15 @@ async fn connection_killed_at_commit_is_indeterminate_and_settles_by_event_id() 
     let db = TestDb::new().await;
     let store = db.store(4);
     let killer = db.client().await;
-    let pool = db.pool(1);
-    let mut client = pool.get().await.unwrap();
-    let tx = client.transaction().await.unwrap();
     let request = AppendRequest::single(tenant(), stream("k"), ExpectedVersion::NoStream, vec![event(1)]);
-    let staged = store.append_within(&tx, &request).await.unwrap();
-    killer.execute("SELECT pg_terminate_backend($1)", &[&staged.backend_pid]).await.unwrap();
-    let err = staged.commit_error(&tx.commit().await.expect_err("the connection was killed"));
-    let AppendError::Indeterminate { backend_pid, event_ids, .. } = &err else {
-        panic!("expected indeterminate, got {err:?}")
-    };
-    assert!(!err.is_determinate());
-    let stored = store.settle(*backend_pid, event_ids, Duration::from_secs(10)).await.unwrap();
-    assert!(!stored, "a transaction whose backend died before COMMIT is not stored");
+    let held = tests::HeldAppend::start(&store, request.clone()).await;
+    killer.execute("SELECT pg_terminate_backend($1)", &[&held.backend_pid]).await.unwrap();
+    // The ledger settles the lost commit itself: its server process ended before COMMIT, so
+    // nothing is stored, and it says so as a determinate failure.
+    let err = held.commit().await.expect_err("the connection was killed");
+    assert!(err.is_determinate(), "{err:?}");
+    assert!(err.to_string().contains("not stored"), "{err}");
+    assert_eq!(store.settled().not_stored.load(std::sync::atomic::Ordering::Relaxed), 1);
     assert!(store.find_event(request.streams[0].events[0].event_id).await.unwrap().is_none());
 
     // Retrying with the same event ids is safe: it writes once, and a second retry replays.
@@ -239,6 +233,54 @@ async fn connection_killed_at_commit_is_indeterminate_and_settles_by_event_id() 
     let second = store.append(request).await.unwrap();
     assert!(!first.replayed && second.replayed);
     assert_eq!(first.events, second.events);
+}
+
+/// The one-statement append's reply lost with its connection: the ledger waits for the server
+/// process to end, looks the event up, and answers determinately.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_statement_append_whose_server_process_dies_is_settled() {
+    let db = TestDb::new().await;
+    let store = db.store(1);
+    let killer = db.client().await;
+    // The statement waits on a lock the test holds, and its server process is ended while it
+    // waits: the reply is lost and nothing was written.
+    // One append first, so the insert is prepared on the store's one connection and the wait
+    // below is the statement's, not its preparation's.
+    store
+        .append(AppendRequest::single(tenant(), stream("warm"), ExpectedVersion::NoStream, vec![event(0)]))
+        .await
+        .unwrap();
+    let mut locker = db.client().await;
+    let tx = locker.transaction().await.unwrap();
+    tx.batch_execute("LOCK TABLE events IN SHARE MODE").await.unwrap();
+    let request = AppendRequest::single(tenant(), stream("lost"), ExpectedVersion::NoStream, vec![event(1)]);
+    let appending = tokio::spawn({
+        let store = store.clone();
+        let request = request.clone();
+        async move { store.append(request).await }
+    });
+    let pid: i32 = loop {
+        let row = killer
+            .query_opt(
+                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database() \
+                 AND query LIKE 'INSERT INTO events%'",
+                &[],
+            )
+            .await
+            .unwrap();
+        if let Some(row) = row {
+            break row.get(0);
+        }
+        tokio::task::yield_now().await;
+    };
+    killer.execute("SELECT pg_terminate_backend($1)", &[&pid]).await.unwrap();
+    let err = appending.await.unwrap().expect_err("the insert's server process was ended before it wrote");
+    assert!(err.is_determinate(), "settled: {err:?}");
+    assert_eq!(store.settled().not_stored.load(std::sync::atomic::Ordering::Relaxed), 1);
+    tx.rollback().await.unwrap();
+    assert!(store.find_event(request.streams[0].events[0].event_id).await.unwrap().is_none());
+    let again = store.append(request).await.unwrap();
+    assert!(!again.replayed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -258,26 +258,20 @@ async fn one_worker_leads_and_a_standby_takes_over_when_it_dies() {
 async fn a_worker_lags_behind_an_open_transaction_and_never_skips() {
     let db = TestDb::new().await;
     let store: PgStore = db.store(4);
-    let pool = db.pool(2);
     let w = Worker::new(Projection::AuditLog, db.config.clone(), store.clone());
     let mut client = w.connect().await.unwrap();
     // A holds an older transaction id open; B commits after it.
-    let mut held = pool.get().await.unwrap();
-    let tx_a = held.transaction().await.unwrap();
-    let a = store
-        .append_within(
-            &tx_a,
-            &AppendRequest::single(tenant(), stream("session"), ExpectedVersion::NoStream, vec![started("a")]),
-        )
-        .await
-        .unwrap();
+    let a = tests::HeldAppend::start(
+        &store,
+        AppendRequest::single(tenant(), stream("session"), ExpectedVersion::NoStream, vec![started("a")]),
+    )
+    .await;
     store
         .append(AppendRequest::single(tenant(), stream("session"), ExpectedVersion::NoStream, vec![started("b")]))
         .await
         .unwrap();
     assert_eq!(w.step(&mut client).await.unwrap(), 0, "B waits behind the older open A");
-    tx_a.commit().await.unwrap();
-    store.committed(&a);
+    a.commit().await.unwrap();
     catch_up(&w, &mut client, 2).await;
     let rows =
         client.query("SELECT global_position FROM audit_log ORDER BY audit_log.global_position", &[]).await.unwrap();
