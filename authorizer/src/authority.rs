@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 
-use ledger::catalogue::{ActionView, AuthorizationKind, Event, SiteScope, ToolCallAuthorized};
+use grant_domain::catalogue::{ActionView, AuthorizationKind, Event, SiteScope, ToolCallAuthorized};
 use ledger::{AppendRequest, Checkpoint, EventStore, ExpectedVersion, MemoryStore, Metadata, StreamId, TenantId};
 use time::OffsetDateTime;
 use tokio::sync::Mutex;

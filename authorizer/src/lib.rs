@@ -1,17 +1,14 @@
-//! The authority over browser actions: approvals, task grants and their every rule (the pure
-//! domain), the policy engine, scope configuration, and the atomic use of a grant.
+//! The authority over browser actions: the pure domain (`grant-domain`) served over gRPC, each
+//! request's state read from PostgreSQL's inline tables, and the atomic use of a grant.
 //!
-//! The domain is synchronous and pure: time and ids come in with each command; no IO, no clock,
-//! no prost types. Storage adapters sit at the edge (`pg`).
+//! The domain's modules are re-exported under their old paths (`authorizer::domain` is
+//! `grant_domain::model`); storage and transport sit here, at the edge.
 
 pub mod auth;
 pub mod authority;
-pub mod constraint;
-pub mod domain;
-pub mod limits;
 pub mod pg;
-pub mod policy;
-pub mod scopes;
 pub mod service;
 pub mod state;
-pub mod view;
+
+pub use grant_domain::model as domain;
+pub use grant_domain::{catalogue, constraint, limits, policy, scopes, view};

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use deadpool_postgres::Transaction;
-use ledger::catalogue::{AuthorizationKind, EndReason, Event, SiteScope, TaskGrantCreated, ToolCallAuthorized};
+use grant_domain::catalogue::{AuthorizationKind, EndReason, Event, SiteScope, TaskGrantCreated, ToolCallAuthorized};
 use ledger::postgres::{Guard, SettleCounts, Tx};
 use ledger::{AppendError, AppendOutcome, AppendRequest, ExpectedVersion, Metadata, PgStore, TenantId};
 use time::OffsetDateTime;

@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use classifier::{Action, ElementFacts, FieldKind, PageFacts, SelectOption};
-use ledger::catalogue::{
+use grant_domain::catalogue::{
     ActionView, Author, Event, Offer, Resolution, SessionCreated, SessionMessageRecorded, SessionToolCalled,
     SignInPhase, SiteScope, Surface, TokenBinding,
 };
@@ -269,8 +269,8 @@ fn approval(a: &Approval) -> pb::Approval {
     let status = match a.state {
         ApprovalState::Pending => "PENDING",
         ApprovalState::Resolved(res) => match res.status() {
-            ledger::catalogue::ApprovalStatus::Approved => "APPROVED",
-            ledger::catalogue::ApprovalStatus::Denied => "DENIED",
+            grant_domain::catalogue::ApprovalStatus::Approved => "APPROVED",
+            grant_domain::catalogue::ApprovalStatus::Denied => "DENIED",
         },
         ApprovalState::Expired => "EXPIRED",
     };
@@ -650,9 +650,12 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         for e in &events {
             match e {
                 Event::ApprovalResolved(x) => {
-                    reply.status =
-                        if x.status == ledger::catalogue::ApprovalStatus::Approved { "APPROVED" } else { "DENIED" }
-                            .into();
+                    reply.status = if x.status == grant_domain::catalogue::ApprovalStatus::Approved {
+                        "APPROVED"
+                    } else {
+                        "DENIED"
+                    }
+                    .into();
                     reply.grant_id = x.grant_id.map(|g| g.to_string()).unwrap_or_default();
                 }
                 Event::ApprovalTokenIssued(_) => reply.approval_token.clone_from(&token),

@@ -7,7 +7,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 
-use ledger::catalogue::{Event, StandingGrantPinned};
+use grant_domain::catalogue::{Event, StandingGrantPinned};
 use ledger::{AppendRequest, ExpectedVersion, MAX_EVENTS_PER_APPEND, Metadata, StreamAppend, StreamId, TenantId};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;

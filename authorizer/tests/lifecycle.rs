@@ -11,7 +11,7 @@ use authorizer::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
 use authorizer::policy::Policy;
 use authorizer::scopes::{TaskGrantSettings, parse_scopes};
 use classifier::{Action, ElementFacts, FieldKind, PageFacts};
-use ledger::catalogue::{
+use grant_domain::catalogue::{
     ActionView, ApprovalStatus, Author, AuthorizationKind, EndReason, Event, Resolution, SessionCreated,
     SessionMessageRecorded, SignInPhase, SiteScope, Surface, TaskGrantCreated,
 };
@@ -428,7 +428,7 @@ fn a_sign_in_on_the_bound_profile_ends_the_grant() {
     // If the end were missed, the pinned generation still refuses.
     let mut stale = given();
     let grant = allow_for_task(&mut stale, t0());
-    stale.apply(&Event::ProfileGenerationAdvanced(ledger::catalogue::ProfileGenerationAdvanced {
+    stale.apply(&Event::ProfileGenerationAdvanced(grant_domain::catalogue::ProfileGenerationAdvanced {
         profile_id: "profile-1".into(),
         generation: 1,
         phase: SignInPhase::Began,
@@ -574,7 +574,7 @@ fn every_end_reason_is_reached_once_per_grant() {
 #[test]
 fn the_standing_grant_covers_routine_on_its_profile_first() {
     let mut world = given();
-    world.apply(&Event::StandingGrantPinned(ledger::catalogue::StandingGrantPinned {
+    world.apply(&Event::StandingGrantPinned(grant_domain::catalogue::StandingGrantPinned {
         grant_id: "standing-1".into(),
         profile_id: "profile-1".into(),
         expires_at: t0() + Duration::days(30),
@@ -591,7 +591,7 @@ fn the_standing_grant_covers_routine_on_its_profile_first() {
 
 #[test]
 fn approval_tokens_are_single_use_and_bound_to_run_snapshot_and_node() {
-    use ledger::catalogue::TokenBinding;
+    use grant_domain::catalogue::TokenBinding;
     let mut world = given();
     let mut req = tile("Buy gems");
     req.snapshot = Some(("snap_0123456789ab".into(), "n42".into()));

@@ -212,7 +212,8 @@ impl AppendRequest {
         Ok(())
     }
 
-    pub(crate) fn event_ids(&self) -> Vec<Uuid> {
+    /// Every event id of the request, in request order.
+    pub fn event_ids(&self) -> Vec<Uuid> {
         self.streams.iter().flat_map(|s| s.events.iter().map(|e| e.event_id)).collect()
     }
 }

@@ -1,21 +1,20 @@
-//! The append-only event ledger: the envelope every event travels in, the typed and versioned
-//! event catalogue, the per-stream hash chain, and the `EventStore` trait with its PostgreSQL
-//! and in-memory adapters.
+//! The append-only event ledger: the envelope every event travels in, the per-stream hash
+//! chain, and the `EventStore` trait with its PostgreSQL (feature `postgres`, on by default) and
+//! in-memory adapters. The typed event catalogue lives with the domain (`grant-domain`).
 //!
 //! This crate depends on no other crate of the workspace. It knows nothing of grants, the
 //! classifier, gRPC or WebDriver beyond the shape of the events it stores.
 
-pub mod catalogue;
 #[cfg(feature = "contract")]
 pub mod contract;
 mod envelope;
 mod error;
 pub mod hash;
 mod memory;
+#[cfg(feature = "postgres")]
 pub mod postgres;
 mod store;
 
-pub use catalogue::{DecodeError, Event};
 pub use envelope::{
     AppendOutcome, AppendRequest, Appended, Checkpoint, ExpectedVersion, MAX_EVENTS_PER_APPEND, Metadata, NewEvent,
     RecordedEvent, StreamAppend, StreamId, TenantId,
@@ -23,5 +22,6 @@ pub use envelope::{
 pub use error::{AppendError, InvalidInput, ReadError};
 pub use hash::{ChainError, verify_stream};
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
 pub use postgres::PgStore;
 pub use store::{EventStore, READ_PAGE};

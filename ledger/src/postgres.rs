@@ -151,6 +151,9 @@ impl Drop for TaskGuard {
     }
 }
 
+/// One event of an append as chained: its id, stream, version and hash.
+type Planned = (Uuid, StreamId, u64, [u8; 32]);
+
 /// A stream's newest event as this store last saw it.
 #[derive(Debug, Clone)]
 struct Head {
@@ -383,7 +386,7 @@ impl PgStore {
     fn chain(
         request: &AppendRequest,
         mut heads: HashMap<StreamId, Option<Head>>,
-    ) -> Result<(InsertColumns, Vec<(Uuid, StreamId, u64, [u8; 32])>), AppendError> {
+    ) -> Result<(InsertColumns, Vec<Planned>), AppendError> {
         let recorded_at = truncate_to_micros(OffsetDateTime::now_utc());
         let mut cols = InsertColumns::default();
         let mut order = Vec::new();

@@ -269,7 +269,7 @@ async fn authority_verify_once(config: &tokio_postgres::Config) -> Result<(bool,
     let mut folded: std::collections::BTreeMap<String, World> = std::collections::BTreeMap::new();
     each_page(&store, |page| {
         for e in page {
-            let event = ledger::catalogue::Event::from_recorded(e)?;
+            let event = grant_domain::catalogue::Event::from_recorded(e)?;
             folded.entry(e.tenant_id.to_string()).or_default().apply(&event);
         }
         Ok(())

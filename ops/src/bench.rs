@@ -553,7 +553,7 @@ pub mod rebuild {
 
     use anyhow::Result;
     use futures_util::StreamExt;
-    use ledger::catalogue::{
+    use grant_domain::catalogue::{
         ActionView, AuthorizationKind, EndReason, Event, SiteScope, TaskGrantCreated, TaskGrantEnded,
         ToolCallAuthorized,
     };

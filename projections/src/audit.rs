@@ -1,8 +1,9 @@
 //! The audit log: one row per event, tenant-scoped. What an auditor reads: who, what, when, and
 //! under which authorization, with what was clicked or typed taken from the view the event holds.
 
-use ledger::catalogue::{ActionView, ApprovalStatus, Author, AuthorizationKind, Event, Resolution, SignInPhase};
-use ledger::{DecodeError, RecordedEvent};
+use grant_domain::catalogue::DecodeError;
+use grant_domain::catalogue::{ActionView, ApprovalStatus, Author, AuthorizationKind, Event, Resolution, SignInPhase};
+use ledger::RecordedEvent;
 use time::OffsetDateTime;
 use uuid::Uuid;
 

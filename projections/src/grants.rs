@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use ledger::catalogue::{AuthorizationKind, Event};
-use ledger::{DecodeError, RecordedEvent};
+use grant_domain::catalogue::DecodeError;
+use grant_domain::catalogue::{AuthorizationKind, Event};
+use ledger::RecordedEvent;
 use time::OffsetDateTime;
 use uuid::Uuid;
 

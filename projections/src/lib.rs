@@ -13,7 +13,8 @@ pub mod rebuild;
 pub mod verify;
 pub mod worker;
 
-use ledger::{DecodeError, RecordedEvent};
+use grant_domain::catalogue::DecodeError;
+use ledger::RecordedEvent;
 use time::OffsetDateTime;
 use tokio_postgres::{GenericClient, Transaction};
 

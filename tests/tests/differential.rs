@@ -8,10 +8,10 @@ use authorizer::pg::PgGrants;
 use authorizer::policy::Policy;
 use authorizer::scopes::{TaskGrantSettings, parse_scopes};
 use classifier::{Action, ElementFacts, FieldKind, PageFacts};
-use ledger::TenantId;
-use ledger::catalogue::{
+use grant_domain::catalogue::{
     ActionView, Author, Event, Resolution, SessionCreated, SessionMessageRecorded, SignInPhase, Surface,
 };
+use ledger::TenantId;
 use proptest::prelude::*;
 use tests::TestDb;
 use time::{Duration, OffsetDateTime};

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use authorizer::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
 use authorizer::pg::{Consumed, PgGrants, UseOf};
-use ledger::catalogue::{ActionView, AuthorizationKind, Event, SiteScope, TaskGrantCreated, ToolCallAuthorized};
+use grant_domain::catalogue::{ActionView, AuthorizationKind, Event, SiteScope, TaskGrantCreated, ToolCallAuthorized};
 use ledger::{EventStore, Metadata, TenantId};
 use rand::Rng;
 use tests::TestDb;
@@ -188,9 +188,9 @@ async fn an_expired_or_ended_grant_gives_no_use() {
         .await
         .unwrap();
     assert_eq!(out, Consumed::Refused);
-    let ended = Event::TaskGrantEnded(ledger::catalogue::TaskGrantEnded {
+    let ended = Event::TaskGrantEnded(grant_domain::catalogue::TaskGrantEnded {
         grant_id,
-        reason: ledger::catalogue::EndReason::Revoked,
+        reason: grant_domain::catalogue::EndReason::Revoked,
     });
     grants.commit(&tenant(), &Metadata::by("owner"), std::slice::from_ref(&ended)).await.unwrap();
     let now = OffsetDateTime::now_utc();
@@ -269,7 +269,7 @@ async fn killed_connections_lose_nothing_and_exceed_no_cap() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approve_for_task_is_stored_as_approved() {
-    use ledger::catalogue::{ApprovalResolved, ApprovalStatus, Resolution};
+    use grant_domain::catalogue::{ApprovalResolved, ApprovalStatus, Resolution};
     let db = TestDb::new().await;
     let grants = PgGrants::new(db.store(2));
     let approval_id = Uuid::new_v4();
@@ -305,7 +305,7 @@ mod through_the_authority {
     use authorizer::policy::Policy;
     use authorizer::scopes::{TaskGrantSettings, parse_scopes};
     use classifier::{Action, ElementFacts, PageFacts};
-    use ledger::catalogue::{Author, EndReason, Resolution, SessionCreated, SessionMessageRecorded, Surface};
+    use grant_domain::catalogue::{Author, EndReason, Resolution, SessionCreated, SessionMessageRecorded, Surface};
 
     fn request(session: &str, text: &str) -> AuthorizeRequest {
         AuthorizeRequest {
@@ -499,7 +499,7 @@ async fn a_token_redeemed_by_many_at_once_is_redeemed_once() {
     use authorizer::domain::{AuthorizeRequest, Command, Decision, RunContext, Versions};
     use authorizer::policy::Policy;
     use classifier::{Action, ElementFacts, PageFacts};
-    use ledger::catalogue::{Resolution, SessionCreated, Surface, TokenBinding};
+    use grant_domain::catalogue::{Resolution, SessionCreated, Surface, TokenBinding};
 
     let db = TestDb::new().await;
     let authority = Arc::new(Authority::new(PgGrants::new(db.store(16)), Policy::empty(), tenant()));

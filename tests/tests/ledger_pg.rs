@@ -16,6 +16,13 @@ async fn postgres_store_passes_the_contract() {
     ledger::contract::run_all(&db.store(8)).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_events_round_trip_through_both_stores() {
+    let db = TestDb::new().await;
+    tests::typed_events_round_trip(&db.store(2)).await;
+    tests::typed_events_round_trip(&ledger::MemoryStore::new()).await;
+}
+
 /// Reads everything after `from` in one call.
 async fn read_from(store: &PgStore, from: Checkpoint) -> Vec<RecordedEvent> {
     store.read_all(from, 100_000).await.expect("read_all")

@@ -9,7 +9,7 @@ use authorizer::pg::PgGrants;
 use authorizer::policy::Policy;
 use authorizer::scopes::{TaskGrantSettings, parse_scopes};
 use classifier::{Action, ElementFacts, PageFacts};
-use ledger::catalogue::{ActionView, Author, Resolution, SessionCreated, SessionMessageRecorded, Surface};
+use grant_domain::catalogue::{ActionView, Author, Resolution, SessionCreated, SessionMessageRecorded, Surface};
 use ledger::contract::{stream, tenant};
 use ledger::{AppendRequest, EventStore, ExpectedVersion, PgStore, TenantId};
 use projections::worker::Worker;
@@ -97,7 +97,7 @@ fn started(session: &str) -> ledger::NewEvent {
         schedule_id: None,
         surface: Surface::Interactive,
     };
-    ledger::catalogue::Event::SessionCreated(created).to_new(Uuid::new_v4(), ledger::Metadata::by("owner"))
+    grant_domain::catalogue::Event::SessionCreated(created).to_new(Uuid::new_v4(), ledger::Metadata::by("owner"))
 }
 
 async fn authority(db: &TestDb) -> Authority<PgGrants> {

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use authorizer::auth::{Credentials, Role, new_token};
-use ledger::catalogue::Event;
+use grant_domain::catalogue::Event;
 use ops::serve::{DeploymentSettings, apply_settings};
 use proto::v1 as pb;
 use proto::v1::authorize_reply::Decision;
@@ -536,7 +536,7 @@ async fn two_tenants_with_the_same_ids_never_see_each_other() {
 async fn the_same_grant_id_in_two_tenants_is_two_grants() {
     use authorizer::authority::Authority;
     use authorizer::domain::{Command, Versions};
-    use ledger::catalogue::{Author, Resolution, SessionCreated, SessionMessageRecorded, Surface};
+    use grant_domain::catalogue::{Author, Resolution, SessionCreated, SessionMessageRecorded, Surface};
     let db = TestDb::new().await;
     let base = Authority::new(
         authorizer::pg::PgGrants::new(db.store(4)),
@@ -601,7 +601,7 @@ fn differential_request(tenant: &str) -> authorizer::domain::AuthorizeRequest {
         element: classifier::ElementFacts { role: "button".into(), name: Some("el gato".into()), ..Default::default() },
         page: classifier::PageFacts { url: "https://www.lesson.test/lesson/unit-1".into() },
         action: classifier::Action::Click,
-        view: ledger::catalogue::ActionView {
+        view: grant_domain::catalogue::ActionView {
             action_kind: "click".into(),
             describable: true,
             action_summary: "Click a button".into(),
@@ -622,7 +622,7 @@ async fn in_process_pair(
 ) {
     use authorizer::authority::Authority;
     use authorizer::domain::{Command, Decision as Decided, Versions};
-    use ledger::catalogue::{Author, Resolution, SessionCreated, SessionMessageRecorded, Surface};
+    use grant_domain::catalogue::{Author, Resolution, SessionCreated, SessionMessageRecorded, Surface};
     let tenant = ledger::TenantId::new(TENANT).unwrap();
     let policy = authorizer::policy::Policy::empty;
     let a = Authority::new(authorizer::pg::PgGrants::new(db.store(4)), policy(), tenant.clone());
@@ -662,7 +662,7 @@ async fn in_process_pair(
 }
 
 fn not_the_owner() -> authorizer::domain::Command {
-    use ledger::catalogue::{Author, SessionMessageRecorded};
+    use grant_domain::catalogue::{Author, SessionMessageRecorded};
     let said = SessionMessageRecorded { session_id: "s1".into(), message_id: "m2".into(), author: Author::Other };
     authorizer::domain::Command::RecordMessage(said)
 }
@@ -756,7 +756,7 @@ async fn a_message_recorded_during_a_use_waits_for_it() {
     assert!(matches!(decision, Decided::Allow { use_ordinal: Some(2), .. }), "{decision:?}");
     speaking.await.unwrap().unwrap();
     assert_eq!(actions_used(&db, grant_id).await, 2);
-    let ledger::catalogue::Event::ToolCallAuthorized(used) = &events[0] else { panic!("{events:?}") };
+    let grant_domain::catalogue::Event::ToolCallAuthorized(used) = &events[0] else { panic!("{events:?}") };
     let order: Vec<String> = watcher
         .query(
             "SELECT event_type FROM events WHERE event_type IN ('tool.call.authorized', 'session.message_recorded') \

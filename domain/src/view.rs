@@ -4,8 +4,8 @@
 //! website; the summary holds only server-authored words and trusted values. The view never
 //! holds an element reference, page revision, query string, fragment, cookie or credential.
 
+use crate::catalogue::{ActionView, SiteScope};
 use classifier::{Action, ElementFacts, FieldKind, PageFacts};
-use ledger::catalogue::{ActionView, SiteScope};
 use sha2::{Digest, Sha256};
 
 /// Shown text is cut here and published with the digest of the whole.

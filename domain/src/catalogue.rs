@@ -7,7 +7,7 @@ use serde_json::Value;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::envelope::{Metadata, NewEvent, RecordedEvent};
+use ledger::{Metadata, NewEvent, RecordedEvent};
 
 /// How a session came to exist; only `interactive` sessions can use a task grant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

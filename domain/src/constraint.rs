@@ -5,7 +5,7 @@ use time::OffsetDateTime;
 
 pub use classifier::constraint::{DispatchConstraint, GrantKind, InvalidConstraint};
 
-use crate::domain::Grant;
+use crate::model::Grant;
 
 /// The constraint for a use of a task grant.
 pub fn for_task_grant(grant: &Grant) -> DispatchConstraint {

@@ -4,16 +4,16 @@
 
 use std::collections::HashMap;
 
-use classifier::{Action, Consequence, ElementFacts, Named, PageFacts, TaskScope};
-use ledger::StreamId;
-use ledger::TenantId;
-use ledger::catalogue::{
+use crate::catalogue::{
     ActionView, ApprovalExpired, ApprovalRequested, ApprovalResolved, ApprovalStatus, ApprovalTokenIssued,
     ApprovalTokenRedeemed, Author, AuthorizationKind, DeploymentPolicyChanged, DeploymentScopesChanged, EndReason,
     Event, Offer, ProfileDeleted, ProfileGenerationAdvanced, ProfileRevoked, Resolution, SessionCreated,
     SessionDeleted, SessionMessageRecorded, SessionToolCalled, SignInPhase, SiteScope, StandingGrantPinned,
     StandingGrantUnpinned, Surface, TaskGrantCreated, TaskGrantEnded, TokenBinding, ToolCallAuthorized,
 };
+use classifier::{Action, Consequence, ElementFacts, Named, PageFacts, TaskScope};
+use ledger::StreamId;
+use ledger::TenantId;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use uuid::Uuid;

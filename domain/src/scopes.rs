@@ -1,6 +1,6 @@
 //! `BROWSER_TASK_GRANT_SCOPES`: the site scopes the owner configured, parsed once at start-up.
 
-use ledger::catalogue::SiteScope;
+use crate::catalogue::SiteScope;
 use url::{Host, Url};
 
 /// A refused scope entry: which entry, and which rule it breaks.
