@@ -98,6 +98,8 @@ pub enum Consumed {
 #[derive(Debug, Clone)]
 pub struct PgGrants {
     store: PgStore,
+    /// Uses made by the one-statement path (operators and tests: the fast path is taken).
+    one_statement_uses: Arc<std::sync::atomic::AtomicU64>,
     pause: Arc<PauseSlot>,
 }
 
@@ -118,7 +120,7 @@ pub struct Pause {
 
 impl PgGrants {
     pub fn new(store: PgStore) -> Self {
-        Self { store, pause: Arc::default() }
+        Self { store, one_statement_uses: Arc::default(), pause: Arc::default() }
     }
 
     /// Pauses the next use (once) at `pause`: how a test puts a change between a decision's
@@ -130,6 +132,11 @@ impl PgGrants {
 
     pub fn store(&self) -> &PgStore {
         &self.store
+    }
+
+    /// How many uses this process made in one statement.
+    pub fn one_statement_uses(&self) -> u64 {
+        self.one_statement_uses.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn settled(&self) -> &SettleCounts {
@@ -277,7 +284,7 @@ impl PgGrants {
             let event = use_event(ordinal);
             let request = AppendRequest::single(
                 tenant.clone(),
-                stream.clone(),
+                stream_of(tenant, &event)?,
                 ExpectedVersion::At(u64::from(ordinal)),
                 vec![event.to_new(Uuid::new_v4(), metadata.clone())],
             );
@@ -296,7 +303,10 @@ impl PgGrants {
             }
             let guard = Guard { sql: CONSUME_NEXT, then: named.map(|_| NAME_SNAPSHOT_APPENDED), params: &params };
             match self.store.append_guarded(&request, guard).await {
-                Ok(Some(outcome)) => return Ok(Consumed::Allowed { ordinal, outcome }),
+                Ok(Some(outcome)) => {
+                    self.one_statement_uses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(Consumed::Allowed { ordinal, outcome });
+                }
                 // The row or the stream moved since the read, or the use no longer fits.
                 Ok(None) | Err(AppendError::Conflict { .. }) => {}
                 Err(e) => return Err(e.into()),
@@ -544,11 +554,11 @@ impl Prefetched {
         // The active grant's stream head comes along, so its next use can be appended without
         // reading it (see `PgGrants::consume`).
         let sql = format!(
-            "{AUTHORIZE_READ}{}, gh.stream_version, gh.hash FROM (VALUES (1)) AS one(x) \
+            "{AUTHORIZE_READ}{}, gh.stream_version, gh.hash, gh.tenant_id FROM (VALUES (1)) AS one(x) \
              LEFT JOIN authority_sessions s ON s.tenant_id = $1 AND s.session_id = $2 \
              LEFT JOIN authority_settings d ON d.tenant_id = $1 AND d.version > 0 \
              LEFT JOIN active_task_grants g ON g.tenant_id = $1 AND g.session_id = $2 AND g.ended_at IS NULL \
-             LEFT JOIN LATERAL (SELECT e.stream_version, e.hash FROM events e \
+             LEFT JOIN LATERAL (SELECT e.stream_version, e.hash, e.tenant_id FROM events e \
                WHERE e.stream_id = 'grant-' || $1 || '.' || g.grant_id::text \
                ORDER BY e.stream_version DESC LIMIT 1) gh ON true \
              LEFT JOIN authority_profiles ps ON ps.tenant_id = $1 AND ps.version > 0 \
@@ -576,10 +586,11 @@ impl Prefetched {
         }
         if r.get::<_, Option<Uuid>>(10).is_some() {
             let grant = grant_at(&r, 10)?;
-            let head = (r.get::<_, Option<i64>>(26), r.get::<_, Option<Vec<u8>>>(27));
+            let head = (r.get::<_, Option<i64>>(26), r.get::<_, Option<Vec<u8>>>(27), r.get::<_, Option<&str>>(28));
             // A stream of [created, use 1..n] is at version n + 1; anything else is not noted.
-            if let (Some(v), Some(hash)) = head
+            if let (Some(v), Some(hash), Some(of)) = head
                 && let Ok(hash) = <[u8; 32]>::try_from(hash)
+                && of == tenant.as_str()
                 && from_version(v) == u64::from(grant.actions_used) + 1
             {
                 let stream = crate::domain::entity_stream(tenant, "grant", &grant.created.grant_id)?;

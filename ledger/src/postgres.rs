@@ -212,11 +212,19 @@ impl PgStore {
         self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(stream).cloned()
     }
 
-    /// A stream's head the caller read inside the transaction it is about to append in (its row
-    /// lock holding the stream still): the append then skips reading it again. A version nobody
-    /// expects is simply never used.
+    /// A stream's head the caller read from stored events (never one its own open transaction
+    /// wrote): a later append at that version then skips reading it. A note never moves a head
+    /// back, and a version nobody expects is simply never used; a stale one loses to the unique
+    /// key, and a guarded append checks the link it chains to.
     pub fn note_head(&self, stream: StreamId, version: u64, hash: [u8; 32], tenant: TenantId) {
-        self.remember(stream, Head { version, hash, tenant });
+        let mut heads = self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if heads.get(&stream).is_some_and(|h| h.version > version) {
+            return;
+        }
+        if heads.len() >= HEAD_CACHE_LIMIT {
+            heads.clear();
+        }
+        heads.insert(stream, Head { version, hash, tenant });
     }
 
     fn remember(&self, stream: StreamId, head: Head) {
@@ -296,7 +304,14 @@ impl PgStore {
             (value, staged, tx.commit().await)
         };
         if let Err(e) = commit {
-            let Some(first) = staged.first() else { return Err(unavailable(e).into()) };
+            let Some(first) = staged.first() else {
+                // Nothing in the ledger depends on it; the inline rows it wrote without events
+                // are placeholders a later command locks and fills.
+                if session_ended(&e) {
+                    discard(client);
+                }
+                return Err(unavailable(e).into());
+            };
             discard(client);
             // One transaction: its first append stored means every one of them is.
             self.settle_lost(first.commit_error(&e)).await?;
@@ -450,17 +465,21 @@ impl PgStore {
         if inserted.is_empty() {
             return Ok(None);
         }
+        // The insert ran (and, alone, committed): a failure to read its reply from here on
+        // leaves the outcome unknown, never "not written".
+        let unknown =
+            |reason: String| AppendError::Indeterminate { reason, backend_pid: None, event_ids: request.event_ids() };
         let (mut tx_id, mut backend_pid) = (0, 0);
         let mut by_id = HashMap::new();
         let mut new_heads = HashMap::new();
         let mut planned: HashMap<Uuid, (StreamId, u64, [u8; 32])> =
             order.into_iter().map(|(id, stream, version, hash)| (id, (stream, version, hash))).collect();
         for row in &inserted {
-            tx_id = parse_xid(row.get(1)).map_err(unavailable)?;
+            tx_id = parse_xid(row.get(1)).map_err(|e| unknown(format!("the insert's transaction id: {e}")))?;
             backend_pid = row.get(2);
             let event_id: Uuid = row.get(3);
             let Some((stream_id, version, hash)) = planned.remove(&event_id) else {
-                return Err(AppendError::Unavailable(format!("the insert returned event {event_id}, not asked for")));
+                return Err(unknown(format!("the insert returned event {event_id}, not asked for")));
             };
             let head = Head { version, hash, tenant: request.tenant_id.clone() };
             match new_heads.get(&stream_id) {
@@ -477,7 +496,7 @@ impl PgStore {
         let event_ids = request.event_ids();
         let events: Vec<Appended> = event_ids.iter().filter_map(|id| by_id.remove(id)).collect();
         if events.len() != event_ids.len() {
-            return Err(AppendError::Unavailable("the insert returned fewer events than it was given".into()));
+            return Err(unknown("the insert returned fewer events than it was given".into()));
         }
         Ok(Some(Staged { tx_id, events, backend_pid, event_ids, heads: new_heads }))
     }
@@ -506,9 +525,7 @@ impl PgStore {
                 self.forget(request);
                 match e {
                     lost @ AppendError::Indeterminate { .. } => {
-                        self.settle_lost(lost).await?;
-                        let stored = self.replay_of(request).await?;
-                        return Ok(stored.map(|o| AppendOutcome { replayed: false, ..o }));
+                        return self.settled_alone(lost, request).await.map(Some);
                     }
                     other => return Err(other),
                 }
@@ -546,8 +563,29 @@ impl PgStore {
         for (stream, head) in &staged.heads {
             self.remember(stream.clone(), head.clone());
         }
+        self.wake();
+    }
+
+    /// Wakes this process's readers and, through the notifier, other processes'.
+    fn wake(&self) {
         self.local.send_modify(|n| *n += 1);
         self.wake.send_modify(|n| *n += 1);
+    }
+
+    /// After a one-statement append whose reply was lost: settles it, and when it is stored
+    /// reads back where it landed and wakes readers as any commit does.
+    async fn settled_alone(&self, lost: AppendError, request: &AppendRequest) -> Result<AppendOutcome, AppendError> {
+        self.settle_lost(lost).await?;
+        self.wake();
+        match self.replay_of(request).await {
+            Ok(Some(o)) => Ok(AppendOutcome { replayed: false, ..o }),
+            // Stored, yet not read back: the caller must not take it for "not written".
+            Ok(None) | Err(_) => Err(AppendError::Indeterminate {
+                reason: "an append settled as stored could not be read back".into(),
+                backend_pid: None,
+                event_ids: request.event_ids(),
+            }),
+        }
     }
 }
 
@@ -584,8 +622,8 @@ impl<'a> Tx<'a> {
         Ok(outcome)
     }
 
-    /// A stream's head the caller read in this transaction (its row lock holding the stream
-    /// still): the append then skips reading it again.
+    /// A stream's head the caller read from stored events in this transaction (its row lock
+    /// holding the stream still): the append then skips reading it again.
     pub fn note_head(&self, stream: StreamId, version: u64, hash: [u8; 32], tenant: TenantId) {
         self.store.note_head(stream, version, hash, tenant);
     }
@@ -916,13 +954,7 @@ impl EventStore for PgStore {
                     None => Err(self.with_actual_version(e).await),
                 }
             }
-            lost @ AppendError::Indeterminate { .. } => {
-                self.settle_lost(lost).await?;
-                let stored = self.replay_of(&request).await?;
-                stored.map(|o| AppendOutcome { replayed: false, ..o }).ok_or_else(|| {
-                    AppendError::Unavailable("an append settled as stored could not be read back".into())
-                })
-            }
+            lost @ AppendError::Indeterminate { .. } => self.settled_alone(lost, &request).await,
             other => Err(other),
         }
     }

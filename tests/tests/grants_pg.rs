@@ -369,6 +369,38 @@ mod through_the_authority {
         grant_id
     }
 
+    /// One act after another on one grant: each use after the read is made in one statement
+    /// (the authorize read found the grant stream's head), recorded with its ordinal and its
+    /// snapshot named, and the chain stays whole.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sequential_uses_are_made_in_one_statement() {
+        let db = TestDb::new().await;
+        let authority = Authority::new(PgGrants::new(db.store(4)), Policy::empty(), tenant());
+        let settings =
+            TaskGrantSettings { enabled: true, scopes: parse_scopes("https://www.lesson.test/lesson").unwrap() };
+        authority.execute(Command::ChangeSettings(settings), "operator").await.unwrap();
+        let now = OffsetDateTime::now_utc();
+        let grant_id = session_with_grant(&authority, "s1", now).await;
+        for n in 1..=5u32 {
+            let mut req = request("s1", "hola");
+            req.snapshot = Some((format!("snap-{n}"), "e1".into()));
+            let (decision, _) = authority.authorize(&req, now, Uuid::new_v4()).await.unwrap();
+            assert!(
+                matches!(decision, Decision::Allow { use_ordinal: Some(o), grant_id: Some(g), .. } if o == n && g == grant_id),
+                "{decision:?}"
+            );
+        }
+        assert_eq!(authority.backend().one_statement_uses(), 5, "every use took the one-statement path");
+        check_consistent(authority.backend(), grant_id, &Round::default()).await;
+        let client = db.client().await;
+        let named: i64 = client
+            .query_one("SELECT count(*) FROM run_snapshots WHERE session_id = 's1' AND snapshot_id LIKE 'snap-%'", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(named, 5, "each use named its snapshot in the same statement");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_thousand_concurrent_authorizations_give_exactly_200_allows_20_times() {
         let db = TestDb::new().await;
