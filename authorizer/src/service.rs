@@ -266,14 +266,7 @@ fn constraint(c: &DispatchConstraint) -> pb::DispatchConstraint {
 
 fn approval(a: &Approval) -> pb::Approval {
     let r = &a.requested;
-    let status = match a.state {
-        ApprovalState::Pending => "PENDING",
-        ApprovalState::Resolved(res) => match res.status() {
-            grant_domain::catalogue::ApprovalStatus::Approved => "APPROVED",
-            grant_domain::catalogue::ApprovalStatus::Denied => "DENIED",
-        },
-        ApprovalState::Expired => "EXPIRED",
-    };
+    let status = a.state.code();
     pb::Approval {
         approval_id: r.approval_id.to_string(),
         session_id: r.session_id.clone(),
@@ -650,12 +643,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         for e in &events {
             match e {
                 Event::ApprovalResolved(x) => {
-                    reply.status = if x.status == grant_domain::catalogue::ApprovalStatus::Approved {
-                        "APPROVED"
-                    } else {
-                        "DENIED"
-                    }
-                    .into();
+                    reply.status = x.status.code().into();
                     reply.grant_id = x.grant_id.map(|g| g.to_string()).unwrap_or_default();
                 }
                 Event::ApprovalTokenIssued(_) => reply.approval_token.clone_from(&token),

@@ -47,9 +47,19 @@ pub enum ApprovalStatus {
     Denied,
 }
 
+impl ApprovalStatus {
+    /// The one spelling clients see.
+    pub const fn code(self) -> &'static str {
+        match self {
+            Self::Approved => "APPROVED",
+            Self::Denied => "DENIED",
+        }
+    }
+}
+
 impl Resolution {
     /// `approve_for_task` approves: the regression the decision record names first.
-    pub fn status(self) -> ApprovalStatus {
+    pub const fn status(self) -> ApprovalStatus {
         match self {
             Self::ApproveOnce | Self::ApproveForTask => ApprovalStatus::Approved,
             Self::Deny => ApprovalStatus::Denied,

@@ -53,6 +53,17 @@ pub enum ApprovalState {
     Expired,
 }
 
+impl ApprovalState {
+    /// The one spelling clients see: `PENDING`, `APPROVED`, `DENIED` or `EXPIRED`.
+    pub const fn code(self) -> &'static str {
+        match self {
+            Self::Pending => "PENDING",
+            Self::Resolved(r) => r.status().code(),
+            Self::Expired => "EXPIRED",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Approval {
     pub requested: ApprovalRequested,
