@@ -1,7 +1,9 @@
 //! The PostgreSQL store: tokio-postgres over a deadpool pool.
 //!
-//! An append is one READ COMMITTED transaction: BEGIN, one multi-row INSERT of the events with
-//! their hash links, COMMIT — the same three round trips as a bare insert. The stream's head
+//! An append is one multi-row INSERT of the events with their hash links, in a transaction of
+//! its own (one round trip), or inside a transaction the ledger runs for a caller
+//! (`PgStore::transaction`), or in one statement with a caller's guard
+//! (`PgStore::append_guarded`). The stream's head
 //! (newest version, hash, tenant) comes from a per-store cache filled by this store's own writes
 //! and reads; stored events never change, so a cached head is either still the head or a
 //! concurrent writer took the next version, which the `(stream_id, stream_version)` unique key
@@ -298,9 +300,12 @@ impl PgStore {
         let tx =
             client.build_transaction().isolation_level(isolation).start().await.map_err(|e| E::from(unavailable(e)))?;
         let (value, staged, commit) = {
-            let mut work = Tx { tx, store: self, staged: Vec::new() };
+            let mut work = Tx { tx, store: self, staged: Vec::new(), failed: false };
             let value = body(&mut work).await?;
-            let Tx { tx, staged, .. } = work;
+            let Tx { tx, staged, failed, .. } = work;
+            if failed {
+                return Err(AppendError::Unavailable("an append in this transaction failed; rolled back".into()).into());
+            }
             (value, staged, tx.commit().await)
         };
         if let Err(e) = commit {
@@ -602,6 +607,9 @@ pub struct Tx<'a> {
     tx: Transaction<'a>,
     store: &'a PgStore,
     staged: Vec<Staged>,
+    /// An append failed: PostgreSQL would turn the COMMIT into a silent rollback, so the
+    /// transaction is never committed even if the body swallowed the error.
+    failed: bool,
 }
 
 impl<'a> Tx<'a> {
@@ -613,9 +621,16 @@ impl<'a> Tx<'a> {
     /// Appends `request` in this transaction. Others see it once the transaction commits.
     pub async fn append(&mut self, request: &AppendRequest) -> Result<AppendOutcome, AppendError> {
         let staged = match self.store.stage(&self.tx, request).await {
-            // Inside a transaction nothing commits until COMMIT: a lost session stored nothing.
-            Err(AppendError::Indeterminate { reason, .. }) => return Err(AppendError::Unavailable(reason)),
-            other => other?,
+            Ok(staged) => staged,
+            Err(e) => {
+                self.failed = true;
+                return Err(match e {
+                    // Inside a transaction nothing commits until COMMIT: a lost session stored
+                    // nothing.
+                    AppendError::Indeterminate { reason, .. } => AppendError::Unavailable(reason),
+                    other => other,
+                });
+            }
         };
         let outcome = AppendOutcome { tx_id: staged.tx_id, events: staged.events.clone(), replayed: false };
         self.staged.push(staged);
@@ -949,9 +964,16 @@ impl EventStore for PgStore {
         match e {
             // A conflict or a taken event id may be this very append, already stored.
             AppendError::Conflict { .. } | AppendError::DuplicateEventId { .. } => {
-                match self.replay_of(&request).await? {
-                    Some(outcome) => Ok(outcome),
-                    None => Err(self.with_actual_version(e).await),
+                match self.replay_of(&request).await {
+                    Ok(Some(outcome)) => Ok(outcome),
+                    Ok(None) => Err(self.with_actual_version(e).await),
+                    // It may be stored (a retry of an append that was): not "not written".
+                    Err(lookup @ AppendError::Unavailable(_)) => Err(AppendError::Indeterminate {
+                        reason: format!("{e}; looking the events up failed: {lookup}"),
+                        backend_pid: None,
+                        event_ids: request.event_ids(),
+                    }),
+                    Err(other) => Err(other),
                 }
             }
             lost @ AppendError::Indeterminate { .. } => self.settled_alone(lost, &request).await,
@@ -1027,5 +1049,50 @@ fn insert_error(e: &tokio_postgres::Error, request: &AppendRequest) -> AppendErr
             AppendError::DuplicateEventId { event_id }
         }
         _ => unavailable(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::NewEvent;
+
+    /// A store whose pool never connects: enough for the head cache.
+    fn offline_store() -> PgStore {
+        let config: tokio_postgres::Config = "postgres://nobody@127.0.0.1:1/none".parse().expect("config");
+        PgStore::new(pool(config, 1).expect("pool"))
+    }
+
+    #[test]
+    fn a_noted_head_never_moves_the_cache_back() {
+        let store = offline_store();
+        let stream = StreamId::new("grant-t.g").expect("stream");
+        let tenant = TenantId::new("t").expect("tenant");
+        store.note_head(stream.clone(), 5, [5; 32], tenant.clone());
+        store.note_head(stream.clone(), 3, [3; 32], tenant.clone());
+        assert_eq!(store.cached_head(&stream).map(|h| (h.version, h.hash)), Some((5, [5; 32])));
+        store.note_head(stream.clone(), 6, [6; 32], tenant);
+        assert_eq!(store.cached_head(&stream).map(|h| h.version), Some(6));
+    }
+
+    #[test]
+    fn a_guarded_append_needs_its_heads_known() {
+        let store = offline_store();
+        let tenant = TenantId::new("t").expect("tenant");
+        let stream = StreamId::new("grant-t.g").expect("stream");
+        let event = NewEvent {
+            event_id: Uuid::new_v4(),
+            event_type: "test.event".into(),
+            schema_version: 1,
+            payload: serde_json::json!({}),
+            metadata: Metadata::by("t"),
+        };
+        let request = AppendRequest::single(tenant.clone(), stream.clone(), ExpectedVersion::At(2), vec![event]);
+        assert!(matches!(store.known_heads(&request), Err(AppendError::Conflict { .. })), "unknown head");
+        store.note_head(stream.clone(), 1, [1; 32], tenant.clone());
+        assert!(matches!(store.known_heads(&request), Err(AppendError::Conflict { .. })), "head at another version");
+        store.note_head(stream.clone(), 2, [2; 32], tenant);
+        let heads = store.known_heads(&request).expect("known");
+        assert_eq!(heads[&stream].as_ref().map(|h| h.version), Some(2));
     }
 }

@@ -158,12 +158,13 @@ impl AuthorizerConfig {
 pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Result<()> {
     crate::migrate::run(&mut crate::connect(&database_url).await?).await?;
     let pg_config: tokio_postgres::Config = database_url.parse()?;
-    // Every statement the authorizer prepares looks rows up by equality on their keys: one
+    // The authorizer's statements are keyed lookups (and the sweep's small range scans): one
     // generic plan serves every call, where PostgreSQL would otherwise re-plan the wide
-    // one-statement use and read for each execution (measured in docs/performance.md).
+    // one-statement use and read for each execution (measured in docs/performance.md). Options
+    // the operator put in DATABASE_URL come after, so theirs win.
     let mut ledger_config = pg_config.clone();
     let options = match pg_config.get_options() {
-        Some(given) => format!("{given} -c plan_cache_mode=force_generic_plan"),
+        Some(given) => format!("-c plan_cache_mode=force_generic_plan {given}"),
         None => "-c plan_cache_mode=force_generic_plan".to_owned(),
     };
     ledger_config.options(&options);
