@@ -12,12 +12,12 @@ use std::future::Future;
 use std::sync::Arc;
 
 use grant_domain::catalogue::{ActionView, AuthorizationKind, Event, SiteScope, ToolCallAuthorized};
-use ledger::{AppendRequest, Checkpoint, EventStore, ExpectedVersion, MemoryStore, Metadata, StreamId, TenantId};
+use ledger::{Checkpoint, EventStore, MemoryStore, Metadata, StreamId, TenantId};
 use time::OffsetDateTime;
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
-use crate::domain::{self, AuthorizeRequest, Command, Decision, DomainError, Grant, World, stream_of};
+use crate::domain::{self, AuthorizeRequest, Command, Decision, DomainError, Grant, World};
 use crate::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
 use crate::pg::{Consumed, PgGrants, SessionAt, StoreError, UseOf};
 use crate::policy::Policy;
@@ -278,13 +278,7 @@ impl Backend for MemoryGrants {
         }
         let ordinal = g.actions_used + 1;
         let event = use_event(ordinal);
-        let request = AppendRequest::single(
-            tenant.clone(),
-            stream_of(tenant, &event)?,
-            ExpectedVersion::At(u64::from(ordinal)),
-            vec![event.to_new(Uuid::new_v4(), metadata.clone())],
-        );
-        let outcome = self.store.append(request).await?;
+        let outcome = self.store.append(crate::pg::use_append(tenant, metadata, &event, ordinal)?).await?;
         state.versions_after(&outcome);
         state.world.apply(&event);
         Ok(Consumed::Allowed { ordinal, outcome })

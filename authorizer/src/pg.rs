@@ -282,12 +282,7 @@ impl PgGrants {
         if let Some(used) = read_used.filter(|&n| n < MAX_ACTIONS) {
             let ordinal = used + 1;
             let event = use_event(ordinal);
-            let request = AppendRequest::single(
-                tenant.clone(),
-                stream_of(tenant, &event)?,
-                ExpectedVersion::At(u64::from(ordinal)),
-                vec![event.to_new(Uuid::new_v4(), metadata.clone())],
-            );
+            let request = use_append(tenant, metadata, &event, ordinal)?;
             let used = i32::try_from(used).unwrap_or(i32::MAX);
             let t = tenant.as_str();
             let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
@@ -355,16 +350,7 @@ impl PgGrants {
                 }
                 let ordinal = u32::try_from(used).map_err(unavailable)?;
                 let event = use_event(ordinal);
-                // A grant's stream is [created, use 1..n, ended?]: uses stop once the row is
-                // ended, and the row lock orders them, so use n lands at version n + 1. Saying
-                // so lets the store skip reading the stream's head.
-                let request = AppendRequest::single(
-                    tenant.clone(),
-                    stream_of(tenant, &event)?,
-                    ExpectedVersion::At(u64::from(ordinal)),
-                    vec![event.to_new(Uuid::new_v4(), metadata.clone())],
-                );
-                let outcome = tx.append(&request).await?;
+                let outcome = tx.append(&use_append(tenant, metadata, &event, ordinal)?).await?;
                 if let (
                     Event::ToolCallAuthorized(ToolCallAuthorized { session_id, run_id, snapshot_id: Some(s), .. }),
                     Some(a),
@@ -769,6 +755,23 @@ impl Reader for PgReader<'_> {
         }
         Ok(snapshots)
     }
+}
+
+/// The append of use `ordinal`. A grant's stream is [created, use 1..n, ended?]: uses stop once
+/// the row is ended, and the row orders them, so use n lands at version n + 1; saying so lets
+/// the store skip reading the stream's head.
+pub fn use_append(
+    tenant: &TenantId,
+    metadata: &Metadata,
+    event: &Event,
+    ordinal: u32,
+) -> Result<AppendRequest, StoreError> {
+    Ok(AppendRequest::single(
+        tenant.clone(),
+        stream_of(tenant, event)?,
+        ExpectedVersion::At(u64::from(ordinal)),
+        vec![event.to_new(Uuid::new_v4(), metadata.clone())],
+    ))
 }
 
 /// A use: the conditional `UPDATE` of the grant row (holding the session row at the version the

@@ -53,7 +53,6 @@ fn invalid(field: &str, description: &str) -> Status {
 }
 
 fn with_reason(code: Code, reason: &str, message: String) -> Status {
-    let reason = reason.to_ascii_uppercase();
     Status::with_error_details(
         code,
         message,

@@ -336,16 +336,17 @@ pub enum Conflict {
 }
 
 impl Conflict {
+    /// The one spelling: the `ErrorInfo` reason on the wire, and the message's prefix.
     pub const fn code(self) -> &'static str {
         match self {
-            Self::SessionExists => "session_exists",
-            Self::ApprovalNotPending => "approval_not_pending",
-            Self::ApprovalExpired => "approval_expired",
-            Self::TaskGrantsDisabled => "task_grants_disabled",
-            Self::NoOffer => "no_offer",
-            Self::OfferMismatch => "offer_mismatch",
-            Self::OfferNoLongerValid => "offer_no_longer_valid",
-            Self::ApprovalTokenInvalid => "approval_token_invalid",
+            Self::SessionExists => "SESSION_EXISTS",
+            Self::ApprovalNotPending => "APPROVAL_NOT_PENDING",
+            Self::ApprovalExpired => "APPROVAL_EXPIRED",
+            Self::TaskGrantsDisabled => "TASK_GRANTS_DISABLED",
+            Self::NoOffer => "NO_OFFER",
+            Self::OfferMismatch => "OFFER_MISMATCH",
+            Self::OfferNoLongerValid => "OFFER_NO_LONGER_VALID",
+            Self::ApprovalTokenInvalid => "APPROVAL_TOKEN_INVALID",
         }
     }
 }
