@@ -536,7 +536,7 @@ async fn two_tenants_with_the_same_ids_never_see_each_other() {
 async fn the_same_grant_id_in_two_tenants_is_two_grants() {
     use authorizer::authority::Authority;
     use authorizer::domain::{Command, Versions};
-    use grant_domain::catalogue::{Author, Resolution, SessionCreated, SessionMessageRecorded, Surface};
+    use grant_domain::catalogue::Resolution;
     let db = TestDb::new().await;
     let base = Authority::new(
         authorizer::pg::PgGrants::new(db.store(4)),
@@ -548,18 +548,7 @@ async fn the_same_grant_id_in_two_tenants_is_two_grants() {
     let now = time::OffsetDateTime::now_utc();
     for tenant in ["tenant-a", "tenant-b"] {
         let a = base.for_tenant(ledger::TenantId::new(tenant).unwrap());
-        a.execute(Command::ChangeSettings(lesson().settings), "operator").await.unwrap();
-        let created = SessionCreated {
-            session_id: "s1".into(),
-            tenant_id: tenant.into(),
-            principal_id: "owner".into(),
-            browser_profile_id: Some("p1".into()),
-            schedule_id: None,
-            surface: Surface::Interactive,
-        };
-        a.execute(Command::CreateSession(created), "owner").await.unwrap();
-        let said = SessionMessageRecorded { session_id: "s1".into(), message_id: "m".into(), author: Author::Owner };
-        a.execute(Command::RecordMessage(said), "owner").await.unwrap();
+        owner_session_s1(&a, tenant).await;
         let mut req = differential_request(tenant);
         req.view.describable = true;
         a.authorize(&req, now, approval_id).await.unwrap();
@@ -585,6 +574,25 @@ async fn the_same_grant_id_in_two_tenants_is_two_grants() {
     assert_eq!((wa.grants[&grant_id].actions_used, wb.grants[&grant_id].actions_used), (2, 0));
     assert_eq!(wa.grants[&grant_id].created.tenant_id, "tenant-a");
     assert_eq!(wb.grants[&grant_id].created.tenant_id, "tenant-b");
+}
+
+/// The lesson settings applied, and session `s1` on profile `p1` whose newest message is the
+/// owner's: where each in-process test starts.
+async fn owner_session_s1(a: &authorizer::authority::Authority<authorizer::pg::PgGrants>, tenant: &str) {
+    use authorizer::domain::Command;
+    use grant_domain::catalogue::{Author, SessionCreated, SessionMessageRecorded, Surface};
+    a.execute(Command::ChangeSettings(lesson().settings), "operator").await.unwrap();
+    let created = SessionCreated {
+        session_id: "s1".into(),
+        tenant_id: tenant.into(),
+        principal_id: "owner".into(),
+        browser_profile_id: Some("p1".into()),
+        schedule_id: None,
+        surface: Surface::Interactive,
+    };
+    a.execute(Command::CreateSession(created), "owner").await.unwrap();
+    let said = SessionMessageRecorded { session_id: "s1".into(), message_id: "m".into(), author: Author::Owner };
+    a.execute(Command::RecordMessage(said), "owner").await.unwrap();
 }
 
 fn differential_request(tenant: &str) -> authorizer::domain::AuthorizeRequest {
@@ -622,24 +630,13 @@ async fn in_process_pair(
 ) {
     use authorizer::authority::Authority;
     use authorizer::domain::{Command, Decision as Decided, Versions};
-    use grant_domain::catalogue::{Author, Resolution, SessionCreated, SessionMessageRecorded, Surface};
+    use grant_domain::catalogue::Resolution;
     let tenant = ledger::TenantId::new(TENANT).unwrap();
     let policy = authorizer::policy::Policy::empty;
     let a = Authority::new(authorizer::pg::PgGrants::new(db.store(4)), policy(), tenant.clone());
     let b = Authority::new(authorizer::pg::PgGrants::new(db.store(4)), policy(), tenant);
     let now = time::OffsetDateTime::now_utc();
-    a.execute(Command::ChangeSettings(lesson().settings), "operator").await.unwrap();
-    let created = SessionCreated {
-        session_id: "s1".into(),
-        tenant_id: TENANT.into(),
-        principal_id: "owner".into(),
-        browser_profile_id: Some("p1".into()),
-        schedule_id: None,
-        surface: Surface::Interactive,
-    };
-    a.execute(Command::CreateSession(created), "owner").await.unwrap();
-    let said = SessionMessageRecorded { session_id: "s1".into(), message_id: "m".into(), author: Author::Owner };
-    a.execute(Command::RecordMessage(said), "owner").await.unwrap();
+    owner_session_s1(&a, TENANT).await;
     let req = differential_request(TENANT);
     let (Decided::RequireApproval { approval_id, .. }, _) = a.authorize(&req, now, uuid::Uuid::new_v4()).await.unwrap()
     else {
