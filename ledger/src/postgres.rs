@@ -770,17 +770,23 @@ fn connection_suspect(e: &AppendError) -> bool {
     matches!(e, AppendError::Unavailable(_) | AppendError::Indeterminate { .. })
 }
 
-/// A lost connection, or a server error that ends the session (FATAL, operator intervention,
-/// connection exception): what the statement did may have been committed before it ended.
+/// A lost connection, or a server error that ends the session (FATAL, operator intervention
+/// `57P…`, connection exception `08…`): what the statement did may have been committed before
+/// it ended. A cancelled statement (`57014`) was not, and its session lives on.
 fn session_ended(e: &tokio_postgres::Error) -> bool {
-    e.as_db_error().is_none_or(|db| {
-        let code = db.code().code();
-        matches!(
-            db.parsed_severity(),
-            Some(tokio_postgres::error::Severity::Fatal | tokio_postgres::error::Severity::Panic)
-        ) || code.starts_with("57")
-            || code.starts_with("08")
-    })
+    match e.as_db_error() {
+        Some(db) => {
+            let code = db.code().code();
+            matches!(
+                db.parsed_severity(),
+                Some(tokio_postgres::error::Severity::Fatal | tokio_postgres::error::Severity::Panic)
+            ) || code.starts_with("57P")
+                || code.starts_with("08")
+        }
+        // Without a server error the client cannot always tell a lost connection from a local
+        // failure: taken as possibly committed, which costs a settle, never a wrong answer.
+        None => true,
+    }
 }
 
 /// One event's INSERT parameters, owned so the statement can borrow them.

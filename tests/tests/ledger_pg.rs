@@ -242,6 +242,27 @@ async fn connection_killed_at_commit_is_indeterminate_and_settles_by_event_id() 
     assert_eq!(first.events, second.events);
 }
 
+/// A transaction whose body swallowed a failed append is not committed: what it appended
+/// before the failure is not stored, and the caller hears of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_with_a_failed_append_is_never_committed() {
+    let db = TestDb::new().await;
+    let store = db.store(2);
+    let first = AppendRequest::single(tenant(), stream("kept"), ExpectedVersion::NoStream, vec![event(1)]);
+    let wrong = AppendRequest::single(tenant(), stream("wrong"), ExpectedVersion::At(7), vec![event(2)]);
+    let done = store
+        .transaction(tokio_postgres::IsolationLevel::ReadCommitted, async |tx| {
+            tx.append(&first).await?;
+            let refused = tx.append(&wrong).await;
+            assert!(matches!(refused, Err(AppendError::Conflict { .. })), "{refused:?}");
+            Ok::<_, AppendError>(())
+        })
+        .await;
+    let err = done.expect_err("the transaction is refused");
+    assert!(err.is_determinate(), "{err:?}");
+    assert!(store.find_event(first.streams[0].events[0].event_id).await.unwrap().is_none(), "nothing committed");
+}
+
 /// The one-statement append's reply lost with its connection: the ledger waits for the server
 /// process to end, looks the event up, and answers determinately.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
