@@ -287,12 +287,7 @@ impl PgGrants {
             let t = tenant.as_str();
             let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
                 vec![&grant_id, &chars, &now, &used, &max_chars, &t, &session_id, &session_version];
-            let named = match &event {
-                Event::ToolCallAuthorized(ToolCallAuthorized { session_id, run_id, snapshot_id: Some(s), .. }) => {
-                    Some((session_id, run_id, s))
-                }
-                _ => None,
-            };
+            let named = named_snapshot(&event);
             if let Some((session, run, snapshot)) = &named {
                 params.extend([*session as &(dyn tokio_postgres::types::ToSql + Sync), *run, *snapshot]);
             }
@@ -311,8 +306,6 @@ impl PgGrants {
         // clock runs slow cannot stretch a grant. With the session named, the use also holds its
         // row (FOR SHARE) at the version the decision read: a message or tool call recorded
         // since then refuses the use, and one recorded after waits for it.
-        let (session_id, session_version) =
-            session.map_or((None, None), |s| (Some(s.session_id), Some(version(s.version))));
         // The grant stream's head comes back from the same statement: when it is the version
         // this use follows, the append need not read it again.
         let done = self
@@ -351,13 +344,9 @@ impl PgGrants {
                 let ordinal = u32::try_from(used).map_err(unavailable)?;
                 let event = use_event(ordinal);
                 let outcome = tx.append(&use_append(tenant, metadata, &event, ordinal)?).await?;
-                if let (
-                    Event::ToolCallAuthorized(ToolCallAuthorized { session_id, run_id, snapshot_id: Some(s), .. }),
-                    Some(a),
-                ) = (&event, outcome.events.first())
-                {
-                    name_snapshot(tx.sql(), tenant.as_str(), session_id, run_id, s, (outcome.tx_id, a.global_position))
-                        .await?;
+                if let (Some((session, run, snapshot)), Some(a)) = (named_snapshot(&event), outcome.events.first()) {
+                    let at = (outcome.tx_id, a.global_position);
+                    name_snapshot(tx.sql(), tenant.as_str(), session, run, snapshot, at).await?;
                 }
                 Ok::<_, StoreError>(Some(ordinal))
             })
@@ -526,8 +515,27 @@ struct Prefetched {
     grant: Option<Grant>,
 }
 
-const AUTHORIZE_READ: &str = "SELECT s.version, s.state, d.version, d.state, ps.profile_id, ps.version, ps.state, \
-     gp.profile_id, gp.version, gp.state, ";
+/// Everything an authorization reads, in one statement: built once, since it is on every call.
+/// The active grant's stream head comes along, so its next use can be appended without reading
+/// it (see `PgGrants::consume`).
+static AUTHORIZE_READ: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let grant_columns: Vec<String> = GRANT_COLUMNS.split(',').map(|c| format!("g.{}", c.trim())).collect();
+    format!(
+        "SELECT s.version, s.state, d.version, d.state, ps.profile_id, ps.version, ps.state, \
+         gp.profile_id, gp.version, gp.state, {}, gh.stream_version, gh.hash, gh.tenant_id \
+         FROM (VALUES (1)) AS one(x) \
+         LEFT JOIN authority_sessions s ON s.tenant_id = $1 AND s.session_id = $2 \
+         LEFT JOIN authority_settings d ON d.tenant_id = $1 AND d.version > 0 \
+         LEFT JOIN active_task_grants g ON g.tenant_id = $1 AND g.session_id = $2 AND g.ended_at IS NULL \
+         LEFT JOIN LATERAL (SELECT e.stream_version, e.hash, e.tenant_id FROM events e \
+           WHERE e.stream_id = 'grant-' || $1 || '.' || g.grant_id::text \
+           ORDER BY e.stream_version DESC LIMIT 1) gh ON true \
+         LEFT JOIN authority_profiles ps ON ps.tenant_id = $1 AND ps.version > 0 \
+           AND ps.profile_id = s.state->'created'->>'browser_profile_id' \
+         LEFT JOIN authority_profiles gp ON gp.tenant_id = $1 AND gp.version > 0 AND gp.profile_id = g.profile_id",
+        grant_columns.join(", ")
+    )
+});
 
 impl Prefetched {
     async fn authorize(
@@ -536,23 +544,7 @@ impl Prefetched {
         tenant: &TenantId,
         session: &str,
     ) -> Result<Self, StoreError> {
-        let grant_columns: Vec<String> = GRANT_COLUMNS.split(',').map(|c| format!("g.{}", c.trim())).collect();
-        // The active grant's stream head comes along, so its next use can be appended without
-        // reading it (see `PgGrants::consume`).
-        let sql = format!(
-            "{AUTHORIZE_READ}{}, gh.stream_version, gh.hash, gh.tenant_id FROM (VALUES (1)) AS one(x) \
-             LEFT JOIN authority_sessions s ON s.tenant_id = $1 AND s.session_id = $2 \
-             LEFT JOIN authority_settings d ON d.tenant_id = $1 AND d.version > 0 \
-             LEFT JOIN active_task_grants g ON g.tenant_id = $1 AND g.session_id = $2 AND g.ended_at IS NULL \
-             LEFT JOIN LATERAL (SELECT e.stream_version, e.hash, e.tenant_id FROM events e \
-               WHERE e.stream_id = 'grant-' || $1 || '.' || g.grant_id::text \
-               ORDER BY e.stream_version DESC LIMIT 1) gh ON true \
-             LEFT JOIN authority_profiles ps ON ps.tenant_id = $1 AND ps.version > 0 \
-               AND ps.profile_id = s.state->'created'->>'browser_profile_id' \
-             LEFT JOIN authority_profiles gp ON gp.tenant_id = $1 AND gp.version > 0 AND gp.profile_id = g.profile_id",
-            grant_columns.join(", ")
-        );
-        let stmt = client.prepare_cached(&sql).await.map_err(db)?;
+        let stmt = client.prepare_cached(&AUTHORIZE_READ).await.map_err(db)?;
         let r = client.query_one(&stmt, &[&tenant.as_str(), &session]).await.map_err(db)?;
         let versioned = |v: usize| -> Result<Option<(u64, serde_json::Value)>, StoreError> {
             Ok(r.get::<_, Option<i64>>(v).map(|version| (from_version(version), r.get(v + 1))))
@@ -772,6 +764,16 @@ pub fn use_append(
         ExpectedVersion::At(u64::from(ordinal)),
         vec![event.to_new(Uuid::new_v4(), metadata.clone())],
     ))
+}
+
+/// The (session, run, snapshot) a use event names, whose snapshot row the use writes.
+fn named_snapshot(event: &Event) -> Option<(&String, &String, &String)> {
+    match event {
+        Event::ToolCallAuthorized(ToolCallAuthorized { session_id, run_id, snapshot_id: Some(s), .. }) => {
+            Some((session_id, run_id, s))
+        }
+        _ => None,
+    }
 }
 
 /// A use: the conditional `UPDATE` of the grant row (holding the session row at the version the

@@ -28,7 +28,8 @@ use tokio_postgres::{AsyncMessage, IsolationLevel, NoTls, Row};
 use uuid::Uuid;
 
 use crate::envelope::{
-    AppendOutcome, AppendRequest, Appended, Checkpoint, ExpectedVersion, Metadata, RecordedEvent, StreamId, TenantId,
+    AppendOutcome, AppendRequest, Appended, Checkpoint, ExpectedVersion, Metadata, RecordedEvent, StreamAppend,
+    StreamId, TenantId,
 };
 use crate::error::{AppendError, ReadError};
 use crate::hash::{GENESIS, Hashed, truncate_to_micros};
@@ -215,22 +216,19 @@ impl PgStore {
     }
 
     /// A stream's head the caller read from stored events (never one its own open transaction
-    /// wrote): a later append at that version then skips reading it. A note never moves a head
-    /// back, and a version nobody expects is simply never used; a stale one loses to the unique
-    /// key, and a guarded append checks the link it chains to.
+    /// wrote): a later append at that version then skips reading it. A version nobody expects
+    /// is simply never used; a stale one loses to the unique key.
     pub fn note_head(&self, stream: StreamId, version: u64, hash: [u8; 32], tenant: TenantId) {
-        let mut heads = self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if heads.get(&stream).is_some_and(|h| h.version > version) {
-            return;
-        }
-        if heads.len() >= HEAD_CACHE_LIMIT {
-            heads.clear();
-        }
-        heads.insert(stream, Head { version, hash, tenant });
+        self.remember(stream, Head { version, hash, tenant });
     }
 
+    /// Caches `head` unless a newer one is cached: a read from an older snapshot never moves a
+    /// head back.
     fn remember(&self, stream: StreamId, head: Head) {
         let mut heads = self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if heads.get(&stream).is_some_and(|h| h.version > head.version) {
+            return;
+        }
         if heads.len() >= HEAD_CACHE_LIMIT {
             heads.clear();
         }
@@ -352,32 +350,9 @@ impl PgStore {
         }
     }
 
-    /// The heads `request` appends after, from the cache alone: a miss is a conflict.
-    fn known_heads(&self, request: &AppendRequest) -> Result<HashMap<StreamId, Option<Head>>, AppendError> {
-        let mut heads = HashMap::new();
-        for s in &request.streams {
-            let head = match (s.expected, self.cached_head(&s.stream_id)) {
-                (ExpectedVersion::NoStream, _) => None,
-                (ExpectedVersion::At(v), Some(h)) if h.version == v => Some(h),
-                _ => {
-                    return Err(AppendError::Conflict {
-                        stream: s.stream_id.clone(),
-                        expected: s.expected,
-                        actual: None,
-                    });
-                }
-            };
-            heads.insert(s.stream_id.clone(), head);
-        }
-        Ok(heads)
-    }
-
-    /// The heads `request` appends after: from the cache, or read (one statement) on a miss.
-    async fn heads_for(
-        &self,
-        client: &impl GenericClient,
-        request: &AppendRequest,
-    ) -> Result<HashMap<StreamId, Option<Head>>, AppendError> {
+    /// The heads `request` appends after as far as the cache knows them, and the streams it
+    /// does not know at the expected version.
+    fn cached_heads<'r>(&self, request: &'r AppendRequest) -> (HashMap<StreamId, Option<Head>>, Vec<&'r StreamAppend>) {
         let mut heads = HashMap::new();
         let mut misses = Vec::new();
         for s in &request.streams {
@@ -388,12 +363,35 @@ impl PgStore {
                 (ExpectedVersion::At(v), Some(h)) if h.version == v => {
                     heads.insert(s.stream_id.clone(), Some(h));
                 }
-                _ => misses.push(s.stream_id.as_str()),
+                _ => misses.push(s),
             }
         }
+        (heads, misses)
+    }
+
+    /// The heads `request` appends after, from the cache alone: a miss is a conflict.
+    fn known_heads(&self, request: &AppendRequest) -> Result<HashMap<StreamId, Option<Head>>, AppendError> {
+        match self.cached_heads(request) {
+            (heads, misses) if misses.is_empty() => Ok(heads),
+            (_, misses) => Err(AppendError::Conflict {
+                stream: misses[0].stream_id.clone(),
+                expected: misses[0].expected,
+                actual: None,
+            }),
+        }
+    }
+
+    /// The heads `request` appends after: from the cache, or read (one statement) on a miss.
+    async fn heads_for(
+        &self,
+        client: &impl GenericClient,
+        request: &AppendRequest,
+    ) -> Result<HashMap<StreamId, Option<Head>>, AppendError> {
+        let (mut heads, misses) = self.cached_heads(request);
         if !misses.is_empty() {
+            let ids: Vec<&str> = misses.iter().map(|s| s.stream_id.as_str()).collect();
             let stmt = client.prepare_cached(HEADS).await.map_err(unavailable)?;
-            for row in client.query(&stmt, &[&misses]).await.map_err(unavailable)? {
+            for row in client.query(&stmt, &[&ids]).await.map_err(unavailable)? {
                 let Ok(stream) = StreamId::new(row.get::<_, String>(0)) else { continue };
                 heads.insert(stream, head_from_row(&row).map_err(AppendError::Unavailable)?);
             }
@@ -439,23 +437,20 @@ impl PgStore {
     /// Two multi-stream appends racing on the same keys in opposite orders can deadlock;
     /// PostgreSQL aborts one, which comes back as a typed conflict.
     async fn stage(&self, client: &impl GenericClient, request: &AppendRequest) -> Result<Staged, AppendError> {
-        Ok(self.stage_guarded(client, request, None).await?.expect("an unguarded append always writes"))
+        request.validate()?;
+        let heads = self.heads_for(client, request).await?;
+        Ok(self.stage_guarded(client, request, heads, None).await?.expect("an unguarded append always writes"))
     }
 
-    /// [`PgStore::stage`], made in the same statement as `guard` and only when it returns a row:
-    /// `Ok(None)` when it returned none, and nothing was written.
+    /// `request` chained onto `heads`, made in the same statement as `guard` (when there is one)
+    /// and only when it returns a row: `Ok(None)` when it returned none, and nothing was written.
     async fn stage_guarded(
         &self,
         client: &impl GenericClient,
         request: &AppendRequest,
+        heads: HashMap<StreamId, Option<Head>>,
         guard: Option<&Guard<'_>>,
     ) -> Result<Option<Staged>, AppendError> {
-        request.validate()?;
-        let heads = match guard {
-            // A guarded append is a fast path: at heads already known, or not at all.
-            Some(_) => self.known_heads(request)?,
-            None => self.heads_for(client, request).await?,
-        };
         let (cols, order) = Self::chain(request, heads)?;
         let (sql, params) = match guard {
             None => (insert_sql(order.len()), cols.params()),
@@ -474,25 +469,24 @@ impl PgStore {
         // leaves the outcome unknown, never "not written".
         let unknown =
             |reason: String| AppendError::Indeterminate { reason, backend_pid: None, event_ids: request.event_ids() };
+        // Versions ascend within a stream in request order: its last event is its new head.
+        let heads = order
+            .iter()
+            .map(|(_, stream, version, hash)| {
+                (stream.clone(), Head { version: *version, hash: *hash, tenant: request.tenant_id.clone() })
+            })
+            .collect();
+        let mut planned: HashMap<Uuid, (StreamId, u64)> =
+            order.into_iter().map(|(id, stream, version, _)| (id, (stream, version))).collect();
         let (mut tx_id, mut backend_pid) = (0, 0);
         let mut by_id = HashMap::new();
-        let mut new_heads = HashMap::new();
-        let mut planned: HashMap<Uuid, (StreamId, u64, [u8; 32])> =
-            order.into_iter().map(|(id, stream, version, hash)| (id, (stream, version, hash))).collect();
         for row in &inserted {
             tx_id = parse_xid(row.get(1)).map_err(|e| unknown(format!("the insert's transaction id: {e}")))?;
             backend_pid = row.get(2);
             let event_id: Uuid = row.get(3);
-            let Some((stream_id, version, hash)) = planned.remove(&event_id) else {
+            let Some((stream_id, version)) = planned.remove(&event_id) else {
                 return Err(unknown(format!("the insert returned event {event_id}, not asked for")));
             };
-            let head = Head { version, hash, tenant: request.tenant_id.clone() };
-            match new_heads.get(&stream_id) {
-                Some(Head { version: newer, .. }) if *newer > version => {}
-                _ => {
-                    new_heads.insert(stream_id.clone(), head);
-                }
-            }
             by_id.insert(
                 event_id,
                 Appended { event_id, stream_id, stream_version: version, global_position: to_u64(row.get(0)) },
@@ -503,7 +497,7 @@ impl PgStore {
         if events.len() != event_ids.len() {
             return Err(unknown("the insert returned fewer events than it was given".into()));
         }
-        Ok(Some(Staged { tx_id, events, backend_pid, event_ids, heads: new_heads }))
+        Ok(Some(Staged { tx_id, events, backend_pid, event_ids, heads }))
     }
 
     /// Appends `request` in one statement with `guard`, only when the guard returns a row, with
@@ -517,10 +511,11 @@ impl PgStore {
         request: &AppendRequest,
         guard: Guard<'_>,
     ) -> Result<Option<AppendOutcome>, AppendError> {
+        request.validate()?;
         // Refused before taking a connection when a head is not known.
-        self.known_heads(request)?;
+        let heads = self.known_heads(request)?;
         let client = self.pool.get().await.map_err(unavailable)?;
-        let result = self.alone(&client, request, self.stage_guarded(&client, request, Some(&guard))).await;
+        let result = self.alone(&client, request, self.stage_guarded(&client, request, heads, Some(&guard))).await;
         let staged = match result {
             Ok(staged) => staged,
             Err(e) => {
