@@ -105,7 +105,6 @@ impl Fixture {
         Ok(Self { port, hosts: hosts.iter().map(|h| (*h).to_owned()).collect(), ca_bundle, pages, log, task })
     }
 
-    /// Serves `html` at `https://host` + `path`.
     /// Serves `html` at `host` and `path`; `redirect:<url>` redirects there instead.
     pub fn page(&self, host: &str, path: &str, html: &str) {
         lock(&self.pages).insert((host.to_owned(), path.to_owned()), html.to_owned());

@@ -4,8 +4,8 @@
 // runtime reads it over DevTools, not through the page). Its capture listeners on the window are
 // the first there, so no page listener runs before them or stops them.
 //
-// arm(element, mode, scroll): hit-tests the element's centre ('click'; scrolling it into view
-// only when `scroll`) or focuses it ('keys'), or neither ('hold'); then, until finish(), it stops
+// arm(element, mode): hit-tests the element's centre ('click'; scrolling it into view when no
+// box of it is in the viewport) or focuses it ('keys'), or neither ('hold'); then, until finish(), it stops
 // with their default actions every trusted pointer press or click whose path holds an element the
 // read did not cover, and every key and text event unless in 'keys' mode and aimed at the element.
 // In a frame every trusted press, click and key is stopped, always; stops() says how many since
@@ -50,9 +50,7 @@
     for (; n; n = up(n)) set.add(n);
   };
   const formOf = (el) => {
-    if ('form' in el && (el.form === null || el.form instanceof HTMLFormElement)) {
-      if (el.form) return el.form;
-    }
+    if (el.form instanceof HTMLFormElement) return el.form;
     for (let n = el; n; n = up(n)) if (n instanceof HTMLFormElement) return n;
     return null;
   };
@@ -184,7 +182,7 @@
   }).observe(document, { childList: true });
   const alive = () => present() && !lost;
 
-  const arm = (el, mode, scroll) => {
+  const arm = (el, mode) => {
     state = null;
     if (!(el instanceof Element) || !connected(el)) return { refused: 'the node is gone' };
     if (!alive()) return { refused: 'the page reopened its document: the guard no longer holds it' };
@@ -197,7 +195,7 @@
         return right > left && bottom > top ? [(left + right) / 2, (top + bottom) / 2] : null;
       };
       let c = box();
-      if (!c && scroll !== false) {
+      if (!c) {
         Element.prototype.scrollIntoView.call(el, { behavior: 'instant', block: 'center', inline: 'center' });
         c = box();
       }
@@ -220,13 +218,12 @@
   // reopened and the listeners are gone.
   const finish = (arming) => {
     const live = alive();
-    if (!state) return { held: 'none', stopped: 0, alive: live, time_origin: ORIGIN };
+    if (!state) return { held: 'none', stopped: 0, alive: live };
     const report = {
       held: state.arming === arming ? 'armed' : 'other',
       stopped: state.stopped,
       reached: state.reached,
       alive: live,
-      time_origin: ORIGIN,
     };
     state = null;
     return report;

@@ -60,8 +60,6 @@ pub struct GuardReport {
     pub alive: bool,
     /// Whether a trusted click reached the element (click mode).
     pub reached: bool,
-    /// The document it reports from.
-    pub time_origin: f64,
 }
 
 #[derive(Deserialize, Default)]

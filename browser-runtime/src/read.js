@@ -452,8 +452,7 @@ if (mode === 'observe') {
 const kept = window[slot(arguments[1])];
 const el = Array.isArray(kept) ? kept[arguments[2]] : null;
 // Gone, or moved into another document (a frame, a document the page made): not this page's.
-const ROOT_OF = Node.prototype.getRootNode;
-if (!el || ROOT_OF.call(el, { composed: true }) !== document) return [JSON.stringify({ page, gone: true }, compact), null];
+if (!el || ROOT.call(el, { composed: true }) !== document) return [JSON.stringify({ page, gone: true }, compact), null];
 if (mode === 'form') {
   const form = formOwner(el);
   if (!form) return [JSON.stringify({ page }, compact), null];

@@ -294,14 +294,13 @@ impl Session {
             .map_err(|e| SessionError::Unavailable(format!("the start page could not be opened: {e}")))?;
         // A start page that redirects off the run's origins meets the origin guard.
         // Read where it landed in the guard's world: the page's script cannot change the answer.
-        let landed =
-            match crate::guard::call_in_world(&browser.fence.handle(), "return location.href;", &[], true).await {
-                Ok(v) => v["value"].as_str().unwrap_or_default().to_owned(),
-                Err(e) => {
-                    browser.close().await;
-                    return Err(SessionError::Unavailable(format!("the start page could not be read: {e}")));
-                }
-            };
+        let landed = match page::page_in_world(&browser.fence.handle()).await {
+            Ok(p) => p.url,
+            Err(e) => {
+                browser.close().await;
+                return Err(SessionError::Unavailable(format!("the start page could not be read: {e}")));
+            }
+        };
         if !origin_of(&landed).is_some_and(|o| self.allowed_origins.contains(&o)) {
             browser.close().await;
             return Err(SessionError::Invalid(format!(
@@ -678,12 +677,7 @@ impl Session {
                 Err(e) if e.document_gone() => {
                     return Ok(refuse(Code::StaleSnapshot, "the page navigated: observe again".into()));
                 }
-                Err(FenceError::Dialog) => return Err(SessionError::Dialog("a dialog is open on the page".into())),
-                Err(e @ FenceError::Refused { .. }) => {
-                    return Err(SessionError::PageRefused(format!("the guard could not be armed: {e}")));
-                }
-                // No answer in time: the renderer is stuck.
-                Err(_) => return Err(self.hung(config).await),
+                Err(e) => return Err(self.read_failed(ReadError::DevTools(e), config).await),
             },
         };
         // Every way out from here to the input gives the guard back.
