@@ -347,16 +347,22 @@ impl Session {
     /// the browser restarts clean at the start page.
     pub async fn hung(&mut self, config: &BrowserConfig) -> SessionError {
         tracing::warn!(profile = %self.profile, "the browser stopped answering; restarting it clean");
+        self.restart(
+            config,
+            "the page stopped answering; the browser was restarted with a clean profile at the start page; \
+             observe again (an act may have reached the page)",
+            "the browser stopped answering and could not be restarted",
+        )
+        .await
+    }
+
+    /// Closes the browser and starts it clean: `restarted` when that worked, else `failed` with
+    /// the reason.
+    async fn restart(&mut self, config: &BrowserConfig, restarted: &str, failed: &str) -> SessionError {
         self.close().await;
         match self.start(config).await {
-            Ok(()) => SessionError::Crashed(
-                "the page stopped answering; the browser was restarted with a clean profile at the start page; \
-                 observe again (an act may have reached the page)"
-                    .into(),
-            ),
-            Err(e) => {
-                SessionError::Unavailable(format!("the browser stopped answering and could not be restarted: {e}"))
-            }
+            Ok(()) => SessionError::Crashed(restarted.into()),
+            Err(e) => SessionError::Unavailable(format!("{failed}: {e}")),
         }
     }
 
@@ -366,14 +372,13 @@ impl Session {
         let gone = is_crash(&e) || self.browser.as_mut().is_some_and(|b| !b.driver_alive());
         if gone {
             tracing::warn!(error = %e, profile = %self.profile, "the browser stopped; restarting it clean");
-            self.close().await;
-            return match self.start(config).await {
-                Ok(()) => SessionError::Crashed(
-                    "the browser stopped and was restarted with a clean profile at the start page; observe again"
-                        .into(),
-                ),
-                Err(e) => SessionError::Unavailable(format!("the browser stopped and could not be restarted: {e}")),
-            };
+            return self
+                .restart(
+                    config,
+                    "the browser stopped and was restarted with a clean profile at the start page; observe again",
+                    "the browser stopped and could not be restarted",
+                )
+                .await;
         }
         if e.is_unexpected_alert_open() {
             return SessionError::Dialog(e.to_string());
