@@ -38,6 +38,31 @@ impl Rpc {
         Self::RevokeGrant,
     ];
 
+    /// The call's method name on the wire (`/grant_ledger.v1.Authorizer/<name>`).
+    pub fn method(self) -> &'static str {
+        match self {
+            Self::CreateSession => "CreateSession",
+            Self::RecordMessage => "RecordMessage",
+            Self::RecordToolCall => "RecordToolCall",
+            Self::DeleteSession => "DeleteSession",
+            Self::RecordProfileEvent => "RecordProfileEvent",
+            Self::Authorize => "Authorize",
+            Self::ResolveApproval => "ResolveApproval",
+            Self::GetApproval => "GetApproval",
+            Self::ListApprovals => "ListApprovals",
+            Self::RedeemToken => "RedeemToken",
+            Self::GetGrant => "GetGrant",
+            Self::ListGrants => "ListGrants",
+            Self::RevokeGrant => "RevokeGrant",
+        }
+    }
+
+    /// The call a request path names, for the gate that authenticates before the body is read.
+    pub fn route(path: &str) -> Option<(&'static [Role], &'static [Scope])> {
+        let method = path.strip_prefix("/grant_ledger.v1.Authorizer/")?;
+        Self::ALL.into_iter().find(|r| r.method() == method).map(|r| (r.roles(), r.scopes()))
+    }
+
     /// The roles that may make this call. Only `RecordMessage` has two: the worker records
     /// messages from others, and only the gateway, for the owner it authenticated, records the
     /// owner's own (the turn a task grant checks starts there).

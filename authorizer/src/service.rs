@@ -16,7 +16,7 @@ use grant_domain::catalogue::{
 use ledger::{Checkpoint, StreamId};
 use proto::v1 as pb;
 
-use crate::auth::{AuthError, Caller, Credentials, Role, Rpc, Scope};
+use crate::auth::{Caller, Credentials, Role, Rpc, Scope};
 use crate::pg::StoreError;
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
@@ -344,20 +344,17 @@ impl<B: Backend + 'static> AuthorizerService<B> {
     /// The authenticated caller of `rpc`, whose role must be the one the call belongs to, and the
     /// authority of its credential's tenant.
     async fn caller<T>(&self, req: &Request<T>, rpc: Rpc) -> Result<(Caller, Authority<B>), Status> {
-        let caller = self
-            .credentials
-            .authenticate(req.metadata(), rpc.roles(), rpc.scopes(), OffsetDateTime::now_utc())
-            .await
-            .map_err(|e| match e {
-                AuthError::Unauthenticated(m) => Status::unauthenticated(m),
-                AuthError::PermissionDenied(m) => with_reason(Code::PermissionDenied, CALLER_NOT_PERMITTED, m),
-                AuthError::Unavailable(m) => {
-                    // The store's own words stay in the log: the caller is not yet authenticated.
-                    tracing::warn!(error = %m, "credentials cannot be read");
-                    Status::unavailable("nothing was written: credentials cannot be read now; retry")
-                }
-                AuthError::Invalid(m) => Status::invalid_argument(m),
-            })?;
+        // Over a socket the gate authenticated the caller from the headers, before the body was
+        // read; a service called without it (in-process) authenticates here.
+        let gated = req.extensions().get::<Caller>().filter(|c| rpc.roles().contains(&c.role)).cloned();
+        let caller = match gated {
+            Some(c) => c,
+            None => self
+                .credentials
+                .authenticate(req.metadata(), rpc.roles(), rpc.scopes(), OffsetDateTime::now_utc())
+                .await
+                .map_err(transport::auth_status)?,
+        };
         tracing::debug!(role = %caller.role, principal = %caller.principal, tenant = %caller.tenant, "authenticated");
         let tenant = domain::tenant_id(&caller.tenant).map_err(|e| {
             with_reason(Code::PermissionDenied, CALLER_NOT_PERMITTED, format!("the credential's tenant: {e}"))
@@ -479,11 +476,17 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         let principal = caller.principal;
         let r = req.into_inner();
         let profile_id = id("profile_id", &r.profile_id)?;
+        let owner_principal_id = id("owner_principal_id", &r.owner_principal_id)?;
         let command = match pb::ProfileEvent::try_from(r.event) {
-            Ok(pb::ProfileEvent::SignInBegan) => Command::AdvanceProfile { profile_id, phase: SignInPhase::Began },
-            Ok(pb::ProfileEvent::SignInReady) => Command::AdvanceProfile { profile_id, phase: SignInPhase::Ready },
-            Ok(pb::ProfileEvent::Revoked) => Command::RevokeProfile { profile_id },
-            Ok(pb::ProfileEvent::Deleted) => Command::DeleteProfile { profile_id },
+            Ok(pb::ProfileEvent::SignInBegan) => {
+                Command::AdvanceProfile { profile_id, owner_principal_id, phase: SignInPhase::Began }
+            }
+            Ok(pb::ProfileEvent::SignInReady) => {
+                Command::AdvanceProfile { profile_id, owner_principal_id, phase: SignInPhase::Ready }
+            }
+            Ok(pb::ProfileEvent::Created) => Command::ClaimProfile { profile_id, owner_principal_id },
+            Ok(pb::ProfileEvent::Revoked) => Command::RevokeProfile { profile_id, owner_principal_id },
+            Ok(pb::ProfileEvent::Deleted) => Command::DeleteProfile { profile_id, owner_principal_id },
             _ => return Err(invalid("event", "is required")),
         };
         self.write(&authority, command, &principal).await
@@ -778,29 +781,29 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
 }
 
 /// Serves `service` on `listener` until `shutdown` resolves, finishing requests in flight, with
-/// the standard gRPC health service beside it: the authorizer reports SERVING once it is
-/// constructed, which is after its world was recovered from the log. `tls` is `None` only for
-/// plaintext loopback (development) and in-process tests.
+/// the standard gRPC health service beside it (SERVING once constructed: the authorizer keeps no
+/// state to recover). `tls` is `None` only for plaintext loopback (development) and in-process
+/// tests. Every connection is held to `transport`'s limits, every call passes the gate (headers
+/// bounded, the caller authenticated before its body is read), and every request is held to the
+/// field table by the codec, within [`proto::limits::MAX_AUTHORIZER_REQUEST_BYTES`].
 pub async fn serve<B: Backend + 'static>(
     listener: TcpListener,
     service: AuthorizerService<B>,
-    tls: Option<tonic::transport::ServerTlsConfig>,
+    tls: Option<Arc<transport::ServerConfig>>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
+    let limits = transport::Limits::for_requests_within(std::time::Duration::from_secs(30))
+        .within_open_files(transport::raise_fd_limit(), OPEN_FILE_RESERVE);
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<pb::authorizer_server::AuthorizerServer<AuthorizerService<B>>>().await;
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = tls {
-        builder = builder.tls_config(tls)?;
-    }
-    builder
+    let credentials = service.credentials.clone();
+    let server = service.into_server().max_decoding_message_size(proto::limits::MAX_AUTHORIZER_REQUEST_BYTES);
+    transport::server(&limits)
         .add_service(health)
-        .add_service(service.into_server())
-        .serve_with_incoming_shutdown(
-            // Without Nagle's delay: a reply larger than one segment otherwise waits for the
-            // peer's delayed acknowledgement.
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            shutdown,
-        )
+        .add_service(transport::Gate::new(server, credentials, Rpc::route, limits))
+        .serve_with_incoming_shutdown(transport::incoming(listener, tls, limits), shutdown)
         .await
 }
+
+/// Open files kept back from connections: the ledger's and credentials' pools and the rest.
+const OPEN_FILE_RESERVE: u64 = 256;

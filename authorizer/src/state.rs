@@ -74,6 +74,11 @@ pub trait Reader: Send {
 pub enum Need<'a> {
     /// The session alone.
     Session(&'a str),
+    /// A session to create and the profile it would bind.
+    NewSession {
+        session: &'a str,
+        profile: Option<&'a str>,
+    },
     /// The session and its active grant (locked with it when the request writes).
     SessionGrant(&'a str),
     /// The profile and the active grants on it.
@@ -102,13 +107,16 @@ pub enum Need<'a> {
 /// What a command reads.
 pub fn need_of(command: &Command) -> Need<'_> {
     match command {
-        Command::CreateSession(c) => Need::Session(&c.session_id),
+        Command::CreateSession(c) => {
+            Need::NewSession { session: &c.session_id, profile: c.browser_profile_id.as_deref() }
+        }
         Command::RecordMessage(m) => Need::Session(&m.session_id),
         Command::RecordToolCall(c) => Need::Session(&c.session_id),
         Command::DeleteSession { session_id, .. } => Need::SessionGrant(session_id),
-        Command::AdvanceProfile { profile_id, .. }
-        | Command::RevokeProfile { profile_id }
-        | Command::DeleteProfile { profile_id } => Need::Profile(profile_id),
+        Command::ClaimProfile { profile_id, .. }
+        | Command::AdvanceProfile { profile_id, .. }
+        | Command::RevokeProfile { profile_id, .. }
+        | Command::DeleteProfile { profile_id, .. } => Need::Profile(profile_id),
         Command::ChangeSettings(_) | Command::ApplyDeployment { .. } => Need::Deployment { grants: true },
         Command::PinStandingGrant { .. } => Need::Deployment { grants: false },
         Command::ResolveApproval { approval_id, .. } => Need::Approval(*approval_id),
@@ -336,6 +344,7 @@ impl Touched {
             Event::SessionDeleted(x) => drop(self.sessions.insert(x.session_id.clone())),
             Event::SessionToolCalled(x) => drop(self.sessions.insert(x.session_id.clone())),
             Event::RunEscalated(x) => drop(self.sessions.insert(x.session_id.clone())),
+            Event::ProfileClaimed(x) => drop(self.profiles.insert(x.profile_id.clone())),
             Event::ProfileGenerationAdvanced(x) => drop(self.profiles.insert(x.profile_id.clone())),
             Event::ProfileRevoked(x) => drop(self.profiles.insert(x.profile_id.clone())),
             Event::ProfileDeleted(x) => drop(self.profiles.insert(x.profile_id.clone())),
@@ -391,6 +400,12 @@ pub async fn load(r: &mut impl Reader, tenant: &TenantId, need: Need<'_>) -> Res
     let mut l = Loaded::new(tenant);
     match need {
         Need::Session(id) => l.sessions(r, &[id]).await?,
+        Need::NewSession { session, profile } => {
+            l.sessions(r, &[session]).await?;
+            if let Some(p) = profile {
+                l.profile(r, p).await?;
+            }
+        }
         Need::SessionGrant(id) => {
             l.sessions(r, &[id]).await?;
             l.grants(r, Grants::ActiveOfSession(id)).await?;

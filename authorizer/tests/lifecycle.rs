@@ -12,8 +12,8 @@ use authorizer::policy::Policy;
 use authorizer::scopes::{TaskGrantSettings, parse_scopes};
 use classifier::{Action, ElementFacts, FieldKind, PageFacts};
 use grant_domain::catalogue::{
-    ActionView, ApprovalStatus, Author, AuthorizationKind, EndReason, Event, Resolution, SessionCreated,
-    SessionMessageRecorded, SignInPhase, SiteScope, Surface, TaskGrantCreated,
+    ActionView, ApprovalStatus, Author, AuthorizationKind, EndReason, Event, ProfileClaimed, Resolution,
+    SessionCreated, SessionMessageRecorded, SignInPhase, SiteScope, Surface, TaskGrantCreated,
 };
 use time::{Duration, OffsetDateTime};
 use uuid::Uuid;
@@ -59,7 +59,11 @@ fn given() -> World {
     for e in decide(&world, Command::ChangeSettings(settings)).unwrap() {
         world.apply(&e);
     }
-    world.applied(&[Event::SessionCreated(session("s1", None, Surface::Interactive)), owner_said("s1")])
+    world.applied(&[
+        Event::ProfileClaimed(ProfileClaimed { profile_id: "profile-1".into(), owner_principal_id: "owner".into() }),
+        Event::SessionCreated(session("s1", None, Surface::Interactive)),
+        owner_said("s1"),
+    ])
 }
 
 fn when(world: &mut World, command: Command) -> Result<Vec<Event>, DomainError> {
@@ -415,13 +419,26 @@ fn scheduled_sessions_child_runs_and_mixed_turns_ask() {
 fn a_sign_in_on_the_bound_profile_ends_the_grant() {
     let mut world = given();
     let grant = allow_for_task(&mut world, t0());
-    let events =
-        when(&mut world, Command::AdvanceProfile { profile_id: "profile-1".into(), phase: SignInPhase::Began })
-            .unwrap();
+    let events = when(
+        &mut world,
+        Command::AdvanceProfile {
+            profile_id: "profile-1".into(),
+            owner_principal_id: "owner".into(),
+            phase: SignInPhase::Began,
+        },
+    )
+    .unwrap();
     assert_eq!(ended(&events), [(grant, EndReason::ProfileChanged)]);
     assert_eq!(reason(&run(&mut world, &Policy::empty(), &tile("x"), t0())), None);
-    let ready = when(&mut world, Command::AdvanceProfile { profile_id: "profile-1".into(), phase: SignInPhase::Ready })
-        .unwrap();
+    let ready = when(
+        &mut world,
+        Command::AdvanceProfile {
+            profile_id: "profile-1".into(),
+            owner_principal_id: "owner".into(),
+            phase: SignInPhase::Ready,
+        },
+    )
+    .unwrap();
     assert!(ended(&ready).is_empty(), "ended exactly once");
     assert_eq!(world.profiles["profile-1"].generation, 2);
 
@@ -503,11 +520,22 @@ fn every_end_reason_is_reached_once_per_grant() {
     let mut w = given();
     allow_for_task(&mut w, t0());
     record(
-        &when(&mut w, Command::AdvanceProfile { profile_id: "profile-1".into(), phase: SignInPhase::Began }).unwrap(),
+        &when(
+            &mut w,
+            Command::AdvanceProfile {
+                profile_id: "profile-1".into(),
+                owner_principal_id: "owner".into(),
+                phase: SignInPhase::Began,
+            },
+        )
+        .unwrap(),
     );
     let mut w = given();
     allow_for_task(&mut w, t0());
-    record(&when(&mut w, Command::RevokeProfile { profile_id: "profile-1".into() }).unwrap());
+    record(
+        &when(&mut w, Command::RevokeProfile { profile_id: "profile-1".into(), owner_principal_id: "owner".into() })
+            .unwrap(),
+    );
     for (label, change) in [("policy", true), ("agent", false)] {
         let mut w = given();
         allow_for_task(&mut w, t0());
@@ -548,7 +576,9 @@ fn every_end_reason_is_reached_once_per_grant() {
     // Also a profile deleted, not only revoked, ends every grant on it.
     let mut w = given();
     allow_for_task(&mut w, t0());
-    let gone = when(&mut w, Command::DeleteProfile { profile_id: "profile-1".into() }).unwrap();
+    let gone =
+        when(&mut w, Command::DeleteProfile { profile_id: "profile-1".into(), owner_principal_id: "owner".into() })
+            .unwrap();
     assert_eq!(ended(&gone).iter().map(|(_, r)| *r).collect::<Vec<_>>(), [EndReason::ProfileRevoked]);
 
     let mut reasons: Vec<EndReason> = ends.values().flatten().copied().collect();
@@ -733,7 +763,8 @@ fn offers_are_made_only_where_a_grant_could_apply() {
     sensitive.page.url = "https://www.lesson.test/lesson/account/unit-3".into();
     assert_eq!(offer(&mut world, &sensitive), None, "a page with a sensitive segment");
     let mut revoked = world.clone();
-    when(&mut revoked, Command::RevokeProfile { profile_id: "profile-1".into() }).unwrap();
+    when(&mut revoked, Command::RevokeProfile { profile_id: "profile-1".into(), owner_principal_id: "owner".into() })
+        .unwrap();
     assert_eq!(offer(&mut revoked, &tile("el gato")), None, "a revoked profile");
 }
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use classifier::FieldKind;
 use classifier::constraint::{DispatchConstraint, GrantKind};
-use credentials::{AuthError, Caller, Credentials, Role};
+use credentials::{Caller, Credentials, Role};
 use proto::runtime as pb;
 use proto::v1 as gl;
 use time::OffsetDateTime;
@@ -423,18 +423,16 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
         Self { config, credentials, records, redeemer, sessions: Mutex::new(HashMap::new()) }
     }
 
+    /// The caller, as the gate authenticated it from the headers before the body was read, or
+    /// authenticated here when the service is called without the gate (in-process).
     async fn caller<T>(&self, req: &Request<T>) -> Result<Caller, Status> {
-        self.credentials.authenticate(req.metadata(), &[Role::Worker], &[], OffsetDateTime::now_utc()).await.map_err(
-            |e| match e {
-                AuthError::Unauthenticated(m) => Status::unauthenticated(m),
-                AuthError::PermissionDenied(m) => Status::permission_denied(m),
-                AuthError::Unavailable(m) => {
-                    tracing::warn!(error = %m, "credentials cannot be read");
-                    Status::unavailable("credentials cannot be read now; retry")
-                }
-                AuthError::Invalid(m) => Status::invalid_argument(m),
-            },
-        )
+        if let Some(c) = req.extensions().get::<Caller>().filter(|c| c.role == Role::Worker) {
+            return Ok(c.clone());
+        }
+        self.credentials
+            .authenticate(req.metadata(), &[Role::Worker], &[], OffsetDateTime::now_utc())
+            .await
+            .map_err(transport::auth_status)
     }
 
     /// The caller's session, locked: another owner's session is as absent as one that never
@@ -613,24 +611,33 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
 
 /// Accepted connections without Nagle's delay: a reply larger than one segment otherwise waits
 /// for the peer's delayed acknowledgement (tens of milliseconds).
-fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
-    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+/// Every call of the runtime is the worker's.
+fn route(path: &str) -> Option<(&'static [Role], &'static [credentials::Scope])> {
+    path.starts_with("/browser_runtime.v1.BrowserRuntime/").then_some((&[Role::Worker][..], &[][..]))
 }
+
+/// Open files kept back from connections: each browser's driver, its DevTools sockets, records.
+const OPEN_FILE_RESERVE: u64 = 512;
 
 /// Serves `runtime` on `listener` until `shutdown`, then closes every browser it started.
 pub async fn serve<R: Redeem + 'static>(
     listener: tokio::net::TcpListener,
     runtime: Arc<BrowserRuntime<R>>,
-    tls: Option<tonic::transport::ServerTlsConfig>,
+    tls: Option<Arc<transport::ServerConfig>>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = tls {
-        builder = builder.tls_config(tls)?;
-    }
-    let served = builder
-        .add_service(pb::browser_runtime_server::BrowserRuntimeServer::from_arc(Arc::clone(&runtime)))
-        .serve_with_incoming_shutdown(incoming(listener), shutdown)
+    // An act's calls are each bounded by the browser-call timeout; the request bound is above
+    // the longest act (its calls, a restart, the settle).
+    let limits = transport::Limits::for_requests_within(std::time::Duration::from_secs(180))
+        .within_open_files(transport::raise_fd_limit(), OPEN_FILE_RESERVE);
+    let server = pb::browser_runtime_server::BrowserRuntimeServer::from_arc(Arc::clone(&runtime))
+        .max_decoding_message_size(proto::limits::MAX_RUNTIME_REQUEST_BYTES);
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter.set_serving::<pb::browser_runtime_server::BrowserRuntimeServer<BrowserRuntime<R>>>().await;
+    let served = transport::server(&limits)
+        .add_service(health)
+        .add_service(transport::Gate::new(server, runtime.credentials.clone(), route, limits))
+        .serve_with_incoming_shutdown(transport::incoming(listener, tls, limits), shutdown)
         .await;
     runtime.close_all().await;
     served

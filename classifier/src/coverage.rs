@@ -23,7 +23,7 @@ pub const MAX_CHOOSABLE: usize = 64;
 
 /// Keys a task grant may press: named navigation and editing keys. Never a letter, a digit or a
 /// chord.
-const KEYS: &[&str] = &[
+pub const KEYS: &[&str] = &[
     "Enter",
     "Tab",
     "Escape",

@@ -175,6 +175,15 @@ pub struct ProfileGenerationAdvanced {
     pub phase: SignInPhase,
 }
 
+/// The owner a browser profile belongs to, recorded from the profiles service's first report of
+/// it. It never changes: a session binds only a profile of its own owner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileClaimed {
+    pub profile_id: String,
+    pub owner_principal_id: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProfileRevoked {
@@ -388,6 +397,7 @@ catalogue! {
     SessionMessageRecorded = "session.message_recorded" v 1,
     SessionDeleted = "session.deleted" v 1,
     SessionToolCalled = "session.tool_called" v 1,
+    ProfileClaimed = "browser.profile.claimed" v 1,
     ProfileGenerationAdvanced = "browser.profile.generation_advanced" v 1,
     ProfileRevoked = "browser.profile.revoked" v 1,
     ProfileDeleted = "browser.profile.deleted" v 1,

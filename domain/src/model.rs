@@ -7,9 +7,10 @@ use std::collections::HashMap;
 use crate::catalogue::{
     ActionView, ApprovalExpired, ApprovalRequested, ApprovalResolved, ApprovalStatus, ApprovalTokenIssued,
     ApprovalTokenRedeemed, Author, AuthorizationKind, DeploymentPolicyChanged, DeploymentScopesChanged, EndReason,
-    Event, Offer, ProfileDeleted, ProfileGenerationAdvanced, ProfileRevoked, Resolution, SessionCreated,
-    SessionDeleted, SessionMessageRecorded, SessionToolCalled, SignInPhase, SiteScope, StandingGrantPinned,
-    StandingGrantUnpinned, Surface, TaskGrantCreated, TaskGrantEnded, TokenBinding, ToolCallAuthorized,
+    Event, Offer, ProfileClaimed, ProfileDeleted, ProfileGenerationAdvanced, ProfileRevoked, Resolution,
+    SessionCreated, SessionDeleted, SessionMessageRecorded, SessionToolCalled, SignInPhase, SiteScope,
+    StandingGrantPinned, StandingGrantUnpinned, Surface, TaskGrantCreated, TaskGrantEnded, TokenBinding,
+    ToolCallAuthorized,
 };
 use classifier::{Action, Consequence, ElementFacts, Named, PageFacts, TaskScope};
 use ledger::StreamId;
@@ -40,6 +41,10 @@ pub struct Session {
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Profile {
+    /// The owner the profiles service reported it for first; `None` for a profile recorded
+    /// before owners were (no session binds it, and no grant applies on it, until it is claimed).
+    #[serde(default)]
+    pub owner: Option<String>,
     pub generation: u64,
     pub revoked: bool,
     pub deleted: bool,
@@ -157,6 +162,7 @@ pub fn stream_of(tenant: &TenantId, event: &Event) -> Result<StreamId, DomainErr
         Event::SessionDeleted(e) => entity("session", &e.session_id),
         Event::SessionToolCalled(e) => entity("session", &e.session_id),
         Event::RunEscalated(e) => entity("session", &e.session_id),
+        Event::ProfileClaimed(e) => entity("profile", &e.profile_id),
         Event::ProfileGenerationAdvanced(e) => entity("profile", &e.profile_id),
         Event::ProfileRevoked(e) => entity("profile", &e.profile_id),
         Event::ProfileDeleted(e) => entity("profile", &e.profile_id),
@@ -211,6 +217,9 @@ impl World {
                 if let Some(s) = self.sessions.get_mut(&e.session_id) {
                     s.deleted = true;
                 }
+            }
+            Event::ProfileClaimed(e) => {
+                self.profiles.entry(e.profile_id.clone()).or_default().owner = Some(e.owner_principal_id.clone())
             }
             Event::ProfileGenerationAdvanced(e) => {
                 self.profiles.entry(e.profile_id.clone()).or_default().generation = e.generation
@@ -299,6 +308,24 @@ impl World {
             .get(&grant_id)
             .filter(|g| g.is_active())
             .map(|_| Event::TaskGrantEnded(TaskGrantEnded { grant_id, reason }))
+    }
+
+    /// Whether `profile_id` was recorded as `principal`'s.
+    pub fn profile_owned_by(&self, profile_id: &str, principal: &str) -> bool {
+        self.profiles.get(profile_id).and_then(|p| p.owner.as_deref()) == Some(principal)
+    }
+
+    /// The claim a profile report makes: recorded on the first report, nothing on a later one by
+    /// the same owner, and another owner's profile is not found (nothing is written).
+    fn claim(&self, profile_id: &str, owner: &str) -> Result<Vec<Event>, DomainError> {
+        match self.profiles.get(profile_id).and_then(|p| p.owner.as_deref()) {
+            None => Ok(vec![Event::ProfileClaimed(ProfileClaimed {
+                profile_id: profile_id.to_owned(),
+                owner_principal_id: owner.to_owned(),
+            })]),
+            Some(o) if o == owner => Ok(vec![]),
+            Some(_) => Err(DomainError::not_found("browser profile", profile_id)),
+        }
     }
 
     fn end_grants_on_profile(&self, profile_id: &str, reason: EndReason) -> Vec<Event> {
@@ -411,15 +438,25 @@ pub enum Command {
         principal_id: String,
     },
     /// A sign-in began or became ready: the generation advances and every grant on it ends.
+    /// Each profile command names the owner the profiles service reports it for: the first
+    /// report records it, and a report naming another owner finds no such profile.
+    /// A profile created for its owner: recorded as that owner's, nothing else changes.
+    ClaimProfile {
+        profile_id: String,
+        owner_principal_id: String,
+    },
     AdvanceProfile {
         profile_id: String,
+        owner_principal_id: String,
         phase: SignInPhase,
     },
     RevokeProfile {
         profile_id: String,
+        owner_principal_id: String,
     },
     DeleteProfile {
         profile_id: String,
+        owner_principal_id: String,
     },
     /// A tool call the worker made: the session's record of the turn.
     RecordToolCall(SessionToolCalled),
@@ -479,6 +516,12 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             if world.sessions.contains_key(&created.session_id) {
                 return Err(DomainError::conflict(Conflict::SessionExists, created.session_id));
             }
+            // Another owner's profile, or one no owner was recorded for, does not exist for this one.
+            if let Some(p) = &created.browser_profile_id
+                && !world.profile_owned_by(p, &created.principal_id)
+            {
+                return Err(DomainError::not_found("browser profile", p));
+            }
             Ok(vec![Event::SessionCreated(created)])
         }
         Command::RecordToolCall(call) => {
@@ -498,23 +541,28 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             events.extend(session.active_grant.and_then(|g| world.end(g, EndReason::Revoked)));
             Ok(events)
         }
-        Command::AdvanceProfile { profile_id, phase } => {
+        Command::ClaimProfile { profile_id, owner_principal_id } => world.claim(&profile_id, &owner_principal_id),
+        Command::AdvanceProfile { profile_id, owner_principal_id, phase } => {
+            let mut events = world.claim(&profile_id, &owner_principal_id)?;
             let generation = world.profiles.get(&profile_id).map_or(0, |p| p.generation) + 1;
-            let mut events = world.end_grants_on_profile(&profile_id, EndReason::ProfileChanged);
-            events.insert(
-                0,
-                Event::ProfileGenerationAdvanced(ProfileGenerationAdvanced { profile_id, generation, phase }),
-            );
+            events.push(Event::ProfileGenerationAdvanced(ProfileGenerationAdvanced {
+                profile_id: profile_id.clone(),
+                generation,
+                phase,
+            }));
+            events.extend(world.end_grants_on_profile(&profile_id, EndReason::ProfileChanged));
             Ok(events)
         }
-        Command::RevokeProfile { profile_id } => {
-            let mut events = world.end_grants_on_profile(&profile_id, EndReason::ProfileRevoked);
-            events.insert(0, Event::ProfileRevoked(ProfileRevoked { profile_id }));
+        Command::RevokeProfile { profile_id, owner_principal_id } => {
+            let mut events = world.claim(&profile_id, &owner_principal_id)?;
+            events.push(Event::ProfileRevoked(ProfileRevoked { profile_id: profile_id.clone() }));
+            events.extend(world.end_grants_on_profile(&profile_id, EndReason::ProfileRevoked));
             Ok(events)
         }
-        Command::DeleteProfile { profile_id } => {
-            let mut events = world.end_grants_on_profile(&profile_id, EndReason::ProfileRevoked);
-            events.insert(0, Event::ProfileDeleted(ProfileDeleted { profile_id }));
+        Command::DeleteProfile { profile_id, owner_principal_id } => {
+            let mut events = world.claim(&profile_id, &owner_principal_id)?;
+            events.push(Event::ProfileDeleted(ProfileDeleted { profile_id: profile_id.clone() }));
+            events.extend(world.end_grants_on_profile(&profile_id, EndReason::ProfileRevoked));
             Ok(events)
         }
         Command::ApplyDeployment { settings, pin, policy_version, now } => {
@@ -781,6 +829,9 @@ fn resolve(
     if profile.revoked || profile.deleted {
         return Err(DomainError::conflict(Conflict::OfferNoLongerValid, "the browser profile was revoked"));
     }
+    if profile.owner.as_deref() != Some(principal_id) {
+        return Err(DomainError::conflict(Conflict::OfferNoLongerValid, "the browser profile is not this owner's"));
+    }
     let mut events = vec![resolved(Some(new_grant_id))];
     events.extend(session.active_grant.and_then(|old| world.end(old, EndReason::Superseded)));
     events.push(Event::TaskGrantCreated(TaskGrantCreated {
@@ -899,6 +950,10 @@ fn task_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateTime)
     if profile.generation != c.profile_generation {
         return Err(ended(EndReason::ProfileChanged, NotCovered::ProfileChanged));
     }
+    // A grant made before profiles had owners, on a profile since claimed by another.
+    if profile.owner.as_deref() != Some(c.principal_id.as_str()) {
+        return Err(refusal(NotCovered::PinMismatch));
+    }
     if req.versions.agent != c.agent_version {
         return Err(ended(EndReason::AgentChanged, NotCovered::AgentChanged));
     }
@@ -951,9 +1006,12 @@ pub const STANDING_GRANT_DURATION: time::Duration = time::Duration::days(30);
 /// The pinned standing grant covers routine only, on its own profile, until it expires.
 fn standing_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateTime) -> bool {
     let Some(pin) = &world.standing else { return false };
-    let profile = world.sessions.get(&req.session_id).and_then(|s| s.created.browser_profile_id.as_deref());
+    let Some(session) = world.sessions.get(&req.session_id) else { return false };
+    let profile = session.created.browser_profile_id.as_deref();
+    // The pin covers its profile's own owner only.
     now < pin.expires_at
         && profile == Some(pin.profile_id.as_str())
+        && world.profile_owned_by(&pin.profile_id, &session.created.principal_id)
         && classifier::covers(&classifier::Grant::Standing, &req.action, &req.element, &req.page).is_ok()
 }
 
@@ -970,7 +1028,7 @@ pub fn offer_for(world: &World, req: &AuthorizeRequest) -> Option<Offer> {
         return None;
     }
     let profile = session.created.browser_profile_id.as_ref().and_then(|p| world.profiles.get(p));
-    if profile.is_some_and(|p| p.revoked || p.deleted) {
+    if profile.is_none_or(|p| p.revoked || p.deleted || p.owner.as_ref() != Some(&session.created.principal_id)) {
         return None;
     }
     if classifier::coverage::field_never_covered(req.element.field_kind) {

@@ -225,6 +225,7 @@ pub mod authorize {
     struct Tokens {
         worker: String,
         gateway: String,
+        profiles: String,
         ca_pem: String,
     }
 
@@ -237,6 +238,10 @@ pub mod authorize {
 
         fn worker<T>(&self, m: T) -> tonic::Request<T> {
             Self::bearer(m, &self.worker)
+        }
+
+        fn profiles<T>(&self, m: T) -> tonic::Request<T> {
+            Self::bearer(m, &self.profiles)
         }
 
         fn gateway<T>(&self, m: T) -> tonic::Request<T> {
@@ -281,6 +286,12 @@ pub mod authorize {
     /// A new session with a fresh grant, made the only way there is: the card.
     async fn fresh_grant(client: &mut AuthorizerClient<Channel>, tokens: &Tokens) -> Result<String> {
         let session = format!("bench-{}", Uuid::new_v4().simple());
+        let created = pb::ProfileEventRequest {
+            profile_id: "p".into(),
+            event: pb::ProfileEvent::Created as i32,
+            owner_principal_id: "owner".into(),
+        };
+        client.record_profile_event(tokens.profiles(created)).await?;
         let create = pb::CreateSessionRequest {
             session_id: session.clone(),
             browser_profile_id: "p".into(),
@@ -478,9 +489,10 @@ pub mod authorize {
         let pool = ledger::postgres::pool(config, clients.iter().copied().max().unwrap_or(1) + 2)
             .map_err(anyhow::Error::msg)?;
         let credentials = Credentials::Postgres(pool.clone());
-        let tokens = Tokens { worker: new_token(), gateway: new_token(), ca_pem: pki.ca_cert };
+        let tokens = Tokens { worker: new_token(), gateway: new_token(), profiles: new_token(), ca_pem: pki.ca_cert };
         credentials.register(&tokens.worker, TENANT, Role::Worker, Some("owner"), None).await?;
         credentials.register(&tokens.gateway, TENANT, Role::Gateway, None, None).await?;
+        credentials.register(&tokens.profiles, TENANT, Role::Profiles, None, None).await?;
 
         let mut out = String::from("| clients | call | p50 µs | p99 µs | per second |\n|---:|---|---:|---:|---:|\n");
         let mut ratios = String::new();

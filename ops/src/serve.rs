@@ -22,7 +22,6 @@ use authorizer::scopes::{TaskGrantSettings, settings};
 use authorizer::service::{AuthorizerService, serve};
 use ledger::{PgStore, TenantId};
 use time::OffsetDateTime;
-use tonic::transport::{Identity, ServerTlsConfig};
 
 /// Everything the authorizer reads from its environment.
 #[derive(Debug)]
@@ -201,7 +200,7 @@ pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Resul
         let _ = tokio::signal::ctrl_c().await;
         tracing::info!("shutting down: finishing requests in flight");
     };
-    let tls = config.transport.server_tls();
+    let tls = config.transport.server_tls()?;
     let credentials = Credentials::Postgres(pool_for_credentials);
     let service = AuthorizerService::new(authority, credentials);
     let served = serve(listener, service, tls, shutdown).await;
@@ -234,16 +233,16 @@ fn transport(
 }
 
 impl Transport {
-    fn server_tls(&self) -> Option<ServerTlsConfig> {
-        match self {
+    fn server_tls(&self) -> Result<Option<std::sync::Arc<transport::ServerConfig>>> {
+        Ok(match self {
             Self::Tls { cert_pem, key_pem } => {
-                Some(ServerTlsConfig::new().identity(Identity::from_pem(cert_pem, key_pem)))
+                Some(transport::tls_config(cert_pem, key_pem).map_err(|e| anyhow::anyhow!("the TLS identity: {e}"))?)
             }
             Self::InsecureLoopback => {
                 tracing::warn!("--insecure-loopback: serving plaintext gRPC; credentials cross the socket unencrypted");
                 None
             }
-        }
+        })
     }
 }
 
@@ -289,7 +288,9 @@ pub async fn runtime(config: RuntimeServeConfig, database_url: String) -> Result
         let _ = tokio::signal::ctrl_c().await;
         tracing::info!("shutting down: closing every browser");
     };
-    browser_runtime::service::serve(listener, runtime, config.transport.server_tls(), shutdown).await.context("serving")
+    browser_runtime::service::serve(listener, runtime, config.transport.server_tls()?, shutdown)
+        .await
+        .context("serving")
 }
 
 #[cfg(test)]

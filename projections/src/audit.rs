@@ -94,6 +94,9 @@ pub fn row(recorded: &RecordedEvent) -> Result<AuditRow, DecodeError> {
             session = Some(e.session_id.clone());
             "Session deleted".to_owned()
         }
+        Event::ProfileClaimed(e) => {
+            format!("Browser profile {} recorded as {}'s", e.profile_id, e.owner_principal_id)
+        }
         Event::ProfileGenerationAdvanced(e) => match e.phase {
             SignInPhase::Began => format!("Sign-in began on browser profile {}", e.profile_id),
             SignInPhase::Ready => format!("Sign-in ready on browser profile {}", e.profile_id),

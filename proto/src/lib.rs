@@ -2,6 +2,12 @@
 //! files by protox and tonic-prost-build at build time. The modules mirror the packages, so the
 //! runtime's messages can name the authorizer's. Prost types stay at the edges: the domain never
 //! sees them.
+//!
+//! `limits` is the one table of what every request field may hold, and `checked` the codec that
+//! holds every request to it before prost decodes it.
+
+pub mod checked;
+pub mod limits;
 
 #[allow(unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
 pub mod grant_ledger {

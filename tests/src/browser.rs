@@ -29,6 +29,7 @@ pub const LESSON_ORIGIN: &str = "https://www.lesson.test";
 pub const WORKER: &str = "glc_00000000000000000000000000000000000000000000000000000000000000a1";
 pub const RUNTIME: &str = "glc_00000000000000000000000000000000000000000000000000000000000000a2";
 pub const GATEWAY: &str = "glc_00000000000000000000000000000000000000000000000000000000000000a3";
+pub const PROFILES: &str = "glc_00000000000000000000000000000000000000000000000000000000000000a5";
 /// A worker of another tenant.
 pub const STRANGER: &str = "glc_00000000000000000000000000000000000000000000000000000000000000a4";
 
@@ -96,6 +97,7 @@ impl Stack {
             (WORKER, TENANT, Role::Worker, Some("owner")),
             (RUNTIME, TENANT, Role::Runtime, Some("owner")),
             (GATEWAY, TENANT, Role::Gateway, None),
+            (PROFILES, TENANT, Role::Profiles, None),
             (STRANGER, "tenant-2", Role::Worker, Some("someone")),
         ] {
             credentials.register(token, tenant, role, principal, None).await.expect("credential");

@@ -358,6 +358,12 @@ async fn typed_values_come_from_the_record_and_are_never_returned() {
 /// The owner's approval of a click on `name` in snapshot `o`, asked and resolved through the
 /// authorizer as the worker and the gateway would: its single-use token.
 async fn approve_once(s: &mut Stack, o: &rt::ObserveReply, name: &str) -> String {
+    let created = pb::ProfileEventRequest {
+        profile_id: "profile-1".into(),
+        event: pb::ProfileEvent::Created as i32,
+        owner_principal_id: "owner".into(),
+    };
+    s.authorizer.record_profile_event(with(tests::browser::PROFILES, created)).await.unwrap();
     let create = pb::CreateSessionRequest {
         session_id: "s1".into(),
         browser_profile_id: "profile-1".into(),

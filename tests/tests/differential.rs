@@ -119,6 +119,8 @@ async fn play<B: Backend>(authority: &Authority<B>, ops: &[Op]) -> Vec<Step> {
     let mut steps = Vec::new();
     let exec = |c: Command| async { step(authority.execute(c, "owner").await.map(Step::Executed)) };
     steps.push(exec(Command::ChangeSettings(scope_settings(0))).await);
+    let claim = Command::ClaimProfile { profile_id: "profile-1".into(), owner_principal_id: "owner".into() };
+    steps.push(exec(claim).await);
     steps.push(
         exec(Command::CreateSession(SessionCreated {
             session_id: "s1".into(),
@@ -147,7 +149,13 @@ async fn play<B: Backend>(authority: &Authority<B>, ops: &[Op]) -> Vec<Step> {
                 .await
             }
             Op::SignIn => {
-                exec(Command::AdvanceProfile { profile_id: "profile-1".into(), phase: SignInPhase::Began }).await
+                let owner_principal_id = "owner".into();
+                exec(Command::AdvanceProfile {
+                    profile_id: "profile-1".into(),
+                    owner_principal_id,
+                    phase: SignInPhase::Began,
+                })
+                .await
             }
             Op::Act { kind, chars } => {
                 let id = next_id();

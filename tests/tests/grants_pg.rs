@@ -345,6 +345,8 @@ mod through_the_authority {
             schedule_id: None,
             surface: Surface::Interactive,
         };
+        let claim = Command::ClaimProfile { profile_id: "profile-1".into(), owner_principal_id: "owner".into() };
+        authority.execute(claim, "profiles").await.unwrap();
         authority.execute(Command::CreateSession(created), "owner").await.unwrap();
         let said = SessionMessageRecorded { session_id: session.into(), message_id: "m".into(), author: Author::Owner };
         authority.execute(Command::RecordMessage(said), "owner").await.unwrap();
@@ -543,6 +545,8 @@ async fn a_token_redeemed_by_many_at_once_is_redeemed_once() {
         schedule_id: None,
         surface: Surface::Interactive,
     };
+    let claim = Command::ClaimProfile { profile_id: "profile-1".into(), owner_principal_id: "owner".into() };
+    authority.execute(claim, "profiles").await.unwrap();
     authority.execute(Command::CreateSession(session), "owner").await.unwrap();
     let now = OffsetDateTime::now_utc();
     let req = AuthorizeRequest {

@@ -59,6 +59,8 @@ async fn lesson(authority: &Authority<PgGrants>, session: &str, uses: usize) -> 
         schedule_id: None,
         surface: Surface::Interactive,
     };
+    let claim = Command::ClaimProfile { profile_id: "profile-1".into(), owner_principal_id: "owner".into() };
+    authority.execute(claim, "profiles").await.unwrap();
     authority.execute(Command::CreateSession(created), "owner").await.unwrap();
     let said = SessionMessageRecorded { session_id: session.into(), message_id: "m".into(), author: Author::Owner };
     authority.execute(Command::RecordMessage(said), "owner").await.unwrap();

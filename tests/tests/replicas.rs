@@ -109,6 +109,16 @@ impl Tokens {
         Self::bearer(&self.runtime, m)
     }
 
+    /// Records `profile` as the owner's, as the profiles service does when it makes one.
+    async fn claim(&self, c: &mut AuthorizerClient<Channel>, profile: &str) {
+        let created = pb::ProfileEventRequest {
+            profile_id: profile.into(),
+            event: pb::ProfileEvent::Created as i32,
+            owner_principal_id: "owner".into(),
+        };
+        c.record_profile_event(self.profiles(created)).await.unwrap();
+    }
+
     fn owner<T>(&self, m: T) -> Request<T> {
         let mut r = Self::bearer(&self.gateway, m);
         r.metadata_mut().insert("x-principal-id", "owner".parse().unwrap());
@@ -162,6 +172,7 @@ async fn grant_across(
     session: &str,
     profile: &str,
 ) -> String {
+    t.claim(a, profile).await;
     let create = pb::CreateSessionRequest {
         session_id: session.into(),
         browser_profile_id: profile.into(),
@@ -231,8 +242,11 @@ async fn what_one_replica_records_the_others_next_authorization_obeys() {
         let (session, profile) = (format!("s-{change:?}"), format!("p-{change:?}"));
         let grant_id = grant_across(&mut ca, &mut cb, &t, &session, &profile).await;
         assert!(matches!(decide(&mut ca, &t, act(&session, "agent-7")).await, Decision::Allow(_)), "{change:?}");
-        let profile_event =
-            |event: pb::ProfileEvent| pb::ProfileEventRequest { profile_id: profile.clone(), event: event as i32 };
+        let profile_event = |event: pb::ProfileEvent| pb::ProfileEventRequest {
+            profile_id: profile.clone(),
+            event: event as i32,
+            owner_principal_id: "owner".into(),
+        };
         match change {
             SignIn => {
                 drop(cb.record_profile_event(t.profiles(profile_event(pb::ProfileEvent::SignInBegan))).await.unwrap())
@@ -312,6 +326,7 @@ async fn an_approval_travels_across_replicas_and_its_token_is_redeemed_once() {
     apply_settings(&db.url(), TENANT, lesson()).await.unwrap();
     let (a, b) = (Replica::start(&db, &[]).await, Replica::start(&db, &[]).await);
     let (mut ca, mut cb) = (a.client().await, b.client().await);
+    t.claim(&mut ca, "p1").await;
     let create = pb::CreateSessionRequest {
         session_id: "s1".into(),
         browser_profile_id: "p1".into(),
@@ -504,7 +519,11 @@ async fn two_tenants_with_the_same_ids_never_see_each_other() {
     }
     assert!(matches!(decide(&mut c1, &tb, act("s1", "agent-7")).await, Decision::Allow(_)));
     // B's sign-in on "p1" ends B's grant only.
-    let signed_in = pb::ProfileEventRequest { profile_id: "p1".into(), event: pb::ProfileEvent::SignInBegan as i32 };
+    let signed_in = pb::ProfileEventRequest {
+        profile_id: "p1".into(),
+        event: pb::ProfileEvent::SignInBegan as i32,
+        owner_principal_id: "owner".into(),
+    };
     c1.record_profile_event(tb.profiles(signed_in)).await.unwrap();
     assert!(matches!(decide(&mut c1, &ta, act("s1", "agent-7")).await, Decision::Allow(_)));
     assert!(matches!(decide(&mut c1, &tb, act("s1", "agent-7")).await, Decision::RequireApproval(_)));
@@ -582,6 +601,8 @@ async fn owner_session_s1(a: &authorizer::authority::Authority<authorizer::pg::P
     use authorizer::domain::Command;
     use grant_domain::catalogue::{Author, SessionCreated, SessionMessageRecorded, Surface};
     a.execute(Command::ChangeSettings(lesson().settings), "operator").await.unwrap();
+    let claim = Command::ClaimProfile { profile_id: "p1".into(), owner_principal_id: "owner".into() };
+    a.execute(claim, "profiles").await.unwrap();
     let created = SessionCreated {
         session_id: "s1".into(),
         tenant_id: tenant.into(),

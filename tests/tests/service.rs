@@ -16,7 +16,7 @@ use ledger::TenantId;
 use pb::authorizer_client::AuthorizerClient;
 use proto::v1 as pb;
 use tests::TestDb;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity, ServerTlsConfig};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 use tonic::{Code, Request, Status};
 use tonic_types::StatusExt;
 
@@ -133,7 +133,7 @@ async fn start<B: Backend + 'static>(backend: B, credentials: Credentials) -> Se
     seed(&credentials).await;
     let authority = authority_with_scope(backend, true).await;
     let pki = ops::tls::DevPki::generate().unwrap();
-    let tls = ServerTlsConfig::new().identity(Identity::from_pem(&pki.server_cert, &pki.server_key));
+    let tls = transport::tls_config(pki.server_cert.as_bytes(), pki.server_key.as_bytes()).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -242,7 +242,18 @@ fn act(text: Option<&str>) -> pb::AuthorizeRequest {
     }
 }
 
+/// Records `profile` as the owner's, as the profiles service does when it makes one.
+async fn claim(client: &mut AuthorizerClient<Channel>, profile: &str) {
+    let created = pb::ProfileEventRequest {
+        profile_id: profile.into(),
+        event: pb::ProfileEvent::Created as i32,
+        owner_principal_id: "owner".into(),
+    };
+    client.record_profile_event(owner(created)).await.unwrap();
+}
+
 async fn session(client: &mut AuthorizerClient<Channel>) {
+    claim(client, "profile-1").await;
     let create = pb::CreateSessionRequest {
         session_id: "s1".into(),
         browser_profile_id: "profile-1".into(),
@@ -566,11 +577,15 @@ async fn a_sign_in_and_a_deleted_session_end_grants_through_the_api() {
     };
     let card = asked(&client.authorize(owner(act(None))).await.unwrap().into_inner()).clone();
     let grant_id = client.resolve_approval(owner(grant_for_task(card))).await.unwrap().into_inner().grant_id;
-    let began = pb::ProfileEventRequest { profile_id: "profile-1".into(), event: pb::ProfileEvent::SignInBegan as i32 };
+    let began = pb::ProfileEventRequest {
+        profile_id: "profile-1".into(),
+        event: pb::ProfileEvent::SignInBegan as i32,
+        owner_principal_id: "owner".into(),
+    };
     client.record_profile_event(owner(began)).await.unwrap();
     let g = client.get_grant(owner(pb::GetGrantRequest { grant_id, min_position: None })).await.unwrap().into_inner();
     assert_eq!(g.end_reason, "profile_changed");
-    let bad = pb::ProfileEventRequest { profile_id: "profile-1".into(), event: 0 };
+    let bad = pb::ProfileEventRequest { profile_id: "profile-1".into(), event: 0, owner_principal_id: "owner".into() };
     assert_eq!(client.record_profile_event(owner(bad)).await.unwrap_err().code(), Code::InvalidArgument);
 
     let card = asked(&client.authorize(owner(act(None))).await.unwrap().into_inner()).clone();
@@ -727,7 +742,11 @@ async fn call_as(client: &mut AuthorizerClient<Channel>, role: Role, rpc: Rpc, s
             .await
             .map(drop),
         Rpc::RecordProfileEvent => {
-            let m = pb::ProfileEventRequest { profile_id: "profile-1".into(), event: pb::ProfileEvent::Revoked as i32 };
+            let m = pb::ProfileEventRequest {
+                profile_id: "profile-1".into(),
+                event: pb::ProfileEvent::Revoked as i32,
+                owner_principal_id: "owner".into(),
+            };
             client.record_profile_event(with_role(role, "owner", m)).await.map(drop)
         }
         Rpc::Authorize => client.authorize(with_role(role, "owner", act(None))).await.map(drop),
@@ -972,6 +991,7 @@ async fn deleting_a_profile_or_a_session_ends_grants_on_postgres() {
     let grant_in = |client: &mut AuthorizerClient<Channel>, session_id: &'static str| {
         let mut client = client.clone();
         async move {
+            claim(&mut client, "profile-1").await;
             let create = pb::CreateSessionRequest {
                 session_id: session_id.into(),
                 browser_profile_id: "profile-1".into(),
@@ -996,7 +1016,11 @@ async fn deleting_a_profile_or_a_session_ends_grants_on_postgres() {
         }
     };
     let first = grant_in(&mut client, "s1").await;
-    let deleted = pb::ProfileEventRequest { profile_id: "profile-1".into(), event: pb::ProfileEvent::Deleted as i32 };
+    let deleted = pb::ProfileEventRequest {
+        profile_id: "profile-1".into(),
+        event: pb::ProfileEvent::Deleted as i32,
+        owner_principal_id: "owner".into(),
+    };
     client.record_profile_event(owner(deleted)).await.unwrap();
     let g = client.get_grant(owner(pb::GetGrantRequest { grant_id: first.clone(), min_position: None })).await;
     assert_eq!(g.unwrap().into_inner().end_reason, "profile_revoked");
@@ -1100,6 +1124,6 @@ async fn a_nul_in_a_recorded_string_is_invalid_argument_not_unavailable() {
     req.element.as_mut().unwrap().name = "el\u{0}gato".into();
     let err = client.authorize(owner(req)).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
-    assert_eq!(field_violation(&err), "view.element_name");
+    assert_eq!(field_violation(&err), "element.name");
     assert_eq!(position(), at, "nothing written");
 }

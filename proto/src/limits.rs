@@ -1,0 +1,216 @@
+//! The field table: one limit for every field of every request either service takes, keyed by
+//! the field's full protobuf name. The checker (`checked`) refuses a request field with no entry,
+//! and a test walks the descriptors so that a new field without a limit fails the build's tests.
+//!
+//! Lengths of strings are in characters, of bytes in bytes. The record's limits stand where it
+//! has them: names and ids 120, label sources 1,024 (the runtime's cut), keys and scroll steps
+//! the classifier's closed sets.
+
+use classifier::coverage::{KEYS, MAX_LABEL_CHARS, MAX_OPTIONS, SCROLL_STEPS};
+
+/// What one field may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rule {
+    /// Characters of a string, bytes of a bytes field; unused for other kinds.
+    pub max_len: usize,
+    /// Items of a repeated field; 1 for a singular one.
+    pub max_items: usize,
+    pub allowed: Allowed,
+}
+
+/// The values a field may take beyond its length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Allowed {
+    Any,
+    /// A closed set of integers (the scroll steps).
+    Ints(&'static [i32]),
+    /// An inclusive range of integers.
+    Range(u64, u64),
+    /// A closed set of strings (the named keys); the empty string means unset.
+    Strs(&'static [&'static str]),
+}
+
+/// Ids: sessions, runs, tool calls, snapshots, refs, profiles (the ledger's stream-name bound).
+pub const MAX_ID_CHARS: usize = 120;
+/// An accessible name the worker expects, as the tool contract bounds it.
+pub const MAX_NAME_CHARS: usize = 120;
+/// A page URL or a start URL. Longer URLs exist, but no page this product acts on needs one.
+pub const MAX_URL_CHARS: usize = 8_192;
+/// A short vocabulary word: a role, a version, a time, a consequence.
+pub const MAX_WORD_CHARS: usize = 64;
+/// A tool's name as the model called it.
+pub const MAX_TOOL_CHARS: usize = 200;
+/// Text a type action says it types: the grant's whole budget.
+pub const MAX_TYPED_CHARS: usize = 4_096;
+/// The label sources of one kind an element carries (label elements, aria-labelledby targets).
+pub const MAX_LABEL_SOURCES: usize = 64;
+/// Navigation targets of one element (its link or form, those inside it, its label's control).
+pub const MAX_NAV_TARGETS: usize = 256;
+/// The tool calls of one model turn.
+pub const MAX_TURN_TOOL_CALLS: usize = 256;
+/// Origins one run may act on.
+pub const MAX_ORIGINS: usize = 16;
+/// The harness step budget.
+pub const MAX_STEPS: u64 = 10_000;
+
+/// The largest request the authorizer decodes: a select's facts at their cap fit with room.
+pub const MAX_AUTHORIZER_REQUEST_BYTES: usize = 2 * 1024 * 1024;
+/// The largest request the runtime decodes: no runtime request carries page text.
+pub const MAX_RUNTIME_REQUEST_BYTES: usize = 64 * 1024;
+
+const fn text(max_len: usize) -> Rule {
+    Rule { max_len, max_items: 1, allowed: Allowed::Any }
+}
+
+const fn texts(max_items: usize, max_len: usize) -> Rule {
+    Rule { max_len, max_items, allowed: Allowed::Any }
+}
+
+const fn one() -> Rule {
+    Rule { max_len: 0, max_items: 1, allowed: Allowed::Any }
+}
+
+const fn many(max_items: usize) -> Rule {
+    Rule { max_len: 0, max_items, allowed: Allowed::Any }
+}
+
+const ID: Rule = text(MAX_ID_CHARS);
+const LABEL: Rule = text(MAX_LABEL_CHARS);
+const URL: Rule = text(MAX_URL_CHARS);
+const WORD: Rule = text(MAX_WORD_CHARS);
+const KEY: Rule = Rule { max_len: MAX_WORD_CHARS, max_items: 1, allowed: Allowed::Strs(KEYS) };
+const SCROLL: Rule = Rule { max_len: 0, max_items: 1, allowed: Allowed::Ints(&SCROLL_STEPS) };
+/// `apv_` and 24 hex digits.
+const TOKEN: Rule = text(28);
+/// A UUID in its 36-character form.
+const UUID: Rule = text(36);
+
+/// Every field of every request message, and of every message a request holds.
+pub const FIELDS: &[(&str, Rule)] = &[
+    // grant_ledger.v1
+    ("grant_ledger.v1.Position.tx_id", one()),
+    ("grant_ledger.v1.Position.position", one()),
+    ("grant_ledger.v1.CreateSessionRequest.session_id", ID),
+    ("grant_ledger.v1.CreateSessionRequest.browser_profile_id", ID),
+    ("grant_ledger.v1.CreateSessionRequest.schedule_id", ID),
+    ("grant_ledger.v1.CreateSessionRequest.surface", one()),
+    ("grant_ledger.v1.RecordMessageRequest.session_id", ID),
+    ("grant_ledger.v1.RecordMessageRequest.message_id", ID),
+    ("grant_ledger.v1.RecordMessageRequest.from_owner", one()),
+    ("grant_ledger.v1.RecordToolCallRequest.session_id", ID),
+    ("grant_ledger.v1.RecordToolCallRequest.tool_call_id", ID),
+    ("grant_ledger.v1.RecordToolCallRequest.tool", text(MAX_TOOL_CHARS)),
+    ("grant_ledger.v1.DeleteSessionRequest.session_id", ID),
+    ("grant_ledger.v1.ProfileEventRequest.profile_id", ID),
+    ("grant_ledger.v1.ProfileEventRequest.event", one()),
+    ("grant_ledger.v1.ProfileEventRequest.owner_principal_id", ID),
+    ("grant_ledger.v1.SelectOption.value", LABEL),
+    ("grant_ledger.v1.SelectOption.label", LABEL),
+    ("grant_ledger.v1.SelectOption.text", LABEL),
+    ("grant_ledger.v1.SelectOption.name", LABEL),
+    ("grant_ledger.v1.SelectOption.title", LABEL),
+    ("grant_ledger.v1.SelectOption.group_label", LABEL),
+    ("grant_ledger.v1.ElementFacts.role", WORD),
+    ("grant_ledger.v1.ElementFacts.name", LABEL),
+    ("grant_ledger.v1.ElementFacts.aria_label", LABEL),
+    ("grant_ledger.v1.ElementFacts.labelledby", texts(MAX_LABEL_SOURCES, MAX_LABEL_CHARS)),
+    ("grant_ledger.v1.ElementFacts.labels", texts(MAX_LABEL_SOURCES, MAX_LABEL_CHARS)),
+    ("grant_ledger.v1.ElementFacts.title", LABEL),
+    ("grant_ledger.v1.ElementFacts.placeholder", LABEL),
+    ("grant_ledger.v1.ElementFacts.alt", LABEL),
+    ("grant_ledger.v1.ElementFacts.value", LABEL),
+    ("grant_ledger.v1.ElementFacts.visible_text", LABEL),
+    ("grant_ledger.v1.ElementFacts.dialog_name", LABEL),
+    ("grant_ledger.v1.ElementFacts.field_kind", one()),
+    // One more than the classifier reads: the runtime carries that many to say "too many".
+    ("grant_ledger.v1.ElementFacts.options", many(MAX_OPTIONS + 1)),
+    ("grant_ledger.v1.ElementFacts.nav_targets", texts(MAX_NAV_TARGETS, MAX_LABEL_CHARS)),
+    ("grant_ledger.v1.ElementFacts.download", one()),
+    ("grant_ledger.v1.ElementFacts.disabled", one()),
+    ("grant_ledger.v1.ElementFacts.truncated", one()),
+    ("grant_ledger.v1.ElementFacts.nav_targets_carried", one()),
+    ("grant_ledger.v1.Action.kind", one()),
+    ("grant_ledger.v1.Action.text", text(MAX_TYPED_CHARS)),
+    ("grant_ledger.v1.Action.key", KEY),
+    ("grant_ledger.v1.Action.option", LABEL),
+    ("grant_ledger.v1.Action.scroll_by", SCROLL),
+    ("grant_ledger.v1.RunContext.run_id", ID),
+    ("grant_ledger.v1.RunContext.interactive", one()),
+    ("grant_ledger.v1.RunContext.top_level", one()),
+    ("grant_ledger.v1.AuthorizeRequest.session_id", ID),
+    ("grant_ledger.v1.AuthorizeRequest.run", one()),
+    ("grant_ledger.v1.AuthorizeRequest.tool_call_id", ID),
+    ("grant_ledger.v1.AuthorizeRequest.turn_tool_calls", texts(MAX_TURN_TOOL_CALLS, MAX_TOOL_CHARS)),
+    ("grant_ledger.v1.AuthorizeRequest.agent_version", ID),
+    ("grant_ledger.v1.AuthorizeRequest.element", one()),
+    ("grant_ledger.v1.AuthorizeRequest.page_url", URL),
+    ("grant_ledger.v1.AuthorizeRequest.page_title", LABEL),
+    ("grant_ledger.v1.AuthorizeRequest.action", one()),
+    ("grant_ledger.v1.AuthorizeRequest.snapshot_id", ID),
+    ("grant_ledger.v1.AuthorizeRequest.node_ref", ID),
+    ("grant_ledger.v1.ResolveApprovalRequest.approval_id", UUID),
+    ("grant_ledger.v1.ResolveApprovalRequest.resolution", one()),
+    ("grant_ledger.v1.ResolveApprovalRequest.offered_origin", URL),
+    ("grant_ledger.v1.ResolveApprovalRequest.offered_path_prefix", LABEL),
+    ("grant_ledger.v1.GetApprovalRequest.approval_id", UUID),
+    ("grant_ledger.v1.GetApprovalRequest.min_position", one()),
+    ("grant_ledger.v1.ListApprovalsRequest.session_id", ID),
+    ("grant_ledger.v1.ListApprovalsRequest.pending_only", one()),
+    ("grant_ledger.v1.ListApprovalsRequest.min_position", one()),
+    ("grant_ledger.v1.RedeemTokenRequest.approval_token", TOKEN),
+    ("grant_ledger.v1.RedeemTokenRequest.run_id", ID),
+    ("grant_ledger.v1.RedeemTokenRequest.snapshot_id", ID),
+    ("grant_ledger.v1.RedeemTokenRequest.node_ref", ID),
+    ("grant_ledger.v1.GetGrantRequest.grant_id", UUID),
+    ("grant_ledger.v1.GetGrantRequest.min_position", one()),
+    ("grant_ledger.v1.ListGrantsRequest.session_id", ID),
+    ("grant_ledger.v1.ListGrantsRequest.active_only", one()),
+    ("grant_ledger.v1.ListGrantsRequest.min_position", one()),
+    ("grant_ledger.v1.RevokeGrantRequest.grant_id", UUID),
+    ("grant_ledger.v1.DispatchConstraint.grant_kind", one()),
+    ("grant_ledger.v1.DispatchConstraint.origins", texts(MAX_ORIGINS, MAX_URL_CHARS)),
+    ("grant_ledger.v1.DispatchConstraint.path_prefix", LABEL),
+    ("grant_ledger.v1.DispatchConstraint.not_after", WORD),
+    ("grant_ledger.v1.DispatchConstraint.consequence_ceiling", WORD),
+    ("grant_ledger.v1.DispatchConstraint.max_text_chars", one()),
+    // browser_runtime.v1
+    ("browser_runtime.v1.OpenSessionRequest.browser_profile_id", ID),
+    ("browser_runtime.v1.OpenSessionRequest.allowed_origins", texts(MAX_ORIGINS, MAX_URL_CHARS)),
+    ("browser_runtime.v1.OpenSessionRequest.start_url", URL),
+    (
+        "browser_runtime.v1.OpenSessionRequest.max_steps",
+        Rule { max_len: 0, max_items: 1, allowed: Allowed::Range(1, MAX_STEPS) },
+    ),
+    ("browser_runtime.v1.ObserveRequest.session_id", ID),
+    ("browser_runtime.v1.ActRequest.session_id", ID),
+    ("browser_runtime.v1.ActRequest.sequence", one()),
+    ("browser_runtime.v1.ActRequest.run_id", ID),
+    ("browser_runtime.v1.ActRequest.snapshot_id", ID),
+    ("browser_runtime.v1.ActRequest.ref", ID),
+    ("browser_runtime.v1.ActRequest.expected_name", text(MAX_NAME_CHARS)),
+    ("browser_runtime.v1.ActRequest.expected_role", one()),
+    ("browser_runtime.v1.ActRequest.consequential", one()),
+    ("browser_runtime.v1.ActRequest.approval_token", TOKEN),
+    ("browser_runtime.v1.ActRequest.wait_for", one()),
+    ("browser_runtime.v1.ActRequest.constraint", one()),
+    ("browser_runtime.v1.ActRequest.click", one()),
+    ("browser_runtime.v1.ActRequest.type", one()),
+    ("browser_runtime.v1.ActRequest.select", one()),
+    ("browser_runtime.v1.ActRequest.check", one()),
+    ("browser_runtime.v1.ActRequest.press", one()),
+    ("browser_runtime.v1.ActRequest.scroll", one()),
+    ("browser_runtime.v1.Type.field_id", ID),
+    ("browser_runtime.v1.Select.option", LABEL),
+    ("browser_runtime.v1.Press.key", KEY),
+    ("browser_runtime.v1.Scroll.by", SCROLL),
+    ("browser_runtime.v1.ScreenshotRequest.session_id", ID),
+    ("browser_runtime.v1.ReadFormRequest.session_id", ID),
+    ("browser_runtime.v1.ReadFormRequest.snapshot_id", ID),
+    ("browser_runtime.v1.ReadFormRequest.ref", ID),
+    ("browser_runtime.v1.CloseSessionRequest.session_id", ID),
+];
+
+/// The rule of the field named `full_name` (`package.Message.field`).
+pub fn rule(full_name: &str) -> Option<Rule> {
+    FIELDS.iter().find(|(name, _)| *name == full_name).map(|(_, r)| *r)
+}

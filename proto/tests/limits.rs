@@ -1,0 +1,109 @@
+//! The field table against the descriptors, and the checker against hand-made wire bytes.
+
+use prost::Message;
+use proto::checked::{Checker, Violation};
+use proto::limits::FIELDS;
+use proto::{runtime as rt, v1 as pb};
+
+#[test]
+fn every_field_of_every_request_has_a_limit() {
+    let checker = Checker::get();
+    let mut missing = Vec::new();
+    let mut known = Vec::new();
+    for m in checker.request_messages() {
+        for f in m.fields() {
+            known.push(f.full_name().to_owned());
+            if proto::limits::rule(f.full_name()).is_none() {
+                missing.push(f.full_name().to_owned());
+            }
+        }
+    }
+    assert!(missing.is_empty(), "request fields without a limit in proto::limits::FIELDS: {missing:#?}");
+    let stale: Vec<_> = FIELDS.iter().map(|(n, _)| *n).filter(|n| !known.iter().any(|k| k == n)).collect();
+    assert!(stale.is_empty(), "limits for fields no request holds: {stale:#?}");
+    assert!(checker.is_request("grant_ledger.v1.AuthorizeRequest"));
+    assert!(checker.is_request("browser_runtime.v1.ActRequest"));
+    assert!(!checker.is_request("grant_ledger.v1.ElementFacts"));
+}
+
+fn authorize(f: impl FnOnce(&mut pb::AuthorizeRequest)) -> Vec<u8> {
+    let mut r = pb::AuthorizeRequest {
+        session_id: "s1".into(),
+        page_url: "https://www.lesson.test/lesson/1".into(),
+        element: Some(pb::ElementFacts { role: "button".into(), name: "Continue".into(), ..Default::default() }),
+        action: Some(pb::Action { kind: pb::ActionKind::Click as i32, ..Default::default() }),
+        ..Default::default()
+    };
+    f(&mut r);
+    r.encode_to_vec()
+}
+
+fn check(name: &str, bytes: &[u8], expect: Option<(&str, &str)>) {
+    let got = Checker::get().check(name, bytes);
+    match expect {
+        None => assert_eq!(got, Ok(()), "{name}"),
+        Some((field, words)) => {
+            let Err(Violation { field: f, description }) = got else { panic!("{name}: accepted, wanted {field}") };
+            assert_eq!(f, field, "{description}");
+            assert!(description.contains(words), "{field}: {description:?} lacks {words:?}");
+        }
+    }
+}
+
+#[test]
+fn each_rule_refuses_what_it_should_and_names_the_field() {
+    const A: &str = "grant_ledger.v1.AuthorizeRequest";
+    let long = "x".repeat(1025);
+    check(A, &authorize(|_| {}), None);
+    check(
+        A,
+        &authorize(|r| r.element.as_mut().unwrap().labels = vec!["ok".into(), "a\0b".into()]),
+        Some(("element.labels[1]", "NUL")),
+    );
+    check(A, &authorize(|r| r.element.as_mut().unwrap().name = long.clone()), Some(("element.name", "at most 1024")));
+    check(A, &authorize(|r| r.element.as_mut().unwrap().name = "é".repeat(1024)), None);
+    check(A, &authorize(|r| r.page_url = "h\0".into()), Some(("page_url", "NUL")));
+    check(
+        A,
+        &authorize(|r| r.turn_tool_calls = vec!["browser.act".into(); 257]),
+        Some(("turn_tool_calls", "at most 256 items")),
+    );
+    check(A, &authorize(|r| r.action.as_mut().unwrap().scroll_by = 7), Some(("action.scroll_by", "one of")));
+    check(A, &authorize(|r| r.action.as_mut().unwrap().scroll_by = -1200), None);
+    check(A, &authorize(|r| r.action.as_mut().unwrap().key = "a".into()), Some(("action.key", "one of")));
+    check(A, &authorize(|r| r.action.as_mut().unwrap().key = "Enter".into()), None);
+    check(A, &authorize(|r| r.action.as_mut().unwrap().kind = 99), Some(("action.kind", "declared values")));
+    check(
+        A,
+        &authorize(|r| r.element.as_mut().unwrap().field_kind = Some(77)),
+        Some(("element.field_kind", "declared")),
+    );
+    // Invalid UTF-8, a truncated message, an unknown field, a field sent twice.
+    let mut bad = authorize(|r| r.session_id = "ab".into());
+    let at = bad.windows(2).position(|w| w == b"ab").unwrap();
+    bad[at] = 0xff;
+    check(A, &bad, Some(("session_id", "UTF-8")));
+    let whole = authorize(|_| {});
+    check(A, &whole[..whole.len() - 3], Some(("request", "well-formed")));
+    let mut unknown = whole.clone();
+    unknown.extend([0xf8, 0x01, 0x00]); // field 31, varint 0
+    check(A, &unknown, Some(("#31", "not a field")));
+    let mut twice = whole.clone();
+    twice.extend(pb::AuthorizeRequest { session_id: "s2".into(), ..Default::default() }.encode_to_vec());
+    check(A, &twice, Some(("session_id", "more than once")));
+    // Two members of the act's oneof.
+    let act = rt::ActRequest { action: Some(rt::act_request::Action::Click(rt::Click {})), ..Default::default() };
+    let mut both = act.encode_to_vec();
+    both.extend(
+        rt::ActRequest { action: Some(rt::act_request::Action::Check(rt::Check {})), ..Default::default() }
+            .encode_to_vec(),
+    );
+    check("browser_runtime.v1.ActRequest", &both, Some(("action", "more than one")));
+    let steps = rt::OpenSessionRequest { max_steps: 10_001, ..Default::default() }.encode_to_vec();
+    check("browser_runtime.v1.OpenSessionRequest", &steps, Some(("max_steps", "1 to 10000")));
+    let press = rt::ActRequest {
+        action: Some(rt::act_request::Action::Press(rt::Press { key: "q".into() })),
+        ..Default::default()
+    };
+    check("browser_runtime.v1.ActRequest", &press.encode_to_vec(), Some(("press.key", "one of")));
+}

@@ -1,0 +1,343 @@
+//! Listeners that hold against hostile peers, for every gRPC service (authorizer, runtime).
+//!
+//! - `incoming`: accepts connections under two caps. Handshakes in progress are bounded, each by
+//!   a timeout, and a new connection evicts the oldest one still silent, so a flood of idle
+//!   sockets can never keep a real client out. Established connections are bounded; past the cap
+//!   a new one is closed at once. The caps sit below the open-file limit, which
+//!   `raise_fd_limit` lifts at start-up, keeping a reserve for the database and the browsers.
+//! - `server`: the HTTP/2 limits (streams per connection, windows, frame and header-list size,
+//!   keep-alive, request timeout) on tonic's builder.
+//! - `Gate`: in front of a service, refuses too many or too large headers as
+//!   RESOURCE_EXHAUSTED and authenticates the caller from the headers alone, so no request body
+//!   of an unauthenticated caller is ever read or buffered.
+//!
+//! It knows nothing of grants or browsers: the calls' roles come in as a function.
+
+use std::collections::VecDeque;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+pub use rustls::ServerConfig;
+
+use credentials::{AuthError, Credentials, Role, Scope};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tonic::transport::server::{Connected, TcpConnectInfo};
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+/// The bounds of one listener.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// A TLS handshake not finished by then is closed.
+    pub handshake_timeout: Duration,
+    /// Handshakes in progress at once; a new connection past it evicts the oldest.
+    pub max_pending: usize,
+    /// Established connections at once; past it a new connection is closed.
+    pub max_connections: usize,
+    /// Streams one connection may have open.
+    pub max_concurrent_streams: u32,
+    /// The longest a request may take in the service.
+    pub request_timeout: Duration,
+    /// Headers one request may carry, and their total size in bytes (names and values).
+    pub max_headers: usize,
+    pub max_header_bytes: usize,
+}
+
+impl Limits {
+    /// The defaults for a service whose calls finish within `request_timeout`.
+    pub fn for_requests_within(request_timeout: Duration) -> Self {
+        Self {
+            handshake_timeout: Duration::from_secs(5),
+            max_pending: 256,
+            max_connections: 1024,
+            max_concurrent_streams: 64,
+            request_timeout,
+            max_headers: 64,
+            max_header_bytes: 16 * 1024,
+        }
+    }
+
+    /// Caps the connections below `open_files`, less `reserve` for everything else the process
+    /// opens (database connections, browsers, files).
+    pub fn within_open_files(mut self, open_files: u64, reserve: u64) -> Self {
+        let room = usize::try_from(open_files.saturating_sub(reserve)).unwrap_or(usize::MAX).max(16);
+        self.max_pending = self.max_pending.min(room / 4).max(4);
+        self.max_connections = self.max_connections.min(room - self.max_pending);
+        self
+    }
+}
+
+/// Raises the soft open-file limit to the hard one; returns the limit in force.
+pub fn raise_fd_limit() -> u64 {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(error = %e, "the open-file limit could not be raised");
+            rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(1024, |(soft, _)| soft)
+        }
+    }
+}
+
+/// A rustls server configuration from PEM, speaking HTTP/2 only.
+pub fn tls_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<rustls::ServerConfig>, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("the certificate PEM: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| format!("the key PEM: {e}"))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("the certificate and key: {e}"))?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// An accepted connection, holding its place under the cap until it closes.
+#[derive(Debug)]
+pub struct Conn {
+    io: Io,
+    info: TcpConnectInfo,
+    _slot: OwnedSemaphorePermit,
+}
+
+#[derive(Debug)]
+enum Io {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+impl Connected for Conn {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.info.clone()
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match &mut self.io {
+            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match &mut self.io {
+            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.io {
+            Io::Plain(s) => Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.io {
+            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// Handshakes in progress, oldest first, each with the signal that evicts it.
+#[derive(Default)]
+struct Pending {
+    next: u64,
+    queue: VecDeque<(u64, oneshot::Sender<()>)>,
+}
+
+/// The connections `listener` accepts under `limits`, TLS when `tls` is given. The listener
+/// closes when the stream is dropped.
+pub fn incoming(
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    limits: Limits,
+) -> tokio_stream::wrappers::ReceiverStream<io::Result<Conn>> {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(accept_loop(listener, tls.map(tokio_rustls::TlsAcceptor::from), limits, tx));
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    limits: Limits,
+    tx: mpsc::Sender<io::Result<Conn>>,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let pending = Arc::new(Mutex::new(Pending::default()));
+    loop {
+        let accepted = tokio::select! {
+            () = tx.closed() => return,
+            a = listener.accept() => a,
+        };
+        let (stream, _) = match accepted {
+            Ok(a) => a,
+            // Out of descriptors or a reset before accept: wait a moment rather than spin.
+            Err(e) => {
+                tracing::debug!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let info = stream.connect_info();
+        let Some(acceptor) = tls.clone() else {
+            match Arc::clone(&slots).try_acquire_owned() {
+                Ok(slot) => drop(tx.send(Ok(Conn { io: Io::Plain(stream), info, _slot: slot })).await),
+                Err(_) => tracing::debug!("at the connection cap; closed a new connection"),
+            }
+            continue;
+        };
+        let (evict, evicted) = oneshot::channel();
+        let id = {
+            let mut p = pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            while p.queue.len() >= limits.max_pending {
+                if let Some((_, oldest)) = p.queue.pop_front() {
+                    let _ = oldest.send(());
+                }
+            }
+            p.next += 1;
+            let id = p.next;
+            p.queue.push_back((id, evict));
+            id
+        };
+        let (tx, slots, pending) = (tx.clone(), Arc::clone(&slots), Arc::clone(&pending));
+        tokio::spawn(async move {
+            let shaken = tokio::select! {
+                r = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream)) => r.ok().and_then(Result::ok),
+                _ = evicted => None,
+            };
+            pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner).queue.retain(|(i, _)| *i != id);
+            let Some(stream) = shaken else { return };
+            match slots.try_acquire_owned() {
+                Ok(slot) => drop(tx.send(Ok(Conn { io: Io::Tls(Box::new(stream)), info, _slot: slot })).await),
+                Err(_) => tracing::debug!("at the connection cap; closed a new connection"),
+            }
+        });
+    }
+}
+
+/// tonic's server with the HTTP/2 limits of `limits`.
+pub fn server(limits: &Limits) -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .timeout(limits.request_timeout)
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .initial_stream_window_size(256 * 1024)
+        .initial_connection_window_size(1024 * 1024)
+        .max_frame_size(16 * 1024)
+        // Far above what `Gate` lets in, so an oversize header list reaches `Gate` and is
+        // refused with a gRPC status rather than HTTP 431 or a GOAWAY.
+        .http2_max_header_list_size(1024 * 1024)
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .http2_max_pending_accept_reset_streams(Some(32))
+        .accept_http1(false)
+}
+
+/// Who may make the call at a path: its roles and the owner's scopes it needs, or `None` for a
+/// path that is no call of the service (answered as tonic answers it).
+pub type Route = fn(&str) -> Option<(&'static [Role], &'static [Scope])>;
+
+/// The header limits and the caller's authentication, in front of a service.
+#[derive(Clone)]
+pub struct Gate<S> {
+    inner: S,
+    credentials: Credentials,
+    route: Route,
+    limits: Limits,
+}
+
+impl<S> std::fmt::Debug for Gate<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gate").finish_non_exhaustive()
+    }
+}
+
+impl<S> Gate<S> {
+    pub fn new(inner: S, credentials: Credentials, route: Route, limits: Limits) -> Self {
+        Self { inner, credentials, route, limits }
+    }
+}
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for Gate<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+/// The status a refused caller gets, the same words every service uses.
+pub fn auth_status(e: AuthError) -> Status {
+    match e {
+        AuthError::Unauthenticated(m) => Status::unauthenticated(m),
+        AuthError::PermissionDenied(m) => Status::with_error_details(
+            Code::PermissionDenied,
+            m,
+            ErrorDetails::with_error_info(CALLER_NOT_PERMITTED, "grant_ledger", std::collections::HashMap::new()),
+        ),
+        AuthError::Unavailable(m) => {
+            tracing::warn!(error = %m, "credentials cannot be read");
+            Status::unavailable("nothing was written: credentials cannot be read now; retry")
+        }
+        AuthError::Invalid(m) => Status::invalid_argument(m),
+    }
+}
+
+/// The `ErrorInfo` reason of a call refused to its caller's credential.
+pub const CALLER_NOT_PERMITTED: &str = "CALLER_NOT_PERMITTED";
+
+impl<S, B> tower_service::Service<http::Request<B>> for Gate<S>
+where
+    S: tower_service::Service<http::Request<B>, Response = http::Response<tonic::body::Body>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn std::future::Future<Output = Result<Self::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        // The clone that was made ready serves this call; the fresh one waits for the next.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let (credentials, route, limits) = (self.credentials.clone(), self.route, self.limits);
+        Box::pin(async move {
+            let headers = req.headers();
+            let bytes: usize = headers.iter().map(|(k, v)| k.as_str().len() + v.len()).sum();
+            if headers.len() > limits.max_headers || bytes > limits.max_header_bytes {
+                let says = format!(
+                    "a request carries at most {} headers of {} bytes in all",
+                    limits.max_headers, limits.max_header_bytes
+                );
+                return Ok(Status::resource_exhausted(says).into_http());
+            }
+            if let Some((roles, scopes)) = route(req.uri().path()) {
+                let metadata = tonic::metadata::MetadataMap::from_headers(headers.clone());
+                match credentials.authenticate(&metadata, roles, scopes, time::OffsetDateTime::now_utc()).await {
+                    Ok(caller) => drop(req.extensions_mut().insert(caller)),
+                    Err(e) => return Ok(auth_status(e).into_http()),
+                }
+            }
+            inner.call(req).await
+        })
+    }
+}
