@@ -275,7 +275,19 @@ pub fn facts_pb(n: &NodeRead) -> gl::ElementFacts {
         truncated: None,
         nav_targets_carried: true,
     };
-    facts.truncated = Some(f.truncated || n.option_count > classifier::coverage::MAX_OPTIONS || cut_any.get());
+    // Lists longer than the field table lets through are cut, and the element is then marked
+    // cut (a label source) or its targets not carried whole, so it is never covered.
+    use proto::limits::{MAX_LABEL_SOURCES, MAX_NAV_TARGETS};
+    let long_lists = facts.labelledby.len() > MAX_LABEL_SOURCES || facts.labels.len() > MAX_LABEL_SOURCES;
+    facts.labelledby.truncate(MAX_LABEL_SOURCES);
+    facts.labels.truncate(MAX_LABEL_SOURCES);
+    if facts.nav_targets.len() > MAX_NAV_TARGETS {
+        facts.nav_targets.truncate(MAX_NAV_TARGETS);
+        facts.nav_targets_carried = false;
+    }
+    facts.options.truncate(classifier::coverage::MAX_OPTIONS + 1);
+    let many_options = n.option_count > classifier::coverage::MAX_OPTIONS;
+    facts.truncated = Some(f.truncated || many_options || long_lists || cut_any.get());
     facts
 }
 

@@ -390,6 +390,7 @@ async fn run(cli: Cli) -> Result<()> {
                     let role = authorizer::auth::Role::from_code(&role).with_context(|| {
                         format!("--role {role:?}: one of worker, runtime, gateway, profiles, operator")
                     })?;
+                    ops::serve::credential_names(&tenant, principal.as_deref())?;
                     let expires =
                         expires_in_hours.map(|h| time::OffsetDateTime::now_utc() + time::Duration::hours(i64::from(h)));
                     let token = authorizer::auth::new_token();

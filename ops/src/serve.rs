@@ -389,3 +389,34 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
+
+/// Refuses a credential no call would accept: a tenant the authority cannot serve (over 64
+/// bytes, a `.`, or characters a stream name cannot hold) or a principal that is no valid id.
+pub fn credential_names(tenant: &str, principal: Option<&str>) -> Result<()> {
+    authorizer::domain::tenant_id(tenant).map_err(|e| anyhow::anyhow!("--tenant {tenant:?}: {e}"))?;
+    if let Some(p) = principal {
+        let max = authorizer::limits::MAX_ID_LEN;
+        if p.is_empty() || p.len() > max {
+            bail!("--principal {p:?}: is 1 to {max} bytes");
+        }
+        ledger::StreamId::for_entity("x", p).map_err(|e| anyhow::anyhow!("--principal {p:?}: {}", e.reason))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod credential_names_tests {
+    #[test]
+    fn names_no_call_accepts_are_refused_with_the_rule() {
+        for (tenant, principal, words) in [
+            (&"t".repeat(65)[..], None, "at most 64 bytes"),
+            ("acme.prod", None, "no '.'"),
+            ("acme", Some(&"p".repeat(121)[..]), "1 to 120 bytes"),
+            ("acme", Some("a b"), "--principal"),
+        ] {
+            let e = format!("{:#}", super::credential_names(tenant, principal).unwrap_err());
+            assert!(e.contains(words), "{tenant:?} {principal:?}: {e}");
+        }
+        super::credential_names(&"t".repeat(64), Some("owner-1")).unwrap();
+    }
+}
