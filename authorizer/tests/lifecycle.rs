@@ -890,3 +890,52 @@ fn a_deployment_record_applies_settings_and_pin_together_once() {
     assert_eq!(kinds, ["deployment.scopes_changed", "browser.standing_grant.pinned", "deployment.policy_changed"]);
     assert!(when(&mut world, apply()).unwrap().is_empty(), "the record in force records nothing");
 }
+
+/// A profile is its owner's. Given a profile recorded before owners were (events of its own but
+/// no claim) and a session that bound it then: no new session binds it, the old session gets no
+/// offer, no task grant and no standing grant, until the profiles service reports it again for
+/// its owner; and a report for another owner afterwards finds no such profile.
+#[test]
+fn a_profile_without_its_owner_recorded_binds_and_covers_nothing() {
+    use authorizer::domain::StandingPin;
+    let settings = TaskGrantSettings { enabled: true, scopes: vec![scope()] };
+    let mut world = World::default();
+    for e in decide(&world, Command::ChangeSettings(settings)).unwrap() {
+        world.apply(&e);
+    }
+    let legacy = grant_domain::catalogue::ProfileGenerationAdvanced {
+        profile_id: "profile-1".into(),
+        generation: 1,
+        phase: SignInPhase::Ready,
+    };
+    world = world.applied(&[
+        Event::ProfileGenerationAdvanced(legacy),
+        Event::SessionCreated(session("s1", None, Surface::Interactive)),
+        owner_said("s1"),
+    ]);
+    let pin = StandingPin { grant_id: "standing-1".into(), profile_id: "profile-1".into() };
+    when(&mut world, Command::PinStandingGrant { pin: Some(pin), now: t0() }).unwrap();
+    // A new session on it: not found, nothing recorded.
+    let err = decide(&world, Command::CreateSession(session("s2", None, Surface::Interactive))).unwrap_err();
+    assert!(matches!(err, DomainError::NotFound { what: "browser profile", .. }), "{err:?}");
+    // The old session: a routine click asks with no offer (no standing grant, no task grant).
+    let out = run(&mut world, &Policy::empty(), &tile("Continue"), t0());
+    let Decision::RequireApproval { offer, .. } = out.decision else { panic!("{:?}", out.decision) };
+    assert!(offer.is_none(), "no offer on a profile with no owner");
+    // Claimed for its owner: the pin covers the routine click again.
+    let claim = Command::ClaimProfile { profile_id: "profile-1".into(), owner_principal_id: "owner".into() };
+    let claimed = when(&mut world, claim).unwrap();
+    assert_eq!(claimed.iter().map(Event::event_type).collect::<Vec<_>>(), ["browser.profile.claimed"]);
+    let out = run(&mut world, &Policy::empty(), &tile("Continue"), t0());
+    assert!(
+        matches!(out.decision, Decision::Allow { kind: AuthorizationKind::StandingGrant, .. }),
+        "{:?}",
+        out.decision
+    );
+    // Another owner's report, or another owner's session, finds no such profile.
+    let other = Command::RevokeProfile { profile_id: "profile-1".into(), owner_principal_id: "intruder".into() };
+    assert!(matches!(decide(&world, other), Err(DomainError::NotFound { .. })));
+    let mut theirs = session("s3", None, Surface::Interactive);
+    theirs.principal_id = "intruder".into();
+    assert!(matches!(decide(&world, Command::CreateSession(theirs)), Err(DomainError::NotFound { .. })));
+}

@@ -359,6 +359,35 @@ pub mod authorize {
         Ok(samples)
     }
 
+    /// Opens `per_replica` silent TCP connections to each replica and one client sending a TLS
+    /// ClientHello a byte every 200 ms; they stay open until the returned task is dropped.
+    /// Returns how many connections each replica took.
+    async fn flood_replicas(endpoints: &[String], per_replica: usize) -> usize {
+        use tokio::io::AsyncWriteExt;
+        let mut opened = 0;
+        for e in endpoints {
+            let addr = e.replace("https://localhost", "127.0.0.1");
+            let mut held = Vec::new();
+            for _ in 0..per_replica {
+                if let Ok(sock) = tokio::net::TcpStream::connect(&addr).await {
+                    held.push(sock);
+                }
+            }
+            opened = held.len();
+            tokio::spawn(async move {
+                let mut slow = tokio::net::TcpStream::connect(&addr).await.ok();
+                for b in [0x16u8, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03].repeat(10) {
+                    if let Some(s) = slow.as_mut() {
+                        let _ = s.write_all(&[b]).await;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                drop(held);
+            });
+        }
+        opened
+    }
+
     fn peak_rss_kib(pid: u32) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         status
@@ -373,10 +402,12 @@ pub mod authorize {
         duration: Duration,
         with_projections: bool,
         log_events: u64,
+        flood: usize,
     ) -> Result<String> {
         let scratch = Scratch::create(url).await?;
         let db_url = format!("{}/{}", url.rsplit_once('/').map_or(url, |(base, _)| base), scratch.name);
-        let result = run_on(scratch.config.clone(), &db_url, clients, duration, with_projections, log_events).await;
+        let result =
+            run_on(scratch.config.clone(), &db_url, clients, duration, with_projections, log_events, flood).await;
         scratch.drop_now().await?;
         result
     }
@@ -388,6 +419,7 @@ pub mod authorize {
         duration: Duration,
         with_projections: bool,
         log_events: u64,
+        flood: usize,
     ) -> Result<String> {
         // The settings are recorded once, as an operator does; the replicas serve them.
         let lesson = authorizer::scopes::settings(Some("true"), Some("https://www.lesson.test/lesson"))?;
@@ -516,6 +548,19 @@ pub mod authorize {
             let p50 = a.percentile(50).as_secs_f64() / b.percentile(50).as_secs_f64().max(1e-9);
             let tput = a.throughput() / b.throughput().max(1e-9);
             writeln!(ratios, "{n} client(s): authorize/bare p50 = {p50:.2}x, throughput = {tput:.2}x")?;
+            if flood > 0 {
+                let held = flood_replicas(&endpoints, flood).await;
+                let f = drive(&endpoints, &tokens, n, duration / 2).await?;
+                writeln!(
+                    out,
+                    "| {n} | Authorize, {held} idle connections and a slow handshake per replica open | {} | {} | {:.0} |",
+                    f.percentile(50).as_micros(),
+                    f.percentile(99).as_micros(),
+                    f.throughput()
+                )?;
+                let p99 = f.percentile(99).as_secs_f64() / a.percentile(99).as_secs_f64().max(1e-9);
+                writeln!(ratios, "{n} client(s): flooded/quiet Authorize p99 = {p99:.2}x")?;
+            }
         }
         let rss: Vec<String> = servers
             .iter()

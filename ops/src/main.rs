@@ -236,6 +236,10 @@ enum BenchCmd {
         /// reads): start-up time and memory must not grow with it.
         #[arg(long, default_value_t = 0, conflicts_with = "with_projections")]
         log_events: u64,
+        /// After each quiet round, open this many idle connections (and one slow handshake) to
+        /// each replica and measure again beside it.
+        #[arg(long, default_value_t = 0)]
+        flood: usize,
     },
     /// Every projection rebuilt from a generated ledger, beside a plain COPY of the same events.
     Rebuild {
@@ -427,7 +431,7 @@ async fn run(cli: Cli) -> Result<()> {
                 None => bail!("no cluster is running in {}", dir.display()),
             },
         },
-        Cmd::Bench { command: BenchCmd::Authorize { clients, seconds, with_projections, log_events } } => {
+        Cmd::Bench { command: BenchCmd::Authorize { clients, seconds, with_projections, log_events, flood } } => {
             if clients.is_empty() || clients.contains(&0) || !seconds.is_finite() || seconds <= 0.0 {
                 bail!("--clients takes positive counts and --seconds a positive number");
             }
@@ -439,7 +443,8 @@ async fn run(cli: Cli) -> Result<()> {
                     &clients,
                     Duration::from_secs_f64(seconds),
                     with_projections,
-                    log_events
+                    log_events,
+                    flood
                 )
                 .await?
             );
