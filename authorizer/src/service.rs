@@ -215,6 +215,10 @@ fn action(a: Option<pb::Action>) -> Result<Action, Status> {
         K::Check => Action::Check,
         K::Press if a.key.is_empty() => return Err(invalid("action.key", "is required for press")),
         K::Press => Action::Press { key: a.key },
+        // proto3 leaves a 0 off the wire, so the codec cannot see it: the step is checked here.
+        K::Scroll if !classifier::coverage::SCROLL_STEPS.contains(&a.scroll_by) => {
+            return Err(invalid("action.scroll_by", "is one of -1200, -600, -300, -100, 100, 300, 600, 1200"));
+        }
         K::Scroll => Action::Scroll { by: a.scroll_by },
     })
 }
@@ -794,14 +798,22 @@ pub async fn serve<B: Backend + 'static>(
 ) -> Result<(), tonic::transport::Error> {
     let limits = transport::Limits::for_requests_within(std::time::Duration::from_secs(30))
         .within_open_files(transport::raise_fd_limit(), OPEN_FILE_RESERVE);
+    let registry = transport::Registry::default();
     let (reporter, health) = tonic_health::server::health_reporter();
+    let health = health.max_decoding_message_size(transport::MAX_HEALTH_REQUEST_BYTES);
     reporter.set_serving::<pb::authorizer_server::AuthorizerServer<AuthorizerService<B>>>().await;
     let credentials = service.credentials.clone();
     let server = service.into_server().max_decoding_message_size(proto::limits::MAX_AUTHORIZER_REQUEST_BYTES);
     transport::server(&limits)
-        .add_service(health)
-        .add_service(transport::Gate::new(server, credentials, Rpc::route, limits))
-        .serve_with_incoming_shutdown(transport::incoming(listener, tls, limits), shutdown)
+        .add_service(transport::Gate::new(
+            health,
+            credentials.clone(),
+            transport::open_to_all,
+            limits,
+            registry.clone(),
+        ))
+        .add_service(transport::Gate::new(server, credentials, Rpc::route, limits, registry.clone()))
+        .serve_with_incoming_shutdown(transport::incoming(listener, tls, limits, registry), shutdown)
         .await
 }
 

@@ -436,6 +436,9 @@ pub async fn load(r: &mut impl Reader, tenant: &TenantId, need: Need<'_>) -> Res
             let found = l.world.approvals.values().next().map(|a| a.requested.session_id.clone());
             if let Some(session) = found {
                 l.sessions(r, &[&session]).await?;
+                if let Some(p) = l.session_profile(&session) {
+                    l.profile(r, &p).await?;
+                }
                 let snapshots = r.run(&session, run).await?;
                 l.world.run_snapshots.insert((session, run.to_owned()), snapshots);
             }

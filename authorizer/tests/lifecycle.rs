@@ -892,9 +892,9 @@ fn a_deployment_record_applies_settings_and_pin_together_once() {
 }
 
 /// A profile is its owner's. Given a profile recorded before owners were (events of its own but
-/// no claim) and a session that bound it then: no new session binds it, the old session gets no
-/// offer, no task grant and no standing grant, until the profiles service reports it again for
-/// its owner; and a report for another owner afterwards finds no such profile.
+/// no claim) and a session that bound it then: no new session binds it, the old session's acts
+/// are refused (no card, no task grant, no standing grant), until the profiles service reports it
+/// again for its owner; and a report for another owner afterwards finds no such profile.
 #[test]
 fn a_profile_without_its_owner_recorded_binds_and_covers_nothing() {
     use authorizer::domain::StandingPin;
@@ -918,10 +918,11 @@ fn a_profile_without_its_owner_recorded_binds_and_covers_nothing() {
     // A new session on it: not found, nothing recorded.
     let err = decide(&world, Command::CreateSession(session("s2", None, Surface::Interactive))).unwrap_err();
     assert!(matches!(err, DomainError::NotFound { what: "browser profile", .. }), "{err:?}");
-    // The old session: a routine click asks with no offer (no standing grant, no task grant).
+    // The old session: refused outright, not even a card (answering it would act in a profile
+    // nobody has shown to be this owner's), and nothing recorded.
     let out = run(&mut world, &Policy::empty(), &tile("Continue"), t0());
-    let Decision::RequireApproval { offer, .. } = out.decision else { panic!("{:?}", out.decision) };
-    assert!(offer.is_none(), "no offer on a profile with no owner");
+    assert_eq!(out.decision, Decision::Deny { code: authorizer::domain::PROFILE_NOT_OWNED.into() });
+    assert!(out.events.is_empty());
     // Claimed for its owner: the pin covers the routine click again.
     let claim = Command::ClaimProfile { profile_id: "profile-1".into(), owner_principal_id: "owner".into() };
     let claimed = when(&mut world, claim).unwrap();

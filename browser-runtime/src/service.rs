@@ -287,7 +287,24 @@ pub fn facts_pb(n: &NodeRead) -> gl::ElementFacts {
     }
     facts.options.truncate(classifier::coverage::MAX_OPTIONS + 1);
     let many_options = n.option_count > classifier::coverage::MAX_OPTIONS;
-    facts.truncated = Some(f.truncated || many_options || long_lists || cut_any.get());
+    // Within the per-field limits a select's options could still reach megabytes: past the
+    // budget options go (and then the longest lists), and the facts are marked cut.
+    let mut over = false;
+    while prost::Message::encoded_len(&facts) > proto::limits::MAX_FACTS_BYTES {
+        over = true;
+        if !facts.options.is_empty() {
+            facts.options.truncate(facts.options.len() / 2);
+        } else if !facts.nav_targets.is_empty() {
+            facts.nav_targets.truncate(facts.nav_targets.len() / 2);
+            facts.nav_targets_carried = false;
+        } else if !facts.labels.is_empty() || !facts.labelledby.is_empty() {
+            facts.labels.truncate(facts.labels.len() / 2);
+            facts.labelledby.truncate(facts.labelledby.len() / 2);
+        } else {
+            break;
+        }
+    }
+    facts.truncated = Some(f.truncated || many_options || long_lists || over || cut_any.get());
     facts
 }
 
@@ -313,7 +330,9 @@ fn observation_pb(o: Observation) -> pb::ObserveReply {
         });
         facts.push(pb::NodeFacts { r#ref: r, element: Some(facts_pb(n)) });
     }
-    pb::ObserveReply { snapshot_id: o.snapshot_id, url: o.page.url, title: o.page.title, nodes, facts }
+    // The title as the authorizer takes it back (a card shows it): within the field table.
+    let title = o.page.title.chars().take(classifier::coverage::MAX_LABEL_CHARS).collect();
+    pb::ObserveReply { snapshot_id: o.snapshot_id, url: o.page.url, title, nodes, facts }
 }
 
 fn constraint(c: gl::DispatchConstraint) -> Result<DispatchConstraint, Status> {
@@ -524,7 +543,10 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
                     self.config.pool_size
                 )));
             }
-            if sessions.values().any(|e| e.tenant == caller.tenant && e.profile == profile) {
+            // Per owner: another owner naming this profile id must not hold it against its owner.
+            // (What a session may do on a profile is the authorizer's to decide: it knows owners.)
+            let held = |e: &Entry| e.tenant == caller.tenant && e.principal == caller.principal && e.profile == profile;
+            if sessions.values().any(held) {
                 return Err(Status::already_exists("this browser profile already has an open session"));
             }
             let entry = Entry {
@@ -644,12 +666,20 @@ pub async fn serve<R: Redeem + 'static>(
         .within_open_files(transport::raise_fd_limit(), OPEN_FILE_RESERVE);
     let server = pb::browser_runtime_server::BrowserRuntimeServer::from_arc(Arc::clone(&runtime))
         .max_decoding_message_size(proto::limits::MAX_RUNTIME_REQUEST_BYTES);
+    let registry = transport::Registry::default();
     let (reporter, health) = tonic_health::server::health_reporter();
+    let health = health.max_decoding_message_size(transport::MAX_HEALTH_REQUEST_BYTES);
     reporter.set_serving::<pb::browser_runtime_server::BrowserRuntimeServer<BrowserRuntime<R>>>().await;
     let served = transport::server(&limits)
-        .add_service(health)
-        .add_service(transport::Gate::new(server, runtime.credentials.clone(), route, limits))
-        .serve_with_incoming_shutdown(transport::incoming(listener, tls, limits), shutdown)
+        .add_service(transport::Gate::new(
+            health,
+            runtime.credentials.clone(),
+            transport::open_to_all,
+            limits,
+            registry.clone(),
+        ))
+        .add_service(transport::Gate::new(server, runtime.credentials.clone(), route, limits, registry.clone()))
+        .serve_with_incoming_shutdown(transport::incoming(listener, tls, limits, registry), shutdown)
         .await;
     runtime.close_all().await;
     served

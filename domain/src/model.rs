@@ -310,6 +310,16 @@ impl World {
             .map(|_| Event::TaskGrantEnded(TaskGrantEnded { grant_id, reason }))
     }
 
+    /// Whether the session's bound profile, if any, is its own principal's: a session bound before
+    /// profiles had owners may hold another's, and nothing may act through it.
+    pub fn session_profile_is_own(&self, session: &Session) -> bool {
+        session
+            .created
+            .browser_profile_id
+            .as_deref()
+            .is_none_or(|p| self.profile_owned_by(p, &session.created.principal_id))
+    }
+
     /// Whether `profile_id` was recorded as `principal`'s.
     pub fn profile_owned_by(&self, profile_id: &str, principal: &str) -> bool {
         self.profiles.get(profile_id).and_then(|p| p.owner.as_deref()) == Some(principal)
@@ -661,6 +671,7 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             let owner = session.map(|s| s.created.principal_id.as_str());
             let fits = approval.requested.binding.as_ref() == Some(&binding)
                 && owner == Some(principal_id.as_str())
+                && session.is_some_and(|s| world.session_profile_is_own(s))
                 && world
                     .run_snapshots
                     .get(&(approval.requested.session_id.clone(), binding.run_id.clone()))
@@ -993,6 +1004,10 @@ fn task_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateTime)
     Ok(grant_id)
 }
 
+/// The deny code of an act in a session whose browser profile is not its owner's (bound before
+/// profiles had owners).
+pub const PROFILE_NOT_OWNED: &str = "browser_profile_not_owned";
+
 /// An operator's standing-grant pin: which grant, on which browser profile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StandingPin {
@@ -1086,6 +1101,10 @@ pub fn authorize(
     }
     if let Some(code) = refused_field(&consequences) {
         return deny(code.to_owned());
+    }
+    // Not even a card: the owner answering it would act in a browser profile that is not theirs.
+    if world.sessions.get(&req.session_id).is_some_and(|s| !world.session_profile_is_own(s)) {
+        return deny(PROFILE_NOT_OWNED.to_owned());
     }
     let authorized = |kind, grant_id, use_ordinal| {
         Event::ToolCallAuthorized(ToolCallAuthorized {

@@ -307,7 +307,10 @@ impl<U: prost::Message + prost::Name + Default> Decoder for CheckedDecoder<U> {
         if checker.is_request(&name) {
             checker.check(&name, &bytes).map_err(Violation::into_status)?;
         }
-        // A reply that does not decode is the peer's fault, not ours: still no INTERNAL.
-        U::decode(bytes).map(Some).map_err(|e| Status::invalid_argument(format!("request: {e}")))
+        // A request that does not decode is its caller's fault; a reply, its server's.
+        U::decode(bytes).map(Some).map_err(|e| match checker.is_request(&name) {
+            true => Status::invalid_argument(format!("request: {e}")),
+            false => Status::internal(format!("the reply does not decode: {e}")),
+        })
     }
 }

@@ -36,6 +36,8 @@ pub const MAX_ID_CHARS: usize = 120;
 pub const MAX_NAME_CHARS: usize = 120;
 /// A page URL or a start URL. Longer URLs exist, but no page this product acts on needs one.
 pub const MAX_URL_CHARS: usize = 8_192;
+/// An origin, `https://host[:port]`: a host name is at most 253 characters.
+pub const MAX_ORIGIN_CHARS: usize = 512;
 /// A short vocabulary word: a role, a version, a time, a consequence.
 pub const MAX_WORD_CHARS: usize = 64;
 /// A tool's name as the model called it.
@@ -53,10 +55,15 @@ pub const MAX_ORIGINS: usize = 16;
 /// The harness step budget.
 pub const MAX_STEPS: u64 = 10_000;
 
-/// The largest request the authorizer decodes: a select's facts at their cap fit with room.
+/// The most one element's facts take encoded: the runtime drops options past it (and marks the
+/// facts cut, so nothing covers the element), since a select's options alone could reach
+/// megabytes within the per-field limits.
+pub const MAX_FACTS_BYTES: usize = 1024 * 1024;
+/// The largest request the authorizer decodes: the facts at their budget and every other field
+/// at its limit fit (`proto/tests/limits.rs` computes it from the table).
 pub const MAX_AUTHORIZER_REQUEST_BYTES: usize = 2 * 1024 * 1024;
-/// The largest request the runtime decodes: no runtime request carries page text.
-pub const MAX_RUNTIME_REQUEST_BYTES: usize = 64 * 1024;
+/// The largest request the runtime decodes: every runtime request at its limits fits.
+pub const MAX_RUNTIME_REQUEST_BYTES: usize = 128 * 1024;
 
 const fn text(max_len: usize) -> Rule {
     Rule { max_len, max_items: 1, allowed: Allowed::Any }
@@ -150,7 +157,7 @@ pub const FIELDS: &[(&str, Rule)] = &[
     ("grant_ledger.v1.AuthorizeRequest.node_ref", ID),
     ("grant_ledger.v1.ResolveApprovalRequest.approval_id", UUID),
     ("grant_ledger.v1.ResolveApprovalRequest.resolution", one()),
-    ("grant_ledger.v1.ResolveApprovalRequest.offered_origin", URL),
+    ("grant_ledger.v1.ResolveApprovalRequest.offered_origin", text(MAX_ORIGIN_CHARS)),
     ("grant_ledger.v1.ResolveApprovalRequest.offered_path_prefix", LABEL),
     ("grant_ledger.v1.GetApprovalRequest.approval_id", UUID),
     ("grant_ledger.v1.GetApprovalRequest.min_position", one()),
@@ -168,14 +175,14 @@ pub const FIELDS: &[(&str, Rule)] = &[
     ("grant_ledger.v1.ListGrantsRequest.min_position", one()),
     ("grant_ledger.v1.RevokeGrantRequest.grant_id", UUID),
     ("grant_ledger.v1.DispatchConstraint.grant_kind", one()),
-    ("grant_ledger.v1.DispatchConstraint.origins", texts(MAX_ORIGINS, MAX_URL_CHARS)),
+    ("grant_ledger.v1.DispatchConstraint.origins", texts(MAX_ORIGINS, MAX_ORIGIN_CHARS)),
     ("grant_ledger.v1.DispatchConstraint.path_prefix", LABEL),
     ("grant_ledger.v1.DispatchConstraint.not_after", WORD),
     ("grant_ledger.v1.DispatchConstraint.consequence_ceiling", WORD),
     ("grant_ledger.v1.DispatchConstraint.max_text_chars", one()),
     // browser_runtime.v1
     ("browser_runtime.v1.OpenSessionRequest.browser_profile_id", ID),
-    ("browser_runtime.v1.OpenSessionRequest.allowed_origins", texts(MAX_ORIGINS, MAX_URL_CHARS)),
+    ("browser_runtime.v1.OpenSessionRequest.allowed_origins", texts(MAX_ORIGINS, MAX_ORIGIN_CHARS)),
     ("browser_runtime.v1.OpenSessionRequest.start_url", URL),
     (
         "browser_runtime.v1.OpenSessionRequest.max_steps",

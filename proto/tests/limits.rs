@@ -107,3 +107,44 @@ fn each_rule_refuses_what_it_should_and_names_the_field() {
     };
     check("browser_runtime.v1.ActRequest", &press.encode_to_vec(), Some(("press.key", "one of")));
 }
+
+/// The most a message can take on the wire within the table: every string at its length in
+/// four-byte characters, every list at its count, every member of a oneof (an overestimate).
+fn max_size(m: &prost_reflect::MessageDescriptor, skip: &[&str]) -> usize {
+    use prost_reflect::Kind;
+    let mut total = 0;
+    for f in m.fields() {
+        if skip.contains(&f.full_name()) {
+            continue;
+        }
+        let r = proto::limits::rule(f.full_name()).unwrap();
+        let one = match f.kind() {
+            Kind::String | Kind::Bytes => 2 + 5 + 4 * r.max_len,
+            Kind::Message(inner) => 2 + 5 + max_size(&inner, skip),
+            _ => 2 + 10,
+        };
+        total += one * r.max_items;
+    }
+    total
+}
+
+#[test]
+fn the_largest_valid_request_fits_its_decode_limit() {
+    use proto::limits::{MAX_AUTHORIZER_REQUEST_BYTES, MAX_FACTS_BYTES, MAX_RUNTIME_REQUEST_BYTES};
+    let checker = Checker::get();
+    for service in checker.pool().services() {
+        for method in service.methods() {
+            let input = method.input();
+            let (size, limit) = if service.full_name().starts_with("browser_runtime") {
+                (max_size(&input, &[]), MAX_RUNTIME_REQUEST_BYTES)
+            } else {
+                // The facts are held to their own budget by the runtime.
+                (
+                    max_size(&input, &["grant_ledger.v1.AuthorizeRequest.element"]) + MAX_FACTS_BYTES,
+                    MAX_AUTHORIZER_REQUEST_BYTES,
+                )
+            };
+            assert!(size <= limit, "{}: up to {size} bytes, decoded within {limit}", input.full_name());
+        }
+    }
+}

@@ -31,6 +31,7 @@ struct Stack {
     authorizer_port: u16,
     ca: String,
     runtime: Channel,
+    runtime_port: u16,
     worker_a: String,
     worker_b: String,
     gateway: String,
@@ -93,6 +94,7 @@ impl Stack {
             authorizer_port,
             ca,
             runtime,
+            runtime_port,
             worker_a,
             worker_b,
             gateway,
@@ -442,4 +444,47 @@ async fn a_flood_of_idle_connections_starves_no_one() {
     println!("p99 quiet {quiet:?}, flooded by {} idle connections {flooded:?}", idle.len());
     slow.abort();
     drop(idle);
+}
+
+/// A scroll of 0 never reaches the wire (proto3 leaves it off), so the service checks the step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scroll_without_one_of_the_steps_is_refused() {
+    let s = Stack::start().await;
+    let before = s.events().await;
+    let scroll = pb::AuthorizeRequest {
+        session_id: "s1".into(),
+        run: Some(pb::RunContext { run_id: "r".into(), interactive: true, top_level: true }),
+        tool_call_id: "c".into(),
+        agent_version: "a".into(),
+        page_url: "https://www.lesson.test/lesson/1".into(),
+        action: Some(pb::Action { kind: pb::ActionKind::Scroll as i32, scroll_by: 0, ..Default::default() }),
+        ..Default::default()
+    };
+    let err = s.client().authorize(bearer(scroll, &s.worker_a, false)).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert_eq!(err.get_details_bad_request().unwrap().field_violations[0].field, "action.scroll_by");
+    assert_eq!(s.events().await, before);
+}
+
+/// Past the connection cap, silent connections that never made an authenticated call are closed
+/// to make room: a worker arriving after a thousand of them is served, and so is a health check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_past_the_cap_make_room_for_a_caller() {
+    let s = Stack::start().await;
+    let port = s.runtime_port;
+    let mut silent = Vec::new();
+    for _ in 0..1_100 {
+        if let Ok(sock) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+            silent.push(sock);
+        }
+    }
+    let fresh = Channel::from_shared(format!("http://127.0.0.1:{port}")).unwrap().connect().await.unwrap();
+    let mut runtime = proto::runtime::browser_runtime_client::BrowserRuntimeClient::new(fresh.clone());
+    let observe = proto::runtime::ObserveRequest { session_id: "bs_000000000000000000000000".into() };
+    let answer = runtime.observe(bearer(observe, &s.worker_a, false)).await.unwrap_err();
+    assert_eq!(answer.code(), Code::NotFound, "the worker was let in and answered: {answer:?}");
+    let mut h = tonic_health::pb::health_client::HealthClient::new(fresh);
+    let health = tonic_health::pb::HealthCheckRequest { service: String::new() };
+    assert_eq!(h.check(health).await.unwrap().into_inner().status, 1);
+    drop(silent);
 }

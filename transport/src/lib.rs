@@ -13,9 +13,12 @@
 //!
 //! It knows nothing of grants or browsers: the calls' roles come in as a function.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -37,8 +40,11 @@ pub struct Limits {
     pub handshake_timeout: Duration,
     /// Handshakes in progress at once; a new connection past it evicts the oldest.
     pub max_pending: usize,
-    /// Established connections at once; past it a new connection is closed.
+    /// Established connections at once; past it the oldest that has made no authenticated call
+    /// is closed to make room, and with none such the new one is closed.
     pub max_connections: usize,
+    /// An established connection that has made no authenticated call by then is closed.
+    pub first_call_timeout: Duration,
     /// Streams one connection may have open.
     pub max_concurrent_streams: u32,
     /// The longest a request may take in the service.
@@ -55,6 +61,7 @@ impl Limits {
             handshake_timeout: Duration::from_secs(5),
             max_pending: 256,
             max_connections: 1024,
+            first_call_timeout: Duration::from_secs(30),
             max_concurrent_streams: 64,
             request_timeout,
             max_headers: 64,
@@ -102,18 +109,96 @@ pub fn tls_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<rustls::ServerC
     Ok(Arc::new(config))
 }
 
+/// The connections of one listener: each established one with whether it has made an
+/// authenticated call, and the signal that closes it. Shared between `incoming` and `Gate`.
+#[derive(Debug, Clone, Default)]
+pub struct Registry(Arc<Mutex<Conns>>);
+
+#[derive(Debug, Default)]
+struct Conns {
+    next: u64,
+    open: HashMap<SocketAddr, Open>,
+    /// Handshakes in progress, oldest first: id, whether the peer sent anything, eviction.
+    pending: VecDeque<(u64, Arc<AtomicBool>, oneshot::Sender<()>)>,
+}
+
+#[derive(Debug)]
+struct Open {
+    id: u64,
+    proven: bool,
+    evict: Option<oneshot::Sender<()>>,
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Conns> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Marks the connection from `peer` as one that made an authenticated call.
+    pub fn prove(&self, peer: SocketAddr) {
+        if let Some(o) = self.lock().open.get_mut(&peer) {
+            o.proven = true;
+        }
+    }
+
+    fn evict(open: &mut Open) -> bool {
+        open.evict.take().is_some_and(|e| e.send(()).is_ok())
+    }
+
+    /// Closes the oldest connection that has made no authenticated call; whether there was one.
+    fn evict_oldest_unproven(&self) -> bool {
+        let mut conns = self.lock();
+        let oldest = conns.open.iter().filter(|(_, o)| !o.proven && o.evict.is_some()).min_by_key(|(_, o)| o.id);
+        let Some(peer) = oldest.map(|(p, _)| *p) else { return false };
+        conns.open.get_mut(&peer).is_some_and(Self::evict)
+    }
+}
+
 /// An accepted connection, holding its place under the cap until it closes.
 #[derive(Debug)]
 pub struct Conn {
     io: Io,
     info: TcpConnectInfo,
+    evicted: Option<oneshot::Receiver<()>>,
+    registry: Registry,
+    id: u64,
     _slot: OwnedSemaphorePermit,
 }
 
 #[derive(Debug)]
 enum Io {
-    Plain(TcpStream),
-    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+    Plain(Heard),
+    Tls(Box<tokio_rustls::server::TlsStream<Heard>>),
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let Some(peer) = self.info.remote_addr() {
+            let mut conns = self.registry.lock();
+            if conns.open.get(&peer).is_some_and(|o| o.id == self.id) {
+                conns.open.remove(&peer);
+            }
+        }
+    }
+}
+
+impl Conn {
+    /// An error once the connection was told to close; the transport then drops it.
+    fn closed(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
+        let rx = self.evicted.as_mut()?;
+        match Pin::new(rx).poll(cx) {
+            Poll::Ready(Ok(())) => {
+                self.evicted = None;
+                Some(io::Error::new(io::ErrorKind::ConnectionAborted, "closed to make room"))
+            }
+            // The registry dropped its end without a word: it keeps it for the connection's life.
+            Poll::Ready(Err(_)) => {
+                self.evicted = None;
+                None
+            }
+            Poll::Pending => None,
+        }
+    }
 }
 
 impl Connected for Conn {
@@ -126,6 +211,9 @@ impl Connected for Conn {
 
 impl AsyncRead for Conn {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if let Some(e) = self.closed(cx) {
+            return Poll::Ready(Err(e));
+        }
         match &mut self.io {
             Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
@@ -135,6 +223,9 @@ impl AsyncRead for Conn {
 
 impl AsyncWrite for Conn {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        if let Some(e) = self.closed(cx) {
+            return Poll::Ready(Err(e));
+        }
         match &mut self.io {
             Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
@@ -156,22 +247,48 @@ impl AsyncWrite for Conn {
     }
 }
 
-/// Handshakes in progress, oldest first, each with the signal that evicts it.
-#[derive(Default)]
-struct Pending {
-    next: u64,
-    queue: VecDeque<(u64, oneshot::Sender<()>)>,
+/// A socket that notes whether its peer has sent anything: a silent one is evicted first.
+#[derive(Debug)]
+struct Heard {
+    stream: TcpStream,
+    heard: Arc<AtomicBool>,
 }
 
-/// The connections `listener` accepts under `limits`, TLS when `tls` is given. The listener
-/// closes when the stream is dropped.
+impl AsyncRead for Heard {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.stream).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.heard.store(true, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Heard {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+/// The connections `listener` accepts under `limits`, TLS when `tls` is given, noted in
+/// `registry` (give the same one to the `Gate`). The listener closes when the stream is dropped.
 pub fn incoming(
     listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
     limits: Limits,
+    registry: Registry,
 ) -> tokio_stream::wrappers::ReceiverStream<io::Result<Conn>> {
     let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(accept_loop(listener, tls.map(tokio_rustls::TlsAcceptor::from), limits, tx));
+    tokio::spawn(accept_loop(listener, tls.map(tokio_rustls::TlsAcceptor::from), limits, registry, tx));
     tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
@@ -179,10 +296,10 @@ async fn accept_loop(
     listener: TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
     limits: Limits,
+    registry: Registry,
     tx: mpsc::Sender<io::Result<Conn>>,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
-    let pending = Arc::new(Mutex::new(Pending::default()));
     loop {
         let accepted = tokio::select! {
             () = tx.closed() => return,
@@ -199,39 +316,82 @@ async fn accept_loop(
         };
         let _ = stream.set_nodelay(true);
         let info = stream.connect_info();
-        let Some(acceptor) = tls.clone() else {
-            match Arc::clone(&slots).try_acquire_owned() {
-                Ok(slot) => drop(tx.send(Ok(Conn { io: Io::Plain(stream), info, _slot: slot })).await),
-                Err(_) => tracing::debug!("at the connection cap; closed a new connection"),
-            }
+        let heard = Arc::new(AtomicBool::new(false));
+        let stream = Heard { stream, heard: Arc::clone(&heard) };
+        let (tx, slots, registry, tls) = (tx.clone(), Arc::clone(&slots), registry.clone(), tls.clone());
+        let Some(acceptor) = tls else {
+            tokio::spawn(admit(Io::Plain(stream), info, slots, registry, limits, tx));
             continue;
         };
         let (evict, evicted) = oneshot::channel();
         let id = {
-            let mut p = pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            while p.queue.len() >= limits.max_pending {
-                if let Some((_, oldest)) = p.queue.pop_front() {
+            let mut conns = registry.lock();
+            while conns.pending.len() >= limits.max_pending {
+                // The oldest that has sent nothing goes first; failing that, the oldest.
+                let at = conns.pending.iter().position(|(_, h, _)| !h.load(Ordering::Relaxed)).unwrap_or(0);
+                if let Some((_, _, oldest)) = conns.pending.remove(at) {
                     let _ = oldest.send(());
                 }
             }
-            p.next += 1;
-            let id = p.next;
-            p.queue.push_back((id, evict));
+            conns.next += 1;
+            let id = conns.next;
+            conns.pending.push_back((id, heard, evict));
             id
         };
-        let (tx, slots, pending) = (tx.clone(), Arc::clone(&slots), Arc::clone(&pending));
         tokio::spawn(async move {
             let shaken = tokio::select! {
                 r = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream)) => r.ok().and_then(Result::ok),
                 _ = evicted => None,
             };
-            pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner).queue.retain(|(i, _)| *i != id);
-            let Some(stream) = shaken else { return };
-            match slots.try_acquire_owned() {
-                Ok(slot) => drop(tx.send(Ok(Conn { io: Io::Tls(Box::new(stream)), info, _slot: slot })).await),
-                Err(_) => tracing::debug!("at the connection cap; closed a new connection"),
+            registry.lock().pending.retain(|(i, _, _)| *i != id);
+            if let Some(stream) = shaken {
+                admit(Io::Tls(Box::new(stream)), info, slots, registry, limits, tx).await;
             }
         });
+    }
+}
+
+/// Gives an established connection a slot (making room by closing the oldest connection that
+/// made no authenticated call, if it must) and hands it to the server; closes it if it makes no
+/// authenticated call within `first_call_timeout`.
+async fn admit(
+    io: Io,
+    info: TcpConnectInfo,
+    slots: Arc<Semaphore>,
+    registry: Registry,
+    limits: Limits,
+    tx: mpsc::Sender<io::Result<Conn>>,
+) {
+    let slot = match Arc::clone(&slots).try_acquire_owned() {
+        Ok(slot) => slot,
+        Err(_) if registry.evict_oldest_unproven() => {
+            match tokio::time::timeout(Duration::from_secs(1), slots.acquire_owned()).await {
+                Ok(Ok(slot)) => slot,
+                _ => return,
+            }
+        }
+        Err(_) => {
+            tracing::debug!("every connection slot holds an authenticated caller; closed a new connection");
+            return;
+        }
+    };
+    let Some(peer) = info.remote_addr() else { return };
+    let (evict, evicted) = oneshot::channel();
+    let id = {
+        let mut conns = registry.lock();
+        conns.next += 1;
+        let id = conns.next;
+        conns.open.insert(peer, Open { id, proven: false, evict: Some(evict) });
+        id
+    };
+    let conn = Conn { io, info, evicted: Some(evicted), registry: registry.clone(), id, _slot: slot };
+    if tx.send(Ok(conn)).await.is_err() {
+        return;
+    }
+    tokio::time::sleep(limits.first_call_timeout).await;
+    let mut conns = registry.lock();
+    if let Some(o) = conns.open.get_mut(&peer).filter(|o| o.id == id && !o.proven) {
+        Registry::evict(o);
     }
 }
 
@@ -241,7 +401,7 @@ pub fn server(limits: &Limits) -> tonic::transport::Server {
         .timeout(limits.request_timeout)
         .max_concurrent_streams(limits.max_concurrent_streams)
         .initial_stream_window_size(256 * 1024)
-        .initial_connection_window_size(1024 * 1024)
+        .initial_connection_window_size(512 * 1024)
         .max_frame_size(16 * 1024)
         // Far above what `Gate` lets in, so an oversize header list reaches `Gate` and is
         // refused with a gRPC status rather than HTTP 431 or a GOAWAY.
@@ -252,9 +412,29 @@ pub fn server(limits: &Limits) -> tonic::transport::Server {
         .accept_http1(false)
 }
 
+/// tonic answers a request body that ends inside a frame, or holds no message, as INTERNAL
+/// before any codec sees it; it is the caller's malformed request.
+fn callers_fault(response: http::Response<tonic::body::Body>) -> http::Response<tonic::body::Body> {
+    let h = response.headers();
+    let internal = h.get("grpc-status").is_some_and(|v| v == "13");
+    let message = h.get("grpc-message").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if internal && (message.starts_with("Unexpected%20EOF") || message.starts_with("Missing%20request")) {
+        return Status::invalid_argument("request: the message is cut short or missing").into_http();
+    }
+    response
+}
+
 /// Who may make the call at a path: its roles and the owner's scopes it needs, or `None` for a
 /// path that is no call of the service (answered as tonic answers it).
 pub type Route = fn(&str) -> Option<(&'static [Role], &'static [Scope])>;
+
+/// The route of a service any caller may use (health): the gate bounds its headers only.
+pub fn open_to_all(_: &str) -> Option<(&'static [Role], &'static [Scope])> {
+    None
+}
+
+/// The largest health request decoded: a service name.
+pub const MAX_HEALTH_REQUEST_BYTES: usize = 512;
 
 /// The header limits and the caller's authentication, in front of a service.
 #[derive(Clone)]
@@ -263,6 +443,7 @@ pub struct Gate<S> {
     credentials: Credentials,
     route: Route,
     limits: Limits,
+    registry: Registry,
 }
 
 impl<S> std::fmt::Debug for Gate<S> {
@@ -272,8 +453,10 @@ impl<S> std::fmt::Debug for Gate<S> {
 }
 
 impl<S> Gate<S> {
-    pub fn new(inner: S, credentials: Credentials, route: Route, limits: Limits) -> Self {
-        Self { inner, credentials, route, limits }
+    /// `registry` is the one `incoming` notes this listener's connections in: a connection that
+    /// makes an authenticated call is proven and is not closed to make room.
+    pub fn new(inner: S, credentials: Credentials, route: Route, limits: Limits, registry: Registry) -> Self {
+        Self { inner, credentials, route, limits, registry }
     }
 }
 
@@ -320,6 +503,7 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let (credentials, route, limits) = (self.credentials.clone(), self.route, self.limits);
+        let registry = self.registry.clone();
         Box::pin(async move {
             let headers = req.headers();
             let bytes: usize = headers.iter().map(|(k, v)| k.as_str().len() + v.len()).sum();
@@ -333,11 +517,19 @@ where
             if let Some((roles, scopes)) = route(req.uri().path()) {
                 let metadata = tonic::metadata::MetadataMap::from_headers(headers.clone());
                 match credentials.authenticate(&metadata, roles, scopes, time::OffsetDateTime::now_utc()).await {
-                    Ok(caller) => drop(req.extensions_mut().insert(caller)),
+                    Ok(caller) => {
+                        if let Some(peer) =
+                            req.extensions().get::<TcpConnectInfo>().and_then(TcpConnectInfo::remote_addr)
+                        {
+                            registry.prove(peer);
+                        }
+                        req.extensions_mut().insert(caller);
+                    }
                     Err(e) => return Ok(auth_status(e).into_http()),
                 }
             }
-            inner.call(req).await
+            let response = inner.call(req).await?;
+            Ok(callers_fault(response))
         })
     }
 }
