@@ -153,9 +153,35 @@ impl AuthorizerConfig {
     }
 }
 
+/// Applies the migrations, trying again when the connection was lost (a server restarting, a
+/// backend terminated): a replica starting beside a busy database should not die of it. A
+/// failure the server answered with an error code is final.
+async fn migrate_retrying(database_url: &str) -> Result<()> {
+    let mut attempt = 0;
+    loop {
+        let tried = async {
+            crate::migrate::run(&mut crate::connect(database_url).await?).await?;
+            anyhow::Ok(())
+        };
+        match tried.await {
+            Ok(()) => return Ok(()),
+            Err(e) if attempt < 5 && connection_lost(&e) => {
+                attempt += 1;
+                tracing::warn!(error = %format!("{e:#}"), attempt, "migrations: the connection was lost; trying again");
+                tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn connection_lost(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<tokio_postgres::Error>().is_some_and(|p| p.is_closed() || p.code().is_none()))
+}
+
 /// Runs the authorizer until Ctrl-C.
 pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Result<()> {
-    crate::migrate::run(&mut crate::connect(&database_url).await?).await?;
+    migrate_retrying(&database_url).await?;
     let pg_config: tokio_postgres::Config = database_url.parse()?;
     // The authorizer's statements are keyed lookups (and the sweep's small range scans): one
     // generic plan serves every call, where PostgreSQL would otherwise re-plan the wide
