@@ -26,6 +26,41 @@ use crate::state::{self, Approvals, Deployment, Grants, Need, Reader, Versioned}
 /// How many times a request is decided again after another request changed what it read.
 pub const ATTEMPTS: usize = 8;
 
+/// One tool call's identity, for an `Authorize` that may be retried: the key derived from the
+/// tenant, the session and the tool-call id, and a digest of the whole request. The call's
+/// decision event and approval get ids derived from the key, so a second decision of the same
+/// call can never be stored beside the first; the digest, kept in the events' metadata, tells a
+/// retry from a reuse of the id with other arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallKey {
+    pub id: Uuid,
+    pub digest: Uuid,
+}
+
+impl CallKey {
+    const NAMESPACE: Uuid = Uuid::from_u128(0x6772_616e_742d_6c65_6467_6572_2d63_616c);
+
+    /// `request_sha256` is the SHA-256 of the request as the caller sent it.
+    pub fn new(tenant: &TenantId, session: &str, tool_call_id: &str, request_sha256: &[u8; 32]) -> Self {
+        let name = format!("{}\0{session}\0{tool_call_id}", tenant.as_str());
+        let digest = Uuid::from_slice(&request_sha256[..16]).unwrap_or_default();
+        Self { id: Uuid::new_v5(&Self::NAMESPACE, name.as_bytes()), digest }
+    }
+
+    /// The id of the approval a card for this call creates.
+    pub fn approval_id(&self) -> Uuid {
+        Uuid::new_v5(&self.id, b"approval")
+    }
+
+    fn decision_event(&self) -> Uuid {
+        Uuid::new_v5(&self.id, b"decision")
+    }
+
+    fn metadata(&self, principal: &str) -> Metadata {
+        Metadata { principal: principal.to_owned(), causation_id: Some(self.id), correlation_id: Some(self.digest) }
+    }
+}
+
 /// Makes an approval card's view from the configured scopes.
 pub type ViewOf<'a> = dyn Fn(&[SiteScope]) -> ActionView + Sync + 'a;
 
@@ -68,6 +103,14 @@ pub trait Backend: Send + Sync {
     /// A tenant's whole inline state (verify and tests).
     fn dump(&self, tenant: &TenantId) -> impl Future<Output = Result<World, StoreError>> + Send;
 
+    /// The event stored under `event_id` in `tenant`, if any: the decision an idempotent call
+    /// already recorded.
+    fn recorded(
+        &self,
+        tenant: &TenantId,
+        event_id: Uuid,
+    ) -> impl Future<Output = Result<Option<ledger::RecordedEvent>, StoreError>> + Send;
+
     /// Tenants with a grant or a pending approval past its expiry.
     fn due_tenants(&self, now: OffsetDateTime) -> impl Future<Output = Result<Vec<TenantId>, StoreError>> + Send;
 }
@@ -96,6 +139,11 @@ impl Backend for PgGrants {
 
     async fn dump(&self, tenant: &TenantId) -> Result<World, StoreError> {
         PgGrants::dump(self, tenant).await
+    }
+
+    async fn recorded(&self, tenant: &TenantId, event_id: Uuid) -> Result<Option<ledger::RecordedEvent>, StoreError> {
+        let found = self.store().find_event(event_id).await.map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        Ok(found.filter(|e| &e.tenant_id == tenant))
     }
 
     async fn due_tenants(&self, now: OffsetDateTime) -> Result<Vec<TenantId>, StoreError> {
@@ -288,6 +336,11 @@ impl Backend for MemoryGrants {
         Ok(self.tenants.lock().await.get(tenant).map(|s| s.world.clone()).unwrap_or_default())
     }
 
+    async fn recorded(&self, tenant: &TenantId, event_id: Uuid) -> Result<Option<ledger::RecordedEvent>, StoreError> {
+        let found = self.store.find_event(event_id).await.map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        Ok(found.filter(|e| &e.tenant_id == tenant))
+    }
+
     async fn due_tenants(&self, now: OffsetDateTime) -> Result<Vec<TenantId>, StoreError> {
         let tenants = self.tenants.lock().await;
         let mut due: Vec<TenantId> = tenants
@@ -460,7 +513,90 @@ impl<B: Backend> Authority<B> {
         now: OffsetDateTime,
         approval_id: Uuid,
     ) -> Result<Authorized, AuthorityError> {
-        let metadata = Metadata::by(&req.principal_id);
+        self.authorize_once(req, view, now, approval_id, None).await
+    }
+
+    /// [`Authority::authorize_viewed`] for one tool call that may be sent again: a retry (the same
+    /// call key and digest) answers the decision the first recorded and spends nothing; the same
+    /// key with another digest is refused (`TOOL_CALL_REUSED`) and writes nothing.
+    pub async fn authorize_call(
+        &self,
+        req: &AuthorizeRequest,
+        view: &ViewOf<'_>,
+        now: OffsetDateTime,
+        call: CallKey,
+    ) -> Result<Authorized, AuthorityError> {
+        self.authorize_once(req, view, now, call.approval_id(), Some(call)).await
+    }
+
+    /// The decision `call` already recorded, as it was answered, if there is one.
+    async fn replayed(&self, req: &AuthorizeRequest, call: CallKey) -> Result<Option<Authorized>, AuthorityError> {
+        let Some(recorded) = self.backend().recorded(&self.tenant, call.decision_event()).await? else {
+            return Ok(None);
+        };
+        if recorded.metadata.correlation_id != Some(call.digest) || recorded.metadata.principal != req.principal_id {
+            let detail = "this tool-call id was decided with other arguments; a new call needs a new id";
+            return Err(DomainError::conflict(domain::Conflict::ToolCallReused, detail).into());
+        }
+        let at = Some(Checkpoint { tx_id: recorded.tx_id, position: recorded.global_position });
+        let event = Event::from_recorded(&recorded)
+            .map_err(|e| StoreError::Projection(format!("a recorded decision does not decode: {e}")))?;
+        let ended = || -> AuthorityError {
+            let detail = "the grant this call was allowed under has ended; observe again";
+            DomainError::conflict(domain::Conflict::ToolCallGrantEnded, detail).into()
+        };
+        let authorized = match &event {
+            Event::ApprovalRequested(a) => {
+                let decision = Decision::RequireApproval {
+                    approval_id: a.approval_id,
+                    reason: a.not_covered_reason.clone(),
+                    offer: a.offer.clone(),
+                };
+                Authorized { decision, events: vec![event.clone()], at, grant: None, standing_until: None }
+            }
+            Event::ToolCallAuthorized(t) => {
+                let decision = Decision::Allow {
+                    kind: t.authorization_kind,
+                    grant_id: t.grant_id,
+                    use_ordinal: t.use_ordinal,
+                    typed_chars: t.typed_chars,
+                };
+                let (mut grant, mut standing_until) = (None, None);
+                match (t.authorization_kind, t.grant_id) {
+                    (AuthorizationKind::BrowserTaskGrant, Some(g)) => {
+                        let found = self.read(Need::Grant(g), |w| w.grants.get(&g).cloned()).await?;
+                        // A use spent before a Stop is not handed out again after it.
+                        grant = Some(found.filter(Grant::is_active).ok_or_else(ended)?);
+                    }
+                    (AuthorizationKind::StandingGrant, _) => {
+                        let pin = self.read(Need::Deployment { grants: false }, |w| w.standing.clone()).await?;
+                        standing_until = Some(pin.map(|p| p.expires_at).ok_or_else(ended)?);
+                    }
+                    _ => {}
+                }
+                Authorized { decision, events: vec![event.clone()], at, grant, standing_until }
+            }
+            other => {
+                return Err(StoreError::Projection(format!("a call's decision is a {}", other.event_type())).into());
+            }
+        };
+        Ok(Some(authorized))
+    }
+
+    async fn authorize_once(
+        &self,
+        req: &AuthorizeRequest,
+        view: &ViewOf<'_>,
+        now: OffsetDateTime,
+        approval_id: Uuid,
+        call: Option<CallKey>,
+    ) -> Result<Authorized, AuthorityError> {
+        let metadata = call.map_or_else(|| Metadata::by(&req.principal_id), |c| c.metadata(&req.principal_id));
+        // A twin of this call that stored its decision first: the event-id key refused ours.
+        let twin = |e: &AuthorityError| {
+            call.is_some()
+                && matches!(e, AuthorityError::Store(StoreError::Append(ledger::AppendError::DuplicateEventId { .. })))
+        };
         // Both the decision and the fallback ask start here: the caller's own session, under
         // the policy in force, with the card's view from the tenant's scopes.
         let start = |w: &World| {
@@ -486,7 +622,16 @@ impl<B: Backend> Authority<B> {
         };
         let mut spent = false;
         for _ in 0..ATTEMPTS {
-            let t = self.transact(&metadata, Need::Authorize(&req.session_id), false, &decide).await?;
+            if let Some(c) = call
+                && let Some(done) = self.replayed(req, c).await?
+            {
+                return Ok(done);
+            }
+            let t = match self.transact(&metadata, Need::Authorize(&req.session_id), false, &decide).await {
+                Ok(t) => t,
+                Err(e) if twin(&e) => continue,
+                Err(e) => return Err(e),
+            };
             let (auth, grant, standing, session_version) = t.value;
             let Decision::Allow {
                 kind: AuthorizationKind::BrowserTaskGrant,
@@ -529,7 +674,12 @@ impl<B: Backend> Authority<B> {
                 // The row moved since the read: decide again from a fresh one.
                 Ok(Consumed::Refused) => spent = true,
                 Err(e) if state::contended(&e) => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    let e = AuthorityError::from(e);
+                    if !twin(&e) {
+                        return Err(e);
+                    }
+                }
             }
         }
         if !spent {
@@ -543,7 +693,14 @@ impl<B: Backend> Authority<B> {
                 domain::request_approval(req, now, approval_id, reason, domain::offer_for(w, req));
             Ok((vec![requested], decision))
         };
-        let t = self.transact(&metadata, Need::Authorize(&req.session_id), false, &ask).await?;
+        let t = match self.transact(&metadata, Need::Authorize(&req.session_id), false, &ask).await {
+            Ok(t) => t,
+            Err(e) if twin(&e) => {
+                let c = call.ok_or(AuthorityError::Contended)?;
+                return self.replayed(req, c).await?.ok_or(AuthorityError::Contended);
+            }
+            Err(e) => return Err(e),
+        };
         Ok(Authorized { decision: t.value, events: t.events, at: t.at, grant: None, standing_until: None })
     }
 

@@ -762,7 +762,7 @@ pub fn use_append(
         tenant.clone(),
         stream_of(tenant, event)?,
         ExpectedVersion::At(u64::from(ordinal)),
-        vec![event.to_new(Uuid::new_v4(), metadata.clone())],
+        vec![event.to_new(state::decision_event_id(event, metadata).unwrap_or_else(Uuid::new_v4), metadata.clone())],
     ))
 }
 

@@ -26,7 +26,7 @@ use tonic::{Code, Request, Response, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 use uuid::Uuid;
 
-use crate::authority::{Authority, AuthorityError, Backend};
+use crate::authority::{Authority, AuthorityError, Backend, CallKey};
 use crate::constraint::{self as dispatch, DispatchConstraint, GrantKind};
 use crate::domain;
 use crate::domain::{
@@ -501,6 +501,8 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         let (caller, authority) = self.caller(&req, Rpc::Authorize).await?;
         let principal = caller.principal;
         let r = req.into_inner();
+        // A retry of this call is the same bytes: its digest tells it from a reuse of the id.
+        let request_sha256: [u8; 32] = Sha256::digest(prost::Message::encode_to_vec(&r)).into();
         let session_id = id("session_id", &r.session_id)?;
         tracing::Span::current().record("session_id", session_id.as_str());
         let run = r.run.ok_or_else(|| invalid("run", "is required"))?;
@@ -546,7 +548,8 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             approval_view_in_session(named, &request.page, title.as_deref(), &request.action, scopes)
         };
         let now = OffsetDateTime::now_utc();
-        let authorized = authority.authorize_viewed(&request, &view, now, Uuid::new_v4()).await.map_err(status)?;
+        let call = CallKey::new(authority.tenant(), &request.session_id, &request.tool_call_id, &request_sha256);
+        let authorized = authority.authorize_call(&request, &view, now, call).await.map_err(status)?;
         let events = &authorized.events;
         let reply = match authorized.decision {
             Decision::Allow { kind, grant_id, use_ordinal, .. } => {

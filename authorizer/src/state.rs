@@ -129,6 +129,15 @@ pub fn need_of(command: &Command) -> Need<'_> {
     }
 }
 
+/// The id of the event that records a tool call's decision (its card or its allow), derived from
+/// the call's key (`metadata.causation_id`, set only for an idempotent `Authorize`): one call has
+/// one decision event, so the ledger's event-id key turns a retry's second decision into a
+/// refusal, on every replica and after a lost COMMIT alike. Any other event gets a fresh id.
+pub fn decision_event_id(e: &Event, metadata: &Metadata) -> Option<Uuid> {
+    let call = metadata.causation_id?;
+    matches!(e, Event::ApprovalRequested(_) | Event::ToolCallAuthorized(_)).then(|| Uuid::new_v5(&call, b"decision"))
+}
+
 /// A partial world and the stream versions of what it holds.
 #[derive(Debug, Clone)]
 pub struct Loaded {
@@ -247,7 +256,7 @@ impl Loaded {
         for e in events {
             after.apply(e);
             let stream = stream_of(&self.tenant, e).map_err(|e| StoreError::Invalid(e.to_string()))?;
-            let new = e.to_new(Uuid::new_v4(), metadata.clone());
+            let new = e.to_new(decision_event_id(e, metadata).unwrap_or_else(Uuid::new_v4), metadata.clone());
             touched.note(e, new.event_id);
             match streams.iter_mut().find(|s| s.stream_id == stream) {
                 Some(s) => s.events.push(new),

@@ -370,6 +370,10 @@ pub enum Conflict {
     OfferNoLongerValid,
     /// The terminal refusal for a token that does not fit (seed 004's error contract).
     ApprovalTokenInvalid,
+    /// A tool-call id already decided with other arguments: a retry must repeat the call.
+    ToolCallReused,
+    /// A tool call allowed under a grant that has ended since: its retry dispatches nothing.
+    ToolCallGrantEnded,
 }
 
 impl Conflict {
@@ -384,6 +388,8 @@ impl Conflict {
             Self::OfferMismatch => "OFFER_MISMATCH",
             Self::OfferNoLongerValid => "OFFER_NO_LONGER_VALID",
             Self::ApprovalTokenInvalid => "APPROVAL_TOKEN_INVALID",
+            Self::ToolCallReused => "TOOL_CALL_REUSED",
+            Self::ToolCallGrantEnded => "TOOL_CALL_GRANT_ENDED",
         }
     }
 }
@@ -427,7 +433,7 @@ impl DomainError {
         Self::NotFound { what, id: id.to_string() }
     }
 
-    fn conflict(code: Conflict, detail: impl Into<String>) -> Self {
+    pub fn conflict(code: Conflict, detail: impl Into<String>) -> Self {
         Self::Conflict { code, detail: detail.into() }
     }
 }

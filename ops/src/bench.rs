@@ -263,7 +263,8 @@ pub mod authorize {
         pb::AuthorizeRequest {
             session_id: session.into(),
             run: Some(pb::RunContext { run_id: "run".into(), interactive: true, top_level: true }),
-            tool_call_id: "call".into(),
+            // Each call a new tool call: the same id would be a retry, answered without a use.
+            tool_call_id: format!("call-{}", Uuid::new_v4().simple()),
             turn_tool_calls: vec!["browser.act".into()],
             agent_version: "bench".into(),
             element: Some(pb::ElementFacts {

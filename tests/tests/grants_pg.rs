@@ -371,6 +371,66 @@ mod through_the_authority {
         grant_id
     }
 
+    /// A call whose use died in its COMMIT, sent again with the same call key, spends exactly
+    /// one use; sent a third time (its reply lost, say) it spends nothing and answers the same
+    /// ordinal.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_retried_after_its_commit_died_spends_one_use() {
+        use authorizer::authority::CallKey;
+        let db = TestDb::new().await;
+        let grants = PgGrants::new(db.store(4));
+        let authority = Arc::new(Authority::new(grants.clone(), Policy::empty(), tenant()));
+        let settings =
+            TaskGrantSettings { enabled: true, scopes: parse_scopes("https://www.lesson.test/lesson").unwrap() };
+        authority.execute(Command::ChangeSettings(settings), "operator").await.unwrap();
+        let now = OffsetDateTime::now_utc();
+        let grant_id = session_with_grant(&authority, "s1", now).await;
+        let admin = db.client().await;
+        admin
+            .batch_execute(
+                "CREATE FUNCTION hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$ \
+                   BEGIN IF NEW.event_type = 'tool.call.authorized' THEN PERFORM pg_sleep(30); END IF; RETURN NULL; END $$; \
+                 CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT ON events DEFERRABLE INITIALLY DEFERRED \
+                   FOR EACH ROW EXECUTE FUNCTION hold_commit();",
+            )
+            .await
+            .unwrap();
+        let req = request("s1", "gato");
+        let call = CallKey::new(&tenant(), "s1", "call-retried", &[7; 32]);
+        let first = {
+            let (authority, req) = (Arc::clone(&authority), req.clone());
+            tokio::spawn(async move { authority.authorize_call(&req, &|_| req.view.clone(), now, call).await })
+        };
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let n: i64 = admin
+                .query_one(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event = 'PgSleep'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if n > 0 {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the use never reached its commit");
+            tokio::task::yield_now().await;
+        }
+        assert!(first.await.unwrap().is_err(), "a use whose commit died is not an allow");
+        admin.batch_execute("DROP TRIGGER hold_commit ON events").await.unwrap();
+        assert_eq!(grants.usage(&tenant(), grant_id).await.unwrap().unwrap().0, 0, "nothing was spent");
+        let mut ordinals = Vec::new();
+        for _ in 0..2 {
+            let a = authority.authorize_call(&req, &|_| req.view.clone(), now, call).await.unwrap();
+            let Decision::Allow { use_ordinal, .. } = a.decision else { panic!("{:?}", a.decision) };
+            ordinals.push(use_ordinal);
+        }
+        assert_eq!(ordinals, [Some(1), Some(1)]);
+        assert_eq!(grants.usage(&tenant(), grant_id).await.unwrap().unwrap().0, 1, "one use in all");
+    }
+
     /// One act after another on one grant: each use after the read is made in one statement
     /// (the authorize read found the grant stream's head), recorded with its ordinal and its
     /// snapshot named, and the chain stays whole.

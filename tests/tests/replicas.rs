@@ -140,7 +140,8 @@ fn act(session: &str, agent: &str) -> pb::AuthorizeRequest {
     pb::AuthorizeRequest {
         session_id: session.into(),
         run: Some(pb::RunContext { run_id: "run".into(), interactive: true, top_level: true }),
-        tool_call_id: "call".into(),
+        // Every act is a tool call of its own (the same id would be a retry of one call).
+        tool_call_id: format!("call-{}", uuid::Uuid::new_v4().simple()),
         turn_tool_calls: vec!["browser.act".into()],
         agent_version: agent.into(),
         element: Some(pb::ElementFacts {
@@ -787,4 +788,86 @@ async fn a_message_recorded_during_a_use_waits_for_it() {
         .map(|r| r.get(0))
         .collect();
     assert_eq!(order.last().map(String::as_str), Some("session.message_recorded"), "{order:?} ({used:?})");
+}
+
+fn reason(s: &tonic::Status) -> String {
+    use tonic_types::StatusExt;
+    s.get_details_error_info().map(|i| i.reason).unwrap_or_default()
+}
+
+async fn events_of(db: &TestDb) -> i64 {
+    db.client().await.query_one("SELECT count(*) FROM events", &[]).await.unwrap().get(0)
+}
+
+/// One tool call sent fifty times at once through two replicas is decided once: one use spent,
+/// every reply the same allow with the same ordinal. The same id with other arguments is refused
+/// and writes nothing; after a Stop, a retry of an allowed call is refused, not allowed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_authorize_through_any_replica_never_spends_twice() {
+    let db = TestDb::new().await;
+    let t = Tokens::register(&db, TENANT).await;
+    apply_settings(&db.url(), TENANT, lesson()).await.unwrap();
+    let (a, b) = (Replica::start(&db, &[]).await, Replica::start(&db, &[]).await);
+    let (mut ca, mut cb) = (a.client().await, b.client().await);
+    let grant_id = grant_across(&mut ca, &mut cb, &t, "s1", "p1").await;
+    let call = act("s1", "agent-7");
+    let racers: Vec<_> = (0..50)
+        .map(|i| {
+            let (mut c, t, call) = (if i % 2 == 0 { ca.clone() } else { cb.clone() }, t.clone(), call.clone());
+            tokio::spawn(async move { c.authorize(t.worker(call)).await.map(|r| r.into_inner().decision) })
+        })
+        .collect();
+    let mut ordinals = Vec::new();
+    for r in racers {
+        match r.await.unwrap().unwrap() {
+            Some(Decision::Allow(allow)) => {
+                assert_eq!(allow.grant_id, grant_id);
+                assert!(allow.constraint.is_some(), "a replayed allow carries its constraint");
+                ordinals.push(allow.use_ordinal);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    ordinals.dedup();
+    assert_eq!(ordinals, [1], "one use, answered fifty times");
+    let used: i32 = db
+        .client()
+        .await
+        .query_one("SELECT actions_used FROM active_task_grants WHERE grant_id = $1::text::uuid", &[&grant_id])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(used, 1);
+
+    // The same id with other arguments: refused, nothing written, through either replica.
+    let before = events_of(&db).await;
+    let mut other = call.clone();
+    other.element.as_mut().unwrap().name = "la casa".into();
+    for c in [&mut ca, &mut cb] {
+        let err = c.authorize(t.worker(other.clone())).await.unwrap_err();
+        assert_eq!((err.code(), reason(&err).as_str()), (Code::FailedPrecondition, "TOOL_CALL_REUSED"), "{err:?}");
+    }
+    assert_eq!(events_of(&db).await, before);
+
+    // A card is asked once however often its call is sent: the same approval every time.
+    let mut pay = act("s1", "agent-7");
+    pay.element.as_mut().unwrap().visible_text = "Pay $5".into();
+    let mut cards = Vec::new();
+    for mut c in [ca.clone(), cb.clone(), ca.clone()] {
+        match c.authorize(t.worker(pay.clone())).await.unwrap().into_inner().decision {
+            Some(Decision::RequireApproval(card)) => cards.push(card.approval_id),
+            other => panic!("{other:?}"),
+        }
+    }
+    cards.dedup();
+    assert_eq!(cards.len(), 1, "{cards:?}");
+    let listed = pb::ListApprovalsRequest { session_id: "s1".into(), pending_only: true, min_position: None };
+    assert_eq!(cb.list_approvals(t.owner(listed)).await.unwrap().into_inner().approvals.len(), 1);
+
+    // Stop, then the first call again: refused, and nothing spent.
+    cb.revoke_grant(t.owner(pb::RevokeGrantRequest { grant_id: grant_id.clone() })).await.unwrap();
+    let before = events_of(&db).await;
+    let err = ca.authorize(t.worker(call)).await.unwrap_err();
+    assert_eq!(reason(&err), "TOOL_CALL_GRANT_ENDED", "{err:?}");
+    assert_eq!(events_of(&db).await, before);
 }

@@ -220,7 +220,8 @@ fn act(text: Option<&str>) -> pb::AuthorizeRequest {
     pb::AuthorizeRequest {
         session_id: "s1".into(),
         run: Some(pb::RunContext { run_id: "run-1".into(), interactive: true, top_level: true }),
-        tool_call_id: "call-1".into(),
+        // Every act is a tool call of its own (the same id would be a retry of one call).
+        tool_call_id: format!("call-{}", uuid::Uuid::new_v4().simple()),
         turn_tool_calls: vec!["browser.observe".into(), "browser.act".into()],
         agent_version: "agent-7".into(),
         element: Some(pb::ElementFacts {
