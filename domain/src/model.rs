@@ -1095,22 +1095,22 @@ pub fn authorize(
     let origin = url::Url::parse(req.page.url.trim()).ok().filter(|u| u.scheme() == "https");
     let origin = origin.map(|u| u.origin().ascii_serialization());
     let deny = |code: String| Authorization { decision: Decision::Deny { code }, events: vec![] };
-    match policy.evaluate(ActionKind::of(&req.action), &consequences, origin.as_deref()) {
-        Verdict::Deny { rule } | Verdict::Hardline { rule } => return deny(rule),
-        Verdict::Escalate { .. } => {
-            // No grant answers an escalation, so the card offers none either.
-            let reason = Some(NotCovered::PolicyEscalation.code().to_owned());
-            let (decision, requested) = request_approval(req, now, new_approval_id, reason, None);
-            return Authorization { decision, events: vec![requested] };
-        }
-        Verdict::RequireApproval => {}
-    }
-    if let Some(code) = refused_field(&consequences) {
-        return deny(code.to_owned());
+    let verdict = policy.evaluate(ActionKind::of(&req.action), &consequences, origin.as_deref());
+    if let Verdict::Deny { rule } | Verdict::Hardline { rule } = verdict {
+        return deny(rule);
     }
     // Not even a card: the owner answering it would act in a browser profile that is not theirs.
     if world.sessions.get(&req.session_id).is_some_and(|s| !world.session_profile_is_own(s)) {
         return deny(PROFILE_NOT_OWNED.to_owned());
+    }
+    if let Verdict::Escalate { .. } = verdict {
+        // No grant answers an escalation, so the card offers none either.
+        let reason = Some(NotCovered::PolicyEscalation.code().to_owned());
+        let (decision, requested) = request_approval(req, now, new_approval_id, reason, None);
+        return Authorization { decision, events: vec![requested] };
+    }
+    if let Some(code) = refused_field(&consequences) {
+        return deny(code.to_owned());
     }
     let authorized = |kind, grant_id, use_ordinal| {
         Event::ToolCallAuthorized(ToolCallAuthorized {

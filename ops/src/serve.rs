@@ -176,7 +176,16 @@ async fn migrate_retrying(database_url: &str) -> Result<()> {
 }
 
 fn connection_lost(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| c.downcast_ref::<tokio_postgres::Error>().is_some_and(|p| p.is_closed() || p.code().is_none()))
+    use tokio_postgres::error::SqlState;
+    let lost = |p: &tokio_postgres::Error| match p.code() {
+        None => true,
+        // A terminated backend, a server shutting down or starting, a broken connection.
+        Some(c) => {
+            [SqlState::ADMIN_SHUTDOWN, SqlState::CRASH_SHUTDOWN, SqlState::CANNOT_CONNECT_NOW].contains(c)
+                || c.code().starts_with("08")
+        }
+    };
+    e.chain().any(|c| c.downcast_ref::<tokio_postgres::Error>().is_some_and(|p| p.is_closed() || lost(p)))
 }
 
 /// Runs the authorizer until Ctrl-C.

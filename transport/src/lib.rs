@@ -16,7 +16,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -117,16 +116,23 @@ pub struct Registry(Arc<Mutex<Conns>>);
 #[derive(Debug, Default)]
 struct Conns {
     next: u64,
-    open: HashMap<SocketAddr, Open>,
+    open: HashMap<u64, Open>,
     /// Handshakes in progress, oldest first: id, whether the peer sent anything, eviction.
     pending: VecDeque<(u64, Arc<AtomicBool>, oneshot::Sender<()>)>,
 }
 
 #[derive(Debug)]
 struct Open {
-    id: u64,
     proven: bool,
     evict: Option<oneshot::Sender<()>>,
+}
+
+/// What each request of a connection carries in its extensions: the peer's addresses and the
+/// connection's own id in the registry (two connections can share a remote address).
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    pub tcp: TcpConnectInfo,
+    pub id: u64,
 }
 
 impl Registry {
@@ -134,9 +140,9 @@ impl Registry {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Marks the connection from `peer` as one that made an authenticated call.
-    pub fn prove(&self, peer: SocketAddr) {
-        if let Some(o) = self.lock().open.get_mut(&peer) {
+    /// Marks connection `id` as one that made an authenticated call.
+    pub fn prove(&self, id: u64) {
+        if let Some(o) = self.lock().open.get_mut(&id) {
             o.proven = true;
         }
     }
@@ -148,9 +154,9 @@ impl Registry {
     /// Closes the oldest connection that has made no authenticated call; whether there was one.
     fn evict_oldest_unproven(&self) -> bool {
         let mut conns = self.lock();
-        let oldest = conns.open.iter().filter(|(_, o)| !o.proven && o.evict.is_some()).min_by_key(|(_, o)| o.id);
-        let Some(peer) = oldest.map(|(p, _)| *p) else { return false };
-        conns.open.get_mut(&peer).is_some_and(Self::evict)
+        let oldest = conns.open.iter().filter(|(_, o)| !o.proven && o.evict.is_some()).map(|(id, _)| *id).min();
+        let Some(id) = oldest else { return false };
+        conns.open.get_mut(&id).is_some_and(Self::evict)
     }
 }
 
@@ -158,10 +164,13 @@ impl Registry {
 #[derive(Debug)]
 pub struct Conn {
     io: Io,
-    info: TcpConnectInfo,
+    info: ConnInfo,
     evicted: Option<oneshot::Receiver<()>>,
+    /// Told to close: every later read and write fails too.
+    closed: bool,
     registry: Registry,
-    id: u64,
+    /// Dropped with the connection: ends its first-call timer.
+    _gone: oneshot::Sender<()>,
     _slot: OwnedSemaphorePermit,
 }
 
@@ -173,23 +182,23 @@ enum Io {
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        if let Some(peer) = self.info.remote_addr() {
-            let mut conns = self.registry.lock();
-            if conns.open.get(&peer).is_some_and(|o| o.id == self.id) {
-                conns.open.remove(&peer);
-            }
-        }
+        self.registry.lock().open.remove(&self.info.id);
     }
 }
 
 impl Conn {
     /// An error once the connection was told to close; the transport then drops it.
     fn closed(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
+        let aborted = || io::Error::new(io::ErrorKind::ConnectionAborted, "closed to make room");
+        if self.closed {
+            return Some(aborted());
+        }
         let rx = self.evicted.as_mut()?;
         match Pin::new(rx).poll(cx) {
             Poll::Ready(Ok(())) => {
                 self.evicted = None;
-                Some(io::Error::new(io::ErrorKind::ConnectionAborted, "closed to make room"))
+                self.closed = true;
+                Some(aborted())
             }
             // The registry dropped its end without a word: it keeps it for the connection's life.
             Poll::Ready(Err(_)) => {
@@ -202,9 +211,9 @@ impl Conn {
 }
 
 impl Connected for Conn {
-    type ConnectInfo = TcpConnectInfo;
+    type ConnectInfo = ConnInfo;
 
-    fn connect_info(&self) -> TcpConnectInfo {
+    fn connect_info(&self) -> ConnInfo {
         self.info.clone()
     }
 }
@@ -299,7 +308,11 @@ async fn accept_loop(
     registry: Registry,
     tx: mpsc::Sender<io::Result<Conn>>,
 ) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let shared = Arc::new(Shared {
+        slots: Arc::new(Semaphore::new(limits.max_connections)),
+        waiters: Arc::new(Semaphore::new(limits.max_pending)),
+        registry: registry.clone(),
+    });
     loop {
         let accepted = tokio::select! {
             () = tx.closed() => return,
@@ -318,9 +331,9 @@ async fn accept_loop(
         let info = stream.connect_info();
         let heard = Arc::new(AtomicBool::new(false));
         let stream = Heard { stream, heard: Arc::clone(&heard) };
-        let (tx, slots, registry, tls) = (tx.clone(), Arc::clone(&slots), registry.clone(), tls.clone());
+        let (tx, shared, registry, tls) = (tx.clone(), Arc::clone(&shared), registry.clone(), tls.clone());
         let Some(acceptor) = tls else {
-            tokio::spawn(admit(Io::Plain(stream), info, slots, registry, limits, tx));
+            tokio::spawn(admit(Io::Plain(stream), info, shared, limits, tx));
             continue;
         };
         let (evict, evicted) = oneshot::channel();
@@ -345,7 +358,7 @@ async fn accept_loop(
             };
             registry.lock().pending.retain(|(i, _, _)| *i != id);
             if let Some(stream) = shaken {
-                admit(Io::Tls(Box::new(stream)), info, slots, registry, limits, tx).await;
+                admit(Io::Tls(Box::new(stream)), info, shared, limits, tx).await;
             }
         });
     }
@@ -353,46 +366,56 @@ async fn accept_loop(
 
 /// Gives an established connection a slot (making room by closing the oldest connection that
 /// made no authenticated call, if it must) and hands it to the server; closes it if it makes no
-/// authenticated call within `first_call_timeout`.
-async fn admit(
-    io: Io,
-    info: TcpConnectInfo,
-    slots: Arc<Semaphore>,
-    registry: Registry,
-    limits: Limits,
-    tx: mpsc::Sender<io::Result<Conn>>,
-) {
-    let slot = match Arc::clone(&slots).try_acquire_owned() {
+/// authenticated call within `first_call_timeout`. At most `max_pending` connections wait for a
+/// room being made; past that a new one is closed at once.
+async fn admit(io: Io, tcp: TcpConnectInfo, shared: Arc<Shared>, limits: Limits, tx: mpsc::Sender<io::Result<Conn>>) {
+    let slot = match Arc::clone(&shared.slots).try_acquire_owned() {
         Ok(slot) => slot,
-        Err(_) if registry.evict_oldest_unproven() => {
-            match tokio::time::timeout(Duration::from_secs(1), slots.acquire_owned()).await {
+        Err(_) => {
+            let Ok(_waiting) = Arc::clone(&shared.waiters).try_acquire_owned() else { return };
+            if !shared.registry.evict_oldest_unproven() {
+                tracing::debug!("every connection slot holds an authenticated caller; closed a new connection");
+                return;
+            }
+            match tokio::time::timeout(Duration::from_secs(1), Arc::clone(&shared.slots).acquire_owned()).await {
                 Ok(Ok(slot)) => slot,
                 _ => return,
             }
         }
-        Err(_) => {
-            tracing::debug!("every connection slot holds an authenticated caller; closed a new connection");
-            return;
-        }
     };
-    let Some(peer) = info.remote_addr() else { return };
     let (evict, evicted) = oneshot::channel();
+    let (gone, dropped) = oneshot::channel::<()>();
     let id = {
-        let mut conns = registry.lock();
+        let mut conns = shared.registry.lock();
         conns.next += 1;
         let id = conns.next;
-        conns.open.insert(peer, Open { id, proven: false, evict: Some(evict) });
+        conns.open.insert(id, Open { proven: false, evict: Some(evict) });
         id
     };
-    let conn = Conn { io, info, evicted: Some(evicted), registry: registry.clone(), id, _slot: slot };
-    if tx.send(Ok(conn)).await.is_err() {
+    let registry = shared.registry.clone();
+    let info = ConnInfo { tcp, id };
+    let conn =
+        Conn { io, info, evicted: Some(evicted), closed: false, registry: registry.clone(), _gone: gone, _slot: slot };
+    let sent = tx.send(Ok(conn)).await.is_ok();
+    drop(tx);
+    if !sent {
         return;
     }
-    tokio::time::sleep(limits.first_call_timeout).await;
-    let mut conns = registry.lock();
-    if let Some(o) = conns.open.get_mut(&peer).filter(|o| o.id == id && !o.proven) {
-        Registry::evict(o);
+    // The timer ends with the connection (its sender dropped) or at the timeout.
+    if tokio::time::timeout(limits.first_call_timeout, dropped).await.is_err() {
+        let mut conns = registry.lock();
+        if let Some(o) = conns.open.get_mut(&id).filter(|o| !o.proven) {
+            Registry::evict(o);
+        }
     }
+}
+
+/// What the accept loop shares with each connection's task.
+#[derive(Debug)]
+struct Shared {
+    slots: Arc<Semaphore>,
+    waiters: Arc<Semaphore>,
+    registry: Registry,
 }
 
 /// tonic's server with the HTTP/2 limits of `limits`.
@@ -418,7 +441,8 @@ fn callers_fault(response: http::Response<tonic::body::Body>) -> http::Response<
     let h = response.headers();
     let internal = h.get("grpc-status").is_some_and(|v| v == "13");
     let message = h.get("grpc-message").and_then(|v| v.to_str().ok()).unwrap_or_default();
-    if internal && (message.starts_with("Unexpected%20EOF") || message.starts_with("Missing%20request")) {
+    // tonic's own words, percent-encoded as it sends them; a service's INTERNAL is left alone.
+    if internal && matches!(message, "Unexpected%20EOF%20decoding%20stream." | "Missing%20request%20message.") {
         return Status::invalid_argument("request: the message is cut short or missing").into_http();
     }
     response
@@ -518,10 +542,8 @@ where
                 let metadata = tonic::metadata::MetadataMap::from_headers(headers.clone());
                 match credentials.authenticate(&metadata, roles, scopes, time::OffsetDateTime::now_utc()).await {
                     Ok(caller) => {
-                        if let Some(peer) =
-                            req.extensions().get::<TcpConnectInfo>().and_then(TcpConnectInfo::remote_addr)
-                        {
-                            registry.prove(peer);
+                        if let Some(conn) = req.extensions().get::<ConnInfo>() {
+                            registry.prove(conn.id);
                         }
                         req.extensions_mut().insert(caller);
                     }
