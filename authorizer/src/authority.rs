@@ -621,15 +621,29 @@ impl<B: Backend> Authority<B> {
             Ok((record, (auth, grant, standing, session_version)))
         };
         let mut spent = false;
+        // Only a call decided before collides (its decision event's id is taken), so the
+        // recorded decision is looked up then, not on every call: the hot path reads nothing more.
+        let replay = async || match call {
+            Some(c) => self.replayed(req, c).await?.ok_or(AuthorityError::Contended),
+            None => Err(AuthorityError::Contended),
+        };
         for _ in 0..ATTEMPTS {
-            if let Some(c) = call
-                && let Some(done) = self.replayed(req, c).await?
+            let t = match self
+                .backend()
+                .transact(&self.tenant, &metadata, Need::Authorize(&req.session_id), false, &decide)
+                .await
             {
-                return Ok(done);
-            }
-            let t = match self.transact(&metadata, Need::Authorize(&req.session_id), false, &decide).await {
                 Ok(t) => t,
-                Err(e) if twin(&e) => continue,
+                Err(e) if twin(&e) => return replay().await,
+                // A stream the decision expected new (the call's own approval) may exist because
+                // this call was decided before; otherwise another request moved what it read.
+                Err(e) if e.contended() => match call {
+                    Some(c) => match self.replayed(req, c).await? {
+                        Some(done) => return Ok(done),
+                        None => continue,
+                    },
+                    None => continue,
+                },
                 Err(e) => return Err(e),
             };
             let (auth, grant, standing, session_version) = t.value;
@@ -676,9 +690,7 @@ impl<B: Backend> Authority<B> {
                 Err(e) if state::contended(&e) => {}
                 Err(e) => {
                     let e = AuthorityError::from(e);
-                    if !twin(&e) {
-                        return Err(e);
-                    }
+                    return if twin(&e) { replay().await } else { Err(e) };
                 }
             }
         }
@@ -695,10 +707,7 @@ impl<B: Backend> Authority<B> {
         };
         let t = match self.transact(&metadata, Need::Authorize(&req.session_id), false, &ask).await {
             Ok(t) => t,
-            Err(e) if twin(&e) => {
-                let c = call.ok_or(AuthorityError::Contended)?;
-                return self.replayed(req, c).await?.ok_or(AuthorityError::Contended);
-            }
+            Err(e) if twin(&e) || (call.is_some() && matches!(e, AuthorityError::Contended)) => return replay().await,
             Err(e) => return Err(e),
         };
         Ok(Authorized { decision: t.value, events: t.events, at: t.at, grant: None, standing_until: None })
