@@ -442,6 +442,16 @@ async fn a_flood_of_idle_connections_starves_no_one() {
     let health = tonic_health::pb::HealthCheckRequest { service: String::new() };
     assert_eq!(h.check(health).await.unwrap().into_inner().status, 1);
     println!("p99 quiet {quiet:?}, flooded by {} idle connections {flooded:?}", idle.len());
+    // The server, its database pool and the 2,000 client sockets share this process: its peak
+    // resident set bounds the server's.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    println!("peak RSS of the test process, server included: {} MiB", peak_kib / 1024);
+    assert!(peak_kib < 128 * 1024, "peak RSS {peak_kib} KiB");
     slow.abort();
     drop(idle);
 }

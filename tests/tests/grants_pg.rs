@@ -386,38 +386,14 @@ mod through_the_authority {
         let now = OffsetDateTime::now_utc();
         let grant_id = session_with_grant(&authority, "s1", now).await;
         let admin = db.client().await;
-        admin
-            .batch_execute(
-                "CREATE FUNCTION hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$ \
-                   BEGIN IF NEW.event_type = 'tool.call.authorized' THEN PERFORM pg_sleep(30); END IF; RETURN NULL; END $$; \
-                 CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT ON events DEFERRABLE INITIALLY DEFERRED \
-                   FOR EACH ROW EXECUTE FUNCTION hold_commit();",
-            )
-            .await
-            .unwrap();
+        hold_use_commits(&admin).await;
         let req = request("s1", "gato");
         let call = CallKey::new(&tenant(), "s1", "call-retried", &[7; 32]);
         let first = {
             let (authority, req) = (Arc::clone(&authority), req.clone());
             tokio::spawn(async move { authority.authorize_call(&req, &|_| req.view.clone(), now, call).await })
         };
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-        loop {
-            let n: i64 = admin
-                .query_one(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-                     WHERE datname = current_database() AND wait_event = 'PgSleep'",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            if n > 0 {
-                break;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "the use never reached its commit");
-            tokio::task::yield_now().await;
-        }
+        assert_eq!(kill_held_commit(&admin).await, 1);
         assert!(first.await.unwrap().is_err(), "a use whose commit died is not an allow");
         admin.batch_execute("DROP TRIGGER hold_commit ON events").await.unwrap();
         assert_eq!(grants.usage(&tenant(), grant_id).await.unwrap().unwrap().0, 0, "nothing was spent");
@@ -531,12 +507,9 @@ async fn a_one_statement_use_whose_commit_dies_is_settled_before_dispatch() {
     use_dies_at_commit(Some(0)).await;
 }
 
-async fn use_dies_at_commit(read_used: Option<u32>) {
-    let db = TestDb::new().await;
-    let grants = PgGrants::new(db.store(4));
-    let grant_id = new_grant(&grants, "s1").await;
-    // Test-only: hold every commit that wrote a use event open for a while, where it can be killed.
-    let admin = db.client().await;
+/// Test-only: holds every commit that wrote a use event open (a deferred trigger sleeps), where
+/// it can be killed.
+async fn hold_use_commits(admin: &tokio_postgres::Client) {
     admin
         .batch_execute(
             "CREATE FUNCTION hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$ \
@@ -546,6 +519,35 @@ async fn use_dies_at_commit(read_used: Option<u32>) {
         )
         .await
         .unwrap();
+}
+
+/// Waits (bounded) for a use to sit in its held COMMIT, then kills that backend: how many died.
+async fn kill_held_commit(admin: &tokio_postgres::Client) -> i64 {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let n: i64 = admin
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event = 'PgSleep'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if n > 0 {
+            return n;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the use never reached its commit");
+        tokio::task::yield_now().await;
+    }
+}
+
+async fn use_dies_at_commit(read_used: Option<u32>) {
+    let db = TestDb::new().await;
+    let grants = PgGrants::new(db.store(4));
+    let grant_id = new_grant(&grants, "s1").await;
+    let admin = db.client().await;
+    hold_use_commits(&admin).await;
     let use_task = {
         let grants = grants.clone();
         tokio::spawn(async move {
@@ -559,25 +561,8 @@ async fn use_dies_at_commit(read_used: Option<u32>) {
                 .await
         })
     };
-    // Wait for the use to sit in its COMMIT, then kill that backend.
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    let killed = loop {
-        let n: i64 = admin
-            .query_one(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-                 WHERE datname = current_database() AND wait_event = 'PgSleep'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if n > 0 {
-            break n;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the use never reached its commit");
-        tokio::task::yield_now().await;
-    };
-    assert_eq!(killed, 1);
+
+    assert_eq!(kill_held_commit(&admin).await, 1);
     let outcome = use_task.await.unwrap();
     let err = outcome.expect_err("a use whose commit died must not be reported as allowed");
     assert!(err.is_determinate(), "settled by event id: certainly not stored ({err})");
