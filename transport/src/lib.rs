@@ -432,6 +432,10 @@ pub fn server(limits: &Limits) -> tonic::transport::Server {
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .http2_max_pending_accept_reset_streams(Some(32))
+        // No connection lives for ever, a proven one included: clients reconnect, and a slot a
+        // credential held is given back.
+        .max_connection_age(Duration::from_secs(3600))
+        .max_connection_age_grace(Duration::from_secs(60))
         .accept_http1(false)
 }
 
@@ -553,5 +557,31 @@ where
             let response = inner.call(req).await?;
             Ok(callers_fault(response))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(registry: &Registry) -> (u64, oneshot::Receiver<()>) {
+        let (evict, evicted) = oneshot::channel();
+        let mut conns = registry.lock();
+        conns.next += 1;
+        let id = conns.next;
+        conns.open.insert(id, Open { proven: false, evict: Some(evict) });
+        (id, evicted)
+    }
+
+    #[test]
+    fn room_is_made_from_the_oldest_unproven_connection_only() {
+        let registry = Registry::default();
+        let (old, mut old_evicted) = open(&registry);
+        let (_, mut newer_evicted) = open(&registry);
+        registry.prove(old);
+        assert!(registry.evict_oldest_unproven());
+        assert!(old_evicted.try_recv().is_err(), "a proven connection is kept");
+        assert_eq!(newer_evicted.try_recv(), Ok(()));
+        assert!(!registry.evict_oldest_unproven(), "none left to close");
     }
 }
