@@ -40,7 +40,10 @@ pub struct CallKey {
 impl CallKey {
     const NAMESPACE: Uuid = Uuid::from_u128(0x6772_616e_742d_6c65_6467_6572_2d63_616c);
 
-    /// `request_sha256` is the SHA-256 of the request as the caller sent it.
+    /// `request_sha256` is the SHA-256 of the request as decoded and encoded again (prost writes
+    /// fields in tag order, so the client's field order does not matter; unknown fields are
+    /// refused at the edge). A retry that crosses a deploy adding a request field may read as
+    /// another request (`TOOL_CALL_REUSED`).
     pub fn new(tenant: &TenantId, session: &str, tool_call_id: &str, request_sha256: &[u8; 32]) -> Self {
         let name = format!("{}\0{session}\0{tool_call_id}", tenant.as_str());
         let digest = Uuid::from_slice(&request_sha256[..16]).unwrap_or_default();
@@ -294,6 +297,11 @@ impl Backend for MemoryGrants {
         let mut at = None;
         for append in plan.appends {
             let outcome = self.store.append(append).await.map_err(StoreError::from)?;
+            // PostgreSQL's transaction refuses an event id stored already; so does the model.
+            if outcome.replayed {
+                let event_id = outcome.events.first().map(|e| e.event_id).unwrap_or_default();
+                return Err(StoreError::Append(ledger::AppendError::DuplicateEventId { event_id }).into());
+            }
             state.versions_after(&outcome);
             at = Some(outcome.checkpoint());
         }
@@ -327,6 +335,10 @@ impl Backend for MemoryGrants {
         let ordinal = g.actions_used + 1;
         let event = use_event(ordinal);
         let outcome = self.store.append(crate::pg::use_append(tenant, metadata, &event, ordinal)?).await?;
+        if outcome.replayed {
+            let event_id = outcome.events.first().map(|e| e.event_id).unwrap_or_default();
+            return Err(StoreError::Append(ledger::AppendError::DuplicateEventId { event_id }));
+        }
         state.versions_after(&outcome);
         state.world.apply(&event);
         Ok(Consumed::Allowed { ordinal, outcome })
@@ -530,7 +542,12 @@ impl<B: Backend> Authority<B> {
     }
 
     /// The decision `call` already recorded, as it was answered, if there is one.
-    async fn replayed(&self, req: &AuthorizeRequest, call: CallKey) -> Result<Option<Authorized>, AuthorityError> {
+    async fn replayed(
+        &self,
+        req: &AuthorizeRequest,
+        call: CallKey,
+        now: OffsetDateTime,
+    ) -> Result<Option<Authorized>, AuthorityError> {
         let Some(recorded) = self.backend().recorded(&self.tenant, call.decision_event()).await? else {
             return Ok(None);
         };
@@ -565,12 +582,15 @@ impl<B: Backend> Authority<B> {
                 match (t.authorization_kind, t.grant_id) {
                     (AuthorizationKind::BrowserTaskGrant, Some(g)) => {
                         let found = self.read(Need::Grant(g), |w| w.grants.get(&g).cloned()).await?;
-                        // A use spent before a Stop is not handed out again after it.
-                        grant = Some(found.filter(Grant::is_active).ok_or_else(ended)?);
+                        // A use spent before a Stop, or before the grant's time ran out, is not
+                        // handed out again after it.
+                        let live = found.filter(|g| g.is_active() && g.created.expires_at > now);
+                        grant = Some(live.ok_or_else(ended)?);
                     }
                     (AuthorizationKind::StandingGrant, _) => {
                         let pin = self.read(Need::Deployment { grants: false }, |w| w.standing.clone()).await?;
-                        standing_until = Some(pin.map(|p| p.expires_at).ok_or_else(ended)?);
+                        let until = pin.map(|p| p.expires_at).filter(|t| *t > now);
+                        standing_until = Some(until.ok_or_else(ended)?);
                     }
                     _ => {}
                 }
@@ -624,7 +644,7 @@ impl<B: Backend> Authority<B> {
         // Only a call decided before collides (its decision event's id is taken), so the
         // recorded decision is looked up then, not on every call: the hot path reads nothing more.
         let replay = async || match call {
-            Some(c) => self.replayed(req, c).await?.ok_or(AuthorityError::Contended),
+            Some(c) => self.replayed(req, c, now).await?.ok_or(AuthorityError::Contended),
             None => Err(AuthorityError::Contended),
         };
         for _ in 0..ATTEMPTS {
@@ -638,7 +658,7 @@ impl<B: Backend> Authority<B> {
                 // A stream the decision expected new (the call's own approval) may exist because
                 // this call was decided before; otherwise another request moved what it read.
                 Err(e) if e.contended() => match call {
-                    Some(c) => match self.replayed(req, c).await? {
+                    Some(c) => match self.replayed(req, c, now).await? {
                         Some(done) => return Ok(done),
                         None => continue,
                     },
@@ -654,6 +674,13 @@ impl<B: Backend> Authority<B> {
                 ..
             } = auth.decision
             else {
+                // A deny records nothing, so nothing collides: a call decided before (a card or an
+                // allow, or this id with other arguments) is looked up here, on the deny path only.
+                if let (Some(c), true) = (call, t.events.is_empty())
+                    && let Some(done) = self.replayed(req, c, now).await?
+                {
+                    return Ok(done);
+                }
                 let standing_until = match auth.decision {
                     Decision::Allow { kind: AuthorizationKind::StandingGrant, .. } => standing,
                     _ => None,
@@ -705,10 +732,18 @@ impl<B: Backend> Authority<B> {
                 domain::request_approval(req, now, approval_id, reason, domain::offer_for(w, req));
             Ok((vec![requested], decision))
         };
-        let t = match self.transact(&metadata, Need::Authorize(&req.session_id), false, &ask).await {
-            Ok(t) => t,
-            Err(e) if twin(&e) || (call.is_some() && matches!(e, AuthorityError::Contended)) => return replay().await,
-            Err(e) => return Err(e),
+        let t = match call {
+            // This call's card may be the very thing in the way: look before asking again.
+            Some(_) => match self
+                .backend()
+                .transact(&self.tenant, &metadata, Need::Authorize(&req.session_id), false, &ask)
+                .await
+            {
+                Ok(t) => t,
+                Err(e) if twin(&e) || e.contended() => return replay().await,
+                Err(e) => return Err(e),
+            },
+            None => self.transact(&metadata, Need::Authorize(&req.session_id), false, &ask).await?,
         };
         Ok(Authorized { decision: t.value, events: t.events, at: t.at, grant: None, standing_until: None })
     }

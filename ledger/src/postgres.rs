@@ -245,11 +245,16 @@ impl PgStore {
     /// Settles an indeterminate append: waits (up to `patience`) until the server process that
     /// ran it has exited, so its transaction has certainly committed or rolled back, then looks
     /// the event ids up. `Ok(true)`: every event is stored; `Ok(false)`: none is.
+    ///
+    /// With `tx_id` (a transaction that staged its appends, so knows its id), only events of that
+    /// transaction count: event ids a caller derives (an idempotent request) can be stored by a
+    /// twin of the append, and that twin's commit is not this one's.
     pub async fn settle(
         &self,
         backend_pid: Option<i32>,
         event_ids: &[Uuid],
         patience: Duration,
+        tx_id: Option<u64>,
     ) -> Result<bool, ReadError> {
         let client = self.pool.get().await.map_err(unavailable_read)?;
         if let Some(pid) = backend_pid {
@@ -269,8 +274,12 @@ impl PgStore {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
+        let tx = tx_id.map(|t| t.to_string());
         let found: i64 = client
-            .query_one("SELECT count(*) FROM events WHERE event_id = ANY($1)", &[&event_ids])
+            .query_one(
+                "SELECT count(*) FROM events WHERE event_id = ANY($1) AND ($2::text IS NULL OR tx_id = $2::text::xid8)",
+                &[&event_ids, &tx],
+            )
             .await
             .map_err(unavailable_read)?
             .get(0);
@@ -317,7 +326,7 @@ impl PgStore {
             };
             discard(client);
             // One transaction: its first append stored means every one of them is.
-            self.settle_lost(first.commit_error(&e)).await?;
+            self.settle_lost(first.commit_error(&e), Some(first.tx_id)).await?;
         }
         staged.iter().for_each(|s| self.committed(s));
         let outcome = (!staged.is_empty()).then(|| AppendOutcome {
@@ -335,9 +344,9 @@ impl PgStore {
 
     /// Settles an append whose commit outcome is unknown: `Ok(())` when it is stored; a
     /// determinate error when it certainly is not; the error itself when that cannot be told.
-    async fn settle_lost(&self, error: AppendError) -> Result<(), AppendError> {
+    async fn settle_lost(&self, error: AppendError, tx_id: Option<u64>) -> Result<(), AppendError> {
         let AppendError::Indeterminate { backend_pid: Some(pid), event_ids, .. } = &error else { return Err(error) };
-        match self.settle(Some(*pid), event_ids, self.settle_patience).await {
+        match self.settle(Some(*pid), event_ids, self.settle_patience, tx_id).await {
             Ok(true) => {
                 self.settled.stored.fetch_add(1, Ordering::Relaxed);
                 Ok(())
@@ -575,7 +584,8 @@ impl PgStore {
     /// After a one-statement append whose reply was lost: settles it, and when it is stored
     /// reads back where it landed and wakes readers as any commit does.
     async fn settled_alone(&self, lost: AppendError, request: &AppendRequest) -> Result<AppendOutcome, AppendError> {
-        self.settle_lost(lost).await?;
+        // The statement's transaction id was never answered; the read back below compares content.
+        self.settle_lost(lost, None).await?;
         self.wake();
         match self.replay_of(request).await {
             Ok(Some(o)) => Ok(AppendOutcome { replayed: false, ..o }),

@@ -1128,3 +1128,35 @@ async fn a_nul_in_a_recorded_string_is_invalid_argument_not_unavailable() {
     assert_eq!(field_violation(&err), "element.name");
     assert_eq!(position(), at, "nothing written");
 }
+
+/// In memory as on PostgreSQL: a tool call sent again answers its first decision and spends
+/// nothing, and the same id with other arguments is refused even when those would be denied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_call_answers_its_first_decision_in_memory() {
+    let Served { mut client, position, _stop, .. } = start_in_process(MemoryGrants::default()).await;
+    session(&mut client).await;
+    let card = asked(&client.authorize(owner(act(None))).await.unwrap().into_inner()).clone();
+    let offer = card.offer.clone().unwrap();
+    let resolve = pb::ResolveApprovalRequest {
+        approval_id: card.approval_id,
+        resolution: pb::Resolution::ApproveForTask as i32,
+        offered_origin: offer.origin,
+        offered_path_prefix: offer.path_prefix,
+    };
+    client.resolve_approval(owner(resolve)).await.unwrap();
+    let call = act(None);
+    let mut ordinals = Vec::new();
+    for _ in 0..3 {
+        match client.authorize(owner(call.clone())).await.unwrap().into_inner().decision {
+            Some(pb::authorize_reply::Decision::Allow(a)) => ordinals.push(a.use_ordinal),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(ordinals, [1, 1, 1]);
+    let at = position();
+    let mut password = call.clone();
+    password.element.as_mut().unwrap().field_kind = Some(pb::FieldKind::Password as i32);
+    let err = client.authorize(owner(password)).await.unwrap_err();
+    assert_eq!(reason(&err), "TOOL_CALL_REUSED", "{err:?}");
+    assert_eq!(position(), at, "nothing written");
+}
