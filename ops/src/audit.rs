@@ -482,3 +482,27 @@ pub async fn serve(config: tokio_postgres::Config) -> Result<()> {
     }
     Ok(())
 }
+
+/// Profiles of `tenant` that no owner was recorded for (they predate `browser.profile.claimed`),
+/// reported or only bound by a session, each with the sessions bound to it, ordered by profile:
+/// what an operator has the profiles service report again after the upgrade.
+pub async fn unclaimed_profiles(client: &tokio_postgres::Client, tenant: &str) -> Result<Vec<(String, Vec<String>)>> {
+    let rows = client
+        .query(
+            "WITH bound AS (SELECT s.state->'created'->>'browser_profile_id' AS profile_id, s.session_id \
+               FROM authority_sessions s WHERE s.tenant_id = $1 AND s.version > 0 \
+               AND s.state->'created'->>'browser_profile_id' IS NOT NULL), \
+             owned AS (SELECT p.profile_id FROM authority_profiles p \
+               WHERE p.tenant_id = $1 AND p.version > 0 AND p.state->>'owner' IS NOT NULL), \
+             candidates AS (SELECT p.profile_id FROM authority_profiles p WHERE p.tenant_id = $1 \
+               AND p.version > 0 UNION SELECT bound.profile_id FROM bound) \
+             SELECT c.profile_id, coalesce(array_agg(b.session_id ORDER BY b.session_id COLLATE \"C\") \
+               FILTER (WHERE b.session_id IS NOT NULL), '{}') \
+             FROM candidates c LEFT JOIN bound b ON b.profile_id = c.profile_id \
+             WHERE NOT EXISTS (SELECT 1 FROM owned o WHERE o.profile_id = c.profile_id) \
+             GROUP BY c.profile_id ORDER BY c.profile_id COLLATE \"C\"",
+            &[&tenant],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}

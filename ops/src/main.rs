@@ -54,6 +54,11 @@ enum Cmd {
         #[command(subcommand)]
         command: SettingsCmd,
     },
+    /// Browser profiles as the authorizer holds them.
+    Profiles {
+        #[command(subcommand)]
+        command: ProfilesCmd,
+    },
     /// Credentials of the services that call the authorizer.
     Credentials {
         #[command(subcommand)]
@@ -165,6 +170,16 @@ enum TlsCmd {
     Init {
         #[arg(long, default_value = ".pgdata/tls")]
         dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ProfilesCmd {
+    /// Profiles recorded before profiles had owners, with the sessions bound to them: nothing
+    /// binds them or acts through them until the profiles service reports each for its owner.
+    Unclaimed {
+        #[arg(long)]
+        tenant: String,
     },
 }
 
@@ -383,6 +398,13 @@ async fn run(cli: Cli) -> Result<()> {
                 ops::tls::DevPki::generate()?.write(&dir)?;
             }
             println!("{}", dir.display());
+        }
+        Cmd::Profiles { command: ProfilesCmd::Unclaimed { tenant } } => {
+            let url = database_url(&cli.database_url)?;
+            let client = ops::connect(&url).await?;
+            for (profile, sessions) in ops::audit::unclaimed_profiles(&client, &tenant).await? {
+                println!("{profile}\t{}", if sessions.is_empty() { "-".into() } else { sessions.join(",") });
+            }
         }
         Cmd::Credentials { command } => {
             let url = database_url(&cli.database_url)?;

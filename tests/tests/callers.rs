@@ -392,6 +392,15 @@ async fn no_owner_can_borrow_another_owners_browser_profile() {
     let at = s.events().await;
     c.record_profile_event(bearer(claim("profile-a", "owner-a"), &s.profiles, false)).await.unwrap();
     assert_eq!(s.events().await, at);
+    // The operator's list after the upgrade: a profile recorded before owners were (its owner
+    // taken off the stored state, as it was then) shows with the session bound to it.
+    let db = s.db.client().await;
+    assert!(ops::audit::unclaimed_profiles(&db, TENANT).await.unwrap().is_empty());
+    db.execute("UPDATE authority_profiles SET state = state - 'owner' WHERE profile_id = 'profile-a'", &[])
+        .await
+        .unwrap();
+    let listed = ops::audit::unclaimed_profiles(&db, TENANT).await.unwrap();
+    assert_eq!(listed, [("profile-a".to_owned(), vec!["s-a".to_owned()])]);
 }
 
 /// Thousands of silent connections and a client that sends its handshake a byte at a time
