@@ -403,21 +403,41 @@ async fn no_owner_can_borrow_another_owners_browser_profile() {
     assert_eq!(listed, [("profile-a".to_owned(), vec!["s-a".to_owned()])]);
 }
 
-/// Thousands of silent connections and a client that sends its handshake a byte at a time
-/// neither stop a connected client's authorizations nor a new client's health check. The
+/// Thousands of silent connections, a client that sends its handshake a byte at a time and
+/// clients that finish the handshakes and then send nothing neither stop a connected client's
+/// authorizations nor a new client's health check. The
 /// latencies are printed for reading, not asserted (figures: `docs/performance.md`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_idle_connections_starves_no_one() {
     use tokio::io::AsyncWriteExt;
     let s = Stack::start().await;
     let mut c = s.client();
-    let lookup = || bearer(pb::ListGrantsRequest::default(), &s.gateway, true);
+    c.record_profile_event(bearer(claim("profile-a", "owner-a"), &s.profiles, false)).await.unwrap();
+    c.create_session(bearer(session("s-a", "profile-a"), &s.worker_a, false)).await.unwrap();
+    // Each a tool call of its own, decided as a card (the flag is off): a write every call.
+    let act = || {
+        bearer(
+            pb::AuthorizeRequest {
+                session_id: "s-a".into(),
+                run: Some(pb::RunContext { run_id: "r".into(), interactive: true, top_level: true }),
+                tool_call_id: format!("c-{}", uuid::Uuid::new_v4().simple()),
+                turn_tool_calls: vec!["browser.act".into()],
+                agent_version: "a".into(),
+                page_url: "https://www.lesson.test/lesson/1".into(),
+                element: Some(pb::ElementFacts { role: "button".into(), name: "Next".into(), ..Default::default() }),
+                action: Some(pb::Action { kind: pb::ActionKind::Click as i32, ..Default::default() }),
+                ..Default::default()
+            },
+            &s.worker_a,
+            false,
+        )
+    };
     let sample = async |c: &mut pb::authorizer_client::AuthorizerClient<Channel>| {
         let mut took = Vec::new();
         for _ in 0..100 {
             let t = std::time::Instant::now();
-            let r = c.list_grants(lookup()).await;
-            assert!(r.is_ok() || r.as_ref().is_err_and(|e| e.code() == Code::Unimplemented), "{r:?}");
+            let decided = c.authorize(act()).await.unwrap().into_inner().decision;
+            assert!(matches!(decided, Some(pb::authorize_reply::Decision::RequireApproval(_))), "{decided:?}");
             took.push(t.elapsed());
         }
         took.sort();
@@ -444,6 +464,11 @@ async fn a_flood_of_idle_connections_starves_no_one() {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     });
+    // And clients that finish TLS and HTTP/2's handshake, then never send a request.
+    let mut silent_h2 = Vec::new();
+    for _ in 0..50 {
+        silent_h2.push(connect(s.authorizer_port, &s.ca).await);
+    }
     let flooded = sample(&mut c).await;
     // A client arriving now still gets in and is answered.
     let fresh = connect(s.authorizer_port, &s.ca).await;
@@ -462,7 +487,7 @@ async fn a_flood_of_idle_connections_starves_no_one() {
     println!("peak RSS of the test process, server included: {} MiB", peak_kib / 1024);
     assert!(peak_kib < 128 * 1024, "peak RSS {peak_kib} KiB");
     slow.abort();
-    drop(idle);
+    drop((idle, silent_h2));
 }
 
 /// A scroll of 0 never reaches the wire (proto3 leaves it off), so the service checks the step.
