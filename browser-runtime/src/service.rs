@@ -660,9 +660,10 @@ pub async fn serve<R: Redeem + 'static>(
     tls: Option<Arc<transport::ServerConfig>>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
-    // An act's calls are each bounded by the browser-call timeout; the request bound is above
-    // the longest act (its calls, a restart, the settle).
-    let limits = transport::Limits::for_requests_within(std::time::Duration::from_secs(180))
+    // An act's calls are each bounded by the browser-call timeout; the request bound stays well
+    // above the longest act (its several calls, a restart, the settle), so it never cuts one.
+    let longest_act = runtime.config.call_timeout * 8 + std::time::Duration::from_secs(60);
+    let limits = transport::Limits::for_requests_within(longest_act)
         .within_open_files(transport::raise_fd_limit(), OPEN_FILE_RESERVE);
     let server = pb::browser_runtime_server::BrowserRuntimeServer::from_arc(Arc::clone(&runtime))
         .max_decoding_message_size(proto::limits::MAX_RUNTIME_REQUEST_BYTES);
