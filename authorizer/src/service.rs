@@ -480,7 +480,8 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         let principal = caller.principal;
         let r = req.into_inner();
         let profile_id = id("profile_id", &r.profile_id)?;
-        let owner_principal_id = id("owner_principal_id", &r.owner_principal_id)?;
+        // Optional but for a creation: a profiles service older than owners still ends grants.
+        let owner_principal_id = opt(&r.owner_principal_id).map(|o| id("owner_principal_id", &o)).transpose()?;
         let command = match pb::ProfileEvent::try_from(r.event) {
             Ok(pb::ProfileEvent::SignInBegan) => {
                 Command::AdvanceProfile { profile_id, owner_principal_id, phase: SignInPhase::Began }
@@ -488,7 +489,10 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             Ok(pb::ProfileEvent::SignInReady) => {
                 Command::AdvanceProfile { profile_id, owner_principal_id, phase: SignInPhase::Ready }
             }
-            Ok(pb::ProfileEvent::Created) => Command::ClaimProfile { profile_id, owner_principal_id },
+            Ok(pb::ProfileEvent::Created) => match owner_principal_id {
+                Some(owner_principal_id) => Command::ClaimProfile { profile_id, owner_principal_id },
+                None => return Err(invalid("owner_principal_id", "is required to record a profile's creation")),
+            },
             Ok(pb::ProfileEvent::Revoked) => Command::RevokeProfile { profile_id, owner_principal_id },
             Ok(pb::ProfileEvent::Deleted) => Command::DeleteProfile { profile_id, owner_principal_id },
             _ => return Err(invalid("event", "is required")),

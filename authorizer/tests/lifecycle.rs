@@ -423,7 +423,7 @@ fn a_sign_in_on_the_bound_profile_ends_the_grant() {
         &mut world,
         Command::AdvanceProfile {
             profile_id: "profile-1".into(),
-            owner_principal_id: "owner".into(),
+            owner_principal_id: Some("owner".into()),
             phase: SignInPhase::Began,
         },
     )
@@ -434,7 +434,7 @@ fn a_sign_in_on_the_bound_profile_ends_the_grant() {
         &mut world,
         Command::AdvanceProfile {
             profile_id: "profile-1".into(),
-            owner_principal_id: "owner".into(),
+            owner_principal_id: Some("owner".into()),
             phase: SignInPhase::Ready,
         },
     )
@@ -524,7 +524,7 @@ fn every_end_reason_is_reached_once_per_grant() {
             &mut w,
             Command::AdvanceProfile {
                 profile_id: "profile-1".into(),
-                owner_principal_id: "owner".into(),
+                owner_principal_id: Some("owner".into()),
                 phase: SignInPhase::Began,
             },
         )
@@ -533,8 +533,11 @@ fn every_end_reason_is_reached_once_per_grant() {
     let mut w = given();
     allow_for_task(&mut w, t0());
     record(
-        &when(&mut w, Command::RevokeProfile { profile_id: "profile-1".into(), owner_principal_id: "owner".into() })
-            .unwrap(),
+        &when(
+            &mut w,
+            Command::RevokeProfile { profile_id: "profile-1".into(), owner_principal_id: Some("owner".into()) },
+        )
+        .unwrap(),
     );
     for (label, change) in [("policy", true), ("agent", false)] {
         let mut w = given();
@@ -576,9 +579,11 @@ fn every_end_reason_is_reached_once_per_grant() {
     // Also a profile deleted, not only revoked, ends every grant on it.
     let mut w = given();
     allow_for_task(&mut w, t0());
-    let gone =
-        when(&mut w, Command::DeleteProfile { profile_id: "profile-1".into(), owner_principal_id: "owner".into() })
-            .unwrap();
+    let gone = when(
+        &mut w,
+        Command::DeleteProfile { profile_id: "profile-1".into(), owner_principal_id: Some("owner".into()) },
+    )
+    .unwrap();
     assert_eq!(ended(&gone).iter().map(|(_, r)| *r).collect::<Vec<_>>(), [EndReason::ProfileRevoked]);
 
     let mut reasons: Vec<EndReason> = ends.values().flatten().copied().collect();
@@ -763,8 +768,11 @@ fn offers_are_made_only_where_a_grant_could_apply() {
     sensitive.page.url = "https://www.lesson.test/lesson/account/unit-3".into();
     assert_eq!(offer(&mut world, &sensitive), None, "a page with a sensitive segment");
     let mut revoked = world.clone();
-    when(&mut revoked, Command::RevokeProfile { profile_id: "profile-1".into(), owner_principal_id: "owner".into() })
-        .unwrap();
+    when(
+        &mut revoked,
+        Command::RevokeProfile { profile_id: "profile-1".into(), owner_principal_id: Some("owner".into()) },
+    )
+    .unwrap();
     assert_eq!(offer(&mut revoked, &tile("el gato")), None, "a revoked profile");
 }
 
@@ -934,9 +942,22 @@ fn a_profile_without_its_owner_recorded_binds_and_covers_nothing() {
         out.decision
     );
     // Another owner's report, or another owner's session, finds no such profile.
-    let other = Command::RevokeProfile { profile_id: "profile-1".into(), owner_principal_id: "intruder".into() };
+    let other = Command::RevokeProfile { profile_id: "profile-1".into(), owner_principal_id: Some("intruder".into()) };
     assert!(matches!(decide(&world, other), Err(DomainError::NotFound { .. })));
     let mut theirs = session("s3", None, Surface::Interactive);
     theirs.principal_id = "intruder".into();
     assert!(matches!(decide(&world, Command::CreateSession(theirs)), Err(DomainError::NotFound { .. })));
+}
+
+/// A profiles service older than owners names none: its revocation still ends the grant on the
+/// profile (ending a grant is never unsafe), and it records no owner.
+#[test]
+fn a_report_naming_no_owner_still_ends_the_grants() {
+    let mut world = given();
+    let grant = allow_for_task(&mut world, t0());
+    let events =
+        when(&mut world, Command::RevokeProfile { profile_id: "profile-1".into(), owner_principal_id: None }).unwrap();
+    assert_eq!(ended(&events), [(grant, EndReason::ProfileRevoked)]);
+    assert!(events.iter().all(|e| e.event_type() != "browser.profile.claimed"));
+    assert!(world.profile_owned_by("profile-1", "owner"), "the owner recorded before stays");
 }

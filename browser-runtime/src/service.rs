@@ -226,6 +226,13 @@ pub fn field_kind_pb(k: FieldKind) -> gl::FieldKind {
     }
 }
 
+/// A page's text with each NUL shown as U+FFFD: no request field holds a NUL (the field table),
+/// and a page must not make its own elements impossible to authorize with one. NUL is no letter,
+/// so the classifier reads the same words either way.
+fn without_nul(s: &str) -> String {
+    s.replace('\0', "\u{fffd}")
+}
+
 /// The facts the authorizer reads, carried beside the snapshot. A label source that reads
 /// exactly as the name is left out; every other fact is carried explicitly.
 pub fn facts_pb(n: &NodeRead) -> gl::ElementFacts {
@@ -233,12 +240,13 @@ pub fn facts_pb(n: &NodeRead) -> gl::ElementFacts {
     // Each text is carried cut at CARRIED_LABEL_CHARS, and a cut marks the facts not whole.
     let cut_any = std::cell::Cell::new(false);
     let cut = |s: &str| -> String {
+        let s = without_nul(s);
         match s.char_indices().nth(classifier::coverage::CARRIED_LABEL_CHARS) {
             Some((at, _)) => {
                 cut_any.set(true);
                 s[..at].to_owned()
             }
-            None => s.to_owned(),
+            None => s,
         }
     };
     let name = f.name.clone().unwrap_or_default();
@@ -269,7 +277,7 @@ pub fn facts_pb(n: &NodeRead) -> gl::ElementFacts {
                 group_label: cut(o.group_label.as_deref().unwrap_or_default()),
             })
             .collect(),
-        nav_targets: f.nav_targets.clone(),
+        nav_targets: f.nav_targets.iter().map(|t| without_nul(t)).collect(),
         download: Some(f.download),
         disabled: Some(f.disabled),
         truncated: None,
@@ -331,7 +339,7 @@ fn observation_pb(o: Observation) -> pb::ObserveReply {
         facts.push(pb::NodeFacts { r#ref: r, element: Some(facts_pb(n)) });
     }
     // The title as the authorizer takes it back (a card shows it): within the field table.
-    let title = o.page.title.chars().take(classifier::coverage::MAX_LABEL_CHARS).collect();
+    let title = without_nul(&o.page.title).chars().take(classifier::coverage::MAX_LABEL_CHARS).collect();
     pb::ObserveReply { snapshot_id: o.snapshot_id, url: o.page.url, title, nodes, facts }
 }
 

@@ -338,6 +338,11 @@ impl World {
         }
     }
 
+    /// [`World::claim`] when the report names an owner; nothing to record when it names none.
+    fn claim_if(&self, profile_id: &str, owner: Option<&str>) -> Result<Vec<Event>, DomainError> {
+        owner.map_or(Ok(vec![]), |o| self.claim(profile_id, o))
+    }
+
     fn end_grants_on_profile(&self, profile_id: &str, reason: EndReason) -> Vec<Event> {
         let mut ids: Vec<Uuid> = self
             .grants
@@ -454,25 +459,27 @@ pub enum Command {
         principal_id: String,
     },
     /// A sign-in began or became ready: the generation advances and every grant on it ends.
-    /// Each profile command names the owner the profiles service reports it for: the first
-    /// report records it, and a report naming another owner finds no such profile.
     /// A profile created for its owner: recorded as that owner's, nothing else changes.
     ClaimProfile {
         profile_id: String,
         owner_principal_id: String,
     },
+    /// The other profile commands name the owner the profiles service reports them for: the
+    /// first report records it, and one naming another owner finds no such profile. A report
+    /// naming none (a profiles service older than owners) still ends the grants on the profile:
+    /// ending grants is never unsafe, and refusing it would leave them live.
     AdvanceProfile {
         profile_id: String,
-        owner_principal_id: String,
+        owner_principal_id: Option<String>,
         phase: SignInPhase,
     },
     RevokeProfile {
         profile_id: String,
-        owner_principal_id: String,
+        owner_principal_id: Option<String>,
     },
     DeleteProfile {
         profile_id: String,
-        owner_principal_id: String,
+        owner_principal_id: Option<String>,
     },
     /// A tool call the worker made: the session's record of the turn.
     RecordToolCall(SessionToolCalled),
@@ -559,7 +566,7 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
         }
         Command::ClaimProfile { profile_id, owner_principal_id } => world.claim(&profile_id, &owner_principal_id),
         Command::AdvanceProfile { profile_id, owner_principal_id, phase } => {
-            let mut events = world.claim(&profile_id, &owner_principal_id)?;
+            let mut events = world.claim_if(&profile_id, owner_principal_id.as_deref())?;
             let generation = world.profiles.get(&profile_id).map_or(0, |p| p.generation) + 1;
             events.push(Event::ProfileGenerationAdvanced(ProfileGenerationAdvanced {
                 profile_id: profile_id.clone(),
@@ -570,13 +577,13 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             Ok(events)
         }
         Command::RevokeProfile { profile_id, owner_principal_id } => {
-            let mut events = world.claim(&profile_id, &owner_principal_id)?;
+            let mut events = world.claim_if(&profile_id, owner_principal_id.as_deref())?;
             events.push(Event::ProfileRevoked(ProfileRevoked { profile_id: profile_id.clone() }));
             events.extend(world.end_grants_on_profile(&profile_id, EndReason::ProfileRevoked));
             Ok(events)
         }
         Command::DeleteProfile { profile_id, owner_principal_id } => {
-            let mut events = world.claim(&profile_id, &owner_principal_id)?;
+            let mut events = world.claim_if(&profile_id, owner_principal_id.as_deref())?;
             events.push(Event::ProfileDeleted(ProfileDeleted { profile_id: profile_id.clone() }));
             events.extend(world.end_grants_on_profile(&profile_id, EndReason::ProfileRevoked));
             Ok(events)

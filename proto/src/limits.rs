@@ -42,8 +42,9 @@ pub const MAX_ORIGIN_CHARS: usize = 512;
 pub const MAX_WORD_CHARS: usize = 64;
 /// A tool's name as the model called it.
 pub const MAX_TOOL_CHARS: usize = 200;
-/// Text a type action says it types: the grant's whole budget.
-pub const MAX_TYPED_CHARS: usize = 4_096;
+/// Text a type action says it types. A grant covers at most 256 per act and 4,096 in all, but a
+/// longer record value may still be typed once with the owner's approval.
+pub const MAX_TYPED_CHARS: usize = 16_384;
 /// The label sources of one kind an element carries (label elements, aria-labelledby targets).
 pub const MAX_LABEL_SOURCES: usize = 64;
 /// Navigation targets of one element (its link or form, those inside it, its label's control).

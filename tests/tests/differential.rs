@@ -149,7 +149,7 @@ async fn play<B: Backend>(authority: &Authority<B>, ops: &[Op]) -> Vec<Step> {
                 .await
             }
             Op::SignIn => {
-                let owner_principal_id = "owner".into();
+                let owner_principal_id = Some("owner".into());
                 exec(Command::AdvanceProfile {
                     profile_id: "profile-1".into(),
                     owner_principal_id,
