@@ -56,7 +56,7 @@ impl CallKey {
     }
 
     fn decision_event(&self) -> Uuid {
-        Uuid::new_v5(&self.id, b"decision")
+        state::decision_id(self.id)
     }
 
     fn metadata(&self, principal: &str) -> Metadata {
@@ -276,6 +276,17 @@ impl TenantState {
     }
 }
 
+/// PostgreSQL's transaction refuses an event id stored already, even with the same content; the
+/// model refuses it too, where the memory store would answer a replay.
+fn fresh(outcome: ledger::AppendOutcome) -> Result<ledger::AppendOutcome, StoreError> {
+    match outcome.events.first() {
+        Some(e) if outcome.replayed => {
+            Err(StoreError::Append(ledger::AppendError::DuplicateEventId { event_id: e.event_id }))
+        }
+        _ => Ok(outcome),
+    }
+}
+
 impl Backend for MemoryGrants {
     async fn transact<T: Send>(
         &self,
@@ -296,12 +307,7 @@ impl Backend for MemoryGrants {
         state.check_grant_rows(&events)?;
         let mut at = None;
         for append in plan.appends {
-            let outcome = self.store.append(append).await.map_err(StoreError::from)?;
-            // PostgreSQL's transaction refuses an event id stored already; so does the model.
-            if outcome.replayed {
-                let event_id = outcome.events.first().map(|e| e.event_id).unwrap_or_default();
-                return Err(StoreError::Append(ledger::AppendError::DuplicateEventId { event_id }).into());
-            }
+            let outcome = fresh(self.store.append(append).await.map_err(StoreError::from)?)?;
             state.versions_after(&outcome);
             at = Some(outcome.checkpoint());
         }
@@ -334,11 +340,7 @@ impl Backend for MemoryGrants {
         }
         let ordinal = g.actions_used + 1;
         let event = use_event(ordinal);
-        let outcome = self.store.append(crate::pg::use_append(tenant, metadata, &event, ordinal)?).await?;
-        if outcome.replayed {
-            let event_id = outcome.events.first().map(|e| e.event_id).unwrap_or_default();
-            return Err(StoreError::Append(ledger::AppendError::DuplicateEventId { event_id }));
-        }
+        let outcome = fresh(self.store.append(crate::pg::use_append(tenant, metadata, &event, ordinal)?).await?)?;
         state.versions_after(&outcome);
         state.world.apply(&event);
         Ok(Consumed::Allowed { ordinal, outcome })
@@ -641,30 +643,27 @@ impl<B: Backend> Authority<B> {
             Ok((record, (auth, grant, standing, session_version)))
         };
         let mut spent = false;
-        // Only a call decided before collides (its decision event's id is taken), so the
-        // recorded decision is looked up then, not on every call: the hot path reads nothing more.
-        let replay = async || match call {
-            Some(c) => self.replayed(req, c, now).await?.ok_or(AuthorityError::Contended),
-            None => Err(AuthorityError::Contended),
+        // Only a call decided before collides with its record (its decision event's id is
+        // taken, or its approval stream exists), so the record is looked up then, not on every
+        // call: the hot path reads nothing more. `Ok(None)`: contention, decide again.
+        let settle = async |e: AuthorityError| -> Result<Option<Authorized>, AuthorityError> {
+            let Some(c) = call.filter(|_| twin(&e) || e.contended()) else {
+                return if e.contended() { Ok(None) } else { Err(e) };
+            };
+            match self.replayed(req, c, now).await? {
+                Some(done) => Ok(Some(done)),
+                None if e.contended() => Ok(None),
+                None => Err(AuthorityError::Contended),
+            }
         };
         for _ in 0..ATTEMPTS {
-            let t = match self
-                .backend()
-                .transact(&self.tenant, &metadata, Need::Authorize(&req.session_id), false, &decide)
-                .await
-            {
+            let need = Need::Authorize(&req.session_id);
+            let t = match self.backend().transact(&self.tenant, &metadata, need, false, &decide).await {
                 Ok(t) => t,
-                Err(e) if twin(&e) => return replay().await,
-                // A stream the decision expected new (the call's own approval) may exist because
-                // this call was decided before; otherwise another request moved what it read.
-                Err(e) if e.contended() => match call {
-                    Some(c) => match self.replayed(req, c, now).await? {
-                        Some(done) => return Ok(done),
-                        None => continue,
-                    },
+                Err(e) => match settle(e).await? {
+                    Some(done) => return Ok(done),
                     None => continue,
                 },
-                Err(e) => return Err(e),
             };
             let (auth, grant, standing, session_version) = t.value;
             let Decision::Allow {
@@ -714,10 +713,10 @@ impl<B: Backend> Authority<B> {
                 }
                 // The row moved since the read: decide again from a fresh one.
                 Ok(Consumed::Refused) => spent = true,
-                Err(e) if state::contended(&e) => {}
                 Err(e) => {
-                    let e = AuthorityError::from(e);
-                    return if twin(&e) { replay().await } else { Err(e) };
+                    if let Some(done) = settle(e.into()).await? {
+                        return Ok(done);
+                    }
                 }
             }
         }
@@ -740,8 +739,7 @@ impl<B: Backend> Authority<B> {
                 .await
             {
                 Ok(t) => t,
-                Err(e) if twin(&e) || e.contended() => return replay().await,
-                Err(e) => return Err(e),
+                Err(e) => return settle(e).await?.ok_or(AuthorityError::Contended),
             },
             None => self.transact(&metadata, Need::Authorize(&req.session_id), false, &ask).await?,
         };

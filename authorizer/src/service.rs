@@ -38,8 +38,8 @@ use crate::state::Need;
 use crate::view::{approval_view_in_session, offer_text};
 
 /// The `ErrorInfo` reason of a call refused to its caller's credential (role, tenant or scope),
-/// beside the domain's own refusals such as `APPROVAL_TOKEN_INVALID`.
-pub const CALLER_NOT_PERMITTED: &str = "CALLER_NOT_PERMITTED";
+/// beside the domain's own refusals such as `APPROVAL_TOKEN_INVALID`: the gate's, spelt once.
+pub use transport::CALLER_NOT_PERMITTED;
 
 /// The `ErrorInfo` reason of ABORTED: other requests kept changing what this one read.
 pub const CONCURRENT_CHANGE: &str = "CONCURRENT_CHANGE";
@@ -217,7 +217,8 @@ fn action(a: Option<pb::Action>) -> Result<Action, Status> {
         K::Press => Action::Press { key: a.key },
         // proto3 leaves a 0 off the wire, so the codec cannot see it: the step is checked here.
         K::Scroll if !classifier::coverage::SCROLL_STEPS.contains(&a.scroll_by) => {
-            return Err(invalid("action.scroll_by", "is one of -1200, -600, -300, -100, 100, 300, 600, 1200"));
+            let steps: Vec<String> = classifier::coverage::SCROLL_STEPS.iter().map(ToString::to_string).collect();
+            return Err(invalid("action.scroll_by", &format!("is one of {}", steps.join(", "))));
         }
         K::Scroll => Action::Scroll { by: a.scroll_by },
     })

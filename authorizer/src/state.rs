@@ -135,7 +135,12 @@ pub fn need_of(command: &Command) -> Need<'_> {
 /// refusal, on every replica and after a lost COMMIT alike. Any other event gets a fresh id.
 pub fn decision_event_id(e: &Event, metadata: &Metadata) -> Option<Uuid> {
     let call = metadata.causation_id?;
-    matches!(e, Event::ApprovalRequested(_) | Event::ToolCallAuthorized(_)).then(|| Uuid::new_v5(&call, b"decision"))
+    matches!(e, Event::ApprovalRequested(_) | Event::ToolCallAuthorized(_)).then(|| decision_id(call))
+}
+
+/// The decision event's id of the call keyed `call`.
+pub fn decision_id(call: Uuid) -> Uuid {
+    Uuid::new_v5(&call, b"decision")
 }
 
 /// A partial world and the stream versions of what it holds.

@@ -96,7 +96,7 @@ impl Redeem for AuthorizerRedeemer {
 /// Whether the authorizer refused the caller (the runtime's credential) rather than the token.
 fn caller_refused(s: &Status) -> bool {
     use tonic_types::StatusExt;
-    s.get_error_details().error_info().is_some_and(|i| i.reason == "CALLER_NOT_PERMITTED")
+    s.get_error_details().error_info().is_some_and(|i| i.reason == transport::CALLER_NOT_PERMITTED)
 }
 
 type Shared = Arc<tokio::sync::Mutex<Session>>;

@@ -974,10 +974,6 @@ fn task_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateTime)
     if profile.generation != c.profile_generation {
         return Err(ended(EndReason::ProfileChanged, NotCovered::ProfileChanged));
     }
-    // A grant made before profiles had owners, on a profile since claimed by another.
-    if profile.owner.as_deref() != Some(c.principal_id.as_str()) {
-        return Err(refusal(NotCovered::PinMismatch));
-    }
     if req.versions.agent != c.agent_version {
         return Err(ended(EndReason::AgentChanged, NotCovered::AgentChanged));
     }
@@ -1034,12 +1030,11 @@ pub const STANDING_GRANT_DURATION: time::Duration = time::Duration::days(30);
 /// The pinned standing grant covers routine only, on its own profile, until it expires.
 fn standing_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateTime) -> bool {
     let Some(pin) = &world.standing else { return false };
-    let Some(session) = world.sessions.get(&req.session_id) else { return false };
-    let profile = session.created.browser_profile_id.as_deref();
-    // The pin covers its profile's own owner only.
+    // A session whose profile is not its owner's never reaches here (`authorize` denies it), so
+    // the pin covers its profile's own owner only.
+    let profile = world.sessions.get(&req.session_id).and_then(|s| s.created.browser_profile_id.as_deref());
     now < pin.expires_at
         && profile == Some(pin.profile_id.as_str())
-        && world.profile_owned_by(&pin.profile_id, &session.created.principal_id)
         && classifier::covers(&classifier::Grant::Standing, &req.action, &req.element, &req.page).is_ok()
 }
 
@@ -1056,7 +1051,7 @@ pub fn offer_for(world: &World, req: &AuthorizeRequest) -> Option<Offer> {
         return None;
     }
     let profile = session.created.browser_profile_id.as_ref().and_then(|p| world.profiles.get(p));
-    if profile.is_none_or(|p| p.revoked || p.deleted || p.owner.as_ref() != Some(&session.created.principal_id)) {
+    if profile.is_none_or(|p| p.revoked || p.deleted) || !world.session_profile_is_own(session) {
         return None;
     }
     if classifier::coverage::field_never_covered(req.element.field_kind) {

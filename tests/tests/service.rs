@@ -700,7 +700,8 @@ struct Scene {
     pending: pb::RequireApproval,
 }
 
-async fn scene(client: &mut AuthorizerClient<Channel>) -> Scene {
+/// The owner's session `s1`, its first card allowed for the task: the new grant's id.
+async fn granted(client: &mut AuthorizerClient<Channel>) -> String {
     session(client).await;
     let card = asked(&client.authorize(owner(act(None))).await.unwrap().into_inner()).clone();
     let offer = card.offer.clone().unwrap();
@@ -710,7 +711,11 @@ async fn scene(client: &mut AuthorizerClient<Channel>) -> Scene {
         offered_origin: offer.origin,
         offered_path_prefix: offer.path_prefix,
     };
-    let grant_id = client.resolve_approval(owner(resolve)).await.unwrap().into_inner().grant_id;
+    client.resolve_approval(owner(resolve)).await.unwrap().into_inner().grant_id
+}
+
+async fn scene(client: &mut AuthorizerClient<Channel>) -> Scene {
+    let grant_id = granted(client).await;
     let mut pay = act(None);
     pay.element.as_mut().unwrap().visible_text = "Pay $5".into();
     let pending = asked(&client.authorize(owner(pay)).await.unwrap().into_inner()).clone();
@@ -1134,16 +1139,7 @@ async fn a_nul_in_a_recorded_string_is_invalid_argument_not_unavailable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_call_answers_its_first_decision_in_memory() {
     let Served { mut client, position, _stop, .. } = start_in_process(MemoryGrants::default()).await;
-    session(&mut client).await;
-    let card = asked(&client.authorize(owner(act(None))).await.unwrap().into_inner()).clone();
-    let offer = card.offer.clone().unwrap();
-    let resolve = pb::ResolveApprovalRequest {
-        approval_id: card.approval_id,
-        resolution: pb::Resolution::ApproveForTask as i32,
-        offered_origin: offer.origin,
-        offered_path_prefix: offer.path_prefix,
-    };
-    client.resolve_approval(owner(resolve)).await.unwrap();
+    granted(&mut client).await;
     let call = act(None);
     let mut ordinals = Vec::new();
     for _ in 0..3 {

@@ -2,14 +2,16 @@
 //!
 //! - `incoming`: accepts connections under two caps. Handshakes in progress are bounded, each by
 //!   a timeout, and a new connection evicts the oldest one still silent, so a flood of idle
-//!   sockets can never keep a real client out. Established connections are bounded; past the cap
-//!   a new one is closed at once. The caps sit below the open-file limit, which
-//!   `raise_fd_limit` lifts at start-up, keeping a reserve for the database and the browsers.
+//!   sockets can never keep a real client out. Established connections are bounded; one that
+//!   has made no authenticated call is closed after a while, and at the cap the oldest such one
+//!   makes room. The caps sit below the open-file limit, which `raise_fd_limit` lifts at
+//!   start-up, keeping a reserve for the database and the browsers.
 //! - `server`: the HTTP/2 limits (streams per connection, windows, frame and header-list size,
 //!   keep-alive, request timeout) on tonic's builder.
 //! - `Gate`: in front of a service, refuses too many or too large headers as
-//!   RESOURCE_EXHAUSTED and authenticates the caller from the headers alone, so no request body
-//!   of an unauthenticated caller is ever read or buffered.
+//!   RESOURCE_EXHAUSTED and authenticates the caller from the headers alone, so the service never
+//!   reads or decodes an unauthenticated caller's body (HTTP/2 still buffers up to one stream
+//!   window of it before the refusal resets the stream).
 //!
 //! It knows nothing of grants or browsers: the calls' roles come in as a function.
 
@@ -138,6 +140,16 @@ pub struct ConnInfo {
 impl Registry {
     fn lock(&self) -> std::sync::MutexGuard<'_, Conns> {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Notes a new established connection: its id, and the signal that closes it.
+    fn open(&self) -> (u64, oneshot::Receiver<()>) {
+        let (evict, evicted) = oneshot::channel();
+        let mut conns = self.lock();
+        conns.next += 1;
+        let id = conns.next;
+        conns.open.insert(id, Open { proven: false, evict: Some(evict) });
+        (id, evicted)
     }
 
     /// Marks connection `id` as one that made an authenticated call.
@@ -383,15 +395,8 @@ async fn admit(io: Io, tcp: TcpConnectInfo, shared: Arc<Shared>, limits: Limits,
             }
         }
     };
-    let (evict, evicted) = oneshot::channel();
+    let (id, evicted) = shared.registry.open();
     let (gone, dropped) = oneshot::channel::<()>();
-    let id = {
-        let mut conns = shared.registry.lock();
-        conns.next += 1;
-        let id = conns.next;
-        conns.open.insert(id, Open { proven: false, evict: Some(evict) });
-        id
-    };
     let registry = shared.registry.clone();
     let info = ConnInfo { tcp, id };
     let conn =
@@ -564,20 +569,11 @@ where
 mod tests {
     use super::*;
 
-    fn open(registry: &Registry) -> (u64, oneshot::Receiver<()>) {
-        let (evict, evicted) = oneshot::channel();
-        let mut conns = registry.lock();
-        conns.next += 1;
-        let id = conns.next;
-        conns.open.insert(id, Open { proven: false, evict: Some(evict) });
-        (id, evicted)
-    }
-
     #[test]
     fn room_is_made_from_the_oldest_unproven_connection_only() {
         let registry = Registry::default();
-        let (old, mut old_evicted) = open(&registry);
-        let (_, mut newer_evicted) = open(&registry);
+        let (old, mut old_evicted) = registry.open();
+        let (_, mut newer_evicted) = registry.open();
         registry.prove(old);
         assert!(registry.evict_oldest_unproven());
         assert!(old_evicted.try_recv().is_err(), "a proven connection is kept");
