@@ -1,14 +1,31 @@
 //! The authority over browser actions: the pure domain (`grant-domain`) served over gRPC, each
 //! request's state read from PostgreSQL's inline tables, and the atomic use of a grant.
 //!
-//! The domain's modules are re-exported under their old paths (`authorizer::domain` is
-//! `grant_domain::model`); storage and transport sit here, at the edge.
+//! The authority (`Authority`) knows its storage only through one port (`Backend`, `Reader`):
+//! PostgreSQL (`PgGrants`) and the memory model (`MemoryGrants`) are its adapters, held to one
+//! contract suite (`contract`, behind the `contract` feature). The domain's modules are
+//! re-exported under their old paths (`authorizer::domain` is `grant_domain::model`); storage and
+//! transport sit here, at the edge. It must never hold a decision's state between requests.
 
 pub mod auth;
-pub mod authority;
-pub mod pg;
+mod authority;
+#[cfg(feature = "contract")]
+pub mod contract;
+mod error;
+mod memory;
+mod pg;
 pub mod service;
-pub mod state;
+mod state;
+mod store;
+
+pub use authority::{ATTEMPTS, Authority, Authorized, CallKey, ViewOf};
+pub use error::{AuthorityError, StoreError};
+pub use memory::MemoryGrants;
+pub use pg::{Pause, PgGrants};
+pub use state::{Loaded, Named, Plan, Writes, decision_id, fold, grant_version, load, need_of};
+pub use store::{
+    Approvals, Backend, Consumed, Decide, Deployment, Grants, Need, Reader, SessionAt, Transacted, UseOf, Versioned,
+};
 
 pub use grant_domain::model as domain;
 pub use grant_domain::{catalogue, constraint, limits, policy, scopes, view};

@@ -17,7 +17,6 @@ use ledger::{Checkpoint, StreamId};
 use proto::v1 as pb;
 
 use crate::auth::{Caller, Credentials, Role, Rpc, Scope};
-use crate::pg::StoreError;
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -26,7 +25,9 @@ use tonic::{Code, Request, Response, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 use uuid::Uuid;
 
-use crate::authority::{Authority, AuthorityError, Backend, CallKey};
+use crate::authority::{Authority, CallKey};
+use crate::error::{AuthorityError, StoreError};
+use crate::store::Backend;
 use crate::constraint::{self as dispatch, DispatchConstraint, GrantKind};
 use crate::domain;
 use crate::domain::{
@@ -34,7 +35,7 @@ use crate::domain::{
     World,
 };
 use crate::limits::MAX_ID_LEN;
-use crate::state::Need;
+use crate::store::Need;
 use crate::view::{approval_view_in_session, offer_text};
 
 /// The `ErrorInfo` reason of a call refused to its caller's credential (role, tenant or scope),
@@ -65,8 +66,7 @@ fn status(e: AuthorityError) -> Status {
         // Bad input the ledger refused (a NUL in a string jsonb cannot hold) is the caller's to
         // fix, not an outage to retry: name where it was.
         AuthorityError::Store(StoreError::Append(ledger::AppendError::Invalid(i))) => {
-            let field = i.reason.split_whitespace().next().unwrap_or(i.field).to_owned();
-            invalid(&field, &i.reason)
+            invalid(i.at.as_deref().unwrap_or(i.field), &i.reason)
         }
         AuthorityError::Domain(DomainError::NotFound { what, .. }) => Status::not_found(format!("{what} not found")),
         AuthorityError::Domain(DomainError::Conflict { code: code @ Conflict::ApprovalTokenInvalid, detail }) => {
@@ -91,7 +91,7 @@ fn status(e: AuthorityError) -> Status {
             CONCURRENT_CHANGE,
             "other requests changed what this one read; nothing was written; retry".into(),
         ),
-        AuthorityError::Store(StoreError::Invalid(reason)) => invalid("request", &reason),
+        AuthorityError::Store(StoreError::Invalid(e)) => status(AuthorityError::Domain(e)),
         // Not something a retry cures: the stored state and the request disagree. Nothing was
         // written; the operator's log has the details.
         AuthorityError::Store(

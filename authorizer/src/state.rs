@@ -5,104 +5,14 @@
 //! requests, so replicas never disagree and start-up does not grow with the log.
 
 use std::collections::{BTreeSet, HashMap};
-use std::future::Future;
 
-use grant_domain::catalogue::{Event, StandingGrantPinned};
+use grant_domain::catalogue::Event;
 use ledger::{AppendRequest, ExpectedVersion, MAX_EVENTS_PER_APPEND, Metadata, StreamAppend, StreamId, TenantId};
-use serde::{Deserialize, Serialize};
-use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::domain::{Approval, Command, DomainError, Grant, Profile, RunSnapshots, Session, World, stream_of};
-use crate::pg::StoreError;
-use crate::scopes::TaskGrantSettings;
-
-/// An entity as stored, with the version of its stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Versioned<T> {
-    pub value: T,
-    pub version: u64,
-}
-
-/// A tenant's deployment settings and standing-grant pin: its `deployment` stream folded.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct Deployment {
-    pub settings: TaskGrantSettings,
-    pub standing: Option<StandingGrantPinned>,
-    #[serde(default)]
-    pub policy: Option<String>,
-}
-
-/// Which grants to read.
-#[derive(Debug, Clone, Copy)]
-pub enum Grants<'a> {
-    Id(Uuid),
-    ActiveOfSession(&'a str),
-    ActiveOnProfile(&'a str),
-    Active,
-    /// Active and past their expiry.
-    DueBy(OffsetDateTime),
-    OfPrincipal(&'a str),
-}
-
-/// Which approvals to read.
-#[derive(Debug, Clone, Copy)]
-pub enum Approvals<'a> {
-    Id(Uuid),
-    Token(&'a str),
-    OfSession(&'a str),
-    /// Pending and past their expiry.
-    DueBy(OffsetDateTime),
-}
-
-/// Reads one tenant's inline state. A backend locks what it reads when the request writes.
-pub trait Reader: Send {
-    fn sessions(&mut self, ids: &[&str]) -> impl Future<Output = Result<Vec<Versioned<Session>>, StoreError>> + Send;
-    /// A profile nobody recorded anything for reads as the default at version 0.
-    fn profile(&mut self, id: &str) -> impl Future<Output = Result<Versioned<Profile>, StoreError>> + Send;
-    fn deployment(&mut self) -> impl Future<Output = Result<Versioned<Deployment>, StoreError>> + Send;
-    fn approvals(
-        &mut self,
-        which: Approvals<'_>,
-    ) -> impl Future<Output = Result<Vec<Versioned<Approval>>, StoreError>> + Send;
-    fn grants(&mut self, which: Grants<'_>) -> impl Future<Output = Result<Vec<Grant>, StoreError>> + Send;
-    fn run(&mut self, session: &str, run: &str) -> impl Future<Output = Result<RunSnapshots, StoreError>> + Send;
-}
-
-/// What one request reads.
-#[derive(Debug, Clone, Copy)]
-pub enum Need<'a> {
-    /// The session alone.
-    Session(&'a str),
-    /// A session to create and the profile it would bind.
-    NewSession {
-        session: &'a str,
-        profile: Option<&'a str>,
-    },
-    /// The session and its active grant (locked with it when the request writes).
-    SessionGrant(&'a str),
-    /// The profile and the active grants on it.
-    Profile(&'a str),
-    /// The settings, and every active grant when they may end some.
-    Deployment {
-        grants: bool,
-    },
-    /// An approval, its session with its active grant, the session's profile, the settings.
-    Approval(Uuid),
-    /// The approval a token was issued for, its session, and the run's snapshots.
-    Token {
-        sha256: &'a str,
-        run: &'a str,
-    },
-    DueApprovals(OffsetDateTime),
-    Grant(Uuid),
-    DueGrants(OffsetDateTime),
-    /// What `authorize` reads: the session, its active grant, the profiles of both, the settings.
-    Authorize(&'a str),
-    SessionApprovals(&'a str),
-    /// A principal's grants and their sessions.
-    PrincipalGrants(&'a str),
-}
+use crate::domain::{Approval, Command, Grant, Profile, Session, World, stream_of};
+use crate::error::StoreError;
+use crate::store::{Approvals, Deployment, Grants, Need, Reader, Versioned};
 
 /// What a command reads.
 pub fn need_of(command: &Command) -> Need<'_> {
@@ -133,7 +43,7 @@ pub fn need_of(command: &Command) -> Need<'_> {
 /// the call's key (`metadata.causation_id`, set only for an idempotent `Authorize`): one call has
 /// one decision event, so the ledger's event-id key turns a retry's second decision into a
 /// refusal, on every replica and after a lost COMMIT alike. Any other event gets a fresh id.
-pub fn decision_event_id(e: &Event, metadata: &Metadata) -> Option<Uuid> {
+pub(crate) fn decision_event_id(e: &Event, metadata: &Metadata) -> Option<Uuid> {
     let call = metadata.causation_id?;
     matches!(e, Event::ApprovalRequested(_) | Event::ToolCallAuthorized(_)).then(|| decision_id(call))
 }
@@ -162,7 +72,7 @@ impl Loaded {
     }
 
     fn stream(&self, category: &str, id: &dyn std::fmt::Display) -> Result<StreamId, StoreError> {
-        crate::domain::entity_stream(&self.tenant, category, id).map_err(|e| StoreError::Invalid(e.to_string()))
+        Ok(crate::domain::entity_stream(&self.tenant, category, id)?)
     }
 
     fn session(&mut self, s: Versioned<Session>) -> Result<(), StoreError> {
@@ -199,7 +109,7 @@ impl Loaded {
 
     async fn deployment(&mut self, r: &mut impl Reader) -> Result<(), StoreError> {
         let d = r.deployment().await?;
-        let stream = crate::domain::deployment_stream(&self.tenant).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let stream = crate::domain::deployment_stream(&self.tenant)?;
         self.versions.insert(stream, d.version);
         self.world.settings = d.value.settings;
         self.world.standing = d.value.standing;
@@ -260,7 +170,7 @@ impl Loaded {
         let mut touched = Touched::default();
         for e in events {
             after.apply(e);
-            let stream = stream_of(&self.tenant, e).map_err(|e| StoreError::Invalid(e.to_string()))?;
+            let stream = stream_of(&self.tenant, e)?;
             let new = e.to_new(decision_event_id(e, metadata).unwrap_or_else(Uuid::new_v4), metadata.clone());
             touched.note(e, new.event_id);
             match streams.iter_mut().find(|s| s.stream_id == stream) {
@@ -293,7 +203,7 @@ impl Loaded {
         }
         if touched.deployment {
             let stream =
-                crate::domain::deployment_stream(&self.tenant).map_err(|e| StoreError::Invalid(e.to_string()))?;
+                crate::domain::deployment_stream(&self.tenant)?;
             let value = Deployment {
                 settings: after.settings.clone(),
                 standing: after.standing.clone(),
@@ -492,17 +402,6 @@ pub async fn load(r: &mut impl Reader, tenant: &TenantId, need: Need<'_>) -> Res
     Ok(l.link())
 }
 
-/// Whether a failed attempt may be decided again from a fresh read: another request changed
-/// what this one read.
-pub fn contended(e: &StoreError) -> bool {
-    match e {
-        StoreError::Append(ledger::AppendError::Conflict { .. }) | StoreError::Contended(_) => true,
-        StoreError::Append(_) | StoreError::Unavailable(_) | StoreError::Projection(_) | StoreError::Invalid(_) => {
-            false
-        }
-    }
-}
-
 /// Folds `events` into a world: what the inline state must equal (verify and tests).
 pub fn fold<'a>(events: impl IntoIterator<Item = &'a Event>) -> World {
     let mut world = World::default();
@@ -512,8 +411,19 @@ pub fn fold<'a>(events: impl IntoIterator<Item = &'a Event>) -> World {
     world
 }
 
-impl From<DomainError> for StoreError {
-    fn from(e: DomainError) -> Self {
-        StoreError::Invalid(e.to_string())
-    }
+/// The append of use `ordinal`. A grant's stream is [created, use 1..n, ended?]: uses stop once
+/// the row is ended, and the row orders them, so use n lands at version n + 1; saying so lets
+/// the store skip reading the stream's head.
+pub(crate) fn use_append(
+    tenant: &TenantId,
+    metadata: &Metadata,
+    event: &Event,
+    ordinal: u32,
+) -> Result<AppendRequest, StoreError> {
+    Ok(AppendRequest::single(
+        tenant.clone(),
+        stream_of(tenant, event)?,
+        ExpectedVersion::At(u64::from(ordinal)),
+        vec![event.to_new(decision_event_id(event, metadata).unwrap_or_else(Uuid::new_v4), metadata.clone())],
+    ))
 }

@@ -205,7 +205,7 @@ impl AppendRequest {
                     return Err(InvalidInput::new("schema_version", "must be at least 1"));
                 }
                 if let Some(path) = nul_path(&e.payload) {
-                    return Err(InvalidInput::new("payload", format!("{path} may not contain NUL characters")));
+                    return Err(InvalidInput::new("payload", format!("{path} may not contain NUL characters")).at(path));
                 }
             }
         }

@@ -304,7 +304,7 @@ async fn authority_verify_once(config: &tokio_postgres::Config) -> Result<(bool,
     for r in stored_tenants {
         folded.entry(r.get(0)).or_default();
     }
-    let grants = authorizer::pg::PgGrants::new(store);
+    let grants = authorizer::PgGrants::new(store);
     let mut out = Vec::new();
     let mut ok = true;
     for (tenant, expected) in &folded {

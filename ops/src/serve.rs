@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use authorizer::auth::Credentials;
-use authorizer::authority::Authority;
+use authorizer::Authority;
 use authorizer::domain::{Command, StandingPin};
-use authorizer::pg::PgGrants;
+use authorizer::PgGrants;
 use authorizer::policy::Policy;
 use authorizer::scopes::{TaskGrantSettings, settings};
 use authorizer::service::{AuthorizerService, serve};

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use authorizer::authority::{Authority, MemoryGrants};
+use authorizer::{Authority, MemoryGrants};
 use authorizer::domain::Command;
 use authorizer::policy::Policy;
 use authorizer::scopes::{TaskGrantSettings, parse_scopes};

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use authorizer::authority::Authority;
-use authorizer::pg::PgGrants;
+use authorizer::Authority;
+use authorizer::PgGrants;
 use authorizer::policy::Policy;
 use authorizer::service::AuthorizerService;
 use credentials::{Credentials, Role, new_token};

@@ -2,9 +2,9 @@
 //! PostgreSQL one, both deciding per request from what `state::load` reads, give the same
 //! decisions, the same events and the same inline state, and that state is the log folded.
 
-use authorizer::authority::{Authority, AuthorityError, Backend, MemoryGrants};
+use authorizer::{Authority, AuthorityError, Backend, MemoryGrants};
 use authorizer::domain::{AuthorizeRequest, Command, Decision, DomainError, RunContext, Versions};
-use authorizer::pg::PgGrants;
+use authorizer::PgGrants;
 use authorizer::policy::Policy;
 use authorizer::scopes::{TaskGrantSettings, parse_scopes};
 use classifier::{Action, ElementFacts, FieldKind, PageFacts};
@@ -240,7 +240,7 @@ fn memory_and_postgres_decide_and_record_alike() {
                 at
             );
             // The inline state is the log folded: what a replay would rebuild.
-            prop_assert_eq!(authorizer::state::fold(&in_pg), pg.world().await.unwrap());
+            prop_assert_eq!(authorizer::fold(&in_pg), pg.world().await.unwrap());
             let n = a.iter().filter(|s| matches!(s, Step::Decided(Decision::Allow { .. }, _))).count();
             uses.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
             Ok(())

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use authorizer::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
-use authorizer::pg::{Consumed, PgGrants, UseOf};
+use authorizer::{Consumed, PgGrants, UseOf};
 use grant_domain::catalogue::{ActionView, AuthorizationKind, Event, SiteScope, TaskGrantCreated, ToolCallAuthorized};
 use ledger::{EventStore, Metadata, TenantId};
 use rand::Rng;
@@ -202,13 +202,13 @@ async fn an_expired_or_ended_grant_gives_no_use() {
     // Ending it again is refused by the grant row: a grant ends exactly once (to the authority,
     // a sign that another request ended it first, so it decides again).
     let again = grants.commit(&tenant(), &Metadata::by("owner"), &[ended]).await;
-    assert!(matches!(again, Err(authorizer::pg::StoreError::Contended(_))), "{again:?}");
+    assert!(matches!(again, Err(authorizer::StoreError::Contended(_))), "{again:?}");
     assert_eq!(grants.usage(&tenant(), grant_id).await.unwrap().unwrap(), (0, 0, Some("revoked".into())));
     // A second active grant for the same session is refused too.
     let dup = grants.commit(&tenant(), &Metadata::by("owner"), &[created(Uuid::new_v4(), "s2", now)]).await;
     assert!(dup.is_ok());
     let second = grants.commit(&tenant(), &Metadata::by("owner"), &[created(Uuid::new_v4(), "s2", now)]).await;
-    assert!(matches!(second, Err(authorizer::pg::StoreError::Projection(_))), "{second:?}");
+    assert!(matches!(second, Err(authorizer::StoreError::Projection(_))), "{second:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -300,7 +300,7 @@ async fn approve_for_task_is_stored_as_approved() {
 
 mod through_the_authority {
     use super::*;
-    use authorizer::authority::Authority;
+    use authorizer::Authority;
     use authorizer::domain::{AuthorizeRequest, Command, Decision, RunContext, Versions};
     use authorizer::policy::Policy;
     use authorizer::scopes::{TaskGrantSettings, parse_scopes};
@@ -376,7 +376,7 @@ mod through_the_authority {
     /// ordinal.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_call_retried_after_its_commit_died_spends_one_use() {
-        use authorizer::authority::CallKey;
+        use authorizer::CallKey;
         let db = TestDb::new().await;
         let grants = PgGrants::new(db.store(4));
         let authority = Arc::new(Authority::new(grants.clone(), Policy::empty(), tenant()));
@@ -574,7 +574,7 @@ async fn use_dies_at_commit(read_used: Option<u32>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_redeemed_by_many_at_once_is_redeemed_once() {
-    use authorizer::authority::Authority;
+    use authorizer::Authority;
     use authorizer::domain::{AuthorizeRequest, Command, Decision, RunContext, Versions};
     use authorizer::policy::Policy;
     use classifier::{Action, ElementFacts, PageFacts};

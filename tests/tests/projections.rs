@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use authorizer::authority::Authority;
+use authorizer::Authority;
 use authorizer::domain::{AuthorizeRequest, Command, Decision, RunContext, Versions};
-use authorizer::pg::PgGrants;
+use authorizer::PgGrants;
 use authorizer::policy::Policy;
 use authorizer::scopes::{TaskGrantSettings, parse_scopes};
 use classifier::{Action, ElementFacts, PageFacts};

@@ -554,12 +554,12 @@ async fn two_tenants_with_the_same_ids_never_see_each_other() {
 /// tenant's stream, row and uses are its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_grant_id_in_two_tenants_is_two_grants() {
-    use authorizer::authority::Authority;
+    use authorizer::Authority;
     use authorizer::domain::{Command, Versions};
     use grant_domain::catalogue::Resolution;
     let db = TestDb::new().await;
     let base = Authority::new(
-        authorizer::pg::PgGrants::new(db.store(4)),
+        authorizer::PgGrants::new(db.store(4)),
         authorizer::policy::Policy::empty(),
         ledger::TenantId::new("tenant-a").unwrap(),
     );
@@ -598,7 +598,7 @@ async fn the_same_grant_id_in_two_tenants_is_two_grants() {
 
 /// The lesson settings applied, and session `s1` on profile `p1` whose newest message is the
 /// owner's: where each in-process test starts.
-async fn owner_session_s1(a: &authorizer::authority::Authority<authorizer::pg::PgGrants>, tenant: &str) {
+async fn owner_session_s1(a: &authorizer::Authority<authorizer::PgGrants>, tenant: &str) {
     use authorizer::domain::Command;
     use grant_domain::catalogue::{Author, SessionCreated, SessionMessageRecorded, Surface};
     a.execute(Command::ChangeSettings(lesson().settings), "operator").await.unwrap();
@@ -645,18 +645,18 @@ fn differential_request(tenant: &str) -> authorizer::domain::AuthorizeRequest {
 async fn in_process_pair(
     db: &TestDb,
 ) -> (
-    authorizer::authority::Authority<authorizer::pg::PgGrants>,
-    authorizer::authority::Authority<authorizer::pg::PgGrants>,
+    authorizer::Authority<authorizer::PgGrants>,
+    authorizer::Authority<authorizer::PgGrants>,
     authorizer::domain::AuthorizeRequest,
     uuid::Uuid,
 ) {
-    use authorizer::authority::Authority;
+    use authorizer::Authority;
     use authorizer::domain::{Command, Decision as Decided, Versions};
     use grant_domain::catalogue::Resolution;
     let tenant = ledger::TenantId::new(TENANT).unwrap();
     let policy = authorizer::policy::Policy::empty;
-    let a = Authority::new(authorizer::pg::PgGrants::new(db.store(4)), policy(), tenant.clone());
-    let b = Authority::new(authorizer::pg::PgGrants::new(db.store(4)), policy(), tenant);
+    let a = Authority::new(authorizer::PgGrants::new(db.store(4)), policy(), tenant.clone());
+    let b = Authority::new(authorizer::PgGrants::new(db.store(4)), policy(), tenant);
     let now = time::OffsetDateTime::now_utc();
     owner_session_s1(&a, TENANT).await;
     let req = differential_request(TENANT);
@@ -706,7 +706,7 @@ async fn a_message_recorded_between_the_read_and_the_use_refuses_the_use() {
     use authorizer::domain::Decision as Decided;
     let db = TestDb::new().await;
     let (a, b, req, grant_id) = in_process_pair(&db).await;
-    let pause = Arc::new(authorizer::pg::Pause::default());
+    let pause = Arc::new(authorizer::Pause::default());
     a.backend().pause_next_use(Arc::clone(&pause));
     let waiting = {
         let (a, req) = (a.clone(), req.clone());

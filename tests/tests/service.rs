@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use authorizer::auth::{Credentials, Role, Rpc};
-use authorizer::authority::{Authority, Backend, MemoryGrants};
+use authorizer::{Authority, Backend, MemoryGrants};
 use authorizer::constraint::{DispatchConstraint, GrantKind};
 use authorizer::domain::Command;
-use authorizer::pg::PgGrants;
+use authorizer::PgGrants;
 use authorizer::policy::Policy;
 use authorizer::scopes::{TaskGrantSettings, parse_scopes};
 use authorizer::service::{AuthorizerService, CALLER_NOT_PERMITTED, serve};

@@ -1,0 +1,347 @@
+//! The authority's PostgreSQL adapter: each request's read of the inline state (`read`,
+//! locking what it reads when it writes), its events appended with the inline tables updated in
+//! the same transaction (`write`), and the atomic use of a task grant (`consume`).
+//!
+//! An authorization reads everything in one statement and opens a transaction only for what it
+//! decides to write; every other command reads and writes in one transaction. Dispatch may happen
+//! only after `consume` returns `Allowed`, which it does only once the commit is known.
+
+mod consume;
+mod read;
+mod write;
+
+use std::sync::Arc;
+
+use grant_domain::catalogue::{AuthorizationKind, Event};
+use ledger::postgres::SettleCounts;
+use ledger::EventStore;
+use ledger::{AppendOutcome, AppendRequest, ExpectedVersion, Metadata, PgStore, TenantId};
+use time::OffsetDateTime;
+use tokio_postgres::IsolationLevel;
+use uuid::Uuid;
+
+use crate::domain::{Approval, RunSnapshots, Session, World, stream_of};
+use crate::error::{AuthorityError, StoreError};
+use crate::state;
+use crate::store::{Backend, Consumed, Decide, Deployment, Need, Transacted, UseOf};
+
+use read::{GRANT_COLUMNS, PgReader, Prefetched, grant_from_row};
+use write::{apply_grant_row, write_all};
+
+fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+/// A statement's failure: contention the caller may decide again after, a constraint of the
+/// inline tables, or the store being unavailable.
+fn db(e: tokio_postgres::Error) -> StoreError {
+    match e.as_db_error().map(|d| (d.code().code(), d.message())) {
+        Some(("40001" | "40P01", m)) => StoreError::Contended(m.to_owned()),
+        Some((code, m)) if code.starts_with("23") => StoreError::Projection(format!("{code}: {m}")),
+        _ => unavailable(e),
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PgGrants {
+    store: PgStore,
+    /// Uses made by the one-statement path (operators and tests: the fast path is taken).
+    one_statement_uses: Arc<std::sync::atomic::AtomicU64>,
+    pause: Arc<PauseSlot>,
+}
+
+/// Where a test leaves a [`Pause`]; a use only takes the lock when one was left.
+#[derive(Debug, Default)]
+struct PauseSlot {
+    set: std::sync::atomic::AtomicBool,
+    pause: std::sync::Mutex<Option<Arc<Pause>>>,
+}
+
+/// A fault hook for tests: the next use stops after its decision and before its statement,
+/// says so on `reached`, and goes on at `go`.
+#[derive(Debug, Default)]
+pub struct Pause {
+    pub reached: tokio::sync::Notify,
+    pub go: tokio::sync::Notify,
+}
+
+impl PgGrants {
+    pub fn new(store: PgStore) -> Self {
+        Self { store, one_statement_uses: Arc::default(), pause: Arc::default() }
+    }
+
+    /// Pauses the next use (once) at `pause`: how a test puts a change between a decision's
+    /// read and its use.
+    pub fn pause_next_use(&self, pause: Arc<Pause>) {
+        *self.pause.pause.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(pause);
+        self.pause.set.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    pub fn store(&self) -> &PgStore {
+        &self.store
+    }
+
+    /// How many uses this process made in one statement.
+    pub fn one_statement_uses(&self) -> u64 {
+        self.one_statement_uses.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn settled(&self) -> &SettleCounts {
+        self.store.settled()
+    }
+
+    /// Reads what `need` names (locking it when `lock`), lets `decide` choose events from the
+    /// partial world, and appends them with the inline tables written, in one transaction.
+    /// Without `lock` the read is one REPEATABLE READ snapshot, and a write that another request
+    /// beat comes back `Contended`.
+    pub async fn transact<T: Send>(
+        &self,
+        tenant: &TenantId,
+        metadata: &Metadata,
+        need: Need<'_>,
+        lock: bool,
+        decide: &Decide<'_, T>,
+    ) -> Result<Transacted<T>, AuthorityError> {
+        if let (false, Need::Authorize(session)) = (lock, need) {
+            // The hot path: everything an authorization reads in one statement (one snapshot,
+            // one round trip); a write it decides opens its own transaction, and a stream or
+            // grant row that moved since the read comes back as a conflict.
+            let client = self.store.pool().get().await.map_err(unavailable)?;
+            let mut rows = Prefetched::authorize(&client, &self.store, tenant, session).await?;
+            drop(client);
+            let loaded = state::load(&mut rows, tenant, need).await?;
+            let (events, value) = decide(&loaded.world)?;
+            if events.is_empty() {
+                return Ok(Transacted { value, events, at: None });
+            }
+            // A standing-grant allow rests on the pin as read: hold the settings at that version,
+            // so an unpin committed since refuses it and one committing now waits for it.
+            let standing = events.iter().any(|e| {
+                matches!(e, Event::ToolCallAuthorized(t) if t.authorization_kind == AuthorizationKind::StandingGrant)
+            });
+            let settings_read = loaded.version(&crate::domain::deployment_stream(tenant)?);
+            let done = self
+                .store
+                .transaction(IsolationLevel::ReadCommitted, async |tx| {
+                    if standing {
+                        let held = tx
+                            .sql()
+                            .query_opt(
+                                "SELECT 1 FROM authority_settings WHERE tenant_id = $1 AND version = $2 FOR SHARE",
+                                &[&tenant.as_str(), &version(settings_read)],
+                            )
+                            .await
+                            .map_err(db)?;
+                        if held.is_none() {
+                            return Err(StoreError::Contended("the settings changed since the read".into()));
+                        }
+                    }
+                    write_all(tx, tenant, &loaded, metadata, &events).await
+                })
+                .await?;
+            return Ok(Transacted { value, events, at: done.outcome.map(|o| o.checkpoint()) });
+        }
+        let isolation = if lock { IsolationLevel::ReadCommitted } else { IsolationLevel::RepeatableRead };
+        let done = self
+            .store
+            .transaction(isolation, async |tx| {
+                let mut reader = PgReader { tx: tx.sql(), tenant: tenant.as_str(), lock };
+                let loaded = state::load(&mut reader, tenant, need).await?;
+                let (events, value) = decide(&loaded.world)?;
+                if !events.is_empty() {
+                    write_all(tx, tenant, &loaded, metadata, &events).await?;
+                }
+                Ok::<_, AuthorityError>((events, value))
+            })
+            .await?;
+        let (events, value) = done.value;
+        Ok(Transacted { value, events, at: done.outcome.map(|o| o.checkpoint()) })
+    }
+
+    /// Appends grant events as they are, each stream unchecked, and applies them to the grant
+    /// rows, in one transaction: for tests and tools that write a grant's events directly. The
+    /// authority itself decides through [`PgGrants::transact`].
+    pub async fn commit(
+        &self,
+        tenant: &TenantId,
+        metadata: &Metadata,
+        events: &[Event],
+    ) -> Result<AppendOutcome, StoreError> {
+        let mut request = AppendRequest { tenant_id: tenant.clone(), streams: Vec::new() };
+        for e in events {
+            let stream = stream_of(tenant, e)?;
+            let new = e.to_new(Uuid::new_v4(), metadata.clone());
+            match request.streams.iter_mut().find(|s| s.stream_id == stream) {
+                Some(s) => s.events.push(new),
+                None => request.streams.push(ledger::StreamAppend {
+                    stream_id: stream,
+                    expected: ExpectedVersion::Any,
+                    events: vec![new],
+                }),
+            }
+        }
+        let done = self
+            .store
+            .transaction(IsolationLevel::ReadCommitted, async |tx| {
+                let outcome = tx.append(&request).await?;
+                for e in events {
+                    apply_grant_row(tx.sql(), tenant.as_str(), e).await?;
+                }
+                Ok::<_, StoreError>(outcome)
+            })
+            .await?;
+        Ok(done.value)
+    }
+
+    /// Consumes one use of `u.grant_id` and its `u.typed_chars`, and records `use_event(ordinal)`,
+    /// atomically. Never refunded.
+    ///
+    /// First as one statement, with no BEGIN or COMMIT: the grant row updated only if it still
+    /// holds the `actions_used` the decision read, and the event inserted by the same statement
+    /// (`PgStore::append_guarded`). When the row moved since the read (another use came first),
+    /// the use queues on the row lock in a transaction instead.
+    /// The inline row of a grant: (actions_used, chars_used, end_reason).
+    pub async fn usage(
+        &self,
+        tenant: &TenantId,
+        grant_id: Uuid,
+    ) -> Result<Option<(u32, u32, Option<String>)>, StoreError> {
+        let client = self.store.pool().get().await.map_err(unavailable)?;
+        let row = client
+            .query_opt(
+                "SELECT actions_used, chars_used, end_reason FROM active_task_grants \
+                 WHERE tenant_id = $1 AND grant_id = $2",
+                &[&tenant.as_str(), &grant_id],
+            )
+            .await
+            .map_err(unavailable)?;
+        Ok(row.map(|r| {
+            let n = |i: usize| u32::try_from(r.get::<_, i32>(i)).unwrap_or(0);
+            (n(0), n(1), r.get(2))
+        }))
+    }
+
+    /// A tenant's whole inline state as one world (verify and tests).
+    pub async fn dump(&self, tenant: &TenantId) -> Result<World, StoreError> {
+        let mut client = self.store.pool().get().await.map_err(unavailable)?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(unavailable)?;
+        let t = tenant.as_str();
+        let mut world = World::default();
+        for r in tx.query("SELECT state FROM authority_sessions WHERE tenant_id = $1", &[&t]).await.map_err(db)? {
+            let s: Session = json(r.get(0))?;
+            world.sessions.insert(s.created.session_id.clone(), s);
+        }
+        for r in tx
+            .query("SELECT profile_id, state FROM authority_profiles WHERE tenant_id = $1 AND version > 0", &[&t])
+            .await
+            .map_err(db)?
+        {
+            world.profiles.insert(r.get(0), json(r.get(1))?);
+        }
+        for r in tx.query("SELECT state FROM authority_approvals WHERE tenant_id = $1", &[&t]).await.map_err(db)? {
+            let a: Approval = json(r.get(0))?;
+            world.approvals.insert(a.requested.approval_id, a);
+        }
+        let sql = format!("SELECT {GRANT_COLUMNS} FROM active_task_grants WHERE tenant_id = $1");
+        for r in tx.query(&sql, &[&t]).await.map_err(db)? {
+            let g = grant_from_row(&r)?;
+            world.grants.insert(g.created.grant_id, g);
+        }
+        let deployment = tx
+            .query_opt("SELECT state FROM authority_settings WHERE tenant_id = $1 AND version > 0", &[&t])
+            .await
+            .map_err(db)?;
+        if let Some(r) = deployment {
+            let d: Deployment = json(r.get(0))?;
+            world.settings = d.settings;
+            world.standing = d.standing;
+            world.policy = d.policy;
+        }
+        let runs = tx
+            .query("SELECT session_id, run_id, snapshot_id FROM run_snapshots WHERE tenant_id = $1 ORDER BY tx_id, position", &[&t])
+            .await
+            .map_err(db)?;
+        for r in runs {
+            let snapshots: &mut RunSnapshots = world.run_snapshots.entry((r.get(0), r.get(1))).or_default();
+            snapshots.named(r.get(2));
+        }
+        for g in world.grants.values().filter(|g| g.is_active()) {
+            if let Some(s) = world.sessions.get_mut(&g.created.session_id) {
+                s.active_grant = Some(g.created.grant_id);
+            }
+        }
+        Ok(world)
+    }
+
+    /// Tenants with a grant past its expiry or a pending approval past its own.
+    pub async fn due_tenants(&self, now: OffsetDateTime) -> Result<Vec<TenantId>, StoreError> {
+        let client = self.store.pool().get().await.map_err(unavailable)?;
+        let rows = client
+            .query(
+                "SELECT tenant_id FROM active_task_grants WHERE ended_at IS NULL AND expires_at <= $1 \
+                 UNION SELECT tenant_id FROM authority_approvals WHERE pending_until <= $1",
+                &[&now],
+            )
+            .await
+            .map_err(db)?;
+        rows.iter().map(|r| TenantId::new(r.get::<_, String>(0)).map_err(|e| StoreError::Projection(format!("a stored tenant id: {}", e.reason)))).collect()
+    }
+}
+
+impl Backend for PgGrants {
+    async fn transact<T: Send>(
+        &self,
+        tenant: &TenantId,
+        metadata: &Metadata,
+        need: Need<'_>,
+        lock: bool,
+        decide: &Decide<'_, T>,
+    ) -> Result<Transacted<T>, AuthorityError> {
+        PgGrants::transact(self, tenant, metadata, need, lock, decide).await
+    }
+
+    async fn consume(
+        &self,
+        tenant: &TenantId,
+        metadata: &Metadata,
+        u: UseOf<'_>,
+        use_event: impl Fn(u32) -> Event + Send + Sync,
+    ) -> Result<Consumed, StoreError> {
+        PgGrants::consume(self, tenant, metadata, u, use_event).await
+    }
+
+    async fn dump(&self, tenant: &TenantId) -> Result<World, StoreError> {
+        PgGrants::dump(self, tenant).await
+    }
+
+    async fn recorded(&self, tenant: &TenantId, event_id: Uuid) -> Result<Option<ledger::RecordedEvent>, StoreError> {
+        let found = self.store().find_event(event_id).await.map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        Ok(found.filter(|e| &e.tenant_id == tenant))
+    }
+
+    async fn due_tenants(&self, now: OffsetDateTime) -> Result<Vec<TenantId>, StoreError> {
+        PgGrants::due_tenants(self, now).await
+    }
+}
+
+fn json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, StoreError> {
+    serde_json::from_value(value).map_err(|e| StoreError::Projection(format!("inline state unreadable: {e}")))
+}
+
+fn to_json(value: &impl serde::Serialize) -> Result<serde_json::Value, StoreError> {
+    serde_json::to_value(value).map_err(|e| StoreError::Projection(format!("inline state unwritable: {e}")))
+}
+
+fn version(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn from_version(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
