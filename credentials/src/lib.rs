@@ -5,15 +5,24 @@
 //! names, and a principal it sends is ignored. So the agent's worker, which hosts the model, can
 //! never resolve an approval.
 
-use std::collections::HashMap;
+#[cfg(feature = "contract")]
+pub mod contract;
+mod memory;
+mod postgres;
+
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 
 use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use tonic::metadata::MetadataMap;
 use uuid::Uuid;
+
+pub use memory::MemoryCredentials;
+pub use postgres::PgCredentials;
 
 /// The kind of service a credential belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -144,20 +153,41 @@ fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-/// Where credentials live: PostgreSQL, or memory for in-process tests of the service.
-#[derive(Debug, Clone)]
-pub enum Credentials {
-    Postgres(Pool),
-    Memory(Arc<Mutex<HashMap<[u8; 32], Credential>>>),
+/// Where credentials live: the port both adapters (`PgCredentials`, `MemoryCredentials`)
+/// implement. It stores and finds; every rule (a token's form, who names a principal, what is
+/// usable) is [`Credentials`]'s, decided once above it.
+pub trait CredentialStore: Send + Sync + fmt::Debug {
+    /// Stores `credential` under its secret's digest.
+    fn insert<'a>(&'a self, token_sha256: [u8; 32], credential: &'a Credential) -> Pending<'a, ()>;
+    /// Marks a credential of `tenant` revoked at `now`; `false` when there is none, or it was
+    /// already revoked.
+    fn revoke<'a>(&'a self, tenant: &'a str, credential_id: Uuid, now: OffsetDateTime) -> Pending<'a, bool>;
+    /// Every credential of `tenant`, newest first.
+    fn list<'a>(&'a self, tenant: &'a str) -> Pending<'a, Vec<Credential>>;
+    /// The credential stored under a secret's digest.
+    fn find(&self, token_sha256: [u8; 32]) -> Pending<'_, Option<Credential>>;
 }
 
-fn unavailable(e: impl fmt::Display) -> AuthError {
-    AuthError::Unavailable(e.to_string())
-}
+/// A store's answer. Boxed, so that one `Credentials` holds either adapter; it is one
+/// allocation per authenticated call.
+pub type Pending<'a, T> = Pin<Box<dyn Future<Output = Result<T, AuthError>> + Send + 'a>>;
+
+/// The credentials of every service: rules above a store.
+#[derive(Debug, Clone)]
+pub struct Credentials(Arc<dyn CredentialStore>);
 
 impl Credentials {
+    pub fn new(store: impl CredentialStore + 'static) -> Self {
+        Self(Arc::new(store))
+    }
+
+    pub fn postgres(pool: Pool) -> Self {
+        Self::new(PgCredentials(pool))
+    }
+
+    /// For in-process tests of the services.
     pub fn memory() -> Self {
-        Self::Memory(Arc::default())
+        Self::new(MemoryCredentials::default())
     }
 
     /// Stores a credential for `token` (made by [`new_token`], or by a test that needs a known
@@ -188,97 +218,18 @@ impl Credentials {
             expires_at,
             revoked_at: None,
         };
-        match self {
-            Self::Memory(map) => {
-                map.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(digest(token), credential.clone());
-            }
-            Self::Postgres(pool) => {
-                let client = pool.get().await.map_err(unavailable)?;
-                client
-                    .execute(
-                        "INSERT INTO credentials (credential_id, tenant_id, role, principal_id, token_sha256, expires_at) \
-                         VALUES ($1, $2, $3, $4, $5, $6)",
-                        &[
-                            &credential.credential_id,
-                            &credential.tenant,
-                            &role.code(),
-                            &credential.principal,
-                            &digest(token).as_slice(),
-                            &expires_at,
-                        ],
-                    )
-                    .await
-                    .map_err(unavailable)?;
-            }
-        }
+        self.0.insert(digest(token), &credential).await?;
         Ok(credential)
     }
 
     /// Revokes a credential of `tenant`; `false` when there is none, or it was already revoked.
     pub async fn revoke(&self, tenant: &str, credential_id: Uuid) -> Result<bool, AuthError> {
-        let now = OffsetDateTime::now_utc();
-        match self {
-            Self::Memory(map) => {
-                let mut map = map.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                let found = map
-                    .values_mut()
-                    .find(|c| c.credential_id == credential_id && c.tenant == tenant && c.revoked_at.is_none());
-                Ok(found.map(|c| c.revoked_at = Some(now)).is_some())
-            }
-            Self::Postgres(pool) => {
-                let client = pool.get().await.map_err(unavailable)?;
-                let n = client
-                    .execute(
-                        "UPDATE credentials SET revoked_at = now() \
-                         WHERE credential_id = $1 AND tenant_id = $2 AND revoked_at IS NULL",
-                        &[&credential_id, &tenant],
-                    )
-                    .await
-                    .map_err(unavailable)?;
-                Ok(n == 1)
-            }
-        }
+        self.0.revoke(tenant, credential_id, OffsetDateTime::now_utc()).await
     }
 
     /// Every credential of `tenant`, newest first.
     pub async fn list(&self, tenant: &str) -> Result<Vec<Credential>, AuthError> {
-        match self {
-            Self::Memory(map) => {
-                let map = map.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                Ok(map.values().filter(|c| c.tenant == tenant).cloned().collect())
-            }
-            Self::Postgres(pool) => {
-                let client = pool.get().await.map_err(unavailable)?;
-                let rows = client
-                    .query(
-                        "SELECT credential_id, tenant_id, role, principal_id, expires_at, revoked_at FROM credentials \
-                         WHERE tenant_id = $1 ORDER BY credentials.created_at DESC",
-                        &[&tenant],
-                    )
-                    .await
-                    .map_err(unavailable)?;
-                rows.iter().map(row_credential).collect()
-            }
-        }
-    }
-
-    async fn find(&self, token: &str) -> Result<Option<Credential>, AuthError> {
-        let key = digest(token);
-        match self {
-            Self::Memory(map) => Ok(map.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key).cloned()),
-            Self::Postgres(pool) => {
-                let client = pool.get().await.map_err(unavailable)?;
-                let stmt = client
-                    .prepare_cached(
-                        "SELECT credential_id, tenant_id, role, principal_id, expires_at, revoked_at FROM credentials \
-                         WHERE token_sha256 = $1",
-                    )
-                    .await
-                    .map_err(unavailable)?;
-                let row = client.query_opt(&stmt, &[&key.as_slice()]).await.map_err(unavailable)?;
-                row.as_ref().map(row_credential).transpose()
-            }
-        }
+        self.0.list(tenant).await
     }
 
     /// The caller of a call that `roles` may make, from the request's metadata: a usable
@@ -302,7 +253,8 @@ impl Credentials {
             return Err(AuthError::Unauthenticated("the credential is malformed"));
         }
         let credential = self
-            .find(token)
+            .0
+            .find(digest(token))
             .await?
             .filter(|c| c.usable(now))
             .ok_or(AuthError::Unauthenticated("the credential is unknown, expired or revoked"))?;
@@ -331,20 +283,9 @@ impl Credentials {
     }
 }
 
+
 fn metadata_value(metadata: &MetadataMap, key: &str) -> Option<String> {
     metadata.get(key).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned)
-}
-
-fn row_credential(row: &tokio_postgres::Row) -> Result<Credential, AuthError> {
-    let role: String = row.get(2);
-    Ok(Credential {
-        credential_id: row.get(0),
-        tenant: row.get(1),
-        role: Role::from_code(&role).ok_or_else(|| AuthError::Unavailable(format!("stored role {role:?}")))?,
-        principal: row.get(3),
-        expires_at: row.get(4),
-        revoked_at: row.get(5),
-    })
 }
 
 #[cfg(test)]

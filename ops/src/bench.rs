@@ -522,7 +522,7 @@ pub mod authorize {
         };
         let pool = ledger::postgres::pool(config, clients.iter().copied().max().unwrap_or(1) + 2)
             .map_err(anyhow::Error::msg)?;
-        let credentials = Credentials::Postgres(pool.clone());
+        let credentials = Credentials::postgres(pool.clone());
         let tokens = Tokens { worker: new_token(), gateway: new_token(), profiles: new_token(), ca_pem: pki.ca_cert };
         credentials.register(&tokens.worker, TENANT, Role::Worker, Some("owner"), None).await?;
         credentials.register(&tokens.gateway, TENANT, Role::Gateway, None, None).await?;

@@ -410,7 +410,7 @@ async fn run(cli: Cli) -> Result<()> {
             let url = database_url(&cli.database_url)?;
             ops::migrate::run(&mut ops::connect(&url).await?).await?;
             let pool = ledger::postgres::pool(url.parse()?, 1).map_err(anyhow::Error::msg)?;
-            let credentials = authorizer::auth::Credentials::Postgres(pool);
+            let credentials = authorizer::auth::Credentials::postgres(pool);
             match command {
                 CredentialsCmd::Create { role, tenant, principal, expires_in_hours } => {
                     let role = authorizer::auth::Role::from_code(&role).with_context(|| {

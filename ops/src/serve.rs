@@ -236,7 +236,7 @@ pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Resul
         tracing::info!("shutting down: finishing requests in flight");
     };
     let tls = config.transport.server_tls()?;
-    let credentials = Credentials::Postgres(pool_for_credentials);
+    let credentials = Credentials::postgres(pool_for_credentials);
     let service = AuthorizerService::new(authority, credentials);
     let served = serve(listener, service, tls, shutdown).await;
     sweeper.abort();
@@ -315,7 +315,7 @@ pub async fn runtime(config: RuntimeServeConfig, database_url: String) -> Result
             "no RUNTIME_AUTHORIZER_URL: approval tokens cannot be redeemed, so consequential acts are refused"
         );
     }
-    let runtime = Arc::new(browser_runtime::BrowserRuntime::new(config.runtime, Credentials::Postgres(pool), redeemer));
+    let runtime = Arc::new(browser_runtime::BrowserRuntime::new(config.runtime, Credentials::postgres(pool), redeemer));
     let listener =
         tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     println!("browser runtime serving on {}", listener.local_addr()?);

@@ -43,7 +43,7 @@ struct Stack {
 impl Stack {
     async fn start() -> Self {
         let db = TestDb::new().await;
-        let credentials = Credentials::Postgres(db.pool(4));
+        let credentials = Credentials::postgres(db.pool(4));
         let (worker_a, worker_b, gateway, profiles, runtime_token) =
             (new_token(), new_token(), new_token(), new_token(), new_token());
         for (t, role, principal) in [

@@ -82,7 +82,7 @@ struct Tokens {
 
 impl Tokens {
     async fn register(db: &TestDb, tenant: &str) -> Self {
-        let credentials = Credentials::Postgres(db.pool(2));
+        let credentials = Credentials::postgres(db.pool(2));
         let t = Self { worker: new_token(), gateway: new_token(), profiles: new_token(), runtime: new_token() };
         credentials.register(&t.worker, tenant, Role::Worker, Some("owner"), None).await.unwrap();
         credentials.register(&t.gateway, tenant, Role::Gateway, None, None).await.unwrap();

@@ -157,7 +157,7 @@ async fn start<B: Backend + 'static>(backend: B, credentials: Credentials) -> Se
 
 /// [`start`] on PostgreSQL: the ledger and the credentials in `db`.
 async fn start_on_postgres(db: &TestDb, pool_size: usize) -> Served {
-    start(PgGrants::new(db.store(pool_size)), Credentials::Postgres(db.pool(2))).await
+    start(PgGrants::new(db.store(pool_size)), Credentials::postgres(db.pool(2))).await
 }
 
 /// The same service in process: tonic over an in-memory duplex, no socket.
