@@ -116,7 +116,9 @@ async fn use_grant<B: Backend>(
 ) -> Consumed {
     let u = UseOf { grant_id, typed_chars: chars, now, session, read_used: None };
     let event = |ordinal| match authorized("s1", AuthorizationKind::BrowserTaskGrant, Some(grant_id), chars) {
-        Event::ToolCallAuthorized(t) => Event::ToolCallAuthorized(ToolCallAuthorized { use_ordinal: Some(ordinal), ..t }),
+        Event::ToolCallAuthorized(t) => {
+            Event::ToolCallAuthorized(ToolCallAuthorized { use_ordinal: Some(ordinal), ..t })
+        }
         other => other,
     };
     backend.consume(tenant, &Metadata::by(OWNER), u, event).await.expect("the store answers")
@@ -178,10 +180,7 @@ pub async fn uses_stop_at_the_typed_character_budget<B: Backend>(backend: &B) {
     let first = MAX_TYPED_CHARS - 10;
     assert!(matches!(use_grant(backend, tenant, grant_id, first, now, None).await, Consumed::Allowed { .. }));
     assert_eq!(use_grant(backend, tenant, grant_id, 11, now, None).await, Consumed::Refused, "11 do not fit in 10");
-    assert!(matches!(
-        use_grant(backend, tenant, grant_id, 10, now, None).await,
-        Consumed::Allowed { ordinal: 2, .. }
-    ));
+    assert!(matches!(use_grant(backend, tenant, grant_id, 10, now, None).await, Consumed::Allowed { ordinal: 2, .. }));
     assert_eq!(use_grant(backend, tenant, grant_id, 1, now, None).await, Consumed::Refused, "the budget is spent");
     let g = world(backend, tenant).await.grants.remove(&grant_id).expect("the grant");
     assert_eq!((g.actions_used, g.chars_used), (2, MAX_TYPED_CHARS), "refused uses spent nothing");

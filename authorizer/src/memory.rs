@@ -14,7 +14,9 @@ use crate::domain::{self, Grant, World};
 use crate::error::{AuthorityError, StoreError};
 use crate::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
 use crate::state;
-use crate::store::{Approvals, Backend, Consumed, Decide, Deployment, Grants, Need, Reader, Transacted, UseOf, Versioned};
+use crate::store::{
+    Approvals, Backend, Consumed, Decide, Deployment, Grants, Need, Reader, Transacted, UseOf, Versioned,
+};
 
 /// One tenant's state in memory: the whole world folded, and each stream's version.
 #[derive(Debug, Default)]
@@ -234,4 +236,3 @@ impl Backend for MemoryGrants {
         Ok(due)
     }
 }
-

@@ -26,15 +26,15 @@ use tonic_types::{ErrorDetails, StatusExt};
 use uuid::Uuid;
 
 use crate::authority::{Authority, CallKey};
-use crate::error::{AuthorityError, StoreError};
-use crate::store::Backend;
 use crate::constraint::{self as dispatch, DispatchConstraint, GrantKind};
 use crate::domain;
 use crate::domain::{
     Approval, ApprovalState, AuthorizeRequest, Command, Conflict, Decision, DomainError, Grant, RunContext, Versions,
     World,
 };
+use crate::error::{AuthorityError, StoreError};
 use crate::limits::MAX_ID_LEN;
+use crate::store::Backend;
 use crate::store::Need;
 use crate::view::{approval_view_in_session, offer_text};
 

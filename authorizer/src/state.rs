@@ -202,8 +202,7 @@ impl Loaded {
                 .push((id.clone(), Versioned { value: p, version: version_after(&self.stream("profile", id)?) }));
         }
         if touched.deployment {
-            let stream =
-                crate::domain::deployment_stream(&self.tenant)?;
+            let stream = crate::domain::deployment_stream(&self.tenant)?;
             let value = Deployment {
                 settings: after.settings.clone(),
                 standing: after.standing.clone(),

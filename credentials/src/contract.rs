@@ -51,8 +51,7 @@ pub async fn a_tenants_list_is_its_own_newest_first(credentials: &Credentials) {
     }
     credentials.register(&new_token(), &other, Role::Operator, None, None).await.expect("registered");
     ids.reverse();
-    let listed: Vec<Uuid> =
-        credentials.list(&tenant).await.expect("listed").iter().map(|c| c.credential_id).collect();
+    let listed: Vec<Uuid> = credentials.list(&tenant).await.expect("listed").iter().map(|c| c.credential_id).collect();
     assert_eq!(listed, ids, "the tenant's own credentials, newest first");
 }
 

@@ -283,7 +283,6 @@ impl Credentials {
     }
 }
 
-
 fn metadata_value(metadata: &MetadataMap, key: &str) -> Option<String> {
     metadata.get(key).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned)
 }

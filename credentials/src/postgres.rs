@@ -29,7 +29,14 @@ impl CredentialStore for PgCredentials {
                 .execute(
                     "INSERT INTO credentials (credential_id, tenant_id, role, principal_id, token_sha256, expires_at, \
                      created_at) VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp())",
-                    &[&c.credential_id, &c.tenant, &c.role.code(), &c.principal, &token_sha256.as_slice(), &c.expires_at],
+                    &[
+                        &c.credential_id,
+                        &c.tenant,
+                        &c.role.code(),
+                        &c.principal,
+                        &token_sha256.as_slice(),
+                        &c.expires_at,
+                    ],
                 )
                 .await
                 .map_err(unavailable)?;

@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use authorizer::auth::Credentials;
 use authorizer::Authority;
-use authorizer::domain::{Command, StandingPin};
 use authorizer::PgGrants;
+use authorizer::auth::Credentials;
+use authorizer::domain::{Command, StandingPin};
 use authorizer::policy::Policy;
 use authorizer::scopes::{TaskGrantSettings, settings};
 use authorizer::service::{AuthorizerService, serve};

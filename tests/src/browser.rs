@@ -5,11 +5,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use authorizer::{Authority, MemoryGrants};
 use authorizer::domain::Command;
 use authorizer::policy::Policy;
 use authorizer::scopes::{TaskGrantSettings, parse_scopes};
 use authorizer::service::AuthorizerService;
+use authorizer::{Authority, MemoryGrants};
 use browser_runtime::fixture::Fixture;
 use browser_runtime::service::{AuthorizerRedeemer, BrowserRuntime};
 use browser_runtime::{RuntimeConfig, service};

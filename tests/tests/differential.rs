@@ -2,11 +2,11 @@
 //! PostgreSQL one, both deciding per request from what `state::load` reads, give the same
 //! decisions, the same events and the same inline state, and that state is the log folded.
 
-use authorizer::{Authority, AuthorityError, Backend, MemoryGrants};
-use authorizer::domain::{AuthorizeRequest, Command, Decision, DomainError, RunContext, Versions};
 use authorizer::PgGrants;
+use authorizer::domain::{AuthorizeRequest, Command, Decision, DomainError, RunContext, Versions};
 use authorizer::policy::Policy;
 use authorizer::scopes::{TaskGrantSettings, parse_scopes};
+use authorizer::{Authority, AuthorityError, Backend, MemoryGrants};
 use classifier::{Action, ElementFacts, FieldKind, PageFacts};
 use grant_domain::catalogue::{
     ActionView, Author, Event, Resolution, SessionCreated, SessionMessageRecorded, SignInPhase, Surface,

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use authorizer::Authority;
-use authorizer::domain::{AuthorizeRequest, Command, Decision, RunContext, Versions};
 use authorizer::PgGrants;
+use authorizer::domain::{AuthorizeRequest, Command, Decision, RunContext, Versions};
 use authorizer::policy::Policy;
 use authorizer::scopes::{TaskGrantSettings, parse_scopes};
 use classifier::{Action, ElementFacts, PageFacts};

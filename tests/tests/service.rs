@@ -4,14 +4,14 @@
 
 use std::sync::Arc;
 
+use authorizer::PgGrants;
 use authorizer::auth::{Credentials, Role, Rpc};
-use authorizer::{Authority, Backend, MemoryGrants};
 use authorizer::constraint::{DispatchConstraint, GrantKind};
 use authorizer::domain::Command;
-use authorizer::PgGrants;
 use authorizer::policy::Policy;
 use authorizer::scopes::{TaskGrantSettings, parse_scopes};
 use authorizer::service::{AuthorizerService, CALLER_NOT_PERMITTED, serve};
+use authorizer::{Authority, Backend, MemoryGrants};
 use ledger::TenantId;
 use pb::authorizer_client::AuthorizerClient;
 use proto::v1 as pb;

@@ -117,7 +117,6 @@ impl PgGrants {
             _ => Ok(Consumed::Refused),
         }
     }
-
 }
 
 /// The (session, run, snapshot) a use event names, whose snapshot row the use writes.
@@ -165,4 +164,3 @@ const NAME_SNAPSHOT_APPENDED: &str = "INSERT INTO run_snapshots AS r (tenant_id,
      ON CONFLICT (tenant_id, session_id, run_id, snapshot_id) \
      DO UPDATE SET tx_id = excluded.tx_id, position = excluded.position \
      WHERE (excluded.tx_id, excluded.position) < (r.tx_id, r.position)";
-

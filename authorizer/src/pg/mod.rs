@@ -13,8 +13,8 @@ mod write;
 use std::sync::Arc;
 
 use grant_domain::catalogue::{AuthorizationKind, Event};
-use ledger::postgres::SettleCounts;
 use ledger::EventStore;
+use ledger::postgres::SettleCounts;
 use ledger::{AppendOutcome, AppendRequest, ExpectedVersion, Metadata, PgStore, TenantId};
 use time::OffsetDateTime;
 use tokio_postgres::IsolationLevel;
@@ -290,7 +290,12 @@ impl PgGrants {
             )
             .await
             .map_err(db)?;
-        rows.iter().map(|r| TenantId::new(r.get::<_, String>(0)).map_err(|e| StoreError::Projection(format!("a stored tenant id: {}", e.reason)))).collect()
+        rows.iter()
+            .map(|r| {
+                TenantId::new(r.get::<_, String>(0))
+                    .map_err(|e| StoreError::Projection(format!("a stored tenant id: {}", e.reason)))
+            })
+            .collect()
     }
 }
 
