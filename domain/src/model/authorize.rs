@@ -1,0 +1,396 @@
+//! One `browser.act` decided in the decision record's order: hard lines, policy, the
+//! session's task grant, the standing grant, and else an approval card.
+
+use crate::catalogue::{
+    ActionView, ApprovalRequested, Author, AuthorizationKind, EndReason, Event, Offer, Surface, TokenBinding,
+    ToolCallAuthorized,
+};
+use classifier::{Action, Consequence, ElementFacts, Named, PageFacts, TaskScope};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::limits::{APPROVAL_TTL, GRANT_DURATION, MAX_ACTIONS, MAX_TYPED_CHARS};
+use crate::policy::{ActionKind, Policy, Verdict};
+use crate::scopes::scope_for;
+
+use super::*;
+
+/// Why the session's task grant did not cover an act, or no grant applied: one spelling each,
+/// the card's reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotCovered {
+    SessionNotFound,
+    /// No active task grant: the card asks without a "not covered" reason.
+    NoTaskGrant,
+    GrantExpired,
+    GrantExhausted,
+    ScopeRemoved,
+    ProfileRevoked,
+    ProfileChanged,
+    AgentChanged,
+    PolicyChanged,
+    TaskGrantsDisabled,
+    PinMismatch,
+    SessionDeleted,
+    SessionNotEligible,
+    OwnerNotNewest,
+    RunNotEligible,
+    TurnNotBrowserOnly,
+    /// A policy rule escalated the act to the owner.
+    PolicyEscalation,
+    /// The grant's row kept refusing the use a fresh read allowed (a replica's clock behind the
+    /// database's, at the very end of the grant): ask rather than retry.
+    GrantSpent,
+    /// The classifier's own reason.
+    Classifier(classifier::coverage::Reason),
+}
+
+impl NotCovered {
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::SessionNotFound => "session_not_found",
+            Self::NoTaskGrant => "no_task_grant",
+            Self::GrantExpired => "grant_expired",
+            Self::GrantExhausted => "grant_exhausted",
+            Self::ScopeRemoved => "scope_removed",
+            Self::ProfileRevoked => "profile_revoked",
+            Self::ProfileChanged => "profile_changed",
+            Self::AgentChanged => "agent_changed",
+            Self::PolicyChanged => "policy_changed",
+            Self::TaskGrantsDisabled => "task_grants_disabled",
+            Self::PinMismatch => "pin_mismatch",
+            Self::SessionDeleted => "session_deleted",
+            Self::SessionNotEligible => "session_not_eligible",
+            Self::OwnerNotNewest => "owner_not_newest",
+            Self::RunNotEligible => "run_not_eligible",
+            Self::TurnNotBrowserOnly => "turn_not_browser_only",
+            Self::PolicyEscalation => "policy_escalation",
+            Self::GrantSpent => "grant_spent",
+            Self::Classifier(r) => r.code(),
+        }
+    }
+}
+
+/// Why a session cannot use a task grant, if it cannot.
+pub(super) fn session_ineligible(session: &Session) -> Option<NotCovered> {
+    let c = &session.created;
+    if session.deleted {
+        Some(NotCovered::SessionDeleted)
+    } else if c.surface != Surface::Interactive || c.browser_profile_id.is_none() || c.schedule_id.is_some() {
+        Some(NotCovered::SessionNotEligible)
+    } else {
+        None
+    }
+}
+
+/// How the run asking is running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunContext {
+    pub interactive: bool,
+    pub top_level: bool,
+}
+
+/// One `browser.act` to decide.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuthorizeRequest {
+    pub tenant_id: String,
+    pub principal_id: String,
+    pub session_id: String,
+    pub run_id: String,
+    pub tool_call_id: String,
+    pub run: RunContext,
+    /// The tool calls of this model turn since the owner's newest message.
+    pub turn_tool_calls: Vec<String>,
+    pub versions: Versions,
+    pub element: ElementFacts,
+    pub page: PageFacts,
+    pub action: Action,
+    /// What the approval card would show; recorded with every grant-authorized use.
+    pub view: ActionView,
+    /// The snapshot and node the element was named in, when the caller has them: an approval
+    /// token is bound to them.
+    pub snapshot: Option<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Allow { kind: AuthorizationKind, grant_id: Option<Uuid>, use_ordinal: Option<u32>, typed_chars: u32 },
+    RequireApproval { approval_id: Uuid, reason: Option<String>, offer: Option<Offer> },
+    Deny { code: String },
+}
+
+/// A decision and the events that record it (ends found on the way included).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Authorization {
+    pub decision: Decision,
+    pub events: Vec<Event>,
+}
+
+const BROWSER_TOOLS: [&str; 3] = ["browser.navigate", "browser.observe", "browser.act"];
+
+/// A turn qualifies when it made tool calls and every one is a browser call, directly or through
+/// `tool.call`. An empty list proves nothing about the turn, so it does not qualify.
+fn browser_only(calls: &[String]) -> bool {
+    !calls.is_empty() && calls.iter().all(|c| is_browser_tool(c))
+}
+
+fn is_browser_tool(call: &str) -> bool {
+    BROWSER_TOOLS.contains(&call.strip_prefix("tool.call:").unwrap_or(call))
+}
+
+fn typed_chars(action: &Action) -> u32 {
+    match action {
+        Action::Type { text } => u32::try_from(text.chars().count()).unwrap_or(u32::MAX),
+        _ => 0,
+    }
+}
+
+/// Why the session's task grant does not cover an action: a stable code, and the grant's end
+/// when it has ended on the way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Refusal {
+    why: NotCovered,
+    end: Option<(Uuid, EndReason)>,
+}
+
+const fn refusal(why: NotCovered) -> Refusal {
+    Refusal { why, end: None }
+}
+
+/// Checks the session's task grant, in the decision record's order.
+fn task_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateTime) -> Result<Uuid, Refusal> {
+    let session = world.sessions.get(&req.session_id).ok_or(refusal(NotCovered::SessionNotFound))?;
+    let grant_id = session.active_grant.ok_or(refusal(NotCovered::NoTaskGrant))?;
+    let grant = &world.grants[&grant_id];
+    let c = &grant.created;
+    let ended = |reason: EndReason, why: NotCovered| Refusal { why, end: Some((grant_id, reason)) };
+    if now >= c.expires_at {
+        return Err(ended(EndReason::Expired, NotCovered::GrantExpired));
+    }
+    if grant.actions_used >= MAX_ACTIONS {
+        return Err(ended(EndReason::Exhausted, NotCovered::GrantExhausted));
+    }
+    if !world.settings.scopes.contains(&c.scope) {
+        return Err(ended(EndReason::ScopeRemoved, NotCovered::ScopeRemoved));
+    }
+    let profile = world.profiles.get(&c.profile_id).cloned().unwrap_or_default();
+    if profile.revoked || profile.deleted {
+        return Err(ended(EndReason::ProfileRevoked, NotCovered::ProfileRevoked));
+    }
+    if profile.generation != c.profile_generation {
+        return Err(ended(EndReason::ProfileChanged, NotCovered::ProfileChanged));
+    }
+    if req.versions.agent != c.agent_version {
+        return Err(ended(EndReason::AgentChanged, NotCovered::AgentChanged));
+    }
+    if req.versions.policy != c.policy_version {
+        return Err(ended(EndReason::PolicyChanged, NotCovered::PolicyChanged));
+    }
+    if !world.settings.enabled {
+        return Err(refusal(NotCovered::TaskGrantsDisabled));
+    }
+    let pins_match = req.tenant_id == c.tenant_id
+        && req.principal_id == c.principal_id
+        && req.session_id == c.session_id
+        && session.created.browser_profile_id.as_deref() == Some(c.profile_id.as_str());
+    if !pins_match {
+        return Err(refusal(NotCovered::PinMismatch));
+    }
+    if let Some(why) = session_ineligible(session) {
+        return Err(refusal(why));
+    }
+    if session.newest_message_author != Some(Author::Owner) {
+        return Err(refusal(NotCovered::OwnerNotNewest));
+    }
+    if !(req.run.interactive && req.run.top_level) {
+        return Err(refusal(NotCovered::RunNotEligible));
+    }
+    // The caller's list and the session's own record must both show a browser-only turn.
+    if !browser_only(&req.turn_tool_calls) || !session.turn_tools.iter().all(|t| is_browser_tool(t)) {
+        return Err(refusal(NotCovered::TurnNotBrowserOnly));
+    }
+    let scope = TaskScope {
+        origin: c.scope.origin.clone(),
+        path_prefix: c.scope.path_prefix.clone(),
+        chars_remaining: MAX_TYPED_CHARS.saturating_sub(grant.chars_used),
+    };
+    classifier::covers(&classifier::Grant::Task(scope), &req.action, &req.element, &req.page)
+        .map_err(|e| refusal(NotCovered::Classifier(e.reason)))?;
+    Ok(grant_id)
+}
+
+/// The deny code of an act in a session whose browser profile is not its owner's (bound before
+/// profiles had owners).
+pub const PROFILE_NOT_OWNED: &str = "browser_profile_not_owned";
+
+/// An operator's standing-grant pin: which grant, on which browser profile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StandingPin {
+    pub grant_id: String,
+    pub profile_id: String,
+}
+
+/// How long a standing-grant pin lasts from when it is recorded (the record: up to thirty days).
+pub const STANDING_GRANT_DURATION: time::Duration = time::Duration::days(30);
+
+/// The pinned standing grant covers routine only, on its own profile, until it expires.
+fn standing_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateTime) -> bool {
+    let Some(pin) = &world.standing else { return false };
+    // A session whose profile is not its owner's never reaches here (`authorize` denies it), so
+    // the pin covers its profile's own owner only.
+    let profile = world.sessions.get(&req.session_id).and_then(|s| s.created.browser_profile_id.as_deref());
+    now < pin.expires_at
+        && profile == Some(pin.profile_id.as_str())
+        && classifier::covers(&classifier::Grant::Standing, &req.action, &req.element, &req.page).is_ok()
+}
+
+/// The offer an approval for `req` carries: only with the flag on, only where a grant made from
+/// it could ever apply — an eligible session, a describable element on a field a grant may act
+/// on, a page inside a configured scope with no sensitive segment. The scope is the configured
+/// entry, never one taken from the page.
+pub fn offer_for(world: &World, req: &AuthorizeRequest) -> Option<Offer> {
+    if !world.settings.enabled || !req.view.describable {
+        return None;
+    }
+    let session = world.sessions.get(&req.session_id)?;
+    if session_ineligible(session).is_some() {
+        return None;
+    }
+    let profile = session.created.browser_profile_id.as_ref().and_then(|p| world.profiles.get(p));
+    if profile.is_none_or(|p| p.revoked || p.deleted) || !world.session_profile_is_own(session) {
+        return None;
+    }
+    if classifier::coverage::field_never_covered(req.element.field_kind) {
+        return None;
+    }
+    let location = classifier::paths::location(&req.page.url).ok()?;
+    if location.segments.iter().any(|s| classifier::paths::sensitive_segment(s).is_some()) {
+        return None;
+    }
+    scope_for(&world.settings.scopes, &req.page.url).map(|scope| Offer {
+        scope: scope.clone(),
+        minutes: u32::try_from(GRANT_DURATION.whole_minutes()).unwrap_or(30),
+        max_actions: MAX_ACTIONS,
+        max_typed_chars: MAX_TYPED_CHARS,
+    })
+}
+
+/// Credential and one-time-code fields are refused outright, no card: the classifier names them
+/// from the field kind.
+fn refused_field(consequences: &[Consequence]) -> Option<&'static str> {
+    consequences.iter().find_map(|c| match c {
+        Consequence::Named(n @ (Named::CredentialField | Named::OneTimeCodeField)) => Some(n.code()),
+        _ => None,
+    })
+}
+
+/// Decides one `browser.act`: the policy engine first (DENY and hardline are final), then the
+/// pinned standing grant, then the session's task grant; otherwise an approval, with the reason
+/// the grant did not cover it.
+pub fn authorize(
+    world: &World,
+    policy: &Policy,
+    req: &AuthorizeRequest,
+    now: OffsetDateTime,
+    new_approval_id: Uuid,
+) -> Authorization {
+    let classification = classifier::classify_detailed(&req.element);
+    let mut consequences = vec![classification.consequence];
+    consequences.extend(classification.matches.iter().map(|m| Consequence::Named(m.named)));
+    // The page's HTTPS origin, userinfo or not (`https://u@evil.example` is evil.example). Any
+    // other page has no origin a rule could name (rules name HTTPS origins only), so every
+    // origin rule applies to it: plain HTTP or a malformed URL cannot slip past a DENY.
+    let origin = url::Url::parse(req.page.url.trim()).ok().filter(|u| u.scheme() == "https");
+    let origin = origin.map(|u| u.origin().ascii_serialization());
+    let deny = |code: String| Authorization { decision: Decision::Deny { code }, events: vec![] };
+    let verdict = policy.evaluate(ActionKind::of(&req.action), &consequences, origin.as_deref());
+    if let Verdict::Deny { rule } | Verdict::Hardline { rule } = verdict {
+        return deny(rule);
+    }
+    // Not even a card: the owner answering it would act in a browser profile that is not theirs.
+    if world.sessions.get(&req.session_id).is_some_and(|s| !world.session_profile_is_own(s)) {
+        return deny(PROFILE_NOT_OWNED.to_owned());
+    }
+    if let Verdict::Escalate { .. } = verdict {
+        // No grant answers an escalation, so the card offers none either.
+        let reason = Some(NotCovered::PolicyEscalation.code().to_owned());
+        let (decision, requested) = request_approval(req, now, new_approval_id, reason, None);
+        return Authorization { decision, events: vec![requested] };
+    }
+    if let Some(code) = refused_field(&consequences) {
+        return deny(code.to_owned());
+    }
+    let authorized = |kind, grant_id, use_ordinal| {
+        Event::ToolCallAuthorized(ToolCallAuthorized {
+            session_id: req.session_id.clone(),
+            run_id: req.run_id.clone(),
+            tool_call_id: req.tool_call_id.clone(),
+            authorization_kind: kind,
+            grant_id,
+            use_ordinal,
+            typed_chars: typed_chars(&req.action),
+            view: req.view.clone(),
+            snapshot_id: req.snapshot.as_ref().map(|(snapshot, _)| snapshot.clone()),
+        })
+    };
+    if standing_grant_covers(world, req, now) {
+        let decision = Decision::Allow {
+            kind: AuthorizationKind::StandingGrant,
+            grant_id: None,
+            use_ordinal: None,
+            typed_chars: 0,
+        };
+        return Authorization { decision, events: vec![authorized(AuthorizationKind::StandingGrant, None, None)] };
+    }
+    let mut events = Vec::new();
+    let reason = match task_grant_covers(world, req, now) {
+        Ok(grant_id) => {
+            let ordinal = world.grants[&grant_id].actions_used + 1;
+            let decision = Decision::Allow {
+                kind: AuthorizationKind::BrowserTaskGrant,
+                grant_id: Some(grant_id),
+                use_ordinal: Some(ordinal),
+                typed_chars: typed_chars(&req.action),
+            };
+            return Authorization {
+                decision,
+                events: vec![authorized(AuthorizationKind::BrowserTaskGrant, Some(grant_id), Some(ordinal))],
+            };
+        }
+        Err(Refusal { why, end }) => {
+            events.extend(end.and_then(|(grant_id, reason)| world.end(grant_id, reason)));
+            (why != NotCovered::NoTaskGrant).then(|| why.code().to_owned())
+        }
+    };
+    let (decision, requested) = request_approval(req, now, new_approval_id, reason, offer_for(world, req));
+    events.push(requested);
+    Authorization { decision, events }
+}
+
+/// The approval card for `req`: its decision and the `approval.requested` event, with the view,
+/// the offer (see [`offer_for`]), why a grant did not cover it, the token binding and the
+/// agent version a grant made from it will pin.
+pub fn request_approval(
+    req: &AuthorizeRequest,
+    now: OffsetDateTime,
+    approval_id: Uuid,
+    reason: Option<String>,
+    offer: Option<Offer>,
+) -> (Decision, Event) {
+    let requested = Event::ApprovalRequested(ApprovalRequested {
+        approval_id,
+        session_id: req.session_id.clone(),
+        run_id: req.run_id.clone(),
+        view: req.view.clone(),
+        offer: offer.clone(),
+        not_covered_reason: reason.clone(),
+        expires_at: stored(now + APPROVAL_TTL),
+        binding: req.snapshot.as_ref().map(|(snapshot_id, node_ref)| TokenBinding {
+            run_id: req.run_id.clone(),
+            snapshot_id: snapshot_id.clone(),
+            node_ref: node_ref.clone(),
+        }),
+        agent_version: req.versions.agent.clone(),
+    });
+    (Decision::RequireApproval { approval_id, reason, offer }, requested)
+}

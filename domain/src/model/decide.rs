@@ -1,0 +1,408 @@
+//! Commands decided into events.
+
+use crate::catalogue::{
+    ApprovalExpired, ApprovalResolved, ApprovalStatus, ApprovalTokenIssued, ApprovalTokenRedeemed,
+    DeploymentPolicyChanged, DeploymentScopesChanged, EndReason, Event, ProfileDeleted, ProfileGenerationAdvanced,
+    ProfileRevoked, Resolution, SessionCreated, SessionDeleted, SessionMessageRecorded, SessionToolCalled, SignInPhase,
+    SiteScope, StandingGrantPinned, StandingGrantUnpinned, TaskGrantCreated, TokenBinding,
+};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::limits::{GRANT_DURATION, MAX_ACTIONS, MAX_TYPED_CHARS};
+use crate::scopes::TaskGrantSettings;
+
+use super::*;
+
+/// The versions an authorization runs under; a task grant pins both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versions {
+    pub agent: String,
+    pub policy: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    CreateSession(SessionCreated),
+    RecordMessage(SessionMessageRecorded),
+    DeleteSession {
+        session_id: String,
+        principal_id: String,
+    },
+    /// A sign-in began or became ready: the generation advances and every grant on it ends.
+    /// A profile created for its owner: recorded as that owner's, nothing else changes.
+    ClaimProfile {
+        profile_id: String,
+        owner_principal_id: String,
+    },
+    /// The other profile commands name the owner the profiles service reports them for: the
+    /// first report records it, and one naming another owner finds no such profile. A report
+    /// naming none (a profiles service older than owners) still ends the grants on the profile:
+    /// ending grants is never unsafe, and refusing it would leave them live.
+    AdvanceProfile {
+        profile_id: String,
+        owner_principal_id: Option<String>,
+        phase: SignInPhase,
+    },
+    RevokeProfile {
+        profile_id: String,
+        owner_principal_id: Option<String>,
+    },
+    DeleteProfile {
+        profile_id: String,
+        owner_principal_id: Option<String>,
+    },
+    /// A tool call the worker made: the session's record of the turn.
+    RecordToolCall(SessionToolCalled),
+    ChangeSettings(TaskGrantSettings),
+    /// The operator's whole deployment record at once: settings and pin, recorded together.
+    ApplyDeployment {
+        settings: TaskGrantSettings,
+        pin: Option<StandingPin>,
+        /// The version of the policy every replica must run from now on.
+        policy_version: Option<String>,
+        now: OffsetDateTime,
+    },
+    /// The operator's standing-grant pin as configured now (`None`: no pin). Recorded only when
+    /// it differs from the pin in force; a new pin lasts [`STANDING_GRANT_DURATION`].
+    PinStandingGrant {
+        pin: Option<StandingPin>,
+        now: OffsetDateTime,
+    },
+    ResolveApproval {
+        approval_id: Uuid,
+        principal_id: String,
+        resolution: Resolution,
+        /// `approve_for_task` repeats the offered scope.
+        repeated_scope: Option<SiteScope>,
+        new_grant_id: Uuid,
+        versions: Versions,
+        now: OffsetDateTime,
+        /// The SHA-256 (hex) of a fresh approval token, issued when the action is approved and
+        /// the approval is bound to a run, snapshot and node.
+        token_sha256: Option<String>,
+    },
+    /// Redeems an approval token for the exact run, snapshot and node it was issued for, by the
+    /// runtime acting for the owner of the approval's session.
+    RedeemToken {
+        principal_id: String,
+        token_sha256: String,
+        binding: TokenBinding,
+        now: OffsetDateTime,
+    },
+    ExpireApprovals {
+        now: OffsetDateTime,
+    },
+    RevokeGrant {
+        grant_id: Uuid,
+        principal_id: String,
+    },
+    /// Ends every grant whose time is up.
+    Sweep {
+        now: OffsetDateTime,
+    },
+}
+
+/// Decides a command against the world. `Ok(vec![])` means nothing to record.
+pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError> {
+    match command {
+        Command::CreateSession(created) => {
+            if world.sessions.contains_key(&created.session_id) {
+                return Err(DomainError::conflict(Conflict::SessionExists, created.session_id));
+            }
+            // Another owner's profile, or one no owner was recorded for, does not exist for this one.
+            if let Some(p) = &created.browser_profile_id
+                && !world.profile_owned_by(p, &created.principal_id)
+            {
+                return Err(DomainError::not_found("browser profile", p));
+            }
+            Ok(vec![Event::SessionCreated(created)])
+        }
+        Command::RecordToolCall(call) => {
+            let session = world.sessions.get(&call.session_id).filter(|s| !s.deleted);
+            session.ok_or_else(|| DomainError::not_found("session", &call.session_id))?;
+            Ok(vec![Event::SessionToolCalled(call)])
+        }
+        Command::RecordMessage(message) => {
+            let session = world.sessions.get(&message.session_id).filter(|s| !s.deleted);
+            session.ok_or_else(|| DomainError::not_found("session", &message.session_id))?;
+            Ok(vec![Event::SessionMessageRecorded(message)])
+        }
+        Command::DeleteSession { session_id, principal_id } => {
+            let session = world.session_of(&session_id, &principal_id)?;
+            let mut events = vec![Event::SessionDeleted(SessionDeleted { session_id: session_id.clone() })];
+            // The record's nine reasons have none for a deleted chat: the owner's deletion revokes.
+            events.extend(session.active_grant.and_then(|g| world.end(g, EndReason::Revoked)));
+            Ok(events)
+        }
+        Command::ClaimProfile { profile_id, owner_principal_id } => world.claim(&profile_id, &owner_principal_id),
+        Command::AdvanceProfile { profile_id, owner_principal_id, phase } => {
+            let mut events = world.claim_if(&profile_id, owner_principal_id.as_deref())?;
+            let generation = world.profiles.get(&profile_id).map_or(0, |p| p.generation) + 1;
+            events.push(Event::ProfileGenerationAdvanced(ProfileGenerationAdvanced {
+                profile_id: profile_id.clone(),
+                generation,
+                phase,
+            }));
+            events.extend(world.end_grants_on_profile(&profile_id, EndReason::ProfileChanged));
+            Ok(events)
+        }
+        Command::RevokeProfile { profile_id, owner_principal_id } => {
+            let mut events = world.claim_if(&profile_id, owner_principal_id.as_deref())?;
+            events.push(Event::ProfileRevoked(ProfileRevoked { profile_id: profile_id.clone() }));
+            events.extend(world.end_grants_on_profile(&profile_id, EndReason::ProfileRevoked));
+            Ok(events)
+        }
+        Command::DeleteProfile { profile_id, owner_principal_id } => {
+            let mut events = world.claim_if(&profile_id, owner_principal_id.as_deref())?;
+            events.push(Event::ProfileDeleted(ProfileDeleted { profile_id: profile_id.clone() }));
+            events.extend(world.end_grants_on_profile(&profile_id, EndReason::ProfileRevoked));
+            Ok(events)
+        }
+        Command::ApplyDeployment { settings, pin, policy_version, now } => {
+            apply_deployment(world, settings, pin, policy_version, now)
+        }
+        Command::PinStandingGrant { pin, now } => pin_standing(world, pin, now),
+        Command::ChangeSettings(settings) => change_settings(world, settings),
+        Command::ResolveApproval {
+            approval_id,
+            principal_id,
+            resolution,
+            repeated_scope,
+            new_grant_id,
+            versions,
+            now,
+            token_sha256,
+        } => {
+            let mut events =
+                resolve(world, approval_id, &principal_id, resolution, repeated_scope, new_grant_id, &versions, now)?;
+            let binding = &world.approvals[&approval_id].requested.binding;
+            if let (Some(token_sha256), Some(binding), ApprovalStatus::Approved) =
+                (token_sha256, binding, resolution.status())
+            {
+                events.push(Event::ApprovalTokenIssued(ApprovalTokenIssued {
+                    approval_id,
+                    token_sha256,
+                    run_id: binding.run_id.clone(),
+                    snapshot_id: binding.snapshot_id.clone(),
+                    node_ref: binding.node_ref.clone(),
+                }));
+            }
+            Ok(events)
+        }
+        Command::RedeemToken { principal_id, token_sha256, binding, now } => {
+            redeem_token(world, &principal_id, token_sha256, &binding, now)
+        }
+        Command::ExpireApprovals { now } => {
+            let mut ids: Vec<Uuid> = world
+                .approvals
+                .values()
+                .filter(|a| a.state == ApprovalState::Pending && a.requested.expires_at <= now)
+                .map(|a| a.requested.approval_id)
+                .collect();
+            ids.sort();
+            Ok(ids.into_iter().map(|approval_id| Event::ApprovalExpired(ApprovalExpired { approval_id })).collect())
+        }
+        Command::RevokeGrant { grant_id, principal_id } => {
+            let grant = world
+                .grants
+                .get(&grant_id)
+                .filter(|g| g.created.principal_id == principal_id)
+                .ok_or_else(|| DomainError::not_found("grant", grant_id))?;
+            // Revoking an ended grant records nothing: each grant ends exactly once.
+            Ok(world.end(grant.created.grant_id, EndReason::Revoked).into_iter().collect())
+        }
+        Command::Sweep { now } => {
+            let mut ids: Vec<Uuid> = world
+                .grants
+                .values()
+                .filter(|g| g.is_active() && g.created.expires_at <= now)
+                .map(|g| g.created.grant_id)
+                .collect();
+            ids.sort();
+            Ok(ids.into_iter().filter_map(|id| world.end(id, EndReason::Expired)).collect())
+        }
+    }
+}
+
+/// The operator's whole deployment record: settings and pin, and a new policy in force.
+fn apply_deployment(
+    world: &World,
+    settings: TaskGrantSettings,
+    pin: Option<StandingPin>,
+    policy_version: Option<String>,
+    now: OffsetDateTime,
+) -> Result<Vec<Event>, DomainError> {
+    let mut events = decide(world, Command::ChangeSettings(settings))?;
+    events.extend(decide(world, Command::PinStandingGrant { pin, now })?);
+    // A new policy is in force for every replica at once: the grants made under another
+    // end in the same append, so no replica still running the old one can use them.
+    if let Some(version) = policy_version.filter(|v| world.policy.as_ref() != Some(v)) {
+        let after = world.clone().applied(&events);
+        let mut stale: Vec<Uuid> = after
+            .grants
+            .values()
+            .filter(|g| g.is_active() && g.created.policy_version != version)
+            .map(|g| g.created.grant_id)
+            .collect();
+        stale.sort();
+        events.push(Event::DeploymentPolicyChanged(DeploymentPolicyChanged { policy_version: version }));
+        events.extend(stale.into_iter().filter_map(|id| after.end(id, EndReason::PolicyChanged)));
+    }
+    Ok(events)
+}
+
+/// A standing-grant pin set, renewed by a new grant id only, or removed.
+fn pin_standing(world: &World, pin: Option<StandingPin>, now: OffsetDateTime) -> Result<Vec<Event>, DomainError> {
+    match (pin, world.standing.as_ref()) {
+        // The same pin, expired or not: a restart renews nothing; a new grant id does.
+        (Some(pin), Some(c)) if c.grant_id == pin.grant_id && c.profile_id == pin.profile_id => Ok(vec![]),
+        (Some(pin), _) => Ok(vec![Event::StandingGrantPinned(StandingGrantPinned {
+            grant_id: pin.grant_id,
+            profile_id: pin.profile_id,
+            expires_at: stored(now + STANDING_GRANT_DURATION),
+        })]),
+        (None, _) => Ok(world
+            .standing
+            .as_ref()
+            .map(|c| Event::StandingGrantUnpinned(StandingGrantUnpinned { grant_id: c.grant_id.clone() }))
+            .into_iter()
+            .collect()),
+    }
+}
+
+/// New settings, ending the grants they no longer allow in the same append.
+fn change_settings(world: &World, settings: TaskGrantSettings) -> Result<Vec<Event>, DomainError> {
+    if settings == world.settings {
+        return Ok(vec![]);
+    }
+    // A grant whose scope is gone, or every grant once the flag is off, ends in the same
+    // append: a use on another replica then finds its row ended.
+    let mut ended: Vec<Uuid> = world
+        .grants
+        .values()
+        .filter(|g| g.is_active() && !(settings.enabled && settings.scopes.contains(&g.created.scope)))
+        .map(|g| g.created.grant_id)
+        .collect();
+    ended.sort();
+    let mut events = vec![Event::DeploymentScopesChanged(DeploymentScopesChanged {
+        task_grants_enabled: settings.enabled,
+        scopes: settings.scopes,
+    })];
+    events.extend(ended.into_iter().filter_map(|id| world.end(id, EndReason::ScopeRemoved)));
+    Ok(events)
+}
+
+/// An approve-once token spent on the very action it was issued for, once.
+fn redeem_token(
+    world: &World,
+    principal_id: &str,
+    token_sha256: String,
+    binding: &TokenBinding,
+    now: OffsetDateTime,
+) -> Result<Vec<Event>, DomainError> {
+    // Any mismatch is the same terminal refusal: a token that does not fit is a policy
+    // violation, not something to retry.
+    let invalid = || DomainError::conflict(Conflict::ApprovalTokenInvalid, "the token does not fit this action");
+    let approval = world
+        .approvals
+        .values()
+        .find(|a| a.token_sha256.as_deref() == Some(token_sha256.as_str()))
+        .ok_or_else(invalid)?;
+    let session = world.sessions.get(&approval.requested.session_id).filter(|s| !s.deleted);
+    let owner = session.map(|s| s.created.principal_id.as_str());
+    let fits = approval.requested.binding.as_ref() == Some(binding)
+        && owner == Some(principal_id)
+        && session.is_some_and(|s| world.session_profile_is_own(s))
+        && world
+            .run_snapshots
+            .get(&(approval.requested.session_id.clone(), binding.run_id.clone()))
+            .is_some_and(|r| r.current == binding.snapshot_id)
+        && !approval.token_redeemed
+        && approval.requested.expires_at > now;
+    if !fits {
+        return Err(invalid());
+    }
+    let approval_id = approval.requested.approval_id;
+    Ok(vec![Event::ApprovalTokenRedeemed(ApprovalTokenRedeemed { approval_id, token_sha256 })])
+}
+
+#[allow(clippy::too_many_arguments)] // one command's fields, unpacked
+fn resolve(
+    world: &World,
+    approval_id: Uuid,
+    principal_id: &str,
+    resolution: Resolution,
+    repeated_scope: Option<SiteScope>,
+    new_grant_id: Uuid,
+    versions: &Versions,
+    now: OffsetDateTime,
+) -> Result<Vec<Event>, DomainError> {
+    let approval = world.approvals.get(&approval_id).ok_or_else(|| DomainError::not_found("approval", approval_id))?;
+    let session = world
+        .sessions
+        .get(&approval.requested.session_id)
+        .filter(|s| s.created.principal_id == principal_id && !s.deleted)
+        .ok_or_else(|| DomainError::not_found("approval", approval_id))?;
+    if approval.state != ApprovalState::Pending {
+        return Err(DomainError::conflict(
+            Conflict::ApprovalNotPending,
+            "the approval was already resolved or expired",
+        ));
+    }
+    if approval.requested.expires_at <= now {
+        return Err(DomainError::conflict(Conflict::ApprovalExpired, "the approval expired"));
+    }
+    let resolved = |grant_id| {
+        Event::ApprovalResolved(ApprovalResolved { approval_id, resolution, status: resolution.status(), grant_id })
+    };
+    if resolution != Resolution::ApproveForTask {
+        return Ok(vec![resolved(None)]);
+    }
+    // Every refusal below leaves the approval pending, so the owner can still allow once.
+    world.policy_in_force(&versions.policy)?;
+    if !world.settings.enabled {
+        return Err(DomainError::conflict(Conflict::TaskGrantsDisabled, "task grants are not enabled"));
+    }
+    let offer = approval
+        .requested
+        .offer
+        .as_ref()
+        .ok_or_else(|| DomainError::conflict(Conflict::NoOffer, "the approval carries no offer"))?;
+    if repeated_scope.as_ref() != Some(&offer.scope) {
+        return Err(DomainError::conflict(Conflict::OfferMismatch, "the origin and prefix differ from the offer"));
+    }
+    if !world.settings.scopes.contains(&offer.scope) {
+        return Err(DomainError::conflict(Conflict::OfferNoLongerValid, "the offered scope is no longer configured"));
+    }
+    if let Some(why) = session_ineligible(session) {
+        return Err(DomainError::conflict(Conflict::OfferNoLongerValid, why.code()));
+    }
+    let profile_id = session.created.browser_profile_id.clone().unwrap_or_default();
+    let profile = world.profiles.get(&profile_id).cloned().unwrap_or_default();
+    if profile.revoked || profile.deleted {
+        return Err(DomainError::conflict(Conflict::OfferNoLongerValid, "the browser profile was revoked"));
+    }
+    if profile.owner.as_deref() != Some(principal_id) {
+        return Err(DomainError::conflict(Conflict::OfferNoLongerValid, "the browser profile is not this owner's"));
+    }
+    let mut events = vec![resolved(Some(new_grant_id))];
+    events.extend(session.active_grant.and_then(|old| world.end(old, EndReason::Superseded)));
+    events.push(Event::TaskGrantCreated(TaskGrantCreated {
+        grant_id: new_grant_id,
+        approval_id,
+        tenant_id: session.created.tenant_id.clone(),
+        principal_id: principal_id.to_owned(),
+        session_id: session.created.session_id.clone(),
+        profile_id,
+        profile_generation: profile.generation,
+        agent_version: versions.agent.clone(),
+        policy_version: versions.policy.clone(),
+        scope: offer.scope.clone(),
+        created_at: stored(now),
+        expires_at: stored(now + GRANT_DURATION),
+        max_actions: MAX_ACTIONS,
+        max_typed_chars: MAX_TYPED_CHARS,
+    }));
+    Ok(events)
+}
