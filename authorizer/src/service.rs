@@ -13,7 +13,7 @@ use grant_domain::catalogue::{
     ActionView, Author, Event, Offer, Resolution, SessionCreated, SessionMessageRecorded, SessionToolCalled,
     SignInPhase, SiteScope, Surface, TokenBinding,
 };
-use ledger::{Checkpoint, StreamId};
+use ledger::Checkpoint;
 use proto::v1 as pb;
 
 use crate::auth::{Caller, Credentials, Role, Rpc, Scope};
@@ -33,7 +33,6 @@ use crate::domain::{
     World,
 };
 use crate::error::{AuthorityError, StoreError};
-use crate::limits::MAX_ID_LEN;
 use crate::store::Backend;
 use crate::store::Need;
 use crate::view::{approval_view_in_session, offer_text};
@@ -114,16 +113,12 @@ fn status(e: AuthorityError) -> Status {
     }
 }
 
-/// An id that fits a stream name beside any tenant: at most [`MAX_ID_LEN`] bytes of the
-/// ledger's id characters.
-fn id(field: &str, value: &str) -> Result<String, Status> {
+/// An id that fits a stream name beside any tenant: the ledger's one rule for entity ids.
+fn id(field: &'static str, value: &str) -> Result<String, Status> {
     if value.is_empty() {
         return Err(invalid(field, "is required"));
     }
-    if value.len() > MAX_ID_LEN {
-        return Err(invalid(field, &format!("is at most {MAX_ID_LEN} bytes")));
-    }
-    StreamId::for_entity("x", value).map_err(|e| invalid(field, &e.reason))?;
+    ledger::check_entity_id(field, value).map_err(|e| invalid(field, &e.reason))?;
     Ok(value.to_owned())
 }
 
@@ -309,20 +304,19 @@ fn grant(g: &Grant) -> pb::TaskGrant {
     }
 }
 
-/// A fresh approval token: `apv_` and 24 hex digits from a random UUID.
+/// A fresh approval token: 96 random bits, the first six bytes of two v4 UUIDs (bytes before
+/// the version nibble are all random).
 fn new_token() -> String {
-    format!("apv_{}", &Uuid::new_v4().simple().to_string()[..24])
+    let mut bits = [0; 12];
+    bits[..6].copy_from_slice(&Uuid::new_v4().into_bytes()[..6]);
+    bits[6..].copy_from_slice(&Uuid::new_v4().into_bytes()[..6]);
+    proto::limits::approval_token(bits)
 }
 
 fn token_digest(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
 
-fn is_token(token: &str) -> bool {
-    token
-        .strip_prefix("apv_")
-        .is_some_and(|h| h.len() == 24 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
-}
 
 /// The gRPC face of the authority, for every tenant: each call acts in its credential's tenant.
 #[derive(Debug)]
@@ -717,8 +711,8 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         let (caller, authority) = self.caller(&req, Rpc::RedeemToken).await?;
         let principal = caller.principal;
         let r = req.into_inner();
-        if !is_token(&r.approval_token) {
-            return Err(invalid("approval_token", "must be apv_ and 24 lowercase hex digits"));
+        if !proto::limits::is_approval_token(&r.approval_token) {
+            return Err(invalid("approval_token", &format!("is {}", proto::limits::APPROVAL_TOKEN_FORMAT)));
         }
         let binding = TokenBinding {
             run_id: id("run_id", &r.run_id)?,

@@ -61,10 +61,19 @@ pub struct Loaded {
     versions: HashMap<StreamId, u64>,
 }
 
-/// A grant's stream is [created, use 1..n, ended?].
-pub fn grant_version(g: &Grant) -> u64 {
-    1 + u64::from(g.actions_used) + u64::from(g.ended.is_some())
+/// A grant's stream is [created, use 1..n, ended?]: its version after `uses` uses.
+pub fn grant_stream_version(uses: u32, ended: bool) -> u64 {
+    1 + u64::from(uses) + u64::from(ended)
 }
+
+/// [`grant_stream_version`] of a grant as read.
+pub fn grant_version(g: &Grant) -> u64 {
+    grant_stream_version(g.actions_used, g.ended.is_some())
+}
+
+/// [`grant_stream_version`] over a row of `active_task_grants`, for statements that compare a
+/// grant row with its stream (`grantctl authority verify`).
+pub const GRANT_VERSION_SQL: &str = "(1 + actions_used + (ended_at IS NOT NULL)::int)";
 
 impl Loaded {
     fn new(tenant: &TenantId) -> Self {
@@ -410,9 +419,9 @@ pub fn fold<'a>(events: impl IntoIterator<Item = &'a Event>) -> World {
     world
 }
 
-/// The append of use `ordinal`. A grant's stream is [created, use 1..n, ended?]: uses stop once
-/// the row is ended, and the row orders them, so use n lands at version n + 1; saying so lets
-/// the store skip reading the stream's head.
+/// The append of use `ordinal`. Uses stop once the row is ended, and the row orders them, so use
+/// n follows the stream at its version after n - 1 uses; saying so lets the store skip reading
+/// the stream's head.
 pub(crate) fn use_append(
     tenant: &TenantId,
     metadata: &Metadata,
@@ -422,7 +431,7 @@ pub(crate) fn use_append(
     Ok(AppendRequest::single(
         tenant.clone(),
         stream_of(tenant, event)?,
-        ExpectedVersion::At(u64::from(ordinal)),
+        ExpectedVersion::At(grant_stream_version(ordinal.saturating_sub(1), false)),
         vec![event.to_new(decision_event_id(event, metadata).unwrap_or_else(Uuid::new_v4), metadata.clone())],
     ))
 }

@@ -142,7 +142,7 @@ pub struct UseOf<'a> {
 /// The answer to a use request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Consumed {
-    /// Committed: the action may be dispatched. `ordinal` is 1..=200.
+    /// Committed: the action may be dispatched. `ordinal` is 1..=`MAX_ACTIONS`.
     Allowed { ordinal: u32, outcome: AppendOutcome },
     /// The grant is spent, expired, ended, the session moved, or the text does not fit: ask
     /// the owner.

@@ -13,7 +13,18 @@ use serde_json::{Value, json};
 use crate::fence::Handle;
 use crate::guard;
 
-const READ: &str = include_str!("read.js");
+/// `read.js` after the constants it shares with the Rust side, spelt from them.
+static READ: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let secret: Vec<&str> =
+        classifier::FieldKind::ALL.into_iter().filter(|k| k.is_secret()).map(classifier::FieldKind::code).collect();
+    format!(
+        "const MAX = {};\nconst MAX_OPTIONS = {};\nconst SECRET = new Set({});\n{}",
+        classifier::coverage::MAX_LABEL_CHARS,
+        classifier::coverage::MAX_OPTIONS + 1,
+        serde_json::to_string(&secret).unwrap_or_default(),
+        include_str!("read.js")
+    )
+});
 
 /// The closed set of roles a node can have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -226,7 +237,7 @@ fn node(raw: RawNode) -> NodeRead {
 /// world keeps the nodes' elements under `snapshot_id` for the act that names one, out of the
 /// page's sight.
 pub async fn snapshot(h: &Handle, snapshot_id: &str) -> Result<(PageRead, Vec<NodeRead>, bool), ReadError> {
-    let v = guard::call_in_world(h, READ, &[json!("observe"), json!(snapshot_id)], true).await?;
+    let v = guard::call_in_world(h, &READ, &[json!("observe"), json!(snapshot_id)], true).await?;
     let json = v["value"].as_str().ok_or_else(|| shape("the snapshot is not a JSON string"))?;
     let raw: RawSnapshot = serde_json::from_str(json).map_err(shape)?;
     Ok((raw.page, raw.nodes.into_iter().map(node).collect(), raw.more))
@@ -249,7 +260,7 @@ pub async fn reread(
     index: usize,
 ) -> Result<(PageRead, Option<(NodeRead, ElementRef)>), ReadError> {
     let read = async {
-        let reply = guard::call_in_world(h, READ, &[json!("one"), json!(snapshot_id), json!(index)], false).await?;
+        let reply = guard::call_in_world(h, &READ, &[json!("one"), json!(snapshot_id), json!(index)], false).await?;
         let (json, el) = split(h, &reply).await?;
         let raw: RawOne = serde_json::from_str(&json).map_err(shape)?;
         let el = guard::element_of(h, &el).await?;
@@ -268,7 +279,7 @@ pub async fn form(
     index: usize,
 ) -> Result<(PageRead, Option<Vec<(FormField, Option<ElementRef>)>>), ReadError> {
     let read = async {
-        let reply = guard::call_in_world(h, READ, &[json!("form"), json!(snapshot_id), json!(index)], false).await?;
+        let reply = guard::call_in_world(h, &READ, &[json!("form"), json!(snapshot_id), json!(index)], false).await?;
         let (json, els) = split(h, &reply).await?;
         let raw: RawForm = serde_json::from_str(&json).map_err(shape)?;
         let count = raw.fields.as_ref().map_or(0, Vec::len);

@@ -14,9 +14,9 @@
 const mode = arguments[0];
 const FORM_ELEMENTS = Object.getOwnPropertyDescriptor(HTMLFormElement.prototype, 'elements').get;
 const FORM_ACTION = Object.getOwnPropertyDescriptor(HTMLFormElement.prototype, 'action').get;
-const MAX = 1024;
+// MAX (the label cut), MAX_OPTIONS (one past the options kept) and SECRET (the field kinds whose
+// value is never read back) come before this script from the Rust constants (`page::READ`).
 const MAX_NODES = 10000;
-const MAX_OPTIONS = 4097;
 const SVG = 'http://www.w3.org/2000/svg';
 const XLINK = 'http://www.w3.org/1999/xlink';
 const ROLES = new Set([
@@ -456,7 +456,6 @@ if (!el || ROOT.call(el, { composed: true }) !== document) return [JSON.stringif
 if (mode === 'form') {
   const form = formOwner(el);
   if (!form) return [JSON.stringify({ page }, compact), null];
-  const SECRET = new Set(['password', 'one_time_code', 'payment']);
   const fields = [];
   const fieldEls = [];
   for (const e of Array.from(FORM_ELEMENTS.call(form))) {

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use classifier::FieldKind;
+use classifier::coverage::MAX_LABEL_CHARS;
 use classifier::constraint::{DispatchConstraint, GrantKind};
 use credentials::{Caller, Credentials, Role};
 use proto::runtime as pb;
@@ -24,7 +25,6 @@ use crate::session::{ActAction, ActInput, Code, Observation, Redeem, RedeemError
 
 /// The longest expected name the contract allows.
 pub const MAX_NAME_CHARS: usize = 120;
-const MAX_ID_LEN: usize = 120;
 const MAX_STEPS: u32 = 10_000;
 
 /// Redeems approval tokens at the authorizer with the runtime's own credential.
@@ -177,10 +177,10 @@ fn origin(field: &str, s: &str) -> Result<String, Status> {
     Ok(o)
 }
 
-fn id(field: &str, s: &str) -> Result<String, Status> {
-    if s.is_empty() || s.len() > MAX_ID_LEN || s.chars().any(char::is_control) {
-        return Err(invalid(field, &format!("is 1-{MAX_ID_LEN} bytes without control characters")));
-    }
+/// The ledger's one rule for entity ids, so an id this service takes is never refused by the
+/// authorizer it redeems tokens at.
+fn id(field: &'static str, s: &str) -> Result<String, Status> {
+    ledger::check_entity_id(field, s).map_err(|e| invalid(field, &e.reason))?;
     Ok(s.to_owned())
 }
 
@@ -339,7 +339,7 @@ fn observation_pb(o: Observation) -> pb::ObserveReply {
         facts.push(pb::NodeFacts { r#ref: r, element: Some(facts_pb(n)) });
     }
     // The title as the authorizer takes it back (a card shows it): within the field table.
-    let title = without_nul(&o.page.title).chars().take(classifier::coverage::MAX_LABEL_CHARS).collect();
+    let title = without_nul(&o.page.title).chars().take(MAX_LABEL_CHARS).collect();
     pb::ObserveReply { snapshot_id: o.snapshot_id, url: o.page.url, title, nodes, facts }
 }
 
@@ -386,13 +386,8 @@ pub fn act_input(req: pb::ActRequest) -> Result<ActInput, Status> {
     let expected_role = role_from_pb(req.expected_role)?;
     let approval_token = match req.approval_token.as_str() {
         "" => None,
-        t if t
-            .strip_prefix("apv_")
-            .is_some_and(|h| h.len() == 24 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))) =>
-        {
-            Some(t.to_owned())
-        }
-        _ => return Err(invalid("approval_token", "is apv_ and 24 lowercase hex digits")),
+        t if proto::limits::is_approval_token(t) => Some(t.to_owned()),
+        _ => return Err(invalid("approval_token", &format!("is {}", proto::limits::APPROVAL_TOKEN_FORMAT))),
     };
     let wait_for = match pb::WaitFor::try_from(req.wait_for) {
         Ok(pb::WaitFor::Unspecified | pb::WaitFor::Settle) => WaitFor::Settle,
@@ -405,16 +400,15 @@ pub fn act_input(req: pb::ActRequest) -> Result<ActInput, Status> {
     let action = match req.action.ok_or_else(|| invalid("action", "is required"))? {
         A::Click(_) => ActAction::Click,
         A::Type(t) => ActAction::Type { field_id: id("type.field_id", &t.field_id)? },
-        A::Select(s) if s.option.is_empty() || s.option.chars().count() > 1024 => {
-            return Err(invalid("select.option", "is 1-1024 characters"));
+        A::Select(s) if s.option.is_empty() || s.option.chars().count() > MAX_LABEL_CHARS => {
+            return Err(invalid("select.option", &format!("is 1-{MAX_LABEL_CHARS} characters")));
         }
         A::Select(s) => ActAction::Select { option: s.option },
         A::Check(_) => ActAction::Check,
         A::Press(p) if crate::session::key_text(&p.key).is_none() => {
-            return Err(invalid(
-                "press.key",
-                "is a named key (Enter, Tab, Escape, Backspace, Delete, arrows, Home, End, PageUp, PageDown, Space)",
-            ));
+            let keys: Vec<String> = classifier::coverage::KEYS.iter().map(|k| format!("{k:?}")).collect();
+            let keys = keys.join(", ");
+            return Err(invalid("press.key", &format!("is a named key: one of {keys}")));
         }
         A::Press(p) => ActAction::Press { key: p.key },
         A::Scroll(s) if !classifier::coverage::SCROLL_STEPS.contains(&s.by) => {

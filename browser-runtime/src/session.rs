@@ -149,29 +149,43 @@ pub enum SessionError {
     Internal(String),
 }
 
-/// Named keys a press may send, with their WebDriver code points.
-const KEYS: [(&str, &str); 15] = [
-    ("Enter", "\u{e007}"),
-    ("Tab", "\u{e004}"),
-    ("Escape", "\u{e00c}"),
-    ("Backspace", "\u{e003}"),
-    ("Delete", "\u{e017}"),
-    ("ArrowUp", "\u{e013}"),
-    ("ArrowDown", "\u{e015}"),
-    ("ArrowLeft", "\u{e012}"),
-    ("ArrowRight", "\u{e014}"),
-    ("Home", "\u{e011}"),
-    ("End", "\u{e010}"),
-    ("PageUp", "\u{e00e}"),
-    ("PageDown", "\u{e00f}"),
-    ("Space", " "),
-    (" ", " "),
-];
+/// The WebDriver code point of a named key. Which keys a press may send is the classifier's one
+/// list (`coverage::KEYS`); a test holds this table to it.
+fn webdriver_key(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "Enter" => "\u{e007}",
+        "Tab" => "\u{e004}",
+        "Escape" => "\u{e00c}",
+        "Backspace" => "\u{e003}",
+        "Delete" => "\u{e017}",
+        "ArrowUp" => "\u{e013}",
+        "ArrowDown" => "\u{e015}",
+        "ArrowLeft" => "\u{e012}",
+        "ArrowRight" => "\u{e014}",
+        "Home" => "\u{e011}",
+        "End" => "\u{e010}",
+        "PageUp" => "\u{e00e}",
+        "PageDown" => "\u{e00f}",
+        "Space" | " " => " ",
+        _ => return None,
+    })
+}
 
 /// The key's WebDriver text: named keys only. A letter or digit would be literal text reaching
 /// the page one act at a time, which only a task-record field may be.
 pub fn key_text(key: &str) -> Option<&'static str> {
-    KEYS.iter().find(|(name, _)| *name == key).map(|(_, code)| *code)
+    classifier::coverage::KEYS.contains(&key).then(|| webdriver_key(key)).flatten()
+}
+
+#[cfg(test)]
+mod keys {
+    #[test]
+    fn every_named_key_has_a_webdriver_code() {
+        for key in classifier::coverage::KEYS {
+            assert!(super::key_text(key).is_some(), "{key:?}");
+        }
+        assert_eq!(super::key_text("a"), None);
+    }
 }
 
 /// The newest snapshot: refs are indexes into `nodes`, the page keeps the elements.
@@ -610,11 +624,8 @@ impl Session {
             return Ok(refuse(Code::NodeNotInteractable, "the node is disabled".into()));
         }
         let fits = match &input.action {
-            // Never a credential, one-time-code or payment field, whatever the record holds.
-            ActAction::Type { .. } => {
-                classifier::coverage::takes_text(kind)
-                    && !matches!(kind, FieldKind::Password | FieldKind::OneTimeCode | FieldKind::Payment)
-            }
+            // Never a secret's field, whatever the record holds.
+            ActAction::Type { .. } => classifier::coverage::takes_text(kind) && !kind.is_secret(),
             ActAction::Select { .. } => kind == FieldKind::Select,
             ActAction::Check => matches!(kind, FieldKind::Checkbox | FieldKind::Radio | FieldKind::CustomChoice),
             _ => true,
@@ -622,7 +633,7 @@ impl Session {
         if !fits {
             return Ok(refuse(Code::NodeNotInteractable, "the action does not apply to this kind of control".into()));
         }
-        if matches!(kind, FieldKind::Password | FieldKind::OneTimeCode) {
+        if kind.is_credential() {
             return Ok(refuse(
                 Code::NodeNotInteractable,
                 "credential and one-time-code fields are never acted on".into(),

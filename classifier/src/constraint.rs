@@ -9,6 +9,13 @@ use time::OffsetDateTime;
 
 use crate::text_shape::MAX_TEXT_PER_ACTION;
 
+/// [`MAX_TEXT_PER_ACTION`] as the wire's `u32`.
+#[allow(clippy::cast_possible_truncation)] // the assert proves it fits
+const TASK_TEXT_CHARS: u32 = {
+    assert!(MAX_TEXT_PER_ACTION <= u32::MAX as usize);
+    MAX_TEXT_PER_ACTION as u32
+};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GrantKind {
     Task,
@@ -27,7 +34,7 @@ impl GrantKind {
     /// Characters one action may type under this kind.
     pub fn max_text_chars(self) -> u32 {
         match self {
-            Self::Task => u32::try_from(MAX_TEXT_PER_ACTION).unwrap_or(256),
+            Self::Task => TASK_TEXT_CHARS,
             Self::Standing => 0,
         }
     }

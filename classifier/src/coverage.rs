@@ -158,14 +158,10 @@ pub fn takes_text(kind: FieldKind) -> bool {
     )
 }
 
-fn is_sensitive_field(kind: FieldKind) -> bool {
-    matches!(kind, FieldKind::Password | FieldKind::OneTimeCode | FieldKind::Payment | FieldKind::Identity)
-}
-
 /// Fields no task grant covers whatever the action: sensitive fields and file inputs. An
 /// approval on one offers no grant, since the grant could never apply there.
 pub fn field_never_covered(kind: FieldKind) -> bool {
-    is_sensitive_field(kind) || kind == FieldKind::File
+    kind.is_sensitive() || kind == FieldKind::File
 }
 
 /// Does `grant` cover `action` on `element` in `page`? The first rule that refuses answers.
@@ -276,7 +272,7 @@ pub fn covers(grant: &Grant, action: &Action, element: &ElementFacts, page: &Pag
     if element.field_kind == FieldKind::File {
         return refuse(Reason::FileInput, "file inputs are never covered");
     }
-    if is_sensitive_field(element.field_kind) {
+    if element.field_kind.is_sensitive() {
         return refuse(Reason::FieldKindNotCovered, "sensitive fields are never covered");
     }
     if !matches!(action, Action::Type { .. }) {

@@ -33,6 +33,65 @@ pub enum FieldKind {
     Other,
 }
 
+impl FieldKind {
+    /// A field whose kind alone names a consequence (a credential, a one-time code, a payment or
+    /// an identity field): shown redacted on a card, and never covered by a grant.
+    pub fn is_sensitive(self) -> bool {
+        matches!(self, Self::Password | Self::OneTimeCode | Self::Payment | Self::Identity)
+    }
+
+    /// A field whose value is a secret: the runtime never types into one and never reads its
+    /// value back (`read.js` is given this set).
+    pub fn is_secret(self) -> bool {
+        matches!(self, Self::Password | Self::OneTimeCode | Self::Payment)
+    }
+
+    /// A credential or one-time-code field: the runtime never acts on one at all.
+    pub fn is_credential(self) -> bool {
+        matches!(self, Self::Password | Self::OneTimeCode)
+    }
+
+    /// Every kind, for tables and for the page script's constants.
+    pub const ALL: [Self; 15] = [
+        Self::None,
+        Self::Text,
+        Self::Search,
+        Self::TextArea,
+        Self::EditableRegion,
+        Self::Select,
+        Self::Checkbox,
+        Self::Radio,
+        Self::CustomChoice,
+        Self::Password,
+        Self::OneTimeCode,
+        Self::Payment,
+        Self::Identity,
+        Self::File,
+        Self::Other,
+    ];
+
+    /// The kind's name as the page script and the wire's JSON spell it.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Text => "text",
+            Self::Search => "search",
+            Self::TextArea => "text_area",
+            Self::EditableRegion => "editable_region",
+            Self::Select => "select",
+            Self::Checkbox => "checkbox",
+            Self::Radio => "radio",
+            Self::CustomChoice => "custom_choice",
+            Self::Password => "password",
+            Self::OneTimeCode => "one_time_code",
+            Self::Payment => "payment",
+            Self::Identity => "identity",
+            Self::File => "file",
+            Self::Other => "other",
+        }
+    }
+}
+
 /// One `<option>` a selection could choose, with every label it carries.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(Deserialize), serde(default, deny_unknown_fields))]

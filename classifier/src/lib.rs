@@ -58,6 +58,8 @@ pub struct Classification {
     pub matches: Vec<Match>,
 }
 
+/// The consequence a field's kind names: exactly the sensitive kinds (a test holds the two to
+/// one set).
 fn field_consequence(kind: FieldKind) -> Option<Named> {
     match kind {
         FieldKind::Password => Some(Named::CredentialField),
@@ -178,4 +180,18 @@ pub fn classify(element: &ElementFacts, _page: &PageFacts) -> Consequence {
 /// [`classify`] with every match behind the answer.
 pub fn classify_detailed(element: &ElementFacts) -> Classification {
     classify_for(element, None)
+}
+
+#[cfg(test)]
+mod field_kinds {
+    use super::*;
+
+    #[test]
+    fn the_kinds_that_name_a_consequence_are_the_sensitive_ones() {
+        for kind in FieldKind::ALL {
+            assert_eq!(field_consequence(kind).is_some(), kind.is_sensitive(), "{kind:?}");
+            assert!(!kind.is_secret() || kind.is_sensitive(), "a secret is sensitive: {kind:?}");
+            assert!(!kind.is_credential() || kind.is_secret(), "a credential is a secret: {kind:?}");
+        }
+    }
 }

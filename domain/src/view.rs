@@ -110,10 +110,7 @@ pub fn approval_view_in_session(
     let visible = non_empty(element.visible_text.as_deref());
     view.visible_text = visible.filter(|v| Some(v) != view.element_name.as_ref());
     view.dialog_name = non_empty(element.dialog_name.as_deref());
-    let sensitive_field = matches!(
-        element.field_kind,
-        FieldKind::Password | FieldKind::OneTimeCode | FieldKind::Payment | FieldKind::Identity
-    );
+    let sensitive_field = element.field_kind.is_sensitive();
     let (detail, digest) = match action {
         Action::Type { text } if sensitive_field || classifier::text_shape::is_credential_shaped(text) => {
             (Some(REDACTED.to_owned()), None)

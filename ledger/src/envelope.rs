@@ -9,18 +9,49 @@ use uuid::Uuid;
 
 use crate::error::InvalidInput;
 
-const MAX_ID_LEN: usize = 200;
+/// Bytes of a stream name, tenant id or event type (the events table's CHECKs repeat it).
+pub const MAX_ID_LEN: usize = 200;
+/// Bytes of a tenant id, so that `category-tenant.id` fits a stream name.
+pub const MAX_TENANT_LEN: usize = 64;
+/// Bytes of an entity's id (a session, profile, run, message, tool call, snapshot): what every
+/// service accepts from a caller, so that an id one takes is never refused by another.
+pub const MAX_ENTITY_ID_LEN: usize = 120;
+/// The longest category of an entity stream (`deployment`).
+const MAX_CATEGORY_LEN: usize = 10;
+const _: () = assert!(MAX_CATEGORY_LEN + 1 + MAX_TENANT_LEN + 1 + MAX_ENTITY_ID_LEN <= MAX_ID_LEN);
 /// Keeps one append's INSERT under PostgreSQL's 65,535 bind parameters.
 pub const MAX_EVENTS_PER_APPEND: usize = 1_000;
+
+/// The characters of every id the ledger stores.
+pub const ID_CHARACTERS: &str = "ASCII letters, digits and - _ . :";
+
+fn id_chars(value: &str) -> bool {
+    value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+}
 
 fn check_id(kind: &'static str, value: &str) -> Result<(), InvalidInput> {
     if value.is_empty() || value.len() > MAX_ID_LEN {
         return Err(InvalidInput::new(kind, format!("must be 1 to {MAX_ID_LEN} bytes")));
     }
-    if !value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':')) {
-        return Err(InvalidInput::new(kind, "may hold only ASCII letters, digits and - _ . :"));
+    if !id_chars(value) {
+        return Err(InvalidInput::new(kind, format!("may hold only {ID_CHARACTERS}")));
     }
     Ok(())
+}
+
+/// The rule for an entity id from a caller: 1 to [`MAX_ENTITY_ID_LEN`] bytes of
+/// [`ID_CHARACTERS`]. Every service checks its ids with this one function.
+pub fn check_entity_id(field: &'static str, value: &str) -> Result<(), InvalidInput> {
+    if value.is_empty() || value.len() > MAX_ENTITY_ID_LEN || !id_chars(value) {
+        return Err(InvalidInput::new(field, format!("is 1 to {MAX_ENTITY_ID_LEN} bytes of {ID_CHARACTERS}")));
+    }
+    Ok(())
+}
+
+/// The SQL expression of [`StreamId::of_entity`]'s name, from SQL expressions for its parts:
+/// for statements that join an entity's row to its stream.
+pub fn entity_stream_sql(category: &str, tenant: &str, id: &str) -> String {
+    format!("({category} || '-' || {tenant} || '.' || {id})")
 }
 
 /// A stream's name: `category-id` (`grant-…`, `session-…`) or a bare category (`deployment`).
@@ -38,6 +69,12 @@ impl StreamId {
     /// `category-id` for an entity's stream.
     pub fn for_entity(category: &str, id: impl fmt::Display) -> Result<Self, InvalidInput> {
         Self::new(format!("{category}-{id}"))
+    }
+
+    /// `category-tenant.id`: a tenant's entity stream (`grant-t1.…`, `session-t1.…`). The
+    /// statements that join a row to its stream build the same name with [`entity_stream_sql`].
+    pub fn of_entity(category: &str, tenant: &TenantId, id: impl fmt::Display) -> Result<Self, InvalidInput> {
+        Self::new(format!("{category}-{tenant}.{id}"))
     }
 
     pub fn as_str(&self) -> &str {

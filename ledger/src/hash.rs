@@ -73,9 +73,11 @@ pub(crate) fn micros(t: OffsetDateTime) -> i128 {
     t.unix_timestamp_nanos() / 1_000
 }
 
-pub(crate) fn truncate_to_micros(t: OffsetDateTime) -> OffsetDateTime {
+/// A time as the store keeps it, to the microsecond: every time an event records is cut here.
+pub fn truncate_to_micros(t: OffsetDateTime) -> OffsetDateTime {
     let nanos = t.nanosecond();
-    t.replace_nanosecond(nanos - nanos % 1_000).expect("a smaller nanosecond is valid")
+    // A smaller nanosecond of the same second is always valid.
+    t.replace_nanosecond(nanos - nanos % 1_000).unwrap_or(t)
 }
 
 /// Why a stream failed verification.

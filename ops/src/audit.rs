@@ -333,24 +333,22 @@ async fn authority_verify_once(config: &tokio_postgres::Config) -> Result<(bool,
 
 /// The first inline row whose version is not its stream's head.
 async fn version_difference(client: &tokio_postgres::Client) -> Result<Option<String>> {
-    let rows = client
-        .query(
-            "WITH stored AS ( \
-               SELECT tenant_id, 'session' AS category, session_id AS id, version FROM authority_sessions \
-               UNION ALL SELECT tenant_id, 'profile', profile_id, version FROM authority_profiles WHERE version > 0 \
-               UNION ALL SELECT tenant_id, 'approval', approval_id::text, version FROM authority_approvals \
-               UNION ALL SELECT tenant_id, 'grant', grant_id::text, \
-                 1 + actions_used + (ended_at IS NOT NULL)::int FROM active_task_grants) \
-             SELECT s.tenant_id, s.category, s.id, s.version, \
-               (SELECT max(e.stream_version) FROM events e \
-                 WHERE e.stream_id = s.category || '-' || s.tenant_id || '.' || s.id) \
-             FROM stored s \
-             UNION ALL SELECT d.tenant_id, 'deployment', '', d.version, \
-               (SELECT max(e.stream_version) FROM events e WHERE e.stream_id = 'deployment-' || d.tenant_id) \
-             FROM authority_settings d WHERE d.version > 0",
-            &[],
-        )
-        .await?;
+    let sql = format!(
+        "WITH stored AS ( \
+           SELECT tenant_id, 'session' AS category, session_id AS id, version FROM authority_sessions \
+           UNION ALL SELECT tenant_id, 'profile', profile_id, version FROM authority_profiles WHERE version > 0 \
+           UNION ALL SELECT tenant_id, 'approval', approval_id::text, version FROM authority_approvals \
+           UNION ALL SELECT tenant_id, 'grant', grant_id::text, {} FROM active_task_grants) \
+         SELECT s.tenant_id, s.category, s.id, s.version, \
+           (SELECT max(e.stream_version) FROM events e WHERE e.stream_id = {}) \
+         FROM stored s \
+         UNION ALL SELECT d.tenant_id, 'deployment', '', d.version, \
+           (SELECT max(e.stream_version) FROM events e WHERE e.stream_id = 'deployment-' || d.tenant_id) \
+         FROM authority_settings d WHERE d.version > 0",
+        authorizer::GRANT_VERSION_SQL,
+        ledger::entity_stream_sql("s.category", "s.tenant_id", "s.id"),
+    );
+    let rows = client.query(&sql, &[]).await?;
     for r in rows {
         let (version, head): (i64, Option<i64>) = (r.get(3), r.get(4));
         if Some(version) != head {

@@ -335,7 +335,7 @@ pub mod authorize {
                     let mut session = fresh_grant(&mut client, &tokens).await?;
                     let mut used = 0;
                     while Instant::now() < deadline {
-                        if used == 200 {
+                        if used == authorizer::limits::MAX_ACTIONS {
                             session = fresh_grant(&mut client, &tokens).await?;
                             used = 0;
                         }
@@ -639,9 +639,9 @@ pub mod rebuild {
             policy_version: "bench".into(),
             scope: SiteScope { origin: "https://www.lesson.test".into(), path_prefix: "/lesson".into() },
             created_at: now,
-            expires_at: now + time::Duration::minutes(30),
-            max_actions: 200,
-            max_typed_chars: 4096,
+            expires_at: now + authorizer::limits::GRANT_DURATION,
+            max_actions: authorizer::limits::MAX_ACTIONS,
+            max_typed_chars: authorizer::limits::MAX_TYPED_CHARS,
         })];
         for n in 1..=uses {
             events.push(Event::ToolCallAuthorized(ToolCallAuthorized {
@@ -669,7 +669,7 @@ pub mod rebuild {
 
     /// Appends about `total` events: grants of 198 uses each, over 10 tenants, from 4 writers.
     async fn generate(store: &PgStore, total: u64) -> Result<u64> {
-        const USES: u32 = 198; // 200 events a grant
+        const USES: u32 = authorizer::limits::MAX_ACTIONS - 2; // with its creation and end, 200 events a grant
         let grants = total.div_ceil(u64::from(USES) + 2);
         let writers = 4u64;
         let tasks: Vec<_> = (0..writers)
@@ -680,7 +680,7 @@ pub mod rebuild {
                     for g in (w..grants).step_by(usize::try_from(writers).unwrap_or(1)) {
                         let tenant = TenantId::new(format!("tenant-{}", g % 10))?;
                         let (grant_id, events) = grant_events(USES, OffsetDateTime::now_utc());
-                        let stream = StreamId::for_entity("grant", grant_id)?;
+                        let stream = StreamId::of_entity("grant", &tenant, grant_id)?;
                         let new = events.iter().map(|e| e.to_new(Uuid::new_v4(), Metadata::by("bench"))).collect();
                         store.append(AppendRequest::single(tenant, stream, ExpectedVersion::NoStream, new)).await?;
                         written += u64::from(USES) + 2;

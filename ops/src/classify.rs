@@ -17,7 +17,7 @@ struct GrantInput {
 }
 
 fn full_cap() -> u32 {
-    4_096
+    authorizer::limits::MAX_TYPED_CHARS
 }
 
 #[derive(Debug, Deserialize)]

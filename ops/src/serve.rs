@@ -65,11 +65,7 @@ impl DeploymentSettings {
             (None, None) => None,
             (Some(grant_id), Some(profile_id)) => {
                 for (var, value) in [("BROWSER_GRANT_ID", &grant_id), ("BROWSER_PROFILE_ID", &profile_id)] {
-                    if value.len() > authorizer::limits::MAX_ID_LEN {
-                        bail!("{var}={value:?}: at most {} bytes", authorizer::limits::MAX_ID_LEN);
-                    }
-                    ledger::StreamId::for_entity("x", value)
-                        .map_err(|e| anyhow::anyhow!("{var}={value:?}: {}", e.reason))?;
+                    ledger::check_entity_id(var, value).map_err(|e| anyhow::anyhow!("{var}={value:?}: {}", e.reason))?;
                 }
                 Some(StandingPin { grant_id, profile_id })
             }
@@ -430,11 +426,7 @@ mod tests {
 pub fn credential_names(tenant: &str, principal: Option<&str>) -> Result<()> {
     authorizer::domain::tenant_id(tenant).map_err(|e| anyhow::anyhow!("--tenant {tenant:?}: {e}"))?;
     if let Some(p) = principal {
-        let max = authorizer::limits::MAX_ID_LEN;
-        if p.is_empty() || p.len() > max {
-            bail!("--principal {p:?}: is 1 to {max} bytes");
-        }
-        ledger::StreamId::for_entity("x", p).map_err(|e| anyhow::anyhow!("--principal {p:?}: {}", e.reason))?;
+        ledger::check_entity_id("principal", p).map_err(|e| anyhow::anyhow!("--principal {p:?}: {}", e.reason))?;
     }
     Ok(())
 }

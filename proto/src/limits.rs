@@ -42,8 +42,9 @@ pub const MAX_ORIGIN_CHARS: usize = 512;
 pub const MAX_WORD_CHARS: usize = 64;
 /// A tool's name as the model called it.
 pub const MAX_TOOL_CHARS: usize = 200;
-/// Text a type action says it types. A grant covers at most 256 per act and 4,096 in all, but a
-/// longer record value may still be typed once with the owner's approval.
+/// Text a type action says it types. A grant covers far less (the classifier's per-act cap and
+/// the grant's budget), but a longer record value may still be typed once with the owner's
+/// approval.
 pub const MAX_TYPED_CHARS: usize = 16_384;
 /// The label sources of one kind an element carries (label elements, aria-labelledby targets).
 pub const MAX_LABEL_SOURCES: usize = 64;
@@ -55,6 +56,32 @@ pub const MAX_TURN_TOOL_CALLS: usize = 256;
 pub const MAX_ORIGINS: usize = 16;
 /// The harness step budget.
 pub const MAX_STEPS: u64 = 10_000;
+
+/// An approve-once token: `apv_` and 24 lowercase hex digits, the one spelling both services
+/// check against.
+pub const APPROVAL_TOKEN_PREFIX: &str = "apv_";
+const APPROVAL_TOKEN_HEX: usize = 24;
+pub const APPROVAL_TOKEN_LEN: usize = APPROVAL_TOKEN_PREFIX.len() + APPROVAL_TOKEN_HEX;
+/// What an approval-token field holds, for refusals.
+pub const APPROVAL_TOKEN_FORMAT: &str = "apv_ and 24 lowercase hex digits";
+
+/// A new approval token from 96 random bits.
+pub fn approval_token(random: [u8; APPROVAL_TOKEN_HEX / 2]) -> String {
+    let mut token = String::with_capacity(APPROVAL_TOKEN_LEN);
+    token.push_str(APPROVAL_TOKEN_PREFIX);
+    for b in random {
+        token.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
+        token.push(char::from(b"0123456789abcdef"[usize::from(b & 0xf)]));
+    }
+    token
+}
+
+/// Whether `token` is an approval token's shape.
+pub fn is_approval_token(token: &str) -> bool {
+    token.strip_prefix(APPROVAL_TOKEN_PREFIX).is_some_and(|h| {
+        h.len() == APPROVAL_TOKEN_HEX && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
 
 /// The most one element's facts take encoded: the runtime drops options past it (and marks the
 /// facts cut, so nothing covers the element), since a select's options alone could reach
@@ -88,8 +115,7 @@ const URL: Rule = text(MAX_URL_CHARS);
 const WORD: Rule = text(MAX_WORD_CHARS);
 const KEY: Rule = Rule { max_len: MAX_WORD_CHARS, max_items: 1, allowed: Allowed::Strs(KEYS) };
 const SCROLL: Rule = Rule { max_len: 0, max_items: 1, allowed: Allowed::Ints(&SCROLL_STEPS) };
-/// `apv_` and 24 hex digits.
-const TOKEN: Rule = text(28);
+const TOKEN: Rule = text(APPROVAL_TOKEN_LEN);
 /// A UUID in its 36-character form.
 const UUID: Rule = text(36);
 

@@ -148,3 +148,19 @@ fn the_largest_valid_request_fits_its_decode_limit() {
         }
     }
 }
+
+#[test]
+fn approval_tokens_have_one_shape() {
+    let t = proto::limits::approval_token([0xab; 12]);
+    assert_eq!(t, format!("apv_{}", "ab".repeat(12)));
+    assert_eq!(t.len(), proto::limits::APPROVAL_TOKEN_LEN);
+    assert!(proto::limits::is_approval_token(&t));
+    for bad in ["", "apv_", &t.to_uppercase(), &t[..t.len() - 1], &format!("{t}0"), &t.replace("apv_", "apx_")] {
+        assert!(!proto::limits::is_approval_token(bad), "{bad}");
+    }
+}
+
+#[test]
+fn the_wire_bound_on_ids_is_the_ledgers() {
+    assert_eq!(proto::limits::MAX_ID_CHARS, ledger::MAX_ENTITY_ID_LEN);
+}

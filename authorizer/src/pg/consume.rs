@@ -10,7 +10,7 @@ use super::write::name_snapshot;
 use super::{PgGrants, db, from_version, unavailable, version};
 use crate::error::StoreError;
 use crate::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
-use crate::state::use_append;
+use crate::state::{grant_stream_version, use_append};
 use crate::store::{Consumed, UseOf};
 
 impl PgGrants {
@@ -94,15 +94,15 @@ impl PgGrants {
                 let Some(row) = row else {
                     return Ok(None);
                 };
-                let used = row.get::<_, i32>(0);
+                let ordinal = u32::try_from(row.get::<_, i32>(0)).map_err(unavailable)?;
                 let head = (row.get::<_, Option<i64>>(1), row.get::<_, Option<Vec<u8>>>(2));
+                // The head read before this use: noted when it is the grant's version before it.
                 if let (Some(version), Some(hash)) = head
                     && let Ok(hash) = <[u8; 32]>::try_from(hash)
-                    && i64::from(used) == version
+                    && from_version(version) == grant_stream_version(ordinal - 1, false)
                 {
                     tx.note_head(stream.clone(), from_version(version), hash, tenant.clone());
                 }
-                let ordinal = u32::try_from(used).map_err(unavailable)?;
                 let event = use_event(ordinal);
                 let outcome = tx.append(&use_append(tenant, metadata, &event, ordinal)?).await?;
                 if let (Some((session, run, snapshot)), Some(a)) = (named_snapshot(&event), outcome.events.first()) {

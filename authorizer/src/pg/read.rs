@@ -10,6 +10,7 @@ use super::{db, from_version, json};
 use crate::domain::{Approval, Grant, Profile, RunSnapshots, Session};
 use crate::error::StoreError;
 use crate::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
+use crate::state::grant_version;
 use crate::store::{Approvals, Deployment, Grants, Reader, Versioned};
 
 pub(super) const GRANT_COLUMNS: &str = "grant_id, approval_id, tenant_id, principal_id, session_id, profile_id, \
@@ -73,12 +74,13 @@ static AUTHORIZE_READ: std::sync::LazyLock<String> = std::sync::LazyLock::new(||
          LEFT JOIN authority_settings d ON d.tenant_id = $1 AND d.version > 0 \
          LEFT JOIN active_task_grants g ON g.tenant_id = $1 AND g.session_id = $2 AND g.ended_at IS NULL \
          LEFT JOIN LATERAL (SELECT e.stream_version, e.hash, e.tenant_id FROM events e \
-           WHERE e.stream_id = 'grant-' || $1 || '.' || g.grant_id::text \
+           WHERE e.stream_id = {} \
            ORDER BY e.stream_version DESC LIMIT 1) gh ON true \
          LEFT JOIN authority_profiles ps ON ps.tenant_id = $1 AND ps.version > 0 \
            AND ps.profile_id = s.state->'created'->>'browser_profile_id' \
          LEFT JOIN authority_profiles gp ON gp.tenant_id = $1 AND gp.version > 0 AND gp.profile_id = g.profile_id",
-        grant_columns.join(", ")
+        grant_columns.join(", "),
+        ledger::entity_stream_sql("'grant'", "$1", "g.grant_id::text"),
     )
 });
 
@@ -110,11 +112,11 @@ impl Prefetched {
         if r.get::<_, Option<Uuid>>(10).is_some() {
             let grant = grant_at(&r, 10)?;
             let head = (r.get::<_, Option<i64>>(26), r.get::<_, Option<Vec<u8>>>(27), r.get::<_, Option<&str>>(28));
-            // A stream of [created, use 1..n] is at version n + 1; anything else is not noted.
+            // Only a head that is the active grant's own version is noted.
             if let (Some(v), Some(hash), Some(of)) = head
                 && let Ok(hash) = <[u8; 32]>::try_from(hash)
                 && of == tenant.as_str()
-                && from_version(v) == u64::from(grant.actions_used) + 1
+                && from_version(v) == grant_version(&grant)
             {
                 let stream = crate::domain::entity_stream(tenant, "grant", &grant.created.grant_id)?;
                 store.note_head(stream, from_version(v), hash, tenant.clone());

@@ -9,7 +9,7 @@ use classifier::{Action, Consequence, ElementFacts, Named, PageFacts, TaskScope}
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::limits::{APPROVAL_TTL, GRANT_DURATION, MAX_ACTIONS, MAX_TYPED_CHARS};
+use crate::limits::{APPROVAL_TTL, GRANT_MINUTES, MAX_ACTIONS, MAX_TYPED_CHARS};
 use crate::policy::{ActionKind, Policy, Verdict};
 use crate::scopes::scope_for;
 
@@ -269,7 +269,7 @@ pub fn offer_for(world: &World, req: &AuthorizeRequest) -> Option<Offer> {
     }
     scope_for(&world.settings.scopes, &req.page.url).map(|scope| Offer {
         scope: scope.clone(),
-        minutes: u32::try_from(GRANT_DURATION.whole_minutes()).unwrap_or(30),
+        minutes: GRANT_MINUTES,
         max_actions: MAX_ACTIONS,
         max_typed_chars: MAX_TYPED_CHARS,
     })

@@ -121,7 +121,7 @@ pub struct World {
 /// A time as the store keeps it, to the microsecond: what an event records is then exactly what
 /// the inline tables hold and a replay finds.
 pub fn stored(t: OffsetDateTime) -> OffsetDateTime {
-    t.replace_nanosecond(t.nanosecond() - t.nanosecond() % 1_000).unwrap_or(t)
+    ledger::hash::truncate_to_micros(t)
 }
 
 /// A tenant id the authority serves: the ledger's id rules, at most [`MAX_TENANT_LEN`] bytes and
@@ -129,7 +129,7 @@ pub fn stored(t: OffsetDateTime) -> OffsetDateTime {
 pub fn tenant_id(value: &str) -> Result<TenantId, DomainError> {
     let invalid = |reason: &str| DomainError::Invalid { field: "tenant_id", reason: reason.into() };
     if value.len() > MAX_TENANT_LEN || value.contains('.') {
-        return Err(invalid("is at most 64 bytes with no '.'"));
+        return Err(invalid(&format!("is at most {MAX_TENANT_LEN} bytes with no '.'")));
     }
     TenantId::new(value).map_err(|e| invalid(&e.reason))
 }
@@ -137,7 +137,7 @@ pub fn tenant_id(value: &str) -> Result<TenantId, DomainError> {
 /// An entity's stream: `category-tenant.id`. Tenants hold no `.`, so two tenants never share a
 /// stream, whatever ids they choose.
 pub fn entity_stream(tenant: &TenantId, category: &str, id: &dyn std::fmt::Display) -> Result<StreamId, DomainError> {
-    StreamId::new(format!("{category}-{tenant}.{id}"))
+    StreamId::of_entity(category, tenant, id)
         .map_err(|e| DomainError::Invalid { field: "id", reason: format!("{category} id: {}", e.reason) })
 }
 
