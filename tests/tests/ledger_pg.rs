@@ -387,3 +387,14 @@ async fn check_reads_every_event_at_every_page_size() {
         assert_eq!(checked.streams, 40);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sql_stream_name_is_the_ledgers() {
+    let db = TestDb::new().await;
+    let client = db.client().await;
+    let tenant = ledger::TenantId::new("tenant-a").unwrap();
+    let id = uuid::Uuid::new_v4();
+    let sql = format!("SELECT {}", ledger::entity_stream_sql("$1::text", "$2::text", "$3::text"));
+    let row = client.query_one(&sql, &[&"grant", &tenant.as_str(), &id.to_string()]).await.unwrap();
+    assert_eq!(row.get::<_, String>(0), ledger::StreamId::of_entity("grant", &tenant, id).unwrap().as_str());
+}
