@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use classifier::{Action, ElementFacts, FieldKind, PageFacts, SelectOption};
 use grant_domain::catalogue::{
-    ActionView, Author, Event, Offer, Resolution, SessionCreated, SessionMessageRecorded, SessionToolCalled,
+    ActionView, Author, EndReason, Event, Offer, Resolution, SessionCreated, SessionMessageRecorded, SessionToolCalled,
     SignInPhase, SiteScope, Surface, TokenBinding,
 };
 use ledger::Checkpoint;
@@ -296,11 +296,7 @@ fn grant(g: &Grant) -> pb::TaskGrant {
         max_actions: c.max_actions,
         chars_used: g.chars_used,
         max_typed_chars: c.max_typed_chars,
-        end_reason: g
-            .ended
-            .and_then(|r| serde_json::to_value(r).ok())
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default(),
+        end_reason: g.ended.map(EndReason::code).unwrap_or_default().to_owned(),
     }
 }
 
@@ -561,10 +557,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
                     }
                 };
                 pb::authorize_reply::Decision::Allow(pb::Allow {
-                    kind: serde_json::to_value(kind)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default(),
+                    kind: kind.code().to_owned(),
                     grant_id: grant_id.map(|g| g.to_string()).unwrap_or_default(),
                     use_ordinal: use_ordinal.unwrap_or_default(),
                     constraint: dispatch.as_ref().map(constraint),

@@ -94,6 +94,57 @@ pub enum EndReason {
     ScopeRemoved,
 }
 
+impl AuthorizationKind {
+    pub const ALL: [Self; 4] = [Self::Approval, Self::StandingGrant, Self::BrowserTaskGrant, Self::Policy];
+
+    /// The stored and wire spelling (a test holds it to the event payload's).
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::Approval => "approval",
+            Self::StandingGrant => "standing_grant",
+            Self::BrowserTaskGrant => "browser_task_grant",
+            Self::Policy => "policy",
+        }
+    }
+}
+
+impl EndReason {
+    pub const ALL: [Self; 9] = [
+        Self::Expired,
+        Self::Exhausted,
+        Self::Revoked,
+        Self::Superseded,
+        Self::ProfileChanged,
+        Self::ProfileRevoked,
+        Self::PolicyChanged,
+        Self::AgentChanged,
+        Self::ScopeRemoved,
+    ];
+
+    /// The stored and wire spelling (a test holds it to the event payload's).
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::Expired => "expired",
+            Self::Exhausted => "exhausted",
+            Self::Revoked => "revoked",
+            Self::Superseded => "superseded",
+            Self::ProfileChanged => "profile_changed",
+            Self::ProfileRevoked => "profile_revoked",
+            Self::PolicyChanged => "policy_changed",
+            Self::AgentChanged => "agent_changed",
+            Self::ScopeRemoved => "scope_removed",
+        }
+    }
+
+    /// The reason a stored code names; the alias early logs wrote reads as what it was.
+    pub fn from_code(code: &str) -> Option<Self> {
+        match code {
+            "session_deleted" => Some(Self::Revoked),
+            _ => Self::ALL.into_iter().find(|r| r.code() == code),
+        }
+    }
+}
+
 /// A configured site scope: an exact origin and one path segment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -483,6 +534,19 @@ fn upcast(event_type: &str, version: u32, payload: Value) -> Result<Value, Decod
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn codes_are_the_payload_spellings() {
+        for k in AuthorizationKind::ALL {
+            assert_eq!(serde_json::to_value(k).unwrap(), serde_json::json!(k.code()));
+        }
+        for r in EndReason::ALL {
+            assert_eq!(serde_json::to_value(r).unwrap(), serde_json::json!(r.code()));
+            assert_eq!(EndReason::from_code(r.code()), Some(r));
+        }
+        assert_eq!(EndReason::from_code("session_deleted"), Some(EndReason::Revoked));
+        assert_eq!(EndReason::from_code("nope"), None);
+    }
     use serde_json::json;
 
     fn view() -> ActionView {

@@ -151,8 +151,7 @@ pub fn row(recorded: &RecordedEvent) -> Result<AuditRow, DecodeError> {
         }
         Event::TaskGrantEnded(e) => {
             grant = Some(e.grant_id);
-            let reason = serde_json::to_value(e.reason).ok().and_then(|v| v.as_str().map(str::to_owned));
-            format!("Task permission ended: {}", reason.unwrap_or_default())
+            format!("Task permission ended: {}", e.reason.code())
         }
         Event::StandingGrantPinned(e) => {
             format!(

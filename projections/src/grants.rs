@@ -94,8 +94,7 @@ pub fn change(recorded: &RecordedEvent) -> Result<Option<Change>, DecodeError> {
             _ => None,
         },
         Event::TaskGrantEnded(e) => {
-            let reason = serde_json::to_value(e.reason).ok().and_then(|v| v.as_str().map(str::to_owned));
-            Some(Change::Ended { tenant_id, grant_id: e.grant_id, reason: reason.unwrap_or_default() })
+            Some(Change::Ended { tenant_id, grant_id: e.grant_id, reason: e.reason.code().to_owned() })
         }
         _ => None,
     })

@@ -26,7 +26,10 @@ fn grant_at(r: &tokio_postgres::Row, at: usize) -> Result<Grant, StoreError> {
     let n = |i: usize| u32::try_from(r.get::<_, i32>(at + i)).unwrap_or(0);
     let ended = r
         .get::<_, Option<String>>(at + 15)
-        .map(|code| json::<EndReason>(serde_json::Value::String(code)))
+        .map(|code| {
+            EndReason::from_code(&code)
+                .ok_or_else(|| StoreError::Projection(format!("a grant row's end reason {code:?} is none")))
+        })
         .transpose()?;
     Ok(Grant {
         created: TaskGrantCreated {

@@ -2,7 +2,7 @@
 //! snapshots the run named, all inside the append's transaction.
 
 use deadpool_postgres::Transaction;
-use grant_domain::catalogue::{EndReason, Event, TaskGrantCreated};
+use grant_domain::catalogue::{Event, TaskGrantCreated};
 use ledger::postgres::Tx;
 use ledger::{Metadata, TenantId};
 
@@ -121,9 +121,6 @@ pub(super) async fn name_snapshot(
     Ok(())
 }
 
-fn end_code(reason: EndReason) -> String {
-    serde_json::to_value(reason).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
-}
 
 /// Applies a grant's creation or end to its row inside the append's transaction.
 pub(super) async fn apply_grant_row(tx: &Transaction<'_>, tenant: &str, event: &Event) -> Result<(), StoreError> {
@@ -175,7 +172,7 @@ pub(super) async fn apply_grant_row(tx: &Transaction<'_>, tenant: &str, event: &
                 .execute(
                     "UPDATE active_task_grants SET ended_at = now(), end_reason = $3 \
                      WHERE tenant_id = $1 AND grant_id = $2 AND ended_at IS NULL",
-                    &[&tenant, &e.grant_id, &end_code(e.reason)],
+                    &[&tenant, &e.grant_id, &e.reason.code()],
                 )
                 .await
                 .map_err(db)?;
