@@ -1,7 +1,7 @@
 //! Who may call what on the authorizer: each call belongs to exactly one role (the credentials
 //! themselves are the `credentials` crate's, shared with the browser runtime).
 
-pub use credentials::*;
+use credentials::{Role, Scope};
 
 /// The calls of the authorizer's API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -163,45 +163,15 @@ impl<B: Backend> Authority<B> {
         Ok((t.events, t.at))
     }
 
-    /// Decides one `browser.act`.
+    /// Decides one tool call's `browser.act` from one snapshot of the session's state; `view`
+    /// makes the card's view from the tenant's configured scopes in that snapshot. A task-grant
+    /// allow is final only once the atomic use committed it; when the row moved since the read
+    /// (spent, ended), the act is decided again from a fresh read, which ends the grant or asks.
+    ///
+    /// The call may be sent again: a retry (the same call key and digest) answers the decision
+    /// the first recorded and spends nothing; the same key with another digest is refused
+    /// (`TOOL_CALL_REUSED`) and writes nothing.
     pub async fn authorize(
-        &self,
-        req: &AuthorizeRequest,
-        now: OffsetDateTime,
-        approval_id: Uuid,
-    ) -> Result<(Decision, Vec<Event>), AuthorityError> {
-        let a = self.authorize_detailed(req, now, approval_id).await?;
-        Ok((a.decision, a.events))
-    }
-
-    /// [`Authority::authorize_viewed`] with the request's own view.
-    pub async fn authorize_detailed(
-        &self,
-        req: &AuthorizeRequest,
-        now: OffsetDateTime,
-        approval_id: Uuid,
-    ) -> Result<Authorized, AuthorityError> {
-        self.authorize_viewed(req, &|_| req.view.clone(), now, approval_id).await
-    }
-
-    /// Decides one `browser.act` from one snapshot of the session's state; `view` makes the
-    /// card's view from the tenant's configured scopes in that snapshot. A task-grant allow is
-    /// final only once the atomic use committed it; when the row moved since the read (spent,
-    /// ended), the act is decided again from a fresh read, which ends the grant or asks.
-    pub async fn authorize_viewed(
-        &self,
-        req: &AuthorizeRequest,
-        view: &ViewOf<'_>,
-        now: OffsetDateTime,
-        approval_id: Uuid,
-    ) -> Result<Authorized, AuthorityError> {
-        self.authorize_once(req, view, now, approval_id, None).await
-    }
-
-    /// [`Authority::authorize_viewed`] for one tool call that may be sent again: a retry (the same
-    /// call key and digest) answers the decision the first recorded and spends nothing; the same
-    /// key with another digest is refused (`TOOL_CALL_REUSED`) and writes nothing.
-    pub async fn authorize_call(
         &self,
         req: &AuthorizeRequest,
         view: &ViewOf<'_>,
@@ -209,6 +179,19 @@ impl<B: Backend> Authority<B> {
         call: CallKey,
     ) -> Result<Authorized, AuthorityError> {
         self.authorize_once(req, view, now, call.approval_id(), Some(call)).await
+    }
+
+    /// A decision outside any tool call's identity, with the request's own view and the card's
+    /// approval id given: for tests that decide the same request many times.
+    #[cfg(feature = "testing")]
+    pub async fn authorize_uncalled(
+        &self,
+        req: &AuthorizeRequest,
+        now: OffsetDateTime,
+        approval_id: Uuid,
+    ) -> Result<(Decision, Vec<Event>), AuthorityError> {
+        let a = self.authorize_once(req, &|_| req.view.clone(), now, approval_id, None).await?;
+        Ok((a.decision, a.events))
     }
 
     /// The decision `call` already recorded, as it was answered, if there is one.

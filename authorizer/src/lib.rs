@@ -21,9 +21,12 @@ mod store;
 pub use authority::{ATTEMPTS, Authority, Authorized, CallKey, ViewOf};
 pub use error::{AuthorityError, StoreError};
 pub use memory::MemoryGrants;
-pub use pg::{Pause, PgGrants};
+#[cfg(feature = "testing")]
+pub use pg::Pause;
+pub use pg::PgGrants;
 pub use state::{
-    GRANT_VERSION_SQL, Loaded, Named, Plan, Writes, decision_id, fold, grant_stream_version, grant_version, load, need_of,
+    GRANT_VERSION_SQL, Loaded, Named, Plan, Writes, decision_id, fold, grant_stream_version, grant_version, load,
+    need_of,
 };
 pub use store::{
     Approvals, Backend, Consumed, Decide, Deployment, Grants, Need, Reader, SessionAt, Transacted, UseOf, Versioned,

@@ -16,7 +16,8 @@ use grant_domain::catalogue::{
 use ledger::Checkpoint;
 use proto::v1 as pb;
 
-use crate::auth::{Caller, Credentials, Role, Rpc, Scope};
+use crate::auth::Rpc;
+use credentials::{Caller, Credentials, Role, Scope};
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -313,7 +314,6 @@ fn token_digest(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
 
-
 /// The gRPC face of the authority, for every tenant: each call acts in its credential's tenant.
 #[derive(Debug)]
 pub struct AuthorizerService<B> {
@@ -544,7 +544,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         };
         let now = OffsetDateTime::now_utc();
         let call = CallKey::new(authority.tenant(), &request.session_id, &request.tool_call_id, &request_sha256);
-        let authorized = authority.authorize_call(&request, &view, now, call).await.map_err(status)?;
+        let authorized = authority.authorize(&request, &view, now, call).await.map_err(status)?;
         let events = &authorized.events;
         let reply = match authorized.decision {
             Decision::Allow { kind, grant_id, use_ordinal, .. } => {

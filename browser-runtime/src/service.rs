@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use classifier::FieldKind;
-use classifier::coverage::MAX_LABEL_CHARS;
 use classifier::constraint::{DispatchConstraint, GrantKind};
+use classifier::coverage::MAX_LABEL_CHARS;
 use credentials::{Caller, Credentials, Role};
 use proto::runtime as pb;
 use proto::v1 as gl;

@@ -17,8 +17,8 @@ mod store;
 
 pub use envelope::{
     AppendOutcome, AppendRequest, Appended, Checkpoint, ExpectedVersion, ID_CHARACTERS, MAX_ENTITY_ID_LEN,
-    MAX_EVENTS_PER_APPEND, MAX_ID_LEN, MAX_TENANT_LEN, Metadata, NewEvent, RecordedEvent, StreamAppend, StreamId, TenantId,
-    check_entity_id, entity_stream_sql,
+    MAX_EVENTS_PER_APPEND, MAX_ID_LEN, MAX_TENANT_LEN, Metadata, NewEvent, RecordedEvent, StreamAppend, StreamId,
+    TenantId, check_entity_id, entity_stream_sql,
 };
 pub use error::{AppendError, InvalidInput, ReadError};
 pub use hash::{ChainError, verify_stream};

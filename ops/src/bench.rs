@@ -207,7 +207,7 @@ pub mod authorize {
     use std::time::{Duration, Instant};
 
     use anyhow::{Context, Result, bail};
-    use authorizer::auth::{Credentials, Role, new_token};
+    use credentials::{Credentials, Role, new_token};
     use pb::authorizer_client::AuthorizerClient;
     use proto::v1 as pb;
     use tokio::io::AsyncBufReadExt;

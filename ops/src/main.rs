@@ -410,16 +410,16 @@ async fn run(cli: Cli) -> Result<()> {
             let url = database_url(&cli.database_url)?;
             ops::migrate::run(&mut ops::connect(&url).await?).await?;
             let pool = ledger::postgres::pool(url.parse()?, 1).map_err(anyhow::Error::msg)?;
-            let credentials = authorizer::auth::Credentials::postgres(pool);
+            let credentials = credentials::Credentials::postgres(pool);
             match command {
                 CredentialsCmd::Create { role, tenant, principal, expires_in_hours } => {
-                    let role = authorizer::auth::Role::from_code(&role).with_context(|| {
+                    let role = credentials::Role::from_code(&role).with_context(|| {
                         format!("--role {role:?}: one of worker, runtime, gateway, profiles, operator")
                     })?;
                     ops::serve::credential_names(&tenant, principal.as_deref())?;
                     let expires =
                         expires_in_hours.map(|h| time::OffsetDateTime::now_utc() + time::Duration::hours(i64::from(h)));
-                    let token = authorizer::auth::new_token();
+                    let token = credentials::new_token();
                     let c = credentials.register(&token, &tenant, role, principal.as_deref(), expires).await?;
                     println!("{} {token}", c.credential_id);
                 }

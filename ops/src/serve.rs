@@ -15,11 +15,11 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use authorizer::Authority;
 use authorizer::PgGrants;
-use authorizer::auth::Credentials;
 use authorizer::domain::{Command, StandingPin};
 use authorizer::policy::Policy;
 use authorizer::scopes::{TaskGrantSettings, settings};
 use authorizer::service::{AuthorizerService, serve};
+use credentials::Credentials;
 use ledger::{PgStore, TenantId};
 use time::OffsetDateTime;
 
@@ -65,7 +65,8 @@ impl DeploymentSettings {
             (None, None) => None,
             (Some(grant_id), Some(profile_id)) => {
                 for (var, value) in [("BROWSER_GRANT_ID", &grant_id), ("BROWSER_PROFILE_ID", &profile_id)] {
-                    ledger::check_entity_id(var, value).map_err(|e| anyhow::anyhow!("{var}={value:?}: {}", e.reason))?;
+                    ledger::check_entity_id(var, value)
+                        .map_err(|e| anyhow::anyhow!("{var}={value:?}: {}", e.reason))?;
                 }
                 Some(StandingPin { grant_id, profile_id })
             }

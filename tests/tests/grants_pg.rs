@@ -351,7 +351,7 @@ mod through_the_authority {
         let said = SessionMessageRecorded { session_id: session.into(), message_id: "m".into(), author: Author::Owner };
         authority.execute(Command::RecordMessage(said), "owner").await.unwrap();
         let (Decision::RequireApproval { approval_id, .. }, _) =
-            authority.authorize(&request(session, "hola"), now, Uuid::new_v4()).await.unwrap()
+            authority.authorize_uncalled(&request(session, "hola"), now, Uuid::new_v4()).await.unwrap()
         else {
             panic!("the first act asks")
         };
@@ -391,7 +391,7 @@ mod through_the_authority {
         let call = CallKey::new(&tenant(), "s1", "call-retried", &[7; 32]);
         let first = {
             let (authority, req) = (Arc::clone(&authority), req.clone());
-            tokio::spawn(async move { authority.authorize_call(&req, &|_| req.view.clone(), now, call).await })
+            tokio::spawn(async move { authority.authorize(&req, &|_| req.view.clone(), now, call).await })
         };
         assert_eq!(kill_held_commit(&admin).await, 1);
         assert!(first.await.unwrap().is_err(), "a use whose commit died is not an allow");
@@ -399,7 +399,7 @@ mod through_the_authority {
         assert_eq!(grants.usage(&tenant(), grant_id).await.unwrap().unwrap().0, 0, "nothing was spent");
         let mut ordinals = Vec::new();
         for _ in 0..2 {
-            let a = authority.authorize_call(&req, &|_| req.view.clone(), now, call).await.unwrap();
+            let a = authority.authorize(&req, &|_| req.view.clone(), now, call).await.unwrap();
             let Decision::Allow { use_ordinal, .. } = a.decision else { panic!("{:?}", a.decision) };
             ordinals.push(use_ordinal);
         }
@@ -422,7 +422,7 @@ mod through_the_authority {
         for n in 1..=5u32 {
             let mut req = request("s1", "hola");
             req.snapshot = Some((format!("snap-{n}"), "e1".into()));
-            let (decision, _) = authority.authorize(&req, now, Uuid::new_v4()).await.unwrap();
+            let (decision, _) = authority.authorize_uncalled(&req, now, Uuid::new_v4()).await.unwrap();
             assert!(
                 matches!(decision, Decision::Allow { use_ordinal: Some(o), grant_id: Some(g), .. } if o == n && g == grant_id),
                 "{decision:?}"
@@ -455,7 +455,7 @@ mod through_the_authority {
                     let (authority, session) = (Arc::clone(&authority), session.clone());
                     let text: String = "ab".repeat(rand::rng().random_range(0..=10));
                     tokio::spawn(async move {
-                        authority.authorize(&request(&session, &text), now, Uuid::new_v4()).await.unwrap().0
+                        authority.authorize_uncalled(&request(&session, &text), now, Uuid::new_v4()).await.unwrap().0
                     })
                 })
                 .collect();
@@ -475,7 +475,7 @@ mod through_the_authority {
             assert_eq!(asked, 800);
             // A request that found the row spent decided again from a fresh read and ended the
             // grant as exhausted; the next request finds no grant at all.
-            let (next, _) = authority.authorize(&request(&session, "x"), now, Uuid::new_v4()).await.unwrap();
+            let (next, _) = authority.authorize_uncalled(&request(&session, "x"), now, Uuid::new_v4()).await.unwrap();
             assert!(matches!(&next, Decision::RequireApproval { reason: None, .. }), "{next:?}");
             check_consistent(authority.backend(), grant_id, &Round::default()).await;
             let stream = authorizer::domain::entity_stream(&tenant(), "grant", &grant_id).unwrap();
@@ -610,7 +610,7 @@ async fn a_token_redeemed_by_many_at_once_is_redeemed_once() {
         snapshot: Some(("snap_9f2c1a0b7d31".into(), "n42".into())),
     };
     let (Decision::RequireApproval { approval_id, .. }, _) =
-        authority.authorize(&req, now, Uuid::new_v4()).await.unwrap()
+        authority.authorize_uncalled(&req, now, Uuid::new_v4()).await.unwrap()
     else {
         panic!()
     };

@@ -65,7 +65,7 @@ async fn lesson(authority: &Authority<PgGrants>, session: &str, uses: usize) -> 
     let said = SessionMessageRecorded { session_id: session.into(), message_id: "m".into(), author: Author::Owner };
     authority.execute(Command::RecordMessage(said), "owner").await.unwrap();
     let (Decision::RequireApproval { approval_id, .. }, _) =
-        authority.authorize(&request(session, "hola"), now, Uuid::new_v4()).await.unwrap()
+        authority.authorize_uncalled(&request(session, "hola"), now, Uuid::new_v4()).await.unwrap()
     else {
         panic!("the first act asks")
     };
@@ -83,7 +83,7 @@ async fn lesson(authority: &Authority<PgGrants>, session: &str, uses: usize) -> 
     authority.execute(resolve, "owner").await.unwrap();
     for i in 0..uses {
         let (decision, _) =
-            authority.authorize(&request(session, &format!("word {i}")), now, Uuid::new_v4()).await.unwrap();
+            authority.authorize_uncalled(&request(session, &format!("word {i}")), now, Uuid::new_v4()).await.unwrap();
         assert!(matches!(decision, Decision::Allow { .. }), "{decision:?}");
     }
     grant_id
@@ -424,7 +424,7 @@ async fn a_card_is_pending_until_it_is_answered() {
     pay.action = Action::Click;
     pay.element = ElementFacts { role: "button".into(), name: Some("Pay $5".into()), ..ElementFacts::default() };
     let (Decision::RequireApproval { approval_id, .. }, _) =
-        a.authorize(&pay, OffsetDateTime::now_utc(), Uuid::new_v4()).await.unwrap()
+        a.authorize_uncalled(&pay, OffsetDateTime::now_utc(), Uuid::new_v4()).await.unwrap()
     else {
         panic!("a payment asks")
     };

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use authorizer::auth::{Credentials, Role, new_token};
+use credentials::{Credentials, Role, new_token};
 use grant_domain::catalogue::Event;
 use ops::serve::{DeploymentSettings, apply_settings};
 use proto::v1 as pb;
@@ -571,7 +571,7 @@ async fn the_same_grant_id_in_two_tenants_is_two_grants() {
         owner_session_s1(&a, tenant).await;
         let mut req = differential_request(tenant);
         req.view.describable = true;
-        a.authorize(&req, now, approval_id).await.unwrap();
+        a.authorize_uncalled(&req, now, approval_id).await.unwrap();
         let resolve = Command::ResolveApproval {
             approval_id,
             principal_id: "owner".into(),
@@ -587,7 +587,7 @@ async fn the_same_grant_id_in_two_tenants_is_two_grants() {
     }
     let a = base.for_tenant(ledger::TenantId::new("tenant-a").unwrap());
     for _ in 0..2 {
-        a.authorize(&differential_request("tenant-a"), now, uuid::Uuid::new_v4()).await.unwrap();
+        a.authorize_uncalled(&differential_request("tenant-a"), now, uuid::Uuid::new_v4()).await.unwrap();
     }
     let (wa, wb) =
         (a.world().await.unwrap(), base.for_tenant(ledger::TenantId::new("tenant-b").unwrap()).world().await.unwrap());
@@ -660,7 +660,8 @@ async fn in_process_pair(
     let now = time::OffsetDateTime::now_utc();
     owner_session_s1(&a, TENANT).await;
     let req = differential_request(TENANT);
-    let (Decided::RequireApproval { approval_id, .. }, _) = a.authorize(&req, now, uuid::Uuid::new_v4()).await.unwrap()
+    let (Decided::RequireApproval { approval_id, .. }, _) =
+        a.authorize_uncalled(&req, now, uuid::Uuid::new_v4()).await.unwrap()
     else {
         panic!("the first act asks")
     };
@@ -676,7 +677,7 @@ async fn in_process_pair(
         token_sha256: None,
     };
     b.execute(resolve, "owner").await.unwrap();
-    assert!(matches!(a.authorize(&req, now, uuid::Uuid::new_v4()).await.unwrap().0, Decided::Allow { .. }));
+    assert!(matches!(a.authorize_uncalled(&req, now, uuid::Uuid::new_v4()).await.unwrap().0, Decided::Allow { .. }));
     (a, b, req, grant_id)
 }
 
@@ -710,7 +711,9 @@ async fn a_message_recorded_between_the_read_and_the_use_refuses_the_use() {
     a.backend().pause_next_use(Arc::clone(&pause));
     let waiting = {
         let (a, req) = (a.clone(), req.clone());
-        tokio::spawn(async move { a.authorize(&req, time::OffsetDateTime::now_utc(), uuid::Uuid::new_v4()).await })
+        tokio::spawn(
+            async move { a.authorize_uncalled(&req, time::OffsetDateTime::now_utc(), uuid::Uuid::new_v4()).await },
+        )
     };
     pause.reached.notified().await;
     b.execute(not_the_owner(), "worker").await.unwrap();
@@ -737,7 +740,9 @@ async fn a_message_recorded_during_a_use_waits_for_it() {
     held.execute("SELECT 1 FROM active_task_grants WHERE grant_id = $1 FOR UPDATE", &[&grant_id]).await.unwrap();
     let using = {
         let (a, req) = (a.clone(), req.clone());
-        tokio::spawn(async move { a.authorize(&req, time::OffsetDateTime::now_utc(), uuid::Uuid::new_v4()).await })
+        tokio::spawn(
+            async move { a.authorize_uncalled(&req, time::OffsetDateTime::now_utc(), uuid::Uuid::new_v4()).await },
+        )
     };
     let watcher = db.client().await;
     // Waits until at least `at_least` statements whose text holds `what` wait on a lock.

@@ -5,13 +5,14 @@
 use std::sync::Arc;
 
 use authorizer::PgGrants;
-use authorizer::auth::{Credentials, Role, Rpc};
+use authorizer::auth::Rpc;
 use authorizer::constraint::{DispatchConstraint, GrantKind};
 use authorizer::domain::Command;
 use authorizer::policy::Policy;
 use authorizer::scopes::{TaskGrantSettings, parse_scopes};
 use authorizer::service::{AuthorizerService, CALLER_NOT_PERMITTED, serve};
 use authorizer::{Authority, Backend, MemoryGrants};
+use credentials::{Credentials, Role};
 use ledger::TenantId;
 use pb::authorizer_client::AuthorizerClient;
 use proto::v1 as pb;
@@ -916,11 +917,11 @@ async fn expired_revoked_and_foreign_credentials_are_refused() {
         req
     }
     let past = time::OffsetDateTime::now_utc() - time::Duration::minutes(1);
-    let expired = authorizer::auth::new_token();
+    let expired = credentials::new_token();
     credentials.register(&expired, TENANT, Role::Worker, Some("owner"), Some(past)).await.unwrap();
-    let foreign = authorizer::auth::new_token();
+    let foreign = credentials::new_token();
     credentials.register(&foreign, "tenant-2", Role::Worker, Some("owner"), None).await.unwrap();
-    let revocable = authorizer::auth::new_token();
+    let revocable = credentials::new_token();
     let c = credentials.register(&revocable, TENANT, Role::Worker, Some("owner"), None).await.unwrap();
     client.create_session(bearer(&revocable, create("s-ok"))).await.expect("a good credential works");
     assert!(credentials.revoke(TENANT, c.credential_id).await.unwrap());
@@ -928,7 +929,7 @@ async fn expired_revoked_and_foreign_credentials_are_refused() {
     for (token, code) in [
         (String::new(), Code::Unauthenticated),
         ("glc_nothex".to_owned(), Code::Unauthenticated),
-        (authorizer::auth::new_token(), Code::Unauthenticated),
+        (credentials::new_token(), Code::Unauthenticated),
         (expired, Code::Unauthenticated),
         (revocable, Code::Unauthenticated),
     ] {

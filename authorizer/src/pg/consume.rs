@@ -14,6 +14,13 @@ use crate::state::{grant_stream_version, use_append};
 use crate::store::{Consumed, UseOf};
 
 impl PgGrants {
+    /// Consumes one use of `u.grant_id` and its `u.typed_chars`, and records `use_event(ordinal)`,
+    /// atomically. Never refunded.
+    ///
+    /// First as one statement, with no BEGIN or COMMIT: the grant row updated only if it still
+    /// holds the `actions_used` the decision read, and the event inserted by the same statement
+    /// (`PgStore::append_guarded`). When the row moved since the read (another use came first),
+    /// the use queues on the row lock in a transaction instead.
     pub async fn consume(
         &self,
         tenant: &TenantId,
@@ -28,15 +35,8 @@ impl PgGrants {
         let chars = i32::try_from(typed_chars).unwrap_or(i32::MAX);
         let max_actions = i32::try_from(MAX_ACTIONS).unwrap_or(i32::MAX);
         let max_chars = i32::try_from(MAX_TYPED_CHARS).unwrap_or(i32::MAX);
-        let pause = if self.pause.set.swap(false, std::sync::atomic::Ordering::Acquire) {
-            self.pause.pause.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
-        } else {
-            None
-        };
-        if let Some(pause) = pause {
-            pause.reached.notify_one();
-            pause.go.notified().await;
-        }
+        #[cfg(feature = "testing")]
+        self.paused().await;
         let (session_id, session_version) =
             session.map_or((None, None), |s| (Some(s.session_id), Some(version(s.version))));
         let stream = crate::domain::entity_stream(tenant, "grant", &grant_id)?;

@@ -8,6 +8,8 @@
 
 mod consume;
 mod read;
+#[cfg(feature = "testing")]
+mod testing;
 mod write;
 
 use std::sync::Arc;
@@ -15,18 +17,18 @@ use std::sync::Arc;
 use grant_domain::catalogue::{AuthorizationKind, Event};
 use ledger::EventStore;
 use ledger::postgres::SettleCounts;
-use ledger::{AppendOutcome, AppendRequest, ExpectedVersion, Metadata, PgStore, TenantId};
+use ledger::{Metadata, PgStore, TenantId};
 use time::OffsetDateTime;
 use tokio_postgres::IsolationLevel;
 use uuid::Uuid;
 
-use crate::domain::{Approval, RunSnapshots, Session, World, stream_of};
+use crate::domain::{Approval, RunSnapshots, Session, World};
 use crate::error::{AuthorityError, StoreError};
 use crate::state;
 use crate::store::{Backend, Consumed, Decide, Deployment, Need, Transacted, UseOf};
 
 use read::{GRANT_COLUMNS, PgReader, Prefetched, grant_from_row};
-use write::{apply_grant_row, write_all};
+use write::write_all;
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
@@ -47,10 +49,12 @@ pub struct PgGrants {
     store: PgStore,
     /// Uses made by the one-statement path (operators and tests: the fast path is taken).
     one_statement_uses: Arc<std::sync::atomic::AtomicU64>,
+    #[cfg(feature = "testing")]
     pause: Arc<PauseSlot>,
 }
 
 /// Where a test leaves a [`Pause`]; a use only takes the lock when one was left.
+#[cfg(feature = "testing")]
 #[derive(Debug, Default)]
 struct PauseSlot {
     set: std::sync::atomic::AtomicBool,
@@ -59,6 +63,7 @@ struct PauseSlot {
 
 /// A fault hook for tests: the next use stops after its decision and before its statement,
 /// says so on `reached`, and goes on at `go`.
+#[cfg(feature = "testing")]
 #[derive(Debug, Default)]
 pub struct Pause {
     pub reached: tokio::sync::Notify,
@@ -67,14 +72,34 @@ pub struct Pause {
 
 impl PgGrants {
     pub fn new(store: PgStore) -> Self {
-        Self { store, one_statement_uses: Arc::default(), pause: Arc::default() }
+        Self {
+            store,
+            one_statement_uses: Arc::default(),
+            #[cfg(feature = "testing")]
+            pause: Arc::default(),
+        }
     }
 
     /// Pauses the next use (once) at `pause`: how a test puts a change between a decision's
     /// read and its use.
+    #[cfg(feature = "testing")]
     pub fn pause_next_use(&self, pause: Arc<Pause>) {
         *self.pause.pause.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(pause);
         self.pause.set.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Waits at the pause a test left for this use, if it left one.
+    #[cfg(feature = "testing")]
+    async fn paused(&self) {
+        let pause = if self.pause.set.swap(false, std::sync::atomic::Ordering::Acquire) {
+            self.pause.pause.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
+        } else {
+            None
+        };
+        if let Some(pause) = pause {
+            pause.reached.notify_one();
+            pause.go.notified().await;
+        }
     }
 
     pub fn store(&self) -> &PgStore {
@@ -156,69 +181,6 @@ impl PgGrants {
             .await?;
         let (events, value) = done.value;
         Ok(Transacted { value, events, at: done.outcome.map(|o| o.checkpoint()) })
-    }
-
-    /// Appends grant events as they are, each stream unchecked, and applies them to the grant
-    /// rows, in one transaction: for tests and tools that write a grant's events directly. The
-    /// authority itself decides through [`PgGrants::transact`].
-    pub async fn commit(
-        &self,
-        tenant: &TenantId,
-        metadata: &Metadata,
-        events: &[Event],
-    ) -> Result<AppendOutcome, StoreError> {
-        let mut request = AppendRequest { tenant_id: tenant.clone(), streams: Vec::new() };
-        for e in events {
-            let stream = stream_of(tenant, e)?;
-            let new = e.to_new(Uuid::new_v4(), metadata.clone());
-            match request.streams.iter_mut().find(|s| s.stream_id == stream) {
-                Some(s) => s.events.push(new),
-                None => request.streams.push(ledger::StreamAppend {
-                    stream_id: stream,
-                    expected: ExpectedVersion::Any,
-                    events: vec![new],
-                }),
-            }
-        }
-        let done = self
-            .store
-            .transaction(IsolationLevel::ReadCommitted, async |tx| {
-                let outcome = tx.append(&request).await?;
-                for e in events {
-                    apply_grant_row(tx.sql(), tenant.as_str(), e).await?;
-                }
-                Ok::<_, StoreError>(outcome)
-            })
-            .await?;
-        Ok(done.value)
-    }
-
-    /// Consumes one use of `u.grant_id` and its `u.typed_chars`, and records `use_event(ordinal)`,
-    /// atomically. Never refunded.
-    ///
-    /// First as one statement, with no BEGIN or COMMIT: the grant row updated only if it still
-    /// holds the `actions_used` the decision read, and the event inserted by the same statement
-    /// (`PgStore::append_guarded`). When the row moved since the read (another use came first),
-    /// the use queues on the row lock in a transaction instead.
-    /// The inline row of a grant: (actions_used, chars_used, end_reason).
-    pub async fn usage(
-        &self,
-        tenant: &TenantId,
-        grant_id: Uuid,
-    ) -> Result<Option<(u32, u32, Option<String>)>, StoreError> {
-        let client = self.store.pool().get().await.map_err(unavailable)?;
-        let row = client
-            .query_opt(
-                "SELECT actions_used, chars_used, end_reason FROM active_task_grants \
-                 WHERE tenant_id = $1 AND grant_id = $2",
-                &[&tenant.as_str(), &grant_id],
-            )
-            .await
-            .map_err(unavailable)?;
-        Ok(row.map(|r| {
-            let n = |i: usize| u32::try_from(r.get::<_, i32>(i)).unwrap_or(0);
-            (n(0), n(1), r.get(2))
-        }))
     }
 
     /// A tenant's whole inline state as one world (verify and tests).

@@ -121,7 +121,6 @@ pub(super) async fn name_snapshot(
     Ok(())
 }
 
-
 /// Applies a grant's creation or end to its row inside the append's transaction.
 pub(super) async fn apply_grant_row(tx: &Transaction<'_>, tenant: &str, event: &Event) -> Result<(), StoreError> {
     match event {
