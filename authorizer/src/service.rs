@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use classifier::{Action, ElementFacts, FieldKind, PageFacts, SelectOption};
+use classifier::{Action, ElementFacts, PageFacts};
 use grant_domain::catalogue::{
     ActionView, Author, EndReason, Event, Offer, Resolution, SessionCreated, SessionMessageRecorded, SessionToolCalled,
     SignInPhase, SiteScope, Surface, TokenBinding,
@@ -139,64 +139,9 @@ fn position(at: Checkpoint) -> Option<pb::Position> {
     Some(pb::Position { tx_id: at.tx_id, position: at.position })
 }
 
-fn field_kind(k: i32) -> Result<FieldKind, Status> {
-    use pb::FieldKind as F;
-    Ok(match F::try_from(k).map_err(|_| invalid("element.field_kind", "unknown value"))? {
-        F::None => FieldKind::None,
-        F::Text => FieldKind::Text,
-        F::Search => FieldKind::Search,
-        F::TextArea => FieldKind::TextArea,
-        F::EditableRegion => FieldKind::EditableRegion,
-        F::Select => FieldKind::Select,
-        F::Checkbox => FieldKind::Checkbox,
-        F::Radio => FieldKind::Radio,
-        F::CustomChoice => FieldKind::CustomChoice,
-        F::Password => FieldKind::Password,
-        F::OneTimeCode => FieldKind::OneTimeCode,
-        F::Payment => FieldKind::Payment,
-        F::Identity => FieldKind::Identity,
-        F::File => FieldKind::File,
-        F::Other => FieldKind::Other,
-    })
-}
-
 /// The worker-side reading of the facts an observation carried: an absent fact means no coverage.
-pub fn element(e: pb::ElementFacts) -> Result<ElementFacts, Status> {
-    Ok(ElementFacts {
-        role: e.role,
-        name: opt(&e.name),
-        aria_label: opt(&e.aria_label),
-        labelledby: e.labelledby,
-        labels: e.labels,
-        title: opt(&e.title),
-        placeholder: opt(&e.placeholder),
-        alt: opt(&e.alt),
-        value: opt(&e.value),
-        visible_text: opt(&e.visible_text),
-        dialog_name: opt(&e.dialog_name),
-        field_kind: field_kind(e.field_kind.unwrap_or_default())?,
-        options: e
-            .options
-            .into_iter()
-            .map(|o| SelectOption {
-                value: o.value,
-                label: opt(&o.label),
-                text: opt(&o.text),
-                name: opt(&o.name),
-                title: opt(&o.title),
-                group_label: opt(&o.group_label),
-            })
-            .collect(),
-        nav_targets: e.nav_targets,
-        download: e.download.unwrap_or(true),
-        disabled: e.disabled.unwrap_or(true),
-        truncated: e.truncated.unwrap_or(true),
-        facts_missing: !e.nav_targets_carried
-            || e.field_kind.is_none()
-            || e.download.is_none()
-            || e.disabled.is_none()
-            || e.truncated.is_none(),
-    })
+fn element(e: pb::ElementFacts) -> Result<ElementFacts, Status> {
+    proto::facts::element_facts(e).map_err(|_| invalid("element.field_kind", "unknown value"))
 }
 
 fn action(a: Option<pb::Action>) -> Result<Action, Status> {

@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use classifier::FieldKind;
 use classifier::constraint::{DispatchConstraint, GrantKind};
 use classifier::coverage::MAX_LABEL_CHARS;
 use credentials::{Caller, Credentials, Role};
@@ -205,27 +204,6 @@ fn role_from_pb(r: i32) -> Result<NodeRole, Status> {
     NodeRole::ALL.into_iter().find(|n| node_role(*n) == r).ok_or_else(|| invalid("expected_role", "is required"))
 }
 
-pub fn field_kind_pb(k: FieldKind) -> gl::FieldKind {
-    use gl::FieldKind as F;
-    match k {
-        FieldKind::None => F::None,
-        FieldKind::Text => F::Text,
-        FieldKind::Search => F::Search,
-        FieldKind::TextArea => F::TextArea,
-        FieldKind::EditableRegion => F::EditableRegion,
-        FieldKind::Select => F::Select,
-        FieldKind::Checkbox => F::Checkbox,
-        FieldKind::Radio => F::Radio,
-        FieldKind::CustomChoice => F::CustomChoice,
-        FieldKind::Password => F::Password,
-        FieldKind::OneTimeCode => F::OneTimeCode,
-        FieldKind::Payment => F::Payment,
-        FieldKind::Identity => F::Identity,
-        FieldKind::File => F::File,
-        FieldKind::Other => F::Other,
-    }
-}
-
 /// A page's text with each NUL shown as U+FFFD: no request field holds a NUL (the field table),
 /// and a page must not make its own elements impossible to authorize with one. NUL is no letter,
 /// so the classifier reads the same words either way.
@@ -249,40 +227,8 @@ pub fn facts_pb(n: &NodeRead) -> gl::ElementFacts {
             None => s,
         }
     };
-    let name = f.name.clone().unwrap_or_default();
-    let differs = |s: &Option<String>| s.as_deref().filter(|s| *s != name).map(cut).unwrap_or_default();
-    let differ_all = |v: &[String]| v.iter().filter(|s| **s != name).map(|s| cut(s)).collect::<Vec<_>>();
-    let mut facts = gl::ElementFacts {
-        role: f.role.clone(),
-        name: cut(&name),
-        aria_label: differs(&f.aria_label),
-        labelledby: differ_all(&f.labelledby),
-        labels: differ_all(&f.labels),
-        title: differs(&f.title),
-        placeholder: differs(&f.placeholder),
-        alt: differs(&f.alt),
-        value: differs(&f.value),
-        visible_text: differs(&f.visible_text),
-        dialog_name: differs(&f.dialog_name),
-        field_kind: Some(field_kind_pb(f.field_kind) as i32),
-        options: f
-            .options
-            .iter()
-            .map(|o| gl::SelectOption {
-                value: cut(&o.value),
-                label: cut(o.label.as_deref().unwrap_or_default()),
-                text: cut(o.text.as_deref().unwrap_or_default()),
-                name: cut(o.name.as_deref().unwrap_or_default()),
-                title: cut(o.title.as_deref().unwrap_or_default()),
-                group_label: cut(o.group_label.as_deref().unwrap_or_default()),
-            })
-            .collect(),
-        nav_targets: f.nav_targets.iter().map(|t| without_nul(t)).collect(),
-        download: Some(f.download),
-        disabled: Some(f.disabled),
-        truncated: None,
-        nav_targets_carried: true,
-    };
+    let mut facts = proto::facts::carried(f, &cut, &without_nul);
+    facts.truncated = None;
     // Lists longer than the field table lets through are cut, and the element is then marked
     // cut (a label source) or its targets not carried whole, so it is never covered.
     use proto::limits::{MAX_LABEL_SOURCES, MAX_NAV_TARGETS};
@@ -621,7 +567,7 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
                 .map(|r| pb::FormField {
                     label: r.field.label,
                     name: r.field.name,
-                    kind: field_kind_pb(r.field.kind) as i32,
+                    kind: gl::FieldKind::from(r.field.kind) as i32,
                     value: r.field.value,
                     checked: r.field.checked,
                     typed_field_id: r.typed_field_id.unwrap_or_default(),

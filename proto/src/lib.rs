@@ -3,10 +3,11 @@
 //! runtime's messages can name the authorizer's. Prost types stay at the edges: the domain never
 //! sees them.
 //!
-//! `limits` is the one table of what every request field may hold, and `checked` the codec that
+//! `facts` is the element-facts codec both services use. `limits` is the one table of what every request field may hold, and `checked` the codec that
 //! holds every request to it before prost decodes it.
 
 pub mod checked;
+pub mod facts;
 pub mod limits;
 
 #[allow(unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]

@@ -489,7 +489,7 @@ async fn the_worker_and_the_runtime_agree_on_an_unchanged_page() {
     for (name, role, wire, action, want) in cases {
         let o = s.observe(&session).await;
         let (n, facts) = node(&o, name);
-        let worker_facts = authorizer::service::element(facts.clone()).unwrap();
+        let worker_facts = proto::facts::element_facts(facts.clone()).unwrap();
         let grant = Grant::Task(TaskScope {
             origin: LESSON_ORIGIN.into(),
             path_prefix: "/lesson".into(),

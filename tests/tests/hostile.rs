@@ -502,7 +502,7 @@ async fn a_label_source_cut_in_the_facts_is_not_whole() {
         let (n, facts) = node(&o, "Next");
         assert_eq!(facts.title.chars().count(), classifier::coverage::CARRIED_LABEL_CHARS, "{chars}");
         assert_eq!(facts.truncated, Some(true), "{chars}");
-        let worker_facts = authorizer::service::element(facts.clone()).unwrap();
+        let worker_facts = proto::facts::element_facts(facts.clone()).unwrap();
         let grant = classifier::Grant::Task(classifier::TaskScope {
             origin: tests::browser::LESSON_ORIGIN.into(),
             path_prefix: "/lesson".into(),
