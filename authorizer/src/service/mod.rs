@@ -5,258 +5,47 @@
 //! principal's session, approval or grant is NOT_FOUND.
 //! Bad requests are INVALID_ARGUMENT with field violations and change nothing.
 
+mod convert;
+mod status;
+
 use std::future::Future;
 use std::sync::Arc;
 
-use classifier::{Action, ElementFacts, PageFacts};
+use classifier::{Action, PageFacts};
 use grant_domain::catalogue::{
-    ActionView, Author, EndReason, Event, Offer, Resolution, SessionCreated, SessionMessageRecorded, SessionToolCalled,
-    SignInPhase, SiteScope, Surface, TokenBinding,
+    ActionView, Author, Event, Resolution, SessionCreated, SessionMessageRecorded, SessionToolCalled, SignInPhase,
+    SiteScope, Surface, TokenBinding,
 };
-use ledger::Checkpoint;
 use proto::v1 as pb;
 
 use crate::auth::Rpc;
 use credentials::{Caller, Credentials, Role, Scope};
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 use tokio::net::TcpListener;
 use tonic::{Code, Request, Response, Status};
-use tonic_types::{ErrorDetails, StatusExt};
 use uuid::Uuid;
 
 use crate::authority::{Authority, CallKey};
-use crate::constraint::{self as dispatch, DispatchConstraint, GrantKind};
+use crate::constraint::{self as dispatch};
 use crate::domain;
-use crate::domain::{
-    Approval, ApprovalState, AuthorizeRequest, Command, Conflict, Decision, DomainError, Grant, RunContext, Versions,
-    World,
-};
-use crate::error::{AuthorityError, StoreError};
+use crate::domain::{ApprovalState, AuthorizeRequest, Command, Decision, Grant, RunContext, Versions, World};
 use crate::store::Backend;
 use crate::store::Need;
-use crate::view::{approval_view_in_session, offer_text};
+use crate::view::approval_view_in_session;
+
+pub use status::CONCURRENT_CHANGE;
+#[allow(clippy::wildcard_imports)] // the module's own files, split along their seams
+use {convert::*, status::*};
 
 /// The `ErrorInfo` reason of a call refused to its caller's credential (role, tenant or scope),
 /// beside the domain's own refusals such as `APPROVAL_TOKEN_INVALID`: the gate's, spelt once.
 pub use transport::CALLER_NOT_PERMITTED;
 
-/// The `ErrorInfo` reason of ABORTED: other requests kept changing what this one read.
-pub const CONCURRENT_CHANGE: &str = "CONCURRENT_CHANGE";
-
-fn invalid(field: &str, description: &str) -> Status {
-    Status::with_error_details(
-        Code::InvalidArgument,
-        format!("{field}: {description}"),
-        ErrorDetails::with_bad_request_violation(field, description),
-    )
-}
-
-fn with_reason(code: Code, reason: &str, message: String) -> Status {
-    Status::with_error_details(
-        code,
-        message,
-        ErrorDetails::with_error_info(reason, "grant_ledger", std::collections::HashMap::new()),
-    )
-}
-
-fn status(e: AuthorityError) -> Status {
-    match e {
-        // Bad input the ledger refused (a NUL in a string jsonb cannot hold) is the caller's to
-        // fix, not an outage to retry: name where it was.
-        AuthorityError::Store(StoreError::Append(ledger::AppendError::Invalid(i))) => {
-            invalid(i.at.as_deref().unwrap_or(i.field), &i.reason)
-        }
-        AuthorityError::Domain(DomainError::NotFound { what, .. }) => Status::not_found(format!("{what} not found")),
-        AuthorityError::Domain(DomainError::Conflict { code: code @ Conflict::ApprovalTokenInvalid, detail }) => {
-            with_reason(Code::PermissionDenied, code.code(), format!("{code}: {detail}"))
-        }
-        AuthorityError::Domain(DomainError::Conflict { code: Conflict::SessionExists, detail }) => {
-            Status::already_exists(detail)
-        }
-        AuthorityError::Domain(DomainError::Conflict { code, detail }) => {
-            with_reason(Code::FailedPrecondition, code.code(), format!("{code}: {detail}"))
-        }
-        AuthorityError::Domain(DomainError::Invalid { field, reason }) => invalid(field, &reason),
-        // A replica left behind by a policy change: another one serves the call.
-        AuthorityError::Domain(e @ DomainError::PolicyNotInForce { .. }) => {
-            tracing::warn!(error = %e, "asked to decide under a policy not in force");
-            Status::unavailable(format!("nothing was written: {e}; another replica can serve this call"))
-        }
-        // Another request kept changing what this one read: nothing was written, and trying
-        // again decides afresh.
-        AuthorityError::Contended | AuthorityError::Store(StoreError::Contended(_)) => with_reason(
-            Code::Aborted,
-            CONCURRENT_CHANGE,
-            "other requests changed what this one read; nothing was written; retry".into(),
-        ),
-        AuthorityError::Store(StoreError::Invalid(e)) => status(AuthorityError::Domain(e)),
-        // Not something a retry cures: the stored state and the request disagree. Nothing was
-        // written; the operator's log has the details.
-        AuthorityError::Store(
-            e @ (StoreError::Projection(_)
-            | StoreError::Append(
-                ledger::AppendError::TenantMismatch { .. } | ledger::AppendError::DuplicateEventId { .. },
-            )),
-        ) => {
-            tracing::error!(error = %e, "the stored state refused the change; nothing was written");
-            Status::internal("the stored state refused the change; nothing was written")
-        }
-        AuthorityError::Store(e) if e.is_determinate() => {
-            tracing::warn!(error = %e, "store refused a write; nothing was written");
-            Status::unavailable(format!("nothing was written: {e}"))
-        }
-        AuthorityError::Store(e) => {
-            tracing::error!(error = %e, "write outcome unknown");
-            Status::unknown(format!("the outcome is unknown; look it up before retrying: {e}"))
-        }
-    }
-}
-
-/// An id that fits a stream name beside any tenant: the ledger's one rule for entity ids.
-fn id(field: &'static str, value: &str) -> Result<String, Status> {
-    if value.is_empty() {
-        return Err(invalid(field, "is required"));
-    }
-    ledger::check_entity_id(field, value).map_err(|e| invalid(field, &e.reason))?;
-    Ok(value.to_owned())
-}
-
-fn uuid(field: &str, value: &str) -> Result<Uuid, Status> {
-    Uuid::parse_str(value).map_err(|_| invalid(field, "is not a UUID"))
-}
-
-fn opt(s: &str) -> Option<String> {
-    (!s.is_empty()).then(|| s.to_owned())
-}
-
-fn rfc3339(t: OffsetDateTime) -> String {
-    t.format(&Rfc3339).unwrap_or_default()
-}
-
-fn position(at: Checkpoint) -> Option<pb::Position> {
-    Some(pb::Position { tx_id: at.tx_id, position: at.position })
-}
-
-/// The worker-side reading of the facts an observation carried: an absent fact means no coverage.
-fn element(e: pb::ElementFacts) -> Result<ElementFacts, Status> {
-    proto::facts::element_facts(e).map_err(|_| invalid("element.field_kind", "unknown value"))
-}
-
-fn action(a: Option<pb::Action>) -> Result<Action, Status> {
-    use pb::ActionKind as K;
-    let a = a.ok_or_else(|| invalid("action", "is required"))?;
-    Ok(match K::try_from(a.kind).map_err(|_| invalid("action.kind", "unknown value"))? {
-        K::Unspecified => return Err(invalid("action.kind", "is required")),
-        K::Click => Action::Click,
-        K::Type => Action::Type { text: a.text },
-        K::Select if a.option.is_empty() => return Err(invalid("action.option", "is required for select")),
-        K::Select => Action::Select { option: a.option },
-        K::Check => Action::Check,
-        K::Press if a.key.is_empty() => return Err(invalid("action.key", "is required for press")),
-        K::Press => Action::Press { key: a.key },
-        // proto3 leaves a 0 off the wire, so the codec cannot see it: the step is checked here.
-        K::Scroll if !classifier::coverage::SCROLL_STEPS.contains(&a.scroll_by) => {
-            let steps: Vec<String> = classifier::coverage::SCROLL_STEPS.iter().map(ToString::to_string).collect();
-            return Err(invalid("action.scroll_by", &format!("is one of {}", steps.join(", "))));
-        }
-        K::Scroll => Action::Scroll { by: a.scroll_by },
-    })
-}
-
-fn view_pb(v: &ActionView) -> pb::ApprovalView {
-    let s = |o: &Option<String>| o.clone().unwrap_or_default();
-    pb::ApprovalView {
-        action_kind: v.action_kind.clone(),
-        describable: v.describable,
-        element_role: s(&v.element_role),
-        element_name: s(&v.element_name),
-        visible_text: s(&v.visible_text),
-        dialog_name: s(&v.dialog_name),
-        page_origin: s(&v.page_origin),
-        page_path: s(&v.page_path),
-        page_title: s(&v.page_title),
-        detail: s(&v.detail),
-        detail_digest: s(&v.detail_digest),
-        action_summary: v.action_summary.clone(),
-    }
-}
-
-fn offer(o: &Offer) -> pb::Offer {
-    let place = format!("{}{}", o.scope.origin.trim_start_matches("https://"), o.scope.path_prefix);
-    pb::Offer {
-        origin: o.scope.origin.clone(),
-        path_prefix: o.scope.path_prefix.clone(),
-        minutes: o.minutes,
-        max_actions: o.max_actions,
-        max_typed_chars: o.max_typed_chars,
-        text: offer_text(&place, o.minutes, o.max_actions, o.max_typed_chars),
-    }
-}
-
-fn constraint(c: &DispatchConstraint) -> pb::DispatchConstraint {
-    pb::DispatchConstraint {
-        grant_kind: match c.kind {
-            GrantKind::Task => pb::GrantKind::Task as i32,
-            GrantKind::Standing => pb::GrantKind::Standing as i32,
-        },
-        origins: c.origins.clone(),
-        path_prefix: c.path_prefix.clone(),
-        not_after: rfc3339(c.not_after),
-        consequence_ceiling: c.consequence_ceiling.clone(),
-        max_text_chars: c.max_text_chars,
-    }
-}
-
-fn approval(a: &Approval) -> pb::Approval {
-    let r = &a.requested;
-    let status = a.state.code();
-    pb::Approval {
-        approval_id: r.approval_id.to_string(),
-        session_id: r.session_id.clone(),
-        status: status.into(),
-        view: Some(view_pb(&r.view)),
-        offer: r.offer.as_ref().map(offer),
-        reason: r.not_covered_reason.clone().unwrap_or_default(),
-        expires_at: rfc3339(r.expires_at),
-    }
-}
-
 /// A grant is the principal's to see while its chat exists: deleting the session takes its grants
 /// off every list and get (their end, `revoked`, stays in the log).
 fn visible_to(w: &World, g: &Grant, principal: &str) -> bool {
     g.created.principal_id == principal && w.sessions.get(&g.created.session_id).is_some_and(|s| !s.deleted)
-}
-
-fn grant(g: &Grant) -> pb::TaskGrant {
-    let c = &g.created;
-    pb::TaskGrant {
-        grant_id: c.grant_id.to_string(),
-        session_id: c.session_id.clone(),
-        origin: c.scope.origin.clone(),
-        path_prefix: c.scope.path_prefix.clone(),
-        created_at: rfc3339(c.created_at),
-        expires_at: rfc3339(c.expires_at),
-        actions_used: g.actions_used,
-        max_actions: c.max_actions,
-        chars_used: g.chars_used,
-        max_typed_chars: c.max_typed_chars,
-        end_reason: g.ended.map(EndReason::code).unwrap_or_default().to_owned(),
-    }
-}
-
-/// A fresh approval token: 96 random bits, the first six bytes of two v4 UUIDs (bytes before
-/// the version nibble are all random).
-fn new_token() -> String {
-    let mut bits = [0; 12];
-    bits[..6].copy_from_slice(&Uuid::new_v4().into_bytes()[..6]);
-    bits[6..].copy_from_slice(&Uuid::new_v4().into_bytes()[..6]);
-    proto::limits::approval_token(bits)
-}
-
-fn token_digest(token: &str) -> String {
-    hex::encode(Sha256::digest(token.as_bytes()))
 }
 
 /// The gRPC face of the authority, for every tenant: each call acts in its credential's tenant.
