@@ -1,476 +1,22 @@
-//! One browser session: its Chromium, its newest snapshot, and the act that re-checks a node of
-//! that snapshot against the live page before anything reaches it. The runtime can only refuse:
-//! every check here narrows, and none grants what the authorizer did not.
-
-use std::collections::HashMap;
-use std::sync::Arc;
+//! An act, step by step: its claim against the snapshot, the live page re-read, the action
+//! against the live node, then the guard and fence armed, the token redeemed, the input sent,
+//! and what the act did read back.
 
 use classifier::constraint::{DispatchConstraint, GrantKind};
 use classifier::{Action, Consequence, FieldKind, Grant, PageFacts, TaskScope};
 use fantoccini::elements::{Element, ElementRef};
-use fantoccini::error::CmdError;
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::browser::{Browser, BrowserError, is_crash};
 use crate::config::BrowserConfig;
 use crate::fence::{Armed, FenceError, Handle, Scope};
 use crate::guard::{self, GuardMode};
-use crate::page::{self, FormField, NodeRead, PageRead, ReadError, Role};
+use crate::page::{self, NodeRead, PageRead, ReadError, Role};
 use crate::records::{RecordError, RecordStore};
 
-/// The closed codes of the tool contract, and the grant refusal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Code {
-    Ok,
-    StaleSnapshot,
-    RefNotFound,
-    NameMismatch,
-    RoleMismatch,
-    NodeNotInteractable,
-    ApprovalRequired,
-    ApprovalTokenInvalid,
-    OffOriginTarget,
-    BudgetExceeded,
-    GrantNotApplicable,
-}
-
-impl Code {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Ok => "OK",
-            Self::StaleSnapshot => "STALE_SNAPSHOT",
-            Self::RefNotFound => "REF_NOT_FOUND",
-            Self::NameMismatch => "NAME_MISMATCH",
-            Self::RoleMismatch => "ROLE_MISMATCH",
-            Self::NodeNotInteractable => "NODE_NOT_INTERACTABLE",
-            Self::ApprovalRequired => "APPROVAL_REQUIRED",
-            Self::ApprovalTokenInvalid => "APPROVAL_TOKEN_INVALID",
-            Self::OffOriginTarget => "OFF_ORIGIN_TARGET",
-            Self::BudgetExceeded => "BUDGET_EXCEEDED",
-            Self::GrantNotApplicable => "tool.browser.grant_not_applicable",
-        }
-    }
-
-    /// Take a new snapshot and decide again; every other refusal ends the run.
-    pub fn recoverable(self) -> bool {
-        matches!(self, Self::StaleSnapshot | Self::RefNotFound)
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum WaitFor {
-    #[default]
-    Settle,
-    Navigation,
-    Dialog,
-    None,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ActAction {
-    Click,
-    /// The value of this task-record field.
-    Type {
-        field_id: String,
-    },
-    Select {
-        option: String,
-    },
-    Check,
-    Press {
-        key: String,
-    },
-    Scroll {
-        by: i32,
-    },
-}
-
-/// A validated act.
-#[derive(Debug, Clone)]
-pub struct ActInput {
-    /// The act's place in the session: one more than the last act dispatched. A replay of a
-    /// dispatched one is refused and dispatches nothing, so a retry can never act twice.
-    pub sequence: u64,
-    pub run_id: String,
-    pub snapshot_id: String,
-    pub node_ref: String,
-    pub expected_name: String,
-    pub expected_role: Role,
-    pub consequential: bool,
-    pub approval_token: Option<String>,
-    pub wait_for: WaitFor,
-    pub constraint: Option<DispatchConstraint>,
-    pub action: ActAction,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ActOutcome {
-    pub code: Code,
-    pub detail: String,
-    pub snapshot_id: String,
-    pub changed: bool,
-    pub dispatched: bool,
-    /// The act was sent but what it did is not known (the browser failed while it settled).
-    pub outcome_unknown: bool,
-    /// The coverage rule's stable code, for a grant refusal.
-    pub reason: Option<&'static str>,
-}
-
-/// Failures that are not the contract's refusals.
-#[derive(Debug, thiserror::Error)]
-pub enum SessionError {
-    #[error("{0}")]
-    Invalid(String),
-    /// The browser crashed or was killed; it was restarted with a clean profile.
-    #[error("{0}")]
-    Crashed(String),
-    /// A browser dialog is open; nothing was done.
-    #[error("a browser dialog is open: {0}")]
-    Dialog(String),
-    /// A retry may succeed (the browser could not be restarted, the authorizer was unreachable).
-    #[error("{0}")]
-    Unavailable(String),
-    /// The snapshot is not the newest, or its node is gone: observe again.
-    #[error("{0}")]
-    Stale(String),
-    /// The page broke the runtime's read (its script threw, or returned what the read cannot
-    /// have made): a retry meets the same page.
-    #[error("the page broke the runtime's read: {0}")]
-    PageRefused(String),
-    /// The act's sequence was dispatched already; nothing was done.
-    #[error("sequence {0} was dispatched already; nothing was done")]
-    Replayed(u64),
-    /// The act's sequence skips ahead of the session's.
-    #[error("the next sequence is {0}")]
-    OutOfOrder(u64),
-    /// The runtime's own configuration is wrong (its authorizer credential was refused).
-    #[error("{0}")]
-    Internal(String),
-}
-
-/// The WebDriver code point of a named key. Which keys a press may send is the classifier's one
-/// list (`coverage::KEYS`); a test holds this table to it.
-fn webdriver_key(name: &str) -> Option<&'static str> {
-    Some(match name {
-        "Enter" => "\u{e007}",
-        "Tab" => "\u{e004}",
-        "Escape" => "\u{e00c}",
-        "Backspace" => "\u{e003}",
-        "Delete" => "\u{e017}",
-        "ArrowUp" => "\u{e013}",
-        "ArrowDown" => "\u{e015}",
-        "ArrowLeft" => "\u{e012}",
-        "ArrowRight" => "\u{e014}",
-        "Home" => "\u{e011}",
-        "End" => "\u{e010}",
-        "PageUp" => "\u{e00e}",
-        "PageDown" => "\u{e00f}",
-        "Space" | " " => " ",
-        _ => return None,
-    })
-}
-
-/// The key's WebDriver text: named keys only. A letter or digit would be literal text reaching
-/// the page one act at a time, which only a task-record field may be.
-pub fn key_text(key: &str) -> Option<&'static str> {
-    classifier::coverage::KEYS.contains(&key).then(|| webdriver_key(key)).flatten()
-}
-
-#[cfg(test)]
-mod keys {
-    #[test]
-    fn every_named_key_has_a_webdriver_code() {
-        for key in classifier::coverage::KEYS {
-            assert!(super::key_text(key).is_some(), "{key:?}");
-        }
-        assert_eq!(super::key_text("a"), None);
-    }
-}
-
-/// The newest snapshot: refs are indexes into `nodes`, the page keeps the elements.
-#[derive(Debug)]
-struct Snapshot {
-    id: String,
-    url: String,
-    nodes: Arc<[NodeRead]>,
-}
-
-/// What an observe returns.
-#[derive(Debug)]
-pub struct Observation {
-    pub snapshot_id: String,
-    pub page: PageRead,
-    /// Shared with the session's copy of the snapshot.
-    pub nodes: Arc<[NodeRead]>,
-}
-
-/// One field of a form, read back, with the record field the runtime typed into it.
-#[derive(Debug, Clone)]
-pub struct ReadBack {
-    pub field: FormField,
-    pub typed_field_id: Option<String>,
-}
-
-/// Where approval tokens are redeemed: the authorizer, for exactly this run, snapshot and ref.
-pub trait Redeem: Send + Sync {
-    fn redeem(
-        &self,
-        token: &str,
-        run_id: &str,
-        snapshot_id: &str,
-        node_ref: &str,
-    ) -> impl std::future::Future<Output = Result<(), RedeemError>> + Send;
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RedeemError {
-    /// The authorizer refused the token: it does not match this run, snapshot and ref, or it
-    /// was used, expired or never issued.
-    Invalid(String),
-    /// The authorizer could not be asked; nothing was dispatched.
-    Unavailable(String),
-    /// The authorizer refused the runtime itself (its credential): nothing was dispatched.
-    Refused(String),
-}
-
-#[derive(Debug)]
-pub struct Session {
-    pub tenant: String,
-    pub profile: String,
-    pub allowed_origins: Vec<String>,
-    pub start_url: String,
-    pub max_steps: u32,
-    /// Acts dispatched: the last sequence applied.
-    pub applied: u64,
-    /// Closed by its owner: calls that waited for it find nothing.
-    pub closed: bool,
-    browser: Option<Browser>,
-    snapshot: Option<Snapshot>,
-    /// Elements the runtime typed into, with the record field it typed.
-    typed: HashMap<ElementRef, String>,
-}
-
-fn snapshot_id() -> String {
-    let bytes: [u8; 6] = rand::random();
-    format!("snap_{}", hex::encode(bytes))
-}
-
-fn origin_of(url: &str) -> Option<String> {
-    let u = url::Url::parse(url).ok()?;
-    match u.origin() {
-        o @ url::Origin::Tuple(..) => Some(o.ascii_serialization()),
-        url::Origin::Opaque(_) => None,
-    }
-}
-
-/// Errors the browser gives when it did not act: the element could not take the input.
-fn not_acted(e: &CmdError) -> bool {
-    use fantoccini::error::ErrorStatus as S;
-    matches!(e, CmdError::Standard(w) if matches!(
-        w.error,
-        S::ElementClickIntercepted | S::ElementNotInteractable | S::InvalidElementState | S::StaleElementReference
-    ))
-}
+use super::*;
 
 impl Session {
-    pub fn new(
-        tenant: String,
-        profile: String,
-        allowed_origins: Vec<String>,
-        start_url: String,
-        max_steps: u32,
-    ) -> Self {
-        Self {
-            tenant,
-            profile,
-            allowed_origins,
-            start_url,
-            max_steps,
-            applied: 0,
-            closed: false,
-            browser: None,
-            snapshot: None,
-            typed: HashMap::new(),
-        }
-    }
-
-    /// Starts Chromium with a fresh profile and opens the start page.
-    pub async fn start(&mut self, config: &BrowserConfig) -> Result<(), SessionError> {
-        let browser =
-            Browser::start(config).await.map_err(|e: BrowserError| SessionError::Unavailable(e.to_string()))?;
-        // The origin guard: no page of the browser loads a document off the run's origins.
-        browser.fence.handle().keep_to(self.allowed_origins.clone());
-        browser
-            .client
-            .goto(&self.start_url)
-            .await
-            .map_err(|e| SessionError::Unavailable(format!("the start page could not be opened: {e}")))?;
-        // A start page that redirects off the run's origins meets the origin guard.
-        // Read where it landed in the guard's world: the page's script cannot change the answer.
-        let landed = match page::page_in_world(&browser.fence.handle()).await {
-            Ok(p) => p.url,
-            Err(e) => {
-                browser.close().await;
-                return Err(SessionError::Unavailable(format!("the start page could not be read: {e}")));
-            }
-        };
-        if !origin_of(&landed).is_some_and(|o| self.allowed_origins.contains(&o)) {
-            browser.close().await;
-            return Err(SessionError::Invalid(format!(
-                "the start page led off the run's origins (to {})",
-                origin_of(&landed).unwrap_or_else(|| "an error page".into())
-            )));
-        }
-        self.browser = Some(browser);
-        self.snapshot = None;
-        self.typed.clear();
-        Ok(())
-    }
-
-    pub async fn close(&mut self) {
-        self.snapshot = None;
-        if let Some(b) = self.browser.take() {
-            b.close().await;
-        }
-    }
-
-    /// The chromedriver process whose group holds this session's Chromium.
-    pub fn driver_pid(&self) -> Option<u32> {
-        self.browser.as_ref().map(Browser::driver_pid)
-    }
-
-    /// The session's browser, started again (clean, at the start page) if an earlier restart
-    /// failed.
-    async fn client(&mut self, config: &BrowserConfig) -> Result<fantoccini::Client, SessionError> {
-        Ok(self.running(config).await?.0)
-    }
-
-    /// The running browser's driver client and DevTools handle, starting it if needed.
-    async fn running(&mut self, config: &BrowserConfig) -> Result<(fantoccini::Client, Handle), SessionError> {
-        if self.browser.is_none() {
-            self.start(config).await?;
-        }
-        self.browser
-            .as_ref()
-            .map(|b| (b.client.clone(), b.fence.handle()))
-            .ok_or_else(|| SessionError::Unavailable("the session's browser is not running".into()))
-    }
-
-    /// After a call that did not come back in time (a page whose script hangs the renderer):
-    /// the browser restarts clean at the start page.
-    pub async fn hung(&mut self, config: &BrowserConfig) -> SessionError {
-        tracing::warn!(profile = %self.profile, "the browser stopped answering; restarting it clean");
-        self.restart(
-            config,
-            "the page stopped answering; the browser was restarted with a clean profile at the start page; \
-             observe again (an act may have reached the page)",
-            "the browser stopped answering and could not be restarted",
-        )
-        .await
-    }
-
-    /// Closes the browser and starts it clean: `restarted` when that worked, else `failed` with
-    /// the reason.
-    async fn restart(&mut self, config: &BrowserConfig, restarted: &str, failed: &str) -> SessionError {
-        self.close().await;
-        match self.start(config).await {
-            Ok(()) => SessionError::Crashed(restarted.into()),
-            Err(e) => SessionError::Unavailable(format!("{failed}: {e}")),
-        }
-    }
-
-    /// Sorts a driver error: a crash restarts the browser clean; an open dialog is reported;
-    /// the page throwing in the runtime's read is the page's doing.
-    async fn failed(&mut self, e: CmdError, config: &BrowserConfig) -> SessionError {
-        let gone = is_crash(&e) || self.browser.as_mut().is_some_and(|b| !b.driver_alive());
-        if gone {
-            tracing::warn!(error = %e, profile = %self.profile, "the browser stopped; restarting it clean");
-            return self
-                .restart(
-                    config,
-                    "the browser stopped and was restarted with a clean profile at the start page; observe again",
-                    "the browser stopped and could not be restarted",
-                )
-                .await;
-        }
-        if e.is_unexpected_alert_open() {
-            return SessionError::Dialog(e.to_string());
-        }
-        if e.is_javascript_error() {
-            return SessionError::PageRefused(e.to_string());
-        }
-        SessionError::Unavailable(format!("the browser refused the command: {e}"))
-    }
-
-    async fn read_failed(&mut self, e: ReadError, config: &BrowserConfig) -> SessionError {
-        match e {
-            ReadError::Driver(e) => self.failed(e, config).await,
-            ReadError::Shape(m) => SessionError::PageRefused(m),
-            ReadError::DevTools(FenceError::Dialog) => SessionError::Dialog("a dialog is open on the page".into()),
-            ReadError::DevTools(e) if e.document_gone() => {
-                SessionError::PageRefused("the page navigated during the read: observe again".into())
-            }
-            // The page threw in the read.
-            ReadError::DevTools(e @ FenceError::Refused { .. }) => SessionError::PageRefused(e.to_string()),
-            // No answer in time: the renderer is stuck, or the browser is gone.
-            ReadError::DevTools(_) => self.hung(config).await,
-        }
-    }
-
-    /// A new snapshot of the live page; it voids the one before.
-    pub async fn observe(&mut self, config: &BrowserConfig) -> Result<Observation, SessionError> {
-        self.snapshot = None;
-        let (_, devtools) = self.running(config).await?;
-        let id = snapshot_id();
-        let (page, nodes, _more) = match page::snapshot(&devtools, &id).await {
-            Ok(r) => r,
-            Err(e) => return Err(self.read_failed(e, config).await),
-        };
-        let nodes: Arc<[NodeRead]> = nodes.into();
-        self.snapshot = Some(Snapshot { id: id.clone(), url: page.url.clone(), nodes: Arc::clone(&nodes) });
-        Ok(Observation { snapshot_id: id, page, nodes })
-    }
-
-    pub async fn screenshot(&mut self, config: &BrowserConfig) -> Result<Vec<u8>, SessionError> {
-        let client = self.client(config).await?;
-        match client.screenshot().await {
-            Ok(png) => Ok(png),
-            Err(e) => Err(self.failed(e, config).await),
-        }
-    }
-
-    /// The node `node_ref` names in the newest snapshot, with its index.
-    fn node(&self, snapshot_id: &str, node_ref: &str) -> Result<(usize, &NodeRead), Code> {
-        let snapshot = self.snapshot.as_ref().filter(|s| s.id == snapshot_id).ok_or(Code::StaleSnapshot)?;
-        let index: usize = node_ref.strip_prefix('n').and_then(|d| d.parse().ok()).ok_or(Code::RefNotFound)?;
-        snapshot.nodes.get(index).map(|n| (index, n)).ok_or(Code::RefNotFound)
-    }
-
-    /// Every field of the form that owns the node, read from the live page.
-    pub async fn read_form(
-        &mut self,
-        snapshot_id: &str,
-        node_ref: &str,
-        config: &BrowserConfig,
-    ) -> Result<(String, Vec<ReadBack>), SessionError> {
-        let index = match self.node(snapshot_id, node_ref) {
-            Ok((i, _)) => i,
-            Err(code) => return Err(SessionError::Stale(format!("{}: observe again", code.name()))),
-        };
-        let (_, devtools) = self.running(config).await?;
-        let (page, fields) = match page::form(&devtools, snapshot_id, index).await {
-            Ok(r) => r,
-            Err(e) => return Err(self.read_failed(e, config).await),
-        };
-        let fields = fields.ok_or_else(|| SessionError::Invalid("the node is gone or in no form".into()))?;
-        let read = fields
-            .into_iter()
-            .map(|(field, el)| ReadBack { typed_field_id: el.and_then(|el| self.typed.get(&el).cloned()), field })
-            .collect();
-        Ok((page.url, read))
-    }
-
     /// Re-checks the act against the live page and, only if nothing refuses, dispatches it.
     pub async fn act(
         &mut self,
@@ -498,61 +44,60 @@ impl Session {
         outcome
     }
 
-    async fn check_and_dispatch(
-        &mut self,
-        input: &ActInput,
-        records: &RecordStore,
-        redeemer: &impl Redeem,
-        config: &BrowserConfig,
-        now: OffsetDateTime,
-    ) -> Result<ActOutcome, SessionError> {
-        let refuse = |code: Code, detail: String| ActOutcome {
-            code,
-            detail,
-            snapshot_id: input.snapshot_id.clone(),
-            changed: false,
-            dispatched: false,
-            outcome_unknown: false,
-            reason: None,
-        };
+    /// The act's claim against the snapshot: within the budget, a ref of the newest snapshot,
+    /// with the role and name the snapshot showed. The node's index, the node, the page's URL.
+    fn check_claim(&self, input: &ActInput) -> Result<(usize, NodeRead, String), ActOutcome> {
+        let refuse = |code, detail| refused(input, code, detail);
         if self.applied >= u64::from(self.max_steps) {
-            return Ok(refuse(Code::BudgetExceeded, format!("the run's budget of {} steps is spent", self.max_steps)));
+            return Err(refuse(Code::BudgetExceeded, format!("the run's budget of {} steps is spent", self.max_steps)));
         }
         let (index, seen) = match self.node(&input.snapshot_id, &input.node_ref) {
             Ok((i, n)) => (i, n.clone()),
             Err(Code::StaleSnapshot) => {
-                return Ok(refuse(Code::StaleSnapshot, "the snapshot is not the newest one: observe again".into()));
+                return Err(refuse(Code::StaleSnapshot, "the snapshot is not the newest one: observe again".into()));
             }
-            Err(code) => return Ok(refuse(code, format!("{} is not in the snapshot", input.node_ref))),
+            Err(code) => return Err(refuse(code, format!("{} is not in the snapshot", input.node_ref))),
         };
         let seen_url = self.snapshot.as_ref().map(|s| s.url.clone()).unwrap_or_default();
         // The model's claim must be what the snapshot showed.
         if seen.role != Some(input.expected_role) {
-            return Ok(refuse(Code::RoleMismatch, "the snapshot showed another role for this ref".into()));
+            return Err(refuse(Code::RoleMismatch, "the snapshot showed another role for this ref".into()));
         }
         if seen.name != input.expected_name {
-            return Ok(refuse(Code::NameMismatch, "the snapshot showed another name for this ref".into()));
+            return Err(refuse(Code::NameMismatch, "the snapshot showed another name for this ref".into()));
         }
+        Ok((index, seen, seen_url))
+    }
+
+    /// The live page re-read in one round trip: the node must still be the snapshot's, the page
+    /// on the run's origins, and wherever the act could lead too.
+    async fn read_live(
+        &mut self,
+        input: &ActInput,
+        (index, seen, seen_url): (usize, NodeRead, String),
+        config: &BrowserConfig,
+    ) -> Result<Result<Live, ActOutcome>, SessionError> {
+        let refuse = |code, detail| refused(input, code, detail);
         let (client, devtools) = self.running(config).await?;
 
         // The live page: URL, element and every label source, in one round trip.
         let (live_page, live) = match page::reread(&devtools, &input.snapshot_id, index).await {
             Ok(r) => r,
             Err(ReadError::DevTools(e)) if e.document_gone() => {
-                return Ok(refuse(Code::StaleSnapshot, "the page navigated: observe again".into()));
+                return Ok(Err(refuse(Code::StaleSnapshot, "the page navigated: observe again".into())));
             }
             Err(e) => return Err(self.read_failed(e, config).await),
         };
         let Some((live, element)) = live else {
-            return Ok(refuse(Code::StaleSnapshot, "the page re-rendered: the node is gone".into()));
+            return Ok(Err(refuse(Code::StaleSnapshot, "the page re-rendered: the node is gone".into())));
         };
         // ... and what the live page says now.
         if live.role != Some(input.expected_role) {
             let is = live.role.map_or("none of the listed roles", Role::code);
-            return Ok(refuse(Code::RoleMismatch, format!("the node is now a {is}")));
+            return Ok(Err(refuse(Code::RoleMismatch, format!("the node is now a {is}"))));
         }
         if live.name != input.expected_name {
-            return Ok(refuse(Code::NameMismatch, "the node's accessible name is not the expected one".into()));
+            return Ok(Err(refuse(Code::NameMismatch, "the node's accessible name is not the expected one".into())));
         }
         // Anything else about the node or the page that moved since the snapshot (a label
         // source, a target, the URL) makes the snapshot's facts, and any approval of them, stale.
@@ -560,21 +105,36 @@ impl Session {
             |n: &NodeRead| (n.state.checked, n.state.expanded, n.state.selected, n.state.filled, n.value.clone());
         let moved = live.facts != seen.facts || live.option_count != seen.option_count || state(&live) != state(&seen);
         if moved || live_page.url != seen_url {
-            return Ok(refuse(Code::StaleSnapshot, "the page changed since the snapshot: observe again".into()));
+            return Ok(Err(refuse(Code::StaleSnapshot, "the page changed since the snapshot: observe again".into())));
         }
-        let kind = live.facts.field_kind;
 
         // The run stays on its origins: the page, and wherever the act could lead.
         let allowed = |url: &str| origin_of(url).is_some_and(|o| self.allowed_origins.contains(&o));
         if !allowed(&live_page.url) {
-            return Ok(refuse(Code::OffOriginTarget, "the page is not on the run's origins".into()));
+            return Ok(Err(refuse(Code::OffOriginTarget, "the page is not on the run's origins".into())));
         }
         let leads = !matches!(input.action, ActAction::Type { .. } | ActAction::Scroll { .. });
         if let Some(t) = live.facts.nav_targets.iter().find(|t| leads && !allowed(t)) {
             let shown = origin_of(t).unwrap_or_else(|| t.split(':').next().unwrap_or_default().to_owned());
-            return Ok(refuse(Code::OffOriginTarget, format!("the act could lead to {shown}")));
+            return Ok(Err(refuse(Code::OffOriginTarget, format!("the act could lead to {shown}"))));
         }
 
+        Ok(Ok(Live { client, devtools, page: live_page, node: live, element }))
+    }
+
+    /// The act against what the live node is: the record value it types, the grant's coverage
+    /// under a constraint, a control it applies to, and a token where the runtime reads a
+    /// consequence. The text to type, for a type.
+    fn check_action(
+        &self,
+        input: &ActInput,
+        records: &RecordStore,
+        live: &Live,
+        now: OffsetDateTime,
+    ) -> Result<Result<Option<String>, ActOutcome>, SessionError> {
+        let refuse = |code, detail| refused(input, code, detail);
+        let (live_page, live) = (&live.page, &live.node);
+        let kind = live.facts.field_kind;
         let text = match &input.action {
             ActAction::Type { field_id } => Some(match records.value(&self.tenant, &input.run_id, field_id) {
                 Ok(v) => v,
@@ -607,21 +167,21 @@ impl Session {
                 ..refuse(Code::GrantNotApplicable, detail)
             };
             if now >= c.not_after {
-                return Ok(not_applicable("constraint_expired", "the grant's constraint has expired".into()));
+                return Ok(Err(not_applicable("constraint_expired", "the grant's constraint has expired".into())));
             }
             if live.option_count > classifier::coverage::MAX_OPTIONS {
-                return Ok(not_applicable("too_many_options", "the select has too many options".into()));
+                return Ok(Err(not_applicable("too_many_options", "the select has too many options".into())));
             }
-            if let Err(e) = covered(c, &action, &live, &page_facts) {
-                return Ok(not_applicable(e.reason.code(), e.detail));
+            if let Err(e) = covered(c, &action, live, &page_facts) {
+                return Ok(Err(not_applicable(e.reason.code(), e.detail)));
             }
         }
 
         if !live.visible {
-            return Ok(refuse(Code::NodeNotInteractable, "the node is not rendered".into()));
+            return Ok(Err(refuse(Code::NodeNotInteractable, "the node is not rendered".into())));
         }
         if live.facts.disabled && !matches!(input.action, ActAction::Scroll { .. }) {
-            return Ok(refuse(Code::NodeNotInteractable, "the node is disabled".into()));
+            return Ok(Err(refuse(Code::NodeNotInteractable, "the node is disabled".into())));
         }
         let fits = match &input.action {
             // Never a secret's field, whatever the record holds.
@@ -631,13 +191,16 @@ impl Session {
             _ => true,
         };
         if !fits {
-            return Ok(refuse(Code::NodeNotInteractable, "the action does not apply to this kind of control".into()));
+            return Ok(Err(refuse(
+                Code::NodeNotInteractable,
+                "the action does not apply to this kind of control".into(),
+            )));
         }
         if kind.is_credential() {
-            return Ok(refuse(
+            return Ok(Err(refuse(
                 Code::NodeNotInteractable,
                 "credential and one-time-code fields are never acted on".into(),
-            ));
+            )));
         }
 
         // The runtime's own judgement of consequence: a named consequence, or a label or option
@@ -653,11 +216,38 @@ impl Session {
         }
         if consequential && input.approval_token.is_none() {
             let reads = if unread { "a label the runtime could not read whole" } else { consequence.code() };
-            return Ok(refuse(
+            return Ok(Err(refuse(
                 Code::ApprovalRequired,
                 format!("the node reads as {reads}: request an approval for this snapshot and ref"),
-            ));
+            )));
         }
+
+        Ok(Ok(text))
+    }
+
+    async fn check_and_dispatch(
+        &mut self,
+        input: &ActInput,
+        records: &RecordStore,
+        redeemer: &impl Redeem,
+        config: &BrowserConfig,
+        now: OffsetDateTime,
+    ) -> Result<ActOutcome, SessionError> {
+        let refuse = |code: Code, detail: String| refused(input, code, detail);
+        let claim = match self.check_claim(input) {
+            Ok(c) => c,
+            Err(refusal) => return Ok(refusal),
+        };
+        let checked = match self.read_live(input, claim, config).await? {
+            Ok(l) => l,
+            Err(refusal) => return Ok(refusal),
+        };
+        let text = match self.check_action(input, records, &checked, now)? {
+            Ok(t) => t,
+            Err(refusal) => return Ok(refusal),
+        };
+        let Live { client, devtools, page: live_page, node: live, element } = checked;
+        let kind = live.facts.field_kind;
 
         // Under a constraint the fence holds every document and ping to the grant's prefix while
         // the act runs and settles.
@@ -819,12 +409,30 @@ impl Session {
             }
         }
 
+        Ok(self.after_act(input.wait_for, &client, &devtools, &live_page, held, mode, armed, dispatched, config).await)
+    }
+
+    /// What the act did: its wait, the page after it and what the guard stopped meanwhile, and
+    /// under a constraint what the fence refused while it settled.
+    #[allow(clippy::too_many_arguments)] // the act's own state, handed over once
+    async fn after_act(
+        &mut self,
+        wait_for: WaitFor,
+        client: &fantoccini::Client,
+        devtools: &Handle,
+        live_page: &PageRead,
+        held: Option<guard::Held>,
+        mode: Option<GuardMode>,
+        armed: Option<Armed>,
+        dispatched: ActOutcome,
+        config: &BrowserConfig,
+    ) -> ActOutcome {
         let input_sent = std::time::Instant::now();
-        let waited = match input.wait_for {
+        let waited = match wait_for {
             WaitFor::None => Ok(()),
-            WaitFor::Settle => page::settle(&client).await.map_err(ReadError::Driver),
-            WaitFor::Navigation => page::navigation(&client, &devtools, &live_page).await,
-            WaitFor::Dialog => wait_dialog(&client).await,
+            WaitFor::Settle => page::settle(client).await.map_err(ReadError::Driver),
+            WaitFor::Navigation => page::navigation(client, devtools, live_page).await,
+            WaitFor::Dialog => wait_dialog(client).await,
         };
         let unknown =
             |detail: String| ActOutcome { outcome_unknown: true, changed: true, detail, ..dispatched.clone() };
@@ -838,7 +446,7 @@ impl Session {
             }
             // The page after the act, once everything the act queued without delay has run, and
             // what the guard stopped meanwhile.
-            Ok(()) => match guard::after(&devtools, held.as_ref()).await {
+            Ok(()) => match guard::after(devtools, held.as_ref()).await {
                 Ok(None) => ActOutcome { changed: true, ..dispatched },
                 Ok(Some((p, report))) => {
                     let changed =
@@ -892,7 +500,29 @@ impl Session {
                     if outcome.detail.is_empty() { fenced } else { format!("{}; {fenced}", outcome.detail) };
             }
         }
-        Ok(outcome)
+        outcome
+    }
+}
+
+/// The live page and node an act was checked against, and the browser it runs in.
+struct Live {
+    client: fantoccini::Client,
+    devtools: Handle,
+    page: PageRead,
+    node: NodeRead,
+    element: ElementRef,
+}
+
+/// A refusal of `input`: nothing was dispatched.
+fn refused(input: &ActInput, code: Code, detail: String) -> ActOutcome {
+    ActOutcome {
+        code,
+        detail,
+        snapshot_id: input.snapshot_id.clone(),
+        changed: false,
+        dispatched: false,
+        outcome_unknown: false,
+        reason: None,
     }
 }
 

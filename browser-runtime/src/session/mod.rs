@@ -1,0 +1,470 @@
+//! One browser session: its Chromium, its newest snapshot, and the act that re-checks a node of
+//! that snapshot against the live page before anything reaches it. The runtime can only refuse:
+//! every check here narrows, and none grants what the authorizer did not.
+
+mod act;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use classifier::constraint::DispatchConstraint;
+use fantoccini::elements::ElementRef;
+use fantoccini::error::CmdError;
+
+use crate::browser::{Browser, BrowserError, is_crash};
+use crate::config::BrowserConfig;
+use crate::fence::{FenceError, Handle};
+use crate::page::{self, FormField, NodeRead, PageRead, ReadError, Role};
+
+/// The closed codes of the tool contract, and the grant refusal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    Ok,
+    StaleSnapshot,
+    RefNotFound,
+    NameMismatch,
+    RoleMismatch,
+    NodeNotInteractable,
+    ApprovalRequired,
+    ApprovalTokenInvalid,
+    OffOriginTarget,
+    BudgetExceeded,
+    GrantNotApplicable,
+}
+
+impl Code {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ok => "OK",
+            Self::StaleSnapshot => "STALE_SNAPSHOT",
+            Self::RefNotFound => "REF_NOT_FOUND",
+            Self::NameMismatch => "NAME_MISMATCH",
+            Self::RoleMismatch => "ROLE_MISMATCH",
+            Self::NodeNotInteractable => "NODE_NOT_INTERACTABLE",
+            Self::ApprovalRequired => "APPROVAL_REQUIRED",
+            Self::ApprovalTokenInvalid => "APPROVAL_TOKEN_INVALID",
+            Self::OffOriginTarget => "OFF_ORIGIN_TARGET",
+            Self::BudgetExceeded => "BUDGET_EXCEEDED",
+            Self::GrantNotApplicable => "tool.browser.grant_not_applicable",
+        }
+    }
+
+    /// Take a new snapshot and decide again; every other refusal ends the run.
+    pub fn recoverable(self) -> bool {
+        matches!(self, Self::StaleSnapshot | Self::RefNotFound)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WaitFor {
+    #[default]
+    Settle,
+    Navigation,
+    Dialog,
+    None,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActAction {
+    Click,
+    /// The value of this task-record field.
+    Type {
+        field_id: String,
+    },
+    Select {
+        option: String,
+    },
+    Check,
+    Press {
+        key: String,
+    },
+    Scroll {
+        by: i32,
+    },
+}
+
+/// A validated act.
+#[derive(Debug, Clone)]
+pub struct ActInput {
+    /// The act's place in the session: one more than the last act dispatched. A replay of a
+    /// dispatched one is refused and dispatches nothing, so a retry can never act twice.
+    pub sequence: u64,
+    pub run_id: String,
+    pub snapshot_id: String,
+    pub node_ref: String,
+    pub expected_name: String,
+    pub expected_role: Role,
+    pub consequential: bool,
+    pub approval_token: Option<String>,
+    pub wait_for: WaitFor,
+    pub constraint: Option<DispatchConstraint>,
+    pub action: ActAction,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActOutcome {
+    pub code: Code,
+    pub detail: String,
+    pub snapshot_id: String,
+    pub changed: bool,
+    pub dispatched: bool,
+    /// The act was sent but what it did is not known (the browser failed while it settled).
+    pub outcome_unknown: bool,
+    /// The coverage rule's stable code, for a grant refusal.
+    pub reason: Option<&'static str>,
+}
+
+/// Failures that are not the contract's refusals.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("{0}")]
+    Invalid(String),
+    /// The browser crashed or was killed; it was restarted with a clean profile.
+    #[error("{0}")]
+    Crashed(String),
+    /// A browser dialog is open; nothing was done.
+    #[error("a browser dialog is open: {0}")]
+    Dialog(String),
+    /// A retry may succeed (the browser could not be restarted, the authorizer was unreachable).
+    #[error("{0}")]
+    Unavailable(String),
+    /// The snapshot is not the newest, or its node is gone: observe again.
+    #[error("{0}")]
+    Stale(String),
+    /// The page broke the runtime's read (its script threw, or returned what the read cannot
+    /// have made): a retry meets the same page.
+    #[error("the page broke the runtime's read: {0}")]
+    PageRefused(String),
+    /// The act's sequence was dispatched already; nothing was done.
+    #[error("sequence {0} was dispatched already; nothing was done")]
+    Replayed(u64),
+    /// The act's sequence skips ahead of the session's.
+    #[error("the next sequence is {0}")]
+    OutOfOrder(u64),
+    /// The runtime's own configuration is wrong (its authorizer credential was refused).
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// The WebDriver code point of a named key. Which keys a press may send is the classifier's one
+/// list (`coverage::KEYS`); a test holds this table to it.
+fn webdriver_key(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "Enter" => "\u{e007}",
+        "Tab" => "\u{e004}",
+        "Escape" => "\u{e00c}",
+        "Backspace" => "\u{e003}",
+        "Delete" => "\u{e017}",
+        "ArrowUp" => "\u{e013}",
+        "ArrowDown" => "\u{e015}",
+        "ArrowLeft" => "\u{e012}",
+        "ArrowRight" => "\u{e014}",
+        "Home" => "\u{e011}",
+        "End" => "\u{e010}",
+        "PageUp" => "\u{e00e}",
+        "PageDown" => "\u{e00f}",
+        "Space" | " " => " ",
+        _ => return None,
+    })
+}
+
+/// The key's WebDriver text: named keys only. A letter or digit would be literal text reaching
+/// the page one act at a time, which only a task-record field may be.
+pub fn key_text(key: &str) -> Option<&'static str> {
+    classifier::coverage::KEYS.contains(&key).then(|| webdriver_key(key)).flatten()
+}
+
+#[cfg(test)]
+mod keys {
+    #[test]
+    fn every_named_key_has_a_webdriver_code() {
+        for key in classifier::coverage::KEYS {
+            assert!(super::key_text(key).is_some(), "{key:?}");
+        }
+        assert_eq!(super::key_text("a"), None);
+    }
+}
+
+/// The newest snapshot: refs are indexes into `nodes`, the page keeps the elements.
+#[derive(Debug)]
+struct Snapshot {
+    id: String,
+    url: String,
+    nodes: Arc<[NodeRead]>,
+}
+
+/// What an observe returns.
+#[derive(Debug)]
+pub struct Observation {
+    pub snapshot_id: String,
+    pub page: PageRead,
+    /// Shared with the session's copy of the snapshot.
+    pub nodes: Arc<[NodeRead]>,
+}
+
+/// One field of a form, read back, with the record field the runtime typed into it.
+#[derive(Debug, Clone)]
+pub struct ReadBack {
+    pub field: FormField,
+    pub typed_field_id: Option<String>,
+}
+
+/// Where approval tokens are redeemed: the authorizer, for exactly this run, snapshot and ref.
+pub trait Redeem: Send + Sync {
+    fn redeem(
+        &self,
+        token: &str,
+        run_id: &str,
+        snapshot_id: &str,
+        node_ref: &str,
+    ) -> impl std::future::Future<Output = Result<(), RedeemError>> + Send;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedeemError {
+    /// The authorizer refused the token: it does not match this run, snapshot and ref, or it
+    /// was used, expired or never issued.
+    Invalid(String),
+    /// The authorizer could not be asked; nothing was dispatched.
+    Unavailable(String),
+    /// The authorizer refused the runtime itself (its credential): nothing was dispatched.
+    Refused(String),
+}
+
+#[derive(Debug)]
+pub struct Session {
+    pub tenant: String,
+    pub profile: String,
+    pub allowed_origins: Vec<String>,
+    pub start_url: String,
+    pub max_steps: u32,
+    /// Acts dispatched: the last sequence applied.
+    pub applied: u64,
+    /// Closed by its owner: calls that waited for it find nothing.
+    pub closed: bool,
+    browser: Option<Browser>,
+    snapshot: Option<Snapshot>,
+    /// Elements the runtime typed into, with the record field it typed.
+    typed: HashMap<ElementRef, String>,
+}
+
+fn snapshot_id() -> String {
+    let bytes: [u8; 6] = rand::random();
+    format!("snap_{}", hex::encode(bytes))
+}
+
+fn origin_of(url: &str) -> Option<String> {
+    let u = url::Url::parse(url).ok()?;
+    match u.origin() {
+        o @ url::Origin::Tuple(..) => Some(o.ascii_serialization()),
+        url::Origin::Opaque(_) => None,
+    }
+}
+
+/// Errors the browser gives when it did not act: the element could not take the input.
+fn not_acted(e: &CmdError) -> bool {
+    use fantoccini::error::ErrorStatus as S;
+    matches!(e, CmdError::Standard(w) if matches!(
+        w.error,
+        S::ElementClickIntercepted | S::ElementNotInteractable | S::InvalidElementState | S::StaleElementReference
+    ))
+}
+
+impl Session {
+    pub fn new(
+        tenant: String,
+        profile: String,
+        allowed_origins: Vec<String>,
+        start_url: String,
+        max_steps: u32,
+    ) -> Self {
+        Self {
+            tenant,
+            profile,
+            allowed_origins,
+            start_url,
+            max_steps,
+            applied: 0,
+            closed: false,
+            browser: None,
+            snapshot: None,
+            typed: HashMap::new(),
+        }
+    }
+
+    /// Starts Chromium with a fresh profile and opens the start page.
+    pub async fn start(&mut self, config: &BrowserConfig) -> Result<(), SessionError> {
+        let browser =
+            Browser::start(config).await.map_err(|e: BrowserError| SessionError::Unavailable(e.to_string()))?;
+        // The origin guard: no page of the browser loads a document off the run's origins.
+        browser.fence.handle().keep_to(self.allowed_origins.clone());
+        browser
+            .client
+            .goto(&self.start_url)
+            .await
+            .map_err(|e| SessionError::Unavailable(format!("the start page could not be opened: {e}")))?;
+        // A start page that redirects off the run's origins meets the origin guard.
+        // Read where it landed in the guard's world: the page's script cannot change the answer.
+        let landed = match page::page_in_world(&browser.fence.handle()).await {
+            Ok(p) => p.url,
+            Err(e) => {
+                browser.close().await;
+                return Err(SessionError::Unavailable(format!("the start page could not be read: {e}")));
+            }
+        };
+        if !origin_of(&landed).is_some_and(|o| self.allowed_origins.contains(&o)) {
+            browser.close().await;
+            return Err(SessionError::Invalid(format!(
+                "the start page led off the run's origins (to {})",
+                origin_of(&landed).unwrap_or_else(|| "an error page".into())
+            )));
+        }
+        self.browser = Some(browser);
+        self.snapshot = None;
+        self.typed.clear();
+        Ok(())
+    }
+
+    pub async fn close(&mut self) {
+        self.snapshot = None;
+        if let Some(b) = self.browser.take() {
+            b.close().await;
+        }
+    }
+
+    /// The chromedriver process whose group holds this session's Chromium.
+    pub fn driver_pid(&self) -> Option<u32> {
+        self.browser.as_ref().map(Browser::driver_pid)
+    }
+
+    /// The session's browser, started again (clean, at the start page) if an earlier restart
+    /// failed.
+    async fn client(&mut self, config: &BrowserConfig) -> Result<fantoccini::Client, SessionError> {
+        Ok(self.running(config).await?.0)
+    }
+
+    /// The running browser's driver client and DevTools handle, starting it if needed.
+    async fn running(&mut self, config: &BrowserConfig) -> Result<(fantoccini::Client, Handle), SessionError> {
+        if self.browser.is_none() {
+            self.start(config).await?;
+        }
+        self.browser
+            .as_ref()
+            .map(|b| (b.client.clone(), b.fence.handle()))
+            .ok_or_else(|| SessionError::Unavailable("the session's browser is not running".into()))
+    }
+
+    /// After a call that did not come back in time (a page whose script hangs the renderer):
+    /// the browser restarts clean at the start page.
+    pub async fn hung(&mut self, config: &BrowserConfig) -> SessionError {
+        tracing::warn!(profile = %self.profile, "the browser stopped answering; restarting it clean");
+        self.restart(
+            config,
+            "the page stopped answering; the browser was restarted with a clean profile at the start page; \
+             observe again (an act may have reached the page)",
+            "the browser stopped answering and could not be restarted",
+        )
+        .await
+    }
+
+    /// Closes the browser and starts it clean: `restarted` when that worked, else `failed` with
+    /// the reason.
+    async fn restart(&mut self, config: &BrowserConfig, restarted: &str, failed: &str) -> SessionError {
+        self.close().await;
+        match self.start(config).await {
+            Ok(()) => SessionError::Crashed(restarted.into()),
+            Err(e) => SessionError::Unavailable(format!("{failed}: {e}")),
+        }
+    }
+
+    /// Sorts a driver error: a crash restarts the browser clean; an open dialog is reported;
+    /// the page throwing in the runtime's read is the page's doing.
+    async fn failed(&mut self, e: CmdError, config: &BrowserConfig) -> SessionError {
+        let gone = is_crash(&e) || self.browser.as_mut().is_some_and(|b| !b.driver_alive());
+        if gone {
+            tracing::warn!(error = %e, profile = %self.profile, "the browser stopped; restarting it clean");
+            return self
+                .restart(
+                    config,
+                    "the browser stopped and was restarted with a clean profile at the start page; observe again",
+                    "the browser stopped and could not be restarted",
+                )
+                .await;
+        }
+        if e.is_unexpected_alert_open() {
+            return SessionError::Dialog(e.to_string());
+        }
+        if e.is_javascript_error() {
+            return SessionError::PageRefused(e.to_string());
+        }
+        SessionError::Unavailable(format!("the browser refused the command: {e}"))
+    }
+
+    async fn read_failed(&mut self, e: ReadError, config: &BrowserConfig) -> SessionError {
+        match e {
+            ReadError::Driver(e) => self.failed(e, config).await,
+            ReadError::Shape(m) => SessionError::PageRefused(m),
+            ReadError::DevTools(FenceError::Dialog) => SessionError::Dialog("a dialog is open on the page".into()),
+            ReadError::DevTools(e) if e.document_gone() => {
+                SessionError::PageRefused("the page navigated during the read: observe again".into())
+            }
+            // The page threw in the read.
+            ReadError::DevTools(e @ FenceError::Refused { .. }) => SessionError::PageRefused(e.to_string()),
+            // No answer in time: the renderer is stuck, or the browser is gone.
+            ReadError::DevTools(_) => self.hung(config).await,
+        }
+    }
+
+    /// A new snapshot of the live page; it voids the one before.
+    pub async fn observe(&mut self, config: &BrowserConfig) -> Result<Observation, SessionError> {
+        self.snapshot = None;
+        let (_, devtools) = self.running(config).await?;
+        let id = snapshot_id();
+        let (page, nodes, _more) = match page::snapshot(&devtools, &id).await {
+            Ok(r) => r,
+            Err(e) => return Err(self.read_failed(e, config).await),
+        };
+        let nodes: Arc<[NodeRead]> = nodes.into();
+        self.snapshot = Some(Snapshot { id: id.clone(), url: page.url.clone(), nodes: Arc::clone(&nodes) });
+        Ok(Observation { snapshot_id: id, page, nodes })
+    }
+
+    pub async fn screenshot(&mut self, config: &BrowserConfig) -> Result<Vec<u8>, SessionError> {
+        let client = self.client(config).await?;
+        match client.screenshot().await {
+            Ok(png) => Ok(png),
+            Err(e) => Err(self.failed(e, config).await),
+        }
+    }
+
+    /// The node `node_ref` names in the newest snapshot, with its index.
+    fn node(&self, snapshot_id: &str, node_ref: &str) -> Result<(usize, &NodeRead), Code> {
+        let snapshot = self.snapshot.as_ref().filter(|s| s.id == snapshot_id).ok_or(Code::StaleSnapshot)?;
+        let index: usize = node_ref.strip_prefix('n').and_then(|d| d.parse().ok()).ok_or(Code::RefNotFound)?;
+        snapshot.nodes.get(index).map(|n| (index, n)).ok_or(Code::RefNotFound)
+    }
+
+    /// Every field of the form that owns the node, read from the live page.
+    pub async fn read_form(
+        &mut self,
+        snapshot_id: &str,
+        node_ref: &str,
+        config: &BrowserConfig,
+    ) -> Result<(String, Vec<ReadBack>), SessionError> {
+        let index = match self.node(snapshot_id, node_ref) {
+            Ok((i, _)) => i,
+            Err(code) => return Err(SessionError::Stale(format!("{}: observe again", code.name()))),
+        };
+        let (_, devtools) = self.running(config).await?;
+        let (page, fields) = match page::form(&devtools, snapshot_id, index).await {
+            Ok(r) => r,
+            Err(e) => return Err(self.read_failed(e, config).await),
+        };
+        let fields = fields.ok_or_else(|| SessionError::Invalid("the node is gone or in no form".into()))?;
+        let read = fields
+            .into_iter()
+            .map(|(field, el)| ReadBack { typed_field_id: el.and_then(|el| self.typed.get(&el).cloned()), field })
+            .collect();
+        Ok((page.url, read))
+    }
+}
