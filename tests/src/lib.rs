@@ -176,3 +176,26 @@ pub async fn typed_events_round_trip<S: ledger::EventStore>(store: &S) {
     assert_eq!(decoded, [created, expired]);
     ledger::verify_stream(&s, &read).expect("chain over typed payloads");
 }
+
+/// Polls `check` until it answers `Some`, every `every`, and fails the test naming `what` if
+/// `within` passes first: the one wait-for-a-condition loop of the tests (no sleep stands in
+/// for a condition).
+pub async fn poll_until<T, F, Fut>(
+    what: &str,
+    within: std::time::Duration,
+    every: std::time::Duration,
+    mut check: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(found) = check().await {
+            return found;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(every).await;
+    }
+}

@@ -287,20 +287,23 @@ async fn a_single_statement_append_whose_server_process_dies_is_settled() {
         let request = request.clone();
         async move { store.append(request).await }
     });
-    let pid: i32 = loop {
-        let row = killer
-            .query_opt(
-                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database() \
+    let pid: i32 = tests::poll_until(
+        "the insert waiting on the lock",
+        Duration::from_secs(30),
+        Duration::from_millis(1),
+        || async {
+            let row = killer
+                .query_opt(
+                    "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database() \
                  AND query LIKE 'INSERT INTO events%'",
-                &[],
-            )
-            .await
-            .unwrap();
-        if let Some(row) = row {
-            break row.get(0);
-        }
-        tokio::task::yield_now().await;
-    };
+                    &[],
+                )
+                .await
+                .unwrap();
+            row.map(|r| r.get(0))
+        },
+    )
+    .await;
     killer.execute("SELECT pg_terminate_backend($1)", &[&pid]).await.unwrap();
     let err = appending.await.unwrap().expect_err("the insert's server process was ended before it wrote");
     assert!(err.is_determinate(), "settled: {err:?}");

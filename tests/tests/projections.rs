@@ -249,11 +249,10 @@ async fn one_worker_leads_and_a_standby_takes_over_when_it_dies() {
     assert!(first.try_lead(&leader).await.unwrap());
     assert!(!second.try_lead(&standby).await.unwrap(), "one leader at a time");
     drop(leader); // the leader's process dies: its session and its lock go
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !second.try_lead(&standby).await.unwrap() {
-        assert!(tokio::time::Instant::now() < deadline, "the standby never took over");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    tests::poll_until("the standby taking over", Duration::from_secs(10), Duration::from_millis(20), || async {
+        second.try_lead(&standby).await.unwrap().then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -326,16 +325,17 @@ async fn rebuild_under_live_load_swaps_in_a_view_equal_to_the_replay() {
     }
     load.await.expect("every authorization under load was allowed");
     let events = event_count(&db).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let client = db.client().await;
-        let s = projections::worker::status(&client).await.unwrap();
-        if s.iter().all(|s| s.lag_events == 0 && s.applied == events) {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "workers did not catch up after the swap: {s:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    tests::poll_until(
+        "workers catching up after the swap",
+        Duration::from_secs(30),
+        Duration::from_millis(20),
+        || async {
+            let client = db.client().await;
+            let s = projections::worker::status(&client).await.unwrap();
+            s.iter().all(|s| s.lag_events == 0 && s.applied == events).then_some(())
+        },
+    )
+    .await;
     let _ = stop.send(true);
     for w in workers {
         w.await.unwrap();

@@ -1,0 +1,402 @@
+//! `grantctl bench authorize`: authorize-and-consume over loopback gRPC against a server process
+//! of its own, side by side with a bare insert-and-commit on the same database.
+
+use std::fmt::Write as _;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use credentials::{Credentials, Role, new_token};
+use pb::authorizer_client::AuthorizerClient;
+use proto::v1 as pb;
+use tokio::io::AsyncBufReadExt;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig};
+use uuid::Uuid;
+
+use super::{Samples, Scratch, bare};
+
+const TENANT: &str = "bench";
+/// Authorizer replicas behind the clients.
+const REPLICAS: usize = 2;
+
+/// The bench's credentials: the worker that authorizes, the gateway that resolves the card.
+#[derive(Debug, Clone)]
+struct Tokens {
+    worker: String,
+    gateway: String,
+    profiles: String,
+    ca_pem: String,
+}
+
+impl Tokens {
+    fn bearer<T>(m: T, token: &str) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(m);
+        r.metadata_mut().insert("authorization", format!("Bearer {token}").parse().expect("ascii"));
+        r
+    }
+
+    fn worker<T>(&self, m: T) -> tonic::Request<T> {
+        Self::bearer(m, &self.worker)
+    }
+
+    fn profiles<T>(&self, m: T) -> tonic::Request<T> {
+        Self::bearer(m, &self.profiles)
+    }
+
+    fn gateway<T>(&self, m: T) -> tonic::Request<T> {
+        let mut r = Self::bearer(m, &self.gateway);
+        r.metadata_mut().insert("x-principal-id", "owner".parse().expect("ascii"));
+        r.metadata_mut().insert("x-owner-scopes", "approval.resolve,browser.grant.write".parse().expect("ascii"));
+        r
+    }
+
+    async fn connect(&self, endpoint: &str) -> Result<AuthorizerClient<Channel>> {
+        let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&self.ca_pem)).domain_name("localhost");
+        let channel = Channel::from_shared(endpoint.to_owned())?.tls_config(tls)?.connect().await?;
+        Ok(AuthorizerClient::new(channel))
+    }
+}
+
+fn act(session: &str) -> pb::AuthorizeRequest {
+    pb::AuthorizeRequest {
+        session_id: session.into(),
+        run: Some(pb::RunContext { run_id: "run".into(), interactive: true, top_level: true }),
+        // Each call a new tool call: the same id would be a retry, answered without a use.
+        tool_call_id: format!("call-{}", Uuid::new_v4().simple()),
+        turn_tool_calls: vec!["browser.act".into()],
+        agent_version: "bench".into(),
+        element: Some(pb::ElementFacts {
+            role: "button".into(),
+            name: "el gato".into(),
+            visible_text: "el gato".into(),
+            field_kind: Some(pb::FieldKind::None as i32),
+            download: Some(false),
+            disabled: Some(false),
+            truncated: Some(false),
+            nav_targets_carried: true,
+            ..Default::default()
+        }),
+        page_url: "https://www.lesson.test/lesson/unit-1".into(),
+        action: Some(pb::Action { kind: pb::ActionKind::Click as i32, ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+/// A new session with a fresh grant, made the only way there is: the card.
+async fn fresh_grant(client: &mut AuthorizerClient<Channel>, tokens: &Tokens) -> Result<String> {
+    let session = format!("bench-{}", Uuid::new_v4().simple());
+    let created = pb::ProfileEventRequest {
+        profile_id: "p".into(),
+        event: pb::ProfileEvent::Created as i32,
+        owner_principal_id: "owner".into(),
+    };
+    client.record_profile_event(tokens.profiles(created)).await?;
+    let create = pb::CreateSessionRequest {
+        session_id: session.clone(),
+        browser_profile_id: "p".into(),
+        surface: 1,
+        ..Default::default()
+    };
+    client.create_session(tokens.worker(create)).await?;
+    client
+        .record_message(tokens.gateway(pb::RecordMessageRequest {
+            session_id: session.clone(),
+            message_id: "m".into(),
+            from_owner: true,
+        }))
+        .await?;
+    let reply = client.authorize(tokens.worker(act(&session))).await?.into_inner();
+    let Some(pb::authorize_reply::Decision::RequireApproval(card)) = reply.decision else {
+        bail!("the first act should ask")
+    };
+    let offer = card.offer.context("no offer")?;
+    let resolve = pb::ResolveApprovalRequest {
+        approval_id: card.approval_id,
+        resolution: pb::Resolution::ApproveForTask as i32,
+        offered_origin: offer.origin,
+        offered_path_prefix: offer.path_prefix,
+    };
+    client.resolve_approval(tokens.gateway(resolve)).await?;
+    Ok(session)
+}
+
+/// Timed authorize-and-consume calls from `clients` clients for `duration`.
+async fn drive(endpoints: &[String], tokens: &Tokens, clients: usize, duration: Duration) -> Result<Samples> {
+    let start = Instant::now();
+    let deadline = start + duration;
+    let tasks: Vec<_> = (0..clients)
+        .map(|i| {
+            let (endpoint, tokens) = (endpoints[i % endpoints.len()].clone(), tokens.clone());
+            tokio::spawn(async move {
+                let mut client = tokens.connect(&endpoint).await?;
+                let mut latencies = Vec::new();
+                let mut session = fresh_grant(&mut client, &tokens).await?;
+                let mut used = 0;
+                while Instant::now() < deadline {
+                    if used == authorizer::limits::MAX_ACTIONS {
+                        session = fresh_grant(&mut client, &tokens).await?;
+                        used = 0;
+                    }
+                    let t = Instant::now();
+                    let reply = client.authorize(tokens.worker(act(&session))).await?.into_inner();
+                    let elapsed = t.elapsed();
+                    match reply.decision {
+                        Some(pb::authorize_reply::Decision::Allow(_)) => latencies.push(elapsed),
+                        other => bail!("expected an allow, got {other:?}"),
+                    }
+                    used += 1;
+                }
+                Ok::<_, anyhow::Error>(latencies)
+            })
+        })
+        .collect();
+    let mut samples = Samples::default();
+    for t in tasks {
+        samples.latencies.extend(t.await??);
+    }
+    samples.elapsed = start.elapsed();
+    Ok(samples)
+}
+
+/// Opens `per_replica` silent TCP connections to each replica and one client sending a TLS
+/// ClientHello a byte every 200 ms, held for 22 s (the server closes silent ones after its
+/// 5 s handshake timeout, and a new one evicts the oldest past 256 pending). Returns how many
+/// connections the replicas took in all.
+async fn flood_replicas(endpoints: &[String], per_replica: usize) -> usize {
+    use tokio::io::AsyncWriteExt;
+    let mut opened = 0;
+    for e in endpoints {
+        let addr = e.replace("https://localhost", "127.0.0.1");
+        let mut held = Vec::new();
+        for _ in 0..per_replica {
+            if let Ok(sock) = tokio::net::TcpStream::connect(&addr).await {
+                held.push(sock);
+            }
+        }
+        opened += held.len();
+        tokio::spawn(async move {
+            let mut slow = tokio::net::TcpStream::connect(&addr).await.ok();
+            for b in [0x16u8, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03].repeat(10) {
+                if let Some(s) = slow.as_mut() {
+                    let _ = s.write_all(&[b]).await;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            drop(held);
+        });
+    }
+    opened
+}
+
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+pub async fn run(
+    url: &str,
+    clients: &[usize],
+    duration: Duration,
+    with_projections: bool,
+    log_events: u64,
+    flood: usize,
+) -> Result<String> {
+    let scratch = Scratch::create(url).await?;
+    let db_url = format!("{}/{}", url.rsplit_once('/').map_or(url, |(base, _)| base), scratch.name);
+    let result = run_on(scratch.config.clone(), &db_url, clients, duration, with_projections, log_events, flood).await;
+    scratch.drop_now().await?;
+    result
+}
+
+async fn run_on(
+    config: tokio_postgres::Config,
+    db_url: &str,
+    clients: &[usize],
+    duration: Duration,
+    with_projections: bool,
+    log_events: u64,
+    flood: usize,
+) -> Result<String> {
+    // The settings are recorded once, as an operator does; the replicas serve them.
+    let lesson = authorizer::scopes::settings(Some("true"), Some("https://www.lesson.test/lesson"))?;
+    let wanted = crate::serve::DeploymentSettings {
+        settings: lesson,
+        standing: None,
+        policy_version: Some(authorizer::policy::Policy::empty().version),
+    };
+    crate::serve::apply_settings(db_url, TENANT, wanted).await?;
+    if log_events > 0 {
+        // Filler rows of other tenants' streams, inserted in bulk: nothing the authorizer
+        // reads at start-up or per request, which is the point.
+        let client = crate::connect_config(&config).await?;
+        let started = Instant::now();
+        client
+            .execute(
+                "INSERT INTO events (stream_id, stream_version, event_id, event_type, schema_version, tenant_id, \
+                 payload, metadata, recorded_at, prev_hash, hash) \
+                 SELECT 'filler-' || (g / 200), g % 200 + 1, gen_random_uuid(), 'session.tool_called', 1, \
+                 'filler-' || (g % 10), '{}', '{}', now(), decode(repeat('00', 32), 'hex'), \
+                 decode(repeat('00', 32), 'hex') FROM generate_series(0, $1::bigint - 1) g",
+                &[&i64::try_from(log_events)?],
+            )
+            .await
+            .context("writing filler events")?;
+        eprintln!("{log_events} filler events written in {:.1} s", started.elapsed().as_secs_f64());
+    }
+    // TLS as in production: its cost is part of the call.
+    let pki_dir = std::env::temp_dir().join(format!("grantctl-bench-{}", Uuid::new_v4().simple()));
+    let pki = crate::tls::DevPki::generate()?;
+    pki.write(&pki_dir)?;
+    let (_, cert, key) = crate::tls::DevPki::paths(&pki_dir);
+    // Two replicas on one database, the clients spread over them round robin.
+    let mut servers = Vec::new();
+    let mut endpoints = Vec::new();
+    for _ in 0..REPLICAS {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let mut server = tokio::process::Command::new(std::env::current_exe()?)
+            .args(["serve", "authorizer"])
+            .env("AUTHORIZER_TLS_CERT", &cert)
+            .env("AUTHORIZER_TLS_KEY", &key)
+            .env("DATABASE_URL", db_url)
+            .env("AUTHORIZER_LISTEN", format!("127.0.0.1:{port}"))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting the authorizer")?;
+        let mut lines = tokio::io::BufReader::new(server.stdout.take().context("server stdout")?).lines();
+        let started = Instant::now();
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(line) = lines.next_line().await? {
+                if line.contains("serving on") {
+                    return Ok(());
+                }
+            }
+            bail!("the authorizer exited before serving")
+        })
+        .await
+        .context("the authorizer did not start within 30 s")??;
+        let pid = server.id().context("server pid")?;
+        servers.push((server, pid, started.elapsed()));
+        endpoints.push(format!("https://localhost:{port}"));
+    }
+    std::fs::remove_dir_all(&pki_dir)?;
+    // With --with-projections: the projection workers beside it, as in production, and their
+    // lag sampled every 100 ms.
+    let mut workers = match with_projections {
+        true => Some(
+            tokio::process::Command::new(std::env::current_exe()?)
+                .args(["serve", "projections"])
+                .env("DATABASE_URL", db_url)
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .context("starting the projection workers")?,
+        ),
+        false => None,
+    };
+    let sampling = Arc::new(AtomicBool::new(with_projections));
+    let sampler = {
+        let (config, sampling) = (config.clone(), Arc::clone(&sampling));
+        tokio::spawn(async move {
+            let mut lags = Vec::new();
+            if !sampling.load(Ordering::Relaxed) {
+                return Ok(lags);
+            }
+            let client = crate::connect_config(&config).await?;
+            while sampling.load(Ordering::Relaxed) {
+                if let Ok(s) = projections::worker::status(&client).await {
+                    lags.push(s.iter().map(|s| s.lag_seconds).fold(0.0, f64::max));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Ok::<_, anyhow::Error>(lags)
+        })
+    };
+    let pool =
+        ledger::postgres::pool(config, clients.iter().copied().max().unwrap_or(1) + 2).map_err(anyhow::Error::msg)?;
+    let credentials = Credentials::postgres(pool.clone());
+    let tokens = Tokens { worker: new_token(), gateway: new_token(), profiles: new_token(), ca_pem: pki.ca_cert };
+    credentials.register(&tokens.worker, TENANT, Role::Worker, Some("owner"), None).await?;
+    credentials.register(&tokens.gateway, TENANT, Role::Gateway, None, None).await?;
+    credentials.register(&tokens.profiles, TENANT, Role::Profiles, None, None).await?;
+
+    let mut out = String::from("| clients | call | p50 µs | p99 µs | per second |\n|---:|---|---:|---:|---:|\n");
+    let mut ratios = String::new();
+    for &n in clients {
+        bare(pool.clone(), n, Duration::from_millis(300)).await?;
+        drive(&endpoints, &tokens, n, Duration::from_millis(500)).await?;
+        let (mut b, mut a) = (Samples::default(), Samples::default());
+        for _ in 0..2 {
+            b.merge(bare(pool.clone(), n, duration / 4).await?);
+            a.merge(drive(&endpoints, &tokens, n, duration / 4).await?);
+        }
+        for (label, s) in [("bare INSERT; COMMIT", &b), ("Authorize (gRPC, consumes a use)", &a)] {
+            writeln!(
+                out,
+                "| {n} | {label} | {} | {} | {:.0} |",
+                s.percentile(50).as_micros(),
+                s.percentile(99).as_micros(),
+                s.throughput()
+            )?;
+        }
+        let p50 = a.percentile(50).as_secs_f64() / b.percentile(50).as_secs_f64().max(1e-9);
+        let tput = a.throughput() / b.throughput().max(1e-9);
+        writeln!(ratios, "{n} client(s): authorize/bare p50 = {p50:.2}x, throughput = {tput:.2}x")?;
+        if flood > 0 {
+            let held = flood_replicas(&endpoints, flood).await;
+            let f = drive(&endpoints, &tokens, n, duration / 2).await?;
+            writeln!(
+                out,
+                "| {n} | Authorize, just after {held} idle connections and a slow handshake opened | {} | {} | {:.0} |",
+                f.percentile(50).as_micros(),
+                f.percentile(99).as_micros(),
+                f.throughput()
+            )?;
+            let p99 = f.percentile(99).as_secs_f64() / a.percentile(99).as_secs_f64().max(1e-9);
+            writeln!(ratios, "{n} client(s): flooded/quiet Authorize p99 = {p99:.2}x")?;
+        }
+    }
+    let rss: Vec<String> = servers
+        .iter()
+        .map(|(_, pid, up)| {
+            let rss = peak_rss_kib(*pid).map_or("unknown".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0));
+            format!("{rss} (serving after {} ms)", up.as_millis())
+        })
+        .collect();
+    let rss = rss.join(", ");
+    sampling.store(false, Ordering::Relaxed);
+    let mut lags = sampler.await??;
+    lags.sort_by(f64::total_cmp);
+    let at = |pct: usize| lags.get(lags.len().saturating_sub(1) * pct / 100).copied().unwrap_or(0.0);
+    let lag = if with_projections {
+        format!(
+            "projection lag over the run ({} samples, 100 ms apart): p50 {:.3} s, p99 {:.3} s, max {:.3} s\n",
+            lags.len(),
+            at(50),
+            at(99),
+            lags.last().copied().unwrap_or(0.0)
+        )
+    } else {
+        String::new()
+    };
+    // SIGINT would be gentler, but the server is ours and about to be dropped with its database.
+    for (server, _, _) in &mut servers {
+        server.start_kill()?;
+        let _ = server.wait().await;
+    }
+    if let Some(workers) = workers.as_mut() {
+        workers.start_kill()?;
+        let _ = workers.wait().await;
+    }
+    Ok(format!(
+        "{out}\n{ratios}{REPLICAS} replicas, round robin, {log_events} events in the log before they started; \
+         peak RSS (VmHWM) each: {rss}\n{lag}"
+    ))
+}

@@ -1,0 +1,204 @@
+//! `grantctl bench append`: ledger appends against a bare one-row insert-and-commit on the same
+//! database, interleaved in the same run so the machine's noise hits both alike.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use deadpool_postgres::Pool;
+use ledger::{AppendRequest, EventStore, ExpectedVersion, Metadata, NewEvent, PgStore, StreamId, TenantId};
+use serde_json::json;
+use uuid::Uuid;
+
+/// Latency samples of one kind of write at one concurrency.
+#[derive(Debug, Default)]
+struct Samples {
+    latencies: Vec<Duration>,
+    elapsed: Duration,
+}
+
+impl Samples {
+    fn merge(&mut self, other: Self) {
+        self.latencies.extend(other.latencies);
+        self.elapsed += other.elapsed;
+    }
+
+    fn percentile(&self, p: usize) -> Duration {
+        let mut sorted = self.latencies.clone();
+        sorted.sort_unstable();
+        sorted.get((sorted.len() * p / 100).min(sorted.len().saturating_sub(1))).copied().unwrap_or_default()
+    }
+
+    fn throughput(&self) -> f64 {
+        self.latencies.len() as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+fn payload() -> serde_json::Value {
+    // About the size of a tool.call.authorized event.
+    json!({
+        "session_id": "session-0f3c", "run_id": "run-91aa", "tool_call_id": "call-7d21",
+        "authorization_kind": "browser_task_grant", "grant_id": Uuid::nil(), "use_ordinal": 17, "typed_chars": 5,
+        "view": { "action_kind": "click", "describable": true, "element_role": "button", "element_name": "Continue",
+                  "page_origin": "https://www.example.org", "page_path": "/lesson/unit-3",
+                  "action_summary": "Click a button on www.example.org/lesson" }
+    })
+}
+
+/// Runs `op` from `writers` tasks until `duration` has passed; each task records its latencies.
+async fn drive<F, Fut>(writers: usize, duration: Duration, op: F) -> Result<Samples>
+where
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<()>> + Send,
+{
+    let op = Arc::new(op);
+    let start = Instant::now();
+    let deadline = start + duration;
+    let tasks: Vec<_> = (0..writers)
+        .map(|w| {
+            let op = Arc::clone(&op);
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                let mut n = 0;
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    op(w, n).await?;
+                    latencies.push(t.elapsed());
+                    n += 1;
+                }
+                Ok::<_, anyhow::Error>(latencies)
+            })
+        })
+        .collect();
+    let mut samples = Samples::default();
+    for t in tasks {
+        samples.latencies.extend(t.await??);
+    }
+    samples.elapsed = start.elapsed();
+    Ok(samples)
+}
+
+async fn bare(pool: Pool, writers: usize, duration: Duration) -> Result<Samples> {
+    let payload = payload();
+    drive(writers, duration, move |_, _| {
+        let (pool, payload) = (pool.clone(), payload.clone());
+        async move {
+            let mut client = pool.get().await?;
+            let tx = client.transaction().await?;
+            let stmt = tx.prepare_cached("INSERT INTO bench_bare (payload) VALUES ($1)").await?;
+            tx.execute(&stmt, &[&payload]).await?;
+            tx.commit().await?;
+            Ok(())
+        }
+    })
+    .await
+}
+
+async fn ledger_append(store: PgStore, writers: usize, duration: Duration) -> Result<Samples> {
+    let payload = payload();
+    let streams: Arc<Vec<StreamId>> = Arc::new(
+        (0..writers).map(|_| StreamId::for_entity("bench", Uuid::new_v4().simple()).expect("valid")).collect(),
+    );
+    let tenant = TenantId::new("bench")?;
+    drive(writers, duration, move |w, n| {
+        let request = AppendRequest::single(
+            tenant.clone(),
+            streams[w].clone(),
+            if n == 0 { ExpectedVersion::NoStream } else { ExpectedVersion::At(n) },
+            vec![NewEvent {
+                event_id: Uuid::new_v4(),
+                event_type: "tool.call.authorized".into(),
+                schema_version: 1,
+                payload: payload.clone(),
+                metadata: Metadata::by("bench"),
+            }],
+        );
+        let store = store.clone();
+        async move {
+            store.append(request).await?;
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// A migrated scratch database with the bare-insert table, dropped by [`Scratch::drop_now`].
+struct Scratch {
+    admin: tokio_postgres::Client,
+    name: String,
+    config: tokio_postgres::Config,
+}
+
+impl Scratch {
+    async fn create(url: &str) -> Result<Self> {
+        let admin = crate::connect(url).await?;
+        let name = format!("grantctl_bench_{}", Uuid::new_v4().simple());
+        admin.batch_execute(&format!("CREATE DATABASE {name}")).await.context("creating the scratch database")?;
+        let mut config: tokio_postgres::Config = url.parse()?;
+        config.dbname(&name);
+        let scratch = Self { admin, name, config };
+        let (mut client, connection) = scratch.config.connect(tokio_postgres::NoTls).await?;
+        tokio::spawn(connection);
+        crate::migrate::run(&mut client).await?;
+        client
+            .batch_execute(
+                "CREATE TABLE bench_bare (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, payload jsonb NOT NULL)",
+            )
+            .await?;
+        Ok(scratch)
+    }
+
+    async fn drop_now(self) -> Result<()> {
+        self.admin
+            .batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", self.name))
+            .await
+            .context("dropping the scratch database")
+    }
+}
+
+/// Creates a scratch database on the server at `url`, runs the comparison and drops it.
+pub async fn append(url: &str, writers: &[usize], duration: Duration) -> Result<String> {
+    let scratch = Scratch::create(url).await?;
+    let result = run_append(scratch.config.clone(), writers, duration).await;
+    scratch.drop_now().await?;
+    result
+}
+
+async fn run_append(config: tokio_postgres::Config, writers: &[usize], duration: Duration) -> Result<String> {
+    let max = writers.iter().copied().max().unwrap_or(1);
+    let pool = ledger::postgres::pool(config, max + 2).map_err(anyhow::Error::msg)?;
+    let store = PgStore::new(pool.clone());
+
+    let mut out = String::from("| writers | write | p50 µs | p99 µs | appends/s |\n|---:|---|---:|---:|---:|\n");
+    let mut ratios = String::new();
+    for &w in writers {
+        // Warm the pool and the plan caches, then alternate halves so drift hits both kinds.
+        bare(pool.clone(), w, Duration::from_millis(300)).await?;
+        ledger_append(store.clone(), w, Duration::from_millis(300)).await?;
+        let (mut b, mut l) = (Samples::default(), Samples::default());
+        for _ in 0..2 {
+            b.merge(bare(pool.clone(), w, duration / 4).await?);
+            l.merge(ledger_append(store.clone(), w, duration / 4).await?);
+        }
+        for (label, s) in [("bare INSERT; COMMIT", &b), ("ledger append", &l)] {
+            writeln!(
+                out,
+                "| {w} | {label} | {} | {} | {:.0} |",
+                s.percentile(50).as_micros(),
+                s.percentile(99).as_micros(),
+                s.throughput()
+            )?;
+        }
+        let p50 = l.percentile(50).as_secs_f64() / b.percentile(50).as_secs_f64().max(1e-9);
+        let tput = l.throughput() / b.throughput().max(1e-9);
+        writeln!(ratios, "{w} writer(s): ledger/bare p50 = {p50:.2}x, throughput = {tput:.2}x")?;
+    }
+    Ok(format!("{out}\n{ratios}"))
+}
+
+pub mod authorize;
+
+pub mod rebuild;
+
+pub mod act;
