@@ -3,13 +3,13 @@
 
 use std::collections::HashMap;
 
-use authorizer::domain::{
+use grant_domain::model::{
     ApprovalState, Authorization, AuthorizeRequest, Command, Conflict, Decision, DomainError, RunContext, Versions,
     World, authorize, decide,
 };
-use authorizer::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
-use authorizer::policy::Policy;
-use authorizer::scopes::{TaskGrantSettings, parse_scopes};
+use grant_domain::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
+use grant_domain::policy::Policy;
+use grant_domain::scopes::{TaskGrantSettings, parse_scopes};
 use classifier::{Action, ElementFacts, FieldKind, PageFacts};
 use grant_domain::catalogue::{
     ActionView, ApprovalStatus, Author, AuthorizationKind, EndReason, Event, ProfileClaimed, Resolution,
@@ -836,7 +836,7 @@ fn an_advisory_escalation_or_a_later_hardline_is_never_answered_by_a_grant() {
 
 #[test]
 fn the_operator_pins_the_standing_grant_once_and_it_covers_only_routine_buttons_and_scrolls_on_https() {
-    use authorizer::domain::{STANDING_GRANT_DURATION, StandingPin};
+    use grant_domain::model::{STANDING_GRANT_DURATION, StandingPin};
     let pin = || StandingPin { grant_id: "standing-1".into(), profile_id: "profile-1".into() };
     let mut world = given();
     let pinned = when(&mut world, Command::PinStandingGrant { pin: Some(pin()), now: t0() }).unwrap();
@@ -884,7 +884,7 @@ fn the_operator_pins_the_standing_grant_once_and_it_covers_only_routine_buttons_
 /// the same record again records nothing.
 #[test]
 fn a_deployment_record_applies_settings_and_pin_together_once() {
-    use authorizer::domain::StandingPin;
+    use grant_domain::model::StandingPin;
     let mut world = given();
     let settings = TaskGrantSettings { enabled: true, scopes: parse_scopes("https://www.lesson.test/unit").unwrap() };
     let apply = || Command::ApplyDeployment {
@@ -905,7 +905,7 @@ fn a_deployment_record_applies_settings_and_pin_together_once() {
 /// again for its owner; and a report for another owner afterwards finds no such profile.
 #[test]
 fn a_profile_without_its_owner_recorded_binds_and_covers_nothing() {
-    use authorizer::domain::StandingPin;
+    use grant_domain::model::StandingPin;
     let settings = TaskGrantSettings { enabled: true, scopes: vec![scope()] };
     let mut world = World::default();
     for e in decide(&world, Command::ChangeSettings(settings)).unwrap() {
@@ -929,7 +929,7 @@ fn a_profile_without_its_owner_recorded_binds_and_covers_nothing() {
     // The old session: refused outright, not even a card (answering it would act in a profile
     // nobody has shown to be this owner's), and nothing recorded.
     let out = run(&mut world, &Policy::empty(), &tile("Continue"), t0());
-    assert_eq!(out.decision, Decision::Deny { code: authorizer::domain::PROFILE_NOT_OWNED.into() });
+    assert_eq!(out.decision, Decision::Deny { code: grant_domain::model::PROFILE_NOT_OWNED.into() });
     assert!(out.events.is_empty());
     // Claimed for its owner: the pin covers the routine click again.
     let claim = Command::ClaimProfile { profile_id: "profile-1".into(), owner_principal_id: "owner".into() };
