@@ -22,6 +22,7 @@ pub async fn run_all<B: Backend>(backend: &B) {
     a_written_world_reads_back(backend).await;
     uses_stop_at_the_action_cap(backend).await;
     uses_stop_at_the_typed_character_budget(backend).await;
+    a_use_at_the_count_read_or_past_it_is_the_next_one(backend).await;
     an_ended_or_expired_grant_is_not_used(backend).await;
     a_use_holds_only_while_the_session_is_as_read(backend).await;
     a_decision_id_is_stored_once_and_found_in_its_tenant_only(backend).await;
@@ -114,7 +115,20 @@ async fn use_grant<B: Backend>(
     now: OffsetDateTime,
     session: Option<SessionAt<'_>>,
 ) -> Consumed {
-    let u = UseOf { grant_id, typed_chars: chars, now, session, read_used: None };
+    use_read(backend, tenant, grant_id, chars, now, session, None).await
+}
+
+/// A use whose decision read the grant at `read_used` uses (`None`: read nothing of it).
+async fn use_read<B: Backend>(
+    backend: &B,
+    tenant: &TenantId,
+    grant_id: Uuid,
+    chars: u32,
+    now: OffsetDateTime,
+    session: Option<SessionAt<'_>>,
+    read_used: Option<u32>,
+) -> Consumed {
+    let u = UseOf { grant_id, typed_chars: chars, now, session, read_used };
     let event = |ordinal| match authorized("s1", AuthorizationKind::BrowserTaskGrant, Some(grant_id), chars) {
         Event::ToolCallAuthorized(t) => {
             Event::ToolCallAuthorized(ToolCallAuthorized { use_ordinal: Some(ordinal), ..t })
@@ -184,6 +198,23 @@ pub async fn uses_stop_at_the_typed_character_budget<B: Backend>(backend: &B) {
     assert_eq!(use_grant(backend, tenant, grant_id, 1, now, None).await, Consumed::Refused, "the budget is spent");
     let g = world(backend, tenant).await.grants.remove(&grant_id).expect("the grant");
     assert_eq!((g.actions_used, g.chars_used), (2, MAX_TYPED_CHARS), "refused uses spent nothing");
+}
+
+/// A use tried as the very next one after the count its decision read: the next ordinal when the
+/// count still holds, and still the next one, never a second at the same place, when another
+/// use came first.
+pub async fn a_use_at_the_count_read_or_past_it_is_the_next_one<B: Backend>(backend: &B) {
+    let tenant = &fresh_tenant();
+    let now = OffsetDateTime::now_utc();
+    let grant_id = session_with_grant(backend, tenant, now + Duration::minutes(30)).await;
+    let first = use_read(backend, tenant, grant_id, 3, now, None, Some(0)).await;
+    assert!(matches!(first, Consumed::Allowed { ordinal: 1, .. }), "{first:?}");
+    let stale = use_read(backend, tenant, grant_id, 4, now, None, Some(0)).await;
+    assert!(matches!(stale, Consumed::Allowed { ordinal: 2, .. }), "a stale count still takes the next use: {stale:?}");
+    let g = world(backend, tenant).await.grants.remove(&grant_id).expect("the grant");
+    assert_eq!((g.actions_used, g.chars_used), (2, 7));
+    let spent = use_read(backend, tenant, grant_id, 0, now, None, Some(MAX_ACTIONS)).await;
+    assert!(matches!(spent, Consumed::Allowed { ordinal: 3, .. }), "a count read at the cap is no proof: {spent:?}");
 }
 
 /// A grant that ended, or whose time is up by the deciding clock, gives no use.

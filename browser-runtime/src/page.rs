@@ -21,7 +21,7 @@ static READ: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         "const MAX = {};\nconst MAX_OPTIONS = {};\nconst SECRET = new Set({});\n{}",
         classifier::coverage::MAX_LABEL_CHARS,
         classifier::coverage::MAX_OPTIONS + 1,
-        serde_json::to_string(&secret).unwrap_or_default(),
+        serde_json::to_string(&secret).expect("a list of names encodes"),
         include_str!("read.js")
     )
 });

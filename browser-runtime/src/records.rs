@@ -34,6 +34,18 @@ pub fn typeable(value: &str) -> bool {
     value.chars().all(|c| !('\u{e000}'..='\u{f8ff}').contains(&c) && !c.is_control())
 }
 
+/// Bytes of a record field's id: a key of the task record's JSON, never a stream name, so any
+/// text without control characters (`first name`, `billing/zip`).
+pub const MAX_FIELD_ID_LEN: usize = 120;
+
+/// The one rule for a record field's id, checked at the service and again at the read.
+pub fn check_field_id(field: &str) -> Result<(), String> {
+    if field.is_empty() || field.len() > MAX_FIELD_ID_LEN || field.chars().any(char::is_control) {
+        return Err(format!("is 1-{MAX_FIELD_ID_LEN} bytes without control characters"));
+    }
+    Ok(())
+}
+
 impl RecordStore {
     pub fn new(dir: PathBuf) -> Self {
         Self { dir }
@@ -42,9 +54,7 @@ impl RecordStore {
     pub fn value(&self, tenant: &str, run: &str, field: &str) -> Result<String, RecordError> {
         safe_id("the tenant", tenant)?;
         safe_id("run_id", run)?;
-        if field.is_empty() || field.len() > 128 || field.chars().any(char::is_control) {
-            return Err(RecordError::Invalid("field_id must be 1-128 bytes without control characters".into()));
-        }
+        check_field_id(field).map_err(|why| RecordError::Invalid(format!("field_id {why}")))?;
         let path = self.dir.join(tenant).join(format!("{run}.json"));
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
@@ -77,6 +87,24 @@ mod tests {
             assert!(matches!(store.value("t", run, "f"), Err(RecordError::Invalid(_))), "{run}");
         }
         assert!(matches!(store.value("t", "run1", "f"), Err(RecordError::NoField { .. })));
+    }
+
+    #[test]
+    fn a_field_id_is_any_short_text_without_control_characters() {
+        for ok in ["answer", "first name", "billing/zip", "email@work", "Straße", "q[1]"] {
+            assert_eq!(check_field_id(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "a\nb", "a\0b", &"x".repeat(MAX_FIELD_ID_LEN + 1)] {
+            assert!(check_field_id(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn field_kinds_are_spelt_as_the_page_script_and_serde_spell_them() {
+        for kind in classifier::FieldKind::ALL {
+            let read: classifier::FieldKind = serde_json::from_value(serde_json::json!(kind.code())).unwrap();
+            assert_eq!(read, kind);
+        }
     }
 
     #[test]

@@ -345,7 +345,10 @@ pub fn act_input(req: pb::ActRequest) -> Result<ActInput, Status> {
     use pb::act_request::Action as A;
     let action = match req.action.ok_or_else(|| invalid("action", "is required"))? {
         A::Click(_) => ActAction::Click,
-        A::Type(t) => ActAction::Type { field_id: id("type.field_id", &t.field_id)? },
+        A::Type(t) => {
+            crate::records::check_field_id(&t.field_id).map_err(|why| invalid("type.field_id", &why))?;
+            ActAction::Type { field_id: t.field_id }
+        }
         A::Select(s) if s.option.is_empty() || s.option.chars().count() > MAX_LABEL_CHARS => {
             return Err(invalid("select.option", &format!("is 1-{MAX_LABEL_CHARS} characters")));
         }

@@ -14,6 +14,7 @@ pub async fn run_all(credentials: &Credentials) {
     a_tenants_list_is_its_own_newest_first(credentials).await;
     a_revocation_is_once_and_in_its_tenant_only(credentials).await;
     an_expired_credential_does_not_authenticate(credentials).await;
+    a_token_registered_twice_is_refused(credentials).await;
 }
 
 /// A tenant no other case uses.
@@ -76,4 +77,13 @@ pub async fn an_expired_credential_does_not_authenticate(credentials: &Credentia
     credentials.register(&future, &tenant, Role::Operator, None, Some(now + Duration::hours(1))).await.expect("ok");
     assert!(matches!(authenticate(credentials, &past).await, Err(AuthError::Unauthenticated(_))));
     assert!(authenticate(credentials, &future).await.is_ok());
+}
+
+pub async fn a_token_registered_twice_is_refused(credentials: &Credentials) {
+    let (tenant, token) = (fresh_tenant(), new_token());
+    let first = credentials.register(&token, &tenant, Role::Worker, Some("owner-1"), None).await.expect("registered");
+    let again = credentials.register(&token, &fresh_tenant(), Role::Operator, None, None).await;
+    assert!(matches!(again, Err(AuthError::Invalid(_))), "{again:?}");
+    let caller = credentials.authenticate(&bearer(&token), &Role::ALL, &[], OffsetDateTime::now_utc()).await;
+    assert_eq!(caller.map(|c| (c.tenant, c.principal)), Ok((first.tenant, "owner-1".to_owned())), "the first stands");
 }

@@ -137,6 +137,9 @@ pub enum AuthError {
 
 const TOKEN_PREFIX: &str = "glc_";
 
+/// Why a second credential for one secret is refused (both stores say so).
+pub(crate) const TOKEN_TAKEN: &str = "a credential for this token exists already";
+
 /// A new secret: `glc_` and 64 hex digits of randomness.
 pub fn new_token() -> String {
     let bytes: [u8; 32] = rand::random();

@@ -6,12 +6,14 @@ use std::sync::Mutex;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::{Credential, CredentialStore, Pending};
+use crate::{AuthError, Credential, CredentialStore, Pending, TOKEN_TAKEN};
 
 /// Each credential with the order it was stored in, so `list` is newest first as in PostgreSQL.
 #[derive(Debug, Default)]
 pub struct MemoryCredentials {
     stored: Mutex<HashMap<[u8; 32], (u64, Credential)>>,
+    /// The order the next one is stored in.
+    next: std::sync::atomic::AtomicU64,
 }
 
 impl MemoryCredentials {
@@ -23,9 +25,15 @@ impl MemoryCredentials {
 impl CredentialStore for MemoryCredentials {
     fn insert<'a>(&'a self, token_sha256: [u8; 32], credential: &'a Credential) -> Pending<'a, ()> {
         let mut stored = self.stored();
-        let next = stored.len() as u64;
-        stored.insert(token_sha256, (next, credential.clone()));
-        Box::pin(async { Ok(()) })
+        let out = match stored.entry(token_sha256) {
+            std::collections::hash_map::Entry::Occupied(_) => Err(AuthError::Invalid(TOKEN_TAKEN)),
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                let order = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                slot.insert((order, credential.clone()));
+                Ok(())
+            }
+        };
+        Box::pin(async move { out })
     }
 
     fn revoke<'a>(&'a self, tenant: &'a str, credential_id: Uuid, now: OffsetDateTime) -> Pending<'a, bool> {

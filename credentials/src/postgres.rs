@@ -4,7 +4,7 @@ use deadpool_postgres::Pool;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::{AuthError, Credential, CredentialStore, Pending, Role};
+use crate::{AuthError, Credential, CredentialStore, Pending, Role, TOKEN_TAKEN};
 
 #[derive(Debug, Clone)]
 pub struct PgCredentials(pub Pool);
@@ -39,7 +39,10 @@ impl CredentialStore for PgCredentials {
                     ],
                 )
                 .await
-                .map_err(unavailable)?;
+                .map_err(|e| match e.code() {
+                    Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => AuthError::Invalid(TOKEN_TAKEN),
+                    _ => unavailable(e),
+                })?;
             Ok(())
         })
     }

@@ -3,18 +3,18 @@
 
 use std::collections::HashMap;
 
-use grant_domain::model::{
-    ApprovalState, Authorization, AuthorizeRequest, Command, Conflict, Decision, DomainError, RunContext, Versions,
-    World, authorize, decide,
-};
-use grant_domain::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
-use grant_domain::policy::Policy;
-use grant_domain::scopes::{TaskGrantSettings, parse_scopes};
 use classifier::{Action, ElementFacts, FieldKind, PageFacts};
 use grant_domain::catalogue::{
     ActionView, ApprovalStatus, Author, AuthorizationKind, EndReason, Event, ProfileClaimed, Resolution,
     SessionCreated, SessionMessageRecorded, SignInPhase, SiteScope, Surface, TaskGrantCreated,
 };
+use grant_domain::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
+use grant_domain::model::{
+    ApprovalState, Authorization, AuthorizeRequest, Command, Conflict, Decision, DomainError, RunContext, Versions,
+    World, authorize, decide,
+};
+use grant_domain::policy::Policy;
+use grant_domain::scopes::{TaskGrantSettings, parse_scopes};
 use time::{Duration, OffsetDateTime};
 use uuid::Uuid;
 
