@@ -147,7 +147,7 @@ pub struct BrowserRuntime<R> {
 }
 
 fn invalid(field: &str, rule: &str) -> Status {
-    Status::invalid_argument(format!("{field} {rule}"))
+    proto::checked::invalid_argument(field, rule)
 }
 
 fn session_status(e: SessionError) -> Status {

@@ -30,6 +30,12 @@ pub struct Violation {
     pub description: String,
 }
 
+/// The one shape of INVALID_ARGUMENT both services answer: `field: description`, with the
+/// field as a `BadRequest` violation a client can branch on.
+pub fn invalid_argument(field: &str, description: &str) -> Status {
+    Violation::new(field, description).into_status()
+}
+
 impl Violation {
     fn new(field: impl Into<String>, description: impl Into<String>) -> Self {
         Self { field: field.into(), description: description.into() }

@@ -11,11 +11,7 @@ use crate::error::{AuthorityError, StoreError};
 pub const CONCURRENT_CHANGE: &str = "CONCURRENT_CHANGE";
 
 pub(super) fn invalid(field: &str, description: &str) -> Status {
-    Status::with_error_details(
-        Code::InvalidArgument,
-        format!("{field}: {description}"),
-        ErrorDetails::with_bad_request_violation(field, description),
-    )
+    proto::checked::invalid_argument(field, description)
 }
 
 pub(super) fn with_reason(code: Code, reason: &str, message: String) -> Status {
