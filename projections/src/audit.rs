@@ -191,3 +191,43 @@ pub fn row(recorded: &RecordedEvent) -> Result<AuditRow, DecodeError> {
         summary,
     })
 }
+
+/// Writes `events`' rows into `table` (the live table or a rebuild's next one), inside `tx`.
+pub(crate) async fn apply(
+    tx: &tokio_postgres::Transaction<'_>,
+    table: &str,
+    events: &[ledger::RecordedEvent],
+) -> Result<(), crate::Error> {
+    let rows = events.iter().map(row).collect::<Result<Vec<_>, _>>()?;
+    let col = |f: &dyn Fn(&AuditRow) -> String| rows.iter().map(f).collect::<Vec<String>>();
+    let opt = |f: &dyn Fn(&AuditRow) -> Option<String>| rows.iter().map(f).collect::<Vec<_>>();
+    let positions: Vec<i64> = rows.iter().map(|r| i64::try_from(r.global_position).unwrap_or(i64::MAX)).collect();
+    let times: Vec<OffsetDateTime> = rows.iter().map(|r| r.recorded_at).collect();
+    let grants: Vec<Option<uuid::Uuid>> = rows.iter().map(|r| r.grant_id).collect();
+    let approvals: Vec<Option<uuid::Uuid>> = rows.iter().map(|r| r.approval_id).collect();
+    tx.execute(
+        &format!(
+            "INSERT INTO {table} (tenant_id, global_position, tx_id, recorded_at, stream_id, event_type, \
+                 principal, session_id, grant_id, approval_id, authorization_text, summary) \
+                 SELECT t, p, x::xid8, r, s, e, pr, se, g, a, au, su FROM unnest($1::text[], $2::int8[], \
+                 $3::text[], $4::timestamptz[], $5::text[], $6::text[], $7::text[], $8::text[], $9::uuid[], \
+                 $10::uuid[], $11::text[], $12::text[]) AS u(t, p, x, r, s, e, pr, se, g, a, au, su)"
+        ),
+        &[
+            &col(&|r| r.tenant_id.clone()),
+            &positions,
+            &col(&|r| r.tx_id.to_string()),
+            &times,
+            &col(&|r| r.stream_id.clone()),
+            &col(&|r| r.event_type.clone()),
+            &col(&|r| r.principal.clone()),
+            &opt(&|r| r.session_id.clone()),
+            &grants,
+            &approvals,
+            &opt(&|r| r.authorization.clone()),
+            &col(&|r| r.summary.clone()),
+        ],
+    )
+    .await?;
+    Ok(())
+}

@@ -136,6 +136,7 @@ impl Projection {
     }
 
     /// [`Projection::apply`] into `table`: the live table, or the next generation a rebuild fills.
+    /// Each projection's statements are its own module's.
     pub(crate) async fn apply_to(
         self,
         tx: &Transaction<'_>,
@@ -143,177 +144,10 @@ impl Projection {
         events: &[RecordedEvent],
     ) -> Result<(), Error> {
         match self {
-            // One statement per batch: the rows travel as arrays, one per column.
-            Self::AuditLog => {
-                let rows = events.iter().map(audit::row).collect::<Result<Vec<_>, _>>()?;
-                let col = |f: &dyn Fn(&audit::AuditRow) -> String| rows.iter().map(f).collect::<Vec<String>>();
-                let opt = |f: &dyn Fn(&audit::AuditRow) -> Option<String>| rows.iter().map(f).collect::<Vec<_>>();
-                let positions: Vec<i64> =
-                    rows.iter().map(|r| i64::try_from(r.global_position).unwrap_or(i64::MAX)).collect();
-                let times: Vec<OffsetDateTime> = rows.iter().map(|r| r.recorded_at).collect();
-                let grants: Vec<Option<uuid::Uuid>> = rows.iter().map(|r| r.grant_id).collect();
-                let approvals: Vec<Option<uuid::Uuid>> = rows.iter().map(|r| r.approval_id).collect();
-                tx.execute(
-                    &format!(
-                        "INSERT INTO {table} (tenant_id, global_position, tx_id, recorded_at, stream_id, event_type, \
-                         principal, session_id, grant_id, approval_id, authorization_text, summary) \
-                         SELECT t, p, x::xid8, r, s, e, pr, se, g, a, au, su FROM unnest($1::text[], $2::int8[], \
-                         $3::text[], $4::timestamptz[], $5::text[], $6::text[], $7::text[], $8::text[], $9::uuid[], \
-                         $10::uuid[], $11::text[], $12::text[]) AS u(t, p, x, r, s, e, pr, se, g, a, au, su)"
-                    ),
-                    &[
-                        &col(&|r| r.tenant_id.clone()),
-                        &positions,
-                        &col(&|r| r.tx_id.to_string()),
-                        &times,
-                        &col(&|r| r.stream_id.clone()),
-                        &col(&|r| r.event_type.clone()),
-                        &col(&|r| r.principal.clone()),
-                        &opt(&|r| r.session_id.clone()),
-                        &grants,
-                        &approvals,
-                        &opt(&|r| r.authorization.clone()),
-                        &col(&|r| r.summary.clone()),
-                    ],
-                )
-                .await?;
-            }
-            Self::GrantList => {
-                // The batch folded first: grants created in it are inserted whole; the others get
-                // one update each with their summed uses and their end.
-                let mut created = std::collections::BTreeMap::new();
-                let mut deltas: std::collections::BTreeMap<(String, uuid::Uuid), (i32, i32, Option<String>)> =
-                    std::collections::BTreeMap::new();
-                for e in events {
-                    match grants::change(e)? {
-                        Some(grants::Change::Created(r)) => {
-                            created.insert((r.tenant_id.clone(), r.grant_id), r);
-                        }
-                        Some(grants::Change::Used { tenant_id, grant_id, chars }) => {
-                            match created.get_mut(&(tenant_id.clone(), grant_id)) {
-                                Some(r) => {
-                                    r.actions_used += 1;
-                                    r.chars_used += chars;
-                                }
-                                None => {
-                                    let d = deltas.entry((tenant_id, grant_id)).or_default();
-                                    d.0 += 1;
-                                    d.1 += i32::try_from(chars).unwrap_or(i32::MAX);
-                                }
-                            }
-                        }
-                        Some(grants::Change::Ended { tenant_id, grant_id, reason }) => {
-                            match created.get_mut(&(tenant_id.clone(), grant_id)) {
-                                Some(r) => r.end_reason = Some(reason),
-                                None => deltas.entry((tenant_id, grant_id)).or_default().2 = Some(reason),
-                            }
-                        }
-                        None => {}
-                    }
-                }
-                if !created.is_empty() {
-                    let rows: Vec<&grants::GrantRow> = created.values().collect();
-                    let text = |f: &dyn Fn(&grants::GrantRow) -> String| rows.iter().map(|r| f(r)).collect::<Vec<_>>();
-                    let ids: Vec<uuid::Uuid> = rows.iter().map(|r| r.grant_id).collect();
-                    let created_at: Vec<OffsetDateTime> = rows.iter().map(|r| r.created_at).collect();
-                    let expires_at: Vec<OffsetDateTime> = rows.iter().map(|r| r.expires_at).collect();
-                    let used: Vec<i32> =
-                        rows.iter().map(|r| i32::try_from(r.actions_used).unwrap_or(i32::MAX)).collect();
-                    let chars: Vec<i32> =
-                        rows.iter().map(|r| i32::try_from(r.chars_used).unwrap_or(i32::MAX)).collect();
-                    let ends: Vec<Option<String>> = rows.iter().map(|r| r.end_reason.clone()).collect();
-                    tx.execute(
-                        &format!(
-                            "INSERT INTO {table} (tenant_id, grant_id, principal_id, session_id, origin, path_prefix, \
-                             created_at, expires_at, actions_used, chars_used, end_reason) \
-                             SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[], \
-                             $6::text[], $7::timestamptz[], $8::timestamptz[], $9::int4[], $10::int4[], $11::text[])"
-                        ),
-                        &[
-                            &text(&|r| r.tenant_id.clone()),
-                            &ids,
-                            &text(&|r| r.principal_id.clone()),
-                            &text(&|r| r.session_id.clone()),
-                            &text(&|r| r.origin.clone()),
-                            &text(&|r| r.path_prefix.clone()),
-                            &created_at,
-                            &expires_at,
-                            &used,
-                            &chars,
-                            &ends,
-                        ],
-                    )
-                    .await?;
-                }
-                if !deltas.is_empty() {
-                    let tenants: Vec<&str> = deltas.keys().map(|(t, _)| t.as_str()).collect();
-                    let ids: Vec<uuid::Uuid> = deltas.keys().map(|(_, g)| *g).collect();
-                    let used: Vec<i32> = deltas.values().map(|d| d.0).collect();
-                    let chars: Vec<i32> = deltas.values().map(|d| d.1).collect();
-                    let ends: Vec<Option<&str>> = deltas.values().map(|d| d.2.as_deref()).collect();
-                    tx.execute(
-                        &format!(
-                            "UPDATE {table} g SET actions_used = g.actions_used + d.n, chars_used = g.chars_used + d.c, \
-                             end_reason = COALESCE(d.r, g.end_reason) \
-                             FROM unnest($1::text[], $2::uuid[], $3::int4[], $4::int4[], $5::text[]) AS d(t, id, n, c, r) \
-                             WHERE g.tenant_id = d.t AND g.grant_id = d.id"
-                        ),
-                        &[&tenants, &ids, &used, &chars, &ends],
-                    )
-                    .await?;
-                }
-            }
-            Self::PendingApprovals => {
-                // The batch folded first: what was asked and answered within it never lands.
-                let mut asked = std::collections::BTreeMap::new();
-                let mut answered = Vec::new();
-                for e in events {
-                    match pending::change(e)? {
-                        Some(pending::Change::Asked(r)) => {
-                            asked.insert((r.tenant_id.clone(), r.approval_id), r);
-                        }
-                        Some(pending::Change::Answered { tenant_id, approval_id })
-                            if asked.remove(&(tenant_id.clone(), approval_id)).is_none() =>
-                        {
-                            answered.push((tenant_id, approval_id));
-                        }
-                        // Asked and answered within this batch: it never lands.
-                        Some(pending::Change::Answered { .. }) | None => {}
-                    }
-                }
-                if !asked.is_empty() {
-                    let rows: Vec<&pending::PendingRow> = asked.values().collect();
-                    let tenants: Vec<&str> = rows.iter().map(|r| r.tenant_id.as_str()).collect();
-                    let ids: Vec<uuid::Uuid> = rows.iter().map(|r| r.approval_id).collect();
-                    let sessions: Vec<&str> = rows.iter().map(|r| r.session_id.as_str()).collect();
-                    let requested: Vec<OffsetDateTime> = rows.iter().map(|r| r.requested_at).collect();
-                    let expires: Vec<OffsetDateTime> = rows.iter().map(|r| r.expires_at).collect();
-                    let summaries: Vec<&str> = rows.iter().map(|r| r.summary.as_str()).collect();
-                    tx.execute(
-                        &format!(
-                            "INSERT INTO {table} (tenant_id, approval_id, session_id, requested_at, expires_at, summary) \
-                             SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], \
-                             $5::timestamptz[], $6::text[])"
-                        ),
-                        &[&tenants, &ids, &sessions, &requested, &expires, &summaries],
-                    )
-                    .await?;
-                }
-                if !answered.is_empty() {
-                    let tenants: Vec<&str> = answered.iter().map(|(t, _)| t.as_str()).collect();
-                    let ids: Vec<uuid::Uuid> = answered.iter().map(|(_, a)| *a).collect();
-                    tx.execute(
-                        &format!(
-                            "DELETE FROM {table} p USING unnest($1::text[], $2::uuid[]) AS d(t, id) \
-                             WHERE p.tenant_id = d.t AND p.approval_id = d.id"
-                        ),
-                        &[&tenants, &ids],
-                    )
-                    .await?;
-                }
-            }
+            Self::AuditLog => audit::apply(tx, table, events).await,
+            Self::GrantList => grants::apply(tx, table, events).await,
+            Self::PendingApprovals => pending::apply(tx, table, events).await,
         }
-        Ok(())
     }
 
     /// The rows `events` make, folded in memory, in key order.

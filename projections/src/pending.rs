@@ -73,3 +73,59 @@ pub fn replay(events: &[RecordedEvent]) -> Result<BTreeMap<(String, Uuid), Pendi
     }
     Ok(rows)
 }
+
+/// Writes `events`' rows into `table` (the live table or a rebuild's next one), inside `tx`.
+pub(crate) async fn apply(
+    tx: &tokio_postgres::Transaction<'_>,
+    table: &str,
+    events: &[ledger::RecordedEvent],
+) -> Result<(), crate::Error> {
+    // The batch folded first: what was asked and answered within it never lands.
+    let mut asked = std::collections::BTreeMap::new();
+    let mut answered = Vec::new();
+    for e in events {
+        match change(e)? {
+            Some(Change::Asked(r)) => {
+                asked.insert((r.tenant_id.clone(), r.approval_id), r);
+            }
+            Some(Change::Answered { tenant_id, approval_id })
+                if asked.remove(&(tenant_id.clone(), approval_id)).is_none() =>
+            {
+                answered.push((tenant_id, approval_id));
+            }
+            // Asked and answered within this batch: it never lands.
+            Some(Change::Answered { .. }) | None => {}
+        }
+    }
+    if !asked.is_empty() {
+        let rows: Vec<&PendingRow> = asked.values().collect();
+        let tenants: Vec<&str> = rows.iter().map(|r| r.tenant_id.as_str()).collect();
+        let ids: Vec<uuid::Uuid> = rows.iter().map(|r| r.approval_id).collect();
+        let sessions: Vec<&str> = rows.iter().map(|r| r.session_id.as_str()).collect();
+        let requested: Vec<OffsetDateTime> = rows.iter().map(|r| r.requested_at).collect();
+        let expires: Vec<OffsetDateTime> = rows.iter().map(|r| r.expires_at).collect();
+        let summaries: Vec<&str> = rows.iter().map(|r| r.summary.as_str()).collect();
+        tx.execute(
+            &format!(
+                "INSERT INTO {table} (tenant_id, approval_id, session_id, requested_at, expires_at, summary) \
+                     SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], \
+                     $5::timestamptz[], $6::text[])"
+            ),
+            &[&tenants, &ids, &sessions, &requested, &expires, &summaries],
+        )
+        .await?;
+    }
+    if !answered.is_empty() {
+        let tenants: Vec<&str> = answered.iter().map(|(t, _)| t.as_str()).collect();
+        let ids: Vec<uuid::Uuid> = answered.iter().map(|(_, a)| *a).collect();
+        tx.execute(
+            &format!(
+                "DELETE FROM {table} p USING unnest($1::text[], $2::uuid[]) AS d(t, id) \
+                     WHERE p.tenant_id = d.t AND p.approval_id = d.id"
+            ),
+            &[&tenants, &ids],
+        )
+        .await?;
+    }
+    Ok(())
+}
