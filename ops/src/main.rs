@@ -353,45 +353,7 @@ async fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
-        Cmd::Audit { command } => {
-            let url = database_url(&cli.database_url)?;
-            let config: tokio_postgres::Config = url.parse().context("DATABASE_URL is not a valid PostgreSQL URL")?;
-            match command {
-                AuditCmd::Replay { tenant, session, grant, since, format } => {
-                    let since = since
-                        .map(|t| {
-                            time::OffsetDateTime::parse(&t, &time::format_description::well_known::Rfc3339)
-                                .with_context(|| format!("--since {t:?} is not an RFC 3339 time"))
-                        })
-                        .transpose()?;
-                    let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
-                    let filter = ops::audit::Filter { tenant, session, grant, since };
-                    let rows = ops::audit::replay(&store, &filter).await?;
-                    ops::audit::print(&rows, format == "jsonl", std::io::stdout().lock())?;
-                }
-                AuditCmd::Verify { export: Some(path) } => {
-                    let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
-                    println!("{}", ops::audit::verify_export(&store, &path).await?);
-                }
-                AuditCmd::Verify { export: None } => {
-                    println!("{}", ops::check::run(&config, ledger::READ_PAGE).await?);
-                    println!("{}", ops::audit::projections_verify(&config, None).await?);
-                }
-                AuditCmd::Export { tenant, out } => {
-                    let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
-                    let filter = ops::audit::Filter { tenant, ..ops::audit::Filter::default() };
-                    let m = ops::audit::export(&store, &filter, &out).await?;
-                    println!(
-                        "{}: {} rows, positions {:?} to {:?}, sha256 {}",
-                        out.display(),
-                        m.count,
-                        m.first_position,
-                        m.last_position,
-                        m.sha256
-                    );
-                }
-            }
-        }
+        Cmd::Audit { command } => audit(&database_url(&cli.database_url)?, command).await?,
         Cmd::Tls { command: TlsCmd::Init { dir } } => {
             let (ca, cert, key) = ops::tls::DevPki::paths(&dir);
             if !(ca.is_file() && cert.is_file() && key.is_file()) {
@@ -406,39 +368,7 @@ async fn run(cli: Cli) -> Result<()> {
                 println!("{profile}\t{}", if sessions.is_empty() { "-".into() } else { sessions.join(",") });
             }
         }
-        Cmd::Credentials { command } => {
-            let url = database_url(&cli.database_url)?;
-            ops::migrate::run(&mut ops::connect(&url).await?).await?;
-            let pool = ledger::postgres::pool(url.parse()?, 1).map_err(anyhow::Error::msg)?;
-            let credentials = credentials::Credentials::postgres(pool);
-            match command {
-                CredentialsCmd::Create { role, tenant, principal, expires_in_hours } => {
-                    let role = credentials::Role::from_code(&role).with_context(|| {
-                        format!("--role {role:?}: one of worker, runtime, gateway, profiles, operator")
-                    })?;
-                    ops::serve::credential_names(&tenant, principal.as_deref())?;
-                    let expires =
-                        expires_in_hours.map(|h| time::OffsetDateTime::now_utc() + time::Duration::hours(i64::from(h)));
-                    let token = credentials::new_token();
-                    let c = credentials.register(&token, &tenant, role, principal.as_deref(), expires).await?;
-                    println!("{} {token}", c.credential_id);
-                }
-                CredentialsCmd::Revoke { tenant, credential_id } => {
-                    if !credentials.revoke(&tenant, credential_id).await? {
-                        bail!("no credential {credential_id} of tenant {tenant} that is not revoked already");
-                    }
-                    println!("revoked {credential_id}");
-                }
-                CredentialsCmd::List { tenant } => {
-                    for c in credentials.list(&tenant).await? {
-                        let state = if c.revoked_at.is_some() { "revoked" } else { "active" };
-                        let expires = c.expires_at.map_or_else(|| "never".to_owned(), |t| t.to_string());
-                        let principal = c.principal.as_deref().unwrap_or("-");
-                        println!("{} {} {principal} {state} expires {expires}", c.credential_id, c.role);
-                    }
-                }
-            }
-        }
+        Cmd::Credentials { command } => credentials_command(&database_url(&cli.database_url)?, command).await?,
         Cmd::Classify => {
             ops::classify::run(std::io::stdin().lock(), std::io::stdout().lock()).context("classify")?;
         }
@@ -453,11 +383,94 @@ async fn run(cli: Cli) -> Result<()> {
                 None => bail!("no cluster is running in {}", dir.display()),
             },
         },
-        Cmd::Bench { command: BenchCmd::Authorize { clients, seconds, with_projections, log_events, flood } } => {
+        Cmd::Bench { command } => bench(&cli.database_url, command).await?,
+    }
+    Ok(())
+}
+
+/// `grantctl audit …`.
+async fn audit(url: &str, command: AuditCmd) -> Result<()> {
+    let config: tokio_postgres::Config = url.parse().context("DATABASE_URL is not a valid PostgreSQL URL")?;
+    match command {
+        AuditCmd::Replay { tenant, session, grant, since, format } => {
+            let since = since
+                .map(|t| {
+                    time::OffsetDateTime::parse(&t, &time::format_description::well_known::Rfc3339)
+                        .with_context(|| format!("--since {t:?} is not an RFC 3339 time"))
+                })
+                .transpose()?;
+            let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
+            let filter = ops::audit::Filter { tenant, session, grant, since };
+            let rows = ops::audit::replay(&store, &filter).await?;
+            ops::audit::print(&rows, format == "jsonl", std::io::stdout().lock())?;
+        }
+        AuditCmd::Verify { export: Some(path) } => {
+            let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
+            println!("{}", ops::audit::verify_export(&store, &path).await?);
+        }
+        AuditCmd::Verify { export: None } => {
+            println!("{}", ops::check::run(&config, ledger::READ_PAGE).await?);
+            println!("{}", ops::audit::projections_verify(&config, None).await?);
+        }
+        AuditCmd::Export { tenant, out } => {
+            let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
+            let filter = ops::audit::Filter { tenant, ..ops::audit::Filter::default() };
+            let m = ops::audit::export(&store, &filter, &out).await?;
+            println!(
+                "{}: {} rows, positions {:?} to {:?}, sha256 {}",
+                out.display(),
+                m.count,
+                m.first_position,
+                m.last_position,
+                m.sha256
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `grantctl credentials …`.
+async fn credentials_command(url: &str, command: CredentialsCmd) -> Result<()> {
+    ops::migrate::run(&mut ops::connect(url).await?).await?;
+    let pool = ledger::postgres::pool(url.parse()?, 1).map_err(anyhow::Error::msg)?;
+    let credentials = credentials::Credentials::postgres(pool);
+    match command {
+        CredentialsCmd::Create { role, tenant, principal, expires_in_hours } => {
+            let role = credentials::Role::from_code(&role)
+                .with_context(|| format!("--role {role:?}: one of worker, runtime, gateway, profiles, operator"))?;
+            ops::serve::credential_names(&tenant, principal.as_deref())?;
+            let expires =
+                expires_in_hours.map(|h| time::OffsetDateTime::now_utc() + time::Duration::hours(i64::from(h)));
+            let token = credentials::new_token();
+            let c = credentials.register(&token, &tenant, role, principal.as_deref(), expires).await?;
+            println!("{} {token}", c.credential_id);
+        }
+        CredentialsCmd::Revoke { tenant, credential_id } => {
+            if !credentials.revoke(&tenant, credential_id).await? {
+                bail!("no credential {credential_id} of tenant {tenant} that is not revoked already");
+            }
+            println!("revoked {credential_id}");
+        }
+        CredentialsCmd::List { tenant } => {
+            for c in credentials.list(&tenant).await? {
+                let state = if c.revoked_at.is_some() { "revoked" } else { "active" };
+                let expires = c.expires_at.map_or_else(|| "never".to_owned(), |t| t.to_string());
+                let principal = c.principal.as_deref().unwrap_or("-");
+                println!("{} {} {principal} {state} expires {expires}", c.credential_id, c.role);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `grantctl bench …`.
+async fn bench(database: &Option<String>, command: BenchCmd) -> Result<()> {
+    match command {
+        BenchCmd::Authorize { clients, seconds, with_projections, log_events, flood } => {
             if clients.is_empty() || clients.contains(&0) || !seconds.is_finite() || seconds <= 0.0 {
                 bail!("--clients takes positive counts and --seconds a positive number");
             }
-            let url = database_url(&cli.database_url)?;
+            let url = database_url(database)?;
             println!(
                 "{}",
                 ops::bench::authorize::run(
@@ -471,18 +484,18 @@ async fn run(cli: Cli) -> Result<()> {
                 .await?
             );
         }
-        Cmd::Bench { command: BenchCmd::Act { iterations, nodes } } => {
+        BenchCmd::Act { iterations, nodes } => {
             println!("{}", ops::bench::act::run(usize::try_from(iterations)?, usize::try_from(nodes)?).await?);
         }
-        Cmd::Bench { command: BenchCmd::Rebuild { events } } => {
-            let url = database_url(&cli.database_url)?;
+        BenchCmd::Rebuild { events } => {
+            let url = database_url(database)?;
             println!("{}", ops::bench::rebuild::run(&url, events).await?);
         }
-        Cmd::Bench { command: BenchCmd::Append { writers, seconds } } => {
+        BenchCmd::Append { writers, seconds } => {
             if writers.is_empty() || writers.contains(&0) || !seconds.is_finite() || seconds <= 0.0 {
                 bail!("--writers takes positive counts and --seconds a positive number");
             }
-            let url = database_url(&cli.database_url)?;
+            let url = database_url(database)?;
             println!("{}", ops::bench::append(&url, &writers, Duration::from_secs_f64(seconds)).await?);
         }
     }
