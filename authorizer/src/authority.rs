@@ -17,7 +17,7 @@ use uuid::Uuid;
 use crate::domain::{self, AuthorizeRequest, Command, Decision, DomainError, Grant, World};
 use crate::error::{AuthorityError, StoreError};
 use crate::policy::Policy;
-use crate::state;
+use crate::state::{self, Loaded};
 use crate::store::{Backend, Consumed, Decide, Need, SessionAt, Transacted, UseOf};
 
 /// How many times a request is decided again after another request changed what it read.
@@ -119,8 +119,10 @@ impl<B: Backend> Authority<B> {
 
     /// Reads what `need` names and answers from it; writes nothing.
     pub async fn read<T: Send>(&self, need: Need<'_>, f: impl Fn(&World) -> T + Sync) -> Result<T, AuthorityError> {
-        let t =
-            self.backend().transact(&self.tenant, &Metadata::default(), need, false, &|w| Ok((vec![], f(w)))).await?;
+        let t = self
+            .backend()
+            .transact(&self.tenant, &Metadata::default(), need, false, &|l| Ok((vec![], f(&l.world))))
+            .await?;
         Ok(t.value)
     }
 
@@ -158,7 +160,7 @@ impl<B: Backend> Authority<B> {
         command: Command,
         principal: &str,
     ) -> Result<(Vec<Event>, Option<Checkpoint>), AuthorityError> {
-        let decide = |w: &World| domain::decide(w, command.clone()).map(|e| (e, ()));
+        let decide = |l: &Loaded| domain::decide(&l.world, command.clone()).map(|e| (e, ()));
         let t = self.transact(&Metadata::by(principal), state::need_of(&command), true, &decide).await?;
         Ok((t.events, t.at))
     }
@@ -277,7 +279,8 @@ impl<B: Backend> Authority<B> {
             w.policy_in_force(&self.policy().version)?;
             Ok(AuthorizeRequest { view: view(&w.settings.scopes), ..req.clone() })
         };
-        let decide = |w: &World| {
+        let decide = |l: &Loaded| {
+            let w = &l.world;
             let req = &start(w)?;
             let auth = domain::authorize(w, self.policy(), req, now, approval_id);
             let grant = match &auth.decision {
@@ -285,7 +288,7 @@ impl<B: Backend> Authority<B> {
                 _ => None,
             };
             let standing = w.standing.as_ref().map(|s| s.expires_at);
-            let session_version = w.sessions.get(&req.session_id).map_or(0, |s| s.read_version);
+            let session_version = l.session_version(&req.session_id);
             // A task-grant use is recorded by the atomic use, below.
             let record = match auth.decision {
                 Decision::Allow { kind: AuthorizationKind::BrowserTaskGrant, .. } => vec![],
@@ -375,7 +378,8 @@ impl<B: Backend> Authority<B> {
             return Err(AuthorityError::Contended);
         }
         // Every fresh read allowed what the row refused: asking the owner is always safe.
-        let ask = |w: &World| {
+        let ask = |l: &Loaded| {
+            let w = &l.world;
             let req = &start(w)?;
             let reason = Some(domain::NotCovered::GrantSpent.code().to_owned());
             let (decision, requested) =

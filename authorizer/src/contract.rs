@@ -148,13 +148,16 @@ pub async fn a_written_world_reads_back<B: Backend>(backend: &B) {
     let now = OffsetDateTime::now_utc();
     let grant_id = session_with_grant(backend, tenant, now + Duration::minutes(30)).await;
     let read = backend
-        .transact(tenant, &Metadata::default(), Need::Authorize("s1"), false, &|w| Ok((vec![], w.clone())))
+        .transact(tenant, &Metadata::default(), Need::Authorize("s1"), false, &|l| {
+            Ok((vec![], (l.world.clone(), l.session_version("s1"))))
+        })
         .await
         .expect("a read");
-    let session = read.value.sessions.get("s1").expect("the session reads back");
+    let (read_world, session_version) = &read.value;
+    let session = read_world.sessions.get("s1").expect("the session reads back");
     assert_eq!(session.active_grant, Some(grant_id), "the session points at its active grant");
-    assert_eq!(session.read_version, 1, "a session of one event reads at version 1");
-    assert_eq!(read.value.profiles.get(PROFILE).and_then(|p| p.owner.as_deref()), Some(OWNER));
+    assert_eq!(*session_version, 1, "a session of one event reads at version 1");
+    assert_eq!(read_world.profiles.get(PROFILE).and_then(|p| p.owner.as_deref()), Some(OWNER));
     assert!(read.events.is_empty() && read.at.is_none(), "a read appends nothing");
     let events = [
         Event::ProfileClaimed(ProfileClaimed { profile_id: PROFILE.into(), owner_principal_id: OWNER.into() }),

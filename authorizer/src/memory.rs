@@ -163,7 +163,7 @@ impl Backend for MemoryGrants {
         let mut tenants = self.tenants.lock().await;
         let state = tenants.entry(tenant.clone()).or_default();
         let loaded = state::load(&mut MemoryReader { state, tenant }, tenant, need).await?;
-        let (events, value) = decide(&loaded.world)?;
+        let (events, value) = decide(&loaded)?;
         if events.is_empty() {
             return Ok(Transacted { value, events, at: None });
         }

@@ -86,8 +86,7 @@ impl Loaded {
 
     fn session(&mut self, s: Versioned<Session>) -> Result<(), StoreError> {
         self.versions.insert(self.stream("session", &s.value.created.session_id)?, s.version);
-        let session = Session { read_version: s.version, ..s.value };
-        self.world.sessions.insert(session.created.session_id.clone(), session);
+        self.world.sessions.insert(s.value.created.session_id.clone(), s.value);
         Ok(())
     }
 
@@ -164,6 +163,12 @@ impl Loaded {
 
     fn session_profile(&self, session: &str) -> Option<String> {
         self.world.sessions.get(session).and_then(|s| s.created.browser_profile_id.clone())
+    }
+
+    /// The version session `id`'s stream was read at (0: not read, or new): a use holds only while
+    /// the session is still at it.
+    pub fn session_version(&self, id: &str) -> u64 {
+        self.stream("session", &id).map_or(0, |s| self.version(&s))
     }
 
     /// The version `stream` was read at; a stream not read is new (0).

@@ -14,6 +14,7 @@ use uuid::Uuid;
 use crate::domain::{Approval, DomainError, Grant, Profile, RunSnapshots, Session, World};
 use crate::error::{AuthorityError, StoreError};
 use crate::scopes::TaskGrantSettings;
+use crate::state::Loaded;
 
 /// An entity as stored, with the version of its stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,9 +115,10 @@ pub struct Transacted<T> {
     pub at: Option<Checkpoint>,
 }
 
-/// The decision function a backend runs inside its transaction: the events to record and a
-/// value for the caller.
-pub type Decide<'a, T> = dyn Fn(&World) -> Result<(Vec<Event>, T), DomainError> + Sync + 'a;
+/// The decision function a backend runs inside its transaction, on what the request read (the
+/// partial world and the stream versions it was read at): the events to record and a value for
+/// the caller.
+pub type Decide<'a, T> = dyn Fn(&Loaded) -> Result<(Vec<Event>, T), DomainError> + Sync + 'a;
 
 /// The session a use is made in, at the version its decision read.
 #[derive(Debug, Clone, Copy)]

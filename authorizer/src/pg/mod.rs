@@ -135,7 +135,7 @@ impl PgGrants {
             let mut rows = Prefetched::authorize(&client, &self.store, tenant, session).await?;
             drop(client);
             let loaded = state::load(&mut rows, tenant, need).await?;
-            let (events, value) = decide(&loaded.world)?;
+            let (events, value) = decide(&loaded)?;
             if events.is_empty() {
                 return Ok(Transacted { value, events, at: None });
             }
@@ -172,7 +172,7 @@ impl PgGrants {
             .transaction(isolation, async |tx| {
                 let mut reader = PgReader { tx: tx.sql(), tenant: tenant.as_str(), lock };
                 let loaded = state::load(&mut reader, tenant, need).await?;
-                let (events, value) = decide(&loaded.world)?;
+                let (events, value) = decide(&loaded)?;
                 if !events.is_empty() {
                     write_all(tx, tenant, &loaded, metadata, &events).await?;
                 }

@@ -27,10 +27,6 @@ pub struct Session {
     /// Not stored with the session: the grant rows say which is active.
     #[serde(skip)]
     pub active_grant: Option<Uuid>,
-    /// The session stream's version when this request read it (0 when folded): a use is
-    /// consumed only while the session is still at it.
-    #[serde(skip)]
-    pub read_version: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -190,7 +186,6 @@ impl World {
                         turn_tools: Vec::new(),
                         deleted: false,
                         active_grant: None,
-                        read_version: 0,
                     },
                 );
             }
