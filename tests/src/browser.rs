@@ -46,14 +46,7 @@ pub fn need_browser() {
 
 /// `message` with `token` as its bearer credential.
 pub fn with<T>(token: &str, message: T) -> Request<T> {
-    let mut req = Request::new(message);
-    req.metadata_mut().insert("authorization", format!("Bearer {token}").parse().expect("ascii"));
-    if token == GATEWAY {
-        req.metadata_mut().insert("x-principal-id", "owner".parse().expect("ascii"));
-        let scopes = "approval.resolve,browser.grant.read,browser.grant.write";
-        req.metadata_mut().insert("x-owner-scopes", scopes.parse().expect("ascii"));
-    }
-    req
+    if token == GATEWAY { crate::as_owner(token, "owner", message) } else { crate::bearer(token, message) }
 }
 
 type Serving = tokio::task::JoinHandle<Result<(), tonic::transport::Error>>;

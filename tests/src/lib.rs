@@ -199,3 +199,21 @@ where
         tokio::time::sleep(every).await;
     }
 }
+
+/// Every scope an owner may hold, as the gateway names them.
+pub const ALL_OWNER_SCOPES: &str = "approval.resolve,browser.grant.read,browser.grant.write";
+
+/// `message` with `token` as its bearer credential: the one way the tests authenticate a call.
+pub fn bearer<T>(token: &str, message: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(message);
+    req.metadata_mut().insert("authorization", format!("Bearer {token}").parse().expect("an ASCII token"));
+    req
+}
+
+/// `message` sent by the gateway (`token`) for `owner`, with every owner scope.
+pub fn as_owner<T>(token: &str, owner: &str, message: T) -> tonic::Request<T> {
+    let mut req = bearer(token, message);
+    req.metadata_mut().insert("x-principal-id", owner.parse().expect("an ASCII owner id"));
+    req.metadata_mut().insert("x-owner-scopes", ALL_OWNER_SCOPES.parse().expect("ASCII scopes"));
+    req
+}

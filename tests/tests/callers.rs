@@ -129,14 +129,7 @@ async fn connect(port: u16, ca: &str) -> Channel {
 }
 
 fn bearer<T>(m: T, token: &str, owner: bool) -> Request<T> {
-    let mut r = Request::new(m);
-    r.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
-    if owner {
-        r.metadata_mut().insert("x-principal-id", "owner-a".parse().unwrap());
-        r.metadata_mut()
-            .insert("x-owner-scopes", "approval.resolve,browser.grant.read,browser.grant.write".parse().unwrap());
-    }
-    r
+    if owner { tests::as_owner(token, "owner-a", m) } else { tests::bearer(token, m) }
 }
 
 /// Sends wire bytes as they are, and reads no reply: a client written against the wire alone.

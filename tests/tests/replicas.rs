@@ -92,9 +92,7 @@ impl Tokens {
     }
 
     fn bearer<T>(token: &str, m: T) -> Request<T> {
-        let mut r = Request::new(m);
-        r.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
-        r
+        tests::bearer(token, m)
     }
 
     fn worker<T>(&self, m: T) -> Request<T> {
@@ -120,11 +118,7 @@ impl Tokens {
     }
 
     fn owner<T>(&self, m: T) -> Request<T> {
-        let mut r = Self::bearer(&self.gateway, m);
-        r.metadata_mut().insert("x-principal-id", "owner".parse().unwrap());
-        let scopes = "approval.resolve,browser.grant.read,browser.grant.write";
-        r.metadata_mut().insert("x-owner-scopes", scopes.parse().unwrap());
-        r
+        tests::as_owner(&self.gateway, "owner", m)
     }
 }
 

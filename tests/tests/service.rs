@@ -96,14 +96,8 @@ async fn seed(credentials: &Credentials) {
 
 /// `message` sent by `role` for `principal`: the gateway names the owner and carries every scope.
 fn with_role<T>(role: Role, principal: &str, message: T) -> Request<T> {
-    let mut req = Request::new(message);
-    req.metadata_mut().insert("authorization", format!("Bearer {}", token(role, principal)).parse().unwrap());
-    if role == Role::Gateway {
-        req.metadata_mut().insert("x-principal-id", principal.parse().unwrap());
-        let scopes = "approval.resolve,browser.grant.read,browser.grant.write";
-        req.metadata_mut().insert("x-owner-scopes", scopes.parse().unwrap());
-    }
-    req
+    let token = token(role, principal);
+    if role == Role::Gateway { tests::as_owner(&token, principal, message) } else { tests::bearer(&token, message) }
 }
 
 /// `message` sent by the service whose call it is, on behalf of `principal`.
@@ -911,11 +905,7 @@ async fn expired_revoked_and_foreign_credentials_are_refused() {
     let db = TestDb::new().await;
     let Served { mut client, credentials, _stop, .. } = start_on_postgres(&db, 4).await;
     let create = |id: &str| pb::CreateSessionRequest { session_id: id.into(), surface: 1, ..Default::default() };
-    fn bearer<T>(token: &str, m: T) -> Request<T> {
-        let mut req = Request::new(m);
-        req.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
-        req
-    }
+    use tests::bearer;
     let past = time::OffsetDateTime::now_utc() - time::Duration::minutes(1);
     let expired = credentials::new_token();
     credentials.register(&expired, TENANT, Role::Worker, Some("owner"), Some(past)).await.unwrap();
