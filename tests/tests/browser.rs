@@ -153,11 +153,11 @@ fn documents(stack: &Stack) -> Vec<String> {
 async fn page_changes(s: &Stack, what: &str) {
     s.fixture.page(LESSON, &format!("/lesson/go-{what}"), "go");
     let done = format!("/lesson/{what}-done");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !s.fixture.requests().iter().any(|r| r.path() == done) {
-        assert!(std::time::Instant::now() < deadline, "the page never made its change");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let (ten, beat) = (std::time::Duration::from_secs(10), std::time::Duration::from_millis(20));
+    tests::poll_until("the page's own change", ten, beat, || async {
+        s.fixture.requests().iter().any(|r| r.path() == done).then_some(())
+    })
+    .await;
 }
 
 fn refused(reply: &rt::ActReply, code: rt::ActCode) {
@@ -740,15 +740,11 @@ async fn a_screenshot_is_a_png_and_shutdown_ends_every_browser() {
     // parent has not reaped it yet). The group was sent SIGKILL, which returns before the kernel
     // has torn every process down (a clean-clone CI run caught one still exiting), so the test
     // waits for it, bounded.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        let left: Vec<u32> = drivers.iter().flat_map(|d| group(*d)).collect();
-        if left.is_empty() {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "processes outlived the runtime: {left:?}");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let (five, beat) = (std::time::Duration::from_secs(5), std::time::Duration::from_millis(20));
+    tests::poll_until("every driver's process group gone", five, beat, || async {
+        drivers.iter().all(|d| group(*d).is_empty()).then_some(())
+    })
+    .await;
 }
 
 /// Under a task grant, the fence holds every document request to the grant's prefix, whatever

@@ -139,6 +139,7 @@ async fn click_next(s: &mut Stack, path: &str) -> (String, rt::ActReply) {
 /// Waits until the tab leaves the lesson site, and checks it went to the browser's error page:
 /// the document it was sent to was refused.
 async fn left_for_the_error_page(s: &mut Stack, session: &str) {
+    // Each look observes through the stack, which needs it mutably: a loop of its own, bounded.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         let o = s.observe(session).await;
@@ -260,11 +261,11 @@ async fn page_script_limit_a_delayed_refresh_is_not_fenced() {
     assert!(reply.ok && !reply.outcome_unknown, "{reply:?}");
     assert!(!s.fixture.requests().iter().any(|r| r.path() == "/account/later"), "the act settled first");
     // The refresh fires a second later, after the fence is down: the origin guard alone holds it.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !s.fixture.requests().iter().any(|r| r.path() == "/account/later") {
-        assert!(std::time::Instant::now() < deadline, "the delayed refresh never came");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let (ten, beat) = (std::time::Duration::from_secs(10), std::time::Duration::from_millis(50));
+    tests::poll_until("the delayed refresh", ten, beat, || async {
+        s.fixture.requests().iter().any(|r| r.path() == "/account/later").then_some(())
+    })
+    .await;
     assert!(s.fixture.requests().iter().all(|r| r.host == LESSON));
 }
 
