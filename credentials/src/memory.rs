@@ -9,11 +9,10 @@ use uuid::Uuid;
 use crate::{AuthError, Credential, CredentialStore, Pending, TOKEN_TAKEN};
 
 /// Each credential with the order it was stored in, so `list` is newest first as in PostgreSQL.
+/// Nothing is ever removed (a revocation marks), so the count stored is the next order.
 #[derive(Debug, Default)]
 pub struct MemoryCredentials {
     stored: Mutex<HashMap<[u8; 32], (u64, Credential)>>,
-    /// The order the next one is stored in.
-    next: std::sync::atomic::AtomicU64,
 }
 
 impl MemoryCredentials {
@@ -25,10 +24,10 @@ impl MemoryCredentials {
 impl CredentialStore for MemoryCredentials {
     fn insert<'a>(&'a self, token_sha256: [u8; 32], credential: &'a Credential) -> Pending<'a, ()> {
         let mut stored = self.stored();
+        let order = stored.len() as u64;
         let out = match stored.entry(token_sha256) {
             std::collections::hash_map::Entry::Occupied(_) => Err(AuthError::Invalid(TOKEN_TAKEN)),
             std::collections::hash_map::Entry::Vacant(slot) => {
-                let order = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 slot.insert((order, credential.clone()));
                 Ok(())
             }

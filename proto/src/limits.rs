@@ -67,13 +67,7 @@ pub const APPROVAL_TOKEN_FORMAT: &str = "apv_ and 24 lowercase hex digits";
 
 /// A new approval token from 96 random bits.
 pub fn approval_token(random: [u8; APPROVAL_TOKEN_HEX / 2]) -> String {
-    let mut token = String::with_capacity(APPROVAL_TOKEN_LEN);
-    token.push_str(APPROVAL_TOKEN_PREFIX);
-    for b in random {
-        token.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
-        token.push(char::from(b"0123456789abcdef"[usize::from(b & 0xf)]));
-    }
-    token
+    format!("{APPROVAL_TOKEN_PREFIX}{}", hex::encode(random))
 }
 
 /// Whether `token` is an approval token's shape.
