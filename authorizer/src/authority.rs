@@ -74,6 +74,8 @@ pub struct Authorized {
     pub grant: Option<Grant>,
     /// Until when the pinned standing grant that allowed runs.
     pub standing_until: Option<OffsetDateTime>,
+    /// The session's browser profile, as read for an allow: its dispatch ticket binds it.
+    pub profile: Option<String>,
 }
 
 #[derive(Debug)]
@@ -224,7 +226,14 @@ impl<B: Backend> Authority<B> {
                     reason: a.not_covered_reason.clone(),
                     offer: a.offer.clone(),
                 };
-                Authorized { decision, events: vec![event.clone()], at, grant: None, standing_until: None }
+                Authorized {
+                    decision,
+                    events: vec![event.clone()],
+                    at,
+                    grant: None,
+                    standing_until: None,
+                    profile: None,
+                }
             }
             Event::ToolCallAuthorized(t) => {
                 let decision = Decision::Allow {
@@ -249,7 +258,8 @@ impl<B: Backend> Authority<B> {
                     }
                     _ => {}
                 }
-                Authorized { decision, events: vec![event.clone()], at, grant, standing_until }
+                let profile = self.read(Need::Session(&req.session_id), |w| profile_of(w, &req.session_id)).await?;
+                Authorized { decision, events: vec![event.clone()], at, grant, standing_until, profile }
             }
             other => {
                 return Err(StoreError::Projection(format!("a call's decision is a {}", other.event_type())).into());
@@ -289,12 +299,13 @@ impl<B: Backend> Authority<B> {
             };
             let standing = w.standing.as_ref().map(|s| s.expires_at);
             let session_version = l.session_version(&req.session_id);
+            let profile = profile_of(w, &req.session_id);
             // A task-grant use is recorded by the atomic use, below.
             let record = match auth.decision {
                 Decision::Allow { kind: AuthorizationKind::BrowserTaskGrant, .. } => vec![],
                 _ => auth.events.clone(),
             };
-            Ok((record, (auth, grant, standing, session_version)))
+            Ok((record, (auth, grant, standing, session_version, profile)))
         };
         let mut spent = false;
         // Only a call decided before collides with its record (its decision event's id is
@@ -319,7 +330,7 @@ impl<B: Backend> Authority<B> {
                     None => continue,
                 },
             };
-            let (auth, grant, standing, session_version) = t.value;
+            let (auth, grant, standing, session_version, profile) = t.value;
             let Decision::Allow {
                 kind: AuthorizationKind::BrowserTaskGrant,
                 grant_id: Some(grant_id),
@@ -338,7 +349,14 @@ impl<B: Backend> Authority<B> {
                     Decision::Allow { kind: AuthorizationKind::StandingGrant, .. } => standing,
                     _ => None,
                 };
-                return Ok(Authorized { decision: auth.decision, events: t.events, at: t.at, grant, standing_until });
+                return Ok(Authorized {
+                    decision: auth.decision,
+                    events: t.events,
+                    at: t.at,
+                    grant,
+                    standing_until,
+                    profile,
+                });
             };
             let Some(Event::ToolCallAuthorized(template)) = auth.events.first().cloned() else {
                 return Err(StoreError::Projection("a task-grant allow without its use event".into()).into());
@@ -363,7 +381,7 @@ impl<B: Backend> Authority<B> {
                     };
                     let used = use_event(ordinal);
                     let at = Some(outcome.checkpoint());
-                    return Ok(Authorized { decision, events: vec![used], at, grant, standing_until: None });
+                    return Ok(Authorized { decision, events: vec![used], at, grant, standing_until: None, profile });
                 }
                 // The row moved since the read: decide again from a fresh one.
                 Ok(Consumed::Refused) => spent = true,
@@ -398,7 +416,14 @@ impl<B: Backend> Authority<B> {
             },
             None => self.transact(&metadata, Need::Authorize(&req.session_id), false, &ask).await?,
         };
-        Ok(Authorized { decision: t.value, events: t.events, at: t.at, grant: None, standing_until: None })
+        Ok(Authorized {
+            decision: t.value,
+            events: t.events,
+            at: t.at,
+            grant: None,
+            standing_until: None,
+            profile: None,
+        })
     }
 
     /// Ends every grant whose time is up and expires every card past its own, in every tenant.
@@ -420,4 +445,9 @@ impl<B: Backend> Authority<B> {
         }
         failed.map_or(Ok(recorded), Err)
     }
+}
+
+/// The browser profile `session_id` is bound to.
+fn profile_of(w: &World, session_id: &str) -> Option<String> {
+    w.sessions.get(session_id).and_then(|s| s.created.browser_profile_id.clone())
 }

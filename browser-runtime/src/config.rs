@@ -49,6 +49,8 @@ pub struct RuntimeConfig {
     pub authorizer: Option<AuthorizerLink>,
     /// Task records: `<dir>/<tenant>/<run id>.json`, an object of field id to value.
     pub records_dir: PathBuf,
+    /// The keys dispatch tickets are checked with (TICKET_KEYS_FILE, shared with the authorizer).
+    pub tickets: std::sync::Arc<proto::ticket::Keyring>,
 }
 
 /// Flags an operator may not pass: each would undo a guard the runtime relies on.
@@ -119,12 +121,14 @@ impl RuntimeConfig {
             _ => return refuse("RUNTIME_AUTHORIZER_URL and RUNTIME_AUTHORIZER_TOKEN are set together"),
         };
         let records_dir = path("TASK_RECORDS_DIR", "/var/lib/grant-ledger/records");
+        let tickets = std::sync::Arc::new(proto::ticket::Keyring::from_env(&get).map_err(ConfigError)?);
         Ok(Self {
             browser: BrowserConfig { chromedriver, chromium, extra_args, trusted_spki },
             pool_size,
             call_timeout: std::time::Duration::from_secs(seconds),
             authorizer,
             records_dir,
+            tickets,
         })
     }
 }

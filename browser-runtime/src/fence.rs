@@ -1,6 +1,7 @@
-//! The request fence below the DOM. While a grant-constrained act runs and settles, every
-//! document request in any frame, and every hyperlink-auditing ping, whose URL is not on the
-//! grant's origin inside its prefix with no sensitive segment is refused, including a new
+//! The request fence below the DOM. While any act runs and settles, every document request in
+//! any frame, and every hyperlink-auditing ping or beacon, whose URL is outside the act's scope
+//! (a task grant's origin and prefix with no sensitive segment, a standing grant's origin, an
+//! approved act's run origins) is refused, including a new
 //! window's first navigation, which it issues before its frame exists. Page script cannot see
 //! into a closed shadow root, so no fact can list what a submit button there would do; the fence
 //! holds whatever the act sets off.
@@ -47,15 +48,22 @@ impl FenceError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scope {
     pub origins: Vec<String>,
-    pub path_prefix: String,
+    /// One path segment every document must be under; `None`: any path of the origins.
+    pub path_prefix: Option<String>,
+    /// Whether a sensitive path segment (account, settings, payment…) may be reached.
+    pub sensitive: bool,
 }
 
 impl Scope {
-    /// On one of the origins, inside the prefix, with no sensitive path segment.
+    /// On one of the origins, inside the prefix if there is one, with no sensitive path segment
+    /// unless the scope allows them.
     pub fn admits(&self, url: &str) -> bool {
         let Ok(there) = classifier::paths::location(url) else { return false };
-        self.origins.iter().any(|o| classifier::paths::inside(&there, o, &self.path_prefix))
-            && classifier::paths::first_sensitive(&there).is_none()
+        let placed = self.origins.iter().any(|o| match &self.path_prefix {
+            Some(prefix) => classifier::paths::inside(&there, o, prefix),
+            None => classifier::paths::on_origin(&there, o),
+        });
+        placed && (self.sensitive || classifier::paths::first_sensitive(&there).is_none())
     }
 }
 
@@ -519,7 +527,11 @@ mod tests {
 
     #[test]
     fn the_scope_admits_its_prefix_only() {
-        let scope = Scope { origins: vec!["https://www.lesson.test".into()], path_prefix: "/lesson".into() };
+        let scope = Scope {
+            origins: vec!["https://www.lesson.test".into()],
+            path_prefix: Some("/lesson".into()),
+            sensitive: false,
+        };
         assert!(scope.admits("https://www.lesson.test/lesson/2?x=1"));
         for url in [
             "https://www.lesson.test/account",
@@ -532,5 +544,19 @@ mod tests {
         ] {
             assert!(!scope.admits(url), "{url}");
         }
+    }
+
+    #[test]
+    fn an_origin_scope_admits_any_path_and_sensitive_ones_only_when_allowed() {
+        let standing = Scope { origins: vec!["https://www.lesson.test".into()], path_prefix: None, sensitive: false };
+        let approved = Scope { sensitive: true, ..standing.clone() };
+        for scope in [&standing, &approved] {
+            assert!(scope.admits("https://www.lesson.test/anything/at/all"));
+            assert!(!scope.admits("https://www.elsewhere.test/lesson"));
+            assert!(!scope.admits("https://www.lesson.test:8443/lesson"), "another port is another origin");
+            assert!(!scope.admits("http://www.lesson.test/lesson"));
+        }
+        assert!(!standing.admits("https://www.lesson.test/account/settings"));
+        assert!(approved.admits("https://www.lesson.test/account/settings"), "the owner saw the act");
     }
 }

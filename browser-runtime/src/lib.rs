@@ -16,6 +16,7 @@ pub mod page;
 pub mod records;
 pub mod service;
 pub mod session;
+pub mod ticket;
 
 pub use config::RuntimeConfig;
 pub use service::BrowserRuntime;

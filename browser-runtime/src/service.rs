@@ -6,13 +6,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use classifier::constraint::{DispatchConstraint, GrantKind};
 use classifier::coverage::MAX_LABEL_CHARS;
 use credentials::{Caller, Credentials, Role};
 use proto::runtime as pb;
 use proto::v1 as gl;
 use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::{Request, Response, Status};
@@ -20,7 +18,9 @@ use tonic::{Request, Response, Status};
 use crate::config::{AuthorizerLink, RuntimeConfig};
 use crate::page::{NodeRead, Role as NodeRole};
 use crate::records::RecordStore;
-use crate::session::{ActAction, ActInput, Code, Observation, Redeem, RedeemError, Session, SessionError, WaitFor};
+use crate::session::{
+    ActAction, ActInput, Allow, Code, Observation, Redeem, RedeemError, Session, SessionError, WaitFor,
+};
 
 /// The longest expected name the contract allows.
 pub const MAX_NAME_CHARS: usize = 120;
@@ -56,7 +56,14 @@ impl AuthorizerRedeemer {
 }
 
 impl Redeem for AuthorizerRedeemer {
-    async fn redeem(&self, token: &str, run_id: &str, snapshot_id: &str, node_ref: &str) -> Result<(), RedeemError> {
+    async fn redeem(
+        &self,
+        token: &str,
+        run_id: &str,
+        snapshot_id: &str,
+        node_ref: &str,
+        action: &ActAction,
+    ) -> Result<gl::DispatchTicket, RedeemError> {
         let (Some(client), Some(bearer)) = (&self.client, &self.bearer) else {
             return Err(RedeemError::Unavailable("this runtime has no authorizer to redeem tokens at".into()));
         };
@@ -65,10 +72,13 @@ impl Redeem for AuthorizerRedeemer {
             run_id: run_id.to_owned(),
             snapshot_id: snapshot_id.to_owned(),
             node_ref: node_ref.to_owned(),
+            action: Some(action_pb(action)),
         });
         req.metadata_mut().insert("authorization", bearer.clone());
         match client.clone().redeem_token(req).await {
-            Ok(_) => Ok(()),
+            Ok(reply) => {
+                reply.into_inner().ticket.ok_or_else(|| RedeemError::Refused("the authorizer sent no ticket".into()))
+            }
             Err(s) => {
                 use tonic::Code as C;
                 match s.code() {
@@ -89,6 +99,20 @@ impl Redeem for AuthorizerRedeemer {
                 }
             }
         }
+    }
+}
+
+/// The act as the authorizer names it (no text: the runtime checks the record value itself).
+fn action_pb(a: &ActAction) -> gl::Action {
+    use gl::ActionKind as K;
+    let kind = |k: K| gl::Action { kind: k as i32, ..Default::default() };
+    match a {
+        ActAction::Click => kind(K::Click),
+        ActAction::Type { field_id } => gl::Action { field_id: field_id.clone(), ..kind(K::Type) },
+        ActAction::Select { option } => gl::Action { option: option.clone(), ..kind(K::Select) },
+        ActAction::Check => kind(K::Check),
+        ActAction::Press { key } => gl::Action { key: key.clone(), ..kind(K::Press) },
+        ActAction::Scroll { by } => gl::Action { scroll_by: *by, ..kind(K::Scroll) },
     }
 }
 
@@ -289,26 +313,6 @@ fn observation_pb(o: Observation) -> pb::ObserveReply {
     pb::ObserveReply { snapshot_id: o.snapshot_id, url: o.page.url, title, nodes, facts }
 }
 
-fn constraint(c: gl::DispatchConstraint) -> Result<DispatchConstraint, Status> {
-    let kind = match gl::GrantKind::try_from(c.grant_kind) {
-        Ok(gl::GrantKind::Task) => GrantKind::Task,
-        Ok(gl::GrantKind::Standing) => GrantKind::Standing,
-        _ => return Err(invalid("constraint.grant_kind", "is task or standing")),
-    };
-    let not_after = OffsetDateTime::parse(&c.not_after, &Rfc3339)
-        .map_err(|_| invalid("constraint.not_after", "is an RFC 3339 time"))?;
-    let parsed = DispatchConstraint {
-        kind,
-        origins: c.origins,
-        path_prefix: c.path_prefix,
-        not_after,
-        consequence_ceiling: c.consequence_ceiling,
-        max_text_chars: c.max_text_chars,
-    };
-    parsed.validate().map_err(|e| Status::invalid_argument(e.to_string()))?;
-    Ok(parsed)
-}
-
 /// The act the request describes, or the first field that is not well formed.
 pub fn act_input(req: pb::ActRequest) -> Result<ActInput, Status> {
     let snapshot_ok = req
@@ -365,6 +369,9 @@ pub fn act_input(req: pb::ActRequest) -> Result<ActInput, Status> {
         }
         A::Scroll(s) => ActAction::Scroll { by: s.by },
     };
+    if req.ticket.is_some() && approval_token.is_some() {
+        return Err(invalid("ticket", "an act carries a dispatch ticket or an approval token, not both"));
+    }
     if req.sequence == 0 {
         return Err(invalid("sequence", "is required: one more than the session's last dispatched act"));
     }
@@ -378,7 +385,7 @@ pub fn act_input(req: pb::ActRequest) -> Result<ActInput, Status> {
         consequential: req.consequential,
         approval_token,
         wait_for,
-        constraint: req.constraint.map(constraint).transpose()?,
+        ticket: req.ticket,
         action,
     })
 }
@@ -476,15 +483,11 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
             return Err(invalid("max_steps", &format!("is between 1 and {MAX_STEPS}")));
         }
         let session_id = format!("bs_{}", hex::encode(rand::random::<[u8; 12]>()));
-        let mut session = Session::new(caller.tenant.clone(), profile.clone(), origins, req.start_url, req.max_steps);
+        let owner = (caller.tenant.clone(), caller.principal.clone(), profile.clone());
+        let mut session = Session::new(owner, origins, req.start_url, req.max_steps);
         // The slot is taken before Chromium starts, so the pool limit holds under concurrency.
-        let shared: Shared = Arc::new(tokio::sync::Mutex::new(Session::new(
-            caller.tenant.clone(),
-            profile.clone(),
-            Vec::new(),
-            String::new(),
-            0,
-        )));
+        let placeholder = (caller.tenant.clone(), caller.principal.clone(), profile.clone());
+        let shared: Shared = Arc::new(tokio::sync::Mutex::new(Session::new(placeholder, Vec::new(), String::new(), 0)));
         let mut guard = Arc::clone(&shared).lock_owned().await;
         let mut slot = {
             let mut sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -532,8 +535,9 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
         let input = act_input(req)?;
         let mut s = self.owned(&caller, &session_id).await?;
         let now = OffsetDateTime::now_utc();
-        let o = bounded!(self, s, s.act(input, &self.records, &self.redeemer, &self.config.browser, now))
-            .map_err(session_status)?;
+        let allow = Allow { tickets: &self.config.tickets, redeemer: &self.redeemer };
+        let o =
+            bounded!(self, s, s.act(input, &self.records, allow, &self.config.browser, now)).map_err(session_status)?;
         if o.code != Code::Ok {
             tracing::info!(code = o.code.name(), detail = %o.detail, session = %session_id, "act refused");
         }
@@ -547,6 +551,7 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
             dispatched: o.dispatched,
             reason: o.reason.unwrap_or_default().to_owned(),
             outcome_unknown: o.outcome_unknown,
+            recoverable: o.code != Code::Ok && o.code.recoverable(),
         }))
     }
 

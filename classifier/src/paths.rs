@@ -178,6 +178,11 @@ pub fn first_sensitive(location: &Location) -> Option<(&str, Named)> {
     location.segments.iter().find_map(|s| sensitive_segment(s).map(|n| (s.as_str(), n)))
 }
 
+/// Whether `location` is on `origin` (`https://host[:port]`), at any path.
+pub fn on_origin(location: &Location, origin: &str) -> bool {
+    Url::parse(origin).is_ok_and(|scope| location.origin == scope.origin().ascii_serialization())
+}
+
 /// Is the location at the scope's exact origin and inside its one-segment prefix?
 pub fn inside(location: &Location, origin: &str, path_prefix: &str) -> bool {
     let Ok(scope) = Url::parse(origin) else { return false };

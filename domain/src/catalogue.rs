@@ -274,13 +274,64 @@ pub struct ApprovalRequested {
     pub agent_version: String,
 }
 
-/// The run, observation and node an approval token is valid for.
+/// The run, observation, node and act an approval token is valid for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenBinding {
     pub run_id: String,
     pub snapshot_id: String,
     pub node_ref: String,
+    /// Absent in cards asked before tokens bound the act: such a token redeems for nothing.
+    /// Boxed: an approval's event stays small beside the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<Box<BoundAction>>,
+}
+
+/// The one act a card was asked for: a token approved for a click is not spent on a type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoundAction {
+    /// `click`, `type`, `select`, `check`, `press` or `scroll`.
+    pub kind: String,
+    /// The type's record field id, the select's option, the key, the scroll step; empty for a
+    /// click or a check.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub argument: String,
+    /// A type's text as the card showed it, `sha256:` and hex: the runtime types a record value
+    /// only if it hashes the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_sha256: Option<String>,
+}
+
+impl BoundAction {
+    /// `action` with the record field a type names.
+    pub fn of(action: &classifier::Action, field_id: Option<&str>) -> Self {
+        use classifier::Action as A;
+        let argument = match action {
+            A::Type { .. } => field_id.unwrap_or_default().to_owned(),
+            A::Select { option } => option.clone(),
+            A::Press { key } => key.clone(),
+            A::Scroll { by } => by.to_string(),
+            A::Click | A::Check => String::new(),
+        };
+        let text_sha256 = match action {
+            A::Type { text } => Some(text_digest(text)),
+            _ => None,
+        };
+        Self { kind: action.kind().to_owned(), argument, text_sha256 }
+    }
+
+    /// The same act, whatever text either side hashed (a redemption names no text: the
+    /// runtime checks the record value against the digest itself).
+    pub fn same_act(&self, other: &Self) -> bool {
+        self.kind == other.kind && self.argument == other.argument
+    }
+}
+
+/// `sha256:` and the hex digest of `text`'s UTF-8.
+pub fn text_digest(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
 }
 
 /// Schema version 2: three resolutions. Version 1 stored only `approved`/`denied`.

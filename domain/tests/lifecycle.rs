@@ -105,6 +105,7 @@ fn act(session_id: &str, element: ElementFacts, action: Action) -> AuthorizeRequ
         action,
         view: view(),
         snapshot: None,
+        field_id: None,
     }
 }
 
@@ -626,7 +627,7 @@ fn the_standing_grant_covers_routine_on_its_profile_first() {
 
 #[test]
 fn approval_tokens_are_single_use_and_bound_to_run_snapshot_and_node() {
-    use grant_domain::catalogue::TokenBinding;
+    use grant_domain::catalogue::{BoundAction, TokenBinding};
     let mut world = given();
     let mut req = tile("Buy gems");
     req.snapshot = Some(("snap_0123456789ab".into(), "n42".into()));
@@ -641,8 +642,13 @@ fn approval_tokens_are_single_use_and_bound_to_run_snapshot_and_node() {
     assert!(
         matches!(&events[..], [Event::ApprovalResolved(_), Event::ApprovalTokenIssued(t)] if t.token_sha256 == "digest-1" && t.node_ref == "n42")
     );
-    let binding =
-        TokenBinding { run_id: "run-1".into(), snapshot_id: "snap_0123456789ab".into(), node_ref: "n42".into() };
+    let click = BoundAction { kind: "click".into(), argument: String::new(), text_sha256: None };
+    let binding = TokenBinding {
+        run_id: "run-1".into(),
+        snapshot_id: "snap_0123456789ab".into(),
+        node_ref: "n42".into(),
+        action: Some(Box::new(click.clone())),
+    };
     let redeem = |token: &str, binding: &TokenBinding| Command::RedeemToken {
         principal_id: "owner".into(),
         token_sha256: token.into(),
@@ -653,6 +659,17 @@ fn approval_tokens_are_single_use_and_bound_to_run_snapshot_and_node() {
         TokenBinding { node_ref: "n43".into(), ..binding.clone() },
         TokenBinding { snapshot_id: "snap_ffffffffffff".into(), ..binding.clone() },
         TokenBinding { run_id: "run-2".into(), ..binding.clone() },
+        // The token was approved for a click: not for a type or a key press on the same node,
+        // and not for a redemption that names no act.
+        TokenBinding {
+            action: Some(Box::new(BoundAction { kind: "type".into(), argument: "answer".into(), ..click.clone() })),
+            ..binding.clone()
+        },
+        TokenBinding {
+            action: Some(Box::new(BoundAction { kind: "press".into(), argument: "Enter".into(), ..click })),
+            ..binding.clone()
+        },
+        TokenBinding { action: None, ..binding.clone() },
     ] {
         assert!(
             matches!(when(&mut world, redeem("digest-1", &wrong)), Err(DomainError::Conflict { code, .. }) if code == Conflict::ApprovalTokenInvalid)

@@ -64,6 +64,11 @@ enum Cmd {
         #[command(subcommand)]
         command: CredentialsCmd,
     },
+    /// The dispatch-ticket keyring the authorizer and the runtime share (TICKET_KEYS_FILE).
+    Tickets {
+        #[command(subcommand)]
+        command: TicketsCmd,
+    },
     /// Certificates for TLS on loopback.
     Tls {
         #[command(subcommand)]
@@ -160,6 +165,17 @@ enum AuditCmd {
         tenant: Option<String>,
         #[arg(long)]
         out: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TicketsCmd {
+    /// Print a keyring line for a new random key: `<id> <64 hex digits>`. To rotate, put the new
+    /// line first in every service's file (it seals; the old line below still verifies), roll
+    /// the services, and drop the old line once the old tickets (a minute) have expired.
+    Keygen {
+        #[arg(long, default_value = "k1")]
+        id: String,
     },
 }
 
@@ -354,6 +370,12 @@ async fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Audit { command } => audit(&database_url(&cli.database_url)?, command).await?,
+        Cmd::Tickets { command: TicketsCmd::Keygen { id } } => {
+            let line = proto::ticket::Keyring::line(&id, rand::random());
+            // The line must read back as a keyring: a bad id is refused here, not at start-up.
+            proto::ticket::Keyring::parse(&line)?;
+            println!("{line}");
+        }
         Cmd::Tls { command: TlsCmd::Init { dir } } => {
             let (ca, cert, key) = ops::tls::DevPki::paths(&dir);
             if !(ca.is_file() && cert.is_file() && key.is_file()) {

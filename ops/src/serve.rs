@@ -33,6 +33,8 @@ pub struct AuthorizerConfig {
     pub transport: Transport,
     /// Connections to PostgreSQL for deciding (AUTHORIZER_DB_POOL, default 32).
     pub pool_size: usize,
+    /// Seals every allow's dispatch ticket (TICKET_KEYS_FILE, shared with the runtime).
+    pub tickets: Arc<proto::ticket::Keyring>,
 }
 
 /// The variables `grantctl settings apply` records and the authorizer refuses.
@@ -140,6 +142,8 @@ impl AuthorizerConfig {
             bail!("AUTHORIZER_DB_POOL={pool_size} must be between 1 and 1000");
         }
         Ok(Self {
+            // Last: a keyring is read only once everything else is known to be right.
+            tickets: Arc::new(proto::ticket::Keyring::from_env(&get).map_err(anyhow::Error::msg)?),
             transport,
             database_url: get("DATABASE_URL"),
             listen,
@@ -234,7 +238,7 @@ pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Resul
     };
     let tls = config.transport.server_tls()?;
     let credentials = Credentials::postgres(pool_for_credentials);
-    let service = AuthorizerService::new(authority, credentials);
+    let service = AuthorizerService::new(authority, credentials, config.tickets);
     let served = serve(listener, service, tls, shutdown).await;
     sweeper.abort();
     served.context("serving")
@@ -330,8 +334,16 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    /// A keyring file for the parses below that need one.
+    fn keys_file() -> String {
+        let file = std::env::temp_dir().join(format!("grantctl-serve-test-keys-{}", std::process::id()));
+        std::fs::write(&file, proto::ticket::Keyring::line("k1", [1; 32])).unwrap();
+        file.display().to_string()
+    }
+
     fn parse(vars: &[(&str, &str)]) -> Result<AuthorizerConfig> {
-        let map: HashMap<String, String> = vars.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
+        let mut map: HashMap<String, String> = vars.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
+        map.entry(proto::ticket::KEYS_FILE_VAR.into()).or_insert_with(keys_file);
         AuthorizerConfig::parse(|k| map.get(k).cloned(), true)
     }
 
@@ -345,6 +357,7 @@ mod tests {
             (vec![("BROWSER_TASK_GRANT_SCOPES", "https://www.example.org/lesson")], "grantctl settings apply"),
             (vec![("POLICY_FILE", "/nonexistent/policy.json")], "POLICY_FILE"),
             (vec![("SWEEP_INTERVAL_SECONDS", "0")], "between 1 and 3600"),
+            (vec![(proto::ticket::KEYS_FILE_VAR, "/nonexistent/keys")], "TICKET_KEYS_FILE"),
             (vec![("SWEEP_INTERVAL_SECONDS", "soon")], "SWEEP_INTERVAL_SECONDS"),
             (vec![("AUTHORIZER_DB_POOL", "0")], "between 1 and 1000"),
             (vec![("AUTHORIZER_LISTEN", "0.0.0.0:50051")], "plaintext on loopback only"),
@@ -400,8 +413,10 @@ mod tests {
 
     #[test]
     fn tls_is_required_without_the_explicit_flag() {
+        let keys = keys_file();
         let tls = |vars: &[(&str, &str)]| {
-            let map: HashMap<String, String> = vars.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
+            let mut map: HashMap<String, String> = vars.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
+            map.insert(proto::ticket::KEYS_FILE_VAR.into(), keys.clone());
             AuthorizerConfig::parse(|k| map.get(k).cloned(), false)
         };
         for (vars, says) in [

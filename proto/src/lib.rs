@@ -5,10 +5,12 @@
 //!
 //! `facts` is the element-facts codec both services use. `limits` is the one table of what every request field may hold, and `checked` the codec that
 //! holds every request to it before prost decodes it.
+//! `ticket` seals and opens the dispatch tickets the authorizer issues and the runtime checks.
 
 pub mod checked;
 pub mod facts;
 pub mod limits;
+pub mod ticket;
 
 #[allow(unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
 pub mod grant_ledger {

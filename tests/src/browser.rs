@@ -12,6 +12,7 @@ use authorizer::service::AuthorizerService;
 use authorizer::{Authority, MemoryGrants};
 use browser_runtime::fixture::Fixture;
 use browser_runtime::service::{AuthorizerRedeemer, BrowserRuntime};
+use browser_runtime::ticket::{self, Expected};
 use browser_runtime::{RuntimeConfig, service};
 use credentials::{Credentials, Role};
 use ledger::TenantId;
@@ -57,10 +58,15 @@ pub struct Stack {
     pub runtime: rt::browser_runtime_client::BrowserRuntimeClient<Channel>,
     pub authorizer: pb::authorizer_client::AuthorizerClient<Channel>,
     pub served: Arc<BrowserRuntime<AuthorizerRedeemer>>,
+    authorizer_port: u16,
     /// Task records: `records/<tenant>/<run>.json`.
     pub records: PathBuf,
     /// Each session's last dispatched sequence, so `act` can number the next one.
     applied: std::collections::HashMap<String, u64>,
+    /// Each session's browser profile, which its tickets bind.
+    profiles: std::collections::HashMap<String, String>,
+    /// The keys the authorizer seals tickets with; the tests seal with them too.
+    pub keys: Arc<proto::ticket::Keyring>,
     dir: PathBuf,
     /// Stops the runtime's server (which then closes every browser) and its task.
     runtime_stop: Option<(tokio::sync::oneshot::Sender<()>, Serving)>,
@@ -107,7 +113,7 @@ impl Stack {
         stops.push(stop);
         tokio::spawn(authorizer::service::serve(
             listener,
-            AuthorizerService::new(authority, credentials.clone()),
+            AuthorizerService::new(authority, credentials.clone(), crate::ticket_keys()),
             None,
             async {
                 let _ = stopped.await;
@@ -124,6 +130,7 @@ impl Stack {
             ("RUNTIME_AUTHORIZER_TOKEN", RUNTIME.to_owned()),
             ("TASK_RECORDS_DIR", records.display().to_string()),
             ("BROWSER_CALL_TIMEOUT_SECONDS", "8".to_owned()),
+            (proto::ticket::KEYS_FILE_VAR, crate::ticket_keys_file(&dir).display().to_string()),
         ];
         let config =
             RuntimeConfig::parse(|k| env.iter().find(|(name, _)| *name == k).map(|(_, v)| v.clone())).expect("config");
@@ -140,12 +147,29 @@ impl Stack {
             runtime: rt::browser_runtime_client::BrowserRuntimeClient::new(channel(runtime_port).await),
             authorizer: pb::authorizer_client::AuthorizerClient::new(channel(authorizer_port).await),
             served,
+            authorizer_port,
             records,
             applied: std::collections::HashMap::new(),
+            profiles: std::collections::HashMap::new(),
+            keys: crate::ticket_keys(),
             dir,
             runtime_stop: Some((stop, serving)),
             _stops: stops,
         }
+    }
+
+    /// Stops the authorizer and waits until its port refuses connections: what the runtime
+    /// does from here it does on its own.
+    pub async fn stop_authorizer(&mut self) {
+        for stop in self._stops.drain(..) {
+            let _ = stop.send(());
+        }
+        let port = self.authorizer_port;
+        let (within, every) = (std::time::Duration::from_secs(10), std::time::Duration::from_millis(20));
+        crate::poll_until("the authorizer to stop", within, every, || async move {
+            tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err().then_some(())
+        })
+        .await;
     }
 
     /// Shuts the runtime down as Ctrl-C would, and waits until it has closed its browsers.
@@ -172,7 +196,9 @@ impl Stack {
             start_url: format!("{LESSON_ORIGIN}{path}"),
             max_steps,
         };
-        Ok(self.runtime.open_session(with(WORKER, req)).await?.into_inner().session_id)
+        let session = self.runtime.open_session(with(WORKER, req)).await?.into_inner().session_id;
+        self.profiles.insert(session.clone(), profile.to_owned());
+        Ok(session)
     }
 
     pub async fn observe(&mut self, session: &str) -> rt::ObserveReply {
@@ -183,8 +209,19 @@ impl Stack {
             .into_inner()
     }
 
-    /// Sends `req`, numbered as the session's next act unless it carries a sequence.
+    /// Sends `req`, numbered as the session's next act unless it carries a sequence, with a
+    /// ticket the owner's approval of exactly this act would have given, unless it carries a
+    /// ticket or a token already.
     pub async fn act(&mut self, mut req: rt::ActRequest) -> Result<rt::ActReply, Status> {
+        // A malformed act goes as it is, for the runtime to refuse.
+        if req.ticket.is_none() && req.approval_token.is_empty() && parsed(&req).is_ok() {
+            req.ticket = Some(self.ticket(&req, None));
+        }
+        self.act_bare(req).await
+    }
+
+    /// Sends `req` as it is: without a ticket unless it carries one.
+    pub async fn act_bare(&mut self, mut req: rt::ActRequest) -> Result<rt::ActReply, Status> {
         let applied = self.applied.get(&req.session_id).copied().unwrap_or(0);
         if req.sequence == 0 {
             req.sequence = applied + 1;
@@ -194,6 +231,52 @@ impl Stack {
             self.applied.insert(req.session_id, req.sequence);
         }
         Ok(reply)
+    }
+
+    /// Puts on `req` the ticket of a grant allow under `constraint`.
+    pub fn grant(&self, req: &mut rt::ActRequest, constraint: pb::DispatchConstraint) {
+        req.ticket = Some(self.ticket(req, Some(constraint)));
+    }
+
+    /// The ticket the authorizer would seal for `req`: an approval's without a constraint, a
+    /// grant's with one. It reads the record value a type types, as the authorizer was shown it.
+    pub fn ticket(&self, req: &rt::ActRequest, constraint: Option<pb::DispatchConstraint>) -> pb::DispatchTicket {
+        let not_after = time::OffsetDateTime::now_utc() + time::Duration::seconds(60);
+        self.ticket_until(req, constraint, not_after)
+    }
+
+    /// [`Stack::ticket`], valid until `not_after`.
+    pub fn ticket_until(
+        &self,
+        req: &rt::ActRequest,
+        constraint: Option<pb::DispatchConstraint>,
+        not_after: time::OffsetDateTime,
+    ) -> pb::DispatchTicket {
+        let input = parsed(&rt::ActRequest { ticket: None, approval_token: String::new(), ..req.clone() })
+            .expect("a well-formed act");
+        let text = match &input.action {
+            browser_runtime::session::ActAction::Type { field_id } => {
+                let file = self.records.join(TENANT).join(format!("{}.json", input.run_id));
+                let record: std::collections::HashMap<String, String> =
+                    std::fs::read(&file).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+                record.get(field_id).cloned()
+            }
+            _ => None,
+        };
+        let profile = self.profiles.get(&req.session_id).cloned().unwrap_or_default();
+        let expected = Expected {
+            tenant: TENANT,
+            principal: "owner",
+            profile: &profile,
+            run_id: &input.run_id,
+            snapshot_id: &input.snapshot_id,
+            node_ref: &input.node_ref,
+            action: &input.action,
+            text: text.as_deref(),
+            now: time::OffsetDateTime::now_utc(),
+        };
+        let id = hex::encode(rand::random::<[u8; 8]>());
+        self.keys.seal(&ticket::body_for(&expected, &id, constraint, not_after))
     }
 
     /// The card's read-back of the form that owns node `name` of snapshot `o`.
@@ -211,6 +294,12 @@ impl Stack {
     pub async fn driver_pid(&self, session: &str) -> u32 {
         self.served.driver_pid(session).await.expect("a running browser")
     }
+}
+
+/// `req` as the runtime reads it, numbered as if it were the next act (the stack numbers it
+/// when it sends it).
+fn parsed(req: &rt::ActRequest) -> Result<browser_runtime::session::ActInput, Status> {
+    service::act_input(rt::ActRequest { sequence: req.sequence.max(1), ..req.clone() })
 }
 
 /// The node named `name` in a snapshot, with its facts.
@@ -235,6 +324,17 @@ pub fn click(session: &str, o: &rt::ObserveReply, node: &rt::Node) -> rt::ActReq
         wait_for: rt::WaitFor::Settle as i32,
         action: Some(rt::act_request::Action::Click(rt::Click {})),
         ..Default::default()
+    }
+}
+
+/// The constraint the authorizer sends with a standing-grant allow on the lesson origin.
+pub fn standing_constraint() -> pb::DispatchConstraint {
+    pb::DispatchConstraint {
+        grant_kind: pb::GrantKind::Standing as i32,
+        path_prefix: "/".into(),
+        consequence_ceiling: classifier::constraint::GrantKind::Standing.consequence_ceiling().into(),
+        max_text_chars: classifier::constraint::GrantKind::Standing.max_text_chars(),
+        ..task_constraint()
     }
 }
 

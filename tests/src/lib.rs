@@ -4,6 +4,22 @@
 
 pub mod browser;
 
+/// The dispatch-ticket keyring every test service shares: a fixed key, never a deployment's.
+pub const TICKET_KEYS: &str = "test 7468652074657374207375697465207469636b6574206b65793a20333220622e";
+
+/// [`TICKET_KEYS`], parsed.
+pub fn ticket_keys() -> std::sync::Arc<proto::ticket::Keyring> {
+    std::sync::Arc::new(proto::ticket::Keyring::parse(TICKET_KEYS).expect("the test keyring"))
+}
+
+/// [`TICKET_KEYS`] in a file of `dir`, for a service that reads TICKET_KEYS_FILE.
+pub fn ticket_keys_file(dir: &std::path::Path) -> PathBuf {
+    std::fs::create_dir_all(dir).expect("a folder for the keyring");
+    let file = dir.join("ticket-keys");
+    std::fs::write(&file, TICKET_KEYS).expect("the keyring file");
+    file
+}
+
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};

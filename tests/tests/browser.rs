@@ -8,7 +8,8 @@ use classifier::{Action, Grant, PageFacts, TaskScope};
 use proto::runtime as rt;
 use proto::v1 as pb;
 use tests::browser::{
-    ELSEWHERE, GATEWAY, LESSON, LESSON_ORIGIN, RUNTIME, STRANGER, Stack, WORKER, click, node, task_constraint, with,
+    ELSEWHERE, GATEWAY, LESSON, LESSON_ORIGIN, RUNTIME, STRANGER, Stack, WORKER, click, node, standing_constraint,
+    task_constraint, with,
 };
 use tonic::Code;
 
@@ -180,7 +181,7 @@ async fn a_covered_click_dispatches_and_the_site_sees_it() {
     assert!(facts.visible_text.is_empty(), "a source equal to the name is left out");
 
     let mut act = click(&session, &o, next);
-    act.constraint = Some(task_constraint());
+    s.grant(&mut act, task_constraint());
     act.wait_for = rt::WaitFor::Navigation as i32;
     let reply = s.act(act.clone()).await.unwrap();
     assert!(reply.ok && reply.dispatched && reply.changed, "{reply:?}");
@@ -225,13 +226,14 @@ async fn every_refusal_code_is_reached_and_nothing_reaches_the_site() {
     let o = s.observe(&session).await;
     refused(&s.act(click(&session, &o, node(&o, "Skip").0)).await.unwrap(), rt::ActCode::NodeNotInteractable);
 
-    // APPROVAL_REQUIRED: the runtime reads "Pay now" as a payment; no token was given. The
-    // snapshot stays valid, since the approval is asked for this snapshot and ref.
+    // APPROVAL_REQUIRED: no ticket and no token, so nothing allowed the act. The snapshot stays
+    // valid, since the approval is asked for this snapshot and ref, and the agent may go on.
     let o = s.observe(&session).await;
     let (pay, _) = node(&o, "Pay now");
-    let reply = s.act(click(&session, &o, pay)).await.unwrap();
+    let reply = s.act_bare(click(&session, &o, pay)).await.unwrap();
     refused(&reply, rt::ActCode::ApprovalRequired);
     assert_eq!(reply.code_name, "APPROVAL_REQUIRED");
+    assert!(reply.recoverable, "observe again and ask: {reply:?}");
 
     // OFF_ORIGIN_TARGET: a link to a site the run may not reach.
     let o = s.observe(&session).await;
@@ -244,7 +246,7 @@ async fn every_refusal_code_is_reached_and_nothing_reaches_the_site() {
     let (hidden, facts) = node(&o, "Continue");
     assert!(facts.visible_text.contains("delete"), "the hidden text is carried as a label source: {facts:?}");
     let mut act = click(&session, &o, hidden);
-    act.constraint = Some(task_constraint());
+    s.grant(&mut act, task_constraint());
     let reply = s.act(act).await.unwrap();
     refused(&reply, rt::ActCode::GrantNotApplicable);
     assert_eq!(reply.code_name, "tool.browser.grant_not_applicable");
@@ -267,7 +269,7 @@ async fn the_page_moving_outside_the_prefix_is_refused_under_the_grant() {
     let o = s.observe(&session).await;
     assert_eq!(o.url, format!("{LESSON_ORIGIN}/account/settings"));
     let mut act = click(&session, &o, node(&o, "Next question").0);
-    act.constraint = Some(task_constraint());
+    s.grant(&mut act, task_constraint());
     let reply = s.act(act).await.unwrap();
     refused(&reply, rt::ActCode::GrantNotApplicable);
     assert_eq!(reply.reason, "page_outside_scope", "{reply:?}");
@@ -275,7 +277,7 @@ async fn the_page_moving_outside_the_prefix_is_refused_under_the_grant() {
 
     // The refusal discarded the observation: the next act needs a fresh one.
     let mut again = click(&session, &o, node(&o, "Next question").0);
-    again.constraint = Some(task_constraint());
+    s.grant(&mut again, task_constraint());
     refused(&s.act(again).await.unwrap(), rt::ActCode::StaleSnapshot);
 }
 
@@ -286,7 +288,7 @@ async fn a_button_renamed_between_observe_and_act_is_a_name_mismatch() {
     let o = s.observe(&session).await;
     page_changes(&s, "rename").await;
     let mut act = click(&session, &o, node(&o, "Continue").0);
-    act.constraint = Some(task_constraint());
+    s.grant(&mut act, task_constraint());
     let reply = s.act(act).await.unwrap();
     refused(&reply, rt::ActCode::NameMismatch);
     assert!(!documents(&s).contains(&format!("GET {LESSON}/lesson/2")));
@@ -320,7 +322,7 @@ async fn typed_values_come_from_the_record_and_are_never_returned() {
     let mut act = click(&session, &o, field);
     act.expected_role = rt::Role::Textbox as i32;
     act.action = Some(rt::act_request::Action::Type(rt::Type { field_id: "answer".into() }));
-    act.constraint = Some(task_constraint());
+    s.grant(&mut act, task_constraint());
     let reply = s.act(act).await.unwrap();
     assert!(reply.ok, "{reply:?}");
     assert!(!format!("{reply:?}").contains("el gato"), "the reply carries no value");
@@ -347,7 +349,7 @@ async fn typed_values_come_from_the_record_and_are_never_returned() {
 
     let o = s.observe(&session).await;
     let mut submit = click(&session, &o, node(&o, "Check").0);
-    submit.constraint = Some(task_constraint());
+    s.grant(&mut submit, task_constraint());
     submit.wait_for = rt::WaitFor::Navigation as i32;
     assert!(s.act(submit).await.unwrap().ok);
     let posted: Vec<_> = s.fixture.requests().into_iter().filter(|r| r.method == "POST").collect();
@@ -412,7 +414,7 @@ async fn a_consequential_button_needs_a_token_for_this_snapshot() {
 
     // Without a token: APPROVAL_REQUIRED, and the snapshot stays.
     let (pay, _) = node(&first, "Pay now");
-    refused(&s.act(click(&session, &first, pay)).await.unwrap(), rt::ActCode::ApprovalRequired);
+    refused(&s.act_bare(click(&session, &first, pay)).await.unwrap(), rt::ActCode::ApprovalRequired);
 
     // The token of the first snapshot on the same button of a newer one: invalid, terminal.
     let second = s.observe(&session).await;
@@ -499,7 +501,7 @@ async fn the_worker_and_the_runtime_agree_on_an_unchanged_page() {
         let mut act = click(&session, &o, n);
         act.expected_role = role as i32;
         act.action = Some(wire);
-        act.constraint = Some(task_constraint());
+        s.grant(&mut act, task_constraint());
         let reply = s.act(act).await.unwrap();
         match want {
             Some(reason) => {
@@ -526,8 +528,9 @@ async fn bad_input_is_invalid_argument_and_dispatches_nothing() {
     let o = s.observe(&session).await;
     let (next, _) = node(&o, "Next question");
     let good = click(&session, &o, next);
-    let mut wider = task_constraint();
-    wider.consequence_ceiling = "payment".into();
+    let mut both = good.clone();
+    s.grant(&mut both, task_constraint());
+    both.approval_token = format!("apv_{}", "0".repeat(24));
     let bad: [(&str, rt::ActRequest); 7] = [
         ("expected_name", rt::ActRequest { expected_name: "x".repeat(121), ..good.clone() }),
         ("expected_name", rt::ActRequest { expected_name: String::new(), ..good.clone() }),
@@ -535,7 +538,7 @@ async fn bad_input_is_invalid_argument_and_dispatches_nothing() {
         ("ref", rt::ActRequest { r#ref: "#submit".into(), ..good.clone() }),
         ("expected_role", rt::ActRequest { expected_role: 0, ..good.clone() }),
         ("approval_token", rt::ActRequest { approval_token: "apv_short".into(), ..good.clone() }),
-        ("constraint", rt::ActRequest { constraint: Some(wider), ..good.clone() }),
+        ("ticket", both),
     ];
     for (field, req) in bad {
         let err = s.act(req).await.unwrap_err();
@@ -651,7 +654,7 @@ async fn a_replayed_act_dispatches_nothing_and_a_refusal_keeps_the_sequence() {
     assert_eq!(s.act(skip.clone()).await.unwrap_err().code(), Code::FailedPrecondition, "a gap in the sequence");
     // A refusal (the page is now outside the prefix) leaves sequence 2 free.
     skip.sequence = 2;
-    skip.constraint = Some(task_constraint());
+    s.grant(&mut skip, task_constraint());
     refused(&s.act(skip).await.unwrap(), rt::ActCode::GrantNotApplicable);
     let o = s.observe(&session).await;
     let mut next = click(&session, &o, node(&o, "Next question").0);
@@ -762,7 +765,7 @@ async fn the_fence_holds_documents_the_facts_could_not_show() {
         let (n, facts) = node(&o, name);
         assert!(facts.nav_targets.is_empty(), "{name}: the facts cannot see where it goes: {facts:?}");
         let mut act = click(&session, &o, n);
-        act.constraint = Some(task_constraint());
+        s.grant(&mut act, task_constraint());
         let reply = s.act(act).await.unwrap();
         assert!(reply.dispatched && reply.outcome_unknown, "{name}: {reply:?}");
         assert!(reply.detail.contains("fence refused"), "{name}: {reply:?}");
@@ -776,7 +779,8 @@ async fn the_fence_holds_documents_the_facts_could_not_show() {
         s.runtime.close_session(with(WORKER, rt::CloseSessionRequest { session_id: session })).await.unwrap();
     }
     let session = s.open("profile-1", "/lesson/hostile", 50).await.unwrap();
-    // Without a grant's constraint nothing is armed: the same control goes where it goes.
+    // An act the owner approved is fenced to the run's origins only: the same control goes
+    // where it goes.
     let o = s.observe(&session).await;
     let reply = s.act(click(&session, &o, node(&o, "Next word").0)).await.unwrap();
     assert!(reply.ok && !reply.outcome_unknown, "{reply:?}");
@@ -794,7 +798,7 @@ async fn markup_that_shadows_form_properties_does_not_steer_the_read() {
     let (yes, facts) = node(&o, "Yes");
     assert_eq!(facts.dialog_name, "Delete everything?");
     let mut act = click(&session, &o, yes);
-    act.constraint = Some(task_constraint());
+    s.grant(&mut act, task_constraint());
     let reply = s.act(act).await.unwrap();
     refused(&reply, rt::ActCode::GrantNotApplicable);
     assert_eq!(reply.reason, "deletion", "{reply:?}");
@@ -811,7 +815,7 @@ async fn markup_that_shadows_form_properties_does_not_steer_the_read() {
     let mut pick = click(&session, &o, answer);
     pick.expected_role = rt::Role::Combobox as i32;
     pick.action = Some(rt::act_request::Action::Select(rt::Select { option: "dos".into() }));
-    pick.constraint = Some(task_constraint());
+    s.grant(&mut pick, task_constraint());
     assert!(s.act(pick).await.unwrap().ok);
     let o = s.observe(&session).await;
     assert_eq!(node(&o, "Answer").0.value, "dos");
@@ -824,7 +828,7 @@ async fn a_sequence_is_required_and_a_replay_under_a_grant_dispatches_nothing() 
     let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
     let o = s.observe(&session).await;
     let mut next = click(&session, &o, node(&o, "Next question").0);
-    next.constraint = Some(task_constraint());
+    s.grant(&mut next, task_constraint());
     next.wait_for = rt::WaitFor::Navigation as i32;
     let unnumbered = s.runtime.act(with(WORKER, next.clone())).await.unwrap_err();
     assert_eq!(unnumbered.code(), Code::InvalidArgument, "{unnumbered:?}");
@@ -869,13 +873,16 @@ async fn the_corners_the_record_names_are_read() {
         ("Map", rt::Role::Button, rt::ActCode::OffOriginTarget),
         ("Framed", rt::Role::Button, rt::ActCode::OffOriginTarget),
         ("Send", rt::Role::Button, rt::ActCode::OffOriginTarget),
-        ("P\u{200b}ay now", rt::Role::Button, rt::ActCode::ApprovalRequired),
-        ("\u{420}ay now", rt::Role::Button, rt::ActCode::ApprovalRequired),
+        // Under the standing grant, which covers routine acts only: the runtime reads these as
+        // a payment.
+        ("P\u{200b}ay now", rt::Role::Button, rt::ActCode::GrantNotApplicable),
+        ("\u{420}ay now", rt::Role::Button, rt::ActCode::GrantNotApplicable),
     ] {
         let o = s.observe(&session).await;
         let (n, facts) = node(&o, name);
         let mut act = click(&session, &o, n);
         act.expected_role = role as i32;
+        s.grant(&mut act, standing_constraint());
         let reply = s.act(act).await.unwrap();
         assert_eq!(rt::ActCode::try_from(reply.code), Ok(want), "{name}: {reply:?} {facts:?}");
         assert!(!reply.dispatched, "{name}");
@@ -885,7 +892,7 @@ async fn the_corners_the_record_names_are_read() {
     let mut pick = click(&session, &o, node(&o, "Reward").0);
     pick.expected_role = rt::Role::Combobox as i32;
     pick.action = Some(rt::act_request::Action::Select(rt::Select { option: "Continue".into() }));
-    pick.constraint = Some(task_constraint());
+    s.grant(&mut pick, task_constraint());
     let reply = s.act(pick).await.unwrap();
     refused(&reply, rt::ActCode::GrantNotApplicable);
     assert_eq!(reply.reason, "in_app_currency", "{reply:?}");

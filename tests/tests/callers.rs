@@ -64,13 +64,16 @@ impl Stack {
         let authorizer_port = listener.local_addr().unwrap().port();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         stops.push(stop);
-        let service = AuthorizerService::new(authority, credentials.clone());
+        let service = AuthorizerService::new(authority, credentials.clone(), tests::ticket_keys());
         tokio::spawn(authorizer::service::serve(listener, service, Some(tls), async {
             let _ = stopped.await;
         }));
 
         let records = std::env::temp_dir().join(format!("callers-{}", uuid::Uuid::new_v4().simple()));
-        let env = [("TASK_RECORDS_DIR", records.display().to_string())];
+        let env = [
+            ("TASK_RECORDS_DIR", records.display().to_string()),
+            (proto::ticket::KEYS_FILE_VAR, tests::ticket_keys_file(&records).display().to_string()),
+        ];
         let config = browser_runtime::config::RuntimeConfig::parse(|k| {
             env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
         })

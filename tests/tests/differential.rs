@@ -105,6 +105,7 @@ fn request(kind: u8, chars: usize) -> AuthorizeRequest {
             ..ActionView::default()
         },
         snapshot: None,
+        field_id: None,
     }
 }
 

@@ -332,6 +332,7 @@ mod through_the_authority {
                 ..ActionView::default()
             },
             snapshot: None,
+            field_id: None,
         }
     }
 
@@ -607,6 +608,7 @@ async fn a_token_redeemed_by_many_at_once_is_redeemed_once() {
         page: PageFacts { url: "https://portal.example/forms/5".into() },
         action: Action::Click,
         view: ActionView::default(),
+        field_id: None,
         snapshot: Some(("snap_9f2c1a0b7d31".into(), "n42".into())),
     };
     let (Decision::RequireApproval { approval_id, .. }, _) =
@@ -625,8 +627,12 @@ async fn a_token_redeemed_by_many_at_once_is_redeemed_once() {
         token_sha256: Some("d1".into()),
     };
     authority.execute(resolve, "owner").await.unwrap();
-    let binding =
-        TokenBinding { run_id: "run-1".into(), snapshot_id: "snap_9f2c1a0b7d31".into(), node_ref: "n42".into() };
+    let binding = TokenBinding {
+        run_id: "run-1".into(),
+        snapshot_id: "snap_9f2c1a0b7d31".into(),
+        node_ref: "n42".into(),
+        action: Some(Box::new(grant_domain::catalogue::BoundAction::of(&Action::Click, None))),
+    };
     let tries: Vec<_> = (0..32)
         .map(|_| {
             let (authority, binding) = (Arc::clone(&authority), binding.clone());

@@ -126,12 +126,27 @@ async fn checked(s: &mut Stack, session: &str, name: &str) -> bool {
     node(&o, name).0.state.as_ref().is_some_and(|st| st.checked)
 }
 
-/// A granted click on "Next" of the page at `path`, in a session of its own.
+/// Sent with no ticket, `act` dispatches nothing and nothing reaches the site: APPROVAL_REQUIRED
+/// (the snapshot stays for the approval to be asked on), or a refusal of the act's claim that
+/// comes first (`first`).
+async fn unticketed_dispatches_nothing(s: &mut Stack, act: &rt::ActRequest, first: Option<rt::ActCode>, what: &str) {
+    let before = s.fixture.requests().len();
+    let reply = s.act_bare(rt::ActRequest { ticket: None, ..act.clone() }).await.unwrap();
+    let code = first.unwrap_or(rt::ActCode::ApprovalRequired);
+    assert_eq!(rt::ActCode::try_from(reply.code), Ok(code), "{what}: {reply:?}");
+    assert!(!reply.dispatched, "{what}: {reply:?}");
+    assert_eq!(reply.recoverable, code == rt::ActCode::ApprovalRequired, "{what}: {reply:?}");
+    assert_eq!(s.fixture.requests().len(), before, "{what}: an act without a ticket reached the site");
+}
+
+/// A granted click on "Next" of the page at `path`, in a session of its own (first tried with
+/// no ticket, which dispatches nothing).
 async fn click_next(s: &mut Stack, path: &str) -> (String, rt::ActReply) {
     let session = s.open("profile-1", path, 50).await.unwrap();
     let o = s.observe(&session).await;
     let mut act = click(&session, &o, node(&o, "Next").0);
-    act.constraint = Some(task_constraint());
+    unticketed_dispatches_nothing(s, &act, None, path).await;
+    s.grant(&mut act, task_constraint());
     let reply = s.act(act).await.unwrap();
     (session, reply)
 }
@@ -204,11 +219,11 @@ async fn keys_go_only_to_the_element_that_holds_focus() {
     let mut s = stack().await;
     s.record("run-1", &[("answer", "el gato")]);
     let session = s.open("profile-1", "/lesson/focus", 50).await.unwrap();
-    let typing = |o: &rt::ObserveReply, name: &str| {
+    let typing = |s: &Stack, o: &rt::ObserveReply, name: &str| {
         let mut act = click(&session, o, node(o, name).0);
         act.expected_role = rt::Role::Textbox as i32;
         act.action = Some(rt::act_request::Action::Type(rt::Type { field_id: "answer".into() }));
-        act.constraint = Some(task_constraint());
+        s.grant(&mut act, task_constraint());
         act
     };
     let filled = |o: &rt::ObserveReply, name: &str| node(o, name).0.state.as_ref().is_some_and(|st| st.filled);
@@ -217,26 +232,26 @@ async fn keys_go_only_to_the_element_that_holds_focus() {
     let o = s.observe(&session).await;
     let mut press = click(&session, &o, node(&o, "Listen").0);
     press.action = Some(rt::act_request::Action::Press(rt::Press { key: "Enter".into() }));
-    press.constraint = Some(task_constraint());
+    s.grant(&mut press, task_constraint());
     let reply = s.act(press).await.unwrap();
     assert!(!reply.dispatched && reply.detail.contains("does not hold focus"), "{reply:?}");
 
     // A field that hands focus on is refused before anything is typed.
     let o = s.observe(&session).await;
-    let reply = s.act(typing(&o, "Your answer")).await.unwrap();
+    let reply = s.act(typing(&s, &o, "Your answer")).await.unwrap();
     assert!(!reply.dispatched && reply.detail.contains("does not hold focus"), "{reply:?}");
     let o = s.observe(&session).await;
     assert!(!filled(&o, "Your answer") && !filled(&o, "Offer code"), "{o:?}");
 
     // Focus moved by the first key: the rest never reach the other field.
-    let reply = s.act(typing(&o, "Second answer")).await.unwrap();
+    let reply = s.act(typing(&s, &o, "Second answer")).await.unwrap();
     assert!(reply.dispatched && reply.outcome_unknown, "{reply:?}");
     assert!(reply.detail.contains("guard stopped"), "{reply:?}");
     let o = s.observe(&session).await;
     assert!(!filled(&o, "Offer code"), "keys reached the field focus moved to: {o:?}");
 
     // Focus resolved through an open shadow root: the field inside takes the text.
-    let reply = s.act(typing(&o, "Boxed answer")).await.unwrap();
+    let reply = s.act(typing(&s, &o, "Boxed answer")).await.unwrap();
     assert!(reply.ok && !reply.outcome_unknown, "{reply:?}");
     let o = s.observe(&session).await;
     assert!(filled(&o, "Boxed answer") && !filled(&o, "Offer code"), "{o:?}");
@@ -424,13 +439,24 @@ async fn every_corner_the_record_lists_comes_to_what_it_must() {
     }
     for (path, _, name, typed, expect) in corners() {
         let session = s.open("profile-1", path, 50).await.unwrap();
+        let act_on = |o: &rt::ObserveReply| {
+            let mut act = click(&session, o, node(o, name).0);
+            if let Some(field) = typed {
+                act.action = Some(rt::act_request::Action::Type(rt::Type { field_id: field.into() }));
+            }
+            act
+        };
+        // First with no ticket: nothing is dispatched, whatever the page would set off. A
+        // refusal of the claim itself (an off-origin target) comes first and voids the snapshot.
         let o = s.observe(&session).await;
-        let target = node(&o, name).0;
-        let mut act = click(&session, &o, target);
-        if let Some(field) = typed {
-            act.action = Some(rt::act_request::Action::Type(rt::Type { field_id: field.into() }));
-        }
-        act.constraint = Some(task_constraint());
+        let first = match expect {
+            Expect::Refused(code) if code != rt::ActCode::GrantNotApplicable => Some(code),
+            _ => None,
+        };
+        unticketed_dispatches_nothing(&mut s, &act_on(&o), first, path).await;
+        let o = s.observe(&session).await;
+        let mut act = act_on(&o);
+        s.grant(&mut act, task_constraint());
         let reply = s.act(act).await.unwrap();
         match expect {
             Expect::Refused(code) => {
@@ -474,7 +500,7 @@ async fn a_disguised_excluded_word_in_any_label_source_is_read_through() {
         let session = s.open("profile-1", &path, 50).await.unwrap();
         let o = s.observe(&session).await;
         let mut act = click(&session, &o, node(&o, name).0);
-        act.constraint = Some(task_constraint());
+        s.grant(&mut act, task_constraint());
         let reply = s.act(act).await.unwrap();
         assert!(!reply.dispatched, "{markup}: {reply:?}");
         assert_eq!(rt::ActCode::try_from(reply.code), Ok(rt::ActCode::GrantNotApplicable), "{markup}: {reply:?}");
@@ -514,7 +540,7 @@ async fn a_label_source_cut_in_the_facts_is_not_whole() {
         assert_eq!(worker.map_err(|e| e.reason.code()), Err("label_truncated"), "{chars}");
 
         let mut act = click(&session, &o, n);
-        act.constraint = Some(task_constraint());
+        s.grant(&mut act, task_constraint());
         let reply = s.act(act).await.unwrap();
         if chars > classifier::coverage::MAX_LABEL_CHARS {
             assert!(!reply.dispatched, "{reply:?}");
@@ -645,7 +671,7 @@ wrap.addEventListener('pointerover', () => {{
             act.expected_role = rt::Role::Textbox as i32;
             act.action = Some(rt::act_request::Action::Type(rt::Type { field_id: "answer".into() }));
         }
-        act.constraint = Some(task_constraint());
+        s.grant(&mut act, task_constraint());
         let reply = s.act(act).await.unwrap();
         assert!(reply.dispatched && reply.outcome_unknown, "{path}: {reply:?}");
         assert!(
@@ -671,7 +697,7 @@ async fn an_element_below_the_fold_is_scrolled_to_and_clicked() {
     let session = s.open("profile-1", "/lesson/fold", 50).await.unwrap();
     let o = s.observe(&session).await;
     let mut act = click(&session, &o, node(&o, "Next").0);
-    act.constraint = Some(task_constraint());
+    s.grant(&mut act, task_constraint());
     act.wait_for = rt::WaitFor::Navigation as i32;
     let reply = s.act(act).await.unwrap();
     assert!(reply.ok && !reply.outcome_unknown, "{reply:?}");
@@ -739,7 +765,7 @@ JSON.stringify = () => '{}';
     let (_, facts) = node(&o, "Onward");
     assert_eq!(facts.nav_targets, vec!["https://www.elsewhere.test/win".to_owned()]);
     let mut act = click(&session, &o, button);
-    act.constraint = Some(task_constraint());
+    s.grant(&mut act, task_constraint());
     let reply = s.act(act).await.unwrap();
     assert!(!reply.dispatched && ["account_change", "deletion"].contains(&reply.reason.as_str()), "{reply:?}");
     stayed_inside(&s);

@@ -45,6 +45,7 @@ fn request(session: &str, text: &str) -> AuthorizeRequest {
             ..ActionView::default()
         },
         snapshot: None,
+        field_id: None,
     }
 }
 

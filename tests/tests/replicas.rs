@@ -23,6 +23,11 @@ use tonic::{Code, Request};
 const TENANT: &str = "tenant-r";
 const SCOPE: &str = "https://www.lesson.test/lesson";
 
+/// A folder of its own for one replica's keyring file.
+fn keys_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("grant-ledger-replica-keys-{}", uuid::Uuid::new_v4().simple()))
+}
+
 /// One replica process, killed when dropped.
 struct Replica {
     child: tokio::process::Child,
@@ -41,6 +46,7 @@ impl Replica {
             .env("AUTHORIZER_LISTEN", format!("127.0.0.1:{port}"))
             .env("AUTHORIZER_DB_POOL", "12")
             .env("SWEEP_INTERVAL_SECONDS", "3600")
+            .env(proto::ticket::KEYS_FILE_VAR, tests::ticket_keys_file(&keys_dir()))
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .kill_on_drop(true);
@@ -348,6 +354,7 @@ async fn an_approval_travels_across_replicas_and_its_token_is_redeemed_once() {
         run_id: "run".into(),
         snapshot_id: "snap_0123456789ab".into(),
         node_ref: "n7".into(),
+        action: Some(pb::Action { kind: pb::ActionKind::Click as i32, ..Default::default() }),
     };
     let redeemed = ca.redeem_token(t.runtime(redeem())).await.unwrap().into_inner();
     assert_eq!(redeemed.approval_id, card.approval_id);
@@ -632,6 +639,7 @@ fn differential_request(tenant: &str) -> authorizer::domain::AuthorizeRequest {
             ..Default::default()
         },
         snapshot: None,
+        field_id: None,
     }
 }
 

@@ -134,7 +134,7 @@ async fn start<B: Backend + 'static>(backend: B, credentials: Credentials) -> Se
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let position: Arc<dyn Fn() -> ledger::Checkpoint + Send + Sync> =
         Arc::new(|| unreachable!("the written-or-not probe is the in-process server's"));
-    let service = AuthorizerService::new(authority, credentials.clone());
+    let service = AuthorizerService::new(authority, credentials.clone(), tests::ticket_keys());
     tokio::spawn(serve(listener, service, Some(tls), async {
         let _ = stopped.await;
     }));
@@ -176,7 +176,7 @@ async fn start_in_process_on(authority: Arc<Authority<MemoryGrants>>) -> Served 
         // The memory store's next transaction id moves with every append.
         Arc::new(move || ledger::Checkpoint { tx_id: authority.backend().store.next_tx_id(), position: 0 })
     };
-    let service = AuthorizerService::new(authority, credentials.clone()).into_server();
+    let service = AuthorizerService::new(authority, credentials.clone(), tests::ticket_keys()).into_server();
     tokio::spawn(async move {
         tonic::transport::Server::builder()
             .add_service(service)
@@ -516,14 +516,24 @@ async fn refused_resolutions_leave_the_card_pending_and_retries_are_safe() {
     assert_eq!((retry.code(), reason(&retry).as_str()), (Code::FailedPrecondition, "APPROVAL_NOT_PENDING"));
 
     // The token issued with the approval redeems once, for its own run, snapshot and node only.
-    let redeem = |token: &str, node: &str| pb::RedeemTokenRequest {
+    let click = pb::Action { kind: pb::ActionKind::Click as i32, ..Default::default() };
+    let redeem_as = |token: &str, node: &str, action: &pb::Action| pb::RedeemTokenRequest {
         approval_token: token.into(),
         run_id: "run-1".into(),
         snapshot_id: "snap_0123456789ab".into(),
         node_ref: node.into(),
+        action: Some(action.clone()),
     };
+    let redeem = |token: &str, node: &str| redeem_as(token, node, &click);
     let wrong = client.redeem_token(owner(redeem(&ok.approval_token, "n8"))).await.unwrap_err();
     assert_eq!((wrong.code(), reason(&wrong).as_str()), (Code::PermissionDenied, "APPROVAL_TOKEN_INVALID"));
+    // Approved for a click: not spent on a key press or a type on the same node.
+    let press = pb::Action { kind: pb::ActionKind::Press as i32, key: "Enter".into(), ..Default::default() };
+    let typed = pb::Action { kind: pb::ActionKind::Type as i32, field_id: "answer".into(), ..Default::default() };
+    for other in [press, typed] {
+        let wrong = client.redeem_token(owner(redeem_as(&ok.approval_token, "n7", &other))).await.unwrap_err();
+        assert_eq!(reason(&wrong), "APPROVAL_TOKEN_INVALID", "{other:?}");
+    }
     let tries: Vec<_> = (0..16)
         .map(|_| {
             let mut c = client.clone();
@@ -534,7 +544,14 @@ async fn refused_resolutions_leave_the_card_pending_and_retries_are_safe() {
     let mut redeemed = 0;
     for t in tries {
         match t.await.unwrap() {
-            Ok(_) => redeemed += 1,
+            Ok(r) => {
+                redeemed += 1;
+                // The redemption is the approved act's dispatch ticket.
+                let ticket = r.into_inner().ticket.expect("a ticket");
+                let body = tests::ticket_keys().open(TENANT, &ticket).expect("sealed for the tenant");
+                assert_eq!((body.authorization_kind.as_str(), body.node_ref.as_str()), ("approval", "n7"));
+                assert!(body.constraint.is_none(), "the owner saw the act whole");
+            }
             Err(e) => assert_eq!(reason(&e), "APPROVAL_TOKEN_INVALID"),
         }
     }
@@ -549,9 +566,14 @@ async fn health_reports_serving() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve(listener, AuthorizerService::new(authority, Credentials::memory()), None, async {
-        let _ = stopped.await;
-    }));
+    tokio::spawn(serve(
+        listener,
+        AuthorizerService::new(authority, Credentials::memory(), tests::ticket_keys()),
+        None,
+        async {
+            let _ = stopped.await;
+        },
+    ));
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
     let mut health = HealthClient::new(channel);
     let asked = |service: &str| HealthCheckRequest { service: service.into() };
@@ -773,6 +795,7 @@ async fn call_as(client: &mut AuthorizerClient<Channel>, role: Role, rpc: Rpc, s
                 run_id: "run-1".into(),
                 snapshot_id: "snap_000000000001".into(),
                 node_ref: "n7".into(),
+                action: Some(pb::Action { kind: pb::ActionKind::Click as i32, ..Default::default() }),
             };
             client.redeem_token(with_role(role, "owner", m)).await.map(drop)
         }

@@ -48,9 +48,20 @@ pub(super) fn element(e: pb::ElementFacts) -> Result<ElementFacts, Status> {
     proto::facts::element_facts(e).map_err(|_| invalid("element.field_kind", "unknown value"))
 }
 
-pub(super) fn action(a: Option<pb::Action>) -> Result<Action, Status> {
+/// The action, and the record field a type names (a ticket binds it).
+pub(super) fn action_of(a: Option<pb::Action>) -> Result<(Action, Option<String>), Status> {
     use pb::ActionKind as K;
     let a = a.ok_or_else(|| invalid("action", "is required"))?;
+    let field_id = match (K::try_from(a.kind), a.field_id.as_str()) {
+        (_, "") => None,
+        (Ok(K::Type), f) => Some(id("action.field_id", f)?),
+        _ => return Err(invalid("action.field_id", "is only for a type")),
+    };
+    Ok((action(a)?, field_id))
+}
+
+fn action(a: pb::Action) -> Result<Action, Status> {
+    use pb::ActionKind as K;
     Ok(match K::try_from(a.kind).map_err(|_| invalid("action.kind", "unknown value"))? {
         K::Unspecified => return Err(invalid("action.kind", "is required")),
         K::Click => Action::Click,

@@ -7,15 +7,17 @@
 
 mod convert;
 mod status;
+mod ticket;
 
 use std::future::Future;
 use std::sync::Arc;
 
 use classifier::{Action, PageFacts};
 use grant_domain::catalogue::{
-    ActionView, Author, Event, Resolution, SessionCreated, SessionMessageRecorded, SessionToolCalled, SignInPhase,
-    SiteScope, Surface, TokenBinding,
+    ActionView, Author, AuthorizationKind, BoundAction, Event, Resolution, SessionCreated, SessionMessageRecorded,
+    SessionToolCalled, SignInPhase, SiteScope, Surface, TokenBinding,
 };
+use proto::ticket::Keyring;
 use proto::v1 as pb;
 
 use crate::auth::Rpc;
@@ -35,6 +37,7 @@ use crate::store::Need;
 use crate::view::approval_view_in_session;
 
 pub use status::CONCURRENT_CHANGE;
+pub use ticket::TICKET_LIFETIME;
 #[allow(clippy::wildcard_imports)] // the module's own files, split along their seams
 use {convert::*, status::*};
 
@@ -53,17 +56,23 @@ fn visible_to(w: &World, g: &Grant, principal: &str) -> bool {
 pub struct AuthorizerService<B> {
     authority: Arc<Authority<B>>,
     credentials: Credentials,
+    /// Seals every allow's dispatch ticket.
+    tickets: Arc<Keyring>,
 }
 
 impl<B> Clone for AuthorizerService<B> {
     fn clone(&self) -> Self {
-        Self { authority: Arc::clone(&self.authority), credentials: self.credentials.clone() }
+        Self {
+            authority: Arc::clone(&self.authority),
+            credentials: self.credentials.clone(),
+            tickets: Arc::clone(&self.tickets),
+        }
     }
 }
 
 impl<B: Backend + 'static> AuthorizerService<B> {
-    pub fn new(authority: Arc<Authority<B>>, credentials: Credentials) -> Self {
-        Self { authority, credentials }
+    pub fn new(authority: Arc<Authority<B>>, credentials: Credentials, tickets: Arc<Keyring>) -> Self {
+        Self { authority, credentials, tickets }
     }
 
     pub fn into_server(self) -> pb::authorizer_server::AuthorizerServer<Self> {
@@ -243,7 +252,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         if r.page_url.is_empty() {
             return Err(invalid("page_url", "is required"));
         }
-        let action = action(r.action)?;
+        let (action, field_id) = action_of(r.action)?;
         let element = match r.element {
             Some(e) => Some(element(e)?),
             None if matches!(action, Action::Scroll { .. }) => None,
@@ -270,6 +279,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             action,
             view: ActionView::default(),
             snapshot,
+            field_id,
         };
         let title = opt(&r.page_title);
         let named = has_element.then_some(&request.element);
@@ -278,6 +288,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         };
         let now = OffsetDateTime::now_utc();
         let call = CallKey::new(authority.tenant(), &request.session_id, &request.tool_call_id, &request_sha256);
+        let ticket_id = call.id.to_string();
         let authorized = authority.authorize(&request, &view, now, call).await.map_err(status)?;
         let events = &authorized.events;
         let reply = match authorized.decision {
@@ -290,11 +301,39 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
                         authorized.standing_until.map(|t| dispatch::for_standing_grant(&origin, t))
                     }
                 };
+                let constraint = dispatch.as_ref().map(constraint);
+                // A ticket binds the snapshot and ref the act is dispatched on: without them
+                // the allow is an answer, and nothing can be dispatched with it.
+                let ticket = match (&request.snapshot, &authorized.profile) {
+                    (Some((snapshot_id, node_ref)), Some(profile)) => Some(ticket::seal(
+                        &self.tickets,
+                        ticket::Allowed {
+                            ticket_id,
+                            tenant_id: &request.tenant_id,
+                            principal_id: &request.principal_id,
+                            session_id: &request.session_id,
+                            profile,
+                            run_id: &request.run_id,
+                            snapshot_id,
+                            node_ref,
+                            action: &BoundAction::of(&request.action, request.field_id.as_deref()),
+                            kind,
+                            grant_id: grant_id.map(|g| g.to_string()),
+                            use_ordinal,
+                            approval_id: None,
+                            until: dispatch.as_ref().map(|d| d.not_after),
+                            constraint: constraint.clone(),
+                        },
+                        now,
+                    )),
+                    _ => None,
+                };
                 pb::authorize_reply::Decision::Allow(pb::Allow {
                     kind: kind.code().to_owned(),
                     grant_id: grant_id.map(|g| g.to_string()).unwrap_or_default(),
                     use_ordinal: use_ordinal.unwrap_or_default(),
-                    constraint: dispatch.as_ref().map(constraint),
+                    constraint,
+                    ticket,
                 })
             }
             Decision::RequireApproval { approval_id, reason, offer: o } => {
@@ -441,26 +480,68 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         if !proto::limits::is_approval_token(&r.approval_token) {
             return Err(invalid("approval_token", &format!("is {}", proto::limits::APPROVAL_TOKEN_FORMAT)));
         }
+        let (action, field_id) = action_of(r.action)?;
         let binding = TokenBinding {
             run_id: id("run_id", &r.run_id)?,
             snapshot_id: id("snapshot_id", &r.snapshot_id)?,
             node_ref: id("node_ref", &r.node_ref)?,
+            action: Some(Box::new(BoundAction::of(&action, field_id.as_deref()))),
         };
+        let now = OffsetDateTime::now_utc();
         let command = Command::RedeemToken {
             principal_id: principal.clone(),
             token_sha256: token_digest(&r.approval_token),
-            binding,
-            now: OffsetDateTime::now_utc(),
+            binding: binding.clone(),
+            now,
         };
         let (events, at) = authority.execute_at(command, &principal).await.map_err(status)?;
-        let approval_id = events
-            .iter()
-            .find_map(|e| match e {
-                Event::ApprovalTokenRedeemed(x) => Some(x.approval_id.to_string()),
-                _ => None,
+        let Some(approval_id) = events.iter().find_map(|e| match e {
+            Event::ApprovalTokenRedeemed(x) => Some(x.approval_id),
+            _ => None,
+        }) else {
+            return Err(Status::internal("a redemption recorded no redeemed token"));
+        };
+        // The approved act as the card recorded it (with the digest of the text it showed),
+        // sealed for its one dispatch.
+        let approved = authority
+            .read(Need::Approval(approval_id), |w| {
+                let a = w.approvals.get(&approval_id)?;
+                let session = w.sessions.get(&a.requested.session_id)?;
+                let profile = session.created.browser_profile_id.clone()?;
+                let action = *a.requested.binding.as_ref()?.action.clone()?;
+                Some((a.requested.session_id.clone(), profile, action, a.requested.expires_at))
             })
-            .unwrap_or_default();
-        Ok(Response::new(pb::RedeemTokenReply { approval_id, position: at.and_then(position) }))
+            .await
+            .map_err(status)?;
+        let Some((session_id, profile, approved_action, expires_at)) = approved else {
+            return Err(Status::internal("a redeemed approval is not readable"));
+        };
+        let ticket = ticket::seal(
+            &self.tickets,
+            ticket::Allowed {
+                ticket_id: approval_id.to_string(),
+                tenant_id: authority.tenant().as_str(),
+                principal_id: &principal,
+                session_id: &session_id,
+                profile: &profile,
+                run_id: &binding.run_id,
+                snapshot_id: &binding.snapshot_id,
+                node_ref: &binding.node_ref,
+                action: &approved_action,
+                kind: AuthorizationKind::Approval,
+                grant_id: None,
+                use_ordinal: None,
+                approval_id: Some(approval_id.to_string()),
+                constraint: None,
+                until: Some(expires_at),
+            },
+            now,
+        );
+        Ok(Response::new(pb::RedeemTokenReply {
+            approval_id: approval_id.to_string(),
+            position: at.and_then(position),
+            ticket: Some(ticket),
+        }))
     }
 
     async fn get_grant(&self, req: Request<pb::GetGrantRequest>) -> Result<Response<pb::TaskGrant>, Status> {

@@ -1,10 +1,11 @@
 //! An act, step by step: its claim against the snapshot, the live page re-read, the action
-//! against the live node, then the guard and fence armed, the token redeemed, the input sent,
-//! and what the act did read back.
+//! and its dispatch ticket against the live node, then the fence and guard armed, a token
+//! redeemed for its ticket, the input sent, and what the act did read back.
 
 use classifier::constraint::{DispatchConstraint, GrantKind};
 use classifier::{Action, Consequence, FieldKind, Grant, PageFacts, TaskScope};
 use fantoccini::elements::{Element, ElementRef};
+use proto::ticket::Keyring;
 use serde_json::json;
 use time::OffsetDateTime;
 
@@ -13,6 +14,7 @@ use crate::fence::{Armed, FenceError, Handle, Scope};
 use crate::guard::{self, GuardMode};
 use crate::page::{self, NodeRead, PageRead, ReadError, Role};
 use crate::records::{RecordError, RecordStore};
+use crate::ticket::{self, Expected, Ticketed};
 
 use super::*;
 
@@ -22,7 +24,7 @@ impl Session {
         &mut self,
         input: ActInput,
         records: &RecordStore,
-        redeemer: &impl Redeem,
+        allow: Allow<'_, impl Redeem>,
         config: &BrowserConfig,
         now: OffsetDateTime,
     ) -> Result<ActOutcome, SessionError> {
@@ -32,7 +34,7 @@ impl Session {
         if input.sequence != self.applied + 1 {
             return Err(SessionError::OutOfOrder(self.applied + 1));
         }
-        let outcome = self.check_and_dispatch(&input, records, redeemer, config, now).await;
+        let outcome = self.check_and_dispatch(&input, records, allow, config, now).await;
         // After any refusal but APPROVAL_REQUIRED (whose approval is bound to this snapshot and
         // ref), the snapshot is void: the next act needs fresh facts. So is it after a failure,
         // unless only the authorizer was out of reach. (Dispatch voided it already.)
@@ -122,16 +124,18 @@ impl Session {
         Ok(Ok(Live { client, devtools, page: live_page, node: live, element }))
     }
 
-    /// The act against what the live node is: the record value it types, the grant's coverage
-    /// under a constraint, a control it applies to, and a token where the runtime reads a
-    /// consequence. The text to type, for a type.
+    /// The act against what the live node is: the record value it types, its ticket, the
+    /// grant's coverage under the ticket's constraint, a control it applies to, and an approval
+    /// where the runtime reads a consequence. The text to type, and the ticket checked (none when
+    /// a token is to be redeemed for it).
     fn check_action(
         &self,
         input: &ActInput,
         records: &RecordStore,
+        tickets: &Keyring,
         live: &Live,
         now: OffsetDateTime,
-    ) -> Result<Result<Option<String>, ActOutcome>, SessionError> {
+    ) -> Result<Result<Allowed, ActOutcome>, SessionError> {
         let refuse = |code, detail| refused(input, code, detail);
         let (live_page, live) = (&live.page, &live.node);
         let kind = live.facts.field_kind;
@@ -155,13 +159,26 @@ impl Session {
             _ => Action::Click,
         };
 
+        // Nothing is dispatched that the authorizer did not allow: a ticket sealed for this very
+        // act, or a token the owner approved it with (redeemed for its ticket last).
+        let ticketed = match (&input.ticket, &input.approval_token) {
+            (Some(t), _) => match self.check_ticket(tickets, t, input, text.as_deref(), now) {
+                Ok(t) => Some(t),
+                Err(why) => return Ok(Err(refuse(Code::ApprovalTokenInvalid, why))),
+            },
+            (None, Some(_)) => None,
+            (None, None) => {
+                return Ok(Err(refuse(
+                    Code::ApprovalRequired,
+                    "no dispatch ticket: authorize the act, or request an approval for this snapshot and ref".into(),
+                )));
+            }
+        };
+
         // Under a grant's constraint: the same coverage rules as the authorizer, on live facts,
         // first, so that a refusal names the same rule the worker would have named.
         let page_facts = PageFacts { url: live_page.url.clone() };
-        if let Some(c) = &input.constraint {
-            if let Err(e) = c.validate() {
-                return Err(SessionError::Invalid(e.to_string()));
-            }
+        if let Some(c) = ticketed.as_ref().and_then(|t| t.constraint.as_ref()) {
             let not_applicable = |reason: &'static str, detail: String| ActOutcome {
                 reason: Some(reason),
                 ..refuse(Code::GrantNotApplicable, detail)
@@ -214,7 +231,8 @@ impl Session {
                 "the model and the runtime disagree on consequence"
             );
         }
-        if consequential && input.approval_token.is_none() {
+        let approved = input.approval_token.is_some() || ticketed.as_ref().is_some_and(|t| t.constraint.is_none());
+        if consequential && !approved {
             let reads = if unread { "a label the runtime could not read whole" } else { consequence.code() };
             return Ok(Err(refuse(
                 Code::ApprovalRequired,
@@ -222,14 +240,44 @@ impl Session {
             )));
         }
 
-        Ok(Ok(text))
+        Ok(Ok(Allowed { text, ticketed }))
+    }
+
+    /// `ticket` opened with the tenant's keys and matched with this session and the act in hand,
+    /// not dispatched before.
+    fn check_ticket(
+        &self,
+        tickets: &Keyring,
+        t: &proto::v1::DispatchTicket,
+        input: &ActInput,
+        text: Option<&str>,
+        now: OffsetDateTime,
+    ) -> Result<Ticketed, String> {
+        let expected = Expected {
+            tenant: &self.tenant,
+            principal: &self.principal,
+            profile: &self.profile,
+            run_id: &input.run_id,
+            snapshot_id: &input.snapshot_id,
+            node_ref: &input.node_ref,
+            action: &input.action,
+            text,
+            now,
+        };
+        let checked = ticket::check(tickets, t, &expected).inspect_err(|why| {
+            tracing::warn!(run = %input.run_id, node = %input.node_ref, %why, "a dispatch ticket was refused");
+        })?;
+        if self.spent.contains(&checked.ticket_id) {
+            return Err("the ticket was dispatched already".into());
+        }
+        Ok(checked)
     }
 
     async fn check_and_dispatch(
         &mut self,
         input: &ActInput,
         records: &RecordStore,
-        redeemer: &impl Redeem,
+        allow: Allow<'_, impl Redeem>,
         config: &BrowserConfig,
         now: OffsetDateTime,
     ) -> Result<ActOutcome, SessionError> {
@@ -242,22 +290,17 @@ impl Session {
             Ok(l) => l,
             Err(refusal) => return Ok(refusal),
         };
-        let text = match self.check_action(input, records, &checked, now)? {
-            Ok(t) => t,
+        let Allowed { text, mut ticketed } = match self.check_action(input, records, allow.tickets, &checked, now)? {
+            Ok(a) => a,
             Err(refusal) => return Ok(refusal),
         };
         let Live { client, devtools, page: live_page, node: live, element } = checked;
         let kind = live.facts.field_kind;
 
-        // Under a constraint the fence holds every document and ping to the grant's prefix while
-        // the act runs and settles.
-        let armed = match (&input.constraint, &self.browser) {
-            (Some(c), Some(b)) => Some(Armed::new(
-                b.fence.handle(),
-                Scope { origins: c.origins.clone(), path_prefix: c.path_prefix.clone() },
-            )),
-            _ => None,
-        };
+        // The fence holds every document, ping and beacon of every act to where its allow
+        // reaches, while the act runs and settles, and closes any window it opens.
+        let scope = self.fence_scope(ticketed.as_ref().and_then(|t| t.constraint.as_ref()));
+        let armed = self.browser.as_ref().map(|b| Armed::new(b.fence.handle(), scope));
 
         // The click guard or the focus check, armed on the element the read covered: a click's
         // centre must hit it, a key or text needs it to hold focus, and until the input is sent
@@ -295,9 +338,18 @@ impl Session {
         }
 
         // The token is redeemed last, once nothing else can refuse: a redeemed approval is spent.
+        // Its ticket is the owner's approval of this act: checked like any other.
         if let Some(token) = &input.approval_token {
-            match redeemer.redeem(token, &input.run_id, &input.snapshot_id, &input.node_ref).await {
-                Ok(()) => {}
+            match allow.redeemer.redeem(token, &input.run_id, &input.snapshot_id, &input.node_ref, &input.action).await
+            {
+                Ok(t) => match self.check_ticket(allow.tickets, &t, input, text.as_deref(), now) {
+                    Ok(checked) if checked.constraint.is_none() => ticketed = Some(checked),
+                    Ok(_) => released!(Ok(refuse(
+                        Code::ApprovalTokenInvalid,
+                        "the token redeemed for a grant's ticket".into()
+                    ))),
+                    Err(why) => released!(Ok(refuse(Code::ApprovalTokenInvalid, why))),
+                },
                 Err(RedeemError::Invalid(m)) => released!(Ok(refuse(Code::ApprovalTokenInvalid, m))),
                 Err(RedeemError::Unavailable(m)) => {
                     released!(Err(SessionError::Unavailable(format!("the approval token could not be redeemed: {m}"))))
@@ -312,6 +364,9 @@ impl Session {
         let sequence = self.applied + 1;
         self.applied = sequence;
         self.snapshot = None;
+        if let Some(t) = &ticketed {
+            self.spent.insert(t.ticket_id.clone());
+        }
         let el = Element::from_element_id(client.clone(), element.clone());
         let sent = match &input.action {
             ActAction::Click => el.click().await,
@@ -491,7 +546,7 @@ impl Session {
                 let places: Vec<String> =
                     report.refused.iter().map(|u| origin_of(u).unwrap_or_else(|| "a non-https URL".into())).collect();
                 let fenced = format!(
-                    "the fence refused {} request(s) outside the grant's prefix ({}) and closed {} new window(s)",
+                    "the fence refused {} request(s) outside the act's scope ({}) and closed {} new window(s)",
                     report.refused.len(),
                     places.join(", "),
                     report.opened
@@ -502,6 +557,31 @@ impl Session {
         }
         outcome
     }
+}
+
+impl Session {
+    /// Where an act's documents may go: a task grant's prefix on its origin, a standing grant's
+    /// origin, and for an approval the run's origins (the owner saw the act, so a sensitive path
+    /// it leads to is theirs to allow). A grant's reach never passes the run's origins.
+    fn fence_scope(&self, constraint: Option<&DispatchConstraint>) -> Scope {
+        let on_run = |origins: &[String]| -> Vec<String> {
+            origins.iter().filter(|o| self.allowed_origins.contains(o)).cloned().collect()
+        };
+        match constraint {
+            Some(c) if c.kind == GrantKind::Task => {
+                Scope { origins: on_run(&c.origins), path_prefix: Some(c.path_prefix.clone()), sensitive: false }
+            }
+            Some(c) => Scope { origins: on_run(&c.origins), path_prefix: None, sensitive: false },
+            None => Scope { origins: self.allowed_origins.clone(), path_prefix: None, sensitive: true },
+        }
+    }
+}
+
+/// What the act's checks let through: the text a type types, and the ticket that allowed it
+/// (none yet when a token is to be redeemed for it).
+struct Allowed {
+    text: Option<String>,
+    ticketed: Option<Ticketed>,
 }
 
 /// The live page and node an act was checked against, and the browser it runs in.

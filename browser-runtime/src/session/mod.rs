@@ -4,12 +4,13 @@
 
 mod act;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use classifier::constraint::DispatchConstraint;
 use fantoccini::elements::ElementRef;
 use fantoccini::error::CmdError;
+use proto::ticket::Keyring;
+use proto::v1 as gl;
 
 use crate::browser::{Browser, BrowserError, is_crash};
 use crate::config::BrowserConfig;
@@ -49,9 +50,10 @@ impl Code {
         }
     }
 
-    /// Take a new snapshot and decide again; every other refusal ends the run.
+    /// Take a new snapshot and decide again (for an approval or a grant refusal: observe again
+    /// and ask); every other refusal ends the run.
     pub fn recoverable(self) -> bool {
-        matches!(self, Self::StaleSnapshot | Self::RefNotFound)
+        matches!(self, Self::StaleSnapshot | Self::RefNotFound | Self::ApprovalRequired | Self::GrantNotApplicable)
     }
 }
 
@@ -97,7 +99,8 @@ pub struct ActInput {
     pub consequential: bool,
     pub approval_token: Option<String>,
     pub wait_for: WaitFor,
-    pub constraint: Option<DispatchConstraint>,
+    /// The authorizer's sealed allow of this act; checked against the live act, never believed.
+    pub ticket: Option<gl::DispatchTicket>,
     pub action: ActAction,
 }
 
@@ -209,7 +212,8 @@ pub struct ReadBack {
     pub typed_field_id: Option<String>,
 }
 
-/// Where approval tokens are redeemed: the authorizer, for exactly this run, snapshot and ref.
+/// Where approval tokens are redeemed: the authorizer, for exactly this run, snapshot, ref and
+/// act, into a dispatch ticket.
 pub trait Redeem: Send + Sync {
     fn redeem(
         &self,
@@ -217,7 +221,15 @@ pub trait Redeem: Send + Sync {
         run_id: &str,
         snapshot_id: &str,
         node_ref: &str,
-    ) -> impl std::future::Future<Output = Result<(), RedeemError>> + Send;
+        action: &ActAction,
+    ) -> impl std::future::Future<Output = Result<gl::DispatchTicket, RedeemError>> + Send;
+}
+
+/// What may allow an act: a ticket checked with these keys, or a token redeemed here.
+#[derive(Debug)]
+pub struct Allow<'a, R> {
+    pub tickets: &'a Keyring,
+    pub redeemer: &'a R,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -234,6 +246,8 @@ pub enum RedeemError {
 #[derive(Debug)]
 pub struct Session {
     pub tenant: String,
+    /// The owner the session was opened for: a ticket must be theirs.
+    pub principal: String,
     pub profile: String,
     pub allowed_origins: Vec<String>,
     pub start_url: String,
@@ -246,6 +260,8 @@ pub struct Session {
     snapshot: Option<Snapshot>,
     /// Elements the runtime typed into, with the record field it typed.
     typed: HashMap<ElementRef, String>,
+    /// Tickets dispatched: each at most once.
+    spent: HashSet<String>,
 }
 
 fn snapshot_id() -> String {
@@ -271,15 +287,16 @@ fn not_acted(e: &CmdError) -> bool {
 }
 
 impl Session {
+    /// A session of `(tenant, principal, profile)`.
     pub fn new(
-        tenant: String,
-        profile: String,
+        (tenant, principal, profile): (String, String, String),
         allowed_origins: Vec<String>,
         start_url: String,
         max_steps: u32,
     ) -> Self {
         Self {
             tenant,
+            principal,
             profile,
             allowed_origins,
             start_url,
@@ -289,6 +306,7 @@ impl Session {
             browser: None,
             snapshot: None,
             typed: HashMap::new(),
+            spent: HashSet::new(),
         }
     }
 

@@ -2,8 +2,8 @@
 //! session's task grant, the standing grant, and else an approval card.
 
 use crate::catalogue::{
-    ActionView, ApprovalRequested, Author, AuthorizationKind, EndReason, Event, Offer, Surface, TokenBinding,
-    ToolCallAuthorized,
+    ActionView, ApprovalRequested, Author, AuthorizationKind, BoundAction, EndReason, Event, Offer, Surface,
+    TokenBinding, ToolCallAuthorized,
 };
 use classifier::{Action, Consequence, ElementFacts, Named, PageFacts, TaskScope};
 use time::OffsetDateTime;
@@ -110,6 +110,8 @@ pub struct AuthorizeRequest {
     /// The snapshot and node the element was named in, when the caller has them: an approval
     /// token is bound to them.
     pub snapshot: Option<(String, String)>,
+    /// The task-record field a type types: a token and a ticket bind it.
+    pub field_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -389,6 +391,7 @@ pub fn request_approval(
             run_id: req.run_id.clone(),
             snapshot_id: snapshot_id.clone(),
             node_ref: node_ref.clone(),
+            action: Some(Box::new(BoundAction::of(&req.action, req.field_id.as_deref()))),
         }),
         agent_version: req.versions.agent.clone(),
     });

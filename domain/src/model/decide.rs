@@ -311,7 +311,16 @@ fn redeem_token(
         .ok_or_else(invalid)?;
     let session = world.sessions.get(&approval.requested.session_id).filter(|s| !s.deleted);
     let owner = session.map(|s| s.created.principal_id.as_str());
-    let fits = approval.requested.binding.as_ref() == Some(binding)
+    let bound = approval.requested.binding.as_ref();
+    let same_place = bound.is_some_and(|b| {
+        (&b.run_id, &b.snapshot_id, &b.node_ref) == (&binding.run_id, &binding.snapshot_id, &binding.node_ref)
+    });
+    let same_act = match (bound.and_then(|b| b.action.as_ref()), &binding.action) {
+        (Some(approved), Some(asked)) => approved.same_act(asked),
+        _ => false,
+    };
+    let fits = same_place
+        && same_act
         && owner == Some(principal_id)
         && session.is_some_and(|s| world.session_profile_is_own(s))
         && world

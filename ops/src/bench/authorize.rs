@@ -253,6 +253,8 @@ async fn run_on(
     let pki = crate::tls::DevPki::generate()?;
     pki.write(&pki_dir)?;
     let (_, cert, key) = crate::tls::DevPki::paths(&pki_dir);
+    let keys = pki_dir.join("ticket-keys");
+    std::fs::write(&keys, proto::ticket::Keyring::line("bench", rand::random()))?;
     // Two replicas on one database, the clients spread over them round robin.
     let mut servers = Vec::new();
     let mut endpoints = Vec::new();
@@ -262,6 +264,7 @@ async fn run_on(
             .args(["serve", "authorizer"])
             .env("AUTHORIZER_TLS_CERT", &cert)
             .env("AUTHORIZER_TLS_KEY", &key)
+            .env(proto::ticket::KEYS_FILE_VAR, &keys)
             .env("DATABASE_URL", db_url)
             .env("AUTHORIZER_LISTEN", format!("127.0.0.1:{port}"))
             .env("RUST_LOG", "warn")

@@ -1,0 +1,146 @@
+//! The authorizer's dispatch ticket, checked here on its own: sealed for this tenant, for this
+//! session's owner and profile, for this run, snapshot, ref and act, not expired. A ticket that
+//! fails any of these is a policy violation (APPROVAL_TOKEN_INVALID, terminal), never a retry.
+
+use classifier::constraint::{DispatchConstraint, GrantKind};
+use proto::ticket::Keyring;
+use proto::v1 as gl;
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::session::ActAction;
+
+/// What a checked ticket allows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ticketed {
+    pub ticket_id: String,
+    /// The grant's constraint; `None` for an approval the owner gave for this very act.
+    pub constraint: Option<DispatchConstraint>,
+}
+
+/// What the act in hand is, for the ticket to match.
+#[derive(Debug)]
+pub struct Expected<'a> {
+    pub tenant: &'a str,
+    pub principal: &'a str,
+    pub profile: &'a str,
+    pub run_id: &'a str,
+    pub snapshot_id: &'a str,
+    pub node_ref: &'a str,
+    pub action: &'a ActAction,
+    /// The record value a type would type.
+    pub text: Option<&'a str>,
+    pub now: OffsetDateTime,
+}
+
+/// The ticket's allowance if it was sealed for exactly `expected`; otherwise why not.
+pub fn check(keys: &Keyring, ticket: &gl::DispatchTicket, expected: &Expected<'_>) -> Result<Ticketed, String> {
+    let body = keys.open(expected.tenant, ticket).map_err(|e| e.to_string())?;
+    let bound = [
+        ("owner", body.principal_id.as_str(), expected.principal),
+        ("browser profile", &body.browser_profile_id, expected.profile),
+        ("run", &body.run_id, expected.run_id),
+        ("snapshot", &body.snapshot_id, expected.snapshot_id),
+        ("ref", &body.node_ref, expected.node_ref),
+    ];
+    if let Some((what, _, _)) = bound.iter().find(|(_, got, want)| got != want) {
+        return Err(format!("the ticket was issued for another {what}"));
+    }
+    let now_ms = expected.now.unix_timestamp_nanos() / 1_000_000;
+    if i128::from(body.not_after_ms) <= now_ms {
+        return Err("the ticket has expired: authorize the act again".into());
+    }
+    let action = body.action.as_ref().ok_or("the ticket names no act")?;
+    same_act(action, expected.action, expected.text)?;
+    let constraint = match (body.authorization_kind.as_str(), body.constraint) {
+        ("approval", None) => None,
+        (kind @ ("standing_grant" | "browser_task_grant"), Some(c)) => {
+            let c = constraint(c).map_err(|why| format!("the ticket's constraint: {why}"))?;
+            let expected_kind = if kind == "browser_task_grant" { GrantKind::Task } else { GrantKind::Standing };
+            if c.kind != expected_kind {
+                return Err("the ticket's constraint is not its grant's kind".into());
+            }
+            Some(c)
+        }
+        _ => return Err("the ticket's authorization does not fit its constraint".into()),
+    };
+    Ok(Ticketed { ticket_id: body.ticket_id, constraint })
+}
+
+/// The act the ticket names is the act in hand: its kind, its argument, and for a type the text.
+fn same_act(bound: &gl::TicketAction, act: &ActAction, text: Option<&str>) -> Result<(), String> {
+    let here = ticket_action(act, text);
+    if bound.text_sha256 != here.text_sha256 && matches!(act, ActAction::Type { .. }) && bound.field_id == here.field_id
+    {
+        return Err("the record value is not the text the authorizer was shown".into());
+    }
+    if *bound == here { Ok(()) } else { Err("the ticket was issued for another act".into()) }
+}
+
+/// The constraint as the authorizer sealed it, held to the rules of its kind.
+pub fn constraint(c: gl::DispatchConstraint) -> Result<DispatchConstraint, String> {
+    let kind = match gl::GrantKind::try_from(c.grant_kind) {
+        Ok(gl::GrantKind::Task) => GrantKind::Task,
+        Ok(gl::GrantKind::Standing) => GrantKind::Standing,
+        _ => return Err("its grant kind is neither task nor standing".into()),
+    };
+    let not_after = OffsetDateTime::parse(&c.not_after, &Rfc3339).map_err(|_| "its end is not an RFC 3339 time")?;
+    let parsed = DispatchConstraint {
+        kind,
+        origins: c.origins,
+        path_prefix: c.path_prefix,
+        not_after,
+        consequence_ceiling: c.consequence_ceiling,
+        max_text_chars: c.max_text_chars,
+    };
+    parsed.validate().map_err(|e| e.to_string())?;
+    Ok(parsed)
+}
+
+/// The body a ticket for exactly this act carries: what the authorizer seals for it. The bench
+/// and the tests seal it with keys of their own, standing in for the authorizer.
+pub fn body_for(
+    expected: &Expected<'_>,
+    ticket_id: &str,
+    constraint: Option<gl::DispatchConstraint>,
+    not_after: OffsetDateTime,
+) -> gl::TicketBody {
+    let kind = match constraint.as_ref().map(|c| gl::GrantKind::try_from(c.grant_kind)) {
+        None => "approval",
+        Some(Ok(gl::GrantKind::Task)) => "browser_task_grant",
+        Some(_) => "standing_grant",
+    };
+    gl::TicketBody {
+        ticket_id: ticket_id.to_owned(),
+        tenant_id: expected.tenant.to_owned(),
+        principal_id: expected.principal.to_owned(),
+        browser_profile_id: expected.profile.to_owned(),
+        run_id: expected.run_id.to_owned(),
+        snapshot_id: expected.snapshot_id.to_owned(),
+        node_ref: expected.node_ref.to_owned(),
+        action: Some(ticket_action(expected.action, expected.text)),
+        authorization_kind: kind.to_owned(),
+        not_after_ms: i64::try_from(not_after.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX),
+        constraint,
+        ..Default::default()
+    }
+}
+
+/// `act` as a ticket names it, with the digest of the text a type types.
+pub fn ticket_action(act: &ActAction, text: Option<&str>) -> gl::TicketAction {
+    use gl::ActionKind as K;
+    let kind = |k: K| gl::TicketAction { kind: k as i32, ..Default::default() };
+    match act {
+        ActAction::Click => kind(K::Click),
+        ActAction::Type { field_id } => gl::TicketAction {
+            field_id: field_id.clone(),
+            text_sha256: Sha256::digest(text.unwrap_or_default().as_bytes()).to_vec(),
+            ..kind(K::Type)
+        },
+        ActAction::Select { option } => gl::TicketAction { option: option.clone(), ..kind(K::Select) },
+        ActAction::Check => kind(K::Check),
+        ActAction::Press { key } => gl::TicketAction { key: key.clone(), ..kind(K::Press) },
+        ActAction::Scroll { by } => gl::TicketAction { scroll_by: *by, ..kind(K::Scroll) },
+    }
+}

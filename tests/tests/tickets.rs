@@ -1,0 +1,198 @@
+//! Dispatch tickets in real Chromium on the fixture site: the runtime dispatches only what a
+//! ticket sealed for exactly this act allows, and checks it on its own. A ticket changed by one
+//! byte, used on another ref, another act, another snapshot or another session, expired, or
+//! naming a text the record no longer holds is APPROVAL_TOKEN_INVALID (terminal) and reaches
+//! nothing; a grant's allow taken from the authorizer dispatches with the authorizer gone.
+
+use proto::runtime as rt;
+use proto::v1 as pb;
+use tests::browser::{GATEWAY, LESSON, LESSON_ORIGIN, PROFILES, Stack, WORKER, click, node, task_constraint, with};
+
+const PAGE: &str = r#"<!doctype html><title>Tickets</title>
+<a href="/lesson/2">Next</a> <a href="/lesson/3">Other</a>
+<label>Answer <input name="answer"></label>"#;
+
+async fn stack() -> Stack {
+    let s = Stack::start(2).await;
+    s.fixture.page(LESSON, "/lesson/1", PAGE);
+    for path in ["/lesson/2", "/lesson/3"] {
+        s.fixture.page(LESSON, path, "<!doctype html><title>Next</title><p>Done");
+    }
+    s
+}
+
+/// Refused as a ticket that does not fit: terminal, nothing dispatched, nothing reached the site.
+async fn refused_as_invalid(s: &mut Stack, act: rt::ActRequest, case: &str) {
+    let before = s.fixture.requests().len();
+    let reply = s.act(act).await.unwrap();
+    assert_eq!(rt::ActCode::try_from(reply.code), Ok(rt::ActCode::ApprovalTokenInvalid), "{case}: {reply:?}");
+    assert!(!reply.dispatched && !reply.recoverable, "{case}: {reply:?}");
+    assert_eq!(s.fixture.requests().len(), before, "{case}: a request reached the site");
+}
+
+#[tokio::test]
+async fn a_ticket_that_does_not_fit_the_act_dispatches_nothing() {
+    let mut s = stack().await;
+    s.record("run-1", &[("answer", "el gato")]);
+    let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
+    let other_session = s.open("profile-2", "/lesson/1", 50).await.unwrap();
+
+    // One byte of the body or of the seal changed.
+    for part in ["body", "mac"] {
+        let o = s.observe(&session).await;
+        let mut act = click(&session, &o, node(&o, "Next").0);
+        s.grant(&mut act, task_constraint());
+        let t = act.ticket.as_mut().unwrap();
+        let bytes = if part == "body" { &mut t.body } else { &mut t.mac };
+        bytes[3] ^= 1;
+        refused_as_invalid(&mut s, act, part).await;
+    }
+
+    // Sealed for "Next", sent for "Other" of the same snapshot.
+    let o = s.observe(&session).await;
+    let mut next = click(&session, &o, node(&o, "Next").0);
+    s.grant(&mut next, task_constraint());
+    let other = rt::ActRequest { ticket: next.ticket.clone(), ..click(&session, &o, node(&o, "Other").0) };
+    refused_as_invalid(&mut s, other, "another ref").await;
+
+    // Sealed for a click, sent with a key press on the same node.
+    let o = s.observe(&session).await;
+    let mut press = click(&session, &o, node(&o, "Next").0);
+    s.grant(&mut press, task_constraint());
+    press.action = Some(rt::act_request::Action::Press(rt::Press { key: "Enter".into() }));
+    refused_as_invalid(&mut s, press, "another act").await;
+
+    // Sealed for one snapshot, sent on the newer one's same node.
+    let old = s.observe(&session).await;
+    let mut stale = click(&session, &old, node(&old, "Next").0);
+    s.grant(&mut stale, task_constraint());
+    let new = s.observe(&session).await;
+    let moved = rt::ActRequest { ticket: stale.ticket, ..click(&session, &new, node(&new, "Next").0) };
+    refused_as_invalid(&mut s, moved, "another snapshot").await;
+
+    // Sealed for this session's act, sent in another session (another profile) on its own
+    // snapshot: the snapshot and the profile both differ.
+    let o = s.observe(&session).await;
+    let mut mine = click(&session, &o, node(&o, "Next").0);
+    s.grant(&mut mine, task_constraint());
+    let theirs = s.observe(&other_session).await;
+    let elsewhere = rt::ActRequest { ticket: mine.ticket, ..click(&other_session, &theirs, node(&theirs, "Next").0) };
+    refused_as_invalid(&mut s, elsewhere, "another session").await;
+
+    // Expired before it was used.
+    let o = s.observe(&session).await;
+    let mut late = click(&session, &o, node(&o, "Next").0);
+    let past = time::OffsetDateTime::now_utc() - time::Duration::seconds(1);
+    late.ticket = Some(s.ticket_until(&late, Some(task_constraint()), past));
+    refused_as_invalid(&mut s, late, "expired").await;
+
+    // A type whose record value changed after the decision: the text is not what was shown.
+    let o = s.observe(&session).await;
+    let mut typed = click(&session, &o, node(&o, "Answer").0);
+    typed.expected_role = rt::Role::Textbox as i32;
+    typed.action = Some(rt::act_request::Action::Type(rt::Type { field_id: "answer".into() }));
+    s.grant(&mut typed, task_constraint());
+    s.record("run-1", &[("answer", "delete my account")]);
+    refused_as_invalid(&mut s, typed, "another text").await;
+    let o = s.observe(&session).await;
+    assert!(!node(&o, "Answer").0.state.as_ref().is_some_and(|st| st.filled), "nothing was typed");
+
+    // The same ticket, well formed, dispatches once; sent again, it reaches nothing.
+    let o = s.observe(&session).await;
+    let mut once = click(&session, &o, node(&o, "Next").0);
+    s.grant(&mut once, task_constraint());
+    once.wait_for = rt::WaitFor::Navigation as i32;
+    let reply = s.act(once.clone()).await.unwrap();
+    assert!(reply.ok && reply.dispatched, "{reply:?}");
+    let before = s.fixture.requests().len();
+    let again = s.act(once).await.unwrap();
+    assert!(!again.dispatched, "{again:?}");
+    assert_eq!(s.fixture.requests().len(), before, "the replay reached the site");
+}
+
+/// The owner allows a type for this task through the authorizer; the next act under the grant
+/// is allowed with a ticket, and the runtime dispatches it with the authorizer gone: no card, no
+/// round trip.
+#[tokio::test]
+async fn a_grant_allow_dispatches_without_asking_the_authorizer_again() {
+    let mut s = stack().await;
+    s.record("run-1", &[("answer", "el gato")]);
+    let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
+    let created = pb::ProfileEventRequest {
+        profile_id: "profile-1".into(),
+        event: pb::ProfileEvent::Created as i32,
+        owner_principal_id: "owner".into(),
+    };
+    s.authorizer.record_profile_event(with(PROFILES, created)).await.unwrap();
+    let chat = pb::CreateSessionRequest {
+        session_id: "s1".into(),
+        browser_profile_id: "profile-1".into(),
+        schedule_id: String::new(),
+        surface: pb::Surface::Interactive as i32,
+    };
+    s.authorizer.create_session(with(WORKER, chat)).await.unwrap();
+    let said = pb::RecordMessageRequest { session_id: "s1".into(), message_id: "m1".into(), from_owner: true };
+    s.authorizer.record_message(with(GATEWAY, said)).await.unwrap();
+
+    let o = s.observe(&session).await;
+    let authorize = |call: &str, name: &str, action: pb::Action| {
+        let (n, facts) = node(&o, name);
+        pb::AuthorizeRequest {
+            session_id: "s1".into(),
+            run: Some(pb::RunContext { run_id: "run-1".into(), interactive: true, top_level: true }),
+            tool_call_id: call.into(),
+            turn_tool_calls: vec!["browser.observe".into(), "browser.act".into()],
+            agent_version: "agent-7".into(),
+            element: Some(facts.clone()),
+            page_url: o.url.clone(),
+            page_title: o.title.clone(),
+            action: Some(action),
+            snapshot_id: o.snapshot_id.clone(),
+            node_ref: n.r#ref.clone(),
+        }
+    };
+    let type_answer = pb::Action {
+        kind: pb::ActionKind::Type as i32,
+        text: "el gato".into(),
+        field_id: "answer".into(),
+        ..Default::default()
+    };
+    // The first asks; the owner allows it for this task.
+    let asked = s.authorizer.authorize(with(WORKER, authorize("call-1", "Answer", type_answer.clone()))).await;
+    let Some(pb::authorize_reply::Decision::RequireApproval(card)) = asked.unwrap().into_inner().decision else {
+        panic!("the first act asks")
+    };
+    let offer = card.offer.expect("an offer for the task");
+    let resolve = pb::ResolveApprovalRequest {
+        approval_id: card.approval_id,
+        resolution: pb::Resolution::ApproveForTask as i32,
+        offered_origin: offer.origin,
+        offered_path_prefix: offer.path_prefix,
+    };
+    s.authorizer.resolve_approval(with(GATEWAY, resolve)).await.unwrap();
+
+    // The retried act is allowed under the grant, with its ticket.
+    let allowed = s.authorizer.authorize(with(WORKER, authorize("call-2", "Answer", type_answer))).await.unwrap();
+    let Some(pb::authorize_reply::Decision::Allow(allow)) = allowed.into_inner().decision else {
+        panic!("covered by the grant")
+    };
+    assert_eq!(allow.kind, "browser_task_grant");
+    let ticket = allow.ticket.expect("every allow on a snapshot carries its ticket");
+    let body = s.keys.open("tenant-1", &ticket).expect("sealed for the tenant");
+    assert_eq!(
+        (body.browser_profile_id.as_str(), body.run_id.as_str(), body.use_ordinal),
+        ("profile-1", "run-1", allow.use_ordinal)
+    );
+    assert_eq!(body.constraint.as_ref().map(|c| c.path_prefix.as_str()), Some("/lesson"));
+
+    s.stop_authorizer().await;
+    let mut act = click(&session, &o, node(&o, "Answer").0);
+    act.expected_role = rt::Role::Textbox as i32;
+    act.action = Some(rt::act_request::Action::Type(rt::Type { field_id: "answer".into() }));
+    act.ticket = Some(ticket);
+    let reply = s.act(act).await.unwrap();
+    assert!(reply.ok && reply.dispatched, "{reply:?}");
+    let o = s.observe(&session).await;
+    assert!(node(&o, "Answer").0.state.as_ref().is_some_and(|st| st.filled), "the record value was typed");
+    assert!(o.url.starts_with(LESSON_ORIGIN));
+}
