@@ -76,6 +76,8 @@ pub struct Authorized {
     pub standing_until: Option<OffsetDateTime>,
     /// The session's browser profile, as read for an allow: its dispatch ticket binds it.
     pub profile: Option<String>,
+    /// When the decision was made: now, or when a retried call's decision was recorded.
+    pub decided_at: OffsetDateTime,
 }
 
 #[derive(Debug)]
@@ -213,6 +215,7 @@ impl<B: Backend> Authority<B> {
             return Err(DomainError::conflict(domain::Conflict::ToolCallReused, detail).into());
         }
         let at = Some(Checkpoint { tx_id: recorded.tx_id, position: recorded.global_position });
+        let decided_at = recorded.recorded_at;
         let event = Event::from_recorded(&recorded)
             .map_err(|e| StoreError::Projection(format!("a recorded decision does not decode: {e}")))?;
         let ended = || -> AuthorityError {
@@ -233,6 +236,7 @@ impl<B: Backend> Authority<B> {
                     grant: None,
                     standing_until: None,
                     profile: None,
+                    decided_at,
                 }
             }
             Event::ToolCallAuthorized(t) => {
@@ -259,7 +263,7 @@ impl<B: Backend> Authority<B> {
                     _ => {}
                 }
                 let profile = self.read(Need::Session(&req.session_id), |w| profile_of(w, &req.session_id)).await?;
-                Authorized { decision, events: vec![event.clone()], at, grant, standing_until, profile }
+                Authorized { decision, events: vec![event.clone()], at, grant, standing_until, profile, decided_at }
             }
             other => {
                 return Err(StoreError::Projection(format!("a call's decision is a {}", other.event_type())).into());
@@ -356,6 +360,7 @@ impl<B: Backend> Authority<B> {
                     grant,
                     standing_until,
                     profile,
+                    decided_at: now,
                 });
             };
             let Some(Event::ToolCallAuthorized(template)) = auth.events.first().cloned() else {
@@ -381,7 +386,15 @@ impl<B: Backend> Authority<B> {
                     };
                     let used = use_event(ordinal);
                     let at = Some(outcome.checkpoint());
-                    return Ok(Authorized { decision, events: vec![used], at, grant, standing_until: None, profile });
+                    return Ok(Authorized {
+                        decision,
+                        events: vec![used],
+                        at,
+                        grant,
+                        standing_until: None,
+                        profile,
+                        decided_at: now,
+                    });
                 }
                 // The row moved since the read: decide again from a fresh one.
                 Ok(Consumed::Refused) => spent = true,
@@ -423,6 +436,7 @@ impl<B: Backend> Authority<B> {
             grant: None,
             standing_until: None,
             profile: None,
+            decided_at: now,
         })
     }
 

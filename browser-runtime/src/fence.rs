@@ -226,6 +226,9 @@ impl Fence {
             })
         };
         let _ = out.send(command(&ids, None, "Target.setAutoAttach", AUTO_ATTACH()));
+        // No act downloads anything, approved or not: a file written to disk is outside every
+        // scope the fence could hold.
+        let _ = out.send(command(&ids, None, "Browser.setDownloadBehavior", json!({ "behavior": "deny" })));
         Ok(Self { handle: Handle { state, out, ids }, task })
     }
 

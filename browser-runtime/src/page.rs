@@ -43,6 +43,12 @@ pub enum Role {
 }
 
 impl Role {
+    /// The roles the tool contract's click takes: a field is typed into or chosen from, never
+    /// clicked.
+    pub fn clickable(self) -> bool {
+        !matches!(self, Self::Textbox | Self::Searchbox | Self::Listbox)
+    }
+
     pub const ALL: [Self; 11] = [
         Self::Button,
         Self::Link,

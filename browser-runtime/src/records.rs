@@ -36,15 +36,7 @@ pub fn typeable(value: &str) -> bool {
 
 /// Bytes of a record field's id: a key of the task record's JSON, never a stream name, so any
 /// text without control characters (`first name`, `billing/zip`).
-pub const MAX_FIELD_ID_LEN: usize = 120;
-
-/// The one rule for a record field's id, checked at the service and again at the read.
-pub fn check_field_id(field: &str) -> Result<(), String> {
-    if field.is_empty() || field.len() > MAX_FIELD_ID_LEN || field.chars().any(char::is_control) {
-        return Err(format!("is 1-{MAX_FIELD_ID_LEN} bytes without control characters"));
-    }
-    Ok(())
-}
+pub use proto::limits::{MAX_FIELD_ID_LEN, check_field_id};
 
 impl RecordStore {
     pub fn new(dir: PathBuf) -> Self {

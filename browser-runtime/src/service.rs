@@ -19,7 +19,7 @@ use crate::config::{AuthorizerLink, RuntimeConfig};
 use crate::page::{NodeRead, Role as NodeRole};
 use crate::records::RecordStore;
 use crate::session::{
-    ActAction, ActInput, Allow, Code, Observation, Redeem, RedeemError, Session, SessionError, WaitFor,
+    ActAction, ActInput, Allow, Code, Observation, Redeem, RedeemError, Redemption, Session, SessionError, WaitFor,
 };
 
 /// The longest expected name the contract allows.
@@ -56,23 +56,25 @@ impl AuthorizerRedeemer {
 }
 
 impl Redeem for AuthorizerRedeemer {
-    async fn redeem(
-        &self,
-        token: &str,
-        run_id: &str,
-        snapshot_id: &str,
-        node_ref: &str,
-        action: &ActAction,
-    ) -> Result<gl::DispatchTicket, RedeemError> {
+    async fn redeem(&self, r: Redemption<'_>) -> Result<gl::DispatchTicket, RedeemError> {
         let (Some(client), Some(bearer)) = (&self.client, &self.bearer) else {
             return Err(RedeemError::Unavailable("this runtime has no authorizer to redeem tokens at".into()));
         };
+        let text_sha256 = match r.action {
+            ActAction::Type { .. } => crate::ticket::ticket_action(r.action, r.text).text_sha256,
+            _ => Vec::new(),
+        };
         let mut req = Request::new(gl::RedeemTokenRequest {
-            approval_token: token.to_owned(),
-            run_id: run_id.to_owned(),
-            snapshot_id: snapshot_id.to_owned(),
-            node_ref: node_ref.to_owned(),
-            action: Some(action_pb(action)),
+            approval_token: r.token.to_owned(),
+            run_id: r.run_id.to_owned(),
+            snapshot_id: r.snapshot_id.to_owned(),
+            node_ref: r.node_ref.to_owned(),
+            action: Some(action_pb(r.action)),
+            text_sha256,
+            browser_profile_id: r.profile.to_owned(),
+            element_role: r.element_role.to_owned(),
+            element_name: r.element_name.to_owned(),
+            page_origin: r.page_origin.to_owned(),
         });
         req.metadata_mut().insert("authorization", bearer.clone());
         match client.clone().redeem_token(req).await {
@@ -348,6 +350,12 @@ pub fn act_input(req: pb::ActRequest) -> Result<ActInput, Status> {
     };
     use pb::act_request::Action as A;
     let action = match req.action.ok_or_else(|| invalid("action", "is required"))? {
+        A::Click(_) if !expected_role.clickable() => {
+            return Err(invalid(
+                "expected_role",
+                "a click takes a button, link, checkbox, radio, option, tab, menuitem or combobox",
+            ));
+        }
         A::Click(_) => ActAction::Click,
         A::Type(t) => {
             crate::records::check_field_id(&t.field_id).map_err(|why| invalid("type.field_id", &why))?;

@@ -11,6 +11,10 @@ use time::format_description::well_known::Rfc3339;
 
 use crate::session::ActAction;
 
+/// Why a ticket that was fine but for its age is refused: the one refusal the agent may cure, by
+/// authorizing the act again.
+pub const EXPIRED: &str = "the ticket has expired: authorize the act again";
+
 /// What a checked ticket allows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ticketed {
@@ -31,6 +35,10 @@ pub struct Expected<'a> {
     pub action: &'a ActAction,
     /// The record value a type would type.
     pub text: Option<&'a str>,
+    /// The live node's role and name as the snapshot's facts carry them, and the page's origin.
+    pub element_role: &'a str,
+    pub element_name: &'a str,
+    pub page_origin: &'a str,
     pub now: OffsetDateTime,
 }
 
@@ -43,13 +51,16 @@ pub fn check(keys: &Keyring, ticket: &gl::DispatchTicket, expected: &Expected<'_
         ("run", &body.run_id, expected.run_id),
         ("snapshot", &body.snapshot_id, expected.snapshot_id),
         ("ref", &body.node_ref, expected.node_ref),
+        ("element role", &body.element_role, expected.element_role),
+        ("element name", &body.element_name, expected.element_name),
+        ("page origin", &body.page_origin, expected.page_origin),
     ];
     if let Some((what, _, _)) = bound.iter().find(|(_, got, want)| got != want) {
         return Err(format!("the ticket was issued for another {what}"));
     }
     let now_ms = expected.now.unix_timestamp_nanos() / 1_000_000;
     if i128::from(body.not_after_ms) <= now_ms {
-        return Err("the ticket has expired: authorize the act again".into());
+        return Err(EXPIRED.into());
     }
     let action = body.action.as_ref().ok_or("the ticket names no act")?;
     same_act(action, expected.action, expected.text)?;
@@ -120,6 +131,9 @@ pub fn body_for(
         snapshot_id: expected.snapshot_id.to_owned(),
         node_ref: expected.node_ref.to_owned(),
         action: Some(ticket_action(expected.action, expected.text)),
+        element_role: expected.element_role.to_owned(),
+        element_name: expected.element_name.to_owned(),
+        page_origin: expected.page_origin.to_owned(),
         authorization_kind: kind.to_owned(),
         not_after_ms: i64::try_from(not_after.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX),
         constraint,

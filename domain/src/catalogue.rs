@@ -301,6 +301,14 @@ pub struct BoundAction {
     /// only if it hashes the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text_sha256: Option<String>,
+    /// The element's role and accessible name and the page's origin the decision read: the
+    /// runtime dispatches only on a live node and page that still say so.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub element_role: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub element_name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub page_origin: String,
 }
 
 impl BoundAction {
@@ -318,13 +326,25 @@ impl BoundAction {
             A::Type { text } => Some(text_digest(text)),
             _ => None,
         };
-        Self { kind: action.kind().to_owned(), argument, text_sha256 }
+        Self {
+            kind: action.kind().to_owned(),
+            argument,
+            text_sha256,
+            element_role: String::new(),
+            element_name: String::new(),
+            page_origin: String::new(),
+        }
     }
 
-    /// The same act, whatever text either side hashed (a redemption names no text: the
-    /// runtime checks the record value against the digest itself).
-    pub fn same_act(&self, other: &Self) -> bool {
-        self.kind == other.kind && self.argument == other.argument
+    /// The act on `element` of the page at `page_url`.
+    pub fn on(self, element: &classifier::ElementFacts, page_url: &str) -> Self {
+        let origin = url::Url::parse(page_url.trim()).ok().map(|u| u.origin().ascii_serialization());
+        Self {
+            element_role: element.role.clone(),
+            element_name: element.name.clone().unwrap_or_default(),
+            page_origin: origin.unwrap_or_default(),
+            ..self
+        }
     }
 }
 

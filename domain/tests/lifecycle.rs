@@ -642,7 +642,7 @@ fn approval_tokens_are_single_use_and_bound_to_run_snapshot_and_node() {
     assert!(
         matches!(&events[..], [Event::ApprovalResolved(_), Event::ApprovalTokenIssued(t)] if t.token_sha256 == "digest-1" && t.node_ref == "n42")
     );
-    let click = BoundAction { kind: "click".into(), argument: String::new(), text_sha256: None };
+    let click = BoundAction::of(&Action::Click, None).on(&button("Buy gems"), PAGE);
     let binding = TokenBinding {
         run_id: "run-1".into(),
         snapshot_id: "snap_0123456789ab".into(),
@@ -653,6 +653,7 @@ fn approval_tokens_are_single_use_and_bound_to_run_snapshot_and_node() {
         principal_id: "owner".into(),
         token_sha256: token.into(),
         binding: binding.clone(),
+        profile_id: "profile-1".into(),
         now: t0(),
     };
     for wrong in [
@@ -663,6 +664,15 @@ fn approval_tokens_are_single_use_and_bound_to_run_snapshot_and_node() {
         // and not for a redemption that names no act.
         TokenBinding {
             action: Some(Box::new(BoundAction { kind: "type".into(), argument: "answer".into(), ..click.clone() })),
+            ..binding.clone()
+        },
+        // The runtime reads another element, or another page, live than the card showed.
+        TokenBinding {
+            action: Some(Box::new(BoundAction { element_name: "Pay now".into(), ..click.clone() })),
+            ..binding.clone()
+        },
+        TokenBinding {
+            action: Some(Box::new(BoundAction { page_origin: "https://www.elsewhere.test".into(), ..click.clone() })),
             ..binding.clone()
         },
         TokenBinding {
@@ -748,6 +758,20 @@ fn credential_and_one_time_code_fields_are_refused_outright() {
             assert!(out.events.is_empty(), "a denial shows no card and records nothing");
         }
     }
+    // A payment field takes no typed text from the runtime: no card is asked for one. A click
+    // on it (to focus it) still asks.
+    let payment = ElementFacts {
+        role: "textbox".into(),
+        name: Some("Card number".into()),
+        field_kind: FieldKind::Payment,
+        ..Default::default()
+    };
+    let typed =
+        run(&mut world, &Policy::empty(), &act("s1", payment.clone(), Action::Type { text: "4111".into() }), t0());
+    assert_eq!(typed.decision, Decision::Deny { code: "payment_field".into() });
+    assert!(typed.events.is_empty());
+    let clicked = run(&mut world, &Policy::empty(), &act("s1", payment, Action::Click), t0());
+    assert!(matches!(clicked.decision, Decision::RequireApproval { .. }), "{:?}", clicked.decision);
     assert_eq!(world.grants[&grant].actions_used, 0);
 }
 

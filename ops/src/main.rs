@@ -170,9 +170,9 @@ enum AuditCmd {
 
 #[derive(Debug, Subcommand)]
 enum TicketsCmd {
-    /// Print a keyring line for a new random key: `<id> <64 hex digits>`. To rotate, put the new
-    /// line first in every service's file (it seals; the old line below still verifies), roll
-    /// the services, and drop the old line once the old tickets (a minute) have expired.
+    /// Print a keyring line for a new random key: `<id> <64 hex digits>`. To rotate, add the new
+    /// line second in every service's file and roll them (all verify it), move it first and roll
+    /// again (authorizers seal with it), then drop the old line a minute later and roll.
     Keygen {
         #[arg(long, default_value = "k1")]
         id: String,

@@ -57,6 +57,18 @@ pub const MAX_ORIGINS: usize = 16;
 /// The harness step budget.
 pub const MAX_STEPS: u64 = 10_000;
 
+/// A task-record field id, the one rule both services hold a type's `field_id` to.
+pub const MAX_FIELD_ID_LEN: usize = 120;
+
+/// The one rule for a record field's id: checked by the runtime (at the request and again at the
+/// read) and by the authorizer (a type's `action.field_id`), so an id one takes the other takes.
+pub fn check_field_id(field: &str) -> Result<(), String> {
+    if field.is_empty() || field.len() > MAX_FIELD_ID_LEN || field.chars().any(char::is_control) {
+        return Err(format!("is 1-{MAX_FIELD_ID_LEN} bytes without control characters"));
+    }
+    Ok(())
+}
+
 /// An approve-once token: `apv_` and 24 lowercase hex digits, the one spelling both services
 /// check against.
 pub const APPROVAL_TOKEN_PREFIX: &str = "apv_";
@@ -191,6 +203,11 @@ pub const FIELDS: &[(&str, Rule)] = &[
     ("grant_ledger.v1.RedeemTokenRequest.snapshot_id", ID),
     ("grant_ledger.v1.RedeemTokenRequest.node_ref", ID),
     ("grant_ledger.v1.RedeemTokenRequest.action", one()),
+    ("grant_ledger.v1.RedeemTokenRequest.text_sha256", text(32)),
+    ("grant_ledger.v1.RedeemTokenRequest.browser_profile_id", ID),
+    ("grant_ledger.v1.RedeemTokenRequest.element_role", WORD),
+    ("grant_ledger.v1.RedeemTokenRequest.element_name", LABEL),
+    ("grant_ledger.v1.RedeemTokenRequest.page_origin", text(MAX_ORIGIN_CHARS)),
     ("grant_ledger.v1.GetGrantRequest.grant_id", UUID),
     ("grant_ledger.v1.GetGrantRequest.min_position", one()),
     ("grant_ledger.v1.ListGrantsRequest.session_id", ID),

@@ -1,8 +1,8 @@
 //! Dispatch tickets: the authorizer's allow, sealed so that the browser runtime can check it on
 //! its own. The MAC key is derived per tenant from a ticket key both services read from their
 //! environment (never from the database); a keyring lists the key that seals first and the keys
-//! still accepted after it, so a key is rotated by rolling restarts: add it everywhere, seal with
-//! it, then drop the old one.
+//! still accepted after it, so a key is rotated by rolling restarts: add it second everywhere,
+//! move it first, then drop the old one once its tickets have expired.
 //!
 //! The body is read only after its MAC verifies, and what it binds (the session's profile, the
 //! run, snapshot, ref and action) is checked by the runtime against the act in hand.

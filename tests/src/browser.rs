@@ -273,6 +273,10 @@ impl Stack {
             node_ref: &input.node_ref,
             action: &input.action,
             text: text.as_deref(),
+            // What the decision read: the node the act names, on the lesson site.
+            element_role: input.expected_role.code(),
+            element_name: &input.expected_name,
+            page_origin: LESSON_ORIGIN,
             now: time::OffsetDateTime::now_utc(),
         };
         let id = hex::encode(rand::random::<[u8; 8]>());

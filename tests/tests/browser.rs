@@ -531,7 +531,9 @@ async fn bad_input_is_invalid_argument_and_dispatches_nothing() {
     let mut both = good.clone();
     s.grant(&mut both, task_constraint());
     both.approval_token = format!("apv_{}", "0".repeat(24));
-    let bad: [(&str, rt::ActRequest); 7] = [
+    let bad: [(&str, rt::ActRequest); 8] = [
+        // The contract's click takes no field: a textbox is typed into.
+        ("expected_role", rt::ActRequest { expected_role: rt::Role::Textbox as i32, ..good.clone() }),
         ("expected_name", rt::ActRequest { expected_name: "x".repeat(121), ..good.clone() }),
         ("expected_name", rt::ActRequest { expected_name: String::new(), ..good.clone() }),
         ("snapshot_id", rt::ActRequest { snapshot_id: "snap_XYZ".into(), ..good.clone() }),

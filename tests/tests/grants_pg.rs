@@ -631,14 +631,22 @@ async fn a_token_redeemed_by_many_at_once_is_redeemed_once() {
         run_id: "run-1".into(),
         snapshot_id: "snap_9f2c1a0b7d31".into(),
         node_ref: "n42".into(),
-        action: Some(Box::new(grant_domain::catalogue::BoundAction::of(&Action::Click, None))),
+        action: Some(Box::new(grant_domain::catalogue::BoundAction::of(&Action::Click, None).on(
+            &ElementFacts { role: "button".into(), name: Some("Confirm".into()), ..ElementFacts::default() },
+            "https://portal.example/forms/5",
+        ))),
     };
     let tries: Vec<_> = (0..32)
         .map(|_| {
             let (authority, binding) = (Arc::clone(&authority), binding.clone());
             tokio::spawn(async move {
-                let redeem =
-                    Command::RedeemToken { principal_id: "owner".into(), token_sha256: "d1".into(), binding, now };
+                let redeem = Command::RedeemToken {
+                    principal_id: "owner".into(),
+                    token_sha256: "d1".into(),
+                    binding,
+                    profile_id: "profile-1".into(),
+                    now,
+                };
                 authority.execute(redeem, "runtime").await
             })
         })

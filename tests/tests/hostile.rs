@@ -479,6 +479,7 @@ async fn every_corner_the_record_lists_comes_to_what_it_must() {
 #[tokio::test]
 async fn a_disguised_excluded_word_in_any_label_source_is_read_through() {
     let mut s = stack().await;
+    s.record("run-1", &[("answer", "e")]);
     let controls = [
         // (markup, the name the model sees)
         ("<button aria-label=\"De\u{200B}lete\">x</button>", "De\u{200B}lete"),
@@ -499,7 +500,12 @@ async fn a_disguised_excluded_word_in_any_label_source_is_read_through() {
         s.fixture.page(LESSON, &path, &format!("<!doctype html><title>Disguised</title>{markup}"));
         let session = s.open("profile-1", &path, 50).await.unwrap();
         let o = s.observe(&session).await;
-        let mut act = click(&session, &o, node(&o, name).0);
+        let target = node(&o, name).0;
+        let mut act = click(&session, &o, target);
+        // A field is typed into, never clicked.
+        if target.role == rt::Role::Textbox as i32 {
+            act.action = Some(rt::act_request::Action::Type(rt::Type { field_id: "answer".into() }));
+        }
         s.grant(&mut act, task_constraint());
         let reply = s.act(act).await.unwrap();
         assert!(!reply.dispatched, "{markup}: {reply:?}");

@@ -355,6 +355,11 @@ async fn an_approval_travels_across_replicas_and_its_token_is_redeemed_once() {
         snapshot_id: "snap_0123456789ab".into(),
         node_ref: "n7".into(),
         action: Some(pb::Action { kind: pb::ActionKind::Click as i32, ..Default::default() }),
+        browser_profile_id: "p1".into(),
+        element_role: "button".into(),
+        element_name: "el gato".into(),
+        page_origin: "https://www.lesson.test".into(),
+        ..Default::default()
     };
     let redeemed = ca.redeem_token(t.runtime(redeem())).await.unwrap().into_inner();
     assert_eq!(redeemed.approval_id, card.approval_id);

@@ -232,7 +232,12 @@ fn act(text: Option<&str>) -> pb::AuthorizeRequest {
         }),
         page_url: "https://www.lesson.test/lesson/unit-3?token=secret".into(),
         page_title: "Lesson".into(),
-        action: Some(pb::Action { kind: kind as i32, text: text.unwrap_or_default().into(), ..Default::default() }),
+        action: Some(pb::Action {
+            kind: kind as i32,
+            text: text.unwrap_or_default().into(),
+            field_id: if text.is_some() { "answer".into() } else { String::new() },
+            ..Default::default()
+        }),
         snapshot_id: "snap_0123456789ab".into(),
         node_ref: "n7".into(),
     }
@@ -523,6 +528,12 @@ async fn refused_resolutions_leave_the_card_pending_and_retries_are_safe() {
         snapshot_id: "snap_0123456789ab".into(),
         node_ref: node.into(),
         action: Some(action.clone()),
+        browser_profile_id: "profile-1".into(),
+        // The card's element, on the card's page, as the runtime reads it live.
+        element_role: "button".into(),
+        element_name: "el gato".into(),
+        page_origin: "https://www.lesson.test".into(),
+        ..Default::default()
     };
     let redeem = |token: &str, node: &str| redeem_as(token, node, &click);
     let wrong = client.redeem_token(owner(redeem(&ok.approval_token, "n8"))).await.unwrap_err();
@@ -530,8 +541,14 @@ async fn refused_resolutions_leave_the_card_pending_and_retries_are_safe() {
     // Approved for a click: not spent on a key press or a type on the same node.
     let press = pb::Action { kind: pb::ActionKind::Press as i32, key: "Enter".into(), ..Default::default() };
     let typed = pb::Action { kind: pb::ActionKind::Type as i32, field_id: "answer".into(), ..Default::default() };
-    for other in [press, typed] {
-        let wrong = client.redeem_token(owner(redeem_as(&ok.approval_token, "n7", &other))).await.unwrap_err();
+    // A typed text must come with its digest; a click redeemed in another profile is not this one.
+    let in_other_profile =
+        pb::RedeemTokenRequest { browser_profile_id: "profile-2".into(), ..redeem(&ok.approval_token, "n7") };
+    let wrong = client.redeem_token(owner(in_other_profile)).await.unwrap_err();
+    assert_eq!(reason(&wrong), "APPROVAL_TOKEN_INVALID");
+    for (other, digest) in [(press, vec![]), (typed, vec![7; 32])] {
+        let asked = pb::RedeemTokenRequest { text_sha256: digest, ..redeem_as(&ok.approval_token, "n7", &other) };
+        let wrong = client.redeem_token(owner(asked)).await.unwrap_err();
         assert_eq!(reason(&wrong), "APPROVAL_TOKEN_INVALID", "{other:?}");
     }
     let tries: Vec<_> = (0..16)
@@ -796,6 +813,8 @@ async fn call_as(client: &mut AuthorizerClient<Channel>, role: Role, rpc: Rpc, s
                 snapshot_id: "snap_000000000001".into(),
                 node_ref: "n7".into(),
                 action: Some(pb::Action { kind: pb::ActionKind::Click as i32, ..Default::default() }),
+                browser_profile_id: "profile-1".into(),
+                ..Default::default()
             };
             client.redeem_token(with_role(role, "owner", m)).await.map(drop)
         }

@@ -79,12 +79,16 @@ async fn a_ticket_that_does_not_fit_the_act_dispatches_nothing() {
     let elsewhere = rt::ActRequest { ticket: mine.ticket, ..click(&other_session, &theirs, node(&theirs, "Next").0) };
     refused_as_invalid(&mut s, elsewhere, "another session").await;
 
-    // Expired before it was used.
+    // Expired before it was used: authorizing again cures it, so the agent may ask again.
     let o = s.observe(&session).await;
     let mut late = click(&session, &o, node(&o, "Next").0);
     let past = time::OffsetDateTime::now_utc() - time::Duration::seconds(1);
     late.ticket = Some(s.ticket_until(&late, Some(task_constraint()), past));
-    refused_as_invalid(&mut s, late, "expired").await;
+    let before = s.fixture.requests().len();
+    let reply = s.act(late).await.unwrap();
+    assert_eq!(rt::ActCode::try_from(reply.code), Ok(rt::ActCode::ApprovalRequired), "{reply:?}");
+    assert!(!reply.dispatched && reply.recoverable && reply.detail.contains("expired"), "{reply:?}");
+    assert_eq!(s.fixture.requests().len(), before);
 
     // A type whose record value changed after the decision: the text is not what was shown.
     let o = s.observe(&session).await;
@@ -110,14 +114,8 @@ async fn a_ticket_that_does_not_fit_the_act_dispatches_nothing() {
     assert_eq!(s.fixture.requests().len(), before, "the replay reached the site");
 }
 
-/// The owner allows a type for this task through the authorizer; the next act under the grant
-/// is allowed with a ticket, and the runtime dispatches it with the authorizer gone: no card, no
-/// round trip.
-#[tokio::test]
-async fn a_grant_allow_dispatches_without_asking_the_authorizer_again() {
-    let mut s = stack().await;
-    s.record("run-1", &[("answer", "el gato")]);
-    let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
+/// The owner's chat `s1` on profile-1, with the owner's message that opens a turn.
+async fn chat(s: &mut Stack) {
     let created = pb::ProfileEventRequest {
         profile_id: "profile-1".into(),
         event: pb::ProfileEvent::Created as i32,
@@ -133,24 +131,72 @@ async fn a_grant_allow_dispatches_without_asking_the_authorizer_again() {
     s.authorizer.create_session(with(WORKER, chat)).await.unwrap();
     let said = pb::RecordMessageRequest { session_id: "s1".into(), message_id: "m1".into(), from_owner: true };
     s.authorizer.record_message(with(GATEWAY, said)).await.unwrap();
+}
 
+/// An `Authorize` of `action` on the node named `name` of `o`, as the worker sends it.
+fn authorize(o: &rt::ObserveReply, call: &str, name: &str, action: pb::Action) -> pb::AuthorizeRequest {
+    let (n, facts) = node(o, name);
+    pb::AuthorizeRequest {
+        session_id: "s1".into(),
+        run: Some(pb::RunContext { run_id: "run-1".into(), interactive: true, top_level: true }),
+        tool_call_id: call.into(),
+        turn_tool_calls: vec!["browser.observe".into(), "browser.act".into()],
+        agent_version: "agent-7".into(),
+        element: Some(facts.clone()),
+        page_url: o.url.clone(),
+        page_title: o.title.clone(),
+        action: Some(action),
+        snapshot_id: o.snapshot_id.clone(),
+        node_ref: n.r#ref.clone(),
+    }
+}
+
+/// A worker that shows the owner one element's facts for another's ref gets a card the owner
+/// approves; the token is then refused for the element the runtime reads live, and not spent.
+#[tokio::test]
+async fn an_approval_of_forged_facts_redeems_for_nothing() {
+    let mut s = stack().await;
+    let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
+    chat(&mut s).await;
     let o = s.observe(&session).await;
-    let authorize = |call: &str, name: &str, action: pb::Action| {
-        let (n, facts) = node(&o, name);
-        pb::AuthorizeRequest {
-            session_id: "s1".into(),
-            run: Some(pb::RunContext { run_id: "run-1".into(), interactive: true, top_level: true }),
-            tool_call_id: call.into(),
-            turn_tool_calls: vec!["browser.observe".into(), "browser.act".into()],
-            agent_version: "agent-7".into(),
-            element: Some(facts.clone()),
-            page_url: o.url.clone(),
-            page_title: o.title.clone(),
-            action: Some(action),
-            snapshot_id: o.snapshot_id.clone(),
-            node_ref: n.r#ref.clone(),
-        }
+    let click_kind = pb::Action { kind: pb::ActionKind::Click as i32, ..Default::default() };
+    // "Other"'s ref, with "Next"'s facts: the card says Next.
+    let mut forged = authorize(&o, "call-1", "Other", click_kind);
+    forged.element = Some(node(&o, "Next").1.clone());
+    let asked = s.authorizer.authorize(with(WORKER, forged)).await.unwrap().into_inner().decision;
+    let Some(pb::authorize_reply::Decision::RequireApproval(card)) = asked else { panic!("asks: {asked:?}") };
+    assert_eq!(card.view.as_ref().map(|v| v.element_name.as_str()), Some("Next"));
+    let once = pb::ResolveApprovalRequest {
+        approval_id: card.approval_id.clone(),
+        resolution: pb::Resolution::ApproveOnce as i32,
+        ..Default::default()
     };
+    let token = s.authorizer.resolve_approval(with(GATEWAY, once)).await.unwrap().into_inner().approval_token;
+    let mut act = click(&session, &o, node(&o, "Other").0);
+    act.approval_token = token;
+    let before = s.fixture.requests().len();
+    refused_as_invalid_reply(&s.act(act).await.unwrap(), "the forged card's token");
+    assert_eq!(s.fixture.requests().len(), before, "nothing reached the site");
+    let read = pb::GetApprovalRequest { approval_id: card.approval_id, min_position: None };
+    let approval = s.authorizer.get_approval(with(GATEWAY, read)).await.unwrap().into_inner();
+    assert_eq!(approval.status, "APPROVED", "the card stays as the owner answered it");
+}
+
+fn refused_as_invalid_reply(reply: &rt::ActReply, case: &str) {
+    assert_eq!(rt::ActCode::try_from(reply.code), Ok(rt::ActCode::ApprovalTokenInvalid), "{case}: {reply:?}");
+    assert!(!reply.dispatched && !reply.recoverable, "{case}: {reply:?}");
+}
+
+/// The owner allows a type for this task through the authorizer; the next act under the grant
+/// is allowed with a ticket, and the runtime dispatches it with the authorizer gone: no card, no
+/// round trip.
+#[tokio::test]
+async fn a_grant_allow_dispatches_without_asking_the_authorizer_again() {
+    let mut s = stack().await;
+    s.record("run-1", &[("answer", "el gato")]);
+    let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
+    chat(&mut s).await;
+    let o = s.observe(&session).await;
     let type_answer = pb::Action {
         kind: pb::ActionKind::Type as i32,
         text: "el gato".into(),
@@ -158,7 +204,7 @@ async fn a_grant_allow_dispatches_without_asking_the_authorizer_again() {
         ..Default::default()
     };
     // The first asks; the owner allows it for this task.
-    let asked = s.authorizer.authorize(with(WORKER, authorize("call-1", "Answer", type_answer.clone()))).await;
+    let asked = s.authorizer.authorize(with(WORKER, authorize(&o, "call-1", "Answer", type_answer.clone()))).await;
     let Some(pb::authorize_reply::Decision::RequireApproval(card)) = asked.unwrap().into_inner().decision else {
         panic!("the first act asks")
     };
@@ -172,7 +218,7 @@ async fn a_grant_allow_dispatches_without_asking_the_authorizer_again() {
     s.authorizer.resolve_approval(with(GATEWAY, resolve)).await.unwrap();
 
     // The retried act is allowed under the grant, with its ticket.
-    let allowed = s.authorizer.authorize(with(WORKER, authorize("call-2", "Answer", type_answer))).await.unwrap();
+    let allowed = s.authorizer.authorize(with(WORKER, authorize(&o, "call-2", "Answer", type_answer))).await.unwrap();
     let Some(pb::authorize_reply::Decision::Allow(allow)) = allowed.into_inner().decision else {
         panic!("covered by the grant")
     };

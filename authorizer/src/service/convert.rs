@@ -54,7 +54,10 @@ pub(super) fn action_of(a: Option<pb::Action>) -> Result<(Action, Option<String>
     let a = a.ok_or_else(|| invalid("action", "is required"))?;
     let field_id = match (K::try_from(a.kind), a.field_id.as_str()) {
         (_, "") => None,
-        (Ok(K::Type), f) => Some(id("action.field_id", f)?),
+        (Ok(K::Type), f) => {
+            proto::limits::check_field_id(f).map_err(|why| invalid("action.field_id", &why))?;
+            Some(f.to_owned())
+        }
         _ => return Err(invalid("action.field_id", "is only for a type")),
     };
     Ok((action(a)?, field_id))

@@ -263,6 +263,10 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             (true, true) => None,
             _ => return Err(invalid("snapshot_id", "snapshot_id and node_ref go together")),
         };
+        // A type on a snapshot may be dispatched: its ticket names the record field it types.
+        if matches!(action, Action::Type { .. }) && snapshot.is_some() && field_id.is_none() {
+            return Err(invalid("action.field_id", "is required for a type named on a snapshot and ref"));
+        }
         let page = PageFacts { url: r.page_url };
         let has_element = element.is_some();
         let request = AuthorizeRequest {
@@ -316,7 +320,8 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
                             run_id: &request.run_id,
                             snapshot_id,
                             node_ref,
-                            action: &BoundAction::of(&request.action, request.field_id.as_deref()),
+                            action: &BoundAction::of(&request.action, request.field_id.as_deref())
+                                .on(&request.element, &request.page.url),
                             kind,
                             grant_id: grant_id.map(|g| g.to_string()),
                             use_ordinal,
@@ -324,7 +329,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
                             until: dispatch.as_ref().map(|d| d.not_after),
                             constraint: constraint.clone(),
                         },
-                        now,
+                        authorized.decided_at,
                     )),
                     _ => None,
                 };
@@ -481,17 +486,31 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             return Err(invalid("approval_token", &format!("is {}", proto::limits::APPROVAL_TOKEN_FORMAT)));
         }
         let (action, field_id) = action_of(r.action)?;
+        let mut asked = BoundAction {
+            element_role: r.element_role,
+            element_name: r.element_name,
+            page_origin: r.page_origin,
+            ..BoundAction::of(&action, field_id.as_deref())
+        };
+        asked.text_sha256 = match (&action, r.text_sha256.len()) {
+            (Action::Type { .. }, 32) => Some(format!("sha256:{}", hex::encode(&r.text_sha256))),
+            (Action::Type { .. }, _) => return Err(invalid("text_sha256", "is the SHA-256 of the text a type types")),
+            (_, 0) => None,
+            _ => return Err(invalid("text_sha256", "is only for a type")),
+        };
         let binding = TokenBinding {
             run_id: id("run_id", &r.run_id)?,
             snapshot_id: id("snapshot_id", &r.snapshot_id)?,
             node_ref: id("node_ref", &r.node_ref)?,
-            action: Some(Box::new(BoundAction::of(&action, field_id.as_deref()))),
+            action: Some(Box::new(asked)),
         };
+        let profile_id = id("browser_profile_id", &r.browser_profile_id)?;
         let now = OffsetDateTime::now_utc();
         let command = Command::RedeemToken {
             principal_id: principal.clone(),
             token_sha256: token_digest(&r.approval_token),
             binding: binding.clone(),
+            profile_id,
             now,
         };
         let (events, at) = authority.execute_at(command, &principal).await.map_err(status)?;

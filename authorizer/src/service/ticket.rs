@@ -32,10 +32,11 @@ pub(super) struct Allowed<'a> {
     pub until: Option<OffsetDateTime>,
 }
 
-/// `allowed`, sealed by the tenant's ticket key.
-pub(super) fn seal(keys: &Keyring, allowed: Allowed<'_>, now: OffsetDateTime) -> pb::DispatchTicket {
-    let not_after = allowed.until.map_or(now + TICKET_LIFETIME, |u| u.min(now + TICKET_LIFETIME));
-    let not_after_ms = i64::try_from(not_after.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX);
+/// `allowed`, decided at `decided`, sealed by the tenant's ticket key. Its life runs from the
+/// decision, so a retried call answered later gets no longer to use it.
+pub(super) fn seal(keys: &Keyring, allowed: Allowed<'_>, decided: OffsetDateTime) -> pb::DispatchTicket {
+    let not_after = allowed.until.map_or(decided + TICKET_LIFETIME, |u| u.min(decided + TICKET_LIFETIME));
+    let ms = |t: OffsetDateTime| i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX);
     let body = pb::TicketBody {
         ticket_id: allowed.ticket_id,
         tenant_id: allowed.tenant_id.to_owned(),
@@ -49,9 +50,13 @@ pub(super) fn seal(keys: &Keyring, allowed: Allowed<'_>, now: OffsetDateTime) ->
         authorization_kind: allowed.kind.code().to_owned(),
         grant_id: allowed.grant_id.unwrap_or_default(),
         use_ordinal: allowed.use_ordinal.unwrap_or_default(),
-        not_after_ms,
+        not_after_ms: ms(not_after),
         constraint: allowed.constraint,
         approval_id: allowed.approval_id.unwrap_or_default(),
+        element_role: allowed.action.element_role.clone(),
+        element_name: allowed.action.element_name.clone(),
+        page_origin: allowed.action.page_origin.clone(),
+        decided_ms: ms(decided),
     };
     keys.seal(&body)
 }

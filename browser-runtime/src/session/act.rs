@@ -137,6 +137,7 @@ impl Session {
         now: OffsetDateTime,
     ) -> Result<Result<Allowed, ActOutcome>, SessionError> {
         let refuse = |code, detail| refused(input, code, detail);
+        let seen = Seen::of(live);
         let (live_page, live) = (&live.page, &live.node);
         let kind = live.facts.field_kind;
         let text = match &input.action {
@@ -162,8 +163,10 @@ impl Session {
         // Nothing is dispatched that the authorizer did not allow: a ticket sealed for this very
         // act, or a token the owner approved it with (redeemed for its ticket last).
         let ticketed = match (&input.ticket, &input.approval_token) {
-            (Some(t), _) => match self.check_ticket(tickets, t, input, text.as_deref(), now) {
+            (Some(t), _) => match self.check_ticket(tickets, t, input, &seen, text.as_deref(), now) {
                 Ok(t) => Some(t),
+                // Only its age kept it from fitting: authorizing again cures that.
+                Err(why) if why == ticket::EXPIRED => return Ok(Err(refuse(Code::ApprovalRequired, why))),
                 Err(why) => return Ok(Err(refuse(Code::ApprovalTokenInvalid, why))),
             },
             (None, Some(_)) => None,
@@ -213,6 +216,17 @@ impl Session {
                 "the action does not apply to this kind of control".into(),
             )));
         }
+        // One option, or none: the owner or the grant allowed a choice, never a guess between two.
+        if let ActAction::Select { option } = &input.action {
+            let why = match classifier::coverage::choosable(&live.facts.options, option).len() {
+                1 => None,
+                0 => Some("no option has that value or label"),
+                _ => Some("more than one option has that value or label: name it by its value"),
+            };
+            if let Some(why) = why {
+                return Ok(Err(refuse(Code::NodeNotInteractable, why.into())));
+            }
+        }
         if kind.is_credential() {
             return Ok(Err(refuse(
                 Code::NodeNotInteractable,
@@ -245,11 +259,13 @@ impl Session {
 
     /// `ticket` opened with the tenant's keys and matched with this session and the act in hand,
     /// not dispatched before.
+    #[allow(clippy::too_many_arguments)] // the act, what the live page says, and the keys
     fn check_ticket(
         &self,
         tickets: &Keyring,
         t: &proto::v1::DispatchTicket,
         input: &ActInput,
+        seen: &Seen,
         text: Option<&str>,
         now: OffsetDateTime,
     ) -> Result<Ticketed, String> {
@@ -262,6 +278,9 @@ impl Session {
             node_ref: &input.node_ref,
             action: &input.action,
             text,
+            element_role: &seen.role,
+            element_name: &seen.name,
+            page_origin: &seen.origin,
             now,
         };
         let checked = ticket::check(tickets, t, &expected).inspect_err(|why| {
@@ -294,6 +313,7 @@ impl Session {
             Ok(a) => a,
             Err(refusal) => return Ok(refusal),
         };
+        let seen = Seen::of(&checked);
         let Live { client, devtools, page: live_page, node: live, element } = checked;
         let kind = live.facts.field_kind;
 
@@ -340,9 +360,21 @@ impl Session {
         // The token is redeemed last, once nothing else can refuse: a redeemed approval is spent.
         // Its ticket is the owner's approval of this act: checked like any other.
         if let Some(token) = &input.approval_token {
-            match allow.redeemer.redeem(token, &input.run_id, &input.snapshot_id, &input.node_ref, &input.action).await
-            {
-                Ok(t) => match self.check_ticket(allow.tickets, &t, input, text.as_deref(), now) {
+            let redemption = Redemption {
+                token,
+                run_id: &input.run_id,
+                snapshot_id: &input.snapshot_id,
+                node_ref: &input.node_ref,
+                action: &input.action,
+                text: text.as_deref(),
+                profile: &self.profile,
+                element_role: &seen.role,
+                element_name: &seen.name,
+                page_origin: &seen.origin,
+            };
+            match allow.redeemer.redeem(redemption).await {
+                // Checked against the time it came back: the round trip counts against its life.
+                Ok(t) => match self.check_ticket(allow.tickets, &t, input, &seen, text.as_deref(), now_utc()) {
                     Ok(checked) if checked.constraint.is_none() => ticketed = Some(checked),
                     Ok(_) => released!(Ok(refuse(
                         Code::ApprovalTokenInvalid,
@@ -575,6 +607,25 @@ impl Session {
             None => Scope { origins: self.allowed_origins.clone(), path_prefix: None, sensitive: true },
         }
     }
+}
+
+/// What a ticket's decision must have read of the live node and page: the role and name as the
+/// snapshot's facts carry them, and the page's origin.
+struct Seen {
+    role: String,
+    name: String,
+    origin: String,
+}
+
+impl Seen {
+    fn of(live: &Live) -> Self {
+        let carried = crate::service::facts_pb(&live.node);
+        Self { role: carried.role, name: carried.name, origin: origin_of(&live.page.url).unwrap_or_default() }
+    }
+}
+
+fn now_utc() -> OffsetDateTime {
+    OffsetDateTime::now_utc()
 }
 
 /// What the act's checks let through: the text a type types, and the ticket that allowed it

@@ -217,12 +217,25 @@ pub struct ReadBack {
 pub trait Redeem: Send + Sync {
     fn redeem(
         &self,
-        token: &str,
-        run_id: &str,
-        snapshot_id: &str,
-        node_ref: &str,
-        action: &ActAction,
+        redemption: Redemption<'_>,
     ) -> impl std::future::Future<Output = Result<gl::DispatchTicket, RedeemError>> + Send;
+}
+
+/// What a token is spent on: the act, where, and in which browser profile.
+#[derive(Debug, Clone, Copy)]
+pub struct Redemption<'a> {
+    pub token: &'a str,
+    pub run_id: &'a str,
+    pub snapshot_id: &'a str,
+    pub node_ref: &'a str,
+    pub action: &'a ActAction,
+    /// The record value a type types: the authorizer is sent its digest, never the text.
+    pub text: Option<&'a str>,
+    pub profile: &'a str,
+    /// The live node's role and name as the snapshot's facts carry them, and the page's origin.
+    pub element_role: &'a str,
+    pub element_name: &'a str,
+    pub page_origin: &'a str,
 }
 
 /// What may allow an act: a ticket checked with these keys, or a token redeemed here.

@@ -278,12 +278,15 @@ pub fn offer_for(world: &World, req: &AuthorizeRequest) -> Option<Offer> {
 }
 
 /// Credential and one-time-code fields are refused outright, no card: the classifier names them
-/// from the field kind.
-fn refused_field(consequences: &[Consequence]) -> Option<&'static str> {
-    consequences.iter().find_map(|c| match c {
+/// from the field kind. So is typing into a payment field: the runtime never types a secret's
+/// field, so a card for it would be approved for nothing.
+fn refused_field(consequences: &[Consequence], req: &AuthorizeRequest) -> Option<&'static str> {
+    let named = consequences.iter().find_map(|c| match c {
         Consequence::Named(n @ (Named::CredentialField | Named::OneTimeCodeField)) => Some(n.code()),
         _ => None,
-    })
+    });
+    let typed_secret = matches!(req.action, Action::Type { .. }) && req.element.field_kind.is_secret();
+    named.or_else(|| typed_secret.then(|| Named::PaymentField.code()))
 }
 
 /// Decides one `browser.act`: the policy engine first (DENY and hardline are final), then the
@@ -319,7 +322,7 @@ pub fn authorize(
         let (decision, requested) = request_approval(req, now, new_approval_id, reason, None);
         return Authorization { decision, events: vec![requested] };
     }
-    if let Some(code) = refused_field(&consequences) {
+    if let Some(code) = refused_field(&consequences, req) {
         return deny(code.to_owned());
     }
     let authorized = |kind, grant_id, use_ordinal| {
@@ -391,7 +394,9 @@ pub fn request_approval(
             run_id: req.run_id.clone(),
             snapshot_id: snapshot_id.clone(),
             node_ref: node_ref.clone(),
-            action: Some(Box::new(BoundAction::of(&req.action, req.field_id.as_deref()))),
+            action: Some(Box::new(
+                BoundAction::of(&req.action, req.field_id.as_deref()).on(&req.element, &req.page.url),
+            )),
         }),
         agent_version: req.versions.agent.clone(),
     });

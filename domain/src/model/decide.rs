@@ -88,6 +88,8 @@ pub enum Command {
         principal_id: String,
         token_sha256: String,
         binding: TokenBinding,
+        /// The browser profile the act would be dispatched in: the session's own.
+        profile_id: String,
         now: OffsetDateTime,
     },
     ExpireApprovals {
@@ -190,8 +192,8 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             }
             Ok(events)
         }
-        Command::RedeemToken { principal_id, token_sha256, binding, now } => {
-            redeem_token(world, &principal_id, token_sha256, &binding, now)
+        Command::RedeemToken { principal_id, token_sha256, binding, profile_id, now } => {
+            redeem_token(world, &principal_id, token_sha256, &binding, &profile_id, now)
         }
         Command::ExpireApprovals { now } => {
             let mut ids: Vec<Uuid> = world
@@ -299,6 +301,7 @@ fn redeem_token(
     principal_id: &str,
     token_sha256: String,
     binding: &TokenBinding,
+    profile_id: &str,
     now: OffsetDateTime,
 ) -> Result<Vec<Event>, DomainError> {
     // Any mismatch is the same terminal refusal: a token that does not fit is a policy
@@ -315,12 +318,15 @@ fn redeem_token(
     let same_place = bound.is_some_and(|b| {
         (&b.run_id, &b.snapshot_id, &b.node_ref) == (&binding.run_id, &binding.snapshot_id, &binding.node_ref)
     });
+    // The very act the card showed: kind and argument, the typed text's digest, and the element
+    // and page as the runtime now reads them live.
     let same_act = match (bound.and_then(|b| b.action.as_ref()), &binding.action) {
-        (Some(approved), Some(asked)) => approved.same_act(asked),
+        (Some(approved), Some(asked)) => approved == asked,
         _ => false,
     };
     let fits = same_place
         && same_act
+        && session.is_some_and(|s| s.created.browser_profile_id.as_deref() == Some(profile_id))
         && owner == Some(principal_id)
         && session.is_some_and(|s| world.session_profile_is_own(s))
         && world

@@ -80,6 +80,9 @@ fn act(session: &str) -> pb::AuthorizeRequest {
         }),
         page_url: "https://www.lesson.test/lesson/unit-1".into(),
         action: Some(pb::Action { kind: pb::ActionKind::Click as i32, ..Default::default() }),
+        // Named, as a worker names them: every allow then carries its sealed dispatch ticket.
+        snapshot_id: "snap_000000000001".into(),
+        node_ref: "n1".into(),
         ..Default::default()
     }
 }
@@ -143,7 +146,7 @@ async fn drive(endpoints: &[String], tokens: &Tokens, clients: usize, duration: 
                     let reply = client.authorize(tokens.worker(act(&session))).await?.into_inner();
                     let elapsed = t.elapsed();
                     match reply.decision {
-                        Some(pb::authorize_reply::Decision::Allow(_)) => latencies.push(elapsed),
+                        Some(pb::authorize_reply::Decision::Allow(a)) if a.ticket.is_some() => latencies.push(elapsed),
                         other => bail!("expected an allow, got {other:?}"),
                     }
                     used += 1;
