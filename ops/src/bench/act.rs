@@ -243,7 +243,7 @@ pub async fn run(iterations: usize, nodes: usize) -> Result<String> {
     Ok(format!(
         "{}\n{}\n{}\n  approved: p50 {:.2}x, p99 {:.2}x the plain click (goal: at most 1.5x)\n  \
          task grant: p50 {:.2}x, p99 {:.2}x (goal: at most 1.5x)\n{}  \
-         ({:.3}% of the approved act's p50; goal: under 5%)\n{}  ({seen} nodes; goal: p50 under 50 ms)\n{}",
+         ({:.1} µs, {:.3}% of the approved act's p50; goal: under 5%)\n{}  ({seen} nodes; goal: p50 under 50 ms)\n{}",
         line("act: click, approved", &covered),
         line("act: click, task grant", &fenced),
         line("plain WebDriver element click", &bare),
@@ -252,6 +252,7 @@ pub async fn run(iterations: usize, nodes: usize) -> Result<String> {
         ratio(&fenced, 50),
         ratio(&fenced, 99),
         line("a ticket sealed and checked", &sealed),
+        sealed.percentile(50).as_secs_f64() * 1e6,
         share * 100.0,
         line(&format!("observe, {nodes}-node page"), &observe),
         line("  of which the page read alone", &read),
