@@ -288,9 +288,20 @@ pub fn facts_pb(n: &NodeRead) -> gl::ElementFacts {
     facts
 }
 
-fn observation_pb(o: Observation) -> pb::ObserveReply {
+/// Who read a snapshot: its facts are sealed for this tenant, owner and profile.
+struct Reader<'a> {
+    keys: &'a proto::ticket::Keyring,
+    tenant: &'a str,
+    principal: &'a str,
+    profile: &'a str,
+}
+
+fn observation_pb(o: Observation, by: &Reader<'_>) -> pb::ObserveReply {
     let mut nodes = Vec::new();
     let mut facts = Vec::new();
+    // The title as the authorizer takes it back (a card shows it): within the field table.
+    let title: String = without_nul(&o.page.title).chars().take(MAX_LABEL_CHARS).collect();
+    let read_ms = i64::try_from(OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX);
     for (i, n) in o.nodes.iter().enumerate() {
         let Some(role) = n.role else { continue };
         let r = format!("n{i}");
@@ -308,10 +319,20 @@ fn observation_pb(o: Observation) -> pb::ObserveReply {
                 focused: n.state.focused,
             }),
         });
-        facts.push(pb::NodeFacts { r#ref: r, element: Some(facts_pb(n)) });
+        let element = facts_pb(n);
+        let sealed = by.keys.seal_facts(&gl::FactsBody {
+            tenant_id: by.tenant.to_owned(),
+            principal_id: by.principal.to_owned(),
+            browser_profile_id: by.profile.to_owned(),
+            snapshot_id: o.snapshot_id.clone(),
+            node_ref: r.clone(),
+            page_url: o.page.url.clone(),
+            page_title: title.clone(),
+            element: Some(element.clone()),
+            read_ms,
+        });
+        facts.push(pb::NodeFacts { r#ref: r, element: Some(element), sealed: Some(sealed) });
     }
-    // The title as the authorizer takes it back (a card shows it): within the field table.
-    let title = without_nul(&o.page.title).chars().take(MAX_LABEL_CHARS).collect();
     pb::ObserveReply { snapshot_id: o.snapshot_id, url: o.page.url, title, nodes, facts }
 }
 
@@ -533,7 +554,8 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
         let caller = self.caller(&req).await?;
         let mut s = self.owned(&caller, &req.get_ref().session_id).await?;
         let o = bounded!(self, s, s.observe(&self.config.browser)).map_err(session_status)?;
-        Ok(Response::new(observation_pb(o)))
+        let by = Reader { keys: &self.config.tickets, tenant: &s.tenant, principal: &s.principal, profile: &s.profile };
+        Ok(Response::new(observation_pb(o, &by)))
     }
 
     async fn act(&self, req: Request<pb::ActRequest>) -> Result<Response<pb::ActReply>, Status> {

@@ -106,6 +106,7 @@ fn act(session_id: &str, element: ElementFacts, action: Action) -> AuthorizeRequ
         view: view(),
         snapshot: None,
         field_id: None,
+        facts_profile: None,
     }
 }
 

@@ -13,7 +13,7 @@ use hmac::{Hmac, Mac};
 use prost::Message;
 use sha2::Sha256;
 
-use crate::v1::{DispatchTicket, TicketBody};
+use crate::v1::{DispatchTicket, FactsBody, SealedFacts, TicketBody};
 
 /// A key id: a short name an operator picks (`2026-12`, `k2`).
 pub const MAX_KEY_ID_CHARS: usize = 32;
@@ -21,10 +21,13 @@ pub const MAX_KEY_ID_CHARS: usize = 32;
 pub const MAX_BODY_BYTES: usize = 8 * 1024;
 /// The variable that names the keyring file.
 pub const KEYS_FILE_VAR: &str = "TICKET_KEYS_FILE";
+/// An encoded facts body: the element's facts at their budget, the page's URL and title, ids.
+pub const MAX_FACTS_BODY_BYTES: usize = crate::limits::MAX_FACTS_BYTES + 64 * 1024;
 /// HMAC-SHA256.
 pub const MAC_BYTES: usize = 32;
 const SECRET_BYTES: usize = 32;
 const LABEL: &[u8] = b"grant-ledger dispatch ticket v1";
+const FACTS_LABEL: &[u8] = b"grant-ledger element facts v1";
 const TENANT_LABEL: &[u8] = b"grant-ledger ticket tenant key v1";
 
 type HmacSha256 = Hmac<Sha256>;
@@ -124,17 +127,14 @@ impl Keyring {
 
     /// Seals `body` for its own tenant with the first key.
     pub fn seal(&self, body: &TicketBody) -> DispatchTicket {
-        let key = &self.keys[0];
-        let bytes = body.encode_to_vec();
-        let mac = tag(key, &body.tenant_id, &bytes).finalize().into_bytes().to_vec();
-        DispatchTicket { key_id: key.id.clone(), body: bytes, mac }
+        let (key_id, body, mac) = self.seal_bytes(LABEL, &body.tenant_id, body.encode_to_vec());
+        DispatchTicket { key_id, body, mac }
     }
 
     /// The body of `ticket` if its MAC verifies under `tenant`'s key: a ticket sealed for
     /// another tenant, with another key or with one byte changed is refused.
     pub fn open(&self, tenant: &str, ticket: &DispatchTicket) -> Result<TicketBody, TicketError> {
-        let key = self.keys.iter().find(|k| k.id == ticket.key_id).ok_or(TicketError::UnknownKey)?;
-        tag(key, tenant, &ticket.body).verify_slice(&ticket.mac).map_err(|_| TicketError::Forged)?;
+        self.open_bytes(LABEL, tenant, &ticket.key_id, &ticket.body, &ticket.mac)?;
         let body = TicketBody::decode(ticket.body.as_slice()).map_err(|_| TicketError::Malformed)?;
         // The MAC was under the caller's tenant already; the body must say the same.
         if body.tenant_id != tenant {
@@ -142,17 +142,45 @@ impl Keyring {
         }
         Ok(body)
     }
+
+    /// The runtime's facts of one element, sealed for their tenant with the first key (under a
+    /// label of their own: a ticket is never read as facts, nor facts as a ticket).
+    pub fn seal_facts(&self, body: &FactsBody) -> SealedFacts {
+        let (key_id, body, mac) = self.seal_bytes(FACTS_LABEL, &body.tenant_id, body.encode_to_vec());
+        SealedFacts { key_id, body, mac }
+    }
+
+    /// The body of sealed facts if their MAC verifies under `tenant`'s key.
+    pub fn open_facts(&self, tenant: &str, sealed: &SealedFacts) -> Result<FactsBody, TicketError> {
+        self.open_bytes(FACTS_LABEL, tenant, &sealed.key_id, &sealed.body, &sealed.mac)?;
+        let body = FactsBody::decode(sealed.body.as_slice()).map_err(|_| TicketError::Malformed)?;
+        if body.tenant_id != tenant {
+            return Err(TicketError::Forged);
+        }
+        Ok(body)
+    }
+
+    fn seal_bytes(&self, label: &[u8], tenant: &str, bytes: Vec<u8>) -> (String, Vec<u8>, Vec<u8>) {
+        let key = &self.keys[0];
+        let mac = tag(key, label, tenant, &bytes).finalize().into_bytes().to_vec();
+        (key.id.clone(), bytes, mac)
+    }
+
+    fn open_bytes(&self, label: &[u8], tenant: &str, key_id: &str, body: &[u8], mac: &[u8]) -> Result<(), TicketError> {
+        let key = self.keys.iter().find(|k| k.id == key_id).ok_or(TicketError::UnknownKey)?;
+        tag(key, label, tenant, body).verify_slice(mac).map_err(|_| TicketError::Forged)
+    }
 }
 
 /// The MAC state over (label, key id, body) under `tenant`'s key derived from `key`.
-fn tag(key: &Key, tenant: &str, body: &[u8]) -> HmacSha256 {
+fn tag(key: &Key, label: &[u8], tenant: &str, body: &[u8]) -> HmacSha256 {
     let mut derive = HmacSha256::new_from_slice(&key.secret).expect("HMAC takes any key length");
     derive.update(TENANT_LABEL);
     derive.update(&[0]);
     derive.update(tenant.as_bytes());
     let tenant_key = derive.finalize().into_bytes();
     let mut mac = HmacSha256::new_from_slice(&tenant_key).expect("HMAC takes any key length");
-    mac.update(LABEL);
+    mac.update(label);
     mac.update(&[0]);
     mac.update(key.id.as_bytes());
     mac.update(&[0]);
@@ -221,6 +249,18 @@ mod tests {
         // The same id with another secret is a forgery, not a rotation.
         let impostor = ring("k1 00000000000000000000000000000000000000000000000000000000000000ff");
         assert_eq!(impostor.open("tenant-1", &sealed_old), Err(TicketError::Forged));
+    }
+
+    #[test]
+    fn facts_and_tickets_are_sealed_apart() {
+        let keys = ring(K1);
+        let facts = FactsBody { tenant_id: "tenant-1".into(), node_ref: "n1".into(), ..Default::default() };
+        let sealed = keys.seal_facts(&facts);
+        assert_eq!(keys.open_facts("tenant-1", &sealed), Ok(facts));
+        assert_eq!(keys.open_facts("tenant-2", &sealed), Err(TicketError::Forged));
+        // The same bytes and MAC presented as the other kind do not verify.
+        let as_ticket = DispatchTicket { key_id: sealed.key_id, body: sealed.body, mac: sealed.mac };
+        assert_eq!(keys.open("tenant-1", &as_ticket), Err(TicketError::Forged));
     }
 
     #[test]

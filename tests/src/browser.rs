@@ -58,6 +58,8 @@ pub struct Stack {
     pub runtime: rt::browser_runtime_client::BrowserRuntimeClient<Channel>,
     pub authorizer: pb::authorizer_client::AuthorizerClient<Channel>,
     pub served: Arc<BrowserRuntime<AuthorizerRedeemer>>,
+    /// The authorizer as served (its counters are the served one's).
+    pub authorizer_service: AuthorizerService<MemoryGrants>,
     authorizer_port: u16,
     /// Task records: `records/<tenant>/<run>.json`.
     pub records: PathBuf,
@@ -111,14 +113,10 @@ impl Stack {
         let authorizer_port = listener.local_addr().expect("addr").port();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         stops.push(stop);
-        tokio::spawn(authorizer::service::serve(
-            listener,
-            AuthorizerService::new(authority, credentials.clone(), crate::ticket_keys()),
-            None,
-            async {
-                let _ = stopped.await;
-            },
-        ));
+        let authorizer_service = AuthorizerService::new(authority, credentials.clone(), crate::ticket_keys());
+        tokio::spawn(authorizer::service::serve(listener, authorizer_service.clone(), None, async {
+            let _ = stopped.await;
+        }));
 
         let records = dir.join("records");
         let extra = serde_json::to_string(&[fixture.resolver_rule()]).expect("json");
@@ -147,6 +145,7 @@ impl Stack {
             runtime: rt::browser_runtime_client::BrowserRuntimeClient::new(channel(runtime_port).await),
             authorizer: pb::authorizer_client::AuthorizerClient::new(channel(authorizer_port).await),
             served,
+            authorizer_service,
             authorizer_port,
             records,
             applied: std::collections::HashMap::new(),
@@ -304,6 +303,13 @@ impl Stack {
 /// when it sends it).
 fn parsed(req: &rt::ActRequest) -> Result<browser_runtime::session::ActInput, Status> {
     service::act_input(rt::ActRequest { sequence: req.sequence.max(1), ..req.clone() })
+}
+
+/// The runtime's sealed facts of the node named `name` in a snapshot: what an `Authorize` of an
+/// act on it carries.
+pub fn sealed<'a>(o: &'a rt::ObserveReply, name: &str) -> &'a pb::SealedFacts {
+    let (n, _) = node(o, name);
+    o.facts.iter().find(|f| f.r#ref == n.r#ref).and_then(|f| f.sealed.as_ref()).expect("sealed facts")
 }
 
 /// The node named `name` in a snapshot, with its facts.

@@ -12,6 +12,30 @@ pub fn ticket_keys() -> std::sync::Arc<proto::ticket::Keyring> {
     std::sync::Arc::new(proto::ticket::Keyring::parse(TICKET_KEYS).expect("the test keyring"))
 }
 
+/// `req` as a worker sends it: its element and page moved into facts sealed as a runtime of
+/// `tenant` would seal them on reading them now for `owner` in `profile`.
+pub fn sealed(
+    tenant: &str,
+    owner: &str,
+    profile: &str,
+    mut req: proto::v1::AuthorizeRequest,
+) -> proto::v1::AuthorizeRequest {
+    let read_ms = i64::try_from(time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000).unwrap_or_default();
+    let body = proto::v1::FactsBody {
+        tenant_id: tenant.into(),
+        principal_id: owner.into(),
+        browser_profile_id: profile.into(),
+        snapshot_id: req.snapshot_id.clone(),
+        node_ref: req.node_ref.clone(),
+        page_url: std::mem::take(&mut req.page_url),
+        page_title: std::mem::take(&mut req.page_title),
+        element: req.element.take(),
+        read_ms,
+    };
+    req.facts = Some(ticket_keys().seal_facts(&body));
+    req
+}
+
 /// [`TICKET_KEYS`] in a file of `dir`, for a service that reads TICKET_KEYS_FILE.
 pub fn ticket_keys_file(dir: &std::path::Path) -> PathBuf {
     std::fs::create_dir_all(dir).expect("a folder for the keyring");

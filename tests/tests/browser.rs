@@ -375,19 +375,18 @@ async fn approve_once(s: &mut Stack, o: &rt::ObserveReply, name: &str) -> String
     s.authorizer.create_session(with(WORKER, create)).await.unwrap();
     let said = pb::RecordMessageRequest { session_id: "s1".into(), message_id: "m1".into(), from_owner: true };
     s.authorizer.record_message(with(GATEWAY, said)).await.unwrap();
-    let (n, facts) = node(o, name);
+    let (n, _) = node(o, name);
     let authorize = pb::AuthorizeRequest {
         session_id: "s1".into(),
         run: Some(pb::RunContext { run_id: "run-1".into(), interactive: true, top_level: true }),
         tool_call_id: "call-1".into(),
         turn_tool_calls: vec!["browser.observe".into(), "browser.act".into()],
         agent_version: "agent-7".into(),
-        element: Some(facts.clone()),
-        page_url: o.url.clone(),
-        page_title: o.title.clone(),
         action: Some(pb::Action { kind: pb::ActionKind::Click as i32, ..Default::default() }),
         snapshot_id: o.snapshot_id.clone(),
         node_ref: n.r#ref.clone(),
+        facts: Some(tests::browser::sealed(o, name).clone()),
+        ..Default::default()
     };
     let decided = s.authorizer.authorize(with(WORKER, authorize)).await.unwrap().into_inner();
     let Some(pb::authorize_reply::Decision::RequireApproval(ask)) = decided.decision else {
@@ -448,8 +447,8 @@ async fn an_approved_token_dispatches_the_consequential_click_once() {
     assert_eq!(posted[0].path(), "/lesson/pay");
 }
 
-/// On an unchanged page, the worker fed the snapshot's facts and the runtime reading the live
-/// page refuse for the same rule; and both cover what is covered.
+/// On an unchanged page, the authorizer's side fed the snapshot's sealed facts and the runtime
+/// reading the live page refuse for the same rule; and both cover what is covered.
 #[tokio::test]
 async fn the_worker_and_the_runtime_agree_on_an_unchanged_page() {
     let mut s = stack().await;
@@ -491,7 +490,12 @@ async fn the_worker_and_the_runtime_agree_on_an_unchanged_page() {
     for (name, role, wire, action, want) in cases {
         let o = s.observe(&session).await;
         let (n, facts) = node(&o, name);
-        let worker_facts = proto::facts::element_facts(facts.clone()).unwrap();
+        // What the authorizer reads: the runtime's sealed facts of the node, opened with the
+        // tenant's key, the same as the facts beside them.
+        let body = s.keys.open_facts(tests::browser::TENANT, tests::browser::sealed(&o, name)).expect("sealed");
+        assert_eq!(body.element.as_ref(), Some(facts), "{name}: the sealed facts are the snapshot's");
+        assert_eq!((body.page_url.as_str(), body.node_ref.as_str()), (o.url.as_str(), n.r#ref.as_str()));
+        let worker_facts = proto::facts::element_facts(body.element.unwrap()).unwrap();
         let grant = Grant::Task(TaskScope {
             origin: LESSON_ORIGIN.into(),
             path_prefix: "/lesson".into(),

@@ -64,7 +64,8 @@ impl Stack {
         let authorizer_port = listener.local_addr().unwrap().port();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         stops.push(stop);
-        let service = AuthorizerService::new(authority, credentials.clone(), tests::ticket_keys());
+        let service =
+            AuthorizerService::new(authority, credentials.clone(), tests::ticket_keys()).accepting_unsealed_facts();
         tokio::spawn(authorizer::service::serve(listener, service, Some(tls), async {
             let _ = stopped.await;
         }));

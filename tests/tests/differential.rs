@@ -106,6 +106,7 @@ fn request(kind: u8, chars: usize) -> AuthorizeRequest {
         },
         snapshot: None,
         field_id: None,
+        facts_profile: None,
     }
 }
 

@@ -333,6 +333,7 @@ mod through_the_authority {
             },
             snapshot: None,
             field_id: None,
+            facts_profile: None,
         }
     }
 
@@ -609,6 +610,7 @@ async fn a_token_redeemed_by_many_at_once_is_redeemed_once() {
         action: Action::Click,
         view: ActionView::default(),
         field_id: None,
+        facts_profile: None,
         snapshot: Some(("snap_9f2c1a0b7d31".into(), "n42".into())),
     };
     let (Decision::RequireApproval { approval_id, .. }, _) =

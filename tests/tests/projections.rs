@@ -46,6 +46,7 @@ fn request(session: &str, text: &str) -> AuthorizeRequest {
         },
         snapshot: None,
         field_id: None,
+        facts_profile: None,
     }
 }
 

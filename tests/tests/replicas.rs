@@ -80,16 +80,26 @@ impl Replica {
 /// A credential per calling service of the tenant.
 #[derive(Clone)]
 struct Tokens {
+    tenant: String,
     worker: String,
     gateway: String,
     profiles: String,
     runtime: String,
+    /// Each session's browser profile, which a runtime seals the facts it reads with.
+    profiles_of: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
 }
 
 impl Tokens {
     async fn register(db: &TestDb, tenant: &str) -> Self {
         let credentials = Credentials::postgres(db.pool(2));
-        let t = Self { worker: new_token(), gateway: new_token(), profiles: new_token(), runtime: new_token() };
+        let t = Self {
+            tenant: tenant.into(),
+            worker: new_token(),
+            gateway: new_token(),
+            profiles: new_token(),
+            runtime: new_token(),
+            profiles_of: Arc::default(),
+        };
         credentials.register(&t.worker, tenant, Role::Worker, Some("owner"), None).await.unwrap();
         credentials.register(&t.gateway, tenant, Role::Gateway, None, None).await.unwrap();
         credentials.register(&t.profiles, tenant, Role::Profiles, None, None).await.unwrap();
@@ -103,6 +113,18 @@ impl Tokens {
 
     fn worker<T>(&self, m: T) -> Request<T> {
         Self::bearer(&self.worker, m)
+    }
+
+    /// A session's creation, with its profile noted for the facts sealed in it.
+    fn session(&self, m: pb::CreateSessionRequest) -> Request<pb::CreateSessionRequest> {
+        self.profiles_of.lock().unwrap().insert(m.session_id.clone(), m.browser_profile_id.clone());
+        self.worker(m)
+    }
+
+    /// `m` with its facts sealed as the runtime serving its session would seal them.
+    fn sealed(&self, m: pb::AuthorizeRequest) -> pb::AuthorizeRequest {
+        let profile = self.profiles_of.lock().unwrap().get(&m.session_id).cloned().unwrap_or_default();
+        tests::sealed(&self.tenant, "owner", &profile, m)
     }
 
     fn profiles<T>(&self, m: T) -> Request<T> {
@@ -162,7 +184,7 @@ fn act(session: &str, agent: &str) -> pb::AuthorizeRequest {
 }
 
 async fn decide(c: &mut AuthorizerClient<Channel>, t: &Tokens, m: pb::AuthorizeRequest) -> Decision {
-    c.authorize(t.worker(m)).await.unwrap().into_inner().decision.unwrap()
+    c.authorize(t.worker(t.sealed(m))).await.unwrap().into_inner().decision.unwrap()
 }
 
 /// A session of its own on `profile`, asked through `a`, allowed for the task through `b`.
@@ -180,7 +202,7 @@ async fn grant_across(
         surface: pb::Surface::Interactive as i32,
         ..Default::default()
     };
-    a.create_session(t.worker(create)).await.unwrap();
+    a.create_session(t.session(create)).await.unwrap();
     let said = pb::RecordMessageRequest { session_id: session.into(), message_id: "m".into(), from_owner: true };
     b.record_message(t.owner(said)).await.unwrap();
     let Decision::RequireApproval(card) = decide(a, t, act(session, "agent-7")).await else {
@@ -283,7 +305,7 @@ async fn what_one_replica_records_the_others_next_authorization_obeys() {
             }
             PolicyChanged => {
                 // Before it is recorded, the replica running the new policy serves no one.
-                let early = cp.authorize(t.worker(act(&session, "agent-7"))).await.unwrap_err();
+                let early = cp.authorize(t.worker(t.sealed(act(&session, "agent-7")))).await.unwrap_err();
                 assert_eq!(early.code(), Code::Unavailable, "{early:?}");
                 // Recorded, it is in force everywhere at once: the grant ends with the change,
                 // the replica running it asks, and A, left behind, serves no one.
@@ -293,7 +315,7 @@ async fn what_one_replica_records_the_others_next_authorization_obeys() {
                 assert!(matches!(&asked, Decision::RequireApproval(c) if c.reason.is_empty()), "{asked:?}");
             }
         }
-        let next = ca.authorize(t.worker(act(&session, "agent-7"))).await;
+        let next = ca.authorize(t.worker(t.sealed(act(&session, "agent-7")))).await;
         match change {
             SessionDeleted => assert_eq!(next.unwrap_err().code(), Code::NotFound),
             PolicyChanged => assert_eq!(next.unwrap_err().code(), Code::Unavailable),
@@ -334,7 +356,7 @@ async fn an_approval_travels_across_replicas_and_its_token_is_redeemed_once() {
         surface: pb::Surface::Interactive as i32,
         ..Default::default()
     };
-    ca.create_session(t.worker(create)).await.unwrap();
+    ca.create_session(t.session(create)).await.unwrap();
     let mut m = act("s1", "agent-7");
     m.snapshot_id = "snap_0123456789ab".into();
     m.node_ref = "n7".into();
@@ -403,7 +425,7 @@ async fn until_decided(
 ) -> Option<Decision> {
     for attempt in 0..50 {
         let c = &mut clients[(first + attempt) % clients.len()];
-        match c.authorize(t.worker(act(session, "agent-7"))).await {
+        match c.authorize(t.worker(t.sealed(act(session, "agent-7")))).await {
             Ok(r) => return r.into_inner().decision,
             Err(s)
                 if matches!(
@@ -645,6 +667,7 @@ fn differential_request(tenant: &str) -> authorizer::domain::AuthorizeRequest {
         },
         snapshot: None,
         field_id: None,
+        facts_profile: None,
     }
 }
 
@@ -822,7 +845,9 @@ async fn a_retried_authorize_through_any_replica_never_spends_twice() {
     let (a, b) = (Replica::start(&db, &[]).await, Replica::start(&db, &[]).await);
     let (mut ca, mut cb) = (a.client().await, b.client().await);
     let grant_id = grant_across(&mut ca, &mut cb, &t, "s1", "p1").await;
-    let call = act("s1", "agent-7");
+    let plain = act("s1", "agent-7");
+    // Sealed once: a retry is the same bytes.
+    let call = t.sealed(plain.clone());
     let racers: Vec<_> = (0..50)
         .map(|i| {
             let (mut c, t, call) = (if i % 2 == 0 { ca.clone() } else { cb.clone() }, t.clone(), call.clone());
@@ -853,8 +878,9 @@ async fn a_retried_authorize_through_any_replica_never_spends_twice() {
 
     // The same id with other arguments: refused, nothing written, through either replica.
     let before = events_of(&db).await;
-    let mut other = call.clone();
+    let mut other = plain;
     other.element.as_mut().unwrap().name = "la casa".into();
+    let other = t.sealed(other);
     for c in [&mut ca, &mut cb] {
         let err = c.authorize(t.worker(other.clone())).await.unwrap_err();
         assert_eq!((err.code(), reason(&err).as_str()), (Code::FailedPrecondition, "TOOL_CALL_REUSED"), "{err:?}");
@@ -864,6 +890,7 @@ async fn a_retried_authorize_through_any_replica_never_spends_twice() {
     // A card is asked once however often its call is sent: the same approval every time.
     let mut pay = act("s1", "agent-7");
     pay.element.as_mut().unwrap().visible_text = "Pay $5".into();
+    let pay = t.sealed(pay);
     let mut cards = Vec::new();
     for mut c in [ca.clone(), cb.clone(), ca.clone()] {
         match c.authorize(t.worker(pay.clone())).await.unwrap().into_inner().decision {

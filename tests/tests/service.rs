@@ -134,7 +134,10 @@ async fn start<B: Backend + 'static>(backend: B, credentials: Credentials) -> Se
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let position: Arc<dyn Fn() -> ledger::Checkpoint + Send + Sync> =
         Arc::new(|| unreachable!("the written-or-not probe is the in-process server's"));
-    let service = AuthorizerService::new(authority, credentials.clone(), tests::ticket_keys());
+    // The decisions through the API, with facts in the clear: no runtime seals them here (the
+    // browser and ticket tests decide on sealed facts).
+    let service =
+        AuthorizerService::new(authority, credentials.clone(), tests::ticket_keys()).accepting_unsealed_facts();
     tokio::spawn(serve(listener, service, Some(tls), async {
         let _ = stopped.await;
     }));
@@ -176,7 +179,9 @@ async fn start_in_process_on(authority: Arc<Authority<MemoryGrants>>) -> Served 
         // The memory store's next transaction id moves with every append.
         Arc::new(move || ledger::Checkpoint { tx_id: authority.backend().store.next_tx_id(), position: 0 })
     };
-    let service = AuthorizerService::new(authority, credentials.clone(), tests::ticket_keys()).into_server();
+    let service = AuthorizerService::new(authority, credentials.clone(), tests::ticket_keys())
+        .accepting_unsealed_facts()
+        .into_server();
     tokio::spawn(async move {
         tonic::transport::Server::builder()
             .add_service(service)
@@ -240,6 +245,7 @@ fn act(text: Option<&str>) -> pb::AuthorizeRequest {
         }),
         snapshot_id: "snap_0123456789ab".into(),
         node_ref: "n7".into(),
+        facts: None,
     }
 }
 
@@ -585,7 +591,7 @@ async fn health_reports_serving() {
     let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(serve(
         listener,
-        AuthorizerService::new(authority, Credentials::memory(), tests::ticket_keys()),
+        AuthorizerService::new(authority, Credentials::memory(), tests::ticket_keys()).accepting_unsealed_facts(),
         None,
         async {
             let _ = stopped.await;

@@ -2,11 +2,15 @@
 //! ticket sealed for exactly this act allows, and checks it on its own. A ticket changed by one
 //! byte, used on another ref, another act, another snapshot or another session, expired, or
 //! naming a text the record no longer holds is APPROVAL_TOKEN_INVALID (terminal) and reaches
-//! nothing; a grant's allow taken from the authorizer dispatches with the authorizer gone.
+//! nothing; a grant's allow taken from the authorizer dispatches with the authorizer gone. The
+//! authorizer decides only on the runtime's sealed facts.
 
+use prost::Message;
 use proto::runtime as rt;
 use proto::v1 as pb;
-use tests::browser::{GATEWAY, LESSON, LESSON_ORIGIN, PROFILES, Stack, WORKER, click, node, task_constraint, with};
+use tests::browser::{
+    GATEWAY, LESSON, LESSON_ORIGIN, PROFILES, Stack, WORKER, click, node, sealed, task_constraint, with,
+};
 
 const PAGE: &str = r#"<!doctype html><title>Tickets</title>
 <a href="/lesson/2">Next</a> <a href="/lesson/3">Other</a>
@@ -133,58 +137,103 @@ async fn chat(s: &mut Stack) {
     s.authorizer.record_message(with(GATEWAY, said)).await.unwrap();
 }
 
-/// An `Authorize` of `action` on the node named `name` of `o`, as the worker sends it.
+/// An `Authorize` of `action` on the node named `name` of `o`, as the worker sends it: with the
+/// runtime's sealed facts of that node.
 fn authorize(o: &rt::ObserveReply, call: &str, name: &str, action: pb::Action) -> pb::AuthorizeRequest {
-    let (n, facts) = node(o, name);
+    let (n, _) = node(o, name);
     pb::AuthorizeRequest {
         session_id: "s1".into(),
         run: Some(pb::RunContext { run_id: "run-1".into(), interactive: true, top_level: true }),
         tool_call_id: call.into(),
         turn_tool_calls: vec!["browser.observe".into(), "browser.act".into()],
         agent_version: "agent-7".into(),
-        element: Some(facts.clone()),
-        page_url: o.url.clone(),
-        page_title: o.title.clone(),
         action: Some(action),
         snapshot_id: o.snapshot_id.clone(),
         node_ref: n.r#ref.clone(),
+        facts: Some(sealed(o, name).clone()),
+        ..Default::default()
     }
 }
 
-/// A worker that shows the owner one element's facts for another's ref gets a card the owner
-/// approves; the token is then refused for the element the runtime reads live, and not spent.
-#[tokio::test]
-async fn an_approval_of_forged_facts_redeems_for_nothing() {
-    let mut s = stack().await;
-    let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
-    chat(&mut s).await;
-    let o = s.observe(&session).await;
-    let click_kind = pb::Action { kind: pb::ActionKind::Click as i32, ..Default::default() };
-    // "Other"'s ref, with "Next"'s facts: the card says Next.
-    let mut forged = authorize(&o, "call-1", "Other", click_kind);
-    forged.element = Some(node(&o, "Next").1.clone());
-    let asked = s.authorizer.authorize(with(WORKER, forged)).await.unwrap().into_inner().decision;
-    let Some(pb::authorize_reply::Decision::RequireApproval(card)) = asked else { panic!("asks: {asked:?}") };
-    assert_eq!(card.view.as_ref().map(|v| v.element_name.as_str()), Some("Next"));
-    let once = pb::ResolveApprovalRequest {
-        approval_id: card.approval_id.clone(),
-        resolution: pb::Resolution::ApproveOnce as i32,
-        ..Default::default()
-    };
-    let token = s.authorizer.resolve_approval(with(GATEWAY, once)).await.unwrap().into_inner().approval_token;
-    let mut act = click(&session, &o, node(&o, "Other").0);
-    act.approval_token = token;
-    let before = s.fixture.requests().len();
-    refused_as_invalid_reply(&s.act(act).await.unwrap(), "the forged card's token");
-    assert_eq!(s.fixture.requests().len(), before, "nothing reached the site");
-    let read = pb::GetApprovalRequest { approval_id: card.approval_id, min_position: None };
-    let approval = s.authorizer.get_approval(with(GATEWAY, read)).await.unwrap().into_inner();
-    assert_eq!(approval.status, "APPROVED", "the card stays as the owner answered it");
+/// The sealed body of `req`'s facts changed by `change` and sent with the old seal.
+fn rewritten(req: &pb::AuthorizeRequest, change: impl FnOnce(&mut pb::FactsBody)) -> pb::AuthorizeRequest {
+    let mut sealed = req.facts.clone().unwrap();
+    let mut body = pb::FactsBody::decode(sealed.body.as_slice()).unwrap();
+    change(&mut body);
+    sealed.body = body.encode_to_vec();
+    pb::AuthorizeRequest { facts: Some(sealed), ..req.clone() }
 }
 
-fn refused_as_invalid_reply(reply: &rt::ActReply, case: &str) {
-    assert_eq!(rt::ActCode::try_from(reply.code), Ok(rt::ActCode::ApprovalTokenInvalid), "{case}: {reply:?}");
-    assert!(!reply.dispatched && !reply.recoverable, "{case}: {reply:?}");
+/// The authorizer decides only on the runtime's sealed facts: a worker's own facts, facts
+/// rewritten under the seal (a label source removed, a target changed, a field kind changed),
+/// another node's facts, and facts a runtime read in another profile are refused, counted, and
+/// write nothing (no card).
+#[tokio::test]
+async fn unsealed_or_forged_facts_are_refused_and_write_nothing() {
+    let mut s = stack().await;
+    let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
+    let elsewhere = s.open("profile-2", "/lesson/1", 50).await.unwrap();
+    chat(&mut s).await;
+    let o = s.observe(&session).await;
+    let theirs = s.observe(&elsewhere).await;
+    let click_kind = pb::Action { kind: pb::ActionKind::Click as i32, ..Default::default() };
+    let good = authorize(&o, "call-1", "Next", click_kind.clone());
+    let refused_before = s.authorizer_service.facts_refused();
+
+    let (_, facts) = node(&o, "Next");
+    let unsealed = pb::AuthorizeRequest {
+        facts: None,
+        element: Some(facts.clone()),
+        page_url: o.url.clone(),
+        page_title: o.title.clone(),
+        ..good.clone()
+    };
+    let forged = [
+        ("unsealed", unsealed, "FACTS_NOT_SEALED"),
+        ("label source removed", rewritten(&good, |b| b.element.as_mut().unwrap().name.clear()), "FACTS_INVALID"),
+        ("target changed", rewritten(&good, |b| b.element.as_mut().unwrap().nav_targets = vec![]), "FACTS_INVALID"),
+        (
+            "field kind changed",
+            rewritten(&good, |b| b.element.as_mut().unwrap().field_kind = Some(pb::FieldKind::Text as i32)),
+            "FACTS_INVALID",
+        ),
+        ("page changed", rewritten(&good, |b| b.page_url = format!("{LESSON_ORIGIN}/lesson/safe")), "FACTS_INVALID"),
+        // "Other"'s facts, sealed for its own ref, sent for "Next".
+        (
+            "another node's",
+            pb::AuthorizeRequest { facts: Some(sealed(&o, "Other").clone()), ..good.clone() },
+            "FACTS_INVALID",
+        ),
+    ];
+    let count = forged.len() as u64;
+    for (case, req, reason) in forged {
+        let err = s.authorizer.authorize(with(WORKER, req)).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::PermissionDenied, "{case}: {err:?}");
+        let info = tonic_types::StatusExt::get_error_details(&err).error_info().map(|i| i.reason.clone());
+        assert_eq!(info.as_deref(), Some(reason), "{case}: {err:?}");
+    }
+    assert_eq!(s.authorizer_service.facts_refused(), refused_before + count, "each refusal is counted");
+
+    // Read in another browser profile's session (the same owner's): not this chat's page.
+    let (their_next, _) = node(&theirs, "Next");
+    let other_profile = pb::AuthorizeRequest {
+        snapshot_id: theirs.snapshot_id.clone(),
+        node_ref: their_next.r#ref.clone(),
+        facts: Some(sealed(&theirs, "Next").clone()),
+        ..good.clone()
+    };
+    let decided = s.authorizer.authorize(with(WORKER, other_profile)).await.unwrap().into_inner().decision;
+    assert!(
+        matches!(&decided, Some(pb::authorize_reply::Decision::Deny(d)) if d.code == "facts_not_this_session"),
+        "{decided:?}"
+    );
+    let pending = pb::ListApprovalsRequest { session_id: "s1".into(), pending_only: true, min_position: None };
+    let cards = s.authorizer.list_approvals(with(GATEWAY, pending)).await.unwrap().into_inner().approvals;
+    assert!(cards.is_empty(), "no refused call asked a card: {cards:?}");
+
+    // The same call, sealed and whole, asks.
+    let asked = s.authorizer.authorize(with(WORKER, good)).await.unwrap().into_inner().decision;
+    assert!(matches!(asked, Some(pb::authorize_reply::Decision::RequireApproval(_))), "{asked:?}");
 }
 
 /// The owner allows a type for this task through the authorizer; the next act under the grant

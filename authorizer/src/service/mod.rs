@@ -6,6 +6,7 @@
 //! Bad requests are INVALID_ARGUMENT with field violations and change nothing.
 
 mod convert;
+mod facts;
 mod status;
 mod ticket;
 
@@ -36,6 +37,7 @@ use crate::store::Backend;
 use crate::store::Need;
 use crate::view::approval_view_in_session;
 
+pub use facts::{FACTS_INVALID, FACTS_LIFETIME, FACTS_NOT_SEALED};
 pub use status::CONCURRENT_CHANGE;
 pub use ticket::TICKET_LIFETIME;
 #[allow(clippy::wildcard_imports)] // the module's own files, split along their seams
@@ -56,8 +58,11 @@ fn visible_to(w: &World, g: &Grant, principal: &str) -> bool {
 pub struct AuthorizerService<B> {
     authority: Arc<Authority<B>>,
     credentials: Credentials,
-    /// Seals every allow's dispatch ticket.
+    /// Seals every allow's dispatch ticket, and opens the runtime's sealed facts.
     tickets: Arc<Keyring>,
+    refusals: Arc<facts::Refusals>,
+    /// Only the `testing` feature sets it: the domain's own tests speak facts in the clear.
+    accept_unsealed: bool,
 }
 
 impl<B> Clone for AuthorizerService<B> {
@@ -66,13 +71,28 @@ impl<B> Clone for AuthorizerService<B> {
             authority: Arc::clone(&self.authority),
             credentials: self.credentials.clone(),
             tickets: Arc::clone(&self.tickets),
+            refusals: Arc::clone(&self.refusals),
+            accept_unsealed: self.accept_unsealed,
         }
     }
 }
 
 impl<B: Backend + 'static> AuthorizerService<B> {
     pub fn new(authority: Arc<Authority<B>>, credentials: Credentials, tickets: Arc<Keyring>) -> Self {
-        Self { authority, credentials, tickets }
+        Self { authority, credentials, tickets, refusals: Arc::default(), accept_unsealed: false }
+    }
+
+    /// Decides on facts sent in the clear too: for tests of the decisions, which have no runtime.
+    #[cfg(feature = "testing")]
+    #[must_use]
+    pub fn accepting_unsealed_facts(self) -> Self {
+        Self { accept_unsealed: true, ..self }
+    }
+
+    /// `Authorize` calls whose facts were refused (unsealed, forged, expired, another owner's or
+    /// snapshot's) since this service started.
+    pub fn facts_refused(&self) -> u64 {
+        self.refusals.count()
     }
 
     pub fn into_server(self) -> pb::authorizer_server::AuthorizerServer<Self> {
@@ -241,6 +261,15 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         let r = req.into_inner();
         // A retry of this call is the same bytes: its digest tells it from a reuse of the id.
         let request_sha256: [u8; 32] = Sha256::digest(prost::Message::encode_to_vec(&r)).into();
+        let now = OffsetDateTime::now_utc();
+        let (snapshot_id, node_ref) = (r.snapshot_id.clone(), r.node_ref.clone());
+        let named = facts::Named {
+            tenant: authority.tenant().as_str(),
+            principal: &principal,
+            snapshot_id: &snapshot_id,
+            node_ref: &node_ref,
+        };
+        let (r, facts_profile) = facts::unsealed(&self.tickets, &self.refusals, self.accept_unsealed, r, &named, now)?;
         let session_id = id("session_id", &r.session_id)?;
         tracing::Span::current().record("session_id", session_id.as_str());
         let run = r.run.ok_or_else(|| invalid("run", "is required"))?;
@@ -284,13 +313,13 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             view: ActionView::default(),
             snapshot,
             field_id,
+            facts_profile,
         };
         let title = opt(&r.page_title);
         let named = has_element.then_some(&request.element);
         let view = |scopes: &[SiteScope]| {
             approval_view_in_session(named, &request.page, title.as_deref(), &request.action, scopes)
         };
-        let now = OffsetDateTime::now_utc();
         let call = CallKey::new(authority.tenant(), &request.session_id, &request.tool_call_id, &request_sha256);
         let ticket_id = call.id.to_string();
         let authorized = authority.authorize(&request, &view, now, call).await.map_err(status)?;

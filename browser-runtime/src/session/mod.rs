@@ -85,8 +85,8 @@ pub enum ActAction {
     },
 }
 
-/// A validated act.
-#[derive(Debug, Clone)]
+/// A validated act. Its `Debug` leaves out the token and the ticket: neither belongs in a log.
+#[derive(Clone)]
 pub struct ActInput {
     /// The act's place in the session: one more than the last act dispatched. A replay of a
     /// dispatched one is refused and dispatches nothing, so a retry can never act twice.
@@ -102,6 +102,24 @@ pub struct ActInput {
     /// The authorizer's sealed allow of this act; checked against the live act, never believed.
     pub ticket: Option<gl::DispatchTicket>,
     pub action: ActAction,
+}
+
+impl std::fmt::Debug for ActInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ActInput")
+            .field("sequence", &self.sequence)
+            .field("run_id", &self.run_id)
+            .field("snapshot_id", &self.snapshot_id)
+            .field("node_ref", &self.node_ref)
+            .field("expected_name", &self.expected_name)
+            .field("expected_role", &self.expected_role)
+            .field("consequential", &self.consequential)
+            .field("approval_token", &self.approval_token.as_ref().map(|_| "[REDACTED]"))
+            .field("wait_for", &self.wait_for)
+            .field("ticket", &self.ticket.as_ref().map(|t| &t.key_id))
+            .field("action", &self.action)
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -112,6 +112,9 @@ pub struct AuthorizeRequest {
     pub snapshot: Option<(String, String)>,
     /// The task-record field a type types: a token and a ticket bind it.
     pub field_id: Option<String>,
+    /// The browser profile the runtime read the facts in, when they came sealed: the session's
+    /// own, or nothing is decided.
+    pub facts_profile: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -224,6 +227,8 @@ fn task_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateTime)
 /// The deny code of an act in a session whose browser profile is not its owner's (bound before
 /// profiles had owners).
 pub const PROFILE_NOT_OWNED: &str = "browser_profile_not_owned";
+/// The deny code of facts a runtime read in a browser profile that is not the session's.
+pub const FACTS_NOT_THIS_SESSION: &str = "facts_not_this_session";
 
 /// An operator's standing-grant pin: which grant, on which browser profile.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -315,6 +320,11 @@ pub fn authorize(
     // Not even a card: the owner answering it would act in a browser profile that is not theirs.
     if world.sessions.get(&req.session_id).is_some_and(|s| !world.session_profile_is_own(s)) {
         return deny(PROFILE_NOT_OWNED.to_owned());
+    }
+    // Facts a runtime read in another browser profile are not this session's page.
+    let session_profile = world.sessions.get(&req.session_id).and_then(|s| s.created.browser_profile_id.as_deref());
+    if req.facts_profile.as_deref().is_some_and(|p| Some(p) != session_profile) {
+        return deny(FACTS_NOT_THIS_SESSION.to_owned());
     }
     if let Verdict::Escalate { .. } = verdict {
         // No grant answers an escalation, so the card offers none either.

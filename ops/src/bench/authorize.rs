@@ -28,6 +28,8 @@ struct Tokens {
     gateway: String,
     profiles: String,
     ca_pem: String,
+    /// The runtime's part: the facts a worker carries come sealed by it.
+    keys: std::sync::Arc<proto::ticket::Keyring>,
 }
 
 impl Tokens {
@@ -59,7 +61,25 @@ impl Tokens {
     }
 }
 
-fn act(session: &str) -> pb::AuthorizeRequest {
+/// A click as a worker sends it, with the facts sealed as the runtime on profile `p` seals them.
+fn act(keys: &proto::ticket::Keyring, session: &str) -> pb::AuthorizeRequest {
+    let mut r = plain_act(session);
+    let read_ms = i64::try_from(time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000).unwrap_or_default();
+    r.facts = Some(keys.seal_facts(&pb::FactsBody {
+        tenant_id: TENANT.into(),
+        principal_id: "owner".into(),
+        browser_profile_id: "p".into(),
+        snapshot_id: r.snapshot_id.clone(),
+        node_ref: r.node_ref.clone(),
+        page_url: std::mem::take(&mut r.page_url),
+        page_title: std::mem::take(&mut r.page_title),
+        element: r.element.take(),
+        read_ms,
+    }));
+    r
+}
+
+fn plain_act(session: &str) -> pb::AuthorizeRequest {
     pb::AuthorizeRequest {
         session_id: session.into(),
         run: Some(pb::RunContext { run_id: "run".into(), interactive: true, top_level: true }),
@@ -110,7 +130,7 @@ async fn fresh_grant(client: &mut AuthorizerClient<Channel>, tokens: &Tokens) ->
             from_owner: true,
         }))
         .await?;
-    let reply = client.authorize(tokens.worker(act(&session))).await?.into_inner();
+    let reply = client.authorize(tokens.worker(act(&tokens.keys, &session))).await?.into_inner();
     let Some(pb::authorize_reply::Decision::RequireApproval(card)) = reply.decision else {
         bail!("the first act should ask")
     };
@@ -142,8 +162,10 @@ async fn drive(endpoints: &[String], tokens: &Tokens, clients: usize, duration: 
                         session = fresh_grant(&mut client, &tokens).await?;
                         used = 0;
                     }
+                    // Sealed before the clock starts: a worker gets the facts sealed from Observe.
+                    let request = tokens.worker(act(&tokens.keys, &session));
                     let t = Instant::now();
-                    let reply = client.authorize(tokens.worker(act(&session))).await?.into_inner();
+                    let reply = client.authorize(request).await?.into_inner();
                     let elapsed = t.elapsed();
                     match reply.decision {
                         Some(pb::authorize_reply::Decision::Allow(a)) if a.ticket.is_some() => latencies.push(elapsed),
@@ -257,7 +279,8 @@ async fn run_on(
     pki.write(&pki_dir)?;
     let (_, cert, key) = crate::tls::DevPki::paths(&pki_dir);
     let keys = pki_dir.join("ticket-keys");
-    std::fs::write(&keys, proto::ticket::Keyring::line("bench", rand::random()))?;
+    let key_line = proto::ticket::Keyring::line("bench", rand::random());
+    std::fs::write(&keys, &key_line)?;
     // Two replicas on one database, the clients spread over them round robin.
     let mut servers = Vec::new();
     let mut endpoints = Vec::new();
@@ -328,7 +351,13 @@ async fn run_on(
     let pool =
         ledger::postgres::pool(config, clients.iter().copied().max().unwrap_or(1) + 2).map_err(anyhow::Error::msg)?;
     let credentials = Credentials::postgres(pool.clone());
-    let tokens = Tokens { worker: new_token(), gateway: new_token(), profiles: new_token(), ca_pem: pki.ca_cert };
+    let tokens = Tokens {
+        worker: new_token(),
+        gateway: new_token(),
+        profiles: new_token(),
+        ca_pem: pki.ca_cert,
+        keys: std::sync::Arc::new(proto::ticket::Keyring::parse(&key_line)?),
+    };
     credentials.register(&tokens.worker, TENANT, Role::Worker, Some("owner"), None).await?;
     credentials.register(&tokens.gateway, TENANT, Role::Gateway, None, None).await?;
     credentials.register(&tokens.profiles, TENANT, Role::Profiles, None, None).await?;
