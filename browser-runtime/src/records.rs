@@ -44,19 +44,8 @@ impl RecordStore {
     }
 
     pub fn value(&self, tenant: &str, run: &str, field: &str) -> Result<String, RecordError> {
-        safe_id("the tenant", tenant)?;
-        safe_id("run_id", run)?;
         check_field_id(field).map_err(|why| RecordError::Invalid(format!("field_id {why}")))?;
-        let path = self.dir.join(tenant).join(format!("{run}.json"));
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(RecordError::NoField { run: run.into(), field: field.into() });
-            }
-            Err(e) => return Err(RecordError::Unreadable(run.into(), e.to_string())),
-        };
-        let record: HashMap<String, String> =
-            serde_json::from_slice(&bytes).map_err(|e| RecordError::Malformed(run.into(), e.to_string()))?;
+        let record = self.record(tenant, run)?.unwrap_or_default();
         let value =
             record.get(field).cloned().ok_or_else(|| RecordError::NoField { run: run.into(), field: field.into() })?;
         if !typeable(&value) {
@@ -65,6 +54,31 @@ impl RecordStore {
             )));
         }
         Ok(value)
+    }
+
+    /// Every typeable field of the run's record, in field-id order; none when the run has no
+    /// record.
+    pub fn fields(&self, tenant: &str, run: &str) -> Result<Vec<(String, String)>, RecordError> {
+        let mut fields: Vec<_> = self
+            .record(tenant, run)?
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(f, v)| check_field_id(f).is_ok() && typeable(v))
+            .collect();
+        fields.sort();
+        Ok(fields)
+    }
+
+    fn record(&self, tenant: &str, run: &str) -> Result<Option<HashMap<String, String>>, RecordError> {
+        safe_id("the tenant", tenant)?;
+        safe_id("run_id", run)?;
+        let path = self.dir.join(tenant).join(format!("{run}.json"));
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(RecordError::Unreadable(run.into(), e.to_string())),
+        };
+        serde_json::from_slice(&bytes).map(Some).map_err(|e| RecordError::Malformed(run.into(), e.to_string()))
     }
 }
 

@@ -58,10 +58,6 @@ pub fn check(keys: &Keyring, ticket: &gl::DispatchTicket, expected: &Expected<'_
     if let Some((what, _, _)) = bound.iter().find(|(_, got, want)| got != want) {
         return Err(format!("the ticket was issued for another {what}"));
     }
-    let now_ms = expected.now.unix_timestamp_nanos() / 1_000_000;
-    if i128::from(body.not_after_ms) <= now_ms {
-        return Err(EXPIRED.into());
-    }
     let action = body.action.as_ref().ok_or("the ticket names no act")?;
     same_act(action, expected.action, expected.text)?;
     let constraint = match (body.authorization_kind.as_str(), body.constraint) {
@@ -76,6 +72,11 @@ pub fn check(keys: &Keyring, ticket: &gl::DispatchTicket, expected: &Expected<'_
         }
         _ => return Err("the ticket's authorization does not fit its constraint".into()),
     };
+    // Last: only a ticket that fits in every other way is one that authorizing again renews.
+    let now_ms = expected.now.unix_timestamp_nanos() / 1_000_000;
+    if i128::from(body.not_after_ms) <= now_ms {
+        return Err(EXPIRED.into());
+    }
     Ok(Ticketed { ticket_id: body.ticket_id, constraint })
 }
 

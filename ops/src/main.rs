@@ -172,7 +172,7 @@ enum AuditCmd {
 enum TicketsCmd {
     /// Print a keyring line for a new random key: `<id> <64 hex digits>`. To rotate, add the new
     /// line second in every service's file and roll them (all verify it), move it first and roll
-    /// again (authorizers seal with it), then drop the old line a minute later and roll.
+    /// again (services seal with it), then drop the old line ten minutes later and roll.
     Keygen {
         #[arg(long, default_value = "k1")]
         id: String,

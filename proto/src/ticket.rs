@@ -13,7 +13,7 @@ use hmac::{Hmac, Mac};
 use prost::Message;
 use sha2::Sha256;
 
-use crate::v1::{DispatchTicket, FactsBody, SealedFacts, TicketBody};
+use crate::v1::{DispatchTicket, FactsBody, SealedFacts, SealedText, TextBody, TicketBody};
 
 /// A key id: a short name an operator picks (`2026-12`, `k2`).
 pub const MAX_KEY_ID_CHARS: usize = 32;
@@ -23,11 +23,14 @@ pub const MAX_BODY_BYTES: usize = 8 * 1024;
 pub const KEYS_FILE_VAR: &str = "TICKET_KEYS_FILE";
 /// An encoded facts body: the element's facts at their budget, the page's URL and title, ids.
 pub const MAX_FACTS_BODY_BYTES: usize = crate::limits::MAX_FACTS_BYTES + 64 * 1024;
+/// An encoded record text: the longest text a type may say it types, and ids.
+pub const MAX_TEXT_BODY_BYTES: usize = 4 * crate::limits::MAX_TYPED_CHARS + 4 * 1024;
 /// HMAC-SHA256.
 pub const MAC_BYTES: usize = 32;
 const SECRET_BYTES: usize = 32;
 const LABEL: &[u8] = b"grant-ledger dispatch ticket v1";
 const FACTS_LABEL: &[u8] = b"grant-ledger element facts v1";
+const TEXT_LABEL: &[u8] = b"grant-ledger record text v1";
 const TENANT_LABEL: &[u8] = b"grant-ledger ticket tenant key v1";
 
 type HmacSha256 = Hmac<Sha256>;
@@ -154,6 +157,22 @@ impl Keyring {
     pub fn open_facts(&self, tenant: &str, sealed: &SealedFacts) -> Result<FactsBody, TicketError> {
         self.open_bytes(FACTS_LABEL, tenant, &sealed.key_id, &sealed.body, &sealed.mac)?;
         let body = FactsBody::decode(sealed.body.as_slice()).map_err(|_| TicketError::Malformed)?;
+        if body.tenant_id != tenant {
+            return Err(TicketError::Forged);
+        }
+        Ok(body)
+    }
+
+    /// One record value's shape, sealed for its tenant with the first key.
+    pub fn seal_text(&self, body: &TextBody) -> SealedText {
+        let (key_id, body, mac) = self.seal_bytes(TEXT_LABEL, &body.tenant_id, body.encode_to_vec());
+        SealedText { key_id, body, mac }
+    }
+
+    /// The body of a sealed record text if its MAC verifies under `tenant`'s key.
+    pub fn open_text(&self, tenant: &str, sealed: &SealedText) -> Result<TextBody, TicketError> {
+        self.open_bytes(TEXT_LABEL, tenant, &sealed.key_id, &sealed.body, &sealed.mac)?;
+        let body = TextBody::decode(sealed.body.as_slice()).map_err(|_| TicketError::Malformed)?;
         if body.tenant_id != tenant {
             return Err(TicketError::Forged);
         }

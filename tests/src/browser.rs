@@ -200,9 +200,15 @@ impl Stack {
         Ok(session)
     }
 
+    /// A snapshot with the run's record values sealed beside it.
+    pub async fn observe_run(&mut self, session: &str, run: &str) -> rt::ObserveReply {
+        let req = rt::ObserveRequest { session_id: session.into(), run_id: run.into() };
+        self.runtime.observe(with(WORKER, req)).await.expect("observe").into_inner()
+    }
+
     pub async fn observe(&mut self, session: &str) -> rt::ObserveReply {
         self.runtime
-            .observe(with(WORKER, rt::ObserveRequest { session_id: session.into() }))
+            .observe(with(WORKER, rt::ObserveRequest { session_id: session.into(), run_id: String::new() }))
             .await
             .expect("observe")
             .into_inner()
@@ -310,6 +316,11 @@ fn parsed(req: &rt::ActRequest) -> Result<browser_runtime::session::ActInput, St
 pub fn sealed<'a>(o: &'a rt::ObserveReply, name: &str) -> &'a pb::SealedFacts {
     let (n, _) = node(o, name);
     o.facts.iter().find(|f| f.r#ref == n.r#ref).and_then(|f| f.sealed.as_ref()).expect("sealed facts")
+}
+
+/// The runtime's sealed value of record field `field`, observed with its run.
+pub fn record_text<'a>(o: &'a rt::ObserveReply, field: &str) -> &'a pb::SealedText {
+    o.texts.iter().find(|t| t.field_id == field).and_then(|t| t.sealed.as_ref()).expect("a sealed record text")
 }
 
 /// The node named `name` in a snapshot, with its facts.

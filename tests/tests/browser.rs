@@ -426,7 +426,11 @@ async fn a_consequential_button_needs_a_token_for_this_snapshot() {
     assert!(s.fixture.requests().iter().all(|r| r.method != "POST"), "nothing was paid");
 
     // A runtime credential may not drive the runtime; only the worker does.
-    let err = s.runtime.observe(with(RUNTIME, rt::ObserveRequest { session_id: session.clone() })).await.unwrap_err();
+    let err = s
+        .runtime
+        .observe(with(RUNTIME, rt::ObserveRequest { session_id: session.clone(), run_id: String::new() }))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::PermissionDenied);
 }
 
@@ -567,9 +571,17 @@ async fn sessions_are_the_callers_own_and_the_pool_has_a_limit() {
     assert!(full.message().contains("pool is full"), "{full:?}");
 
     // Another tenant's worker cannot see the session; no credential is no call.
-    let err = s.runtime.observe(with(STRANGER, rt::ObserveRequest { session_id: a.clone() })).await.unwrap_err();
+    let err = s
+        .runtime
+        .observe(with(STRANGER, rt::ObserveRequest { session_id: a.clone(), run_id: String::new() }))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
-    let err = s.runtime.observe(tonic::Request::new(rt::ObserveRequest { session_id: a.clone() })).await.unwrap_err();
+    let err = s
+        .runtime
+        .observe(tonic::Request::new(rt::ObserveRequest { session_id: a.clone(), run_id: String::new() }))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::Unauthenticated);
 
     // A start page off the allowed origins is refused before any browser starts.
@@ -631,7 +643,11 @@ async fn a_crashed_browser_is_reported_and_restarts_clean() {
     for pid in &browsers {
         let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
     }
-    let err = s.runtime.observe(with(WORKER, rt::ObserveRequest { session_id: session.clone() })).await.unwrap_err();
+    let err = s
+        .runtime
+        .observe(with(WORKER, rt::ObserveRequest { session_id: session.clone(), run_id: String::new() }))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::Unavailable, "{err:?}");
     assert!(err.message().contains("restarted with a clean profile"), "{err:?}");
 

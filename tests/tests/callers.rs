@@ -521,7 +521,8 @@ async fn silent_connections_past_the_cap_make_room_for_a_caller() {
     }
     let fresh = Channel::from_shared(format!("http://127.0.0.1:{port}")).unwrap().connect().await.unwrap();
     let mut runtime = proto::runtime::browser_runtime_client::BrowserRuntimeClient::new(fresh.clone());
-    let observe = proto::runtime::ObserveRequest { session_id: "bs_000000000000000000000000".into() };
+    let observe =
+        proto::runtime::ObserveRequest { session_id: "bs_000000000000000000000000".into(), run_id: String::new() };
     let answer = runtime.observe(bearer(observe, &s.worker_a, false)).await.unwrap_err();
     assert_eq!(answer.code(), Code::NotFound, "the worker was let in and answered: {answer:?}");
     let mut h = tonic_health::pb::health_client::HealthClient::new(fresh);

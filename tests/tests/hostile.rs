@@ -794,7 +794,7 @@ async fn an_open_dialog_is_reported_and_the_browser_kept() {
     let reply = s.act(act).await.unwrap();
     assert!(reply.ok && reply.changed, "{reply:?}");
     for _ in 0..2 {
-        let req = rt::ObserveRequest { session_id: session.clone() };
+        let req = rt::ObserveRequest { session_id: session.clone(), run_id: String::new() };
         let err = s.runtime.observe(tests::browser::with(tests::browser::WORKER, req)).await.unwrap_err();
         assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
         assert!(err.message().contains("dialog"), "{err:?}");

@@ -246,6 +246,7 @@ fn act(text: Option<&str>) -> pb::AuthorizeRequest {
         snapshot_id: "snap_0123456789ab".into(),
         node_ref: "n7".into(),
         facts: None,
+        text: None,
     }
 }
 

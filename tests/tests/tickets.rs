@@ -9,7 +9,7 @@ use prost::Message;
 use proto::runtime as rt;
 use proto::v1 as pb;
 use tests::browser::{
-    GATEWAY, LESSON, LESSON_ORIGIN, PROFILES, Stack, WORKER, click, node, sealed, task_constraint, with,
+    GATEWAY, LESSON, LESSON_ORIGIN, PROFILES, Stack, WORKER, click, node, record_text, sealed, task_constraint, with,
 };
 
 const PAGE: &str = r#"<!doctype html><title>Tickets</title>
@@ -245,15 +245,14 @@ async fn a_grant_allow_dispatches_without_asking_the_authorizer_again() {
     s.record("run-1", &[("answer", "el gato")]);
     let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
     chat(&mut s).await;
-    let o = s.observe(&session).await;
-    let type_answer = pb::Action {
-        kind: pb::ActionKind::Type as i32,
-        text: "el gato".into(),
-        field_id: "answer".into(),
-        ..Default::default()
+    let o = s.observe_run(&session, "run-1").await;
+    let type_answer = pb::Action { kind: pb::ActionKind::Type as i32, field_id: "answer".into(), ..Default::default() };
+    let typed = |call: &str| pb::AuthorizeRequest {
+        text: Some(record_text(&o, "answer").clone()),
+        ..authorize(&o, call, "Answer", type_answer.clone())
     };
     // The first asks; the owner allows it for this task.
-    let asked = s.authorizer.authorize(with(WORKER, authorize(&o, "call-1", "Answer", type_answer.clone()))).await;
+    let asked = s.authorizer.authorize(with(WORKER, typed("call-1"))).await;
     let Some(pb::authorize_reply::Decision::RequireApproval(card)) = asked.unwrap().into_inner().decision else {
         panic!("the first act asks")
     };
@@ -267,7 +266,7 @@ async fn a_grant_allow_dispatches_without_asking_the_authorizer_again() {
     s.authorizer.resolve_approval(with(GATEWAY, resolve)).await.unwrap();
 
     // The retried act is allowed under the grant, with its ticket.
-    let allowed = s.authorizer.authorize(with(WORKER, authorize(&o, "call-2", "Answer", type_answer))).await.unwrap();
+    let allowed = s.authorizer.authorize(with(WORKER, typed("call-2"))).await.unwrap();
     let Some(pb::authorize_reply::Decision::Allow(allow)) = allowed.into_inner().decision else {
         panic!("covered by the grant")
     };
@@ -290,4 +289,63 @@ async fn a_grant_allow_dispatches_without_asking_the_authorizer_again() {
     let o = s.observe(&session).await;
     assert!(node(&o, "Answer").0.state.as_ref().is_some_and(|st| st.filled), "the record value was typed");
     assert!(o.url.starts_with(LESSON_ORIGIN));
+}
+
+/// A type is decided on the record value the runtime sealed, not on the worker's word: the card
+/// shows that value (a secret's redacted, and never given to the worker), a text sent in the
+/// clear or another field's sealed text is refused and writes nothing.
+#[tokio::test]
+async fn a_type_is_decided_on_the_record_value_the_runtime_sealed() {
+    let mut s = stack().await;
+    s.record("run-1", &[("answer", "el gato"), ("key", "sk-live-0123456789abcdefXYZ")]);
+    let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
+    chat(&mut s).await;
+    let o = s.observe_run(&session, "run-1").await;
+    let opened = |field: &str| s.keys.open_text("tenant-1", record_text(&o, field)).expect("sealed for the tenant");
+    let answer = opened("answer");
+    assert_eq!((answer.text.as_str(), answer.chars, answer.credential_shaped), ("el gato", 7, false));
+    let key = opened("key");
+    assert!(key.credential_shaped && key.text.is_empty(), "a secret's value never reaches the worker: {key:?}");
+    assert_eq!(key.chars, 27);
+
+    let typing =
+        |field: &str| pb::Action { kind: pb::ActionKind::Type as i32, field_id: field.into(), ..Default::default() };
+    let card_of = |decided: Option<pb::authorize_reply::Decision>| match decided {
+        Some(pb::authorize_reply::Decision::RequireApproval(card)) => card,
+        other => panic!("asks: {other:?}"),
+    };
+    // In the clear, as a worker would claim it: refused.
+    let clear = pb::AuthorizeRequest {
+        action: Some(pb::Action { text: "el gato".into(), ..typing("answer") }),
+        ..authorize(&o, "call-1", "Answer", typing("answer"))
+    };
+    let err = s.authorizer.authorize(with(WORKER, clear)).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}");
+    // Another field's sealed value for this field: refused.
+    let swapped = pb::AuthorizeRequest {
+        text: Some(record_text(&o, "key").clone()),
+        ..authorize(&o, "call-2", "Answer", typing("answer"))
+    };
+    let err = s.authorizer.authorize(with(WORKER, swapped)).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}");
+    let pending = pb::ListApprovalsRequest { session_id: "s1".into(), pending_only: true, min_position: None };
+    assert!(
+        s.authorizer.list_approvals(with(GATEWAY, pending.clone())).await.unwrap().into_inner().approvals.is_empty()
+    );
+
+    // Sealed: the card shows the record's value, and a secret's redacted.
+    let shown = pb::AuthorizeRequest {
+        text: Some(record_text(&o, "answer").clone()),
+        ..authorize(&o, "call-3", "Answer", typing("answer"))
+    };
+    let card = card_of(s.authorizer.authorize(with(WORKER, shown)).await.unwrap().into_inner().decision);
+    assert_eq!(card.view.as_ref().map(|v| v.detail.as_str()), Some("el gato"));
+    let secret = pb::AuthorizeRequest {
+        text: Some(record_text(&o, "key").clone()),
+        ..authorize(&o, "call-4", "Answer", typing("key"))
+    };
+    let card = card_of(s.authorizer.authorize(with(WORKER, secret)).await.unwrap().into_inner().decision);
+    let view = card.view.expect("a view");
+    assert_eq!(view.detail, "[REDACTED]", "{view:?}");
+    assert!(!format!("{view:?}").contains("sk-"), "nothing of the stand-in shows: {view:?}");
 }

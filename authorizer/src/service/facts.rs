@@ -1,6 +1,7 @@
 //! The runtime's sealed facts: an `Authorize` is decided on the element and page a runtime of the
-//! tenant read and sealed, never on the worker's copy. Unsealed, forged, expired or another
-//! owner's or snapshot's facts are refused, write nothing, and are counted.
+//! tenant read and sealed, never on the worker's copy, and a type on the record value it would
+//! type, sealed the same way. Unsealed, forged, expired or another owner's, snapshot's, run's or
+//! field's facts are refused, write nothing, and are counted.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -28,6 +29,11 @@ pub(super) struct Named<'a> {
     pub principal: &'a str,
     pub snapshot_id: &'a str,
     pub node_ref: &'a str,
+}
+
+/// Read within [`FACTS_LIFETIME`] before `now`, and not after it but for the clocks' skew.
+fn fresh(read: OffsetDateTime, now: OffsetDateTime) -> bool {
+    read.checked_add(FACTS_LIFETIME).is_some_and(|end| end >= now) && read.checked_sub(SKEW).is_some_and(|t| t <= now)
 }
 
 /// Refusals of facts, counted for the operator.
@@ -82,11 +88,82 @@ pub(super) fn unsealed(
     }
     let read = OffsetDateTime::from_unix_timestamp_nanos(i128::from(body.read_ms) * 1_000_000)
         .map_err(|_| refusals.refuse(FACTS_INVALID, "the facts' time is not a time".into()))?;
-    if read + FACTS_LIFETIME < now || read > now + SKEW {
+    if !fresh(read, now) {
         return Err(refusals.refuse(FACTS_INVALID, "the facts are too old: observe again".into()));
+    }
+    // The field table's bounds, which the sealed bytes passed unread: a page may make its own URL
+    // as long as it likes.
+    if body.page_url.chars().count() > proto::limits::MAX_URL_CHARS
+        || body.page_title.chars().count() > classifier::coverage::MAX_LABEL_CHARS
+    {
+        return Err(super::status::invalid(
+            "facts",
+            "the page's URL or title is longer than any page this product acts on",
+        ));
     }
     r.element = body.element;
     r.page_url = body.page_url;
     r.page_title = body.page_title;
     Ok((r, Some(body.browser_profile_id)))
+}
+
+/// What the decision reads for a type: the record value's text as the runtime sealed it, or for
+/// a value that reads as a secret (left out of the seal) a stand-in of its length that reads as
+/// one too, so that it is charged, redacted and refused coverage as the value would be. The
+/// sealed digest, for the ticket (`None` when unsealed text is accepted, or for no type).
+#[allow(clippy::too_many_arguments)] // the request, what it names, and where the facts came from
+pub(super) fn sealed_text(
+    keys: &Keyring,
+    refusals: &Refusals,
+    accept_unsealed: bool,
+    r: &mut pb::AuthorizeRequest,
+    named: &Named<'_>,
+    profile: Option<&str>,
+    now: OffsetDateTime,
+) -> Result<Option<String>, Status> {
+    let Some(action) = r.action.as_mut() else { return Ok(None) };
+    let typed = action.kind == pb::ActionKind::Type as i32;
+    let sealed = match (typed, r.text.take()) {
+        (false, None) => return Ok(None),
+        (false, Some(_)) => return Err(super::status::invalid("text", "is only for a type")),
+        (true, None) if accept_unsealed => return Ok(None),
+        (true, None) => {
+            let why = "a type carries the runtime's sealed text of its record field (its RecordText.sealed)";
+            return Err(refusals.refuse(FACTS_NOT_SEALED, why.into()));
+        }
+        (true, Some(sealed)) => sealed,
+    };
+    if !action.text.is_empty() {
+        return Err(super::status::invalid("action.text", "the sealed text carries it: leave action.text empty"));
+    }
+    let body = keys.open_text(named.tenant, &sealed).map_err(|e| refusals.refuse(FACTS_INVALID, e.to_string()))?;
+    let run_id = r.run.as_ref().map(|run| run.run_id.as_str()).unwrap_or_default();
+    let mut mismatch = vec![
+        ("owner", body.principal_id.as_str(), named.principal),
+        ("run", &body.run_id, run_id),
+        ("record field", &body.field_id, action.field_id.as_str()),
+    ];
+    if let Some(p) = profile {
+        mismatch.push(("browser profile", &body.browser_profile_id, p));
+    }
+    if let Some((what, _, _)) = mismatch.into_iter().find(|(_, sealed, asked)| sealed != asked) {
+        return Err(refusals.refuse(FACTS_INVALID, format!("the text was sealed for another {what}")));
+    }
+    let read = OffsetDateTime::from_unix_timestamp_nanos(i128::from(body.read_ms) * 1_000_000)
+        .map_err(|_| refusals.refuse(FACTS_INVALID, "the text's time is not a time".into()))?;
+    if !fresh(read, now) {
+        return Err(refusals.refuse(FACTS_INVALID, "the text is too old: observe again".into()));
+    }
+    let chars = usize::try_from(body.chars).unwrap_or(usize::MAX);
+    if chars > proto::limits::MAX_TYPED_CHARS || body.sha256.len() != 32 {
+        return Err(refusals.refuse(FACTS_INVALID, "the sealed text is longer than a type may be".into()));
+    }
+    action.text = if body.credential_shaped {
+        // A secret's shape, as long as the value: `sk-` and letters (a value that reads as a
+        // secret is at least 8 characters).
+        format!("sk-{}", "x".repeat(chars.max(8) - 3))
+    } else {
+        body.text
+    };
+    Ok(Some(format!("sha256:{}", hex::encode(&body.sha256))))
 }

@@ -269,7 +269,10 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             snapshot_id: &snapshot_id,
             node_ref: &node_ref,
         };
-        let (r, facts_profile) = facts::unsealed(&self.tickets, &self.refusals, self.accept_unsealed, r, &named, now)?;
+        let (mut r, facts_profile) =
+            facts::unsealed(&self.tickets, &self.refusals, self.accept_unsealed, r, &named, now)?;
+        let (keys, refusals, accept) = (&self.tickets, &self.refusals, self.accept_unsealed);
+        let text_sha256 = facts::sealed_text(keys, refusals, accept, &mut r, &named, facts_profile.as_deref(), now)?;
         let session_id = id("session_id", &r.session_id)?;
         tracing::Span::current().record("session_id", session_id.as_str());
         let run = r.run.ok_or_else(|| invalid("run", "is required"))?;
@@ -314,6 +317,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             snapshot,
             field_id,
             facts_profile,
+            text_sha256,
         };
         let title = opt(&r.page_title);
         let named = has_element.then_some(&request.element);
@@ -349,8 +353,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
                             run_id: &request.run_id,
                             snapshot_id,
                             node_ref,
-                            action: &BoundAction::of(&request.action, request.field_id.as_deref())
-                                .on(&request.element, &request.page.url),
+                            action: &request.bound_action(),
                             kind,
                             grant_id: grant_id.map(|g| g.to_string()),
                             use_ordinal,

@@ -3,6 +3,7 @@
 //! every check here narrows, and none grants what the authorizer did not.
 
 mod act;
+mod after;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -115,6 +115,20 @@ pub struct AuthorizeRequest {
     /// The browser profile the runtime read the facts in, when they came sealed: the session's
     /// own, or nothing is decided.
     pub facts_profile: Option<String>,
+    /// A type's record value's digest as the runtime sealed it (`sha256:` and hex), when the
+    /// text the decision reads stands in for a value it was not shown (a secret's).
+    pub text_sha256: Option<String>,
+}
+
+impl AuthorizeRequest {
+    /// The one act this request asks for, as a token and a ticket bind it.
+    pub fn bound_action(&self) -> BoundAction {
+        let bound = BoundAction::of(&self.action, self.field_id.as_deref()).on(&self.element, &self.page.url);
+        match &self.text_sha256 {
+            Some(digest) => BoundAction { text_sha256: Some(digest.clone()), ..bound },
+            None => bound,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -326,14 +340,16 @@ pub fn authorize(
     if req.facts_profile.as_deref().is_some_and(|p| Some(p) != session_profile) {
         return deny(FACTS_NOT_THIS_SESSION.to_owned());
     }
+    // Before any card, an escalation's too: a card for what the runtime never does is approved
+    // for nothing.
+    if let Some(code) = refused_field(&consequences, req) {
+        return deny(code.to_owned());
+    }
     if let Verdict::Escalate { .. } = verdict {
         // No grant answers an escalation, so the card offers none either.
         let reason = Some(NotCovered::PolicyEscalation.code().to_owned());
         let (decision, requested) = request_approval(req, now, new_approval_id, reason, None);
         return Authorization { decision, events: vec![requested] };
-    }
-    if let Some(code) = refused_field(&consequences, req) {
-        return deny(code.to_owned());
     }
     let authorized = |kind, grant_id, use_ordinal| {
         Event::ToolCallAuthorized(ToolCallAuthorized {
@@ -404,9 +420,7 @@ pub fn request_approval(
             run_id: req.run_id.clone(),
             snapshot_id: snapshot_id.clone(),
             node_ref: node_ref.clone(),
-            action: Some(Box::new(
-                BoundAction::of(&req.action, req.field_id.as_deref()).on(&req.element, &req.page.url),
-            )),
+            action: Some(Box::new(req.bound_action())),
         }),
         agent_version: req.versions.agent.clone(),
     });

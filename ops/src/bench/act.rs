@@ -156,7 +156,10 @@ pub async fn run(iterations: usize, nodes: usize) -> Result<String> {
         // The same click three ways: approved (fenced to the run's origins), under a task grant
         // (its prefix fenced, its coverage read), and plain.
         for grant in [false, true] {
-            let o = client.observe(with(rt::ObserveRequest { session_id: session.clone() })).await?.into_inner();
+            let o = client
+                .observe(with(rt::ObserveRequest { session_id: session.clone(), run_id: String::new() }))
+                .await?
+                .into_inner();
             let node = o.nodes.iter().find(|n| n.name == "Tap").context("the Tap node")?;
             sequence += 1;
             let act = rt::ActRequest {
@@ -228,7 +231,10 @@ pub async fn run(iterations: usize, nodes: usize) -> Result<String> {
     let mut seen = 0;
     for i in 0..iterations.min(100) + 3 {
         let t = Instant::now();
-        let o = client.observe(with(rt::ObserveRequest { session_id: big.clone() })).await?.into_inner();
+        let o = client
+            .observe(with(rt::ObserveRequest { session_id: big.clone(), run_id: String::new() }))
+            .await?
+            .into_inner();
         if i >= 3 {
             observe.latencies.push(t.elapsed());
         }

@@ -1,0 +1,352 @@
+//! The gRPC service: authenticates each caller as a `worker` of one tenant, validates the
+//! request, and runs it on the caller's own session. Sessions live with the Chromium they drive,
+//! so a session belongs to one runtime process; every rule it enforces is re-read from the live
+//! page, not from what the process remembers.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use credentials::{Caller, Credentials, Role};
+use proto::runtime as pb;
+use proto::v1 as gl;
+use time::OffsetDateTime;
+use tonic::{Request, Response, Status};
+
+use crate::config::RuntimeConfig;
+use crate::records::RecordStore;
+use crate::session::{Allow, Code, Redeem, Session};
+
+mod convert;
+mod redeem;
+
+use convert::*;
+pub use convert::{act_input, facts_pb};
+pub use redeem::AuthorizerRedeemer;
+
+/// The longest expected name the contract allows.
+pub const MAX_NAME_CHARS: usize = 120;
+const MAX_STEPS: u32 = 10_000;
+
+type Shared = Arc<tokio::sync::Mutex<Session>>;
+
+/// `$call` on session `$s` within the configured bound; a call that does not come back in time
+/// (a renderer stuck in the page's script) restarts the session's browser clean.
+macro_rules! bounded {
+    ($self:ident, $s:ident, $call:expr) => {
+        match tokio::time::timeout($self.config.call_timeout, $call).await {
+            Ok(r) => r,
+            Err(_) => Err($s.hung(&$self.config.browser).await),
+        }
+    };
+}
+
+/// An open session, with the owner and profile it was opened for (fixed for its life).
+#[derive(Debug, Clone)]
+struct Entry {
+    tenant: String,
+    principal: String,
+    profile: String,
+    session: Shared,
+}
+
+/// A pool slot taken for a session being opened: given back on drop unless kept, so a call
+/// cancelled while Chromium starts leaks neither the slot nor the profile.
+struct Slot<'a> {
+    sessions: &'a Mutex<HashMap<String, Entry>>,
+    id: String,
+    kept: bool,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&self.id);
+        }
+    }
+}
+
+/// Every open session of this process, by id.
+#[derive(Debug)]
+pub struct BrowserRuntime<R> {
+    config: RuntimeConfig,
+    credentials: Credentials,
+    records: RecordStore,
+    redeemer: R,
+    sessions: Mutex<HashMap<String, Entry>>,
+}
+
+impl<R: Redeem + 'static> BrowserRuntime<R> {
+    /// The run's record values, each sealed with its shape: the text itself only where a card
+    /// shows it (never a value that reads as a secret).
+    fn record_texts(&self, by: &Reader<'_>, run: &str) -> Result<Vec<pb::RecordText>, Status> {
+        use crate::records::RecordError as E;
+        let fields = self.records.fields(by.tenant, run).map_err(|e| match e {
+            E::Invalid(_) | E::NoField { .. } => Status::invalid_argument(e.to_string()),
+            E::Malformed(..) => Status::internal(e.to_string()),
+            E::Unreadable(..) => Status::unavailable(e.to_string()),
+        })?;
+        let read_ms = i64::try_from(OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX);
+        Ok(fields
+            .into_iter()
+            .map(|(field_id, value)| {
+                let secret = classifier::text_shape::is_credential_shaped(&value);
+                let body = gl::TextBody {
+                    tenant_id: by.tenant.to_owned(),
+                    principal_id: by.principal.to_owned(),
+                    browser_profile_id: by.profile.to_owned(),
+                    run_id: run.to_owned(),
+                    field_id: field_id.clone(),
+                    chars: u32::try_from(value.chars().count()).unwrap_or(u32::MAX),
+                    sha256: <sha2::Sha256 as sha2::Digest>::digest(value.as_bytes()).to_vec(),
+                    credential_shaped: secret,
+                    text: if secret { String::new() } else { value },
+                    read_ms,
+                };
+                pb::RecordText { field_id, sealed: Some(by.keys.seal_text(&body)) }
+            })
+            .collect())
+    }
+}
+
+impl<R: Redeem + 'static> BrowserRuntime<R> {
+    pub fn new(config: RuntimeConfig, credentials: Credentials, redeemer: R) -> Self {
+        let records = RecordStore::new(config.records_dir.clone());
+        Self { config, credentials, records, redeemer, sessions: Mutex::new(HashMap::new()) }
+    }
+
+    /// The caller, as the gate authenticated it from the headers before the body was read, or
+    /// authenticated here when the service is called without the gate (in-process).
+    async fn caller<T>(&self, req: &Request<T>) -> Result<Caller, Status> {
+        if let Some(c) = req.extensions().get::<Caller>().filter(|c| c.role == Role::Worker) {
+            return Ok(c.clone());
+        }
+        self.credentials
+            .authenticate(req.metadata(), &[Role::Worker], &[], OffsetDateTime::now_utc())
+            .await
+            .map_err(transport::auth_status)
+    }
+
+    /// The caller's session, locked: another owner's session is as absent as one that never
+    /// existed, and so is one closed while the call waited for it.
+    async fn owned(&self, caller: &Caller, session_id: &str) -> Result<tokio::sync::OwnedMutexGuard<Session>, Status> {
+        let entry = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(session_id).cloned();
+        match entry {
+            Some(e) if e.tenant == caller.tenant && e.principal == caller.principal => {
+                let guard = e.session.lock_owned().await;
+                if guard.closed { Err(Status::not_found("no such session")) } else { Ok(guard) }
+            }
+            _ => Err(Status::not_found("no such session")),
+        }
+    }
+
+    /// Closes every session: the shutdown path.
+    pub async fn close_all(&self) {
+        let all: Vec<Shared> = {
+            let mut sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            sessions.drain().map(|(_, e)| e.session).collect()
+        };
+        for s in all {
+            s.lock().await.close().await;
+        }
+    }
+
+    /// chromedriver's pid for a session, whose process group holds its Chromium (for tests that
+    /// kill the browser they started).
+    pub async fn driver_pid(&self, session_id: &str) -> Option<u32> {
+        let e = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(session_id).cloned()?;
+        let guard = e.session.lock().await;
+        guard.driver_pid()
+    }
+
+    pub fn into_server(self) -> pb::browser_runtime_server::BrowserRuntimeServer<Self> {
+        pb::browser_runtime_server::BrowserRuntimeServer::new(self)
+    }
+}
+
+#[tonic::async_trait]
+impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for BrowserRuntime<R> {
+    async fn open_session(
+        &self,
+        req: Request<pb::OpenSessionRequest>,
+    ) -> Result<Response<pb::OpenSessionReply>, Status> {
+        let caller = self.caller(&req).await?;
+        let req = req.into_inner();
+        let profile = id("browser_profile_id", &req.browser_profile_id)?;
+        if req.allowed_origins.is_empty() {
+            return Err(invalid("allowed_origins", "names at least one origin"));
+        }
+        let origins =
+            req.allowed_origins.iter().map(|o| origin("allowed_origins", o)).collect::<Result<Vec<_>, _>>()?;
+        let start = url::Url::parse(&req.start_url).map_err(|_| invalid("start_url", "is not a URL"))?;
+        if !origins.contains(&start.origin().ascii_serialization()) {
+            return Err(invalid("start_url", "is on one of the allowed origins"));
+        }
+        if !(1..=MAX_STEPS).contains(&req.max_steps) {
+            return Err(invalid("max_steps", &format!("is between 1 and {MAX_STEPS}")));
+        }
+        let session_id = format!("bs_{}", hex::encode(rand::random::<[u8; 12]>()));
+        let owner = (caller.tenant.clone(), caller.principal.clone(), profile.clone());
+        let mut session = Session::new(owner, origins, req.start_url, req.max_steps);
+        // The slot is taken before Chromium starts, so the pool limit holds under concurrency.
+        let placeholder = (caller.tenant.clone(), caller.principal.clone(), profile.clone());
+        let shared: Shared = Arc::new(tokio::sync::Mutex::new(Session::new(placeholder, Vec::new(), String::new(), 0)));
+        let mut guard = Arc::clone(&shared).lock_owned().await;
+        let mut slot = {
+            let mut sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if sessions.len() >= self.config.pool_size {
+                return Err(Status::resource_exhausted(format!(
+                    "the browser pool is full ({} sessions): close one first",
+                    self.config.pool_size
+                )));
+            }
+            // Per owner: another owner naming this profile id must not hold it against its owner.
+            // (What a session may do on a profile is the authorizer's to decide: it knows owners.)
+            let held = |e: &Entry| e.tenant == caller.tenant && e.principal == caller.principal && e.profile == profile;
+            if sessions.values().any(held) {
+                return Err(Status::already_exists("this browser profile already has an open session"));
+            }
+            let entry = Entry {
+                tenant: caller.tenant.clone(),
+                principal: caller.principal.clone(),
+                profile: profile.clone(),
+                session: Arc::clone(&shared),
+            };
+            sessions.insert(session_id.clone(), entry);
+            Slot { sessions: &self.sessions, id: session_id.clone(), kept: false }
+        };
+        if let Err(e) = session.start(&self.config.browser).await {
+            session.close().await;
+            return Err(session_status(e));
+        }
+        *guard = session;
+        slot.kept = true;
+        Ok(Response::new(pb::OpenSessionReply { session_id }))
+    }
+
+    async fn observe(&self, req: Request<pb::ObserveRequest>) -> Result<Response<pb::ObserveReply>, Status> {
+        let caller = self.caller(&req).await?;
+        let mut s = self.owned(&caller, &req.get_ref().session_id).await?;
+        let run_id = req.get_ref().run_id.clone();
+        let run = if run_id.is_empty() { None } else { Some(id("run_id", &run_id)?) };
+        let o = bounded!(self, s, s.observe(&self.config.browser)).map_err(session_status)?;
+        let by = Reader { keys: &self.config.tickets, tenant: &s.tenant, principal: &s.principal, profile: &s.profile };
+        let mut reply = observation_pb(o, &by);
+        if let Some(run) = run {
+            reply.texts = self.record_texts(&by, &run)?;
+        }
+        Ok(Response::new(reply))
+    }
+
+    async fn act(&self, req: Request<pb::ActRequest>) -> Result<Response<pb::ActReply>, Status> {
+        let caller = self.caller(&req).await?;
+        let req = req.into_inner();
+        let session_id = req.session_id.clone();
+        let input = act_input(req)?;
+        let mut s = self.owned(&caller, &session_id).await?;
+        let now = OffsetDateTime::now_utc();
+        let allow = Allow { tickets: &self.config.tickets, redeemer: &self.redeemer };
+        let o =
+            bounded!(self, s, s.act(input, &self.records, allow, &self.config.browser, now)).map_err(session_status)?;
+        if o.code != Code::Ok {
+            tracing::info!(code = o.code.name(), detail = %o.detail, session = %session_id, "act refused");
+        }
+        Ok(Response::new(pb::ActReply {
+            ok: o.code == Code::Ok,
+            code: code_pb(o.code) as i32,
+            code_name: o.code.name().to_owned(),
+            detail: o.detail,
+            snapshot_id: o.snapshot_id,
+            changed: o.changed,
+            dispatched: o.dispatched,
+            reason: o.reason.unwrap_or_default().to_owned(),
+            outcome_unknown: o.outcome_unknown,
+            recoverable: o.code != Code::Ok && o.code.recoverable(),
+        }))
+    }
+
+    async fn screenshot(&self, req: Request<pb::ScreenshotRequest>) -> Result<Response<pb::ScreenshotReply>, Status> {
+        let caller = self.caller(&req).await?;
+        let mut s = self.owned(&caller, &req.get_ref().session_id).await?;
+        let png = bounded!(self, s, s.screenshot(&self.config.browser)).map_err(session_status)?;
+        Ok(Response::new(pb::ScreenshotReply { png }))
+    }
+
+    async fn read_form(&self, req: Request<pb::ReadFormRequest>) -> Result<Response<pb::ReadFormReply>, Status> {
+        let caller = self.caller(&req).await?;
+        let req = req.into_inner();
+        let mut s = self.owned(&caller, &req.session_id).await?;
+        let (url, fields) = bounded!(self, s, s.read_form(&req.snapshot_id, &req.r#ref, &self.config.browser))
+            .map_err(session_status)?;
+        Ok(Response::new(pb::ReadFormReply {
+            url,
+            fields: fields
+                .into_iter()
+                .map(|r| pb::FormField {
+                    label: r.field.label,
+                    name: r.field.name,
+                    kind: gl::FieldKind::from(r.field.kind) as i32,
+                    value: r.field.value,
+                    checked: r.field.checked,
+                    typed_field_id: r.typed_field_id.unwrap_or_default(),
+                })
+                .collect(),
+        }))
+    }
+
+    async fn close_session(
+        &self,
+        req: Request<pb::CloseSessionRequest>,
+    ) -> Result<Response<pb::CloseSessionReply>, Status> {
+        let caller = self.caller(&req).await?;
+        let session_id = req.get_ref().session_id.clone();
+        let mut s = self.owned(&caller, &session_id).await?;
+        s.close().await;
+        s.closed = true;
+        drop(s);
+        self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&session_id);
+        Ok(Response::new(pb::CloseSessionReply {}))
+    }
+}
+
+/// Accepted connections without Nagle's delay: a reply larger than one segment otherwise waits
+/// for the peer's delayed acknowledgement (tens of milliseconds).
+/// Every call of the runtime is the worker's.
+fn route(path: &str) -> Option<(&'static [Role], &'static [credentials::Scope])> {
+    path.starts_with("/browser_runtime.v1.BrowserRuntime/").then_some((&[Role::Worker][..], &[][..]))
+}
+
+/// Open files kept back from connections: each browser's driver, its DevTools sockets, records.
+const OPEN_FILE_RESERVE: u64 = 512;
+
+/// Serves `runtime` on `listener` until `shutdown`, then closes every browser it started.
+pub async fn serve<R: Redeem + 'static>(
+    listener: tokio::net::TcpListener,
+    runtime: Arc<BrowserRuntime<R>>,
+    tls: Option<Arc<transport::ServerConfig>>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    // An act's calls are each bounded by the browser-call timeout; the request bound stays well
+    // above the longest act (its several calls, a restart, the settle), so it never cuts one.
+    let longest_act = runtime.config.call_timeout * 8 + std::time::Duration::from_secs(60);
+    let limits = transport::Limits::for_requests_within(longest_act)
+        .within_open_files(transport::raise_fd_limit(), OPEN_FILE_RESERVE);
+    let server = pb::browser_runtime_server::BrowserRuntimeServer::from_arc(Arc::clone(&runtime))
+        .max_decoding_message_size(proto::limits::MAX_RUNTIME_REQUEST_BYTES);
+    let registry = transport::Registry::default();
+    let (reporter, health) = tonic_health::server::health_reporter();
+    let health = health.max_decoding_message_size(transport::MAX_HEALTH_REQUEST_BYTES);
+    reporter.set_serving::<pb::browser_runtime_server::BrowserRuntimeServer<BrowserRuntime<R>>>().await;
+    let served = transport::server(&limits)
+        .add_service(transport::Gate::new(
+            health,
+            runtime.credentials.clone(),
+            transport::open_to_all,
+            limits,
+            registry.clone(),
+        ))
+        .add_service(transport::Gate::new(server, runtime.credentials.clone(), route, limits, registry.clone()))
+        .serve_with_incoming_shutdown(transport::incoming(listener, tls, limits, registry), shutdown)
+        .await;
+    runtime.close_all().await;
+    served
+}

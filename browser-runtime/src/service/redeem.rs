@@ -1,0 +1,108 @@
+//! Approval tokens redeemed at the authorizer, with the runtime's own `runtime` credential, for
+//! the approved act's dispatch ticket.
+
+use proto::v1 as gl;
+use tonic::metadata::MetadataValue;
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use tonic::{Request, Status};
+
+use crate::config::AuthorizerLink;
+use crate::session::{ActAction, Redeem, RedeemError, Redemption};
+
+/// Redeems approval tokens at the authorizer with the runtime's own credential.
+#[derive(Debug, Clone)]
+pub struct AuthorizerRedeemer {
+    client: Option<gl::authorizer_client::AuthorizerClient<Channel>>,
+    bearer: Option<MetadataValue<tonic::metadata::Ascii>>,
+}
+
+impl AuthorizerRedeemer {
+    pub fn new(link: Option<&AuthorizerLink>) -> Result<Self, String> {
+        let Some(link) = link else { return Ok(Self { client: None, bearer: None }) };
+        let mut endpoint =
+            Endpoint::from_shared(link.url.clone()).map_err(|e| format!("RUNTIME_AUTHORIZER_URL: {e}"))?;
+        if link.url.starts_with("https://") {
+            let mut tls = ClientTlsConfig::new().with_enabled_roots();
+            if let Some(ca) = &link.ca_pem {
+                tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(ca));
+            }
+            endpoint = endpoint.tls_config(tls).map_err(|e| format!("RUNTIME_AUTHORIZER_CA: {e}"))?;
+        }
+        let bearer = format!("Bearer {}", link.token)
+            .parse()
+            .map_err(|_| "RUNTIME_AUTHORIZER_TOKEN is not a header value".to_owned())?;
+        Ok(Self {
+            client: Some(gl::authorizer_client::AuthorizerClient::new(endpoint.connect_lazy())),
+            bearer: Some(bearer),
+        })
+    }
+}
+
+impl Redeem for AuthorizerRedeemer {
+    async fn redeem(&self, r: Redemption<'_>) -> Result<gl::DispatchTicket, RedeemError> {
+        let (Some(client), Some(bearer)) = (&self.client, &self.bearer) else {
+            return Err(RedeemError::Unavailable("this runtime has no authorizer to redeem tokens at".into()));
+        };
+        let text_sha256 = match r.action {
+            ActAction::Type { .. } => crate::ticket::ticket_action(r.action, r.text).text_sha256,
+            _ => Vec::new(),
+        };
+        let mut req = Request::new(gl::RedeemTokenRequest {
+            approval_token: r.token.to_owned(),
+            run_id: r.run_id.to_owned(),
+            snapshot_id: r.snapshot_id.to_owned(),
+            node_ref: r.node_ref.to_owned(),
+            action: Some(action_pb(r.action)),
+            text_sha256,
+            browser_profile_id: r.profile.to_owned(),
+            element_role: r.element_role.to_owned(),
+            element_name: r.element_name.to_owned(),
+            page_origin: r.page_origin.to_owned(),
+        });
+        req.metadata_mut().insert("authorization", bearer.clone());
+        match client.clone().redeem_token(req).await {
+            Ok(reply) => {
+                reply.into_inner().ticket.ok_or_else(|| RedeemError::Refused("the authorizer sent no ticket".into()))
+            }
+            Err(s) => {
+                use tonic::Code as C;
+                match s.code() {
+                    // Not this token: it was never issued, is used or expired, or names another
+                    // run, snapshot or ref.
+                    C::NotFound | C::FailedPrecondition | C::InvalidArgument | C::AlreadyExists | C::OutOfRange => {
+                        Err(RedeemError::Invalid(format!("the authorizer refused the token: {}", s.message())))
+                    }
+                    // A refusal of the token itself (any reason but the caller's role).
+                    C::PermissionDenied if !caller_refused(&s) => {
+                        Err(RedeemError::Invalid(format!("the authorizer refused the token: {}", s.message())))
+                    }
+                    // The runtime's own credential or the authorizer itself is at fault.
+                    C::Unauthenticated | C::PermissionDenied | C::Internal | C::Unimplemented | C::DataLoss => {
+                        Err(RedeemError::Refused(format!("the authorizer refused the runtime: {}", s.message())))
+                    }
+                    _ => Err(RedeemError::Unavailable(s.message().to_owned())),
+                }
+            }
+        }
+    }
+}
+
+/// The act as the authorizer names it (no text: the runtime checks the record value itself).
+pub(super) fn action_pb(a: &ActAction) -> gl::Action {
+    use gl::ActionKind as K;
+    let kind = |k: K| gl::Action { kind: k as i32, ..Default::default() };
+    match a {
+        ActAction::Click => kind(K::Click),
+        ActAction::Type { field_id } => gl::Action { field_id: field_id.clone(), ..kind(K::Type) },
+        ActAction::Select { option } => gl::Action { option: option.clone(), ..kind(K::Select) },
+        ActAction::Check => kind(K::Check),
+        ActAction::Press { key } => gl::Action { key: key.clone(), ..kind(K::Press) },
+        ActAction::Scroll { by } => gl::Action { scroll_by: *by, ..kind(K::Scroll) },
+    }
+}
+
+/// Whether the authorizer refused the caller (the runtime's credential) rather than the token.
+pub(super) fn caller_refused(s: &Status) -> bool {
+    use tonic_types::StatusExt;
+    s.get_error_details().error_info().is_some_and(|i| i.reason == transport::CALLER_NOT_PERMITTED)
+}
