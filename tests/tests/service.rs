@@ -410,6 +410,14 @@ async fn bad_requests_name_the_field_and_change_nothing() {
         ),
         (pb::AuthorizeRequest { node_ref: String::new(), ..act(None) }, "snapshot_id"),
         (pb::AuthorizeRequest { element: None, ..act(None) }, "element"),
+        // A click on a field: the runtime never dispatches one.
+        (
+            pb::AuthorizeRequest {
+                element: Some(pb::ElementFacts { role: "textbox".into(), ..act(None).element.unwrap() }),
+                ..act(None)
+            },
+            "action.kind",
+        ),
         // Every id fits a stream name beside any tenant: at most 120 bytes (193 used to panic).
         (pb::AuthorizeRequest { session_id: "s".repeat(121), ..act(None) }, "session_id"),
         (pb::AuthorizeRequest { tool_call_id: "c".repeat(195), ..act(None) }, "tool_call_id"),

@@ -290,6 +290,12 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             None if matches!(action, Action::Scroll { .. }) => None,
             None => return Err(invalid("element", "is required")),
         };
+        // The tool contract's click takes no field: the runtime refuses one, so no card is asked.
+        if matches!(action, Action::Click)
+            && element.as_ref().is_some_and(|e| matches!(e.role.as_str(), "textbox" | "searchbox" | "listbox"))
+        {
+            return Err(invalid("action.kind", "a click takes no textbox, searchbox or listbox: type or select"));
+        }
         let snapshot = match (r.snapshot_id.is_empty(), r.node_ref.is_empty()) {
             (false, false) => Some((id("snapshot_id", &r.snapshot_id)?, id("node_ref", &r.node_ref)?)),
             (true, true) => None,
