@@ -56,14 +56,16 @@ impl RecordStore {
         Ok(value)
     }
 
-    /// Every typeable field of the run's record, in field-id order; none when the run has no
-    /// record.
+    /// Every field of the run's record a type could type (typeable, within the longest text a
+    /// type may be), in field-id order; none when the run has no record.
     pub fn fields(&self, tenant: &str, run: &str) -> Result<Vec<(String, String)>, RecordError> {
         let mut fields: Vec<_> = self
             .record(tenant, run)?
             .unwrap_or_default()
             .into_iter()
-            .filter(|(f, v)| check_field_id(f).is_ok() && typeable(v))
+            .filter(|(f, v)| {
+                check_field_id(f).is_ok() && typeable(v) && v.chars().count() <= proto::limits::MAX_TYPED_CHARS
+            })
             .collect();
         fields.sort();
         Ok(fields)

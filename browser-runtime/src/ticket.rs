@@ -5,7 +5,6 @@
 use classifier::constraint::{DispatchConstraint, GrantKind};
 use proto::ticket::Keyring;
 use proto::v1 as gl;
-use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -59,7 +58,7 @@ pub fn check(keys: &Keyring, ticket: &gl::DispatchTicket, expected: &Expected<'_
         return Err(format!("the ticket was issued for another {what}"));
     }
     let action = body.action.as_ref().ok_or("the ticket names no act")?;
-    same_act(action, expected.action, expected.text)?;
+    same_act(keys, expected.tenant, action, expected.action, expected.text)?;
     let constraint = match (body.authorization_kind.as_str(), body.constraint) {
         ("approval", None) => None,
         (kind @ ("standing_grant" | "browser_task_grant"), Some(c)) => {
@@ -80,14 +79,25 @@ pub fn check(keys: &Keyring, ticket: &gl::DispatchTicket, expected: &Expected<'_
     Ok(Ticketed { ticket_id: body.ticket_id, constraint })
 }
 
-/// The act the ticket names is the act in hand: its kind, its argument, and for a type the text.
-fn same_act(bound: &gl::TicketAction, act: &ActAction, text: Option<&str>) -> Result<(), String> {
-    let here = ticket_action(act, text);
-    if bound.text_sha256 != here.text_sha256 && matches!(act, ActAction::Type { .. }) && bound.field_id == here.field_id
-    {
-        return Err("the record value is not the text the authorizer was shown".into());
+/// The act the ticket names is the act in hand: its kind, its argument, and for a type the text
+/// (its keyed digest under any key of the ring).
+fn same_act(
+    keys: &Keyring,
+    tenant: &str,
+    bound: &gl::TicketAction,
+    act: &ActAction,
+    text: Option<&str>,
+) -> Result<(), String> {
+    let here = ticket_action(act, None);
+    let same_but_text = gl::TicketAction { text_sha256: bound.text_sha256.clone(), ..here };
+    if *bound != same_but_text {
+        return Err("the ticket was issued for another act".into());
     }
-    if *bound == here { Ok(()) } else { Err("the ticket was issued for another act".into()) }
+    let fits = match act {
+        ActAction::Type { .. } => keys.digest_fits(tenant, text.unwrap_or_default(), &bound.text_sha256),
+        _ => bound.text_sha256.is_empty(),
+    };
+    if fits { Ok(()) } else { Err("the record value is not the text the authorizer was shown".into()) }
 }
 
 /// The constraint as the authorizer sealed it, held to the rules of its kind.
@@ -113,6 +123,7 @@ pub fn constraint(c: gl::DispatchConstraint) -> Result<DispatchConstraint, Strin
 /// The body a ticket for exactly this act carries: what the authorizer seals for it. The bench
 /// and the tests seal it with keys of their own, standing in for the authorizer.
 pub fn body_for(
+    keys: &Keyring,
     expected: &Expected<'_>,
     ticket_id: &str,
     constraint: Option<gl::DispatchConstraint>,
@@ -131,7 +142,7 @@ pub fn body_for(
         run_id: expected.run_id.to_owned(),
         snapshot_id: expected.snapshot_id.to_owned(),
         node_ref: expected.node_ref.to_owned(),
-        action: Some(ticket_action(expected.action, expected.text)),
+        action: Some(ticket_action(expected.action, expected.text.map(|t| keys.text_digest(expected.tenant, t)))),
         element_role: expected.element_role.to_owned(),
         element_name: expected.element_name.to_owned(),
         page_origin: expected.page_origin.to_owned(),
@@ -142,17 +153,15 @@ pub fn body_for(
     }
 }
 
-/// `act` as a ticket names it, with the digest of the text a type types.
-pub fn ticket_action(act: &ActAction, text: Option<&str>) -> gl::TicketAction {
+/// `act` as a ticket names it, with the keyed digest of the text a type types.
+pub fn ticket_action(act: &ActAction, digest: Option<Vec<u8>>) -> gl::TicketAction {
     use gl::ActionKind as K;
     let kind = |k: K| gl::TicketAction { kind: k as i32, ..Default::default() };
     match act {
         ActAction::Click => kind(K::Click),
-        ActAction::Type { field_id } => gl::TicketAction {
-            field_id: field_id.clone(),
-            text_sha256: Sha256::digest(text.unwrap_or_default().as_bytes()).to_vec(),
-            ..kind(K::Type)
-        },
+        ActAction::Type { field_id } => {
+            gl::TicketAction { field_id: field_id.clone(), text_sha256: digest.unwrap_or_default(), ..kind(K::Type) }
+        }
         ActAction::Select { option } => gl::TicketAction { option: option.clone(), ..kind(K::Select) },
         ActAction::Check => kind(K::Check),
         ActAction::Press { key } => gl::TicketAction { key: key.clone(), ..kind(K::Press) },

@@ -31,6 +31,7 @@ const SECRET_BYTES: usize = 32;
 const LABEL: &[u8] = b"grant-ledger dispatch ticket v1";
 const FACTS_LABEL: &[u8] = b"grant-ledger element facts v1";
 const TEXT_LABEL: &[u8] = b"grant-ledger record text v1";
+const DIGEST_LABEL: &[u8] = b"grant-ledger text digest v1";
 const TENANT_LABEL: &[u8] = b"grant-ledger ticket tenant key v1";
 
 type HmacSha256 = Hmac<Sha256>;
@@ -179,6 +180,18 @@ impl Keyring {
         Ok(body)
     }
 
+    /// The keyed digest of a text a type types, under the sealing key: what tickets, cards and
+    /// redemptions bind. Keyed, so that a worker who sees it cannot guess a short secret from it.
+    pub fn text_digest(&self, tenant: &str, text: &str) -> Vec<u8> {
+        digest(&self.keys[0], tenant, text)
+    }
+
+    /// Whether `bound` is `text`'s keyed digest under any key of the ring (a digest made before a
+    /// rotation still fits).
+    pub fn digest_fits(&self, tenant: &str, text: &str, bound: &[u8]) -> bool {
+        self.keys.iter().any(|k| digest(k, tenant, text).as_slice() == bound)
+    }
+
     fn seal_bytes(&self, label: &[u8], tenant: &str, bytes: Vec<u8>) -> (String, Vec<u8>, Vec<u8>) {
         let key = &self.keys[0];
         let mac = tag(key, label, tenant, &bytes).finalize().into_bytes().to_vec();
@@ -189,6 +202,10 @@ impl Keyring {
         let key = self.keys.iter().find(|k| k.id == key_id).ok_or(TicketError::UnknownKey)?;
         tag(key, label, tenant, body).verify_slice(mac).map_err(|_| TicketError::Forged)
     }
+}
+
+fn digest(key: &Key, tenant: &str, text: &str) -> Vec<u8> {
+    tag(key, DIGEST_LABEL, tenant, text.as_bytes()).finalize().into_bytes().to_vec()
 }
 
 /// The MAC state over (label, key id, body) under `tenant`'s key derived from `key`.

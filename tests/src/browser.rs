@@ -285,7 +285,7 @@ impl Stack {
             now: time::OffsetDateTime::now_utc(),
         };
         let id = hex::encode(rand::random::<[u8; 8]>());
-        self.keys.seal(&ticket::body_for(&expected, &id, constraint, not_after))
+        self.keys.seal(&ticket::body_for(&self.keys, &expected, &id, constraint, not_after))
     }
 
     /// The card's read-back of the form that owns node `name` of snapshot `o`.

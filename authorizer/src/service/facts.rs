@@ -155,8 +155,14 @@ pub(super) fn sealed_text(
         return Err(refusals.refuse(FACTS_INVALID, "the text is too old: observe again".into()));
     }
     let chars = usize::try_from(body.chars).unwrap_or(usize::MAX);
-    if chars > proto::limits::MAX_TYPED_CHARS || body.sha256.len() != 32 {
+    if chars > proto::limits::MAX_TYPED_CHARS || body.digest.len() != 32 {
         return Err(refusals.refuse(FACTS_INVALID, "the sealed text is longer than a type may be".into()));
+    }
+    // A value's text and shape must agree with its digest (a runtime's bug, never the worker's).
+    let whole = body.credential_shaped
+        || (keys.digest_fits(named.tenant, &body.text, &body.digest) && body.text.chars().count() == chars);
+    if !whole {
+        return Err(refusals.refuse(FACTS_INVALID, "the sealed text does not match its digest".into()));
     }
     action.text = if body.credential_shaped {
         // A secret's shape, as long as the value: `sk-` and letters (a value that reads as a
@@ -165,5 +171,5 @@ pub(super) fn sealed_text(
     } else {
         body.text
     };
-    Ok(Some(format!("sha256:{}", hex::encode(&body.sha256))))
+    Ok(Some(format!("hmac-sha256:{}", hex::encode(&body.digest))))
 }

@@ -85,7 +85,7 @@ fn action(a: &BoundAction) -> pb::TicketAction {
     t.text_sha256 = a
         .text_sha256
         .as_deref()
-        .and_then(|d| d.strip_prefix("sha256:"))
+        .and_then(|d| d.split_once(':').map(|(_, hex)| hex))
         .and_then(|h| hex::decode(h).ok())
         .unwrap_or_default();
     t

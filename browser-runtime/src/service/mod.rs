@@ -97,7 +97,7 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
                     run_id: run.to_owned(),
                     field_id: field_id.clone(),
                     chars: u32::try_from(value.chars().count()).unwrap_or(u32::MAX),
-                    sha256: <sha2::Sha256 as sha2::Digest>::digest(value.as_bytes()).to_vec(),
+                    digest: by.keys.text_digest(by.tenant, &value),
                     credential_shaped: secret,
                     text: if secret { String::new() } else { value },
                     read_ms,
@@ -228,13 +228,15 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
         let mut s = self.owned(&caller, &req.get_ref().session_id).await?;
         let run_id = req.get_ref().run_id.clone();
         let run = if run_id.is_empty() { None } else { Some(id("run_id", &run_id)?) };
+        // The record first: a record that cannot be read leaves the newest snapshot standing.
+        let (tenant, principal, profile) = (s.tenant.clone(), s.principal.clone(), s.profile.clone());
+        let by = Reader { keys: &self.config.tickets, tenant: &tenant, principal: &principal, profile: &profile };
+        let texts = match run {
+            Some(run) => self.record_texts(&by, &run)?,
+            None => Vec::new(),
+        };
         let o = bounded!(self, s, s.observe(&self.config.browser)).map_err(session_status)?;
-        let by = Reader { keys: &self.config.tickets, tenant: &s.tenant, principal: &s.principal, profile: &s.profile };
-        let mut reply = observation_pb(o, &by);
-        if let Some(run) = run {
-            reply.texts = self.record_texts(&by, &run)?;
-        }
-        Ok(Response::new(reply))
+        Ok(Response::new(pb::ObserveReply { texts, ..observation_pb(o, &by) }))
     }
 
     async fn act(&self, req: Request<pb::ActRequest>) -> Result<Response<pb::ActReply>, Status> {

@@ -44,7 +44,7 @@ impl Redeem for AuthorizerRedeemer {
             return Err(RedeemError::Unavailable("this runtime has no authorizer to redeem tokens at".into()));
         };
         let text_sha256 = match r.action {
-            ActAction::Type { .. } => crate::ticket::ticket_action(r.action, r.text).text_sha256,
+            ActAction::Type { .. } => r.text_digest.clone().unwrap_or_default(),
             _ => Vec::new(),
         };
         let mut req = Request::new(gl::RedeemTokenRequest {

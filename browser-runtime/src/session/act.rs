@@ -366,7 +366,7 @@ impl Session {
                 snapshot_id: &input.snapshot_id,
                 node_ref: &input.node_ref,
                 action: &input.action,
-                text: text.as_deref(),
+                text_digest: text.as_deref().map(|t| allow.tickets.text_digest(&self.tenant, t)),
                 profile: &self.profile,
                 element_role: &seen.role,
                 element_name: &seen.name,

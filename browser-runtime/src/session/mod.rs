@@ -241,15 +241,16 @@ pub trait Redeem: Send + Sync {
 }
 
 /// What a token is spent on: the act, where, and in which browser profile.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Redemption<'a> {
     pub token: &'a str,
     pub run_id: &'a str,
     pub snapshot_id: &'a str,
     pub node_ref: &'a str,
     pub action: &'a ActAction,
-    /// The record value a type types: the authorizer is sent its digest, never the text.
-    pub text: Option<&'a str>,
+    /// The keyed digest of the record value a type types: the authorizer is sent it, never the
+    /// text.
+    pub text_digest: Option<Vec<u8>>,
     pub profile: &'a str,
     /// The live node's role and name as the snapshot's facts carry them, and the page's origin.
     pub element_role: &'a str,

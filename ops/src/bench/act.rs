@@ -93,7 +93,7 @@ fn ticket(keys: &Keyring, snapshot_id: &str, node_ref: &str, task: bool, id: usi
         now: time::OffsetDateTime::now_utc(),
     };
     let not_after = time::OffsetDateTime::now_utc() + time::Duration::seconds(60);
-    keys.seal(&ticket::body_for(&expected, &format!("bench-{id}"), task.then(constraint), not_after))
+    keys.seal(&ticket::body_for(keys, &expected, &format!("bench-{id}"), task.then(constraint), not_after))
 }
 
 fn line(name: &str, s: &Samples) -> String {
