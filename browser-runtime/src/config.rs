@@ -47,7 +47,7 @@ pub struct RuntimeConfig {
     /// gets its browser restarted clean (BROWSER_CALL_TIMEOUT_SECONDS, default 30).
     pub call_timeout: std::time::Duration,
     pub authorizer: Option<AuthorizerLink>,
-    /// Task records: `<dir>/<tenant>/<run id>.json`, an object of field id to value.
+    /// Task records: `<dir>/<tenant>/<owner>/<run id>.json`, an object of field id to value.
     pub records_dir: PathBuf,
     /// The keys dispatch tickets are checked with (TICKET_KEYS_FILE, shared with the authorizer).
     pub tickets: std::sync::Arc<proto::ticket::Keyring>,

@@ -1,6 +1,7 @@
-//! The task record the runtime types from: `<dir>/<tenant>/<run id>.json`, an object of field id
-//! to value, written by whoever prepares the run. The model names a field id; the value reaches
-//! the page and nothing else, and no reply of the runtime carries it.
+//! The task record the runtime types from: `<dir>/<tenant>/<owner>/<run id>.json`, an object of
+//! field id to value, written by whoever prepares the run for its owner. The model names a field
+//! id; the value reaches the page, and the authorizer sealed (`Observe` with the run, for the
+//! same owner's session only, the text only when it does not read as a secret).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -23,6 +24,16 @@ pub struct RecordStore {
 }
 
 /// An id used as a file name: letters, digits, `_` and `-`, 1 to 128 of them.
+/// An owner's folder: a principal id (the ledger's characters), never `.` or `..`.
+fn safe_owner(owner: &str) -> Result<(), RecordError> {
+    let chars = owner.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'));
+    if (1..=120).contains(&owner.len()) && chars && owner.bytes().any(|b| b != b'.') {
+        Ok(())
+    } else {
+        Err(RecordError::Invalid("the owner is no principal id a folder can name".into()))
+    }
+}
+
 fn safe_id(what: &str, id: &str) -> Result<(), RecordError> {
     let ok = (1..=128).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     if ok { Ok(()) } else { Err(RecordError::Invalid(format!("{what} must be 1-128 letters, digits, _ or -"))) }
@@ -43,9 +54,9 @@ impl RecordStore {
         Self { dir }
     }
 
-    pub fn value(&self, tenant: &str, run: &str, field: &str) -> Result<String, RecordError> {
+    pub fn value(&self, tenant: &str, owner: &str, run: &str, field: &str) -> Result<String, RecordError> {
         check_field_id(field).map_err(|why| RecordError::Invalid(format!("field_id {why}")))?;
-        let record = self.record(tenant, run)?.unwrap_or_default();
+        let record = self.record(tenant, owner, run)?.unwrap_or_default();
         let value =
             record.get(field).cloned().ok_or_else(|| RecordError::NoField { run: run.into(), field: field.into() })?;
         if !typeable(&value) {
@@ -58,9 +69,9 @@ impl RecordStore {
 
     /// Every field of the run's record a type could type (typeable, within the longest text a
     /// type may be), in field-id order; none when the run has no record.
-    pub fn fields(&self, tenant: &str, run: &str) -> Result<Vec<(String, String)>, RecordError> {
+    pub fn fields(&self, tenant: &str, owner: &str, run: &str) -> Result<Vec<(String, String)>, RecordError> {
         let mut fields: Vec<_> = self
-            .record(tenant, run)?
+            .record(tenant, owner, run)?
             .unwrap_or_default()
             .into_iter()
             .filter(|(f, v)| {
@@ -71,10 +82,11 @@ impl RecordStore {
         Ok(fields)
     }
 
-    fn record(&self, tenant: &str, run: &str) -> Result<Option<HashMap<String, String>>, RecordError> {
+    fn record(&self, tenant: &str, owner: &str, run: &str) -> Result<Option<HashMap<String, String>>, RecordError> {
         safe_id("the tenant", tenant)?;
+        safe_owner(owner)?;
         safe_id("run_id", run)?;
-        let path = self.dir.join(tenant).join(format!("{run}.json"));
+        let path = self.dir.join(tenant).join(owner).join(format!("{run}.json"));
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -92,9 +104,9 @@ mod tests {
     fn ids_cannot_leave_the_directory() {
         let store = RecordStore::new(PathBuf::from("/nonexistent"));
         for run in ["..", "../x", "a/b", "", "a.json"] {
-            assert!(matches!(store.value("t", run, "f"), Err(RecordError::Invalid(_))), "{run}");
+            assert!(matches!(store.value("t", "owner", run, "f"), Err(RecordError::Invalid(_))), "{run}");
         }
-        assert!(matches!(store.value("t", "run1", "f"), Err(RecordError::NoField { .. })));
+        assert!(matches!(store.value("t", "owner", "run1", "f"), Err(RecordError::NoField { .. })));
     }
 
     #[test]

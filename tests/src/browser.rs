@@ -61,7 +61,7 @@ pub struct Stack {
     /// The authorizer as served (its counters are the served one's).
     pub authorizer_service: AuthorizerService<MemoryGrants>,
     authorizer_port: u16,
-    /// Task records: `records/<tenant>/<run>.json`.
+    /// Task records: `records/<tenant>/<owner>/<run>.json`.
     pub records: PathBuf,
     /// Each session's last dispatched sequence, so `act` can number the next one.
     applied: std::collections::HashMap<String, u64>,
@@ -181,7 +181,7 @@ impl Stack {
 
     /// Writes the task record of `run`.
     pub fn record(&self, run: &str, fields: &[(&str, &str)]) {
-        let dir = self.records.join(TENANT);
+        let dir = self.records.join(TENANT).join("owner");
         std::fs::create_dir_all(&dir).expect("records dir");
         let map: std::collections::HashMap<_, _> = fields.iter().cloned().collect();
         std::fs::write(dir.join(format!("{run}.json")), serde_json::to_vec(&map).expect("json")).expect("record");
@@ -261,7 +261,7 @@ impl Stack {
             .expect("a well-formed act");
         let text = match &input.action {
             browser_runtime::session::ActAction::Type { field_id } => {
-                let file = self.records.join(TENANT).join(format!("{}.json", input.run_id));
+                let file = self.records.join(TENANT).join("owner").join(format!("{}.json", input.run_id));
                 let record: std::collections::HashMap<String, String> =
                     std::fs::read(&file).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
                 record.get(field_id).cloned()

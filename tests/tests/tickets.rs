@@ -307,6 +307,12 @@ async fn a_type_is_decided_on_the_record_value_the_runtime_sealed() {
     let key = opened("key");
     assert!(key.credential_shaped && key.text.is_empty(), "a secret's value never reaches the worker: {key:?}");
     assert_eq!(key.chars, 27);
+    // Another owner's run of the tenant: a session reads only its own owner's records.
+    let theirs = s.records.join("tenant-1").join("someone-else");
+    std::fs::create_dir_all(&theirs).unwrap();
+    std::fs::write(theirs.join("run-9.json"), r#"{"answer": "their secret plan"}"#).unwrap();
+    let other = s.observe_run(&session, "run-9").await;
+    assert!(other.texts.is_empty(), "another owner's record was read: {:?}", other.texts);
 
     let typing =
         |field: &str| pb::Action { kind: pb::ActionKind::Type as i32, field_id: field.into(), ..Default::default() };

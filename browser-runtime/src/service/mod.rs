@@ -80,7 +80,7 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
     /// shows it (never a value that reads as a secret).
     fn record_texts(&self, by: &Reader<'_>, run: &str) -> Result<Vec<pb::RecordText>, Status> {
         use crate::records::RecordError as E;
-        let fields = self.records.fields(by.tenant, run).map_err(|e| match e {
+        let fields = self.records.fields(by.tenant, by.principal, run).map_err(|e| match e {
             E::Invalid(_) | E::NoField { .. } => Status::invalid_argument(e.to_string()),
             E::Malformed(..) => Status::internal(e.to_string()),
             E::Unreadable(..) => Status::unavailable(e.to_string()),

@@ -141,14 +141,16 @@ impl Session {
         let (live_page, live) = (&live.page, &live.node);
         let kind = live.facts.field_kind;
         let text = match &input.action {
-            ActAction::Type { field_id } => Some(match records.value(&self.tenant, &input.run_id, field_id) {
-                Ok(v) => v,
-                Err(e @ (RecordError::Invalid(_) | RecordError::NoField { .. })) => {
-                    return Err(SessionError::Invalid(e.to_string()));
-                }
-                Err(e @ RecordError::Malformed(..)) => return Err(SessionError::Internal(e.to_string())),
-                Err(e @ RecordError::Unreadable(..)) => return Err(SessionError::Unavailable(e.to_string())),
-            }),
+            ActAction::Type { field_id } => {
+                Some(match records.value(&self.tenant, &self.principal, &input.run_id, field_id) {
+                    Ok(v) => v,
+                    Err(e @ (RecordError::Invalid(_) | RecordError::NoField { .. })) => {
+                        return Err(SessionError::Invalid(e.to_string()));
+                    }
+                    Err(e @ RecordError::Malformed(..)) => return Err(SessionError::Internal(e.to_string())),
+                    Err(e @ RecordError::Unreadable(..)) => return Err(SessionError::Unavailable(e.to_string())),
+                })
+            }
             _ => None,
         };
         let action = match (&input.action, &text) {
