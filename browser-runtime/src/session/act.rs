@@ -133,11 +133,10 @@ impl Session {
         input: &ActInput,
         records: &RecordStore,
         tickets: &Keyring,
-        live: &Live,
+        (live, seen): (&Live, &Seen),
         now: OffsetDateTime,
     ) -> Result<Result<Allowed, ActOutcome>, SessionError> {
         let refuse = |code, detail| refused(input, code, detail);
-        let seen = Seen::of(live);
         let (live_page, live) = (&live.page, &live.node);
         let kind = live.facts.field_kind;
         let text = match &input.action {
@@ -165,7 +164,7 @@ impl Session {
         // Nothing is dispatched that the authorizer did not allow: a ticket sealed for this very
         // act, or a token the owner approved it with (redeemed for its ticket last).
         let ticketed = match (&input.ticket, &input.approval_token) {
-            (Some(t), _) => match self.check_ticket(tickets, t, input, &seen, text.as_deref(), now) {
+            (Some(t), _) => match self.check_ticket(tickets, t, input, seen, text.as_deref(), now) {
                 Ok(t) => Some(t),
                 // Only its age kept it from fitting: authorizing again cures that.
                 Err(why) if why == ticket::EXPIRED => return Ok(Err(refuse(Code::ApprovalRequired, why))),
@@ -311,11 +310,13 @@ impl Session {
             Ok(l) => l,
             Err(refusal) => return Ok(refusal),
         };
-        let Allowed { text, mut ticketed } = match self.check_action(input, records, allow.tickets, &checked, now)? {
-            Ok(a) => a,
-            Err(refusal) => return Ok(refusal),
-        };
+        // What a ticket must have read of the live node and page, read once for both its checks.
         let seen = Seen::of(&checked);
+        let Allowed { text, mut ticketed } =
+            match self.check_action(input, records, allow.tickets, (&checked, &seen), now)? {
+                Ok(a) => a,
+                Err(refusal) => return Ok(refusal),
+            };
         let Live { client, devtools, page: live_page, node: live, element } = checked;
         let kind = live.facts.field_kind;
 
