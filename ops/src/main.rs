@@ -59,6 +59,11 @@ enum Cmd {
         #[command(subcommand)]
         command: ProfilesCmd,
     },
+    /// Owners' credentials at the gateway: API tokens and one-time sign-in links.
+    Owners {
+        #[command(subcommand)]
+        command: OwnersCmd,
+    },
     /// Credentials of the services that call the authorizer.
     Credentials {
         #[command(subcommand)]
@@ -107,6 +112,60 @@ enum ServeCmd {
         /// Serve plaintext on a loopback address instead of TLS: local development only.
         #[arg(long)]
         insecure_loopback: bool,
+    },
+    /// The owner's HTTP gateway. Configured by GATEWAY_LISTEN, GATEWAY_TLS_CERT, GATEWAY_TLS_KEY,
+    /// GATEWAY_AUTHORIZER_URL, GATEWAY_AUTHORIZER_CA, GATEWAY_CREDENTIALS_FILE and
+    /// GATEWAY_RATE_PER_MINUTE; owner tokens are in DATABASE_URL.
+    Gateway {
+        /// Serve plaintext on a loopback address instead of TLS: local development only.
+        #[arg(long)]
+        insecure_loopback: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum OwnersCmd {
+    /// API tokens.
+    Token {
+        #[command(subcommand)]
+        command: OwnerTokenCmd,
+    },
+    /// Print a one-time sign-in link for a token's owner (valid ten minutes, used once); the
+    /// browser it opens in stays signed in for twelve hours, or until the token is revoked.
+    Link {
+        #[arg(long)]
+        tenant: String,
+        token_id: uuid::Uuid,
+        /// The gateway's address as the owner's browser reaches it.
+        #[arg(long, default_value = "https://localhost:8443")]
+        base: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum OwnerTokenCmd {
+    /// Make an owner token and print its id and its secret; the secret is shown only this once.
+    Create {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        principal: String,
+        /// Comma-separated: approval.resolve, browser.grant.read, browser.grant.write.
+        #[arg(long)]
+        scopes: String,
+        #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u32).range(1..=366))]
+        expires_in_days: u32,
+    },
+    /// Revoke a token, and every link and browser session made from it, from the next request.
+    Revoke {
+        #[arg(long)]
+        tenant: String,
+        token_id: uuid::Uuid,
+    },
+    /// A tenant's owner tokens (never their secrets).
+    List {
+        #[arg(long)]
+        tenant: String,
     },
 }
 
@@ -343,6 +402,12 @@ async fn run(cli: Cli) -> Result<()> {
             let url = database_url(&cli.database_url)?;
             ops::serve::runtime(config, url).await?;
         }
+        Cmd::Serve { service: ServeCmd::Gateway { insecure_loopback } } => {
+            let config = ops::serve::GatewayConfig::parse(|k| std::env::var(k).ok(), insecure_loopback)?;
+            let url = database_url(&cli.database_url)?;
+            ops::serve::gateway(config, url).await?;
+        }
+        Cmd::Owners { command } => owners_command(&database_url(&cli.database_url)?, command).await?,
         Cmd::Settings { command: SettingsCmd::Apply { tenant } } => {
             let wanted = ops::serve::DeploymentSettings::parse(|k| std::env::var(k).ok())?;
             let url = database_url(&cli.database_url)?;
@@ -446,6 +511,43 @@ async fn audit(url: &str, command: AuditCmd) -> Result<()> {
                 m.last_position,
                 m.sha256
             );
+        }
+    }
+    Ok(())
+}
+
+/// `grantctl owners …`.
+async fn owners_command(url: &str, command: OwnersCmd) -> Result<()> {
+    ops::migrate::run(&mut ops::connect(url).await?).await?;
+    let owners = gateway::Owners::new(ledger::postgres::pool(url.parse()?, 1).map_err(anyhow::Error::msg)?);
+    match command {
+        OwnersCmd::Token { command: OwnerTokenCmd::Create { tenant, principal, scopes, expires_in_days } } => {
+            let scopes = gateway::owners::parse_scopes(&scopes)?;
+            let lifetime = Duration::from_secs(u64::from(expires_in_days) * 24 * 3600);
+            let (token, secret) = owners.create(&tenant, &principal, &scopes, lifetime).await?;
+            println!("token_id: {}", token.token_id);
+            println!("token: {secret}");
+        }
+        OwnersCmd::Token { command: OwnerTokenCmd::Revoke { tenant, token_id } } => {
+            if owners.revoke(&tenant, token_id).await? {
+                println!("revoked {token_id}, with its links and browser sessions");
+            } else {
+                bail!("tenant {tenant} has no unrevoked owner token {token_id}");
+            }
+        }
+        OwnersCmd::Token { command: OwnerTokenCmd::List { tenant } } => {
+            for t in owners.list(&tenant).await? {
+                let scopes: Vec<_> = t.scopes.iter().map(|s| s.code()).collect();
+                let state = match t.revoked_at {
+                    Some(at) => format!("revoked {at}"),
+                    None => format!("expires {}", t.expires_at),
+                };
+                println!("{}\t{}\t{}\t{state}", t.token_id, t.principal, scopes.join(","));
+            }
+        }
+        OwnersCmd::Link { tenant, token_id, base } => {
+            let code = owners.link(&tenant, token_id).await?;
+            println!("{}/sign-in?code={code}", base.trim_end_matches('/'));
         }
     }
     Ok(())

@@ -30,6 +30,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0005_authority_state.sql",
         sql: include_str!("../../migrations/0005_authority_state.sql"),
     },
+    Migration {
+        version: 6,
+        name: "0006_owner_tokens.sql",
+        sql: include_str!("../../migrations/0006_owner_tokens.sql"),
+    },
 ];
 
 /// Shared by every runner of this schema: the ASCII of "grantmig".

@@ -463,3 +463,88 @@ mod credential_names_tests {
         super::credential_names(&"t".repeat(64), Some("owner-1")).unwrap();
     }
 }
+
+/// Everything `grantctl serve gateway` reads from its environment.
+#[derive(Debug)]
+pub struct GatewayConfig {
+    pub listen: SocketAddr,
+    pub transport: Transport,
+    pub authorizer: gateway::AuthorizerLink,
+    pub rate_per_minute: u32,
+}
+
+impl GatewayConfig {
+    /// GATEWAY_LISTEN (default 127.0.0.1:8443), GATEWAY_TLS_CERT and GATEWAY_TLS_KEY,
+    /// GATEWAY_AUTHORIZER_URL (default http://127.0.0.1:50051), GATEWAY_AUTHORIZER_CA,
+    /// GATEWAY_CREDENTIALS_FILE (`<tenant> <glc_ token>` lines: each tenant's gateway
+    /// credential) and GATEWAY_RATE_PER_MINUTE (default 600).
+    pub fn parse(get: impl Fn(&str) -> Option<String>, insecure_loopback: bool) -> Result<Self> {
+        let listen = get("GATEWAY_LISTEN").unwrap_or_else(|| "127.0.0.1:8443".into());
+        let listen: SocketAddr = listen
+            .parse()
+            .with_context(|| format!("GATEWAY_LISTEN={listen:?} is not an address like 127.0.0.1:8443"))?;
+        let transport = transport(&get, "GATEWAY", listen, insecure_loopback)?;
+        let url = get("GATEWAY_AUTHORIZER_URL").unwrap_or_else(|| "http://127.0.0.1:50051".into());
+        if !(url.starts_with("https://") || url.starts_with("http://127.0.0.1:") || url.starts_with("http://[::1]:")) {
+            bail!("GATEWAY_AUTHORIZER_URL={url:?} is https://…, or http:// on loopback only");
+        }
+        let ca_pem = get("GATEWAY_AUTHORIZER_CA")
+            .map(|p| std::fs::read(&p).with_context(|| format!("GATEWAY_AUTHORIZER_CA={p:?} cannot be read")))
+            .transpose()?;
+        let file = get("GATEWAY_CREDENTIALS_FILE").context(
+            "GATEWAY_CREDENTIALS_FILE is required: lines of `<tenant> <glc_ token>`, a gateway credential each",
+        )?;
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("GATEWAY_CREDENTIALS_FILE={file:?} cannot be read"))?;
+        let credentials = gateway::AuthorizerLink::parse_credentials(&text)
+            .map_err(|e| anyhow::anyhow!("GATEWAY_CREDENTIALS_FILE={file:?}: {e}"))?;
+        if credentials.is_empty() {
+            bail!("GATEWAY_CREDENTIALS_FILE={file:?} names no tenant");
+        }
+        let rate = get("GATEWAY_RATE_PER_MINUTE").unwrap_or_else(|| "600".into());
+        let rate_per_minute: u32 =
+            rate.parse().with_context(|| format!("GATEWAY_RATE_PER_MINUTE={rate:?} is not a whole number"))?;
+        if !(1..=1_000_000).contains(&rate_per_minute) {
+            bail!("GATEWAY_RATE_PER_MINUTE={rate_per_minute} must be between 1 and 1000000");
+        }
+        Ok(Self {
+            listen,
+            transport,
+            authorizer: gateway::AuthorizerLink { url, ca_pem, credentials },
+            rate_per_minute,
+        })
+    }
+}
+
+/// Runs the owner's gateway until Ctrl-C. Owner tokens live in `database_url`.
+pub async fn gateway(config: GatewayConfig, database_url: String) -> Result<()> {
+    migrate_retrying(&database_url).await?;
+    let pg_config: tokio_postgres::Config = database_url.parse()?;
+    let pool =
+        ledger::postgres::bounded_pool(pg_config.clone(), 16, Duration::from_secs(2)).map_err(anyhow::Error::msg)?;
+    let tls = match &config.transport {
+        Transport::Tls { cert_pem, key_pem } => {
+            Some(transport::tls_config_http1(cert_pem, key_pem).map_err(|e| anyhow::anyhow!("the TLS identity: {e}"))?)
+        }
+        Transport::InsecureLoopback => {
+            tracing::warn!("--insecure-loopback: serving plaintext HTTP; owner tokens cross the socket unencrypted");
+            None
+        }
+    };
+    let gw = gateway::Gateway::new(
+        pool,
+        pg_config,
+        &config.authorizer,
+        gateway::RateLimit::per_minute(config.rate_per_minute),
+        tls.is_some(),
+    )
+    .map_err(anyhow::Error::msg)?;
+    let listener =
+        tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
+    println!("gateway serving on {}", listener.local_addr()?);
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down: finishing requests in flight");
+    };
+    gateway::serve(listener, gw, tls, shutdown).await.context("serving")
+}

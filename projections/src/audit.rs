@@ -231,3 +231,61 @@ pub(crate) async fn apply(
     .await?;
     Ok(())
 }
+
+/// One row of a session's activity, as the owner's routes show it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActivityRow {
+    pub global_position: u64,
+    pub recorded_at: OffsetDateTime,
+    pub event_type: String,
+    pub authorization: Option<String>,
+    pub summary: String,
+}
+
+/// The newest `limit` activity rows of a session of `tenant`, newest first: its own rows and the
+/// answers to its approvals (which name the approval, not the session).
+pub async fn session_activity(
+    client: &impl tokio_postgres::GenericClient,
+    tenant: &str,
+    session_id: &str,
+    limit: i64,
+) -> Result<Vec<ActivityRow>, crate::Error> {
+    let rows = client
+        .query(
+            "SELECT global_position, recorded_at, event_type, authorization_text, summary FROM audit_log a \
+             WHERE a.tenant_id = $1 AND (a.session_id = $2 OR a.approval_id IN (SELECT r.approval_id FROM audit_log r \
+               WHERE r.tenant_id = $1 AND r.session_id = $2 AND r.approval_id IS NOT NULL)) \
+             ORDER BY global_position DESC LIMIT $3",
+            &[&tenant, &session_id, &limit],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| ActivityRow {
+            global_position: u64::try_from(r.get::<_, i64>(0)).unwrap_or_default(),
+            recorded_at: r.get(1),
+            event_type: r.get(2),
+            authorization: r.get(3),
+            summary: r.get(4),
+        })
+        .collect())
+}
+
+/// Whether the audit view has applied every event up to and including `at` (a write's answer).
+pub async fn audit_reached(
+    client: &impl tokio_postgres::GenericClient,
+    at: ledger::Checkpoint,
+) -> Result<bool, crate::Error> {
+    let row = client
+        .query_one(
+            "SELECT COALESCE((SELECT (tx_id, position) >= ($1::text::xid8, $2) FROM projection_checkpoints \
+             WHERE projection = $3), false)",
+            &[
+                &at.tx_id.to_string(),
+                &i64::try_from(at.position).unwrap_or(i64::MAX),
+                &crate::Projection::AuditLog.name(),
+            ],
+        )
+        .await?;
+    Ok(row.get(0))
+}

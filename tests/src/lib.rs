@@ -3,6 +3,8 @@
 //! from the system's PostgreSQL binaries and shared by every test process of the run.
 
 pub mod browser;
+pub mod gateway;
+pub mod http;
 
 /// The dispatch-ticket keyring every test service shares: a fixed key, never a deployment's.
 pub const TICKET_KEYS: &str = "test 7468652074657374207375697465207469636b6574206b65793a20333220622e";

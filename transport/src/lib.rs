@@ -91,8 +91,17 @@ pub fn raise_fd_limit() -> u64 {
     }
 }
 
-/// A rustls server configuration from PEM, speaking HTTP/2 only.
+/// A rustls server configuration from PEM, speaking HTTP/2 only (gRPC).
 pub fn tls_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<rustls::ServerConfig>, String> {
+    tls_config_for(cert_pem, key_pem, b"h2")
+}
+
+/// A rustls server configuration from PEM, speaking HTTP/1.1 only (the owner's gateway).
+pub fn tls_config_http1(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<rustls::ServerConfig>, String> {
+    tls_config_for(cert_pem, key_pem, b"http/1.1")
+}
+
+fn tls_config_for(cert_pem: &[u8], key_pem: &[u8], alpn: &[u8]) -> Result<Arc<rustls::ServerConfig>, String> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let certs = CertificateDer::pem_slice_iter(cert_pem)
@@ -106,7 +115,7 @@ pub fn tls_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<rustls::ServerC
         .with_no_client_auth()
         .with_single_cert(certs, key)
         .map_err(|e| format!("the certificate and key: {e}"))?;
-    config.alpn_protocols = vec![b"h2".to_vec()];
+    config.alpn_protocols = vec![alpn.to_vec()];
     Ok(Arc::new(config))
 }
 

@@ -1,0 +1,265 @@
+//! The owner's HTTP gateway: JSON under `/v1` over the authorizer's gRPC API (called with the
+//! tenant's `gateway` credential, naming the owner it authenticated) and the projections' views.
+//! It keeps nothing between requests that a decision depends on: owner tokens, links and
+//! sessions are rows, reads go to the authorizer or the views, so any number of replicas serve
+//! any tenant. The one thing held in memory is each replica's rate-limit buckets, which only
+//! ever refuse.
+
+// A refusal is made at most once a request and answered at once: its size costs nothing.
+#![allow(clippy::result_large_err)]
+
+pub mod api;
+mod guard;
+pub mod openapi;
+pub mod owners;
+pub mod problem;
+mod routes;
+mod stream;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::HeaderMap;
+use credentials::Scope;
+use ledger::EventStore;
+use proto::v1 as pb;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use tower::ServiceExt;
+
+pub use guard::RateLimit;
+pub use owners::{Kind, Owner, OwnerError, Owners};
+pub use problem::Problem;
+
+/// The session cookie's name: `__Host-` makes a browser keep it only if it is `Secure`, has no
+/// `Domain` and has `Path=/`, so no other host and no plaintext page can set or read it.
+pub const SESSION_COOKIE: &str = "__Host-gl_session";
+/// The header a browser session's writes carry (its value from `GET /v1/me`).
+pub const CSRF_HEADER: &str = "x-csrf-token";
+/// Request bodies larger than this are refused with 413.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+/// A request not answered by then is answered 503.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest a read waits for a view to reach the position it was given.
+pub const VIEW_WAIT: Duration = Duration::from_secs(2);
+
+/// How the gateway reaches the authorizer: its URL, the CA of its certificate, and the
+/// `gateway` credential of each tenant it serves.
+#[derive(Debug, Clone)]
+pub struct AuthorizerLink {
+    pub url: String,
+    pub ca_pem: Option<Vec<u8>>,
+    /// tenant → `glc_` token of a `gateway` credential of that tenant.
+    pub credentials: HashMap<String, String>,
+}
+
+impl AuthorizerLink {
+    /// Reads `<tenant> <token>` lines (blank lines and `#` comments skipped).
+    pub fn parse_credentials(text: &str) -> Result<HashMap<String, String>, String> {
+        let mut out = HashMap::new();
+        for (n, line) in text.lines().enumerate().map(|(n, l)| (n + 1, l.trim())) {
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (tenant, token) = line
+                .split_once(char::is_whitespace)
+                .ok_or_else(|| format!("line {n}: expected `<tenant> <glc_ token>`"))?;
+            ledger::check_entity_id("tenant", tenant).map_err(|e| format!("line {n}: {e}"))?;
+            let token = token.trim();
+            if !token.starts_with("glc_") {
+                return Err(format!("line {n}: the token is a glc_ credential of the gateway role"));
+            }
+            if out.insert(tenant.to_owned(), token.to_owned()).is_some() {
+                return Err(format!("line {n}: tenant {tenant} is named twice"));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Everything a request needs, shared by every request of a replica.
+#[derive(Debug, Clone)]
+pub struct Gateway(Arc<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    owners: Owners,
+    pool: deadpool_postgres::Pool,
+    client: pb::authorizer_client::AuthorizerClient<Channel>,
+    bearers: HashMap<String, MetadataValue<Ascii>>,
+    limit: RateLimit,
+    wake: watch::Receiver<u64>,
+    /// Keeps the ledger's LISTEN connection (the wake-ups) alive.
+    _store: ledger::PgStore,
+    /// Set when the listener speaks TLS: responses then carry HSTS.
+    tls: bool,
+}
+
+impl Gateway {
+    /// A gateway over `database_url`'s pool and the authorizer at `link`, refusing past `limit`
+    /// requests per token per minute on this replica.
+    pub fn new(
+        pool: deadpool_postgres::Pool,
+        pg_config: tokio_postgres::Config,
+        link: &AuthorizerLink,
+        limit: RateLimit,
+        tls: bool,
+    ) -> Result<Self, String> {
+        let mut endpoint = Endpoint::from_shared(link.url.clone()).map_err(|e| format!("the authorizer URL: {e}"))?;
+        if link.url.starts_with("https://") {
+            let mut config = ClientTlsConfig::new().with_enabled_roots();
+            if let Some(ca) = &link.ca_pem {
+                config = config.ca_certificate(tonic::transport::Certificate::from_pem(ca));
+            }
+            endpoint = endpoint.tls_config(config).map_err(|e| format!("the authorizer's CA: {e}"))?;
+        }
+        let endpoint = endpoint.connect_timeout(Duration::from_secs(2)).timeout(REQUEST_TIMEOUT);
+        let mut bearers = HashMap::new();
+        for (tenant, token) in &link.credentials {
+            let value = format!("Bearer {token}").parse().map_err(|_| format!("tenant {tenant}'s token"))?;
+            bearers.insert(tenant.clone(), value);
+        }
+        let store = ledger::PgStore::with_listener(pool.clone(), pg_config);
+        Ok(Self(Arc::new(Inner {
+            owners: Owners::new(pool.clone()),
+            pool,
+            client: pb::authorizer_client::AuthorizerClient::new(endpoint.connect_lazy()),
+            bearers,
+            limit,
+            wake: store.wake_ups(),
+            _store: store,
+            tls,
+        })))
+    }
+
+    pub fn owners(&self) -> &Owners {
+        &self.0.owners
+    }
+
+    /// The whole HTTP surface.
+    pub fn router(&self) -> Router {
+        routes::router(self.clone())
+    }
+
+    /// A gRPC request to the authorizer for `owner`, with the tenant's gateway credential.
+    fn grpc<T>(&self, owner: &Owner, request_id: &str, message: T) -> Result<tonic::Request<T>, Problem> {
+        let bearer = self.0.bearers.get(&owner.tenant).ok_or_else(|| {
+            tracing::error!(tenant = %owner.tenant, "no gateway credential for this tenant");
+            Problem::unavailable("this gateway holds no credential for the owner's tenant")
+        })?;
+        let mut req = tonic::Request::new(message);
+        let md = req.metadata_mut();
+        md.insert("authorization", bearer.clone());
+        let principal =
+            owner.principal.parse().map_err(|_| Problem::internal("the principal is not a header value"))?;
+        md.insert("x-principal-id", principal);
+        let scopes =
+            owner.scope_header().parse().map_err(|_| Problem::internal("the scopes are not a header value"))?;
+        md.insert("x-owner-scopes", scopes);
+        if let Ok(id) = request_id.parse() {
+            md.insert("x-request-id", id);
+        }
+        Ok(req)
+    }
+
+    fn authorizer(&self) -> pb::authorizer_client::AuthorizerClient<Channel> {
+        self.0.client.clone()
+    }
+
+    /// The owner a request's credential names, with `need`'s scopes: a bearer API token, or a
+    /// browser session's cookie (whose writes must carry the CSRF header). Counts the request
+    /// against the token's rate limit.
+    async fn owner(&self, headers: &HeaderMap, write: bool, need: &[Scope]) -> Result<(Owner, String), Problem> {
+        let (secret, kind) = credential(headers)?;
+        let owner = match self.0.owners.find(&secret).await {
+            Ok(Some(o)) if o.kind == kind => o,
+            Ok(_) => return Err(Problem::unauthenticated("the credential is unknown, expired or revoked")),
+            Err(OwnerError::Unavailable(e)) => {
+                tracing::warn!(error = %e, "owner tokens unreadable");
+                return Err(Problem::unavailable("the database cannot be reached now"));
+            }
+            Err(OwnerError::Invalid(e)) => return Err(Problem::internal(e)),
+        };
+        if write && kind == Kind::Session {
+            guard::check_csrf(headers, &secret)?;
+        }
+        self.0.limit.admit(owner.token_id)?;
+        if let Some(missing) = need.iter().find(|s| !owner.has(**s)) {
+            return Err(Problem::forbidden("scope_missing", format!("this call needs the scope {}", missing.code())));
+        }
+        Ok((owner, secret))
+    }
+}
+
+/// The owner secret a request presents, and its kind. A bearer header wins over a cookie, and
+/// a bearer that is not an owner token is refused rather than ignored.
+fn credential(headers: &HeaderMap) -> Result<(String, Kind), Problem> {
+    if let Some(value) = headers.get(axum::http::header::AUTHORIZATION) {
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t.trim())
+            .filter(|t| owners::well_formed(t, Kind::Token))
+            .ok_or(Problem::unauthenticated("the Authorization header is not `Bearer glo_…`"))?;
+        return Ok((token.to_owned(), Kind::Token));
+    }
+    match guard::cookie(headers, SESSION_COOKIE) {
+        Some(s) if owners::well_formed(&s, Kind::Session) => Ok((s, Kind::Session)),
+        Some(_) => Err(Problem::unauthenticated("the session cookie is malformed; sign in again")),
+        None => Err(Problem::unauthenticated("sign in with a link, or send `Authorization: Bearer glo_…`")),
+    }
+}
+
+/// Serves `gateway` on `listener` (TLS when `tls` is given: HTTP/1.1 over rustls) until
+/// `shutdown`, then lets requests in flight finish.
+pub async fn serve(
+    listener: TcpListener,
+    gateway: Gateway,
+    tls: Option<Arc<transport::ServerConfig>>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    use futures_util::StreamExt;
+    use hyper_util::rt::{TokioIo, TokioTimer};
+
+    let limits =
+        transport::Limits::for_requests_within(REQUEST_TIMEOUT).within_open_files(transport::raise_fd_limit(), 256);
+    let registry = transport::Registry::default();
+    let mut incoming = transport::incoming(listener, tls, limits, registry.clone());
+    let router = gateway.router();
+    tokio::pin!(shutdown);
+    let mut open = tokio::task::JoinSet::new();
+    loop {
+        let conn = tokio::select! {
+            () = &mut shutdown => break,
+            c = incoming.next() => match c {
+                Some(Ok(c)) => c,
+                Some(Err(_)) => continue,
+                None => break,
+            },
+        };
+        let info = tonic::transport::server::Connected::connect_info(&conn);
+        let (router, registry) = (router.clone(), registry.clone());
+        open.spawn(async move {
+            let service = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(guard::Proof { registry: registry.clone(), id: info.id });
+                router.clone().oneshot(req.map(axum::body::Body::new))
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .max_headers(limits.max_headers)
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(TokioIo::new(conn), service)
+                .await;
+        });
+    }
+    drop(incoming);
+    // Requests in flight finish; streams end with the process.
+    let _ = tokio::time::timeout(Duration::from_secs(5), async { while open.join_next().await.is_some() {} }).await;
+    Ok(())
+}

@@ -1,0 +1,607 @@
+//! The routes: one table, read both by the router and by the OpenAPI document, so that what is
+//! served and what is documented cannot drift. Each handler checks its caller with the scopes
+//! its own entry names.
+
+use axum::Json;
+use axum::extract::{FromRequestParts, Path, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{MethodRouter, get, post};
+use axum::{Router, middleware};
+use credentials::Scope;
+use proto::v1 as pb;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::api::{
+    Activity, ActivityRow, Approval, Approvals, Grant, Grants, Me, Position, Resolution, Resolve, Resolved, Written,
+    rfc3339,
+};
+use crate::guard::{self, Proof, RequestId};
+use crate::problem::Problem;
+use crate::{Gateway, Kind, Owner, SESSION_COOKIE, VIEW_WAIT};
+
+type Answer<T> = Result<Json<T>, Problem>;
+type SchemaOf = fn(&mut SchemaGenerator) -> Schema;
+
+fn schema<T: JsonSchema>(g: &mut SchemaGenerator) -> Schema {
+    g.subschema_for::<T>()
+}
+
+/// One route as documented: what the OpenAPI document says and what the handler checks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Doc {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub summary: &'static str,
+    /// Every one of these is needed.
+    pub scopes: &'static [Scope],
+    /// Mounted only for a tenant whose task-grant flag is on: otherwise 404, as any unknown path.
+    pub flagged: bool,
+    /// A write: a browser session must send its CSRF token.
+    pub write: bool,
+    pub query: Option<SchemaOf>,
+    pub body: Option<SchemaOf>,
+    pub reply: SchemaOf,
+    /// The reply is a `text/event-stream`.
+    pub events: bool,
+}
+
+const fn doc(method: &'static str, path: &'static str, summary: &'static str, reply: SchemaOf) -> Doc {
+    Doc {
+        method,
+        path,
+        summary,
+        scopes: &[],
+        flagged: false,
+        write: false,
+        query: None,
+        body: None,
+        reply,
+        events: false,
+    }
+}
+
+pub(crate) const ME: Doc = doc("get", "/v1/me", "Who is signed in, and a browser session's CSRF token", schema::<Me>);
+pub(crate) const SIGN_OUT: Doc =
+    Doc { write: true, ..doc("post", "/v1/sign-out", "Ends this browser session", schema::<Written>) };
+pub(crate) const LIST_APPROVALS: Doc = Doc {
+    scopes: &[Scope::ApprovalResolve],
+    query: Some(schema::<ApprovalsQuery>),
+    ..doc("get", "/v1/sessions/{session_id}/approvals", "A session's approvals, pending first", schema::<Approvals>)
+};
+pub(crate) const GET_APPROVAL: Doc = Doc {
+    scopes: &[Scope::ApprovalResolve],
+    query: Some(schema::<ReadQuery>),
+    ..doc("get", "/v1/approvals/{approval_id}", "One approval card", schema::<Approval>)
+};
+pub(crate) const RESOLVE: Doc = Doc {
+    scopes: &[Scope::ApprovalResolve],
+    write: true,
+    body: Some(schema::<Resolve>),
+    ..doc(
+        "post",
+        "/v1/approvals/{approval_id}/resolve",
+        "Answers a card: approve_once, approve_for_task (also needs browser.grant.write, and repeats the offer) or \
+         deny; a stale or mismatched offer is 409 and the card stays pending",
+        schema::<Resolved>,
+    )
+};
+pub(crate) const LIST_GRANTS: Doc = Doc {
+    scopes: &[Scope::GrantRead],
+    flagged: true,
+    query: Some(schema::<GrantsQuery>),
+    ..doc("get", "/v1/browser-task-grants", "A session's task permissions, newest first", schema::<Grants>)
+};
+pub(crate) const GET_GRANT: Doc = Doc {
+    scopes: &[Scope::GrantRead],
+    flagged: true,
+    query: Some(schema::<ReadQuery>),
+    ..doc("get", "/v1/browser-task-grants/{grant_id}", "One task permission", schema::<Grant>)
+};
+pub(crate) const REVOKE_GRANT: Doc = Doc {
+    scopes: &[Scope::GrantWrite],
+    flagged: true,
+    write: true,
+    ..doc(
+        "post",
+        "/v1/browser-task-grants/{grant_id}/revoke",
+        "Stops a task permission; it holds from the next action",
+        schema::<Written>,
+    )
+};
+pub(crate) const ACTIVITY: Doc = Doc {
+    scopes: &[Scope::ApprovalResolve],
+    query: Some(schema::<ReadQuery>),
+    ..doc(
+        "get",
+        "/v1/sessions/{session_id}/activity",
+        "What ran in a session and under which authorization, newest first",
+        schema::<Activity>,
+    )
+};
+pub(crate) const EVENTS: Doc = Doc {
+    scopes: &[Scope::ApprovalResolve],
+    events: true,
+    ..doc(
+        "get",
+        "/v1/sessions/{session_id}/events",
+        "Server-sent events: approval.pending, approval.resolved, grant.changed, grant.ended",
+        schema::<crate::stream::StreamEvent>,
+    )
+};
+pub(crate) const OPENAPI: Doc =
+    doc("get", "/v1/openapi.json", "This document", |_| schemars::json_schema!({ "type": "object" }));
+
+/// Every documented route, in the document's order.
+pub(crate) const DOCS: &[Doc] = &[
+    ME,
+    SIGN_OUT,
+    LIST_APPROVALS,
+    GET_APPROVAL,
+    RESOLVE,
+    LIST_GRANTS,
+    GET_GRANT,
+    REVOKE_GRANT,
+    ACTIVITY,
+    EVENTS,
+    OPENAPI,
+];
+
+fn handlers() -> Vec<(Doc, MethodRouter<Gateway>)> {
+    vec![
+        (ME, get(me)),
+        (SIGN_OUT, post(sign_out)),
+        (LIST_APPROVALS, get(list_approvals)),
+        (GET_APPROVAL, get(get_approval)),
+        (RESOLVE, post(resolve)),
+        (LIST_GRANTS, get(list_grants)),
+        (GET_GRANT, get(get_grant)),
+        (REVOKE_GRANT, post(revoke_grant)),
+        (ACTIVITY, get(activity)),
+        (EVENTS, get(crate::stream::events)),
+        (OPENAPI, get(openapi)),
+    ]
+}
+
+pub(crate) fn router(gateway: Gateway) -> Router {
+    let mut api = Router::new();
+    for (d, handler) in handlers() {
+        api = api.route(d.path, handler);
+    }
+    let app = api
+        .route("/sign-in", get(sign_in_page).post(sign_in))
+        .route("/", get(home))
+        .fallback(|| async { Problem::not_found() })
+        .method_not_allowed_fallback(|| async {
+            Problem::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this path takes another method")
+        })
+        .with_state(gateway.clone())
+        .layer(middleware::from_fn(guard::edge));
+    if gateway.0.tls { app.layer(middleware::from_fn(guard::hsts)) } else { app }
+}
+
+/// What every handler starts from: the gateway, the request's id, headers and query, and the
+/// connection to mark once the caller authenticates.
+pub(crate) struct Call {
+    pub(crate) gateway: Gateway,
+    pub(crate) id: String,
+    pub(crate) headers: HeaderMap,
+    pub(crate) query: Option<String>,
+    proof: Option<Proof>,
+}
+
+impl FromRequestParts<Gateway> for Call {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, gateway: &Gateway) -> Result<Self, Problem> {
+        Ok(Self {
+            gateway: gateway.clone(),
+            id: parts.extensions.get::<RequestId>().map(|r| r.0.clone()).unwrap_or_default(),
+            headers: parts.headers.clone(),
+            query: parts.uri.query().map(str::to_owned),
+            proof: parts.extensions.get::<Proof>().cloned(),
+        })
+    }
+}
+
+impl Call {
+    /// The owner, checked as route `d` says: credential, CSRF for a write, rate, scopes.
+    pub(crate) async fn owner(&self, d: &Doc) -> Result<(Owner, String), Problem> {
+        let (owner, secret) = self.gateway.owner(&self.headers, d.write, d.scopes).await?;
+        if let Some(p) = &self.proof {
+            p.registry.prove(p.id);
+        }
+        Ok((owner, secret))
+    }
+
+    pub(crate) fn grpc<T>(&self, owner: &Owner, message: T) -> Result<tonic::Request<T>, Problem> {
+        self.gateway.grpc(owner, &self.id, message)
+    }
+
+    pub(crate) fn query<T: serde::de::DeserializeOwned + Default>(&self) -> Result<T, Problem> {
+        guard::query(self.query.as_deref())
+    }
+}
+
+fn status(s: tonic::Status) -> Problem {
+    Problem::from_status(&s)
+}
+
+pub(crate) fn entity_id(field: &'static str, value: &str) -> Result<(), Problem> {
+    ledger::check_entity_id(field, value).map_err(|e| Problem::invalid(field, e.reason))
+}
+
+fn uuid(field: &str, value: &str) -> Result<Uuid, Problem> {
+    // The canonical hyphenated form only: one spelling per object.
+    Uuid::parse_str(value)
+        .ok()
+        .filter(|u| u.hyphenated().to_string() == value)
+        .ok_or_else(|| Problem::invalid(field, "is a UUID in its hyphenated lowercase form"))
+}
+
+fn min_position(text: Option<&str>) -> Result<Option<pb::Position>, Problem> {
+    text.map(|t| Position::parse(t).map(Position::to_pb)).transpose()
+}
+
+#[derive(Debug, Clone, Default, serde::Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ApprovalsQuery {
+    /// Only the pending ones.
+    #[serde(default)]
+    pub pending_only: Option<bool>,
+    /// `<tx_id>.<position>` from a write's answer.
+    #[serde(default)]
+    pub min_position: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, serde::Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GrantsQuery {
+    /// The chat session whose permissions to list (required).
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// Only the active ones.
+    #[serde(default)]
+    pub active_only: Option<bool>,
+    #[serde(default)]
+    pub min_position: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, serde::Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReadQuery {
+    /// `<tx_id>.<position>` from a write's answer.
+    #[serde(default)]
+    pub min_position: Option<String>,
+}
+
+async fn me(call: Call) -> Answer<Me> {
+    let (owner, secret) = call.owner(&ME).await?;
+    Ok(Json(Me {
+        tenant: owner.tenant.clone(),
+        principal: owner.principal.clone(),
+        scopes: owner.scopes.iter().map(|s| s.code().to_owned()).collect(),
+        signed_in_by: if owner.kind == Kind::Session { "session" } else { "token" }.into(),
+        csrf_token: (owner.kind == Kind::Session).then(|| crate::owners::csrf_token(&secret)),
+    }))
+}
+
+async fn sign_out(call: Call) -> Result<Response, Problem> {
+    let (owner, secret) = call.owner(&SIGN_OUT).await?;
+    if owner.kind != Kind::Session {
+        return Err(Problem::new(StatusCode::CONFLICT, "not_a_session", "an API token is revoked with grantctl"));
+    }
+    call.gateway.owners().sign_out(&secret).await.map_err(|e| Problem::unavailable(e.to_string()))?;
+    let mut response = Json(Written { position: None }).into_response();
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static("__Host-gl_session=; Path=/; Secure; HttpOnly; SameSite=Strict; Max-Age=0"),
+    );
+    Ok(response)
+}
+
+/// A session's approvals, pending first; `session` must be the owner's (else 404).
+pub(crate) async fn approvals_of(
+    call: &Call,
+    owner: &Owner,
+    session_id: &str,
+    pending_only: bool,
+    min: Option<pb::Position>,
+) -> Result<Vec<Approval>, Problem> {
+    let req = pb::ListApprovalsRequest { session_id: session_id.into(), pending_only, min_position: min };
+    let reply = call.gateway.authorizer().list_approvals(call.grpc(owner, req)?).await.map_err(status)?;
+    let mut approvals: Vec<Approval> = reply.into_inner().approvals.into_iter().map(Approval::from).collect();
+    approvals.sort_by_key(|a| a.status != "PENDING");
+    Ok(approvals)
+}
+
+async fn list_approvals(call: Call, Path(session_id): Path<String>) -> Answer<Approvals> {
+    let (owner, _) = call.owner(&LIST_APPROVALS).await?;
+    let q: ApprovalsQuery = call.query()?;
+    entity_id("session_id", &session_id)?;
+    let min = min_position(q.min_position.as_deref())?;
+    let approvals = approvals_of(&call, &owner, &session_id, q.pending_only.unwrap_or(false), min).await?;
+    Ok(Json(Approvals { approvals }))
+}
+
+async fn get_approval(call: Call, Path(approval_id): Path<String>) -> Answer<Approval> {
+    let (owner, _) = call.owner(&GET_APPROVAL).await?;
+    let q: ReadQuery = call.query()?;
+    uuid("approval_id", &approval_id)?;
+    let req = pb::GetApprovalRequest { approval_id, min_position: min_position(q.min_position.as_deref())? };
+    let reply = call.gateway.authorizer().get_approval(call.grpc(&owner, req)?).await.map_err(status)?;
+    Ok(Json(reply.into_inner().into()))
+}
+
+async fn resolve(call: Call, Path(approval_id): Path<String>, req: Request) -> Answer<Resolved> {
+    let (owner, _) = call.owner(&RESOLVE).await?;
+    call.query::<NoQuery>()?;
+    uuid("approval_id", &approval_id)?;
+    let body: Resolve = guard::json_body(req).await?;
+    let (resolution, origin, prefix) = match body.resolution {
+        Resolution::ApproveForTask => {
+            if !owner.has(Scope::GrantWrite) {
+                return Err(Problem::forbidden("scope_missing", "approve_for_task also needs browser.grant.write"));
+            }
+            let origin = offered("offered_origin", body.offered_origin, proto::limits::MAX_ORIGIN_CHARS)?;
+            let prefix = offered("offered_path_prefix", body.offered_path_prefix, proto::limits::MAX_URL_CHARS)?;
+            (pb::Resolution::ApproveForTask, origin, prefix)
+        }
+        other => {
+            if let Some(field) =
+                [("offered_origin", &body.offered_origin), ("offered_path_prefix", &body.offered_path_prefix)]
+                    .iter()
+                    .find_map(|(f, v)| v.is_some().then_some(*f))
+            {
+                return Err(Problem::invalid(field, "is sent only with approve_for_task"));
+            }
+            let r = if other == Resolution::Deny { pb::Resolution::Deny } else { pb::Resolution::ApproveOnce };
+            (r, String::new(), String::new())
+        }
+    };
+    let req = pb::ResolveApprovalRequest {
+        approval_id,
+        resolution: resolution.into(),
+        offered_origin: origin,
+        offered_path_prefix: prefix,
+    };
+    let r = call.gateway.authorizer().resolve_approval(call.grpc(&owner, req)?).await.map_err(status)?.into_inner();
+    Ok(Json(Resolved {
+        status: r.status,
+        grant_id: Some(r.grant_id).filter(|g| !g.is_empty()),
+        approval_token: Some(r.approval_token).filter(|t| !t.is_empty()),
+        position: Position::from_pb(r.position),
+    }))
+}
+
+fn offered(field: &str, value: Option<String>, max: usize) -> Result<String, Problem> {
+    match value {
+        Some(v) if !v.is_empty() && v.chars().count() <= max && !v.chars().any(char::is_control) => Ok(v),
+        Some(_) => Err(Problem::invalid(field, format!("is the offer's text exactly: 1 to {max} characters"))),
+        None => Err(Problem::invalid(field, "approve_for_task repeats the offer's origin and path prefix")),
+    }
+}
+
+/// A route that takes no query.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NoQuery {}
+
+async fn list_grants(call: Call) -> Answer<Grants> {
+    let (owner, _) = call.owner(&LIST_GRANTS).await?;
+    let q: GrantsQuery = call.query()?;
+    let session_id = q.session_id.ok_or_else(|| Problem::invalid("session_id", "is required"))?;
+    entity_id("session_id", &session_id)?;
+    let grants =
+        grants_of(&call, &owner, &session_id, q.active_only.unwrap_or(false), min_position(q.min_position.as_deref())?)
+            .await?;
+    Ok(Json(Grants { grants }))
+}
+
+pub(crate) async fn grants_of(
+    call: &Call,
+    owner: &Owner,
+    session_id: &str,
+    active_only: bool,
+    min: Option<pb::Position>,
+) -> Result<Vec<Grant>, Problem> {
+    let req = pb::ListGrantsRequest { session_id: session_id.into(), active_only, min_position: min };
+    let reply = call.gateway.authorizer().list_grants(call.grpc(owner, req)?).await.map_err(status)?;
+    let now = OffsetDateTime::now_utc();
+    Ok(reply.into_inner().grants.into_iter().map(|g| Grant::from_pb(g, now)).collect())
+}
+
+async fn get_grant(call: Call, Path(grant_id): Path<String>) -> Answer<Grant> {
+    let (owner, _) = call.owner(&GET_GRANT).await?;
+    let q: ReadQuery = call.query()?;
+    uuid("grant_id", &grant_id)?;
+    let req = pb::GetGrantRequest { grant_id, min_position: min_position(q.min_position.as_deref())? };
+    let reply = call.gateway.authorizer().get_grant(call.grpc(&owner, req)?).await.map_err(status)?;
+    Ok(Json(Grant::from_pb(reply.into_inner(), OffsetDateTime::now_utc())))
+}
+
+async fn revoke_grant(call: Call, Path(grant_id): Path<String>, req: Request) -> Answer<Written> {
+    let (owner, _) = call.owner(&REVOKE_GRANT).await?;
+    call.query::<NoQuery>()?;
+    uuid("grant_id", &grant_id)?;
+    empty_body(req).await?;
+    let req = pb::RevokeGrantRequest { grant_id };
+    let reply = call.gateway.authorizer().revoke_grant(call.grpc(&owner, req)?).await.map_err(status)?;
+    Ok(Json(Written { position: Position::from_pb(reply.into_inner().position) }))
+}
+
+/// A route with nothing to send takes no body, or `{}`.
+async fn empty_body(req: Request) -> Result<(), Problem> {
+    let bytes =
+        axum::body::to_bytes(req.into_body(), crate::MAX_BODY_BYTES).await.map_err(|_| guard::too_large_problem())?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(());
+    }
+    guard::parse_json::<NoQuery>(&bytes).map(|_| ())
+}
+
+async fn activity(call: Call, Path(session_id): Path<String>) -> Answer<Activity> {
+    let (owner, _) = call.owner(&ACTIVITY).await?;
+    let q: ReadQuery = call.query()?;
+    entity_id("session_id", &session_id)?;
+    let min = q.min_position.as_deref().map(Position::parse).transpose()?;
+    // The session must be this owner's: the authorizer says so, or 404.
+    let own = pb::ListApprovalsRequest { session_id: session_id.clone(), pending_only: true, min_position: None };
+    call.gateway.authorizer().list_approvals(call.grpc(&owner, own)?).await.map_err(status)?;
+    let client = call.gateway.0.pool.get().await.map_err(|e| Problem::unavailable(e.to_string()))?;
+    let caught_up = match min {
+        None => true,
+        Some(p) => view_reached(&client, p).await?,
+    };
+    let rows = projections::audit::session_activity(&**client, &owner.tenant, &session_id, 200)
+        .await
+        .map_err(|e| Problem::unavailable(e.to_string()))?;
+    Ok(Json(Activity {
+        rows: rows
+            .into_iter()
+            .map(|r| ActivityRow {
+                position: r.global_position,
+                recorded_at: rfc3339(r.recorded_at),
+                event_type: r.event_type,
+                authorization: r.authorization,
+                summary: r.summary,
+            })
+            .collect(),
+        caught_up,
+    }))
+}
+
+/// Waits, at most [`VIEW_WAIT`], for the audit view to pass `at`.
+async fn view_reached(client: &deadpool_postgres::Object, at: Position) -> Result<bool, Problem> {
+    let deadline = tokio::time::Instant::now() + VIEW_WAIT;
+    let at = ledger::Checkpoint { tx_id: at.tx_id, position: at.position };
+    loop {
+        let reached =
+            projections::audit::audit_reached(&***client, at).await.map_err(|e| Problem::unavailable(e.to_string()))?;
+        if reached || tokio::time::Instant::now() >= deadline {
+            return Ok(reached);
+        }
+        // The projection worker commits in batches; a short pause between looks is enough.
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], crate::openapi::document().to_string()).into_response()
+}
+
+/// The page a sign-in link opens. Opening it spends nothing (a link preview or prefetch cannot
+/// use it up): the button posts the code.
+async fn sign_in_page(call: Call) -> Response {
+    #[derive(Default, serde::Deserialize)]
+    struct Q {
+        #[serde(default)]
+        code: String,
+    }
+    let q: Q = guard::query(call.query.as_deref()).unwrap_or_default();
+    if !crate::owners::well_formed(&q.code, Kind::Link) {
+        return page(
+            StatusCode::BAD_REQUEST,
+            "This sign-in link is not whole",
+            "Copy the whole link grantctl printed.",
+        );
+    }
+    let form = format!(
+        "<form method=\"post\" action=\"/sign-in\"><input type=\"hidden\" name=\"code\" value=\"{}\">\
+         <button type=\"submit\">Sign in</button></form>",
+        q.code
+    );
+    page(StatusCode::OK, "Sign in to grant-ledger", &form)
+}
+
+async fn sign_in(call: Call, req: Request) -> Response {
+    if !same_origin(&call.headers) {
+        return page(StatusCode::FORBIDDEN, "Sign-in refused", "A sign-in must come from this site's own page.");
+    }
+    let Ok(bytes) = axum::body::to_bytes(req.into_body(), crate::MAX_BODY_BYTES).await else {
+        return guard::too_large_problem().into_response();
+    };
+    #[derive(serde::Deserialize)]
+    struct Form {
+        code: String,
+    }
+    let Ok(form) = serde_urlencoded::from_bytes::<Form>(&bytes) else {
+        return page(StatusCode::BAD_REQUEST, "Sign-in refused", "The form was not sent whole.");
+    };
+    match call.gateway.owners().sign_in(&form.code).await {
+        Ok(Some((secret, owner))) => {
+            tracing::info!(tenant = %owner.tenant, principal = %owner.principal, "signed in by link");
+            let cookie = format!(
+                "{SESSION_COOKIE}={secret}; Path=/; Secure; HttpOnly; SameSite=Strict; Max-Age={}",
+                crate::owners::SESSION_LIFETIME.as_secs()
+            );
+            let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
+            if let Ok(v) = HeaderValue::from_str(&cookie) {
+                response.headers_mut().insert(header::SET_COOKIE, v);
+            }
+            response
+        }
+        Ok(None) => page(
+            StatusCode::UNAUTHORIZED,
+            "This sign-in link cannot be used",
+            "It was used already, has expired or was revoked. Ask for a new one: grantctl owners link.",
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "sign-in failed");
+            page(StatusCode::SERVICE_UNAVAILABLE, "Sign-in is unavailable", "Try again in a moment.")
+        }
+    }
+}
+
+/// A form post is taken only from this origin: a browser names the page's origin in `Origin`.
+fn same_origin(headers: &HeaderMap) -> bool {
+    let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
+    if matches!(site, Some("cross-site" | "same-site")) {
+        return false;
+    }
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else { return true };
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+    origin.split_once("://").is_some_and(|(_, h)| h == host)
+}
+
+async fn home(call: Call) -> Response {
+    match call.gateway.owner(&call.headers, false, &[]).await {
+        Ok((owner, _)) => page(
+            StatusCode::OK,
+            "grant-ledger",
+            &format!("<p>Signed in as {} of {}.</p>", escape(&owner.principal), escape(&owner.tenant)),
+        ),
+        Err(_) => page(
+            StatusCode::OK,
+            "grant-ledger",
+            "<p>Not signed in. Open the sign-in link <code>grantctl owners link</code> printed.</p>",
+        ),
+    }
+}
+
+fn page(status: StatusCode, title: &str, body: &str) -> Response {
+    let html = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t}</title></head>\
+         <body><h1>{t}</h1>{body}</body></html>",
+        t = escape(title)
+    );
+    (status, Html(html)).into_response()
+}
+
+pub(crate) fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}

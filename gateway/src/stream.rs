@@ -1,0 +1,142 @@
+//! A session's server-sent events, so that a page never polls: `approval.pending` when a card
+//! appears, `approval.resolved` when it is answered or expires, `grant.changed` when a task
+//! permission is created or its uses, characters or minutes move, `grant.ended` once when it
+//! ends. The stream opens with the session's pending cards and active permissions. It re-reads
+//! when the ledger announces an append (any replica's) and every few seconds, and closes when
+//! the credential that opened it is revoked or expires.
+
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::Path;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use credentials::Scope;
+use futures_util::Stream;
+use schemars::JsonSchema;
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::Owner;
+use crate::api::{Approval, Grant};
+use crate::problem::Problem;
+use crate::routes::{Call, EVENTS, NoQuery, approvals_of, entity_id, grants_of};
+
+/// The longest between two reads with no append announced: minutes left move on their own.
+const TICK: Duration = Duration::from_secs(5);
+
+/// The `data` of one event: an approval card or a task permission, as the read routes give them.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub(crate) enum StreamEvent {
+    Approval(Box<Approval>),
+    Grant(Box<Grant>),
+}
+
+struct Watch {
+    call: Call,
+    owner: Owner,
+    secret: String,
+    session_id: String,
+    wake: watch::Receiver<u64>,
+    approvals: HashMap<String, String>,
+    grants: HashMap<String, Grant>,
+    grants_on: bool,
+    queue: VecDeque<Event>,
+}
+
+pub(crate) async fn events(
+    call: Call,
+    Path(session_id): Path<String>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, Problem> {
+    let (owner, secret) = call.owner(&EVENTS).await?;
+    call.query::<NoQuery>()?;
+    entity_id("session_id", &session_id)?;
+    let wake = call.gateway.0.wake.clone();
+    let grants_on = owner.has(Scope::GrantRead);
+    let mut watch = Watch {
+        call,
+        owner,
+        secret,
+        session_id,
+        wake,
+        approvals: HashMap::new(),
+        grants: HashMap::new(),
+        grants_on,
+        queue: VecDeque::new(),
+    };
+    // The first read proves the session is the owner's (else 404) and gives the opening state.
+    watch.refresh().await?;
+    let stream = futures_util::stream::unfold(watch, |mut w| async move {
+        loop {
+            if let Some(e) = w.queue.pop_front() {
+                return Some((Ok(e), w));
+            }
+            w.wake.borrow_and_update();
+            // A closed wake-up channel (never, while the gateway runs) falls back to the tick.
+            if let Ok(Err(_)) = tokio::time::timeout(TICK, w.wake.changed()).await {
+                tokio::time::sleep(TICK).await;
+            }
+            match w.call.gateway.owners().find(&w.secret).await {
+                Ok(Some(_)) => {}
+                Ok(None) => return None,
+                Err(_) => continue,
+            }
+            if let Err(p) = w.refresh().await {
+                // The session gone (404) ends the stream; an outage is tried again next tick.
+                if p.status == 404 {
+                    return None;
+                }
+            }
+        }
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+impl Watch {
+    /// Reads the session's cards and permissions and queues an event for each change.
+    async fn refresh(&mut self) -> Result<(), Problem> {
+        let approvals = approvals_of(&self.call, &self.owner, &self.session_id, false, None).await?;
+        for a in approvals {
+            let before = self.approvals.insert(a.approval_id.clone(), a.status.clone());
+            let pending = a.status == "PENDING";
+            let name = match before.as_deref() {
+                None if pending => "approval.pending",
+                Some("PENDING") if !pending => "approval.resolved",
+                _ => continue,
+            };
+            self.push(name, &StreamEvent::Approval(Box::new(a)));
+        }
+        if !self.grants_on {
+            return Ok(());
+        }
+        let grants = match grants_of(&self.call, &self.owner, &self.session_id, false, None).await {
+            Ok(g) => g,
+            // The tenant's flag is off: no permissions to follow.
+            Err(p) if p.status == 404 => {
+                self.grants_on = false;
+                return Ok(());
+            }
+            Err(p) => return Err(p),
+        };
+        for g in grants {
+            let before = self.grants.insert(g.grant_id.clone(), g.clone());
+            let ended = g.status == "ended";
+            let name = match &before {
+                Some(b) if *b == g => continue,
+                Some(b) if ended && b.status != "ended" => "grant.ended",
+                None if !ended => "grant.changed",
+                Some(_) if !ended => "grant.changed",
+                _ => continue,
+            };
+            self.push(name, &StreamEvent::Grant(Box::new(g)));
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, name: &str, data: &StreamEvent) {
+        if let Ok(e) = Event::default().event(name).json_data(data) {
+            self.queue.push_back(e);
+        }
+    }
+}
