@@ -344,6 +344,15 @@ enum BenchCmd {
         #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=9_000))]
         nodes: u64,
     },
+    /// The gateway's routes (list grants, list pending approvals, resolve) beside the gRPC call
+    /// each wraps, over TLS, at each connection count.
+    Gateway {
+        #[arg(long, value_delimiter = ',', default_value = "1,32")]
+        connections: Vec<usize>,
+        /// Seconds per route and connection count, split between the two kinds.
+        #[arg(long, default_value_t = 8.0)]
+        seconds: f64,
+    },
     /// Ledger append against a bare insert-and-commit, side by side.
     Append {
         #[arg(long, value_delimiter = ',', default_value = "1,32")]
@@ -590,6 +599,13 @@ async fn credentials_command(url: &str, command: CredentialsCmd) -> Result<()> {
 /// `grantctl bench …`.
 async fn bench(database: &Option<String>, command: BenchCmd) -> Result<()> {
     match command {
+        BenchCmd::Gateway { connections, seconds } => {
+            if connections.is_empty() || connections.contains(&0) || !seconds.is_finite() || seconds <= 0.0 {
+                bail!("--connections takes positive counts and --seconds a positive number");
+            }
+            let url = database_url(database)?;
+            println!("{}", ops::bench::gateway::run(&url, &connections, Duration::from_secs_f64(seconds)).await?);
+        }
         BenchCmd::Authorize { clients, seconds, with_projections, log_events, flood } => {
             if clients.is_empty() || clients.contains(&0) || !seconds.is_finite() || seconds <= 0.0 {
                 bail!("--clients takes positive counts and --seconds a positive number");

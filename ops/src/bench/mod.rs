@@ -199,6 +199,8 @@ async fn run_append(config: tokio_postgres::Config, writers: &[usize], duration:
 
 pub mod authorize;
 
+pub mod gateway;
+
 pub mod rebuild;
 
 pub mod act;
