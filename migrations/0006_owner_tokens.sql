@@ -25,6 +25,26 @@ CREATE UNIQUE INDEX owner_tokens_secret ON owner_tokens (token_sha256);
 CREATE INDEX owner_tokens_tenant ON owner_tokens (tenant_id, created_at);
 CREATE INDEX owner_tokens_parent ON owner_tokens (parent_id);
 
+-- Forward only: a revocation or a spent link is never undone, and a link or session is made
+-- only from a token of the same tenant and owner, with no more scopes and no longer life.
+CREATE FUNCTION owner_tokens_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF (OLD.revoked_at IS NOT NULL AND NEW.revoked_at IS DISTINCT FROM OLD.revoked_at)
+           OR (OLD.used_at IS NOT NULL AND NEW.used_at IS DISTINCT FROM OLD.used_at) THEN
+            RAISE EXCEPTION 'owner_tokens: a revocation or a spent link is never undone';
+        END IF;
+    ELSIF NEW.kind <> 'token' AND NOT EXISTS (
+        SELECT 1 FROM owner_tokens p
+        WHERE p.token_id = NEW.parent_id AND p.kind = 'token' AND p.tenant_id = NEW.tenant_id
+          AND p.principal_id = NEW.principal_id AND NEW.scopes <@ p.scopes AND NEW.expires_at <= p.expires_at) THEN
+        RAISE EXCEPTION 'owner_tokens: a link or session is made from a token of the same owner, within it';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER owner_tokens_guard BEFORE INSERT OR UPDATE ON owner_tokens
+    FOR EACH ROW EXECUTE FUNCTION owner_tokens_guard();
+
 -- The gateway reads tokens, spends links and opens sessions; only an operator makes tokens.
 GRANT SELECT, INSERT ON owner_tokens TO grant_ledger_service;
 GRANT UPDATE (used_at, revoked_at) ON owner_tokens TO grant_ledger_service;

@@ -79,7 +79,7 @@ pub struct Offer {
 pub struct Approval {
     pub approval_id: String,
     pub session_id: String,
-    /// `pending`, `approved`, `denied`, `expired`.
+    /// `PENDING`, `APPROVED`, `DENIED`, `EXPIRED`.
     pub status: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub view: Option<ApprovalView>,
@@ -154,7 +154,7 @@ pub struct Resolve {
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct Resolved {
-    /// `approved` or `denied`.
+    /// `APPROVED` or `DENIED`.
     pub status: String,
     /// The task permission `approve_for_task` created.
     #[serde(skip_serializing_if = "Option::is_none")]

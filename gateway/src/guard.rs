@@ -50,15 +50,18 @@ pub(crate) async fn edge(mut req: Request, next: Next) -> Response {
         .is_some_and(|n| n > MAX_BODY_BYTES);
     req.extensions_mut().insert(RequestId(id.clone()));
     let streaming = path.ends_with("/events");
+    // Every line logged while serving the request carries its id.
+    let span = tracing::info_span!("request", request_id = %id);
+    let run = tracing::Instrument::instrument(next.run(req), span);
     let mut response = if too_large {
         too_large_problem().into_response()
     } else if streaming {
         // A stream lives past any deadline; its own reads are bounded.
-        next.run(req).await
+        run.await
     } else {
-        match tokio::time::timeout(REQUEST_TIMEOUT, next.run(req)).await {
+        match tokio::time::timeout(REQUEST_TIMEOUT, run).await {
             Ok(r) => r,
-            Err(_) => Problem::unavailable("the request took too long; nothing may have been written").into_response(),
+            Err(_) => Problem::outcome_unknown().into_response(),
         }
     };
     if response.extensions().get::<ProblemBody>().is_some() {

@@ -34,6 +34,7 @@ use tower::ServiceExt;
 pub use guard::RateLimit;
 pub use owners::{Kind, Owner, OwnerError, Owners};
 pub use problem::Problem;
+pub use stream::{MAX_STREAMS, MAX_STREAMS_PER_TOKEN, STREAM_LIFETIME};
 
 /// The session cookie's name: `__Host-` makes a browser keep it only if it is `Secure`, has no
 /// `Domain` and has `Path=/`, so no other host and no plaintext page can set or read it.
@@ -42,8 +43,13 @@ pub const SESSION_COOKIE: &str = "__Host-gl_session";
 pub const CSRF_HEADER: &str = "x-csrf-token";
 /// Request bodies larger than this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
-/// A request not answered by then is answered 503.
+/// A request not answered by then is answered 504 `outcome_unknown`.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// The authorizer's deadline, inside the request's with room for the owner lookup: a write the
+/// authorizer did not finish in time is told apart from one the gateway gave up waiting for.
+pub const GRPC_TIMEOUT: Duration = Duration::from_secs(6);
+/// Reads of one replica that may wait for a view at once; past it they answer at once.
+pub const MAX_VIEW_WAITS: usize = 32;
 /// The longest a read waits for a view to reach the position it was given.
 pub const VIEW_WAIT: Duration = Duration::from_secs(2);
 
@@ -87,8 +93,13 @@ pub struct Gateway(Arc<Inner>);
 
 #[derive(Debug)]
 struct Inner {
+    /// On a small pool of its own with a bounded wait: made-up tokens cannot take the
+    /// connections the views are read with, and a slow view cannot lock owners out.
     owners: Owners,
-    pool: deadpool_postgres::Pool,
+    views: deadpool_postgres::Pool,
+    /// Reads waiting for a view to reach a position, at most [`MAX_VIEW_WAITS`] at once.
+    view_waits: Arc<tokio::sync::Semaphore>,
+    streams: stream::Streams,
     client: pb::authorizer_client::AuthorizerClient<Channel>,
     bearers: HashMap<String, MetadataValue<Ascii>>,
     limit: RateLimit,
@@ -100,10 +111,9 @@ struct Inner {
 }
 
 impl Gateway {
-    /// A gateway over `database_url`'s pool and the authorizer at `link`, refusing past `limit`
-    /// requests per token per minute on this replica.
+    /// A gateway over the database at `pg_config` and the authorizer at `link`, refusing past
+    /// `limit` requests per token per minute on this replica.
     pub fn new(
-        pool: deadpool_postgres::Pool,
         pg_config: tokio_postgres::Config,
         link: &AuthorizerLink,
         limit: RateLimit,
@@ -117,16 +127,21 @@ impl Gateway {
             }
             endpoint = endpoint.tls_config(config).map_err(|e| format!("the authorizer's CA: {e}"))?;
         }
-        let endpoint = endpoint.connect_timeout(Duration::from_secs(2)).timeout(REQUEST_TIMEOUT);
+        let endpoint = endpoint.connect_timeout(Duration::from_secs(2)).timeout(GRPC_TIMEOUT);
         let mut bearers = HashMap::new();
         for (tenant, token) in &link.credentials {
             let value = format!("Bearer {token}").parse().map_err(|_| format!("tenant {tenant}'s token"))?;
             bearers.insert(tenant.clone(), value);
         }
-        let store = ledger::PgStore::with_listener(pool.clone(), pg_config);
+        let wait = Duration::from_secs(2);
+        let owners = ledger::postgres::bounded_pool(pg_config.clone(), 4, wait)?;
+        let views = ledger::postgres::bounded_pool(pg_config.clone(), 8, wait)?;
+        let store = ledger::PgStore::with_listener(views.clone(), pg_config);
         Ok(Self(Arc::new(Inner {
-            owners: Owners::new(pool.clone()),
-            pool,
+            owners: Owners::new(owners),
+            views,
+            view_waits: Arc::new(tokio::sync::Semaphore::new(MAX_VIEW_WAITS)),
+            streams: stream::Streams::default(),
             client: pb::authorizer_client::AuthorizerClient::new(endpoint.connect_lazy()),
             bearers,
             limit,
@@ -148,8 +163,8 @@ impl Gateway {
     /// A gRPC request to the authorizer for `owner`, with the tenant's gateway credential.
     fn grpc<T>(&self, owner: &Owner, request_id: &str, message: T) -> Result<tonic::Request<T>, Problem> {
         let bearer = self.0.bearers.get(&owner.tenant).ok_or_else(|| {
-            tracing::error!(tenant = %owner.tenant, "no gateway credential for this tenant");
-            Problem::unavailable("this gateway holds no credential for the owner's tenant")
+            tracing::error!(tenant = %owner.tenant, "GATEWAY_CREDENTIALS_FILE names no credential for this tenant");
+            Problem::internal("this gateway is not configured for the owner's tenant")
         })?;
         let mut req = tonic::Request::new(message);
         let md = req.metadata_mut();
@@ -252,6 +267,8 @@ pub async fn serve(
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .max_headers(limits.max_headers)
+                // The read buffer bounds a request's head: headers past it are refused.
+                .max_buf_size(limits.max_header_bytes.max(8192) * 2)
                 .timer(TokioTimer::new())
                 .header_read_timeout(Duration::from_secs(10))
                 .serve_connection(TokioIo::new(conn), service)

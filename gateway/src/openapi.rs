@@ -5,7 +5,7 @@ use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
 use crate::problem::Problem;
-use crate::routes::DOCS;
+use crate::routes::routes;
 
 /// The statuses every authenticated route may answer, beside its own.
 const REFUSALS: &[(&str, &str)] = &[
@@ -25,7 +25,7 @@ pub fn document() -> Value {
         SchemaSettings::draft2020_12().with(|s| s.definitions_path = "#/components/schemas".into()).into_generator();
     let problem = generator.subschema_for::<Problem>();
     let mut paths = Map::new();
-    for d in DOCS {
+    for (d, _) in &routes() {
         let mut op = Map::new();
         op.insert("summary".into(), d.summary.into());
         op.insert("operationId".into(), operation_id(d.method, d.path).into());

@@ -262,6 +262,26 @@ impl Owners {
         }
     }
 
+    /// Whom a usable sign-in link signs in (tenant, principal), spending nothing: the sign-in
+    /// page says it before the owner presses the button.
+    pub async fn peek_link(&self, code: &str) -> Result<Option<(String, String)>, OwnerError> {
+        if !well_formed(code, Kind::Link) {
+            return Ok(None);
+        }
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                "SELECT l.tenant_id, l.principal_id FROM owner_tokens l JOIN owner_tokens t ON t.token_id = l.parent_id \
+                 WHERE l.token_sha256 = $1 AND l.kind = 'link' AND l.used_at IS NULL AND l.revoked_at IS NULL \
+                 AND l.expires_at > now() AND t.revoked_at IS NULL AND t.expires_at > now()",
+                &[&digest(code).as_slice()],
+            )
+            .await
+            .map_err(unavailable)?;
+        Ok(row.map(|r| (r.get(0), r.get(1))))
+    }
+
     /// Spends a sign-in link and opens a browser session in one statement: a link opens at most
     /// one session however many requests race for it. Returns the session's secret and owner,
     /// or `None` for a link that is unknown, used, expired or revoked.

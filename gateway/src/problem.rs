@@ -73,6 +73,19 @@ impl Problem {
         Self { retry_after: Some(1), ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", detail) }
     }
 
+    /// 504: the call was not answered in time; a write may or may not have taken effect, so
+    /// the client reads the object back before trying again.
+    pub fn outcome_unknown() -> Self {
+        Self {
+            retry_after: Some(1),
+            ..Self::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "outcome_unknown",
+                "the authorizer did not answer in time; read the card or grant back to see whether it changed",
+            )
+        }
+    }
+
     pub fn internal(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", detail)
     }
@@ -106,9 +119,9 @@ impl Problem {
             Code::ResourceExhausted => {
                 Self { retry_after: Some(1), ..Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", s.message()) }
             }
-            Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => {
-                Self::unavailable("the authorizer cannot be reached now; nothing was written")
-            }
+            Code::Unavailable => Self::unavailable("the authorizer cannot be reached now; nothing was written"),
+            // The authorizer may have finished a write it could not answer: read it back.
+            Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => Self::outcome_unknown(),
             // The gateway's own credential was refused: the deployment's fault, not the owner's.
             Code::Unauthenticated => {
                 tracing::error!(message = s.message(), "the authorizer refused the gateway's credential");

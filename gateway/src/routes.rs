@@ -7,7 +7,7 @@ use axum::extract::{FromRequestParts, Path, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{MethodRouter, get, post};
+use axum::routing::{MethodRouter, get};
 use axum::{Router, middleware};
 use credentials::Scope;
 use proto::v1 as pb;
@@ -93,7 +93,12 @@ pub(crate) const LIST_GRANTS: Doc = Doc {
     scopes: &[Scope::GrantRead],
     flagged: true,
     query: Some(schema::<GrantsQuery>),
-    ..doc("get", "/v1/browser-task-grants", "A session's task permissions, newest first", schema::<Grants>)
+    ..doc(
+        "get",
+        "/v1/browser-task-grants",
+        "The owner's task permissions (or one session's), newest first",
+        schema::<Grants>,
+    )
 };
 pub(crate) const GET_GRANT: Doc = Doc {
     scopes: &[Scope::GrantRead],
@@ -136,39 +141,38 @@ pub(crate) const OPENAPI: Doc =
     doc("get", "/v1/openapi.json", "This document", |_| schemars::json_schema!({ "type": "object" }));
 
 /// Every documented route, in the document's order.
-pub(crate) const DOCS: &[Doc] = &[
-    ME,
-    SIGN_OUT,
-    LIST_APPROVALS,
-    GET_APPROVAL,
-    RESOLVE,
-    LIST_GRANTS,
-    GET_GRANT,
-    REVOKE_GRANT,
-    ACTIVITY,
-    EVENTS,
-    OPENAPI,
-];
-
-fn handlers() -> Vec<(Doc, MethodRouter<Gateway>)> {
+/// Every route: its document entry and its handler, mounted on the entry's own method and path,
+/// so the router and the OpenAPI document are one list.
+pub(crate) fn routes() -> Vec<(Doc, MethodRouter<Gateway>)> {
+    fn on<H, T>(d: Doc, handler: H) -> (Doc, MethodRouter<Gateway>)
+    where
+        H: axum::handler::Handler<T, Gateway>,
+        T: 'static,
+    {
+        let filter = match d.method {
+            "post" => axum::routing::MethodFilter::POST,
+            _ => axum::routing::MethodFilter::GET,
+        };
+        (d, axum::routing::on(filter, handler))
+    }
     vec![
-        (ME, get(me)),
-        (SIGN_OUT, post(sign_out)),
-        (LIST_APPROVALS, get(list_approvals)),
-        (GET_APPROVAL, get(get_approval)),
-        (RESOLVE, post(resolve)),
-        (LIST_GRANTS, get(list_grants)),
-        (GET_GRANT, get(get_grant)),
-        (REVOKE_GRANT, post(revoke_grant)),
-        (ACTIVITY, get(activity)),
-        (EVENTS, get(crate::stream::events)),
-        (OPENAPI, get(openapi)),
+        on(ME, me),
+        on(SIGN_OUT, sign_out),
+        on(LIST_APPROVALS, list_approvals),
+        on(GET_APPROVAL, get_approval),
+        on(RESOLVE, resolve),
+        on(LIST_GRANTS, list_grants),
+        on(GET_GRANT, get_grant),
+        on(REVOKE_GRANT, revoke_grant),
+        on(ACTIVITY, activity),
+        on(EVENTS, crate::stream::events),
+        on(OPENAPI, openapi),
     ]
 }
 
 pub(crate) fn router(gateway: Gateway) -> Router {
     let mut api = Router::new();
-    for (d, handler) in handlers() {
+    for (d, handler) in routes() {
         api = api.route(d.path, handler);
     }
     let app = api
@@ -207,6 +211,20 @@ impl FromRequestParts<Gateway> for Call {
     }
 }
 
+/// A route's one path parameter; one that is not text is a 422 problem like any bad field.
+pub(crate) struct Seg(pub(crate) String);
+
+impl FromRequestParts<Gateway> for Seg {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, gateway: &Gateway) -> Result<Self, Problem> {
+        Path::<String>::from_request_parts(parts, gateway)
+            .await
+            .map(|Path(s)| Self(s))
+            .map_err(|_| Problem::invalid("path", "a path segment is not valid UTF-8 text"))
+    }
+}
+
 impl Call {
     /// The owner, checked as route `d` says: credential, CSRF for a write, rate, scopes.
     pub(crate) async fn owner(&self, d: &Doc) -> Result<(Owner, String), Problem> {
@@ -215,6 +233,25 @@ impl Call {
             p.registry.prove(p.id);
         }
         Ok((owner, secret))
+    }
+
+    /// The owner of a task-grant route: authenticated (with CSRF and rate) but not yet held to
+    /// the route's scopes, which [`Call::scoped`] checks once the route is known to be mounted.
+    pub(crate) async fn flagged(&self, d: &Doc) -> Result<Owner, Problem> {
+        let (owner, _) = self.gateway.owner(&self.headers, d.write, &[]).await?;
+        if let Some(p) = &self.proof {
+            p.registry.prove(p.id);
+        }
+        Ok(owner)
+    }
+
+    pub(crate) fn scoped(&self, owner: &Owner, d: &Doc) -> Result<(), Problem> {
+        match d.scopes.iter().find(|s| !owner.has(**s)) {
+            Some(missing) => {
+                Err(Problem::forbidden("scope_missing", format!("this call needs the scope {}", missing.code())))
+            }
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn grpc<T>(&self, owner: &Owner, message: T) -> Result<tonic::Request<T>, Problem> {
@@ -260,7 +297,7 @@ pub(crate) struct ApprovalsQuery {
 #[derive(Debug, Clone, Default, serde::Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct GrantsQuery {
-    /// The chat session whose permissions to list (required).
+    /// The chat session whose permissions to list; absent, every one of the owner's.
     #[serde(default)]
     pub session_id: Option<String>,
     /// Only the active ones.
@@ -318,7 +355,7 @@ pub(crate) async fn approvals_of(
     Ok(approvals)
 }
 
-async fn list_approvals(call: Call, Path(session_id): Path<String>) -> Answer<Approvals> {
+async fn list_approvals(call: Call, Seg(session_id): Seg) -> Answer<Approvals> {
     let (owner, _) = call.owner(&LIST_APPROVALS).await?;
     let q: ApprovalsQuery = call.query()?;
     entity_id("session_id", &session_id)?;
@@ -327,7 +364,7 @@ async fn list_approvals(call: Call, Path(session_id): Path<String>) -> Answer<Ap
     Ok(Json(Approvals { approvals }))
 }
 
-async fn get_approval(call: Call, Path(approval_id): Path<String>) -> Answer<Approval> {
+async fn get_approval(call: Call, Seg(approval_id): Seg) -> Answer<Approval> {
     let (owner, _) = call.owner(&GET_APPROVAL).await?;
     let q: ReadQuery = call.query()?;
     uuid("approval_id", &approval_id)?;
@@ -336,7 +373,7 @@ async fn get_approval(call: Call, Path(approval_id): Path<String>) -> Answer<App
     Ok(Json(reply.into_inner().into()))
 }
 
-async fn resolve(call: Call, Path(approval_id): Path<String>, req: Request) -> Answer<Resolved> {
+async fn resolve(call: Call, Seg(approval_id): Seg, req: Request) -> Answer<Resolved> {
     let (owner, _) = call.owner(&RESOLVE).await?;
     call.query::<NoQuery>()?;
     uuid("approval_id", &approval_id)?;
@@ -391,14 +428,37 @@ fn offered(field: &str, value: Option<String>, max: usize) -> Result<String, Pro
 pub(crate) struct NoQuery {}
 
 async fn list_grants(call: Call) -> Answer<Grants> {
-    let (owner, _) = call.owner(&LIST_GRANTS).await?;
-    let q: GrantsQuery = call.query()?;
-    let session_id = q.session_id.ok_or_else(|| Problem::invalid("session_id", "is required"))?;
-    entity_id("session_id", &session_id)?;
-    let grants =
-        grants_of(&call, &owner, &session_id, q.active_only.unwrap_or(false), min_position(q.min_position.as_deref())?)
-            .await?;
+    let owner = call.flagged(&LIST_GRANTS).await?;
+    let listed = async {
+        call.scoped(&owner, &LIST_GRANTS)?;
+        let q: GrantsQuery = call.query()?;
+        let session_id = q.session_id.unwrap_or_default();
+        if !session_id.is_empty() {
+            entity_id("session_id", &session_id)?;
+        }
+        let min = min_position(q.min_position.as_deref())?;
+        grants_of(&call, &owner, &session_id, q.active_only.unwrap_or(false), min).await
+    };
+    let grants = unless_unmounted(&call, &owner, listed.await).await?;
     Ok(Json(Grants { grants }))
+}
+
+/// A task-grant route's refusal of its caller's scope or input stands only if the route is
+/// mounted: with the tenant's flag off it does not exist, and answers 404 as an unknown path.
+/// The authorizer checks the flag before anything else, so a call it cannot serve tells.
+async fn unless_unmounted<T>(call: &Call, owner: &Owner, r: Result<T, Problem>) -> Result<T, Problem> {
+    match r {
+        Err(p) if matches!(p.status, 400 | 403 | 413 | 415 | 422) => {
+            // A probe that reads nothing: the flag, then an empty id that no grant has.
+            let probe = Owner { scopes: vec![Scope::GrantRead], ..owner.clone() };
+            let req = pb::GetGrantRequest { grant_id: String::new(), min_position: None };
+            match call.gateway.authorizer().get_grant(call.grpc(&probe, req)?).await {
+                Err(s) if s.code() == tonic::Code::Unimplemented => Err(Problem::not_found()),
+                _ => Err(p),
+            }
+        }
+        other => other,
+    }
 }
 
 pub(crate) async fn grants_of(
@@ -411,25 +471,36 @@ pub(crate) async fn grants_of(
     let req = pb::ListGrantsRequest { session_id: session_id.into(), active_only, min_position: min };
     let reply = call.gateway.authorizer().list_grants(call.grpc(owner, req)?).await.map_err(status)?;
     let now = OffsetDateTime::now_utc();
-    Ok(reply.into_inner().grants.into_iter().map(|g| Grant::from_pb(g, now)).collect())
+    let grants = reply.into_inner().grants.into_iter().map(|g| Grant::from_pb(g, now));
+    // A grant past its expiry that the sweep has not yet ended is shown ended, and so is no
+    // longer active.
+    Ok(grants.filter(|g| !active_only || g.status == "active").collect())
 }
 
-async fn get_grant(call: Call, Path(grant_id): Path<String>) -> Answer<Grant> {
-    let (owner, _) = call.owner(&GET_GRANT).await?;
-    let q: ReadQuery = call.query()?;
-    uuid("grant_id", &grant_id)?;
-    let req = pb::GetGrantRequest { grant_id, min_position: min_position(q.min_position.as_deref())? };
-    let reply = call.gateway.authorizer().get_grant(call.grpc(&owner, req)?).await.map_err(status)?;
+async fn get_grant(call: Call, Seg(grant_id): Seg) -> Answer<Grant> {
+    let owner = call.flagged(&GET_GRANT).await?;
+    let got = async {
+        call.scoped(&owner, &GET_GRANT)?;
+        let q: ReadQuery = call.query()?;
+        uuid("grant_id", &grant_id)?;
+        let req = pb::GetGrantRequest { grant_id, min_position: min_position(q.min_position.as_deref())? };
+        call.gateway.authorizer().get_grant(call.grpc(&owner, req)?).await.map_err(status)
+    };
+    let reply = unless_unmounted(&call, &owner, got.await).await?;
     Ok(Json(Grant::from_pb(reply.into_inner(), OffsetDateTime::now_utc())))
 }
 
-async fn revoke_grant(call: Call, Path(grant_id): Path<String>, req: Request) -> Answer<Written> {
-    let (owner, _) = call.owner(&REVOKE_GRANT).await?;
-    call.query::<NoQuery>()?;
-    uuid("grant_id", &grant_id)?;
-    empty_body(req).await?;
-    let req = pb::RevokeGrantRequest { grant_id };
-    let reply = call.gateway.authorizer().revoke_grant(call.grpc(&owner, req)?).await.map_err(status)?;
+async fn revoke_grant(call: Call, Seg(grant_id): Seg, req: Request) -> Answer<Written> {
+    let owner = call.flagged(&REVOKE_GRANT).await?;
+    let revoked = async {
+        call.scoped(&owner, &REVOKE_GRANT)?;
+        call.query::<NoQuery>()?;
+        uuid("grant_id", &grant_id)?;
+        empty_body(req).await?;
+        let req = pb::RevokeGrantRequest { grant_id };
+        call.gateway.authorizer().revoke_grant(call.grpc(&owner, req)?).await.map_err(status)
+    };
+    let reply = unless_unmounted(&call, &owner, revoked.await).await?;
     Ok(Json(Written { position: Position::from_pb(reply.into_inner().position) }))
 }
 
@@ -443,7 +514,7 @@ async fn empty_body(req: Request) -> Result<(), Problem> {
     guard::parse_json::<NoQuery>(&bytes).map(|_| ())
 }
 
-async fn activity(call: Call, Path(session_id): Path<String>) -> Answer<Activity> {
+async fn activity(call: Call, Seg(session_id): Seg) -> Answer<Activity> {
     let (owner, _) = call.owner(&ACTIVITY).await?;
     let q: ReadQuery = call.query()?;
     entity_id("session_id", &session_id)?;
@@ -451,11 +522,11 @@ async fn activity(call: Call, Path(session_id): Path<String>) -> Answer<Activity
     // The session must be this owner's: the authorizer says so, or 404.
     let own = pb::ListApprovalsRequest { session_id: session_id.clone(), pending_only: true, min_position: None };
     call.gateway.authorizer().list_approvals(call.grpc(&owner, own)?).await.map_err(status)?;
-    let client = call.gateway.0.pool.get().await.map_err(|e| Problem::unavailable(e.to_string()))?;
     let caught_up = match min {
         None => true,
-        Some(p) => view_reached(&client, p).await?,
+        Some(p) => view_reached(&call.gateway, p).await?,
     };
+    let client = call.gateway.0.views.get().await.map_err(|e| Problem::unavailable(e.to_string()))?;
     let rows = projections::audit::session_activity(&**client, &owner.tenant, &session_id, 200)
         .await
         .map_err(|e| Problem::unavailable(e.to_string()))?;
@@ -474,14 +545,18 @@ async fn activity(call: Call, Path(session_id): Path<String>) -> Answer<Activity
     }))
 }
 
-/// Waits, at most [`VIEW_WAIT`], for the audit view to pass `at`.
-async fn view_reached(client: &deadpool_postgres::Object, at: Position) -> Result<bool, Problem> {
+/// Waits, at most [`VIEW_WAIT`], for the audit view to pass `at`. A connection is held only
+/// for each look; past [`crate::MAX_VIEW_WAITS`] waiting reads, a read looks once.
+async fn view_reached(gateway: &Gateway, at: Position) -> Result<bool, Problem> {
     let deadline = tokio::time::Instant::now() + VIEW_WAIT;
     let at = ledger::Checkpoint { tx_id: at.tx_id, position: at.position };
+    let waiting = gateway.0.view_waits.clone().try_acquire_owned().ok();
     loop {
+        let client = gateway.0.views.get().await.map_err(|e| Problem::unavailable(e.to_string()))?;
         let reached =
-            projections::audit::audit_reached(&***client, at).await.map_err(|e| Problem::unavailable(e.to_string()))?;
-        if reached || tokio::time::Instant::now() >= deadline {
+            projections::audit::audit_reached(&**client, at).await.map_err(|e| Problem::unavailable(e.to_string()))?;
+        drop(client);
+        if reached || waiting.is_none() || tokio::time::Instant::now() >= deadline {
             return Ok(reached);
         }
         // The projection worker commits in batches; a short pause between looks is enough.
@@ -490,7 +565,9 @@ async fn view_reached(client: &deadpool_postgres::Object, at: Position) -> Resul
 }
 
 async fn openapi() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], crate::openapi::document().to_string()).into_response()
+    static DOCUMENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let body = DOCUMENT.get_or_init(|| crate::openapi::document().to_string());
+    ([(header::CONTENT_TYPE, "application/json")], body.clone()).into_response()
 }
 
 /// The page a sign-in link opens. Opening it spends nothing (a link preview or prefetch cannot
@@ -509,10 +586,24 @@ async fn sign_in_page(call: Call) -> Response {
             "Copy the whole link grantctl printed.",
         );
     }
+    let (tenant, principal) = match call.gateway.owners().peek_link(&q.code).await {
+        Ok(Some(who)) => who,
+        Ok(None) => return unusable_link(),
+        Err(e) => {
+            tracing::warn!(error = %e, "sign-in page failed");
+            return page(StatusCode::SERVICE_UNAVAILABLE, "Sign-in is unavailable", "Try again in a moment.");
+        }
+    };
+    // Whom the link signs in, said before the press: a link someone else sent signs this
+    // browser in as them, and the page must make that plain.
     let form = format!(
-        "<form method=\"post\" action=\"/sign-in\"><input type=\"hidden\" name=\"code\" value=\"{}\">\
-         <button type=\"submit\">Sign in</button></form>",
-        q.code
+        "<p>This link signs this browser in as <strong>{}</strong> of <strong>{}</strong>. If that is not \
+         you, close this page.</p><form method=\"post\" action=\"/sign-in\"><input type=\"hidden\" \
+         name=\"code\" value=\"{}\"><button type=\"submit\">Sign in as {}</button></form>",
+        escape(&principal),
+        escape(&tenant),
+        q.code,
+        escape(&principal)
     );
     page(StatusCode::OK, "Sign in to grant-ledger", &form)
 }
@@ -544,11 +635,7 @@ async fn sign_in(call: Call, req: Request) -> Response {
             }
             response
         }
-        Ok(None) => page(
-            StatusCode::UNAUTHORIZED,
-            "This sign-in link cannot be used",
-            "It was used already, has expired or was revoked. Ask for a new one: grantctl owners link.",
-        ),
+        Ok(None) => unusable_link(),
         Err(e) => {
             tracing::warn!(error = %e, "sign-in failed");
             page(StatusCode::SERVICE_UNAVAILABLE, "Sign-in is unavailable", "Try again in a moment.")
@@ -556,15 +643,27 @@ async fn sign_in(call: Call, req: Request) -> Response {
     }
 }
 
-/// A form post is taken only from this origin: a browser names the page's origin in `Origin`.
+fn unusable_link() -> Response {
+    page(
+        StatusCode::UNAUTHORIZED,
+        "This sign-in link cannot be used",
+        "It was used already, has expired or was revoked. Ask for a new one: grantctl owners link.",
+    )
+}
+
+/// A sign-in form is taken only from this origin's own page: a browser posting a form names
+/// the page's origin in `Origin` (and says `same-origin` in `Sec-Fetch-Site`); a post naming
+/// neither is not a browser's and is refused too.
 fn same_origin(headers: &HeaderMap) -> bool {
     let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
-    if matches!(site, Some("cross-site" | "same-site")) {
+    if matches!(site, Some("cross-site" | "same-site" | "none")) {
         return false;
     }
-    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else { return true };
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
-    origin.split_once("://").is_some_and(|(_, h)| h == host)
+    match headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
+        Some(origin) => origin.split_once("://").is_some_and(|(_, h)| h == host),
+        None => site == Some("same-origin"),
+    }
 }
 
 async fn home(call: Call) -> Response {

@@ -3,13 +3,14 @@
 //! permission is created or its uses, characters or minutes move, `grant.ended` once when it
 //! ends. The stream opens with the session's pending cards and active permissions. It re-reads
 //! when the ledger announces an append (any replica's) and every few seconds, and closes when
-//! the credential that opened it is revoked or expires.
+//! the credential that opened it is revoked or expires, or after [`STREAM_LIFETIME`] (a client
+//! reconnects). A token holds at most [`MAX_STREAMS_PER_TOKEN`] streams on a replica.
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::Path;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use credentials::Scope;
 use futures_util::Stream;
@@ -20,10 +21,60 @@ use tokio::sync::watch;
 use crate::Owner;
 use crate::api::{Approval, Grant};
 use crate::problem::Problem;
-use crate::routes::{Call, EVENTS, NoQuery, approvals_of, entity_id, grants_of};
+use crate::routes::{Call, EVENTS, NoQuery, Seg, approvals_of, entity_id, grants_of};
 
 /// The longest between two reads with no append announced: minutes left move on their own.
 const TICK: Duration = Duration::from_secs(5);
+/// The shortest between two reads, however often the ledger announces appends (any tenant's).
+const MIN_REFRESH: Duration = Duration::from_secs(1);
+/// A stream ends after this; the client opens another (and is authenticated again).
+pub const STREAM_LIFETIME: Duration = Duration::from_secs(10 * 60);
+/// Streams one token may hold open on one replica, and all of a replica's.
+pub const MAX_STREAMS_PER_TOKEN: usize = 4;
+pub const MAX_STREAMS: usize = 512;
+
+/// The open streams of a replica, by token: a cap that only refuses, like the rate limit.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Streams(Arc<Mutex<(usize, HashMap<uuid::Uuid, usize>)>>);
+
+/// One open stream's place, given back when the stream is dropped.
+struct Slot {
+    streams: Streams,
+    token: uuid::Uuid,
+}
+
+impl Streams {
+    fn open(&self, token: uuid::Uuid) -> Result<Slot, Problem> {
+        let mut open = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mine = open.1.get(&token).copied().unwrap_or(0);
+        if mine >= MAX_STREAMS_PER_TOKEN || open.0 >= MAX_STREAMS {
+            return Err(Problem {
+                retry_after: Some(30),
+                ..Problem::new(
+                    axum::http::StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_streams",
+                    format!("a token holds at most {MAX_STREAMS_PER_TOKEN} event streams here; close one"),
+                )
+            });
+        }
+        open.0 += 1;
+        open.1.insert(token, mine + 1);
+        Ok(Slot { streams: self.clone(), token })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self.streams.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        open.0 = open.0.saturating_sub(1);
+        if let Some(n) = open.1.get_mut(&self.token) {
+            *n -= 1;
+            if *n == 0 {
+                open.1.remove(&self.token);
+            }
+        }
+    }
+}
 
 /// The `data` of one event: an approval card or a task permission, as the read routes give them.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -34,6 +85,9 @@ pub(crate) enum StreamEvent {
 }
 
 struct Watch {
+    _slot: Slot,
+    opened: tokio::time::Instant,
+    last: tokio::time::Instant,
     call: Call,
     owner: Owner,
     secret: String,
@@ -47,14 +101,19 @@ struct Watch {
 
 pub(crate) async fn events(
     call: Call,
-    Path(session_id): Path<String>,
+    Seg(session_id): Seg,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, Problem> {
     let (owner, secret) = call.owner(&EVENTS).await?;
     call.query::<NoQuery>()?;
     entity_id("session_id", &session_id)?;
     let wake = call.gateway.0.wake.clone();
     let grants_on = owner.has(Scope::GrantRead);
+    let slot = call.gateway.0.streams.open(owner.token_id)?;
+    let now = tokio::time::Instant::now();
     let mut watch = Watch {
+        _slot: slot,
+        opened: now,
+        last: now,
         call,
         owner,
         secret,
@@ -76,6 +135,12 @@ pub(crate) async fn events(
             // A closed wake-up channel (never, while the gateway runs) falls back to the tick.
             if let Ok(Err(_)) = tokio::time::timeout(TICK, w.wake.changed()).await {
                 tokio::time::sleep(TICK).await;
+            }
+            // Appends of every tenant wake every stream: at most one read a second each.
+            tokio::time::sleep_until(w.last + MIN_REFRESH).await;
+            w.last = tokio::time::Instant::now();
+            if w.opened.elapsed() >= STREAM_LIFETIME {
+                return None;
             }
             match w.call.gateway.owners().find(&w.secret).await {
                 Ok(Some(_)) => {}

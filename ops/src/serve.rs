@@ -412,6 +412,32 @@ mod tests {
     }
 
     #[test]
+    fn the_gateway_reaches_the_authorizer_over_tls_or_on_loopback_only() {
+        let dir = std::env::temp_dir().join(format!("gw-config-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("creds");
+        std::fs::write(&file, format!("tenant-1 glc_{}\n", "a".repeat(64))).unwrap();
+        let file = file.display().to_string();
+        let parse = |url: &str| {
+            GatewayConfig::parse(
+                |k| match k {
+                    "GATEWAY_AUTHORIZER_URL" => Some(url.to_owned()),
+                    "GATEWAY_CREDENTIALS_FILE" => Some(file.clone()),
+                    _ => None,
+                },
+                true,
+            )
+        };
+        for ok in ["http://127.0.0.1:50051", "http://[::1]:50051", "https://authorizer.internal:443"] {
+            assert!(parse(ok).is_ok(), "{ok}");
+        }
+        for bad in ["http://127.0.0.1:1@evil.example:50051", "http://evil.example:50051", "ftp://127.0.0.1:1", "x"] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn tls_is_required_without_the_explicit_flag() {
         let keys = keys_file();
         let tls = |vars: &[(&str, &str)]| {
@@ -485,8 +511,16 @@ impl GatewayConfig {
             .with_context(|| format!("GATEWAY_LISTEN={listen:?} is not an address like 127.0.0.1:8443"))?;
         let transport = transport(&get, "GATEWAY", listen, insecure_loopback)?;
         let url = get("GATEWAY_AUTHORIZER_URL").unwrap_or_else(|| "http://127.0.0.1:50051".into());
-        if !(url.starts_with("https://") || url.starts_with("http://127.0.0.1:") || url.starts_with("http://[::1]:")) {
-            bail!("GATEWAY_AUTHORIZER_URL={url:?} is https://…, or http:// on loopback only");
+        // Parsed, not matched by prefix: `http://127.0.0.1:1@elsewhere` names another host.
+        let parsed: tonic::transport::Uri =
+            url.parse().with_context(|| format!("GATEWAY_AUTHORIZER_URL={url:?} is not a URL"))?;
+        let loopback = parsed.host().is_some_and(|h| {
+            h.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        });
+        let plain_ok = parsed.scheme_str() == Some("http") && loopback;
+        let has_userinfo = parsed.authority().is_some_and(|a| a.as_str().contains('@'));
+        if has_userinfo || !(parsed.scheme_str() == Some("https") || plain_ok) {
+            bail!("GATEWAY_AUTHORIZER_URL={url:?} is https://host:port, or http:// on a loopback address only");
         }
         let ca_pem = get("GATEWAY_AUTHORIZER_CA")
             .map(|p| std::fs::read(&p).with_context(|| format!("GATEWAY_AUTHORIZER_CA={p:?} cannot be read")))
@@ -520,8 +554,6 @@ impl GatewayConfig {
 pub async fn gateway(config: GatewayConfig, database_url: String) -> Result<()> {
     migrate_retrying(&database_url).await?;
     let pg_config: tokio_postgres::Config = database_url.parse()?;
-    let pool =
-        ledger::postgres::bounded_pool(pg_config.clone(), 16, Duration::from_secs(2)).map_err(anyhow::Error::msg)?;
     let tls = match &config.transport {
         Transport::Tls { cert_pem, key_pem } => {
             Some(transport::tls_config_http1(cert_pem, key_pem).map_err(|e| anyhow::anyhow!("the TLS identity: {e}"))?)
@@ -532,7 +564,6 @@ pub async fn gateway(config: GatewayConfig, database_url: String) -> Result<()> 
         }
     };
     let gw = gateway::Gateway::new(
-        pool,
         pg_config,
         &config.authorizer,
         gateway::RateLimit::per_minute(config.rate_per_minute),

@@ -242,8 +242,9 @@ pub struct ActivityRow {
     pub summary: String,
 }
 
-/// The newest `limit` activity rows of a session of `tenant`, newest first: its own rows and the
-/// answers to its approvals (which name the approval, not the session).
+/// The newest `limit` activity rows of a session of `tenant`, newest first: its own rows, the
+/// answers to its approvals and the ends of its grants (which name the approval or the grant,
+/// not the session).
 pub async fn session_activity(
     client: &impl tokio_postgres::GenericClient,
     tenant: &str,
@@ -253,8 +254,11 @@ pub async fn session_activity(
     let rows = client
         .query(
             "SELECT global_position, recorded_at, event_type, authorization_text, summary FROM audit_log a \
-             WHERE a.tenant_id = $1 AND (a.session_id = $2 OR a.approval_id IN (SELECT r.approval_id FROM audit_log r \
-               WHERE r.tenant_id = $1 AND r.session_id = $2 AND r.approval_id IS NOT NULL)) \
+             WHERE a.tenant_id = $1 AND (a.session_id = $2 \
+               OR a.approval_id IN (SELECT r.approval_id FROM audit_log r \
+                 WHERE r.tenant_id = $1 AND r.session_id = $2 AND r.approval_id IS NOT NULL) \
+               OR a.grant_id IN (SELECT r.grant_id FROM audit_log r \
+                 WHERE r.tenant_id = $1 AND r.session_id = $2 AND r.grant_id IS NOT NULL)) \
              ORDER BY global_position DESC LIMIT $3",
             &[&tenant, &session_id, &limit],
         )

@@ -117,14 +117,8 @@ impl GatewayStack {
         rate_per_minute: u32,
         stops: &mut Vec<tokio::sync::oneshot::Sender<()>>,
     ) -> u16 {
-        let gw = gateway::Gateway::new(
-            db.pool(4),
-            db.config.clone(),
-            link,
-            gateway::RateLimit::per_minute(rate_per_minute),
-            false,
-        )
-        .unwrap();
+        let gw = gateway::Gateway::new(db.config.clone(), link, gateway::RateLimit::per_minute(rate_per_minute), false)
+            .unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -117,6 +117,7 @@ async fn an_owner_resolves_lists_revokes_and_reads_activity_across_replicas() {
     assert!(rows.iter().any(|r| r["authorization"] == "Allowed by task permission"), "{rows:?}");
     assert!(rows.iter().any(|r| r["summary"] == "Allowed once"), "the answer to a card is its session's: {rows:?}");
     assert!(rows.iter().any(|r| r["summary"] == "Allowed for this task"), "{rows:?}");
+    assert!(rows.iter().any(|r| r["summary"] == "Task permission ended: revoked"), "the Stop: {rows:?}");
     assert!(rows.iter().any(|r| r["summary"].as_str().unwrap().contains("\"Next\"")), "{rows:?}");
     // A position the view has not reached: answered within the bound, and said so.
     let ahead = s.call(0, "GET", "/v1/sessions/s1/activity?min_position=999999999.1").bearer(&owner).send().await;
@@ -131,6 +132,16 @@ async fn every_refusal_is_typed_and_writes_nothing() {
     let (card, offer) = s.card(ON, "owner-a", "s1").await;
     let offer = offer.unwrap();
     let resolve = format!("/v1/approvals/{card}/resolve");
+    // A grant of owner-a's in a second session, for the cross-owner reads and the revoke.
+    s.session(ON, "owner-a", "s2").await;
+    let (granting, _) = s.card(ON, "owner-a", "s2").await;
+    let granted = s
+        .call(0, "POST", &format!("/v1/approvals/{granting}/resolve"))
+        .bearer(&owner)
+        .json(&for_task(&offer.origin, &offer.path_prefix))
+        .send()
+        .await;
+    let grant = granted.json()["grant_id"].as_str().unwrap().to_owned();
     let before = s.events().await;
 
     // Unauthenticated: nothing, garbage, a service credential, a revoked or an expired token.
@@ -244,10 +255,17 @@ async fn every_refusal_is_typed_and_writes_nothing() {
             Some("session_id"),
         ),
         (
-            "a grant list without its session",
-            s.call(0, "GET", "/v1/browser-task-grants").bearer(&owner),
+            "a misspelt grant query",
+            s.call(0, "GET", "/v1/browser-task-grants?sesion_id=s1").bearer(&owner),
             422,
-            Some("session_id"),
+            Some("sesion_id"),
+        ),
+        ("a path that is not text", s.call(0, "GET", "/v1/sessions/%FF/approvals").bearer(&owner), 422, Some("path")),
+        (
+            "a revoke with a body",
+            s.call(0, "POST", &format!("/v1/browser-task-grants/{grant}/revoke")).bearer(&owner).json(&json!({"x": 1})),
+            422,
+            Some("x"),
         ),
     ] {
         let r = call.send().await;
@@ -265,6 +283,9 @@ async fn every_refusal_is_typed_and_writes_nothing() {
             ("GET", format!("/v1/approvals/{card}")),
             ("GET", "/v1/sessions/s1/activity".to_owned()),
             ("GET", "/v1/sessions/s1/events".to_owned()),
+            ("GET", "/v1/browser-task-grants?session_id=s2".to_owned()),
+            ("GET", format!("/v1/browser-task-grants/{grant}")),
+            ("POST", format!("/v1/browser-task-grants/{grant}/revoke")),
         ] {
             let r = s.call(0, method, &path).bearer(token).send().await;
             assert_eq!((r.status, r.code().as_str()), (404, "not_found"), "{method} {path}: {r:?}");
@@ -273,6 +294,8 @@ async fn every_refusal_is_typed_and_writes_nothing() {
         assert_eq!((r.status, r.code().as_str()), (404, "not_found"), "{r:?}");
     }
     assert_eq!(s.events().await, before, "no refusal wrote anything");
+    let mine = s.call(1, "GET", &format!("/v1/browser-task-grants/{grant}")).bearer(&owner).send().await;
+    assert_eq!(mine.json()["status"], "active", "another owner's revoke ended nothing");
 
     // The authorizer unreachable: 503, nothing written, and the card still answerable after.
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -330,6 +353,7 @@ async fn a_browser_signs_in_once_by_link_and_its_writes_need_the_csrf_token() {
         let page = s.call(0, "GET", &format!("/sign-in?code={code}")).send().await;
         assert_eq!(page.status, 200);
         assert!(page.body.contains("method=\"post\""), "{}", page.body);
+        assert!(page.body.contains("<strong>owner-a</strong> of <strong>tenant-on</strong>"), "whom it signs in");
     }
     let form = format!("code={code}");
     let cross = s
@@ -406,8 +430,15 @@ async fn a_browser_signs_in_once_by_link_and_its_writes_need_the_csrf_token() {
 
     // Signing out ends the session; revoking the token ends every session made from it.
     let again = s.owners().link(ON, token_id).await.unwrap();
+    let no_origin = s
+        .call(0, "POST", "/sign-in")
+        .raw("application/x-www-form-urlencoded", format!("code={again}").as_bytes())
+        .send()
+        .await;
+    assert_eq!(no_origin.status, 403, "a sign-in post that names no origin is not a browser's page");
     let second = s
         .call(0, "POST", "/sign-in")
+        .header("origin", &format!("http://127.0.0.1:{}", s.gateways[0]))
         .raw("application/x-www-form-urlencoded", format!("code={again}").as_bytes())
         .send()
         .await;
@@ -495,6 +526,17 @@ async fn the_route_census_with_the_flag_on_and_off() {
         let r = call.send().await;
         assert_eq!((r.status, r.json()["code"].clone()), (404, missing.json()["code"].clone()), "{r:?}");
     }
+    // Nor do they answer a bad query, id, body or a missing scope as anything but absent.
+    let (_, resolve_only) = s.token(ON, "owner-a", &[Scope::ApprovalResolve]).await;
+    for call in [
+        s.call(0, "GET", "/v1/browser-task-grants?sesion_id=s1").bearer(&owner),
+        s.call(0, "GET", "/v1/browser-task-grants/not-a-uuid").bearer(&owner),
+        s.call(0, "POST", &format!("/v1/browser-task-grants/{grant}/revoke")).bearer(&owner).json(&json!({"x": 1})),
+        s.call(0, "GET", "/v1/browser-task-grants").bearer(&resolve_only),
+    ] {
+        let r = call.send().await;
+        assert_eq!((r.status, r.code().as_str()), (404, "not_found"), "{r:?}");
+    }
     let (card, offer) = s.card(ON, "owner-a", "s1").await;
     assert!(offer.is_none(), "no offer with the flag off");
     let r = s
@@ -541,6 +583,17 @@ async fn the_event_stream_shows_cards_and_grants_move_without_polling() {
     s.call(1, "POST", &format!("/v1/browser-task-grants/{grant}/revoke")).bearer(&owner).send().await;
     let (name, data) = next_event(&mut events, within).await.expect("the end is streamed");
     assert_eq!((name.as_str(), data["end_reason"].as_str()), ("grant.ended", Some("revoked")));
+
+    // A token holds a few streams on a replica, not a connection table's worth.
+    let mut held = Vec::new();
+    for _ in 1..gateway::MAX_STREAMS_PER_TOKEN {
+        let (status, reader) = s.call(0, "GET", "/v1/sessions/s1/events").bearer(&owner).stream().await;
+        assert_eq!(status, 200);
+        held.push(reader);
+    }
+    let over = s.call(0, "GET", "/v1/sessions/s1/events").bearer(&owner).send().await;
+    assert_eq!((over.status, over.code().as_str()), (429, "too_many_streams"));
+    drop(held);
 
     // Revoking the token that opened the stream closes it.
     assert!(s.owners().revoke(ON, token_id).await.unwrap());

@@ -623,6 +623,10 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         grant_routes_mounted(&authority).await?;
         let r = req.into_inner();
         seen(r.min_position);
+        // Another owner's session does not exist for the caller, as for its approvals.
+        if !r.session_id.is_empty() {
+            own_session(&authority, &id("session_id", &r.session_id)?, &principal).await?;
+        }
         let mut grants = authority
             .read(Need::PrincipalGrants(&principal), |w| {
                 w.grants

@@ -316,8 +316,7 @@ async fn run_on(
     credentials.register(&gateway_token, TENANT, Role::Gateway, None, None).await?;
     credentials.register(&profiles, TENANT, Role::Profiles, None, None).await?;
     let scopes = [Scope::ApprovalResolve, Scope::GrantRead, Scope::GrantWrite];
-    let (_, owner_token) =
-        gateway::Owners::new(pool).create(TENANT, OWNER, &scopes, Duration::from_secs(3600)).await?;
+    let (_, owner_token) = gateway::Owners::new(pool).create(TENANT, OWNER, &scopes, Duration::from_secs(3600)).await?;
 
     let dir = std::env::temp_dir().join(format!("grantctl-bench-gw-{}", Uuid::new_v4().simple()));
     let pki = crate::tls::DevPki::generate()?;
@@ -371,8 +370,11 @@ async fn run_on(
         cards: Arc::default(),
     };
     let mut setup = fixture.grpc(&endpoint).await?;
-    let claim =
-        pb::ProfileEventRequest { profile_id: "p".into(), event: pb::ProfileEvent::Created as i32, owner_principal_id: OWNER.into() };
+    let claim = pb::ProfileEventRequest {
+        profile_id: "p".into(),
+        event: pb::ProfileEvent::Created as i32,
+        owner_principal_id: OWNER.into(),
+    };
     setup.record_profile_event(bearer(claim, &fixture.profiles)).await?;
     // The listed session: one active grant, then three pending cards it did not cover.
     let listed = fixture.session(&mut setup).await?;
