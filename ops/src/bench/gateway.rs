@@ -144,10 +144,16 @@ impl Fixture {
 /// An HTTP/1.1 keep-alive connection to the gateway over TLS.
 struct Http {
     sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    port: u16,
+    ca_pem: String,
 }
 
 impl Http {
     async fn connect(port: u16, ca_pem: &str) -> Result<Self> {
+        Ok(Self { sender: Self::open(port, ca_pem).await?, port, ca_pem: ca_pem.to_owned() })
+    }
+
+    async fn open(port: u16, ca_pem: &str) -> Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>> {
         use rustls::pki_types::pem::PemObject;
         let mut roots = rustls::RootCertStore::empty();
         for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
@@ -165,7 +171,7 @@ impl Http {
         let tls = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp).await?;
         let (sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await?;
         tokio::spawn(conn);
-        Ok(Self { sender })
+        Ok(sender)
     }
 
     async fn send(&mut self, method: &str, path: &str, token: &str, body: Option<String>) -> Result<()> {
@@ -178,7 +184,12 @@ impl Http {
             req = req.header("content-type", "application/json");
         }
         let req = req.body(Full::new(Bytes::from(body.unwrap_or_default())))?;
-        self.sender.ready().await?;
+        // The gateway closes a keep-alive connection left idle (between rounds): open another,
+        // as any client does. The warm-up round takes the cost.
+        if self.sender.ready().await.is_err() {
+            self.sender = Self::open(self.port, &self.ca_pem).await?;
+            self.sender.ready().await?;
+        }
         let reply = self.sender.send_request(req).await?;
         let status = reply.status();
         let body = reply.into_body().collect().await?.to_bytes();
