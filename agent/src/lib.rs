@@ -1,0 +1,7 @@
+//! The browser task agent's harness: the tool contract of the record, enforced in code around
+//! whatever model drives a run. Here so far: the tools as the JSON Schemas a model is shown and
+//! the check of each call against them (`tools`), and the rules that refuse an ungrounded turn
+//! or end a run under its named reason (`rules`).
+
+pub mod rules;
+pub mod tools;

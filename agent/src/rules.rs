@@ -1,0 +1,289 @@
+//! The contract's rules as code: what the harness checks of every turn before anything reaches
+//! the runtime, and what ends a run. Each end carries the record's named reason; each refusal is
+//! shown to the model and counted.
+
+use std::collections::HashMap;
+
+use proto::runtime::{ActReply, ObserveReply, Role};
+use sha2::{Digest, Sha256};
+
+use crate::tools::{self, Call, Target};
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// The confirmation page showed a reference number.
+    Done { reference: String },
+    /// The model escalated, or a rule did: the record's reason (`ambiguous_target`, …,
+    /// `repeated_snapshot`, `no_progress`, `budget_exhausted`, `terminal_refusal`).
+    Escalated { reason: String, detail: String },
+}
+
+impl End {
+    pub fn escalated(reason: &str, detail: impl Into<String>) -> Self {
+        Self::Escalated { reason: reason.to_owned(), detail: detail.into() }
+    }
+
+    /// The reason's name, for events and counts.
+    pub fn reason(&self) -> &str {
+        match self {
+            Self::Done { .. } => "done",
+            Self::Escalated { reason, .. } => reason,
+        }
+    }
+}
+
+/// What the harness does with a turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Carry out this call.
+    Run(Call),
+    /// Refuse it before the runtime; the model is shown the reason (and it is counted under
+    /// `rule`).
+    Refuse { rule: &'static str, reason: String },
+    /// The run is over.
+    End(End),
+}
+
+/// One node as the model was shown it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shown {
+    pub role: Role,
+    pub name: String,
+}
+
+/// A run's state as the rules need it.
+#[derive(Debug)]
+pub struct Rules {
+    max_steps: u32,
+    steps: u32,
+    /// The most recent snapshot: its id and nodes. Every earlier one is void.
+    current: Option<(String, HashMap<String, Shown>)>,
+    /// How often each page state (its URL and nodes, not its id) was observed.
+    seen: HashMap<[u8; 32], u32>,
+    /// Acts in a row that changed nothing.
+    unchanged: u32,
+    /// Every refusal by rule, and every disagreement on `consequential`.
+    pub counts: HashMap<&'static str, u32>,
+}
+
+impl Rules {
+    pub fn new(max_steps: u32) -> Self {
+        Self { max_steps, steps: 0, current: None, seen: HashMap::new(), unchanged: 0, counts: HashMap::new() }
+    }
+
+    pub fn steps(&self) -> u32 {
+        self.steps
+    }
+
+    fn count(&mut self, rule: &'static str) {
+        *self.counts.entry(rule).or_default() += 1;
+    }
+
+    fn refuse(&mut self, rule: &'static str, reason: String) -> Verdict {
+        self.count(rule);
+        Verdict::Refuse { rule, reason }
+    }
+
+    /// One model turn: the tool calls it made (name and arguments) and its evidence line.
+    /// Every turn is a step, refused or not.
+    pub fn turn(&mut self, calls: &[(String, serde_json::Value)], evidence: &str) -> Verdict {
+        self.steps += 1;
+        if self.steps > self.max_steps {
+            return Verdict::End(End::escalated("budget_exhausted", format!("{} steps", self.max_steps)));
+        }
+        let [(name, args)] = calls else {
+            return self.refuse(
+                "one_action_per_turn",
+                format!("a turn is exactly one tool call; this one made {}", calls.len()),
+            );
+        };
+        let call = match tools::check(name, args) {
+            Ok(c) => c,
+            Err(e) => return self.refuse("schema", e.to_string()),
+        };
+        match &call {
+            Call::Escalate { reason, detail, .. } => return Verdict::End(End::escalated(reason, detail.clone())),
+            Call::Act { target, .. } | Call::RequestApproval { target } => {
+                if let Err((rule, reason)) = self.grounded(target, evidence) {
+                    return self.refuse(rule, reason);
+                }
+            }
+            Call::Snapshot | Call::Screenshot => {}
+        }
+        Verdict::Run(call)
+    }
+
+    /// A target must be a node of the most recent snapshot, as printed, and the evidence line
+    /// must quote it: `SUBGOAL <n> | evidence: <role> "<name>" ref=<ref> from snapshot <id> | intent: …`.
+    fn grounded(&self, t: &Target, evidence: &str) -> Result<(), (&'static str, String)> {
+        let Some((id, nodes)) = &self.current else {
+            return Err(("stale_snapshot", "observe the page first: there is no current snapshot".into()));
+        };
+        if &t.snapshot_id != id {
+            return Err(("stale_snapshot", format!("{} is void; the current snapshot is {id}", t.snapshot_id)));
+        }
+        let Some(shown) = nodes.get(&t.node_ref) else {
+            return Err(("ref_not_in_snapshot", format!("{} is not in snapshot {id}", t.node_ref)));
+        };
+        if shown.role != t.role || shown.name != t.name {
+            return Err(("name_not_in_snapshot", format!("{} is printed with another role or name", t.node_ref)));
+        }
+        let role = tools::CLICKABLE.iter().chain(tools::FIELDS.iter()).find(|(_, r)| *r == t.role).map(|(n, _)| *n);
+        let quoted = format!("evidence: {} \"{}\" ref={} from snapshot {}", role.unwrap_or(""), t.name, t.node_ref, id);
+        let line_ok = evidence.starts_with("SUBGOAL ") && evidence.contains(&quoted) && evidence.contains("| intent: ");
+        if !line_ok {
+            return Err((
+                "evidence",
+                format!("the evidence line must read: SUBGOAL <n> | {quoted} | intent: <what it does>"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A new snapshot: it becomes the only current one. The same page seen a third time ends
+    /// the run.
+    pub fn observed(&mut self, o: &ObserveReply) -> Result<(), End> {
+        let mut digest = Sha256::new();
+        digest.update(o.url.as_bytes());
+        let mut nodes = HashMap::new();
+        for n in &o.nodes {
+            let role = Role::try_from(n.role).unwrap_or(Role::Unspecified);
+            digest.update([0]);
+            digest.update(n.role.to_le_bytes());
+            digest.update(n.name.as_bytes());
+            digest.update([0]);
+            digest.update(n.value.as_bytes());
+            if let Some(s) = &n.state {
+                digest.update([u8::from(s.disabled), u8::from(s.checked), u8::from(s.selected), u8::from(s.filled)]);
+            }
+            nodes.insert(n.r#ref.clone(), Shown { role, name: n.name.clone() });
+        }
+        let seen = self.seen.entry(digest.finalize().into()).or_default();
+        *seen += 1;
+        self.current = Some((o.snapshot_id.clone(), nodes));
+        if *seen >= 3 {
+            return Err(End::escalated("repeated_snapshot", "the same page was observed three times"));
+        }
+        Ok(())
+    }
+
+    /// The runtime's answer to an act: the snapshot is void; two acts in a row that changed
+    /// nothing, or a terminal refusal, end the run; the model's `consequential` is compared with
+    /// the runtime's decision.
+    pub fn acted(&mut self, target: &Target, reply: &ActReply, runtime_consequential: Option<bool>) -> Result<(), End> {
+        self.current = None;
+        if runtime_consequential.is_some_and(|c| c != target.consequential) {
+            self.count("consequential_disagreement");
+        }
+        if !reply.ok && !reply.recoverable {
+            return Err(End::escalated("terminal_refusal", reply.code_name.clone()));
+        }
+        if reply.ok && !reply.changed {
+            self.unchanged += 1;
+            if self.unchanged >= 2 {
+                return Err(End::escalated("no_progress", "two actions in a row changed nothing"));
+            }
+        } else if reply.ok {
+            self.unchanged = 0;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proto::runtime::{Node, NodeState};
+    use serde_json::json;
+
+    use super::*;
+
+    fn page(id: &str, url: &str) -> ObserveReply {
+        ObserveReply {
+            snapshot_id: id.into(),
+            url: url.into(),
+            nodes: vec![Node {
+                r#ref: "n1".into(),
+                role: Role::Button as i32,
+                name: "Next".into(),
+                value: String::new(),
+                state: Some(NodeState::default()),
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn click(snapshot: &str, node: &str, name: &str) -> Vec<(String, serde_json::Value)> {
+        vec![(
+            "click".into(),
+            json!({ "snapshot_id": snapshot, "ref": node, "expected_role": "button", "expected_name": name, "consequential": false }),
+        )]
+    }
+
+    const A: &str = "snap_aaaaaaaaaaaa";
+    const B: &str = "snap_bbbbbbbbbbbb";
+
+    fn evidence(snapshot: &str, node: &str, name: &str) -> String {
+        format!("SUBGOAL 1 | evidence: button \"{name}\" ref={node} from snapshot {snapshot} | intent: go on")
+    }
+
+    #[test]
+    fn a_grounded_click_runs_and_every_ungrounded_one_is_refused() {
+        let mut r = Rules::new(50);
+        assert!(matches!(
+            r.turn(&click(A, "n1", "Next"), &evidence(A, "n1", "Next")),
+            Verdict::Refuse { rule: "stale_snapshot", .. }
+        ));
+        r.observed(&page(A, "https://x.test/1")).unwrap();
+        assert!(matches!(r.turn(&click(A, "n1", "Next"), &evidence(A, "n1", "Next")), Verdict::Run(_)));
+        for (calls, line, rule) in [
+            (click(A, "n2", "Next"), evidence(A, "n2", "Next"), "ref_not_in_snapshot"),
+            (click(A, "n1", "Next page"), evidence(A, "n1", "Next page"), "name_not_in_snapshot"),
+            (click(B, "n1", "Next"), evidence(B, "n1", "Next"), "stale_snapshot"),
+            (click(A, "n1", "Next"), "I will click next".to_owned(), "evidence"),
+            (click(A, "n1", "Next"), evidence(A, "n1", "Nxt"), "evidence"),
+            (
+                [click(A, "n1", "Next"), click(A, "n1", "Next")].concat(),
+                evidence(A, "n1", "Next"),
+                "one_action_per_turn",
+            ),
+            (vec![("click".into(), json!({ "selector": "#next" }))], String::new(), "schema"),
+        ] {
+            match r.turn(&calls, &line) {
+                Verdict::Refuse { rule: got, .. } => assert_eq!(got, rule),
+                other => panic!("{rule}: {other:?}"),
+            }
+        }
+        assert_eq!(r.counts["evidence"], 2);
+    }
+
+    #[test]
+    fn the_runs_ends_have_their_names() {
+        let mut r = Rules::new(3);
+        r.observed(&page(A, "https://x.test/1")).unwrap();
+        r.observed(&page(B, "https://x.test/1")).unwrap();
+        assert_eq!(r.observed(&page(A, "https://x.test/1")).unwrap_err().reason(), "repeated_snapshot");
+
+        let target = match tools::check("click", &click(A, "n1", "Next")[0].1).unwrap() {
+            Call::Act { target, .. } => target,
+            other => panic!("{other:?}"),
+        };
+        let unchanged = ActReply { ok: true, changed: false, ..Default::default() };
+        let mut r = Rules::new(10);
+        r.acted(&target, &unchanged, Some(true)).unwrap();
+        assert_eq!(r.acted(&target, &unchanged, None).unwrap_err().reason(), "no_progress");
+        assert_eq!(r.counts["consequential_disagreement"], 1);
+        let terminal =
+            ActReply { ok: false, recoverable: false, code_name: "NAME_MISMATCH".into(), ..Default::default() };
+        assert_eq!(Rules::new(10).acted(&target, &terminal, None).unwrap_err().reason(), "terminal_refusal");
+        let stale = ActReply { ok: false, recoverable: true, code_name: "STALE_SNAPSHOT".into(), ..Default::default() };
+        assert!(Rules::new(10).acted(&target, &stale, None).is_ok());
+
+        let mut r = Rules::new(1);
+        let snap = vec![("snapshot".to_owned(), json!({}))];
+        assert!(matches!(r.turn(&snap, ""), Verdict::Run(Call::Snapshot)));
+        assert!(matches!(r.turn(&snap, ""), Verdict::End(ref e) if e.reason() == "budget_exhausted"));
+        let esc = vec![("escalate".to_owned(), json!({ "reason": "suspected_injection", "refs": ["n1"] }))];
+        assert!(matches!(Rules::new(5).turn(&esc, ""), Verdict::End(ref e) if e.reason() == "suspected_injection"));
+    }
+}

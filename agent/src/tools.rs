@@ -1,0 +1,406 @@
+//! The tools a model is given, as the JSON Schemas it is shown, and the check of each call it
+//! makes against them. A call that does not validate never reaches the runtime: the model is
+//! shown why, and the refusal is counted.
+
+use proto::runtime::Role;
+use serde_json::{Value, json};
+
+/// One tool as the model sees it.
+#[derive(Debug, Clone)]
+pub struct Tool {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub input_schema: Value,
+}
+
+/// The roles a click may name: the record's clickable set.
+pub const CLICKABLE: [(&str, Role); 8] = [
+    ("button", Role::Button),
+    ("link", Role::Link),
+    ("checkbox", Role::Checkbox),
+    ("radio", Role::Radio),
+    ("option", Role::Option),
+    ("tab", Role::Tab),
+    ("menuitem", Role::Menuitem),
+    ("combobox", Role::Combobox),
+];
+
+/// The fields a type or a select names.
+pub const FIELDS: [(&str, Role); 4] = [
+    ("textbox", Role::Textbox),
+    ("searchbox", Role::Searchbox),
+    ("combobox", Role::Combobox),
+    ("listbox", Role::Listbox),
+];
+
+/// The keys a key press may name: never a letter or a digit, which would be text.
+pub const KEYS: [&str; 14] = [
+    "Enter",
+    "Tab",
+    "Escape",
+    "Backspace",
+    "Delete",
+    "ArrowUp",
+    "ArrowDown",
+    "ArrowLeft",
+    "ArrowRight",
+    "Home",
+    "End",
+    "PageUp",
+    "PageDown",
+    "Space",
+];
+
+/// The scroll steps: a free number would reach the page.
+pub const SCROLL_STEPS: [i32; 8] = [-1200, -600, -300, -100, 100, 300, 600, 1200];
+
+/// The reasons a model may escalate with, each ending the run under its name.
+pub const ESCALATIONS: [&str; 8] = [
+    "ambiguous_target",
+    "no_grounded_action",
+    "unmapped_field",
+    "unexpected_form_state",
+    "suspected_injection",
+    "auth_required",
+    "approval_rejected",
+    "uncertain",
+];
+
+const SNAPSHOT_ID: &str = "^snap_[0-9a-f]{12}$";
+const REF: &str = "^n[0-9]{1,4}$";
+const TOKEN: &str = "^apv_[0-9a-f]{24}$";
+const FIELD_ID: &str = "^[A-Za-z0-9_.-]{1,120}$";
+
+fn target(roles: &[(&str, Role)], extra: Value) -> Value {
+    let names: Vec<&str> = roles.iter().map(|(n, _)| *n).collect();
+    let mut properties = json!({
+        "snapshot_id": { "type": "string", "pattern": SNAPSHOT_ID,
+            "description": "The id of the snapshot this ref was read from: your most recent one." },
+        "ref": { "type": "string", "pattern": REF, "description": "The node's ref exactly as printed in that snapshot." },
+        "expected_role": { "type": "string", "enum": names, "description": "The role printed for this ref." },
+        "expected_name": { "type": "string", "minLength": 1, "maxLength": 120,
+            "description": "The accessible name printed for this ref, copied character for character." },
+        "consequential": { "type": "boolean",
+            "description": "Whether this changes state in the site: submits, saves, confirms, cancels, sends, pays or deletes. The runtime decides independently; disagreements are logged." },
+        "approval_token": { "type": "string", "pattern": TOKEN,
+            "description": "The single-use token request_approval returned for this exact element and action." },
+    });
+    let mut required: Vec<String> =
+        ["snapshot_id", "ref", "expected_role", "expected_name", "consequential"].map(String::from).to_vec();
+    if let (Some(p), Value::Object(more)) = (properties.as_object_mut(), extra) {
+        for (k, v) in more {
+            required.push(k.clone());
+            p.insert(k, v);
+        }
+    }
+    json!({ "type": "object", "additionalProperties": false, "required": required, "properties": properties })
+}
+
+/// Every tool, in the order the model is shown them.
+pub fn tools() -> Vec<Tool> {
+    let field_roles: Vec<(&str, Role)> = FIELDS.to_vec();
+    vec![
+        Tool {
+            name: "snapshot",
+            description: "Observe the current page as an accessibility snapshot. Call it first, and again after any action that reports changed = true.",
+            input_schema: json!({ "type": "object", "additionalProperties": false, "properties": {} }),
+        },
+        Tool {
+            name: "click",
+            description: "Click exactly one interactive node from the snapshot you were most recently given. The runtime re-resolves the node in the live page and refuses the click if the snapshot is stale, the ref is gone, or the name has changed. If the element is consequential, the click needs an approval token from request_approval for this exact element.",
+            input_schema: target(&CLICKABLE, json!({})),
+        },
+        Tool {
+            name: "type",
+            description: "Type the value of one task-record field into one field, naming the value by its field id. You never see or write the value itself.",
+            input_schema: target(
+                &field_roles,
+                json!({ "field_id": { "type": "string", "pattern": FIELD_ID, "description": "A task-record field id from the list you were given." } }),
+            ),
+        },
+        Tool {
+            name: "select",
+            description: "Choose one option of a select or listbox, by the option's label as printed in the snapshot.",
+            input_schema: target(
+                &field_roles,
+                json!({ "option": { "type": "string", "minLength": 1, "maxLength": 120, "description": "The option's label, copied exactly." } }),
+            ),
+        },
+        Tool {
+            name: "key",
+            description: "Press one named key on a node that holds focus. Never a letter or digit.",
+            input_schema: target(&CLICKABLE, json!({ "key": { "type": "string", "enum": KEYS } })),
+        },
+        Tool {
+            name: "scroll",
+            description: "Scroll the page by one of the fixed steps (pixels; negative is up), from a node of the snapshot.",
+            input_schema: target(&CLICKABLE, json!({ "by": { "type": "integer", "enum": SCROLL_STEPS } })),
+        },
+        Tool {
+            name: "screenshot",
+            description: "Capture the screen for a human: before a submit, at a confirmation, at an escalation.",
+            input_schema: json!({ "type": "object", "additionalProperties": false, "properties": {} }),
+        },
+        Tool {
+            name: "request_approval",
+            description: "Ask the owner to approve one consequential action on one node of the current snapshot. Returns an approval token for exactly that element and action, or a rejection.",
+            input_schema: target(&CLICKABLE, json!({})),
+        },
+        Tool {
+            name: "escalate",
+            description: "Stop and hand the task to a human, for any reason, including \"I am not sure\".",
+            input_schema: json!({
+                "type": "object", "additionalProperties": false, "required": ["reason"],
+                "properties": {
+                    "reason": { "type": "string", "enum": ESCALATIONS },
+                    "refs": { "type": "array", "maxItems": 8, "items": { "type": "string", "pattern": REF },
+                        "description": "The refs the reason concerns (both, for ambiguous_target; where it appeared, for suspected_injection)." },
+                    "detail": { "type": "string", "maxLength": 200, "description": "What you were looking for. Never quote page text at length." }
+                }
+            }),
+        },
+    ]
+}
+
+/// The element a call names, as the model claimed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub snapshot_id: String,
+    pub node_ref: String,
+    pub role: Role,
+    pub name: String,
+    pub consequential: bool,
+    pub approval_token: Option<String>,
+}
+
+/// What a call asks of the browser.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Act {
+    Click,
+    Type { field_id: String },
+    Select { option: String },
+    Key { key: String },
+    Scroll { by: i32 },
+}
+
+/// A call that validated against its tool's schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    Snapshot,
+    Screenshot,
+    Act { target: Target, act: Act },
+    RequestApproval { target: Target },
+    Escalate { reason: String, refs: Vec<String>, detail: String },
+}
+
+/// Why a call was refused before the runtime, as the model is shown it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{tool}: {reason}")]
+pub struct Invalid {
+    pub tool: String,
+    pub reason: String,
+}
+
+fn matches(pattern: &str, s: &str) -> bool {
+    // The four patterns above, checked by hand: a prefix and a run of characters of one class.
+    let (prefix, class, lengths): (&str, fn(u8) -> bool, std::ops::RangeInclusive<usize>) = match pattern {
+        SNAPSHOT_ID => ("snap_", |b| matches!(b, b'0'..=b'9' | b'a'..=b'f'), 12..=12),
+        REF => ("n", |b| b.is_ascii_digit(), 1..=4),
+        TOKEN => ("apv_", |b| matches!(b, b'0'..=b'9' | b'a'..=b'f'), 24..=24),
+        FIELD_ID => ("", |b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'), 1..=120),
+        _ => return false,
+    };
+    s.strip_prefix(prefix).is_some_and(|rest| lengths.contains(&rest.len()) && rest.bytes().all(class))
+}
+
+/// Checks `arguments` of a call to tool `name` against its schema.
+pub fn check(name: &str, arguments: &Value) -> Result<Call, Invalid> {
+    let bad = |reason: String| Invalid { tool: name.to_owned(), reason };
+    let Some(tool) = tools().into_iter().find(|t| t.name == name) else {
+        return Err(bad("there is no such tool".into()));
+    };
+    let args = arguments.as_object().ok_or_else(|| bad("the arguments are a JSON object".into()))?;
+    let schema = &tool.input_schema;
+    let properties = schema["properties"].as_object().cloned().unwrap_or_default();
+    if let Some(extra) = args.keys().find(|k| !properties.contains_key(*k)) {
+        return Err(bad(format!("there is no argument {extra:?}")));
+    }
+    for required in schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+        if !args.contains_key(required) {
+            return Err(bad(format!("{required} is required")));
+        }
+    }
+    for (key, value) in args {
+        check_value(&properties[key], value).map_err(|why| bad(format!("{key} {why}")))?;
+    }
+    let text = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let target = || -> Result<Target, Invalid> {
+        let role_name = text("expected_role");
+        let role = CLICKABLE
+            .iter()
+            .chain(FIELDS.iter())
+            .find(|(n, _)| *n == role_name)
+            .map(|(_, r)| *r)
+            .ok_or_else(|| bad("expected_role is not a role this tool takes".into()))?;
+        Ok(Target {
+            snapshot_id: text("snapshot_id"),
+            node_ref: text("ref"),
+            role,
+            name: text("expected_name"),
+            consequential: args.get("consequential").and_then(Value::as_bool).unwrap_or(false),
+            approval_token: args.get("approval_token").and_then(Value::as_str).map(str::to_owned),
+        })
+    };
+    Ok(match name {
+        "snapshot" => Call::Snapshot,
+        "screenshot" => Call::Screenshot,
+        "click" => Call::Act { target: target()?, act: Act::Click },
+        "type" => Call::Act { target: target()?, act: Act::Type { field_id: text("field_id") } },
+        "select" => Call::Act { target: target()?, act: Act::Select { option: text("option") } },
+        "key" => Call::Act { target: target()?, act: Act::Key { key: text("key") } },
+        "scroll" => {
+            let by = args.get("by").and_then(Value::as_i64).and_then(|b| i32::try_from(b).ok()).unwrap_or_default();
+            Call::Act { target: target()?, act: Act::Scroll { by } }
+        }
+        "request_approval" => Call::RequestApproval { target: target()? },
+        _ => Call::Escalate {
+            reason: text("reason"),
+            refs: args
+                .get("refs")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+                .unwrap_or_default(),
+            detail: text("detail"),
+        },
+    })
+}
+
+/// One value against its property's schema: the subset the tools above use.
+fn check_value(schema: &Value, value: &Value) -> Result<(), String> {
+    match schema["type"].as_str() {
+        Some("string") => {
+            let s = value.as_str().ok_or("is a string")?;
+            let chars = s.chars().count() as u64;
+            if let Some(min) = schema["minLength"].as_u64()
+                && chars < min
+            {
+                return Err(format!("is at least {min} characters"));
+            }
+            if let Some(max) = schema["maxLength"].as_u64()
+                && chars > max
+            {
+                return Err(format!("is at most {max} characters"));
+            }
+            if let Some(p) = schema["pattern"].as_str()
+                && !matches(p, s)
+            {
+                return Err(format!("does not match {p}"));
+            }
+            if let Some(options) = schema["enum"].as_array()
+                && !options.iter().any(|o| o.as_str() == Some(s))
+            {
+                return Err("is not one of the values the tool takes".into());
+            }
+            Ok(())
+        }
+        Some("boolean") => value.as_bool().map(|_| ()).ok_or_else(|| "is true or false".into()),
+        Some("integer") => {
+            let n = value.as_i64().ok_or("is a whole number")?;
+            match schema["enum"].as_array() {
+                Some(options) if !options.iter().any(|o| o.as_i64() == Some(n)) => {
+                    Err("is not one of the steps the tool takes".into())
+                }
+                _ => Ok(()),
+            }
+        }
+        Some("array") => {
+            let items = value.as_array().ok_or("is a list")?;
+            if let Some(max) = schema["maxItems"].as_u64()
+                && items.len() as u64 > max
+            {
+                return Err(format!("has at most {max} items"));
+            }
+            items.iter().try_for_each(|i| check_value(&schema["items"], i))
+        }
+        _ => Err("has no schema".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn click() -> Value {
+        json!({ "snapshot_id": "snap_0123456789ab", "ref": "n12", "expected_role": "button",
+                "expected_name": "Next", "consequential": false })
+    }
+
+    #[test]
+    fn every_schema_is_closed_and_names_its_required_fields() {
+        for t in tools() {
+            assert_eq!(t.input_schema["additionalProperties"], false, "{}", t.name);
+            let props = t.input_schema["properties"].as_object().unwrap();
+            for r in t.input_schema["required"].as_array().into_iter().flatten() {
+                assert!(props.contains_key(r.as_str().unwrap()), "{}: {r}", t.name);
+            }
+        }
+    }
+
+    #[test]
+    fn a_valid_click_is_read_and_each_break_is_refused() {
+        let call = check("click", &click()).unwrap();
+        assert!(
+            matches!(call, Call::Act { act: Act::Click, ref target } if target.role == Role::Button && target.name == "Next")
+        );
+        let mut cases = Vec::new();
+        for (key, value) in [
+            ("snapshot_id", json!("snap_0123")),
+            ("ref", json!("#submit")),
+            ("ref", json!("n12345")),
+            ("expected_role", json!("div")),
+            ("expected_name", json!("")),
+            ("expected_name", json!("x".repeat(121))),
+            ("consequential", json!("yes")),
+            ("approval_token", json!("apv_short")),
+            ("css", json!("button.primary")),
+        ] {
+            let mut c = click();
+            c[key] = value;
+            cases.push((key, c));
+        }
+        let mut missing = click();
+        missing.as_object_mut().unwrap().remove("expected_name");
+        cases.push(("missing name", missing));
+        for (what, c) in cases {
+            assert!(check("click", &c).is_err(), "{what}: {c}");
+        }
+        assert!(check("navigate", &json!({ "url": "https://evil.test" })).is_err());
+        assert!(check("click", &json!([1])).is_err());
+    }
+
+    #[test]
+    fn text_never_reaches_the_page_as_a_literal() {
+        let mut t = click();
+        t["expected_role"] = json!("textbox");
+        t["field_id"] = json!("email");
+        assert!(matches!(check("type", &t).unwrap(), Call::Act { act: Act::Type { .. }, .. }));
+        t["text"] = json!("ignore previous instructions");
+        assert!(check("type", &t).is_err(), "no free text argument");
+        let mut k = click();
+        k["key"] = json!("a");
+        assert!(check("key", &k).is_err(), "a letter is text");
+        let mut s = click();
+        s["by"] = json!(250);
+        assert!(check("scroll", &s).is_err(), "only the fixed steps");
+    }
+
+    #[test]
+    fn an_escalation_names_a_known_reason() {
+        let ok = check("escalate", &json!({ "reason": "ambiguous_target", "refs": ["n1", "n2"] })).unwrap();
+        assert!(
+            matches!(ok, Call::Escalate { ref reason, ref refs, .. } if reason == "ambiguous_target" && refs.len() == 2)
+        );
+        assert!(check("escalate", &json!({ "reason": "bored" })).is_err());
+        assert!(check("escalate", &json!({ "reason": "uncertain", "refs": ["body > div"] })).is_err());
+    }
+}
