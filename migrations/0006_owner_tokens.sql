@@ -25,8 +25,9 @@ CREATE UNIQUE INDEX owner_tokens_secret ON owner_tokens (token_sha256);
 CREATE INDEX owner_tokens_tenant ON owner_tokens (tenant_id, created_at);
 CREATE INDEX owner_tokens_parent ON owner_tokens (parent_id);
 
--- Forward only: a revocation or a spent link is never undone, and a link or session is made
--- only from a token of the same tenant and owner, with no more scopes and no longer life.
+-- Forward only: a revocation or a spent link is never undone; a service makes no token; and a
+-- link or session is made only from a token of the same tenant and owner, with no more scopes
+-- and no longer life.
 CREATE FUNCTION owner_tokens_guard() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'UPDATE' THEN
@@ -34,6 +35,8 @@ BEGIN
            OR (OLD.used_at IS NOT NULL AND NEW.used_at IS DISTINCT FROM OLD.used_at) THEN
             RAISE EXCEPTION 'owner_tokens: a revocation or a spent link is never undone';
         END IF;
+    ELSIF NEW.kind = 'token' AND current_user = 'grant_ledger_service' THEN
+        RAISE EXCEPTION 'owner_tokens: only an operator makes owner tokens';
     ELSIF NEW.kind <> 'token' AND NOT EXISTS (
         SELECT 1 FROM owner_tokens p
         WHERE p.token_id = NEW.parent_id AND p.kind = 'token' AND p.tenant_id = NEW.tenant_id

@@ -77,6 +77,11 @@ pub(crate) async fn edge(mut req: Request, next: Next) -> Response {
         headers.entry(*name).or_insert(HeaderValue::from_static(value));
     }
     headers.entry(header::CACHE_CONTROL).or_insert(HeaderValue::from_static("no-store"));
+    // An idle keep-alive connection is closed after the 10 s head-read timeout: say so, so a
+    // client opens a new one rather than racing the close.
+    if !streaming {
+        headers.insert("keep-alive", HeaderValue::from_static("timeout=9"));
+    }
     response
 }
 

@@ -267,7 +267,7 @@ pub async fn serve(
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .max_headers(limits.max_headers)
-                // The read buffer bounds a request's head: headers past it are refused.
+                // The read buffer bounds a request's head (32 KiB): headers past it are refused.
                 .max_buf_size(limits.max_header_bytes.max(8192) * 2)
                 .timer(TokioTimer::new())
                 .header_read_timeout(Duration::from_secs(10))

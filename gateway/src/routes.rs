@@ -477,11 +477,12 @@ pub(crate) async fn grants_of(
     Ok(grants.filter(|g| !active_only || g.status == "active").collect())
 }
 
-async fn get_grant(call: Call, Seg(grant_id): Seg) -> Answer<Grant> {
+async fn get_grant(call: Call, grant_id: Result<Seg, Problem>) -> Answer<Grant> {
     let owner = call.flagged(&GET_GRANT).await?;
     let got = async {
         call.scoped(&owner, &GET_GRANT)?;
         let q: ReadQuery = call.query()?;
+        let Seg(grant_id) = grant_id?;
         uuid("grant_id", &grant_id)?;
         let req = pb::GetGrantRequest { grant_id, min_position: min_position(q.min_position.as_deref())? };
         call.gateway.authorizer().get_grant(call.grpc(&owner, req)?).await.map_err(status)
@@ -490,11 +491,12 @@ async fn get_grant(call: Call, Seg(grant_id): Seg) -> Answer<Grant> {
     Ok(Json(Grant::from_pb(reply.into_inner(), OffsetDateTime::now_utc())))
 }
 
-async fn revoke_grant(call: Call, Seg(grant_id): Seg, req: Request) -> Answer<Written> {
+async fn revoke_grant(call: Call, grant_id: Result<Seg, Problem>, req: Request) -> Answer<Written> {
     let owner = call.flagged(&REVOKE_GRANT).await?;
     let revoked = async {
         call.scoped(&owner, &REVOKE_GRANT)?;
         call.query::<NoQuery>()?;
+        let Seg(grant_id) = grant_id?;
         uuid("grant_id", &grant_id)?;
         empty_body(req).await?;
         let req = pb::RevokeGrantRequest { grant_id };
@@ -609,7 +611,7 @@ async fn sign_in_page(call: Call) -> Response {
 }
 
 async fn sign_in(call: Call, req: Request) -> Response {
-    if !same_origin(&call.headers) {
+    if !same_origin(&call.headers, call.gateway.0.tls) {
         return page(StatusCode::FORBIDDEN, "Sign-in refused", "A sign-in must come from this site's own page.");
     }
     let Ok(bytes) = axum::body::to_bytes(req.into_body(), crate::MAX_BODY_BYTES).await else {
@@ -651,19 +653,17 @@ fn unusable_link() -> Response {
     )
 }
 
-/// A sign-in form is taken only from this origin's own page: a browser posting a form names
-/// the page's origin in `Origin` (and says `same-origin` in `Sec-Fetch-Site`); a post naming
-/// neither is not a browser's and is refused too.
-fn same_origin(headers: &HeaderMap) -> bool {
-    let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
-    if matches!(site, Some("cross-site" | "same-site" | "none")) {
-        return false;
+/// A sign-in form is taken only from this origin's own page. A browser says where a request
+/// comes from in `Sec-Fetch-Site`, which no page can set, and that alone decides; one that does
+/// not send it must name this exact origin in `Origin` (under `no-referrer` a browser may send
+/// `Origin: null`, which is refused). A post naming neither is not a browser's and is refused.
+fn same_origin(headers: &HeaderMap, tls: bool) -> bool {
+    if let Some(site) = headers.get("sec-fetch-site") {
+        return site.as_bytes() == b"same-origin";
     }
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
-    match headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
-        Some(origin) => origin.split_once("://").is_some_and(|(_, h)| h == host),
-        None => site == Some("same-origin"),
-    }
+    let scheme = if tls { "https" } else { "http" };
+    headers.get(header::ORIGIN).is_some_and(|o| o.as_bytes() == format!("{scheme}://{host}").as_bytes())
 }
 
 async fn home(call: Call) -> Response {

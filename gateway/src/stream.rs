@@ -25,6 +25,8 @@ use crate::routes::{Call, EVENTS, NoQuery, Seg, approvals_of, entity_id, grants_
 
 /// The longest between two reads with no append announced: minutes left move on their own.
 const TICK: Duration = Duration::from_secs(5);
+/// How often a stream looks its credential up again.
+const RECHECK: Duration = Duration::from_secs(5);
 /// The shortest between two reads, however often the ledger announces appends (any tenant's).
 const MIN_REFRESH: Duration = Duration::from_secs(1);
 /// A stream ends after this; the client opens another (and is authenticated again).
@@ -88,6 +90,7 @@ struct Watch {
     _slot: Slot,
     opened: tokio::time::Instant,
     last: tokio::time::Instant,
+    checked: tokio::time::Instant,
     call: Call,
     owner: Owner,
     secret: String,
@@ -114,6 +117,7 @@ pub(crate) async fn events(
         _slot: slot,
         opened: now,
         last: now,
+        checked: now,
         call,
         owner,
         secret,
@@ -142,10 +146,14 @@ pub(crate) async fn events(
             if w.opened.elapsed() >= STREAM_LIFETIME {
                 return None;
             }
-            match w.call.gateway.owners().find(&w.secret).await {
-                Ok(Some(_)) => {}
-                Ok(None) => return None,
-                Err(_) => continue,
+            // The credential is looked up again at most every few seconds, not on every wake-up:
+            // a revocation ends the stream within that, and the owner pool stays free.
+            if w.checked.elapsed() >= RECHECK {
+                match w.call.gateway.owners().find(&w.secret).await {
+                    Ok(Some(_)) => w.checked = tokio::time::Instant::now(),
+                    Ok(None) => return None,
+                    Err(_) => continue,
+                }
             }
             if let Err(p) = w.refresh().await {
                 // The session gone (404) ends the stream; an outage is tried again next tick.

@@ -59,6 +59,11 @@ enum Cmd {
         #[command(subcommand)]
         command: ProfilesCmd,
     },
+    /// The browser task agent's harness.
+    Agent {
+        #[command(subcommand)]
+        command: AgentCmd,
+    },
     /// Owners' credentials at the gateway: API tokens and one-time sign-in links.
     Owners {
         #[command(subcommand)]
@@ -121,6 +126,12 @@ enum ServeCmd {
         #[arg(long)]
         insecure_loopback: bool,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum AgentCmd {
+    /// Print the tools a model is given, as a JSON array of {name, description, input_schema}.
+    Tools,
 }
 
 #[derive(Debug, Subcommand)]
@@ -417,6 +428,13 @@ async fn run(cli: Cli) -> Result<()> {
             ops::serve::gateway(config, url).await?;
         }
         Cmd::Owners { command } => owners_command(&database_url(&cli.database_url)?, command).await?,
+        Cmd::Agent { command: AgentCmd::Tools } => {
+            let tools: Vec<serde_json::Value> = agent::tools::tools()
+                .into_iter()
+                .map(|t| serde_json::json!({ "name": t.name, "description": t.description, "input_schema": t.input_schema }))
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&tools)?);
+        }
         Cmd::Settings { command: SettingsCmd::Apply { tenant } } => {
             let wanted = ops::serve::DeploymentSettings::parse(|k| std::env::var(k).ok())?;
             let url = database_url(&cli.database_url)?;

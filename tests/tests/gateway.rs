@@ -430,6 +430,25 @@ async fn a_browser_signs_in_once_by_link_and_its_writes_need_the_csrf_token() {
 
     // Signing out ends the session; revoking the token ends every session made from it.
     let again = s.owners().link(ON, token_id).await.unwrap();
+    // A browser under no-referrer posts `Origin: null`; `Sec-Fetch-Site` decides, which no page
+    // can set.
+    let from_own_page = s.owners().link(ON, token_id).await.unwrap();
+    let browser = s
+        .call(0, "POST", "/sign-in")
+        .header("origin", "null")
+        .header("sec-fetch-site", "same-origin")
+        .raw("application/x-www-form-urlencoded", format!("code={from_own_page}").as_bytes())
+        .send()
+        .await;
+    assert_eq!(browser.status, 303, "a browser's own-page post: {browser:?}");
+    let forged = s
+        .call(0, "POST", "/sign-in")
+        .header("origin", &format!("http://127.0.0.1:{}", s.gateways[0]))
+        .header("sec-fetch-site", "cross-site")
+        .raw("application/x-www-form-urlencoded", format!("code={again}").as_bytes())
+        .send()
+        .await;
+    assert_eq!(forged.status, 403, "another site's post, whatever its Origin says");
     let no_origin = s
         .call(0, "POST", "/sign-in")
         .raw("application/x-www-form-urlencoded", format!("code={again}").as_bytes())
@@ -533,6 +552,7 @@ async fn the_route_census_with_the_flag_on_and_off() {
         s.call(0, "GET", "/v1/browser-task-grants/not-a-uuid").bearer(&owner),
         s.call(0, "POST", &format!("/v1/browser-task-grants/{grant}/revoke")).bearer(&owner).json(&json!({"x": 1})),
         s.call(0, "GET", "/v1/browser-task-grants").bearer(&resolve_only),
+        s.call(0, "GET", "/v1/browser-task-grants/%FF").bearer(&owner),
     ] {
         let r = call.send().await;
         assert_eq!((r.status, r.code().as_str()), (404, "not_found"), "{r:?}");
@@ -598,4 +618,40 @@ async fn the_event_stream_shows_cards_and_grants_move_without_polling() {
     // Revoking the token that opened the stream closes it.
     assert!(s.owners().revoke(ON, token_id).await.unwrap());
     assert!(next_event(&mut events, Duration::from_secs(15)).await.is_none(), "the stream ends");
+}
+
+/// The table itself holds what the code promises: a revocation or a spent link is never undone,
+/// a service makes no owner token, and a session lies within its token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_token_rows_only_move_forward() {
+    let s = GatewayStack::start(10_000).await;
+    let (token_id, _) = s.token(ON, "owner-a", &[Scope::ApprovalResolve]).await;
+    let code = s.owners().link(ON, token_id).await.unwrap();
+    let (_, _) = s.owners().sign_in(&code).await.unwrap().expect("the link opens a session");
+    assert!(s.owners().revoke(ON, token_id).await.unwrap());
+    let db = s.db.client().await;
+    for (what, sql) in [
+        ("un-revoke", "UPDATE owner_tokens SET revoked_at = NULL WHERE kind = 'token'"),
+        ("re-arm a spent link", "UPDATE owner_tokens SET used_at = NULL WHERE kind = 'link'"),
+        (
+            "a session with more scopes than its token",
+            "INSERT INTO owner_tokens (token_id, kind, parent_id, tenant_id, principal_id, scopes, token_sha256, \
+             expires_at) SELECT gen_random_uuid(), 'session', token_id, tenant_id, principal_id, \
+             ARRAY['approval.resolve', 'browser.grant.write'], sha256('x'), expires_at FROM owner_tokens \
+             WHERE kind = 'token'",
+        ),
+    ] {
+        let refused = db.execute(sql, &[]).await;
+        assert!(refused.is_err(), "{what} is refused by the table");
+    }
+    db.batch_execute("SET ROLE grant_ledger_service").await.unwrap();
+    let minted = db
+        .execute(
+            "INSERT INTO owner_tokens (token_id, kind, tenant_id, principal_id, scopes, token_sha256, expires_at) \
+             VALUES (gen_random_uuid(), 'token', 'tenant-on', 'owner-a', ARRAY['approval.resolve'], sha256('y'), \
+             now() + interval '1 day')",
+            &[],
+        )
+        .await;
+    assert!(minted.is_err(), "a service makes no owner token");
 }
