@@ -15,6 +15,7 @@ pub enum Rpc {
     ResolveApproval,
     GetApproval,
     ListApprovals,
+    AwaitApproval,
     RedeemToken,
     GetGrant,
     ListGrants,
@@ -22,7 +23,7 @@ pub enum Rpc {
 }
 
 impl Rpc {
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 14] = [
         Self::CreateSession,
         Self::RecordMessage,
         Self::RecordToolCall,
@@ -32,6 +33,7 @@ impl Rpc {
         Self::ResolveApproval,
         Self::GetApproval,
         Self::ListApprovals,
+        Self::AwaitApproval,
         Self::RedeemToken,
         Self::GetGrant,
         Self::ListGrants,
@@ -50,6 +52,7 @@ impl Rpc {
             Self::ResolveApproval => "ResolveApproval",
             Self::GetApproval => "GetApproval",
             Self::ListApprovals => "ListApprovals",
+            Self::AwaitApproval => "AwaitApproval",
             Self::RedeemToken => "RedeemToken",
             Self::GetGrant => "GetGrant",
             Self::ListGrants => "ListGrants",
@@ -68,7 +71,7 @@ impl Rpc {
     /// owner's own (the turn a task grant checks starts there).
     pub fn roles(self) -> &'static [Role] {
         match self {
-            Self::CreateSession | Self::RecordToolCall | Self::Authorize => &[Role::Worker],
+            Self::CreateSession | Self::RecordToolCall | Self::Authorize | Self::AwaitApproval => &[Role::Worker],
             Self::RecordMessage => &[Role::Worker, Role::Gateway],
             Self::RedeemToken => &[Role::Runtime],
             // Deleting a chat is the owner's act, made through the owner's client.
@@ -102,7 +105,10 @@ mod tests {
     #[test]
     fn the_worker_resolves_nothing() {
         let worker: Vec<_> = Rpc::ALL.into_iter().filter(|r| r.roles().contains(&Role::Worker)).collect();
-        assert_eq!(worker, [Rpc::CreateSession, Rpc::RecordMessage, Rpc::RecordToolCall, Rpc::Authorize]);
+        assert_eq!(
+            worker,
+            [Rpc::CreateSession, Rpc::RecordMessage, Rpc::RecordToolCall, Rpc::Authorize, Rpc::AwaitApproval]
+        );
         assert_eq!(Rpc::ResolveApproval.roles(), [Role::Gateway]);
         assert_eq!(Rpc::RedeemToken.roles(), [Role::Runtime]);
     }

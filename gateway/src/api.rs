@@ -159,9 +159,6 @@ pub struct Resolved {
     /// The task permission `approve_for_task` created.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub grant_id: Option<String>,
-    /// The single-use token that lets the approved act run once, for the agent.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub approval_token: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub position: Option<Position>,
 }

@@ -405,11 +405,12 @@ async fn resolve(call: Call, Seg(approval_id): Seg, req: Request) -> Answer<Reso
         offered_origin: origin,
         offered_path_prefix: prefix,
     };
+    // The approval token in the reply is not the owner's to hold: the session's worker takes it
+    // from the authorizer (AwaitApproval), so it never reaches a page's script.
     let r = call.gateway.authorizer().resolve_approval(call.grpc(&owner, req)?).await.map_err(status)?.into_inner();
     Ok(Json(Resolved {
         status: r.status,
         grant_id: Some(r.grant_id).filter(|g| !g.is_empty()),
-        approval_token: Some(r.approval_token).filter(|t| !t.is_empty()),
         position: Position::from_pb(r.position),
     }))
 }

@@ -72,7 +72,7 @@ pub fn check_field_id(field: &str) -> Result<(), String> {
 /// An approve-once token: `apv_` and 24 lowercase hex digits, the one spelling both services
 /// check against.
 pub const APPROVAL_TOKEN_PREFIX: &str = "apv_";
-const APPROVAL_TOKEN_HEX: usize = 24;
+pub const APPROVAL_TOKEN_HEX: usize = 24;
 pub const APPROVAL_TOKEN_LEN: usize = APPROVAL_TOKEN_PREFIX.len() + APPROVAL_TOKEN_HEX;
 /// What an approval-token field holds, for refusals.
 pub const APPROVAL_TOKEN_FORMAT: &str = "apv_ and 24 lowercase hex digits";
@@ -203,6 +203,9 @@ pub const FIELDS: &[(&str, Rule)] = &[
     ("grant_ledger.v1.ResolveApprovalRequest.offered_path_prefix", LABEL),
     ("grant_ledger.v1.GetApprovalRequest.approval_id", UUID),
     ("grant_ledger.v1.GetApprovalRequest.min_position", one()),
+    ("grant_ledger.v1.AwaitApprovalRequest.session_id", ID),
+    ("grant_ledger.v1.AwaitApprovalRequest.approval_id", UUID),
+    ("grant_ledger.v1.AwaitApprovalRequest.wait_ms", one()),
     ("grant_ledger.v1.ListApprovalsRequest.session_id", ID),
     ("grant_ledger.v1.ListApprovalsRequest.pending_only", one()),
     ("grant_ledger.v1.ListApprovalsRequest.min_position", one()),

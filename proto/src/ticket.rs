@@ -33,6 +33,7 @@ const FACTS_LABEL: &[u8] = b"grant-ledger element facts v1";
 const TEXT_LABEL: &[u8] = b"grant-ledger record text v1";
 const DIGEST_LABEL: &[u8] = b"grant-ledger text digest v1";
 const TENANT_LABEL: &[u8] = b"grant-ledger ticket tenant key v1";
+const APPROVAL_LABEL: &[u8] = b"grant-ledger approval token v1";
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -192,6 +193,23 @@ impl Keyring {
         self.keys.iter().any(|k| digest(k, tenant, text).as_slice() == bound)
     }
 
+    /// The approval token of approval `approval_id` under the sealing key: derived, never stored,
+    /// so the authorizer can hand it to the session's worker when the owner approves. Only its
+    /// SHA-256 is recorded; redeeming it needs that record, unspent.
+    pub fn approval_token(&self, tenant: &str, approval_id: &[u8; 16]) -> String {
+        approval_token_of(&self.keys[0], tenant, approval_id)
+    }
+
+    /// The token under every key of the ring, the sealing key's first: one issued before a
+    /// rotation is still found.
+    pub fn approval_tokens<'a>(
+        &'a self,
+        tenant: &'a str,
+        approval_id: &'a [u8; 16],
+    ) -> impl Iterator<Item = String> + 'a {
+        self.keys.iter().map(move |k| approval_token_of(k, tenant, approval_id))
+    }
+
     fn seal_bytes(&self, label: &[u8], tenant: &str, bytes: Vec<u8>) -> (String, Vec<u8>, Vec<u8>) {
         let key = &self.keys[0];
         let mac = tag(key, label, tenant, &bytes).finalize().into_bytes().to_vec();
@@ -202,6 +220,14 @@ impl Keyring {
         let key = self.keys.iter().find(|k| k.id == key_id).ok_or(TicketError::UnknownKey)?;
         tag(key, label, tenant, body).verify_slice(mac).map_err(|_| TicketError::Forged)
     }
+}
+
+fn approval_token_of(key: &Key, tenant: &str, approval_id: &[u8; 16]) -> String {
+    let mac = tag(key, APPROVAL_LABEL, tenant, approval_id).finalize().into_bytes();
+    let mut bits = [0; crate::limits::APPROVAL_TOKEN_HEX / 2];
+    let n = bits.len();
+    bits.copy_from_slice(&mac[..n]);
+    crate::limits::approval_token(bits)
 }
 
 fn digest(key: &Key, tenant: &str, text: &str) -> Vec<u8> {

@@ -57,7 +57,7 @@ async fn an_owner_resolves_lists_revokes_and_reads_activity_across_replicas() {
     let once = s.call(0, "POST", &path).bearer(&owner).json(&resolve_body("approve_once")).send().await;
     assert_eq!(once.status, 200, "{once:?}");
     assert_eq!(once.json()["status"], "APPROVED");
-    assert!(once.json()["approval_token"].as_str().is_some_and(|t| t.starts_with("apv_")));
+    assert!(once.json().get("approval_token").is_none(), "the token goes to the worker, not the page");
     // Its retry (a lost reply, a double press) acts no second time.
     let after_once = s.events().await;
     let retry = s.call(1, "POST", &path).bearer(&owner).json(&resolve_body("approve_once")).send().await;
@@ -654,4 +654,63 @@ async fn owner_token_rows_only_move_forward() {
         )
         .await;
     assert!(minted.is_err(), "a service makes no owner token");
+}
+
+/// The worker waits for the owner's answer to its card and, for an approval, is handed the
+/// single-use token; nobody else's worker is, and a denial hands out nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_awaits_the_owners_answer_and_takes_the_token() {
+    use proto::v1 as pb;
+    let s = GatewayStack::start(10_000).await;
+    let (_, owner) = s.token(ON, "owner-a", ALL).await;
+    s.session(ON, "owner-a", "s1").await;
+    let (card, offer) = s.card(ON, "owner-a", "s1").await;
+    let worker = s.tenants[ON].workers["owner-a"].clone();
+    let mut authorizer = pb::authorizer_client::AuthorizerClient::new(s.authorizers[1].clone());
+    let wait = |approval_id: &str, wait_ms: u32| pb::AwaitApprovalRequest {
+        session_id: "s1".into(),
+        approval_id: approval_id.into(),
+        wait_ms,
+    };
+    let pending = authorizer.await_approval(tests::bearer(&worker, wait(&card, 0))).await.unwrap().into_inner();
+    assert_eq!((pending.status.as_str(), pending.approval_token.as_str()), ("PENDING", ""));
+    // Another owner's worker, and a wait past the bound.
+    let other = s.tenants[ON].workers["owner-b"].clone();
+    let refused = authorizer.await_approval(tests::bearer(&other, wait(&card, 0))).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::NotFound);
+    let long = authorizer.await_approval(tests::bearer(&worker, wait(&card, 60_000))).await.unwrap_err();
+    assert_eq!(long.code(), tonic::Code::InvalidArgument);
+
+    // A wait under way returns when the owner answers, through the other replica.
+    let mut waiting = authorizer.clone();
+    let (w, c) = (worker.clone(), card.clone());
+    let answered = tokio::spawn(async move { waiting.await_approval(tests::bearer(&w, wait(&c, 15_000))).await });
+    let offer = offer.unwrap();
+    let granted = s
+        .call(0, "POST", &format!("/v1/approvals/{card}/resolve"))
+        .bearer(&owner)
+        .json(&for_task(&offer.origin, &offer.path_prefix))
+        .send()
+        .await;
+    assert_eq!(granted.status, 200);
+    let got = answered.await.unwrap().unwrap().into_inner();
+    assert_eq!(got.status, "APPROVED");
+    assert!(proto::limits::is_approval_token(&got.approval_token), "{got:?}");
+    assert_eq!(got.grant_id, granted.json()["grant_id"].as_str().unwrap());
+    let again = authorizer.await_approval(tests::bearer(&worker, wait(&card, 0))).await.unwrap().into_inner();
+    assert_eq!(again.approval_token, got.approval_token, "the same token until it is spent");
+
+    // A card in another chat (the grant covers this one's acts now), denied.
+    s.session(ON, "owner-a", "s2").await;
+    let (denied, _) = s.card(ON, "owner-a", "s2").await;
+    let no = s
+        .call(1, "POST", &format!("/v1/approvals/{denied}/resolve"))
+        .bearer(&owner)
+        .json(&resolve_body("deny"))
+        .send()
+        .await;
+    assert_eq!(no.status, 200);
+    let in_s2 = pb::AwaitApprovalRequest { session_id: "s2".into(), approval_id: denied.clone(), wait_ms: 0 };
+    let d = authorizer.await_approval(tests::bearer(&worker, in_s2)).await.unwrap().into_inner();
+    assert_eq!((d.status.as_str(), d.approval_token.as_str()), ("DENIED", ""));
 }

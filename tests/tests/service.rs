@@ -64,6 +64,7 @@ calls!(
     pb::ResolveApprovalRequest => ResolveApproval,
     pb::GetApprovalRequest => GetApproval,
     pb::ListApprovalsRequest => ListApprovals,
+    pb::AwaitApprovalRequest => AwaitApproval,
     pb::RedeemTokenRequest => RedeemToken,
     pb::GetGrantRequest => GetGrant,
     pb::ListGrantsRequest => ListGrants,
@@ -727,6 +728,7 @@ async fn census_of_calls_served_with_the_flag_off_and_on() {
         ));
         codes.push(("GetApproval", code(client.get_approval(owner(pb::GetApprovalRequest::default())).await)));
         codes.push(("ListApprovals", code(client.list_approvals(owner(pb::ListApprovalsRequest::default())).await)));
+        codes.push(("AwaitApproval", code(client.await_approval(owner(pb::AwaitApprovalRequest::default())).await)));
         codes.push(("RedeemToken", code(client.redeem_token(owner(pb::RedeemTokenRequest::default())).await)));
         codes.push(("GetGrant", code(client.get_grant(owner(pb::GetGrantRequest::default())).await)));
         codes.push(("ListGrants", code(client.list_grants(owner(pb::ListGrantsRequest::default())).await)));
@@ -820,6 +822,10 @@ async fn call_as(client: &mut AuthorizerClient<Channel>, role: Role, rpc: Rpc, s
         Rpc::ListApprovals => {
             let m = pb::ListApprovalsRequest { session_id: "s1".into(), ..Default::default() };
             client.list_approvals(with_role(role, "owner", m)).await.map(drop)
+        }
+        Rpc::AwaitApproval => {
+            let m = pb::AwaitApprovalRequest { session_id: "s1".into(), approval_id: pending, wait_ms: 0 };
+            client.await_approval(with_role(role, "owner", m)).await.map(drop)
         }
         Rpc::RedeemToken => {
             let m = pb::RedeemTokenRequest {

@@ -160,13 +160,6 @@ pub(super) fn grant(g: &Grant) -> pb::TaskGrant {
 
 /// A fresh approval token: 96 random bits, the first six bytes of two v4 UUIDs (bytes before
 /// the version nibble are all random).
-pub(super) fn new_token() -> String {
-    let mut bits = [0; 12];
-    bits[..6].copy_from_slice(&Uuid::new_v4().into_bytes()[..6]);
-    bits[6..].copy_from_slice(&Uuid::new_v4().into_bytes()[..6]);
-    proto::limits::approval_token(bits)
-}
-
 pub(super) fn token_digest(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }

@@ -132,6 +132,9 @@ impl<B: Backend + 'static> AuthorizerService<B> {
     }
 }
 
+/// The longest an AwaitApproval waits for the owner.
+pub const MAX_APPROVAL_WAIT_MS: u32 = 20_000;
+
 /// Reads come from the inline tables every write updated before it returned, so a position a
 /// write answered is always seen; the field stays for clients that send it.
 fn seen(_min: Option<pb::Position>) {}
@@ -444,7 +447,9 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             .await
             .map_err(status)?;
         let Some(agent) = agent else { return Err(Status::not_found("approval not found")) };
-        let token = new_token();
+        // Derived from the approval under the tenant's key, so the session's worker can be handed
+        // it (AwaitApproval) without it ever being stored.
+        let token = self.tickets.approval_token(authority.tenant().as_str(), approval_id.as_bytes());
         let command = Command::ResolveApproval {
             approval_id,
             principal_id: principal.clone(),
@@ -511,6 +516,57 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             .map_err(status)?;
         approvals.sort_by_key(|(t, a)| (*t, a.approval_id.clone()));
         Ok(Response::new(pb::ListApprovalsReply { approvals: approvals.into_iter().map(|(_, a)| a).collect() }))
+    }
+
+    async fn await_approval(
+        &self,
+        req: Request<pb::AwaitApprovalRequest>,
+    ) -> Result<Response<pb::AwaitApprovalReply>, Status> {
+        let (caller, authority) = self.caller(&req, Rpc::AwaitApproval).await?;
+        let principal = caller.principal;
+        let r = req.into_inner();
+        let session_id = id("session_id", &r.session_id)?;
+        let approval_id = uuid("approval_id", &r.approval_id)?;
+        if r.wait_ms > MAX_APPROVAL_WAIT_MS {
+            return Err(invalid("wait_ms", &format!("is at most {MAX_APPROVAL_WAIT_MS}")));
+        }
+        own_session(&authority, &session_id, &principal).await?;
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(u64::from(r.wait_ms));
+        let tenant = authority.tenant().as_str().to_owned();
+        loop {
+            let seen = authority
+                .read(Need::Approval(approval_id), |w| {
+                    let a = w.approvals.get(&approval_id).filter(|a| a.requested.session_id == session_id)?;
+                    let grant = w
+                        .grants
+                        .values()
+                        .find(|g| g.created.approval_id == approval_id)
+                        .map(|g| g.created.grant_id.to_string());
+                    let unspent = a.token_sha256.clone().filter(|_| !a.token_redeemed);
+                    Some((a.state, unspent, grant))
+                })
+                .await
+                .map_err(status)?;
+            let Some((state, unspent, grant)) = seen else { return Err(Status::not_found("approval not found")) };
+            if state != ApprovalState::Pending || tokio::time::Instant::now() >= deadline {
+                // The token is handed out only while its record stands unspent, and found under
+                // whichever key of the ring issued it.
+                let approval_token = unspent
+                    .and_then(|digest| {
+                        self.tickets
+                            .approval_tokens(&tenant, approval_id.as_bytes())
+                            .find(|t| token_digest(t) == digest)
+                    })
+                    .unwrap_or_default();
+                return Ok(Response::new(pb::AwaitApprovalReply {
+                    status: state.code().into(),
+                    approval_token,
+                    grant_id: grant.unwrap_or_default(),
+                }));
+            }
+            // The owner answers in seconds; a look every quarter second costs one keyed read.
+            tokio::time::sleep(std::time::Duration::from_millis(250).min(deadline - tokio::time::Instant::now())).await;
+        }
     }
 
     async fn redeem_token(
