@@ -4,6 +4,8 @@
 //! or end a run under its named reason (`rules`), and the step prompt with the snapshot inside
 //! its untrusted block (`prompt`).
 
+pub mod model;
 pub mod prompt;
 pub mod rules;
+pub mod run;
 pub mod tools;

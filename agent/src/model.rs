@@ -1,0 +1,112 @@
+//! Models behind one trait: what the harness shows a model each step and the turn it answers
+//! with. A scripted model, for tests, reads the same snapshot the prompt shows.
+
+use std::collections::VecDeque;
+use std::future::Future;
+
+use proto::runtime::ObserveReply;
+use serde_json::{Value, json};
+
+use crate::tools::{CLICKABLE, FIELDS};
+
+/// What a model is shown for one step.
+#[derive(Debug, Clone, Copy)]
+pub struct View<'a> {
+    pub prompt: &'a str,
+    /// The current snapshot, if the page was observed since the last act (the prompt holds it).
+    pub snapshot: Option<&'a ObserveReply>,
+    pub last_result: &'a str,
+    pub step: u32,
+}
+
+/// One turn: the tool calls the model made (name and arguments) and its evidence line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Turn {
+    pub calls: Vec<(String, Value)>,
+    pub evidence: String,
+}
+
+/// A model failed to answer; a retry of the step may cure it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the model did not answer: {0}")]
+pub struct ModelError(pub String);
+
+pub trait Model: Send {
+    fn next(&mut self, view: View<'_>) -> impl Future<Output = Result<Turn, ModelError>> + Send;
+}
+
+type Step = Box<dyn FnMut(View<'_>) -> Turn + Send>;
+
+/// A model that plays a script, one step per turn; past its end it escalates.
+pub struct Scripted {
+    steps: VecDeque<Step>,
+}
+
+impl std::fmt::Debug for Scripted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scripted").field("steps_left", &self.steps.len()).finish()
+    }
+}
+
+impl Scripted {
+    pub fn new() -> Self {
+        Self { steps: VecDeque::new() }
+    }
+
+    /// Then, this step.
+    pub fn then(mut self, step: impl FnMut(View<'_>) -> Turn + Send + 'static) -> Self {
+        self.steps.push_back(Box::new(step));
+        self
+    }
+}
+
+impl Default for Scripted {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Model for Scripted {
+    async fn next(&mut self, view: View<'_>) -> Result<Turn, ModelError> {
+        Ok(match self.steps.pop_front() {
+            Some(mut step) => step(view),
+            None => escalate("uncertain"),
+        })
+    }
+}
+
+/// A turn that observes.
+pub fn snapshot() -> Turn {
+    Turn { calls: vec![("snapshot".into(), json!({}))], evidence: String::new() }
+}
+
+/// A turn that escalates with `reason`.
+pub fn escalate(reason: &str) -> Turn {
+    Turn { calls: vec![("escalate".into(), json!({ "reason": reason }))], evidence: String::new() }
+}
+
+/// A turn calling `tool` on the node named `name` of the current snapshot, with `extra`
+/// arguments and a well-formed evidence line; an escalation if no node has that name.
+pub fn on_named(view: View<'_>, tool: &str, name: &str, consequential: bool, extra: Value) -> Turn {
+    let Some(o) = view.snapshot else { return escalate("no_grounded_action") };
+    let Some(node) = o.nodes.iter().find(|n| n.name == name) else { return escalate("no_grounded_action") };
+    let role =
+        CLICKABLE.iter().chain(FIELDS.iter()).find(|(_, r)| *r as i32 == node.role).map_or("button", |(n, _)| *n);
+    let mut args = json!({
+        "snapshot_id": o.snapshot_id, "ref": node.r#ref, "expected_role": role,
+        "expected_name": node.name, "consequential": consequential,
+    });
+    if let (Some(a), Value::Object(more)) = (args.as_object_mut(), extra) {
+        a.extend(more);
+    }
+    let evidence = format!(
+        "SUBGOAL 1 | evidence: {role} \"{}\" ref={} from snapshot {} | intent: {tool} it",
+        node.name, node.r#ref, o.snapshot_id
+    );
+    Turn { calls: vec![(tool.into(), args)], evidence }
+}
+
+/// The approval token the last result handed back, if any.
+pub fn token_in(last_result: &str) -> Option<String> {
+    last_result.split_whitespace().find(|w| proto::limits::is_approval_token(w)).map(str::to_owned)
+}

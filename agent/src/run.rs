@@ -1,0 +1,365 @@
+//! One run: the model's turns through the rules, observe and act at the runtime, every act
+//! authorized first (the runtime's sealed facts carried to the authorizer, its ticket carried
+//! back), approvals asked through the authorizer and awaited, until the run ends under a named
+//! reason. The worker carries; it decides nothing the rules and the two services do not.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use proto::runtime::{self as rt, browser_runtime_client::BrowserRuntimeClient};
+use proto::v1::{self as pb, authorize_reply::Decision, authorizer_client::AuthorizerClient};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::transport::Channel;
+
+use crate::model::{Model, View};
+use crate::prompt::{self, Step};
+use crate::rules::{End, Rules, Verdict};
+use crate::tools::{Act, Call, Target};
+
+/// The services a run calls, with the worker's credential.
+#[derive(Debug, Clone)]
+pub struct Clients {
+    pub runtime: BrowserRuntimeClient<Channel>,
+    pub authorizer: AuthorizerClient<Channel>,
+    pub bearer: MetadataValue<Ascii>,
+}
+
+impl Clients {
+    fn req<T>(&self, message: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(message);
+        r.metadata_mut().insert("authorization", self.bearer.clone());
+        r
+    }
+}
+
+/// What one run is.
+#[derive(Debug, Clone)]
+pub struct Task {
+    /// The owner's chat at the authorizer.
+    pub chat_session: String,
+    /// The runtime's browser session.
+    pub browser_session: String,
+    pub run_id: String,
+    pub subgoals: Vec<String>,
+    pub field_ids: Vec<String>,
+    pub max_steps: u32,
+    pub agent_version: String,
+    /// How long to wait for the owner's answer to a card.
+    pub approval_wait: Duration,
+}
+
+/// How a run went.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub end: End,
+    pub steps: u32,
+    /// Refusals by rule, disagreements and other enforcements, by name.
+    pub counts: HashMap<&'static str, u32>,
+    /// The one-line step log.
+    pub log: Vec<String>,
+}
+
+/// A failure of a service, not of the run's rules: nothing more was done.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("the runtime failed: {0}")]
+    Runtime(tonic::Status),
+    #[error("the authorizer failed: {0}")]
+    Authorizer(tonic::Status),
+    #[error(transparent)]
+    Model(#[from] crate::model::ModelError),
+}
+
+struct State<'a> {
+    clients: &'a mut Clients,
+    task: &'a Task,
+    rules: Rules,
+    current: Option<rt::ObserveReply>,
+    log: Vec<String>,
+    last: String,
+    /// Cards already asked for a target, so a request_approval after APPROVAL_REQUIRED waits on
+    /// that card rather than asking twice.
+    asked: HashMap<(String, String), String>,
+    sequence: u64,
+    calls: u64,
+}
+
+/// Runs `task` with `model` until it ends.
+pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) -> Result<Outcome, RunError> {
+    let mut s = State {
+        clients,
+        task,
+        rules: Rules::new(task.max_steps),
+        current: None,
+        log: Vec::new(),
+        last: String::new(),
+        asked: HashMap::new(),
+        sequence: 0,
+        calls: 0,
+    };
+    let end = loop {
+        let empty = rt::ObserveReply::default();
+        let shown = s.current.as_ref().unwrap_or(&empty);
+        let subgoals: Vec<String> = task.subgoals.iter().enumerate().map(|(i, g)| format!("{}. {g}", i + 1)).collect();
+        let text = prompt::render(&Step {
+            number: s.rules.steps() + 1,
+            max_steps: task.max_steps,
+            subgoal: &subgoals.join("\n"),
+            field_ids: &task.field_ids,
+            step_log: &s.log,
+            last_result: &s.last,
+            snapshot: shown,
+        });
+        let view =
+            View { prompt: &text, snapshot: s.current.as_ref(), last_result: &s.last, step: s.rules.steps() + 1 };
+        let turn = model.next(view).await?;
+        match s.rules.turn(&turn.calls, &turn.evidence) {
+            Verdict::End(end) => break end,
+            Verdict::Refuse { rule, reason } => {
+                s.note(format!("refused ({rule})"), format!("REFUSED: {reason}"));
+            }
+            Verdict::Run(call) => {
+                if let Some(end) = s.carry(call).await? {
+                    break end;
+                }
+            }
+        }
+    };
+    Ok(Outcome { end, steps: s.rules.steps(), counts: s.rules.counts, log: s.log })
+}
+
+impl State<'_> {
+    fn note(&mut self, line: String, result: String) {
+        self.log.push(format!("{} {line}", self.rules.steps()));
+        self.last = result;
+    }
+
+    /// Carries out one call that passed the rules; `Some` when it ends the run.
+    async fn carry(&mut self, call: Call) -> Result<Option<End>, RunError> {
+        match call {
+            Call::Snapshot => {
+                let req = rt::ObserveRequest {
+                    session_id: self.task.browser_session.clone(),
+                    run_id: self.task.run_id.clone(),
+                };
+                let o =
+                    self.clients.runtime.observe(self.clients.req(req)).await.map_err(RunError::Runtime)?.into_inner();
+                let confirmed = confirmation(&o);
+                let seen = self.rules.observed(&o);
+                self.note(
+                    format!("snapshot {} ({} nodes)", o.snapshot_id, o.nodes.len()),
+                    format!("snapshot {}", o.snapshot_id),
+                );
+                self.current = Some(o);
+                if let Some(reference) = confirmed {
+                    return Ok(Some(End::Done { reference }));
+                }
+                Ok(seen.err())
+            }
+            Call::Screenshot => {
+                let req = rt::ScreenshotRequest { session_id: self.task.browser_session.clone() };
+                self.clients.runtime.screenshot(self.clients.req(req)).await.map_err(RunError::Runtime)?;
+                self.note("screenshot".into(), "screenshot taken".into());
+                Ok(None)
+            }
+            Call::Escalate { reason, detail, .. } => Ok(Some(End::escalated(&reason, detail))),
+            Call::RequestApproval { target } => self.request_approval(target).await,
+            Call::Act { target, act } => self.act(target, act).await,
+        }
+    }
+
+    fn tool_call_id(&mut self) -> String {
+        self.calls += 1;
+        format!("{}-call-{}", self.task.run_id, self.calls)
+    }
+
+    /// The authorizer's decision on `act` of `target`, from the sealed facts of the current
+    /// snapshot (which the rules proved the target is in).
+    async fn authorize(&mut self, target: &Target, act: &Act) -> Result<(pb::AuthorizeReply, String), RunError> {
+        let o = self.current.as_ref().expect("the rules admit only a target of the current snapshot");
+        let facts = o.facts.iter().find(|f| f.r#ref == target.node_ref).and_then(|f| f.sealed.clone());
+        let text = match act {
+            Act::Type { field_id } => o.texts.iter().find(|t| &t.field_id == field_id).and_then(|t| t.sealed.clone()),
+            _ => None,
+        };
+        let call_id = self.tool_call_id();
+        let req = pb::AuthorizeRequest {
+            session_id: self.task.chat_session.clone(),
+            run: Some(pb::RunContext { run_id: self.task.run_id.clone(), interactive: true, top_level: true }),
+            tool_call_id: call_id.clone(),
+            turn_tool_calls: vec!["browser.act".into()],
+            agent_version: self.task.agent_version.clone(),
+            action: Some(action_pb(act)),
+            snapshot_id: target.snapshot_id.clone(),
+            node_ref: target.node_ref.clone(),
+            facts,
+            text,
+            ..Default::default()
+        };
+        let reply = self.clients.authorizer.authorize(self.clients.req(req)).await.map_err(RunError::Authorizer)?;
+        Ok((reply.into_inner(), call_id))
+    }
+
+    async fn act(&mut self, target: Target, act: Act) -> Result<Option<End>, RunError> {
+        let ticket = match &target.approval_token {
+            // The owner approved this act: the runtime redeems the token itself.
+            Some(_) => None,
+            None => match self.authorize(&target, &act).await?.0.decision {
+                Some(Decision::Allow(allow)) => allow.ticket,
+                Some(Decision::RequireApproval(card)) => {
+                    self.asked.insert((target.snapshot_id.clone(), target.node_ref.clone()), card.approval_id);
+                    self.note(
+                        format!("{} ref={} needs approval", verb(&act), target.node_ref),
+                        "APPROVAL_REQUIRED: call request_approval for this element, then act with its token".into(),
+                    );
+                    return Ok(None);
+                }
+                Some(Decision::Deny(d)) => {
+                    self.rules.counts.entry("denied").and_modify(|n| *n += 1).or_insert(1);
+                    self.note(format!("{} ref={} denied", verb(&act), target.node_ref), format!("DENIED: {}", d.code));
+                    return Ok(None);
+                }
+                None => return Err(RunError::Authorizer(tonic::Status::internal("no decision"))),
+            },
+        };
+        self.sequence += 1;
+        let req = rt::ActRequest {
+            session_id: self.task.browser_session.clone(),
+            sequence: self.sequence,
+            run_id: self.task.run_id.clone(),
+            snapshot_id: target.snapshot_id.clone(),
+            r#ref: target.node_ref.clone(),
+            expected_name: target.name.clone(),
+            expected_role: target.role as i32,
+            consequential: target.consequential,
+            approval_token: target.approval_token.clone().unwrap_or_default(),
+            ticket,
+            action: Some(act_pb(&act)),
+            ..Default::default()
+        };
+        let reply = self.clients.runtime.act(self.clients.req(req)).await.map_err(RunError::Runtime)?.into_inner();
+        if !reply.dispatched {
+            self.sequence -= 1;
+        }
+        let result = if reply.ok {
+            format!("ok, changed = {}", reply.changed)
+        } else {
+            format!("{}: {} (recoverable = {})", reply.code_name, reply.detail, reply.recoverable)
+        };
+        self.note(format!("{} {:?} ref={} → {result}", verb(&act), target.name, target.node_ref), result);
+        self.current = None;
+        Ok(self.rules.acted(&target, &reply, None).err())
+    }
+
+    /// Asks the owner about a click on `target` (the card an act already raised, or a new one),
+    /// waits for the answer, and hands an approval's token back to the model.
+    async fn request_approval(&mut self, target: Target) -> Result<Option<End>, RunError> {
+        let key = (target.snapshot_id.clone(), target.node_ref.clone());
+        let approval_id = match self.asked.get(&key).cloned() {
+            Some(id) => id,
+            None => match self.authorize(&target, &Act::Click).await?.0.decision {
+                Some(Decision::RequireApproval(card)) => card.approval_id,
+                Some(Decision::Allow(_)) => {
+                    self.note("approval not needed".into(), "this act needs no approval: act without a token".into());
+                    return Ok(None);
+                }
+                Some(Decision::Deny(d)) => return Ok(Some(End::escalated("approval_rejected", d.code))),
+                None => return Err(RunError::Authorizer(tonic::Status::internal("no decision"))),
+            },
+        };
+        let wait = u32::try_from(self.task.approval_wait.as_millis()).unwrap_or(u32::MAX).min(20_000);
+        let req = pb::AwaitApprovalRequest { session_id: self.task.chat_session.clone(), approval_id, wait_ms: wait };
+        let got = self.clients.authorizer.await_approval(self.clients.req(req)).await.map_err(RunError::Authorizer)?;
+        let got = got.into_inner();
+        match got.status.as_str() {
+            "APPROVED" if !got.approval_token.is_empty() => {
+                self.note("approved by the owner".into(), format!("APPROVED: approval_token {}", got.approval_token));
+                Ok(None)
+            }
+            "PENDING" => Ok(Some(End::escalated("approval_timeout", "the owner did not answer in time"))),
+            // Never retry a rejected approval.
+            _ => Ok(Some(End::escalated("approval_rejected", got.status))),
+        }
+    }
+}
+
+fn verb(act: &Act) -> &'static str {
+    match act {
+        Act::Click => "click",
+        Act::Type { .. } => "type",
+        Act::Select { .. } => "select",
+        Act::Key { .. } => "key",
+        Act::Scroll { .. } => "scroll",
+    }
+}
+
+fn action_pb(act: &Act) -> pb::Action {
+    let (kind, mut a) = match act {
+        Act::Click => (pb::ActionKind::Click, pb::Action::default()),
+        Act::Type { field_id } => {
+            (pb::ActionKind::Type, pb::Action { field_id: field_id.clone(), ..Default::default() })
+        }
+        Act::Select { option } => (pb::ActionKind::Select, pb::Action { option: option.clone(), ..Default::default() }),
+        Act::Key { key } => (pb::ActionKind::Press, pb::Action { key: key.clone(), ..Default::default() }),
+        Act::Scroll { by } => (pb::ActionKind::Scroll, pb::Action { scroll_by: *by, ..Default::default() }),
+    };
+    a.kind = kind as i32;
+    a
+}
+
+fn act_pb(act: &Act) -> rt::act_request::Action {
+    use rt::act_request::Action as A;
+    match act {
+        Act::Click => A::Click(rt::Click {}),
+        Act::Type { field_id } => A::Type(rt::Type { field_id: field_id.clone() }),
+        Act::Select { option } => A::Select(rt::Select { option: option.clone() }),
+        Act::Key { key } => A::Press(rt::Press { key: key.clone() }),
+        Act::Scroll { by } => A::Scroll(rt::Scroll { by: *by }),
+    }
+}
+
+/// The reference number a confirmation page shows: "Reference" (or "reference number",
+/// "Ref") followed by a token of letters, digits and dashes with a digit in it.
+pub fn confirmation(o: &rt::ObserveReply) -> Option<String> {
+    let texts = std::iter::once(o.title.as_str()).chain(o.nodes.iter().map(|n| n.name.as_str()));
+    for text in texts {
+        let words: Vec<&str> =
+            text.split(|c: char| c.is_whitespace() || c == ':' || c == '#').filter(|w| !w.is_empty()).collect();
+        for (i, w) in words.iter().enumerate() {
+            let lower = w.to_ascii_lowercase();
+            if !(lower == "reference" || lower == "ref" || lower == "ref.") {
+                continue;
+            }
+            let next = words.get(i + 1).filter(|n| n.eq_ignore_ascii_case("number")).map_or(i + 1, |_| i + 2);
+            if let Some(token) = words.get(next) {
+                let t = token.trim_end_matches(['.', ',']);
+                let shaped = (4..=40).contains(&t.len())
+                    && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    && t.bytes().any(|b| b.is_ascii_digit());
+                if shaped {
+                    return Some(t.to_owned());
+                }
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_confirmation_is_a_reference_number_on_the_page() {
+        let page = |title: &str, name: &str| rt::ObserveReply {
+            title: title.into(),
+            nodes: vec![rt::Node { name: name.into(), ..Default::default() }],
+            ..Default::default()
+        };
+        assert_eq!(confirmation(&page("Done", "Your reference number: LX-4471")), Some("LX-4471".into()));
+        assert_eq!(confirmation(&page("Ref #A1B2C3", "")), Some("A1B2C3".into()));
+        for none in [page("Lesson", "Reference material"), page("Ref", "Next"), page("Reference: ABCD", "")] {
+            assert_eq!(confirmation(&none), None, "{none:?}");
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! The agent harness through the real runtime (Chromium on the fixture site) and authorizer: a
+//! scripted model's run, every act authorized from the runtime's sealed facts, an approval asked
+//! and awaited while the owner answers, the token spent once, the run ending under its name.
+
+use std::time::Duration;
+
+use agent::model::{Scripted, escalate, on_named, snapshot, token_in};
+use agent::rules::End;
+use agent::run::{Clients, Task, run};
+use proto::v1 as pb;
+use serde_json::json;
+use tests::browser::{GATEWAY, LESSON, PROFILES, Stack, WORKER, with};
+
+const START: &str = r#"<!doctype html><title>Lesson 1</title>
+<a href="/lesson/2">Next</a> <a href="/lesson/3">Skip</a>"#;
+const DONE: &str = "<!doctype html><title>Lesson complete: reference LX-4471</title><p>Well done.";
+
+/// The owner's chat `s1` on profile-1 and the runtime's browser session on it.
+async fn ready(s: &mut Stack) -> (Clients, Task) {
+    s.fixture.page(LESSON, "/lesson/1", START);
+    s.fixture.page(LESSON, "/lesson/2", DONE);
+    s.fixture.page(LESSON, "/lesson/3", START);
+    let created = pb::ProfileEventRequest {
+        profile_id: "profile-1".into(),
+        event: pb::ProfileEvent::Created as i32,
+        owner_principal_id: "owner".into(),
+    };
+    s.authorizer.record_profile_event(with(PROFILES, created)).await.unwrap();
+    let chat = pb::CreateSessionRequest {
+        session_id: "s1".into(),
+        browser_profile_id: "profile-1".into(),
+        surface: pb::Surface::Interactive as i32,
+        ..Default::default()
+    };
+    s.authorizer.create_session(with(WORKER, chat)).await.unwrap();
+    let said = pb::RecordMessageRequest { session_id: "s1".into(), message_id: "m1".into(), from_owner: true };
+    s.authorizer.record_message(with(GATEWAY, said)).await.unwrap();
+    let browser_session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
+    let clients = Clients {
+        runtime: s.runtime.clone(),
+        authorizer: s.authorizer.clone(),
+        bearer: format!("Bearer {WORKER}").parse().unwrap(),
+    };
+    let task = Task {
+        chat_session: "s1".into(),
+        browser_session,
+        run_id: "run-1".into(),
+        subgoals: vec!["Go on to the next lesson".into()],
+        field_ids: vec![],
+        max_steps: 12,
+        agent_version: "agent-1".into(),
+        approval_wait: Duration::from_secs(15),
+    };
+    (clients, task)
+}
+
+/// The owner answers the first card of `s1` with `resolution`, as the gateway would.
+fn owner_answers(s: &Stack, resolution: pb::Resolution) -> tokio::task::JoinHandle<()> {
+    let mut authorizer = s.authorizer.clone();
+    tokio::spawn(async move {
+        let card = tests::poll_until("a card to answer", Duration::from_secs(30), Duration::from_millis(50), || {
+            let mut a = authorizer.clone();
+            async move {
+                let list = pb::ListApprovalsRequest { session_id: "s1".into(), pending_only: true, min_position: None };
+                a.list_approvals(with(GATEWAY, list)).await.ok()?.into_inner().approvals.into_iter().next()
+            }
+        })
+        .await;
+        let answer = pb::ResolveApprovalRequest {
+            approval_id: card.approval_id,
+            resolution: resolution as i32,
+            ..Default::default()
+        };
+        authorizer.resolve_approval(with(GATEWAY, answer)).await.unwrap();
+    })
+}
+
+#[tokio::test]
+async fn a_scripted_run_asks_once_and_ends_at_the_confirmation() {
+    let mut s = Stack::start(1).await;
+    let (mut clients, task) = ready(&mut s).await;
+    let answering = owner_answers(&s, pb::Resolution::ApproveOnce);
+    let mut model = Scripted::new()
+        .then(|_| snapshot())
+        // Not covered by anything yet: the harness answers APPROVAL_REQUIRED, nothing dispatched.
+        .then(|v| on_named(v, "click", "Next", false, json!({})))
+        .then(|v| on_named(v, "request_approval", "Next", false, json!({})))
+        .then(|v| {
+            let token = token_in(v.last_result).expect("the approval's token");
+            on_named(v, "click", "Next", false, json!({ "approval_token": token }))
+        })
+        .then(|_| snapshot());
+    let outcome = run(&mut clients, &task, &mut model).await.unwrap();
+    answering.await.unwrap();
+    assert_eq!(outcome.end, End::Done { reference: "LX-4471".into() }, "{:?}", outcome.log);
+    assert_eq!(outcome.steps, 5);
+    let visited: Vec<String> = s.fixture.requests().iter().map(|r| r.path().to_owned()).collect();
+    assert!(visited.iter().any(|p| p == "/lesson/2"), "{visited:?}");
+    assert!(!visited.iter().any(|p| p == "/lesson/3"), "{visited:?}");
+}
+
+#[tokio::test]
+async fn ungrounded_turns_are_refused_before_the_runtime_and_a_rejection_ends_the_run() {
+    let mut s = Stack::start(1).await;
+    let (mut clients, task) = ready(&mut s).await;
+    let answering = owner_answers(&s, pb::Resolution::Deny);
+    let before = s.fixture.requests().len();
+    let mut model = Scripted::new()
+        .then(|_| snapshot())
+        // A ref the snapshot does not have, a name it does not print, two calls, no evidence.
+        .then(|v| {
+            let mut t = on_named(v, "click", "Next", false, json!({}));
+            t.calls[0].1["ref"] = json!("n999");
+            t
+        })
+        .then(|v| {
+            let mut t = on_named(v, "click", "Next", false, json!({}));
+            t.calls[0].1["expected_name"] = json!("Next lesson");
+            t
+        })
+        .then(|v| {
+            let t = on_named(v, "click", "Next", false, json!({}));
+            agent::model::Turn { calls: [t.calls.clone(), t.calls].concat(), evidence: t.evidence }
+        })
+        .then(|v| agent::model::Turn {
+            evidence: "clicking next".into(),
+            ..on_named(v, "click", "Next", false, json!({}))
+        })
+        .then(|v| on_named(v, "request_approval", "Skip", false, json!({})))
+        .then(|_| escalate("uncertain"));
+    let outcome = run(&mut clients, &task, &mut model).await.unwrap();
+    answering.await.unwrap();
+    assert_eq!(outcome.end.reason(), "approval_rejected", "{:?}", outcome.log);
+    for rule in ["ref_not_in_snapshot", "name_not_in_snapshot", "one_action_per_turn", "evidence"] {
+        assert_eq!(outcome.counts.get(rule), Some(&1), "{rule}: {:?}", outcome.counts);
+    }
+    // Only the snapshot's own page loads reached the site: no click was dispatched.
+    let after: Vec<String> = s.fixture.requests()[before..].iter().map(|r| r.path().to_owned()).collect();
+    assert!(after.iter().all(|p| p == "/lesson/1" || p.starts_with("/favicon")), "{after:?}");
+}
