@@ -97,6 +97,7 @@ pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) ->
         sequence: 0,
         calls: 0,
     };
+    s.record(pb::RunEventKind::Started, &task.agent_version).await?;
     let end = loop {
         let empty = rt::ObserveReply::default();
         let shown = s.current.as_ref().unwrap_or(&empty);
@@ -116,6 +117,7 @@ pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) ->
         match s.rules.turn(&turn.calls, &turn.evidence) {
             Verdict::End(end) => break end,
             Verdict::Refuse { rule, reason } => {
+                s.record(pb::RunEventKind::Refused, rule).await?;
                 s.note(format!("refused ({rule})"), format!("REFUSED: {reason}"));
             }
             Verdict::Run(call) => {
@@ -125,10 +127,32 @@ pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) ->
             }
         }
     };
+    match &end {
+        End::Done { reference } => s.record(pb::RunEventKind::Completed, reference).await?,
+        End::Escalated { reason, .. } => s.record(pb::RunEventKind::Escalated, reason).await?,
+    }
     Ok(Outcome { end, steps: s.rules.steps(), counts: s.rules.counts, log: s.log })
 }
 
 impl State<'_> {
+    /// Appends a `run.*` event to the session's record; the reason or reference is cut to a
+    /// word, as the event holds one.
+    async fn record(&mut self, kind: pb::RunEventKind, detail: &str) -> Result<(), RunError> {
+        let word: String = detail
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || "_.:-".contains(c) { c } else { '_' })
+            .take(64)
+            .collect();
+        let req = pb::RecordRunRequest {
+            session_id: self.task.chat_session.clone(),
+            run_id: self.task.run_id.clone(),
+            kind: kind as i32,
+            detail: if word.is_empty() { "-".into() } else { word },
+        };
+        self.clients.authorizer.record_run(self.clients.req(req)).await.map_err(RunError::Authorizer)?;
+        Ok(())
+    }
+
     fn note(&mut self, line: String, result: String) {
         self.log.push(format!("{} {line}", self.rules.steps()));
         self.last = result;

@@ -9,6 +9,7 @@ pub enum Rpc {
     CreateSession,
     RecordMessage,
     RecordToolCall,
+    RecordRun,
     DeleteSession,
     RecordProfileEvent,
     Authorize,
@@ -23,10 +24,11 @@ pub enum Rpc {
 }
 
 impl Rpc {
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::CreateSession,
         Self::RecordMessage,
         Self::RecordToolCall,
+        Self::RecordRun,
         Self::DeleteSession,
         Self::RecordProfileEvent,
         Self::Authorize,
@@ -46,6 +48,7 @@ impl Rpc {
             Self::CreateSession => "CreateSession",
             Self::RecordMessage => "RecordMessage",
             Self::RecordToolCall => "RecordToolCall",
+            Self::RecordRun => "RecordRun",
             Self::DeleteSession => "DeleteSession",
             Self::RecordProfileEvent => "RecordProfileEvent",
             Self::Authorize => "Authorize",
@@ -71,7 +74,9 @@ impl Rpc {
     /// owner's own (the turn a task grant checks starts there).
     pub fn roles(self) -> &'static [Role] {
         match self {
-            Self::CreateSession | Self::RecordToolCall | Self::Authorize | Self::AwaitApproval => &[Role::Worker],
+            Self::CreateSession | Self::RecordToolCall | Self::RecordRun | Self::Authorize | Self::AwaitApproval => {
+                &[Role::Worker]
+            }
             Self::RecordMessage => &[Role::Worker, Role::Gateway],
             Self::RedeemToken => &[Role::Runtime],
             // Deleting a chat is the owner's act, made through the owner's client.
@@ -107,7 +112,14 @@ mod tests {
         let worker: Vec<_> = Rpc::ALL.into_iter().filter(|r| r.roles().contains(&Role::Worker)).collect();
         assert_eq!(
             worker,
-            [Rpc::CreateSession, Rpc::RecordMessage, Rpc::RecordToolCall, Rpc::Authorize, Rpc::AwaitApproval]
+            [
+                Rpc::CreateSession,
+                Rpc::RecordMessage,
+                Rpc::RecordToolCall,
+                Rpc::RecordRun,
+                Rpc::Authorize,
+                Rpc::AwaitApproval
+            ]
         );
         assert_eq!(Rpc::ResolveApproval.roles(), [Role::Gateway]);
         assert_eq!(Rpc::RedeemToken.roles(), [Role::Runtime]);

@@ -22,6 +22,7 @@ pub fn need_of(command: &Command) -> Need<'_> {
         }
         Command::RecordMessage(m) => Need::Session(&m.session_id),
         Command::RecordToolCall(c) => Need::Session(&c.session_id),
+        Command::RecordRun(r) => Need::Session(r.session_id()),
         Command::DeleteSession { session_id, .. } => Need::SessionGrant(session_id),
         Command::ClaimProfile { profile_id, .. }
         | Command::AdvanceProfile { profile_id, .. }
@@ -281,6 +282,9 @@ impl Touched {
             Event::SessionDeleted(x) => drop(self.sessions.insert(x.session_id.clone())),
             Event::SessionToolCalled(x) => drop(self.sessions.insert(x.session_id.clone())),
             Event::RunEscalated(x) => drop(self.sessions.insert(x.session_id.clone())),
+            Event::RunStarted(x) => drop(self.sessions.insert(x.session_id.clone())),
+            Event::RunRefused(x) => drop(self.sessions.insert(x.session_id.clone())),
+            Event::RunCompleted(x) => drop(self.sessions.insert(x.session_id.clone())),
             Event::ProfileClaimed(x) => drop(self.profiles.insert(x.profile_id.clone())),
             Event::ProfileGenerationAdvanced(x) => drop(self.profiles.insert(x.profile_id.clone())),
             Event::ProfileRevoked(x) => drop(self.profiles.insert(x.profile_id.clone())),

@@ -464,6 +464,33 @@ pub struct RunEscalated {
     pub reason: String,
 }
 
+/// A run of the agent harness began in the session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunStarted {
+    pub session_id: String,
+    pub run_id: String,
+    pub agent_version: String,
+}
+
+/// The harness refused a model's turn before it reached the runtime, under a named rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunRefused {
+    pub session_id: String,
+    pub run_id: String,
+    pub rule: String,
+}
+
+/// A run ended at a confirmation page showing this reference.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunCompleted {
+    pub session_id: String,
+    pub run_id: String,
+    pub reference: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
     #[error("unknown event type {0:?}")]
@@ -536,6 +563,9 @@ catalogue! {
     ApprovalTokenIssued = "approval.token_issued" v 1,
     ApprovalTokenRedeemed = "approval.token_redeemed" v 1,
     RunEscalated = "run.escalated" v 1,
+    RunStarted = "run.started" v 1,
+    RunRefused = "run.refused" v 1,
+    RunCompleted = "run.completed" v 1,
 }
 
 impl Event {

@@ -175,6 +175,18 @@ pub fn row(recorded: &RecordedEvent) -> Result<AuditRow, DecodeError> {
             session = Some(e.session_id.clone());
             format!("Run escalated: {}", e.reason)
         }
+        Event::RunStarted(e) => {
+            session = Some(e.session_id.clone());
+            format!("Run {} started ({})", e.run_id, e.agent_version)
+        }
+        Event::RunRefused(e) => {
+            session = Some(e.session_id.clone());
+            format!("Run {} refused a turn: {}", e.run_id, e.rule)
+        }
+        Event::RunCompleted(e) => {
+            session = Some(e.session_id.clone());
+            format!("Run {} completed: reference {}", e.run_id, e.reference)
+        }
     };
     Ok(AuditRow {
         tenant_id: recorded.tenant_id.as_str().to_owned(),

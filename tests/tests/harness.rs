@@ -97,6 +97,28 @@ async fn a_scripted_run_asks_once_and_ends_at_the_confirmation() {
     let visited: Vec<String> = s.fixture.requests().iter().map(|r| r.path().to_owned()).collect();
     assert!(visited.iter().any(|p| p == "/lesson/2"), "{visited:?}");
     assert!(!visited.iter().any(|p| p == "/lesson/3"), "{visited:?}");
+    // The run's story is in the session's record, start to end.
+    let story = run_events(&s).await;
+    assert_eq!(story, ["run.started", "run.completed"], "{story:?}");
+}
+
+/// The `run.*` events of `s1`, in order, from the authorizer's log.
+async fn run_events(s: &Stack) -> Vec<String> {
+    use grant_domain::catalogue::Event;
+    use ledger::EventStore;
+    let log =
+        s.authorizer_service.authority().backend().store.read_all(ledger::Checkpoint::default(), 10_000).await.unwrap();
+    log.iter()
+        .filter(|e| e.event_type.starts_with("run."))
+        .filter(|e| match Event::from_recorded(e) {
+            Ok(Event::RunStarted(x)) => x.session_id == "s1",
+            Ok(Event::RunRefused(x)) => x.session_id == "s1",
+            Ok(Event::RunEscalated(x)) => x.session_id == "s1",
+            Ok(Event::RunCompleted(x)) => x.session_id == "s1",
+            _ => false,
+        })
+        .map(|e| e.event_type.clone())
+        .collect()
 }
 
 #[tokio::test]
@@ -134,6 +156,13 @@ async fn ungrounded_turns_are_refused_before_the_runtime_and_a_rejection_ends_th
     for rule in ["ref_not_in_snapshot", "name_not_in_snapshot", "one_action_per_turn", "evidence"] {
         assert_eq!(outcome.counts.get(rule), Some(&1), "{rule}: {:?}", outcome.counts);
     }
+    let story = run_events(&s).await;
+    let refused = story.iter().filter(|e| *e == "run.refused").count();
+    assert_eq!(
+        (story.first().map(String::as_str), story.last().map(String::as_str)),
+        (Some("run.started"), Some("run.escalated"))
+    );
+    assert_eq!(refused, 4, "each refused turn is an event: {story:?}");
     // Only the snapshot's own page loads reached the site: no click was dispatched.
     let after: Vec<String> = s.fixture.requests()[before..].iter().map(|r| r.path().to_owned()).collect();
     assert!(after.iter().all(|p| p == "/lesson/1" || p.starts_with("/favicon")), "{after:?}");

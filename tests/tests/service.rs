@@ -58,6 +58,7 @@ impl Call for pb::RecordMessageRequest {
 calls!(
     pb::CreateSessionRequest => CreateSession,
     pb::RecordToolCallRequest => RecordToolCall,
+    pb::RecordRunRequest => RecordRun,
     pb::DeleteSessionRequest => DeleteSession,
     pb::ProfileEventRequest => RecordProfileEvent,
     pb::AuthorizeRequest => Authorize,
@@ -716,6 +717,7 @@ async fn census_of_calls_served_with_the_flag_off_and_on() {
         codes.push(("RecordMessage", code(client.record_message(owner(pb::RecordMessageRequest::default())).await)));
         codes
             .push(("RecordToolCall", code(client.record_tool_call(owner(pb::RecordToolCallRequest::default())).await)));
+        codes.push(("RecordRun", code(client.record_run(owner(pb::RecordRunRequest::default())).await)));
         codes.push(("DeleteSession", code(client.delete_session(owner(pb::DeleteSessionRequest::default())).await)));
         codes.push((
             "RecordProfileEvent",
@@ -793,6 +795,15 @@ async fn call_as(client: &mut AuthorizerClient<Channel>, role: Role, rpc: Rpc, s
                 tool: "email.read".into(),
             };
             client.record_tool_call(with_role(role, "owner", m)).await.map(drop)
+        }
+        Rpc::RecordRun => {
+            let m = pb::RecordRunRequest {
+                session_id: "s1".into(),
+                run_id: "run-9".into(),
+                kind: pb::RunEventKind::Escalated as i32,
+                detail: "uncertain".into(),
+            };
+            client.record_run(with_role(role, "owner", m)).await.map(drop)
         }
         Rpc::DeleteSession => client
             .delete_session(with_role(role, "owner", pb::DeleteSessionRequest { session_id: "s1".into() }))

@@ -91,6 +91,12 @@ impl<B: Backend + 'static> AuthorizerService<B> {
 
     /// `Authorize` calls whose facts were refused (unsealed, forged, expired, another owner's or
     /// snapshot's) since this service started.
+    /// The authority served, for tests that read what it recorded.
+    #[cfg(feature = "testing")]
+    pub fn authority(&self) -> &Arc<Authority<B>> {
+        &self.authority
+    }
+
     pub fn facts_refused(&self) -> u64 {
         self.refusals.count()
     }
@@ -203,6 +209,34 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             &principal,
         )
         .await
+    }
+
+    async fn record_run(&self, req: Request<pb::RecordRunRequest>) -> Result<Response<pb::WriteReply>, Status> {
+        use domain::RunEvent;
+        use grant_domain::catalogue::{RunCompleted, RunEscalated, RunRefused, RunStarted};
+        let (caller, authority) = self.caller(&req, Rpc::RecordRun).await?;
+        let principal = caller.principal;
+        let r = req.into_inner();
+        let session_id = id("session_id", &r.session_id)?;
+        let run_id = id("run_id", &r.run_id)?;
+        let word = r.detail.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'));
+        if r.detail.is_empty() || r.detail.len() > 64 || !word {
+            return Err(invalid("detail", "is 1 to 64 letters, digits and _ . : -"));
+        }
+        let detail = r.detail;
+        let event = match pb::RunEventKind::try_from(r.kind) {
+            Ok(pb::RunEventKind::Started) => {
+                RunEvent::Started(RunStarted { session_id, run_id, agent_version: detail })
+            }
+            Ok(pb::RunEventKind::Refused) => RunEvent::Refused(RunRefused { session_id, run_id, rule: detail }),
+            Ok(pb::RunEventKind::Escalated) => RunEvent::Escalated(RunEscalated { session_id, run_id, reason: detail }),
+            Ok(pb::RunEventKind::Completed) => {
+                RunEvent::Completed(RunCompleted { session_id, run_id, reference: detail })
+            }
+            _ => return Err(invalid("kind", "is required")),
+        };
+        own_session(&authority, event.session_id(), &principal).await?;
+        self.write(&authority, Command::RecordRun(event), &principal).await
     }
 
     async fn record_tool_call(

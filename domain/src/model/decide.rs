@@ -3,8 +3,9 @@
 use crate::catalogue::{
     ApprovalExpired, ApprovalResolved, ApprovalStatus, ApprovalTokenIssued, ApprovalTokenRedeemed,
     DeploymentPolicyChanged, DeploymentScopesChanged, EndReason, Event, ProfileDeleted, ProfileGenerationAdvanced,
-    ProfileRevoked, Resolution, SessionCreated, SessionDeleted, SessionMessageRecorded, SessionToolCalled, SignInPhase,
-    SiteScope, StandingGrantPinned, StandingGrantUnpinned, TaskGrantCreated, TokenBinding,
+    ProfileRevoked, Resolution, RunCompleted, RunEscalated, RunRefused, RunStarted, SessionCreated, SessionDeleted,
+    SessionMessageRecorded, SessionToolCalled, SignInPhase, SiteScope, StandingGrantPinned, StandingGrantUnpinned,
+    TaskGrantCreated, TokenBinding,
 };
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -54,6 +55,9 @@ pub enum Command {
     },
     /// A tool call the worker made: the session's record of the turn.
     RecordToolCall(SessionToolCalled),
+    /// What the agent harness enforced in a run of the session: its start, a refused turn, its
+    /// escalation or its completion.
+    RecordRun(RunEvent),
     ChangeSettings(TaskGrantSettings),
     /// The operator's whole deployment record at once: settings and pin, recorded together.
     ApplyDeployment {
@@ -124,6 +128,11 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             let session = world.sessions.get(&call.session_id).filter(|s| !s.deleted);
             session.ok_or_else(|| DomainError::not_found("session", &call.session_id))?;
             Ok(vec![Event::SessionToolCalled(call)])
+        }
+        Command::RecordRun(run) => {
+            let session = world.sessions.get(run.session_id()).filter(|s| !s.deleted);
+            session.ok_or_else(|| DomainError::not_found("session", run.session_id()))?;
+            Ok(vec![run.into_event()])
         }
         Command::RecordMessage(message) => {
             let session = world.sessions.get(&message.session_id).filter(|s| !s.deleted);
@@ -420,4 +429,33 @@ fn resolve(
         max_typed_chars: MAX_TYPED_CHARS,
     }));
     Ok(events)
+}
+
+/// One thing the agent harness records of a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunEvent {
+    Started(RunStarted),
+    Refused(RunRefused),
+    Escalated(RunEscalated),
+    Completed(RunCompleted),
+}
+
+impl RunEvent {
+    pub fn session_id(&self) -> &str {
+        match self {
+            Self::Started(e) => &e.session_id,
+            Self::Refused(e) => &e.session_id,
+            Self::Escalated(e) => &e.session_id,
+            Self::Completed(e) => &e.session_id,
+        }
+    }
+
+    pub fn into_event(self) -> Event {
+        match self {
+            Self::Started(e) => Event::RunStarted(e),
+            Self::Refused(e) => Event::RunRefused(e),
+            Self::Escalated(e) => Event::RunEscalated(e),
+            Self::Completed(e) => Event::RunCompleted(e),
+        }
+    }
 }

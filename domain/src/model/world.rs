@@ -152,6 +152,9 @@ pub fn stream_of(tenant: &TenantId, event: &Event) -> Result<StreamId, DomainErr
         Event::SessionDeleted(e) => entity("session", &e.session_id),
         Event::SessionToolCalled(e) => entity("session", &e.session_id),
         Event::RunEscalated(e) => entity("session", &e.session_id),
+        Event::RunStarted(e) => entity("session", &e.session_id),
+        Event::RunRefused(e) => entity("session", &e.session_id),
+        Event::RunCompleted(e) => entity("session", &e.session_id),
         Event::ProfileClaimed(e) => entity("profile", &e.profile_id),
         Event::ProfileGenerationAdvanced(e) => entity("profile", &e.profile_id),
         Event::ProfileRevoked(e) => entity("profile", &e.profile_id),
@@ -283,7 +286,7 @@ impl World {
                     a.token_redeemed = true;
                 }
             }
-            Event::RunEscalated(_) => {}
+            Event::RunEscalated(_) | Event::RunStarted(_) | Event::RunRefused(_) | Event::RunCompleted(_) => {}
         }
     }
 
