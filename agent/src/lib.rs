@@ -5,6 +5,7 @@
 //! its untrusted block (`prompt`).
 
 pub mod model;
+pub mod openai;
 pub mod prompt;
 pub mod rules;
 pub mod run;
