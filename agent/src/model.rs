@@ -75,6 +75,70 @@ impl Model for Scripted {
     }
 }
 
+/// One step of a written plan, as `grantctl agent run --script` reads it (JSON lines or an
+/// array): `{"tool": "snapshot"}`, `{"tool": "click", "name": "Next"}`,
+/// `{"tool": "type", "name": "Answer", "field_id": "answer"}`,
+/// `{"tool": "request_approval", "name": "Next"}`, `{"tool": "click", "name": "Next",
+/// "with_token": true}`, `{"tool": "escalate", "reason": "uncertain"}`.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanStep {
+    pub tool: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub field_id: Option<String>,
+    #[serde(default)]
+    pub option: Option<String>,
+    #[serde(default)]
+    pub key: Option<String>,
+    #[serde(default)]
+    pub by: Option<i32>,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub consequential: bool,
+    /// Spend the approval token the last result handed back.
+    #[serde(default)]
+    pub with_token: bool,
+}
+
+impl Scripted {
+    /// A model that plays `plan`, finding each named node in the current snapshot.
+    pub fn from_plan(plan: Vec<PlanStep>) -> Self {
+        plan.into_iter().fold(Self::new(), |model, step| {
+            model.then(move |view| match step.tool.as_str() {
+                "snapshot" => snapshot(),
+                "escalate" => escalate(step.reason.as_deref().unwrap_or("uncertain")),
+                tool => {
+                    let mut extra = serde_json::Map::new();
+                    for (k, v) in [("field_id", &step.field_id), ("option", &step.option), ("key", &step.key)] {
+                        if let Some(v) = v {
+                            extra.insert(k.into(), json!(v));
+                        }
+                    }
+                    if let Some(by) = step.by {
+                        extra.insert("by".into(), json!(by));
+                    }
+                    if step.with_token {
+                        match token_in(view.last_result) {
+                            Some(t) => drop(extra.insert("approval_token".into(), json!(t))),
+                            None => return escalate("uncertain"),
+                        }
+                    }
+                    on_named(
+                        view,
+                        tool,
+                        step.name.as_deref().unwrap_or_default(),
+                        step.consequential,
+                        Value::Object(extra),
+                    )
+                }
+            })
+        })
+    }
+}
+
 /// A turn that observes.
 pub fn snapshot() -> Turn {
     Turn { calls: vec![("snapshot".into(), json!({}))], evidence: String::new() }

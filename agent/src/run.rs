@@ -48,6 +48,62 @@ pub struct Task {
     pub approval_wait: Duration,
 }
 
+/// A task as `grantctl agent run --task` reads it.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskFile {
+    /// The owner's chat at the authorizer (made here if it is not there yet).
+    pub chat_session: String,
+    /// The browser profile the chat is bound to and the runtime opens.
+    pub browser_profile: String,
+    pub start_url: String,
+    pub allowed_origins: Vec<String>,
+    pub run_id: String,
+    pub subgoals: Vec<String>,
+    #[serde(default)]
+    pub field_ids: Vec<String>,
+    pub max_steps: u32,
+    pub agent_version: String,
+    #[serde(default = "default_wait")]
+    pub approval_wait_seconds: u64,
+}
+
+fn default_wait() -> u64 {
+    20
+}
+
+/// Opens the run's browser session (and its chat, if new) for `file`.
+pub async fn start(clients: &mut Clients, file: &TaskFile) -> Result<Task, RunError> {
+    let chat = pb::CreateSessionRequest {
+        session_id: file.chat_session.clone(),
+        browser_profile_id: file.browser_profile.clone(),
+        surface: pb::Surface::Interactive as i32,
+        ..Default::default()
+    };
+    match clients.authorizer.create_session(clients.req(chat)).await {
+        Ok(_) => {}
+        Err(s) if s.code() == tonic::Code::AlreadyExists => {}
+        Err(s) => return Err(RunError::Authorizer(s)),
+    }
+    let open = rt::OpenSessionRequest {
+        browser_profile_id: file.browser_profile.clone(),
+        allowed_origins: file.allowed_origins.clone(),
+        start_url: file.start_url.clone(),
+        max_steps: file.max_steps,
+    };
+    let opened = clients.runtime.open_session(clients.req(open)).await.map_err(RunError::Runtime)?.into_inner();
+    Ok(Task {
+        chat_session: file.chat_session.clone(),
+        browser_session: opened.session_id,
+        run_id: file.run_id.clone(),
+        subgoals: file.subgoals.clone(),
+        field_ids: file.field_ids.clone(),
+        max_steps: file.max_steps,
+        agent_version: file.agent_version.clone(),
+        approval_wait: Duration::from_secs(file.approval_wait_seconds.min(20)),
+    })
+}
+
 /// How a run went.
 #[derive(Debug, Clone)]
 pub struct Outcome {

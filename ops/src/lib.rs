@@ -2,6 +2,7 @@
 //! benchmarks, the classifier's JSON-lines front end). This crate may use every other crate of the workspace; none may use it
 //! except `tests`.
 
+pub mod agent;
 pub mod audit;
 pub mod bench;
 pub mod check;

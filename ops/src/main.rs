@@ -132,6 +132,20 @@ enum ServeCmd {
 enum AgentCmd {
     /// Print the tools a model is given, as a JSON array of {name, description, input_schema}.
     Tools,
+    /// Run one task end to end against a runtime and an authorizer, with a written plan
+    /// (--script) or an OpenAI-compatible model (--model-url and --model, key in AGENT_MODEL_KEY).
+    /// Reaches them by AGENT_RUNTIME_URL, AGENT_AUTHORIZER_URL, AGENT_CA (PEM, for https) and
+    /// AGENT_WORKER_TOKEN (a worker credential of the owner).
+    Run {
+        #[arg(long)]
+        task: PathBuf,
+        #[arg(long, conflicts_with_all = ["model_url", "model"])]
+        script: Option<PathBuf>,
+        #[arg(long, requires = "model")]
+        model_url: Option<String>,
+        #[arg(long, requires = "model_url")]
+        model: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -428,6 +442,11 @@ async fn run(cli: Cli) -> Result<()> {
             ops::serve::gateway(config, url).await?;
         }
         Cmd::Owners { command } => owners_command(&database_url(&cli.database_url)?, command).await?,
+        Cmd::Agent { command: AgentCmd::Run { task, script, model_url, model } } => {
+            let outcome =
+                ops::agent::run(&task, script.as_deref(), model_url.zip(model), |k| std::env::var(k).ok()).await?;
+            println!("{outcome}");
+        }
         Cmd::Agent { command: AgentCmd::Tools } => {
             let tools: Vec<serde_json::Value> = agent::tools::tools()
                 .into_iter()

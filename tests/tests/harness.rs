@@ -167,3 +167,46 @@ async fn ungrounded_turns_are_refused_before_the_runtime_and_a_rejection_ends_th
     let after: Vec<String> = s.fixture.requests()[before..].iter().map(|r| r.path().to_owned()).collect();
     assert!(after.iter().all(|p| p == "/lesson/1" || p.starts_with("/favicon")), "{after:?}");
 }
+
+/// What `grantctl agent run` does with a task file and a written plan: opens the chat and the
+/// browser session, plays the plan, and ends at the confirmation.
+#[tokio::test]
+async fn a_task_file_and_a_written_plan_run_to_the_confirmation() {
+    let mut s = Stack::start(1).await;
+    s.fixture.page(LESSON, "/lesson/1", START);
+    s.fixture.page(LESSON, "/lesson/2", DONE);
+    let created = pb::ProfileEventRequest {
+        profile_id: "profile-7".into(),
+        event: pb::ProfileEvent::Created as i32,
+        owner_principal_id: "owner".into(),
+    };
+    s.authorizer.record_profile_event(with(PROFILES, created)).await.unwrap();
+    let file: agent::run::TaskFile = serde_json::from_value(json!({
+        "chat_session": "s1", "browser_profile": "profile-7",
+        "start_url": "https://www.lesson.test/lesson/1", "allowed_origins": ["https://www.lesson.test"],
+        "run_id": "run-7", "subgoals": ["Go on to the next lesson"], "max_steps": 10, "agent_version": "agent-1",
+        "approval_wait_seconds": 15
+    }))
+    .unwrap();
+    let mut clients = Clients {
+        runtime: s.runtime.clone(),
+        authorizer: s.authorizer.clone(),
+        bearer: format!("Bearer {WORKER}").parse().unwrap(),
+    };
+    let task = agent::run::start(&mut clients, &file).await.unwrap();
+    let said = pb::RecordMessageRequest { session_id: "s1".into(), message_id: "m1".into(), from_owner: true };
+    s.authorizer.record_message(with(GATEWAY, said)).await.unwrap();
+    let plan = ops::agent::plan(
+        r#"{"tool": "snapshot"}
+{"tool": "request_approval", "name": "Next"}
+{"tool": "click", "name": "Next", "with_token": true}
+{"tool": "snapshot"}"#,
+    )
+    .unwrap();
+    let answering = owner_answers(&s, pb::Resolution::ApproveOnce);
+    let outcome = run(&mut clients, &task, &mut agent::model::Scripted::from_plan(plan)).await.unwrap();
+    answering.await.unwrap();
+    assert_eq!(outcome.end, End::Done { reference: "LX-4471".into() }, "{}", ops::agent::report(&outcome));
+    assert!(ops::agent::report(&outcome).starts_with("run ended: done, reference LX-4471 after 4 steps"));
+    assert!(ops::agent::plan(r##"{"tool": "click", "css": "#next"}"##).is_err(), "a plan step is closed too");
+}
