@@ -164,8 +164,10 @@ pub fn on_named(view: View<'_>, tool: &str, name: &str, consequential: bool, ext
         a.extend(more);
     }
     let evidence = format!(
-        "SUBGOAL 1 | evidence: {role} \"{}\" ref={} from snapshot {} | intent: {tool} it",
-        node.name, node.r#ref, o.snapshot_id
+        "SUBGOAL 1 | evidence: {role} {} ref={} from snapshot {} | intent: {tool} it",
+        Value::from(node.name.as_str()),
+        node.r#ref,
+        o.snapshot_id
     );
     Turn { calls: vec![(tool.into(), args)], evidence }
 }

@@ -85,20 +85,48 @@ fn node_line(n: &Node) -> String {
     line
 }
 
-/// The prompt of one step.
+/// The prompt of one step. The template is filled in one pass: a value (the page's strings
+/// among them) is copied as it is and never read for placeholders.
 pub fn render(step: &Step<'_>) -> String {
     let list = |items: &[String]| if items.is_empty() { "(none)".to_owned() } else { items.join("\n") };
     let nodes: Vec<String> = step.snapshot.nodes.iter().map(node_line).collect();
-    TEMPLATE
-        .replace("{{STEP_NUMBER}}", &step.number.to_string())
-        .replace("{{MAX_STEPS}}", &step.max_steps.to_string())
-        .replace("{{SUBGOAL}}", step.subgoal)
-        .replace("{{FIELD_IDS}}", &list(step.field_ids))
-        .replace("{{STEP_LOG}}", &list(step.step_log))
-        .replace("{{LAST_RESULT}}", if step.last_result.is_empty() { "(none)" } else { step.last_result })
-        .replace("{{SNAPSHOT_ID}}", &step.snapshot.snapshot_id)
-        // Last: the page's text is substituted once, and nothing it holds is read as a marker.
-        .replace("{{SNAPSHOT_NODES}}", &list(&nodes))
+    let value = |name: &str| -> Option<String> {
+        Some(match name {
+            "STEP_NUMBER" => step.number.to_string(),
+            "MAX_STEPS" => step.max_steps.to_string(),
+            "SUBGOAL" => step.subgoal.to_owned(),
+            "FIELD_IDS" => list(step.field_ids),
+            "STEP_LOG" => list(step.step_log),
+            "LAST_RESULT" => {
+                if step.last_result.is_empty() {
+                    "(none)".into()
+                } else {
+                    step.last_result.to_owned()
+                }
+            }
+            "SNAPSHOT_ID" => step.snapshot.snapshot_id.clone(),
+            "SNAPSHOT_NODES" => list(&nodes),
+            _ => return None,
+        })
+    };
+    let mut out = String::with_capacity(TEMPLATE.len() + 64 * nodes.len());
+    let mut rest = TEMPLATE;
+    while let Some(open) = rest.find("{{") {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 2..];
+        match after.find("}}").and_then(|close| value(&after[..close]).map(|v| (close, v))) {
+            Some((close, v)) => {
+                out.push_str(&v);
+                rest = &after[close + 2..];
+            }
+            None => {
+                out.push_str("{{");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
@@ -122,7 +150,7 @@ mod tests {
             ..Default::default()
         };
         let fields = vec!["email".to_owned()];
-        let log = vec!["1 click button \"Start\" n3 → changed".to_owned()];
+        let log = vec!["1 click \"Start {{SNAPSHOT_NODES}}\" n3 → changed".to_owned()];
         let prompt = render(&Step {
             number: 2,
             max_steps: 40,
@@ -140,7 +168,11 @@ mod tests {
         assert!(inside.ends_with(" focused"));
         assert!(prompt.contains("STEP 2 of at most 40") && prompt.contains("\nemail\n"));
         let outside = prompt.split("<<<UNTRUSTED_SNAPSHOT").next().unwrap();
-        assert!(!outside.contains("{{"), "every placeholder filled outside the block");
+        for placeholder in ["{{STEP_NUMBER}}", "{{MAX_STEPS}}", "{{SUBGOAL}}", "{{FIELD_IDS}}", "{{LAST_RESULT}}"] {
+            assert!(!outside.contains(placeholder), "{placeholder} filled");
+        }
         assert!(inside.contains("{{FIELD_IDS}}"), "the page's braces are not a placeholder");
+        assert!(outside.contains("Start {{SNAPSHOT_NODES}}") || prompt.contains("Start {{SNAPSHOT_NODES}}\""));
+        assert_eq!(prompt.matches("n1 button").count(), 1, "the nodes appear once, in the block");
     }
 }

@@ -65,19 +65,49 @@ pub struct Rules {
     unchanged: u32,
     /// Every refusal by rule, and every disagreement on `consequential`.
     pub counts: HashMap<&'static str, u32>,
+    /// The task-record fields a type may name.
+    field_ids: Vec<String>,
 }
 
 impl Rules {
     pub fn new(max_steps: u32) -> Self {
-        Self { max_steps, steps: 0, current: None, seen: HashMap::new(), unchanged: 0, counts: HashMap::new() }
+        Self::for_fields(max_steps, Vec::new())
+    }
+
+    /// Rules for a task whose record has `field_ids`.
+    pub fn for_fields(max_steps: u32, field_ids: Vec<String>) -> Self {
+        Self {
+            field_ids,
+            max_steps,
+            steps: 0,
+            current: None,
+            seen: HashMap::new(),
+            unchanged: 0,
+            counts: HashMap::new(),
+        }
     }
 
     pub fn steps(&self) -> u32 {
         self.steps
     }
 
+    /// Whether the budget is spent: checked before the model is asked for another turn.
+    pub fn exhausted(&self) -> Option<End> {
+        (self.steps >= self.max_steps).then(|| End::escalated("budget_exhausted", format!("{} steps", self.max_steps)))
+    }
+
     fn count(&mut self, rule: &'static str) {
         *self.counts.entry(rule).or_default() += 1;
+    }
+
+    /// A target the snapshot prints with another role or name is the contract's NAME_MISMATCH:
+    /// the model's picture of the page is wrong, and that ends the run; the rest is refused.
+    fn ungrounded(&mut self, rule: &'static str, reason: String) -> Verdict {
+        if rule == "name_mismatch" {
+            self.count(rule);
+            return Verdict::End(End::escalated("name_mismatch", reason));
+        }
+        self.refuse(rule, reason)
     }
 
     fn refuse(&mut self, rule: &'static str, reason: String) -> Verdict {
@@ -104,9 +134,20 @@ impl Rules {
         };
         match &call {
             Call::Escalate { reason, detail, .. } => return Verdict::End(End::escalated(reason, detail.clone())),
-            Call::Act { target, .. } | Call::RequestApproval { target } => {
+            Call::Act { target, act } => {
+                if let crate::tools::Act::Type { field_id } = act
+                    && !self.field_ids.iter().any(|f| f == field_id)
+                {
+                    let reason = format!("{field_id} is not a field of this task");
+                    return self.refuse("unmapped_field", reason);
+                }
                 if let Err((rule, reason)) = self.grounded(target, evidence) {
-                    return self.refuse(rule, reason);
+                    return self.ungrounded(rule, reason);
+                }
+            }
+            Call::RequestApproval { target } => {
+                if let Err((rule, reason)) = self.grounded(target, evidence) {
+                    return self.ungrounded(rule, reason);
                 }
             }
             Call::Snapshot | Call::Screenshot => {}
@@ -127,11 +168,20 @@ impl Rules {
             return Err(("ref_not_in_snapshot", format!("{} is not in snapshot {id}", t.node_ref)));
         };
         if shown.role != t.role || shown.name != t.name {
-            return Err(("name_not_in_snapshot", format!("{} is printed with another role or name", t.node_ref)));
+            return Err(("name_mismatch", format!("{} is printed with another role or name", t.node_ref)));
         }
         let role = tools::CLICKABLE.iter().chain(tools::FIELDS.iter()).find(|(_, r)| *r == t.role).map(|(n, _)| *n);
-        let quoted = format!("evidence: {} \"{}\" ref={} from snapshot {}", role.unwrap_or(""), t.name, t.node_ref, id);
-        let line_ok = evidence.starts_with("SUBGOAL ") && evidence.contains(&quoted) && evidence.contains("| intent: ");
+        // The name as the prompt prints it: a JSON string, so a quote or a newline in it cannot
+        // make the line say something else.
+        let name = serde_json::Value::from(t.name.as_str()).to_string();
+        let quoted = format!("evidence: {} {name} ref={} from snapshot {}", role.unwrap_or(""), t.node_ref, id);
+        let parts: Vec<&str> = evidence.split(" | ").collect();
+        let line_ok = parts.len() == 3
+            && parts[0]
+                .strip_prefix("SUBGOAL ")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            && parts[1] == quoted
+            && parts[2].strip_prefix("intent: ").is_some_and(|i| !i.trim().is_empty());
         if !line_ok {
             return Err((
                 "evidence",
@@ -171,7 +221,13 @@ impl Rules {
     /// The runtime's answer to an act: the snapshot is void; two acts in a row that changed
     /// nothing, or a terminal refusal, end the run; the model's `consequential` is compared with
     /// the runtime's decision.
-    pub fn acted(&mut self, target: &Target, reply: &ActReply, runtime_consequential: Option<bool>) -> Result<(), End> {
+    pub fn acted(
+        &mut self,
+        target: &Target,
+        act: &crate::tools::Act,
+        reply: &ActReply,
+        runtime_consequential: Option<bool>,
+    ) -> Result<(), End> {
         self.current = None;
         if runtime_consequential.is_some_and(|c| c != target.consequential) {
             self.count("consequential_disagreement");
@@ -179,7 +235,11 @@ impl Rules {
         if !reply.ok && !reply.recoverable {
             return Err(End::escalated("terminal_refusal", reply.code_name.clone()));
         }
-        if reply.ok && !reply.changed {
+        // Filling a field changes its value, not the page the runtime compares: only an act meant
+        // to move the page counts towards "changed nothing twice".
+        let moves =
+            matches!(act, crate::tools::Act::Click | crate::tools::Act::Key { .. } | crate::tools::Act::Scroll { .. });
+        if reply.ok && !reply.changed && moves {
             self.unchanged += 1;
             if self.unchanged >= 2 {
                 return Err(End::escalated("no_progress", "two actions in a row changed nothing"));
@@ -238,7 +298,6 @@ mod tests {
         assert!(matches!(r.turn(&click(A, "n1", "Next"), &evidence(A, "n1", "Next")), Verdict::Run(_)));
         for (calls, line, rule) in [
             (click(A, "n2", "Next"), evidence(A, "n2", "Next"), "ref_not_in_snapshot"),
-            (click(A, "n1", "Next page"), evidence(A, "n1", "Next page"), "name_not_in_snapshot"),
             (click(B, "n1", "Next"), evidence(B, "n1", "Next"), "stale_snapshot"),
             (click(A, "n1", "Next"), "I will click next".to_owned(), "evidence"),
             (click(A, "n1", "Next"), evidence(A, "n1", "Nxt"), "evidence"),
@@ -255,6 +314,15 @@ mod tests {
             }
         }
         assert_eq!(r.counts["evidence"], 2);
+        // A name the snapshot prints otherwise: the model's picture is wrong, the run ends.
+        let named = r.turn(&click(A, "n1", "Next page"), &evidence(A, "n1", "Next page"));
+        assert!(matches!(named, Verdict::End(ref e) if e.reason() == "name_mismatch"), "{named:?}");
+        // A field the task does not have.
+        let mut t = click(A, "n1", "Next");
+        t[0].0 = "type".into();
+        t[0].1["expected_role"] = json!("textbox");
+        t[0].1["field_id"] = json!("password");
+        assert!(matches!(r.turn(&t, ""), Verdict::Refuse { rule: "unmapped_field", .. }));
     }
 
     #[test]
@@ -270,14 +338,18 @@ mod tests {
         };
         let unchanged = ActReply { ok: true, changed: false, ..Default::default() };
         let mut r = Rules::new(10);
-        r.acted(&target, &unchanged, Some(true)).unwrap();
-        assert_eq!(r.acted(&target, &unchanged, None).unwrap_err().reason(), "no_progress");
+        let click = crate::tools::Act::Click;
+        let typed = crate::tools::Act::Type { field_id: "answer".into() };
+        r.acted(&target, &typed, &unchanged, None).unwrap();
+        r.acted(&target, &typed, &unchanged, None).unwrap();
+        r.acted(&target, &click, &unchanged, Some(true)).unwrap();
+        assert_eq!(r.acted(&target, &click, &unchanged, None).unwrap_err().reason(), "no_progress");
         assert_eq!(r.counts["consequential_disagreement"], 1);
         let terminal =
             ActReply { ok: false, recoverable: false, code_name: "NAME_MISMATCH".into(), ..Default::default() };
-        assert_eq!(Rules::new(10).acted(&target, &terminal, None).unwrap_err().reason(), "terminal_refusal");
+        assert_eq!(Rules::new(10).acted(&target, &click, &terminal, None).unwrap_err().reason(), "terminal_refusal");
         let stale = ActReply { ok: false, recoverable: true, code_name: "STALE_SNAPSHOT".into(), ..Default::default() };
-        assert!(Rules::new(10).acted(&target, &stale, None).is_ok());
+        assert!(Rules::new(10).acted(&target, &click, &stale, None).is_ok());
 
         let mut r = Rules::new(1);
         let snap = vec![("snapshot".to_owned(), json!({}))];

@@ -44,7 +44,7 @@ pub struct Task {
     pub field_ids: Vec<String>,
     pub max_steps: u32,
     pub agent_version: String,
-    /// How long to wait for the owner's answer to a card.
+    /// How long to wait for the owner's answer to a card (the card's own life is ten minutes).
     pub approval_wait: Duration,
 }
 
@@ -100,7 +100,7 @@ pub async fn start(clients: &mut Clients, file: &TaskFile) -> Result<Task, RunEr
         field_ids: file.field_ids.clone(),
         max_steps: file.max_steps,
         agent_version: file.agent_version.clone(),
-        approval_wait: Duration::from_secs(file.approval_wait_seconds.min(20)),
+        approval_wait: Duration::from_secs(file.approval_wait_seconds.min(600)),
     })
 }
 
@@ -138,6 +138,9 @@ struct State<'a> {
     asked: HashMap<(String, String), String>,
     sequence: u64,
     calls: u64,
+    /// Whether an act the owner approved was dispatched: only after one does a page's reference
+    /// number count as the task's confirmation (a page cannot end a run as done on its own).
+    approved_dispatched: bool,
 }
 
 /// Runs `task` with `model` until it ends.
@@ -145,42 +148,23 @@ pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) ->
     let mut s = State {
         clients,
         task,
-        rules: Rules::new(task.max_steps),
+        rules: Rules::for_fields(task.max_steps, task.field_ids.clone()),
         current: None,
         log: Vec::new(),
         last: String::new(),
         asked: HashMap::new(),
         sequence: 0,
         calls: 0,
+        approved_dispatched: false,
     };
     s.record(pb::RunEventKind::Started, &task.agent_version).await?;
-    let end = loop {
-        let empty = rt::ObserveReply::default();
-        let shown = s.current.as_ref().unwrap_or(&empty);
-        let subgoals: Vec<String> = task.subgoals.iter().enumerate().map(|(i, g)| format!("{}. {g}", i + 1)).collect();
-        let text = prompt::render(&Step {
-            number: s.rules.steps() + 1,
-            max_steps: task.max_steps,
-            subgoal: &subgoals.join("\n"),
-            field_ids: &task.field_ids,
-            step_log: &s.log,
-            last_result: &s.last,
-            snapshot: shown,
-        });
-        let view =
-            View { prompt: &text, snapshot: s.current.as_ref(), last_result: &s.last, step: s.rules.steps() + 1 };
-        let turn = model.next(view).await?;
-        match s.rules.turn(&turn.calls, &turn.evidence) {
-            Verdict::End(end) => break end,
-            Verdict::Refuse { rule, reason } => {
-                s.record(pb::RunEventKind::Refused, rule).await?;
-                s.note(format!("refused ({rule})"), format!("REFUSED: {reason}"));
-            }
-            Verdict::Run(call) => {
-                if let Some(end) = s.carry(call).await? {
-                    break end;
-                }
-            }
+    let ended = s.turns(model).await;
+    // A run that failed (a service or the model) still ends in the record, as escalated.
+    let end = match ended {
+        Ok(end) => end,
+        Err(e) => {
+            let _ = s.record(pb::RunEventKind::Escalated, "service_error").await;
+            return Err(e);
         }
     };
     match &end {
@@ -188,6 +172,55 @@ pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) ->
         End::Escalated { reason, .. } => s.record(pb::RunEventKind::Escalated, reason).await?,
     }
     Ok(Outcome { end, steps: s.rules.steps(), counts: s.rules.counts, log: s.log })
+}
+
+impl State<'_> {
+    /// The model's turns until the run ends.
+    async fn turns<M: Model>(&mut self, model: &mut M) -> Result<End, RunError> {
+        let task = self.task;
+        let subgoals: Vec<String> = task.subgoals.iter().enumerate().map(|(i, g)| format!("{}. {g}", i + 1)).collect();
+        loop {
+            // The budget is checked before the model is asked: a budget of N is N turns.
+            if let Some(end) = self.rules.exhausted() {
+                return Ok(end);
+            }
+            // The model sees the snapshot's nodes, never the sealed facts or record values
+            // beside them, which only the authorizer reads.
+            let shown = self.current.as_ref().map(|o| rt::ObserveReply {
+                snapshot_id: o.snapshot_id.clone(),
+                url: o.url.clone(),
+                title: o.title.clone(),
+                nodes: o.nodes.clone(),
+                facts: Vec::new(),
+                texts: Vec::new(),
+            });
+            let empty = rt::ObserveReply::default();
+            let text = prompt::render(&Step {
+                number: self.rules.steps() + 1,
+                max_steps: task.max_steps,
+                subgoal: &subgoals.join("\n"),
+                field_ids: &task.field_ids,
+                step_log: &self.log,
+                last_result: &self.last,
+                snapshot: shown.as_ref().unwrap_or(&empty),
+            });
+            let view =
+                View { prompt: &text, snapshot: shown.as_ref(), last_result: &self.last, step: self.rules.steps() + 1 };
+            let turn = model.next(view).await?;
+            match self.rules.turn(&turn.calls, &turn.evidence) {
+                Verdict::End(end) => return Ok(end),
+                Verdict::Refuse { rule, reason } => {
+                    self.record(pb::RunEventKind::Refused, rule).await?;
+                    self.note(format!("refused ({rule})"), format!("REFUSED: {reason}"));
+                }
+                Verdict::Run(call) => {
+                    if let Some(end) = self.carry(call).await? {
+                        return Ok(end);
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl State<'_> {
@@ -224,7 +257,7 @@ impl State<'_> {
                 };
                 let o =
                     self.clients.runtime.observe(self.clients.req(req)).await.map_err(RunError::Runtime)?.into_inner();
-                let confirmed = confirmation(&o);
+                let confirmed = confirmation(&o).filter(|_| self.approved_dispatched);
                 let seen = self.rules.observed(&o);
                 self.note(
                     format!("snapshot {} ({} nodes)", o.snapshot_id, o.nodes.len()),
@@ -326,9 +359,14 @@ impl State<'_> {
         } else {
             format!("{}: {} (recoverable = {})", reply.code_name, reply.detail, reply.recoverable)
         };
-        self.note(format!("{} {:?} ref={} → {result}", verb(&act), target.name, target.node_ref), result);
+        if reply.dispatched && target.approval_token.is_some() {
+            self.approved_dispatched = true;
+        }
+        // The page's name goes in the log as a JSON string, like every page string the model reads.
+        let name = serde_json::Value::from(target.name.as_str());
+        self.note(format!("{} {name} ref={} → {result}", verb(&act), target.node_ref), result);
         self.current = None;
-        Ok(self.rules.acted(&target, &reply, None).err())
+        Ok(self.rules.acted(&target, &act, &reply, None).err())
     }
 
     /// Asks the owner about a click on `target` (the card an act already raised, or a new one),
@@ -343,14 +381,27 @@ impl State<'_> {
                     self.note("approval not needed".into(), "this act needs no approval: act without a token".into());
                     return Ok(None);
                 }
-                Some(Decision::Deny(d)) => return Ok(Some(End::escalated("approval_rejected", d.code))),
+                Some(Decision::Deny(d)) => return Ok(Some(End::escalated("policy_denied", d.code))),
                 None => return Err(RunError::Authorizer(tonic::Status::internal("no decision"))),
             },
         };
-        let wait = u32::try_from(self.task.approval_wait.as_millis()).unwrap_or(u32::MAX).min(20_000);
-        let req = pb::AwaitApprovalRequest { session_id: self.task.chat_session.clone(), approval_id, wait_ms: wait };
-        let got = self.clients.authorizer.await_approval(self.clients.req(req)).await.map_err(RunError::Authorizer)?;
-        let got = got.into_inner();
+        // Waited for in bounded calls, until the owner answers or `approval_wait` runs out.
+        let deadline = tokio::time::Instant::now() + self.task.approval_wait;
+        let got = loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let wait = u32::try_from(left.as_millis()).unwrap_or(u32::MAX).min(20_000);
+            let req = pb::AwaitApprovalRequest {
+                session_id: self.task.chat_session.clone(),
+                approval_id: approval_id.clone(),
+                wait_ms: wait,
+            };
+            let got =
+                self.clients.authorizer.await_approval(self.clients.req(req)).await.map_err(RunError::Authorizer)?;
+            let got = got.into_inner();
+            if got.status != "PENDING" || tokio::time::Instant::now() >= deadline {
+                break got;
+            }
+        };
         match got.status.as_str() {
             "APPROVED" if !got.approval_token.is_empty() => {
                 self.note("approved by the owner".into(), format!("APPROVED: approval_token {}", got.approval_token));

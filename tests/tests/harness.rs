@@ -11,7 +11,9 @@ use proto::v1 as pb;
 use serde_json::json;
 use tests::browser::{GATEWAY, LESSON, PROFILES, Stack, WORKER, with};
 
-const START: &str = r#"<!doctype html><title>Lesson 1</title>
+// The first page plants a reference number: before an act the owner approved has run, no page
+// can end the run as done.
+const START: &str = r#"<!doctype html><title>Lesson 1, reference LX-0001</title>
 <a href="/lesson/2">Next</a> <a href="/lesson/3">Skip</a>"#;
 const DONE: &str = "<!doctype html><title>Lesson complete: reference LX-4471</title><p>Well done.";
 
@@ -129,15 +131,10 @@ async fn ungrounded_turns_are_refused_before_the_runtime_and_a_rejection_ends_th
     let before = s.fixture.requests().len();
     let mut model = Scripted::new()
         .then(|_| snapshot())
-        // A ref the snapshot does not have, a name it does not print, two calls, no evidence.
+        // A ref the snapshot does not have, two calls in one turn, no evidence line.
         .then(|v| {
             let mut t = on_named(v, "click", "Next", false, json!({}));
             t.calls[0].1["ref"] = json!("n999");
-            t
-        })
-        .then(|v| {
-            let mut t = on_named(v, "click", "Next", false, json!({}));
-            t.calls[0].1["expected_name"] = json!("Next lesson");
             t
         })
         .then(|v| {
@@ -153,7 +150,7 @@ async fn ungrounded_turns_are_refused_before_the_runtime_and_a_rejection_ends_th
     let outcome = run(&mut clients, &task, &mut model).await.unwrap();
     answering.await.unwrap();
     assert_eq!(outcome.end.reason(), "approval_rejected", "{:?}", outcome.log);
-    for rule in ["ref_not_in_snapshot", "name_not_in_snapshot", "one_action_per_turn", "evidence"] {
+    for rule in ["ref_not_in_snapshot", "one_action_per_turn", "evidence"] {
         assert_eq!(outcome.counts.get(rule), Some(&1), "{rule}: {:?}", outcome.counts);
     }
     let story = run_events(&s).await;
@@ -162,7 +159,7 @@ async fn ungrounded_turns_are_refused_before_the_runtime_and_a_rejection_ends_th
         (story.first().map(String::as_str), story.last().map(String::as_str)),
         (Some("run.started"), Some("run.escalated"))
     );
-    assert_eq!(refused, 4, "each refused turn is an event: {story:?}");
+    assert_eq!(refused, 3, "each refused turn is an event: {story:?}");
     // Only the snapshot's own page loads reached the site: no click was dispatched.
     let after: Vec<String> = s.fixture.requests()[before..].iter().map(|r| r.path().to_owned()).collect();
     assert!(after.iter().all(|p| p == "/lesson/1" || p.starts_with("/favicon")), "{after:?}");
