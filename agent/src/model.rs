@@ -165,7 +165,7 @@ pub fn on_named(view: View<'_>, tool: &str, name: &str, consequential: bool, ext
     }
     let evidence = format!(
         "SUBGOAL 1 | evidence: {role} {} ref={} from snapshot {} | intent: {tool} it",
-        Value::from(node.name.as_str()),
+        crate::prompt::quoted(&node.name),
         node.r#ref,
         o.snapshot_id
     );

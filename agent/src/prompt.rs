@@ -59,13 +59,32 @@ fn role_name(role: i32) -> &'static str {
     CLICKABLE.iter().chain(FIELDS.iter()).find(|(_, r)| *r == role).map_or("unknown", |(n, _)| *n)
 }
 
+/// A page string as the model reads it: a JSON string, with the line and paragraph separators
+/// and the invisible format characters (bidirectional overrides, zero-width marks) escaped too,
+/// which JSON leaves as they are: nothing the page writes can end its line or hide in it.
+pub fn quoted(text: &str) -> String {
+    let json = serde_json::Value::from(text).to_string();
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        let hidden = matches!(c,
+            '\u{0085}' | '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}');
+        if hidden {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// One node as the model reads it: ref, role, the name quoted, its value and state.
 fn node_line(n: &Node) -> String {
-    // The page's strings are quoted as JSON strings: a name holding a newline or the block's
-    // closing marker cannot break out of its line.
-    let mut line = format!("{} {} {}", n.r#ref, role_name(n.role), serde_json::Value::from(n.name.as_str()));
+    // The page's strings are quoted: a name holding a newline or the block's closing marker
+    // cannot break out of its line.
+    let mut line = format!("{} {} {}", n.r#ref, role_name(n.role), quoted(&n.name));
     if !n.value.is_empty() {
-        line.push_str(&format!(" value={}", serde_json::Value::from(n.value.as_str())));
+        line.push_str(&format!(" value={}", quoted(&n.value)));
     }
     if let Some(s) = &n.state {
         for (on, word) in [
@@ -174,5 +193,6 @@ mod tests {
         assert!(inside.contains("{{FIELD_IDS}}"), "the page's braces are not a placeholder");
         assert!(outside.contains("Start {{SNAPSHOT_NODES}}") || prompt.contains("Start {{SNAPSHOT_NODES}}\""));
         assert_eq!(prompt.matches("n1 button").count(), 1, "the nodes appear once, in the block");
+        assert_eq!(quoted("a\u{202E}b\u{2028}c"), "\"a\\u202eb\\u2028c\"");
     }
 }

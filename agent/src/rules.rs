@@ -173,7 +173,7 @@ impl Rules {
         let role = tools::CLICKABLE.iter().chain(tools::FIELDS.iter()).find(|(_, r)| *r == t.role).map(|(n, _)| *n);
         // The name as the prompt prints it: a JSON string, so a quote or a newline in it cannot
         // make the line say something else.
-        let name = serde_json::Value::from(t.name.as_str()).to_string();
+        let name = crate::prompt::quoted(&t.name);
         let quoted = format!("evidence: {} {name} ref={} from snapshot {}", role.unwrap_or(""), t.node_ref, id);
         let parts: Vec<&str> = evidence.split(" | ").collect();
         let line_ok = parts.len() == 3
@@ -196,6 +196,8 @@ impl Rules {
     pub fn observed(&mut self, o: &ObserveReply) -> Result<(), End> {
         let mut digest = Sha256::new();
         digest.update(o.url.as_bytes());
+        digest.update([0]);
+        digest.update(o.title.as_bytes());
         let mut nodes = HashMap::new();
         for n in &o.nodes {
             let role = Role::try_from(n.role).unwrap_or(Role::Unspecified);
@@ -205,7 +207,14 @@ impl Rules {
             digest.update([0]);
             digest.update(n.value.as_bytes());
             if let Some(s) = &n.state {
-                digest.update([u8::from(s.disabled), u8::from(s.checked), u8::from(s.selected), u8::from(s.filled)]);
+                digest.update([
+                    u8::from(s.disabled),
+                    u8::from(s.checked),
+                    u8::from(s.expanded),
+                    u8::from(s.selected),
+                    u8::from(s.filled),
+                    u8::from(s.focused),
+                ]);
             }
             nodes.insert(n.r#ref.clone(), Shown { role, name: n.name.clone() });
         }

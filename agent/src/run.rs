@@ -363,7 +363,7 @@ impl State<'_> {
             self.approved_dispatched = true;
         }
         // The page's name goes in the log as a JSON string, like every page string the model reads.
-        let name = serde_json::Value::from(target.name.as_str());
+        let name = crate::prompt::quoted(&target.name);
         self.note(format!("{} {name} ref={} → {result}", verb(&act), target.node_ref), result);
         self.current = None;
         Ok(self.rules.acted(&target, &act, &reply, None).err())

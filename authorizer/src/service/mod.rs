@@ -576,7 +576,9 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
                         .values()
                         .find(|g| g.created.approval_id == approval_id)
                         .map(|g| g.created.grant_id.to_string());
-                    let unspent = a.token_sha256.clone().filter(|_| !a.token_redeemed);
+                    // A token is handed out only while it could still be redeemed.
+                    let live = a.requested.expires_at > OffsetDateTime::now_utc();
+                    let unspent = a.token_sha256.clone().filter(|_| !a.token_redeemed && live);
                     Some((a.state, unspent, grant))
                 })
                 .await
