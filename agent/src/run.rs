@@ -133,11 +133,15 @@ struct State<'a> {
     current: Option<rt::ObserveReply>,
     log: Vec<String>,
     last: String,
-    /// Cards already asked for a target, so a request_approval after APPROVAL_REQUIRED waits on
-    /// that card rather than asking twice.
-    asked: HashMap<(String, String), String>,
+    /// Cards already asked for a target and action, so a request_approval after
+    /// APPROVAL_REQUIRED waits on that card rather than asking twice (and never hands a click
+    /// the token of a type's card).
+    asked: HashMap<(String, String, &'static str), String>,
     sequence: u64,
     calls: u64,
+    /// Makes this run's tool-call ids its own: a task file run twice under one run id must not
+    /// read as a retry of the first run's calls.
+    nonce: String,
     /// Whether an act the owner approved was dispatched: only after one does a page's reference
     /// number count as the task's confirmation (a page cannot end a run as done on its own).
     approved_dispatched: bool,
@@ -155,6 +159,10 @@ pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) ->
         asked: HashMap::new(),
         sequence: 0,
         calls: 0,
+        nonce: format!(
+            "{:x}",
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+        ),
         approved_dispatched: false,
     };
     s.record(pb::RunEventKind::Started, &task.agent_version).await?;
@@ -283,7 +291,9 @@ impl State<'_> {
 
     fn tool_call_id(&mut self) -> String {
         self.calls += 1;
-        format!("{}-call-{}", self.task.run_id, self.calls)
+        // Within the 120 characters an id may have, whatever the run id's length.
+        let run: String = self.task.run_id.chars().take(80).collect();
+        format!("{run}-{}-{}", self.nonce, self.calls)
     }
 
     /// The authorizer's decision on `act` of `target`, from the sealed facts of the current
@@ -320,7 +330,8 @@ impl State<'_> {
             None => match self.authorize(&target, &act).await?.0.decision {
                 Some(Decision::Allow(allow)) => allow.ticket,
                 Some(Decision::RequireApproval(card)) => {
-                    self.asked.insert((target.snapshot_id.clone(), target.node_ref.clone()), card.approval_id);
+                    let key = (target.snapshot_id.clone(), target.node_ref.clone(), verb(&act));
+                    self.asked.insert(key, card.approval_id);
                     self.note(
                         format!("{} ref={} needs approval", verb(&act), target.node_ref),
                         "APPROVAL_REQUIRED: call request_approval for this element, then act with its token".into(),
@@ -372,7 +383,8 @@ impl State<'_> {
     /// Asks the owner about a click on `target` (the card an act already raised, or a new one),
     /// waits for the answer, and hands an approval's token back to the model.
     async fn request_approval(&mut self, target: Target) -> Result<Option<End>, RunError> {
-        let key = (target.snapshot_id.clone(), target.node_ref.clone());
+        // request_approval asks about a click, the one consequential act the tool names.
+        let key = (target.snapshot_id.clone(), target.node_ref.clone(), "click");
         let approval_id = match self.asked.get(&key).cloned() {
             Some(id) => id,
             None => match self.authorize(&target, &Act::Click).await?.0.decision {
