@@ -33,26 +33,9 @@ pub const FIELDS: [(&str, Role); 4] = [
     ("listbox", Role::Listbox),
 ];
 
-/// The keys a key press may name: never a letter or a digit, which would be text.
-pub const KEYS: [&str; 14] = [
-    "Enter",
-    "Tab",
-    "Escape",
-    "Backspace",
-    "Delete",
-    "ArrowUp",
-    "ArrowDown",
-    "ArrowLeft",
-    "ArrowRight",
-    "Home",
-    "End",
-    "PageUp",
-    "PageDown",
-    "Space",
-];
-
-/// The scroll steps: a free number would reach the page.
-pub const SCROLL_STEPS: [i32; 8] = [-1200, -600, -300, -100, 100, 300, 600, 1200];
+/// The keys a key press may name and the scroll steps: the classifier's, which the runtime and
+/// the authorizer hold every act to (never a letter or digit, never a free distance).
+pub use classifier::coverage::{KEYS, SCROLL_STEPS};
 
 /// The reasons a model may escalate with, each ending the run under its name.
 pub const ESCALATIONS: [&str; 8] = [

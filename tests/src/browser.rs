@@ -179,6 +179,36 @@ impl Stack {
         }
     }
 
+    /// Records `profile` as the owner's, as the profiles service does when it makes one.
+    pub async fn claim(&mut self, profile: &str) {
+        let created = pb::ProfileEventRequest {
+            profile_id: profile.into(),
+            event: pb::ProfileEvent::Created as i32,
+            owner_principal_id: "owner".into(),
+        };
+        self.authorizer.record_profile_event(with(PROFILES, created)).await.expect("the profile is recorded");
+    }
+
+    /// The owner's chat `session` on `profile` (claimed first), with the owner's message that
+    /// opens a turn.
+    pub async fn chat(&mut self, session: &str, profile: &str) {
+        self.claim(profile).await;
+        let chat = pb::CreateSessionRequest {
+            session_id: session.into(),
+            browser_profile_id: profile.into(),
+            surface: pb::Surface::Interactive as i32,
+            ..Default::default()
+        };
+        self.authorizer.create_session(with(WORKER, chat)).await.expect("the chat is created");
+        self.owner_says(session).await;
+    }
+
+    /// The owner's message in `session`, recorded through the gateway: a new turn.
+    pub async fn owner_says(&mut self, session: &str) {
+        let said = pb::RecordMessageRequest { session_id: session.into(), message_id: "m1".into(), from_owner: true };
+        self.authorizer.record_message(with(GATEWAY, said)).await.expect("the owner's message is recorded");
+    }
+
     /// Writes the task record of `run`.
     pub fn record(&self, run: &str, fields: &[(&str, &str)]) {
         let dir = self.records.join(TENANT).join("owner");

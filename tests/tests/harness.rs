@@ -9,7 +9,7 @@ use agent::rules::End;
 use agent::run::{Clients, Task, run};
 use proto::v1 as pb;
 use serde_json::json;
-use tests::browser::{GATEWAY, LESSON, PROFILES, Stack, WORKER, with};
+use tests::browser::{GATEWAY, LESSON, Stack, WORKER, with};
 
 // The first page plants a reference number: before an act the owner approved has run, no page
 // can end the run as done.
@@ -22,21 +22,7 @@ async fn ready(s: &mut Stack) -> (Clients, Task) {
     s.fixture.page(LESSON, "/lesson/1", START);
     s.fixture.page(LESSON, "/lesson/2", DONE);
     s.fixture.page(LESSON, "/lesson/3", START);
-    let created = pb::ProfileEventRequest {
-        profile_id: "profile-1".into(),
-        event: pb::ProfileEvent::Created as i32,
-        owner_principal_id: "owner".into(),
-    };
-    s.authorizer.record_profile_event(with(PROFILES, created)).await.unwrap();
-    let chat = pb::CreateSessionRequest {
-        session_id: "s1".into(),
-        browser_profile_id: "profile-1".into(),
-        surface: pb::Surface::Interactive as i32,
-        ..Default::default()
-    };
-    s.authorizer.create_session(with(WORKER, chat)).await.unwrap();
-    let said = pb::RecordMessageRequest { session_id: "s1".into(), message_id: "m1".into(), from_owner: true };
-    s.authorizer.record_message(with(GATEWAY, said)).await.unwrap();
+    s.chat("s1", "profile-1").await;
     let browser_session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
     let clients = Clients {
         runtime: s.runtime.clone(),
@@ -172,12 +158,7 @@ async fn a_task_file_and_a_written_plan_run_to_the_confirmation() {
     let mut s = Stack::start(1).await;
     s.fixture.page(LESSON, "/lesson/1", START);
     s.fixture.page(LESSON, "/lesson/2", DONE);
-    let created = pb::ProfileEventRequest {
-        profile_id: "profile-7".into(),
-        event: pb::ProfileEvent::Created as i32,
-        owner_principal_id: "owner".into(),
-    };
-    s.authorizer.record_profile_event(with(PROFILES, created)).await.unwrap();
+    s.claim("profile-7").await;
     let file: agent::run::TaskFile = serde_json::from_value(json!({
         "chat_session": "s1", "browser_profile": "profile-7",
         "start_url": "https://www.lesson.test/lesson/1", "allowed_origins": ["https://www.lesson.test"],
@@ -191,8 +172,7 @@ async fn a_task_file_and_a_written_plan_run_to_the_confirmation() {
         bearer: format!("Bearer {WORKER}").parse().unwrap(),
     };
     let task = agent::run::start(&mut clients, &file).await.unwrap();
-    let said = pb::RecordMessageRequest { session_id: "s1".into(), message_id: "m1".into(), from_owner: true };
-    s.authorizer.record_message(with(GATEWAY, said)).await.unwrap();
+    s.owner_says("s1").await;
     let plan = ops::agent::plan(
         r#"{"tool": "snapshot"}
 {"tool": "request_approval", "name": "Next"}

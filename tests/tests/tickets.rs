@@ -9,7 +9,7 @@ use prost::Message;
 use proto::runtime as rt;
 use proto::v1 as pb;
 use tests::browser::{
-    GATEWAY, LESSON, LESSON_ORIGIN, PROFILES, Stack, WORKER, click, node, record_text, sealed, task_constraint, with,
+    GATEWAY, LESSON, LESSON_ORIGIN, Stack, WORKER, click, node, record_text, sealed, task_constraint, with,
 };
 
 const PAGE: &str = r#"<!doctype html><title>Tickets</title>
@@ -118,25 +118,6 @@ async fn a_ticket_that_does_not_fit_the_act_dispatches_nothing() {
     assert_eq!(s.fixture.requests().len(), before, "the replay reached the site");
 }
 
-/// The owner's chat `s1` on profile-1, with the owner's message that opens a turn.
-async fn chat(s: &mut Stack) {
-    let created = pb::ProfileEventRequest {
-        profile_id: "profile-1".into(),
-        event: pb::ProfileEvent::Created as i32,
-        owner_principal_id: "owner".into(),
-    };
-    s.authorizer.record_profile_event(with(PROFILES, created)).await.unwrap();
-    let chat = pb::CreateSessionRequest {
-        session_id: "s1".into(),
-        browser_profile_id: "profile-1".into(),
-        schedule_id: String::new(),
-        surface: pb::Surface::Interactive as i32,
-    };
-    s.authorizer.create_session(with(WORKER, chat)).await.unwrap();
-    let said = pb::RecordMessageRequest { session_id: "s1".into(), message_id: "m1".into(), from_owner: true };
-    s.authorizer.record_message(with(GATEWAY, said)).await.unwrap();
-}
-
 /// An `Authorize` of `action` on the node named `name` of `o`, as the worker sends it: with the
 /// runtime's sealed facts of that node.
 fn authorize(o: &rt::ObserveReply, call: &str, name: &str, action: pb::Action) -> pb::AuthorizeRequest {
@@ -173,7 +154,7 @@ async fn unsealed_or_forged_facts_are_refused_and_write_nothing() {
     let mut s = stack().await;
     let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
     let elsewhere = s.open("profile-2", "/lesson/1", 50).await.unwrap();
-    chat(&mut s).await;
+    s.chat("s1", "profile-1").await;
     let o = s.observe(&session).await;
     let theirs = s.observe(&elsewhere).await;
     let click_kind = pb::Action { kind: pb::ActionKind::Click as i32, ..Default::default() };
@@ -244,7 +225,7 @@ async fn a_grant_allow_dispatches_without_asking_the_authorizer_again() {
     let mut s = stack().await;
     s.record("run-1", &[("answer", "el gato")]);
     let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
-    chat(&mut s).await;
+    s.chat("s1", "profile-1").await;
     let o = s.observe_run(&session, "run-1").await;
     let type_answer = pb::Action { kind: pb::ActionKind::Type as i32, field_id: "answer".into(), ..Default::default() };
     let typed = |call: &str| pb::AuthorizeRequest {
@@ -299,7 +280,7 @@ async fn a_type_is_decided_on_the_record_value_the_runtime_sealed() {
     let mut s = stack().await;
     s.record("run-1", &[("answer", "el gato"), ("key", "sk-live-0123456789abcdefXYZ")]);
     let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
-    chat(&mut s).await;
+    s.chat("s1", "profile-1").await;
     let o = s.observe_run(&session, "run-1").await;
     let opened = |field: &str| s.keys.open_text("tenant-1", record_text(&o, field)).expect("sealed for the tenant");
     let answer = opened("answer");

@@ -11,7 +11,6 @@ use anyhow::{Context, Result, bail};
 use credentials::{Credentials, Role, new_token};
 use pb::authorizer_client::AuthorizerClient;
 use proto::v1 as pb;
-use tokio::io::AsyncBufReadExt;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 use uuid::Uuid;
 
@@ -286,30 +285,18 @@ async fn run_on(
     let mut endpoints = Vec::new();
     for _ in 0..REPLICAS {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let mut server = tokio::process::Command::new(std::env::current_exe()?)
-            .args(["serve", "authorizer"])
-            .env("AUTHORIZER_TLS_CERT", &cert)
-            .env("AUTHORIZER_TLS_KEY", &key)
-            .env(proto::ticket::KEYS_FILE_VAR, &keys)
-            .env("DATABASE_URL", db_url)
-            .env("AUTHORIZER_LISTEN", format!("127.0.0.1:{port}"))
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .context("starting the authorizer")?;
-        let mut lines = tokio::io::BufReader::new(server.stdout.take().context("server stdout")?).lines();
         let started = Instant::now();
-        tokio::time::timeout(Duration::from_secs(30), async {
-            while let Some(line) = lines.next_line().await? {
-                if line.contains("serving on") {
-                    return Ok(());
-                }
-            }
-            bail!("the authorizer exited before serving")
-        })
-        .await
-        .context("the authorizer did not start within 30 s")??;
+        let server = super::spawn_serving(
+            &["serve", "authorizer"],
+            &[
+                ("AUTHORIZER_TLS_CERT", cert.display().to_string()),
+                ("AUTHORIZER_TLS_KEY", key.display().to_string()),
+                (proto::ticket::KEYS_FILE_VAR, keys.display().to_string()),
+                ("DATABASE_URL", db_url.to_owned()),
+                ("AUTHORIZER_LISTEN", format!("127.0.0.1:{port}")),
+            ],
+        )
+        .await?;
         let pid = server.id().context("server pid")?;
         servers.push((server, pid, started.elapsed()));
         endpoints.push(format!("https://localhost:{port}"));

@@ -6,7 +6,6 @@
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,7 +15,6 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use pb::authorizer_client::AuthorizerClient;
 use proto::v1 as pb;
-use tokio::io::AsyncBufReadExt;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 use uuid::Uuid;
 
@@ -278,27 +276,6 @@ async fn slice_of(clients: &mut [Client], route: Route, f: &Fixture, slice: Dura
     Ok(s)
 }
 
-async fn spawn_serving(args: &[&str], env: &[(&str, String)]) -> Result<tokio::process::Child> {
-    let mut command = tokio::process::Command::new(std::env::current_exe()?);
-    command.args(args).env("RUST_LOG", "warn").stdout(Stdio::piped()).kill_on_drop(true);
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    let mut child = command.spawn().with_context(|| format!("starting {args:?}"))?;
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().context("stdout")?).lines();
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while let Some(line) = lines.next_line().await? {
-            if line.contains("serving on") {
-                return Ok(());
-            }
-        }
-        bail!("{args:?} exited before serving")
-    })
-    .await
-    .with_context(|| format!("{args:?} did not start within 30 s"))??;
-    Ok(child)
-}
-
 pub async fn run(url: &str, connections: &[usize], duration: Duration) -> Result<String> {
     let scratch = Scratch::create(url).await?;
     let db_url = format!("{}/{}", url.rsplit_once('/').map_or(url, |(base, _)| base), scratch.name);
@@ -341,7 +318,7 @@ async fn run_on(
     let free = || -> Result<u16> { Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()) };
     let (authorizer_port, gateway_port) = (free()?, free()?);
     let path = |p: &std::path::Path| p.display().to_string();
-    let _authorizer = spawn_serving(
+    let _authorizer = super::spawn_serving(
         &["serve", "authorizer"],
         &[
             ("DATABASE_URL", db_url.to_owned()),
@@ -352,7 +329,7 @@ async fn run_on(
         ],
     )
     .await?;
-    let _gateway = spawn_serving(
+    let _gateway = super::spawn_serving(
         &["serve", "gateway"],
         &[
             ("DATABASE_URL", db_url.to_owned()),

@@ -197,6 +197,30 @@ async fn run_append(config: tokio_postgres::Config, writers: &[usize], duration:
     Ok(format!("{out}\n{ratios}"))
 }
 
+/// This binary run as `args` with `env`, once it prints that it is serving (within 30 s);
+/// killed when dropped.
+pub(crate) async fn spawn_serving(args: &[&str], env: &[(&str, String)]) -> Result<tokio::process::Child> {
+    let mut command = tokio::process::Command::new(std::env::current_exe()?);
+    command.args(args).env("RUST_LOG", "warn").stdout(std::process::Stdio::piped()).kill_on_drop(true);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().with_context(|| format!("starting {args:?}"))?;
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().context("stdout")?));
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await? {
+            if line.contains("serving on") {
+                return Ok(());
+            }
+        }
+        anyhow::bail!("{args:?} exited before serving")
+    })
+    .await
+    .with_context(|| format!("{args:?} did not start within 30 s"))??;
+    Ok(child)
+}
+
 pub mod authorize;
 
 pub mod gateway;
