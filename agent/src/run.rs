@@ -32,6 +32,9 @@ impl Clients {
     }
 }
 
+/// The runtime's answer to a read-back of a node in no form.
+const NO_FORM: &str = "in no form";
+
 /// What one run is.
 #[derive(Debug, Clone)]
 pub struct Task {
@@ -133,10 +136,10 @@ struct State<'a> {
     current: Option<rt::ObserveReply>,
     log: Vec<String>,
     last: String,
-    /// Cards already asked for a target and action, so a request_approval after
-    /// APPROVAL_REQUIRED waits on that card rather than asking twice (and never hands a click
-    /// the token of a type's card).
-    asked: HashMap<(String, String, &'static str), String>,
+    /// The card an act of a target raised, with the act's verb, so a request_approval after
+    /// APPROVAL_REQUIRED waits on that card rather than asking twice (and says which act the
+    /// token it hands back is for).
+    asked: HashMap<(String, String), (&'static str, String)>,
     sequence: u64,
     calls: u64,
     /// Makes this run's tool-call ids its own: a task file run twice under one run id must not
@@ -296,9 +299,47 @@ impl State<'_> {
         format!("{run}-{}-{}", self.nonce, self.calls)
     }
 
+    /// A button's form read back from the live page beside the task record, sealed by the
+    /// runtime for the card (`None` outside a form). A field that differs from the record ends
+    /// the run before anything is asked: the seed's `unexpected_form_state`.
+    async fn read_back(&mut self, target: &Target) -> Result<Result<Option<pb::SealedForm>, End>, RunError> {
+        if target.role != proto::runtime::Role::Button {
+            return Ok(Ok(None));
+        }
+        let req = rt::ReadFormRequest {
+            session_id: self.task.browser_session.clone(),
+            snapshot_id: target.snapshot_id.clone(),
+            r#ref: target.node_ref.clone(),
+            run_id: self.task.run_id.clone(),
+        };
+        let reply = match self.clients.runtime.read_form(self.clients.req(req)).await {
+            Ok(r) => r.into_inner(),
+            // A button in no form: nothing to read back.
+            Err(s) if s.code() == tonic::Code::InvalidArgument && s.message().contains(NO_FORM) => return Ok(Ok(None)),
+            Err(s) => return Err(RunError::Runtime(s)),
+        };
+        let rows = reply.review.as_ref().map(|r| r.rows.as_slice()).unwrap_or_default();
+        let mismatched: Vec<String> = rows
+            .iter()
+            .filter(|r| r.status == pb::FormStatus::Mismatch as i32)
+            .map(|r| crate::prompt::quoted(&r.label))
+            .collect();
+        if !mismatched.is_empty() {
+            self.rules.counts.entry("form_mismatch").and_modify(|n| *n += 1).or_insert(1);
+            let detail = format!("the form differs from the task record in {}", mismatched.join(", "));
+            return Ok(Err(End::escalated("unexpected_form_state", detail)));
+        }
+        Ok(Ok(reply.sealed))
+    }
+
     /// The authorizer's decision on `act` of `target`, from the sealed facts of the current
-    /// snapshot (which the rules proved the target is in).
-    async fn authorize(&mut self, target: &Target, act: &Act) -> Result<(pb::AuthorizeReply, String), RunError> {
+    /// snapshot (which the rules proved the target is in), with a button's form read back.
+    async fn authorize(
+        &mut self,
+        target: &Target,
+        act: &Act,
+        form: Option<pb::SealedForm>,
+    ) -> Result<(pb::AuthorizeReply, String), RunError> {
         let o = self.current.as_ref().expect("the rules admit only a target of the current snapshot");
         let facts = o.facts.iter().find(|f| f.r#ref == target.node_ref).and_then(|f| f.sealed.clone());
         let text = match act {
@@ -317,33 +358,47 @@ impl State<'_> {
             node_ref: target.node_ref.clone(),
             facts,
             text,
+            form,
             ..Default::default()
         };
         let reply = self.clients.authorizer.authorize(self.clients.req(req)).await.map_err(RunError::Authorizer)?;
         Ok((reply.into_inner(), call_id))
     }
 
+    /// A click's form read back (ending the run on a mismatch), then the decision.
+    async fn decide(&mut self, target: &Target, act: &Act) -> Result<Result<Option<Decision>, End>, RunError> {
+        let form = match act {
+            Act::Click => match self.read_back(target).await? {
+                Ok(form) => form,
+                Err(end) => return Ok(Err(end)),
+            },
+            _ => None,
+        };
+        Ok(Ok(self.authorize(target, act, form).await?.0.decision))
+    }
+
     async fn act(&mut self, target: Target, act: Act) -> Result<Option<End>, RunError> {
         let ticket = match &target.approval_token {
             // The owner approved this act: the runtime redeems the token itself.
             Some(_) => None,
-            None => match self.authorize(&target, &act).await?.0.decision {
-                Some(Decision::Allow(allow)) => allow.ticket,
-                Some(Decision::RequireApproval(card)) => {
-                    let key = (target.snapshot_id.clone(), target.node_ref.clone(), verb(&act));
-                    self.asked.insert(key, card.approval_id);
+            None => match self.decide(&target, &act).await? {
+                Err(end) => return Ok(Some(end)),
+                Ok(Some(Decision::Allow(allow))) => allow.ticket,
+                Ok(Some(Decision::RequireApproval(card))) => {
+                    let key = (target.snapshot_id.clone(), target.node_ref.clone());
+                    self.asked.insert(key, (verb(&act), card.approval_id));
                     self.note(
                         format!("{} ref={} needs approval", verb(&act), target.node_ref),
                         "APPROVAL_REQUIRED: call request_approval for this element, then act with its token".into(),
                     );
                     return Ok(None);
                 }
-                Some(Decision::Deny(d)) => {
+                Ok(Some(Decision::Deny(d))) => {
                     self.rules.counts.entry("denied").and_modify(|n| *n += 1).or_insert(1);
                     self.note(format!("{} ref={} denied", verb(&act), target.node_ref), format!("DENIED: {}", d.code));
                     return Ok(None);
                 }
-                None => return Err(RunError::Authorizer(tonic::Status::internal("no decision"))),
+                Ok(None) => return Err(RunError::Authorizer(tonic::Status::internal("no decision"))),
             },
         };
         self.sequence += 1;
@@ -380,21 +435,29 @@ impl State<'_> {
         Ok(self.rules.acted(&target, &act, &reply, None).err())
     }
 
-    /// Asks the owner about a click on `target` (the card an act already raised, or a new one),
-    /// waits for the answer, and hands an approval's token back to the model.
+    /// Asks the owner about `target`: the card an act of it already raised, or else a new one
+    /// for a click (the consequential act the tool names); waits for the answer, and hands an
+    /// approval's token back to the model, naming the act it is for.
     async fn request_approval(&mut self, target: Target) -> Result<Option<End>, RunError> {
-        // request_approval asks about a click, the one consequential act the tool names.
-        let key = (target.snapshot_id.clone(), target.node_ref.clone(), "click");
-        let approval_id = match self.asked.get(&key).cloned() {
-            Some(id) => id,
-            None => match self.authorize(&target, &Act::Click).await?.0.decision {
-                Some(Decision::RequireApproval(card)) => card.approval_id,
-                Some(Decision::Allow(_)) => {
+        let key = (target.snapshot_id.clone(), target.node_ref.clone());
+        let (verb, approval_id) = match self.asked.get(&key).cloned() {
+            Some(held) => held,
+            // A field is typed into, never clicked: its card is the one its type raised.
+            None if crate::tools::FIELDS.iter().any(|(_, r)| *r == target.role) => {
+                let result =
+                    "NO_CARD: a field's approval is asked by typing into it first; type, then request_approval";
+                self.note(format!("request_approval ref={} without a card", target.node_ref), result.into());
+                return Ok(None);
+            }
+            None => match self.decide(&target, &Act::Click).await? {
+                Err(end) => return Ok(Some(end)),
+                Ok(Some(Decision::RequireApproval(card))) => ("click", card.approval_id),
+                Ok(Some(Decision::Allow(_))) => {
                     self.note("approval not needed".into(), "this act needs no approval: act without a token".into());
                     return Ok(None);
                 }
-                Some(Decision::Deny(d)) => return Ok(Some(End::escalated("policy_denied", d.code))),
-                None => return Err(RunError::Authorizer(tonic::Status::internal("no decision"))),
+                Ok(Some(Decision::Deny(d))) => return Ok(Some(End::escalated("policy_denied", d.code))),
+                Ok(None) => return Err(RunError::Authorizer(tonic::Status::internal("no decision"))),
             },
         };
         // Waited for in bounded calls, until the owner answers or `approval_wait` runs out.
@@ -416,7 +479,20 @@ impl State<'_> {
         };
         match got.status.as_str() {
             "APPROVED" if !got.approval_token.is_empty() => {
-                self.note("approved by the owner".into(), format!("APPROVED: approval_token {}", got.approval_token));
+                let result = format!(
+                    "APPROVED: approval_token {} for the {verb} of ref {}",
+                    got.approval_token, target.node_ref
+                );
+                self.note("approved by the owner".into(), result);
+                Ok(None)
+            }
+            // Allowed for the task, its own act already spent or past its token's life: the
+            // grant decides the next act.
+            "APPROVED" if !got.grant_id.is_empty() => {
+                self.note(
+                    "allowed for this task by the owner".into(),
+                    format!("APPROVED for this task: {verb} again without a token"),
+                );
                 Ok(None)
             }
             "PENDING" => Ok(Some(End::escalated("approval_timeout", "the owner did not answer in time"))),

@@ -126,8 +126,8 @@ pub fn tools() -> Vec<Tool> {
         },
         Tool {
             name: "request_approval",
-            description: "Ask the owner to approve one consequential action on one node of the current snapshot. Returns an approval token for exactly that element and action, or a rejection.",
-            input_schema: target(&CLICKABLE, json!({})),
+            description: "Ask the owner to approve one consequential action on one node of the current snapshot: a click, or the act the runtime answered APPROVAL_REQUIRED for. Returns an approval token for exactly that element and action, or a rejection.",
+            input_schema: target(&[CLICKABLE.as_slice(), FIELDS.as_slice()].concat(), json!({})),
         },
         Tool {
             name: "escalate",

@@ -14,6 +14,7 @@ pub mod fixture;
 pub mod guard;
 pub mod page;
 pub mod records;
+pub mod review;
 pub mod service;
 pub mod session;
 pub mod ticket;

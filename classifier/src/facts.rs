@@ -70,6 +70,11 @@ impl FieldKind {
         Self::Other,
     ];
 
+    /// The kind a [`code`](Self::code) names.
+    pub fn from_code(code: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.code() == code)
+    }
+
     /// The kind's name as the page script and the wire's JSON spell it.
     pub fn code(self) -> &'static str {
         match self {

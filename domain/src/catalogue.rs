@@ -181,6 +181,47 @@ pub struct ActionView {
     pub detail: Option<String>,
     pub detail_digest: Option<String>,
     pub action_summary: String,
+    /// A form's button: the form read back from the live page beside the task record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub form: Option<FormReview>,
+}
+
+/// A form as the runtime read it back before a submit, each field beside the task record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FormReview {
+    pub rows: Vec<FormRow>,
+    /// `hmac-sha256:` and hex: the form's keyed digest, which the page must still match when the
+    /// approval is spent.
+    pub digest: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FormRow {
+    /// From the website: the field's label and the value in the form.
+    pub label: String,
+    /// The field kind's stable name.
+    pub kind: String,
+    pub value: String,
+    /// The task-record field typed into it and its value; absent for an untouched field.
+    pub record_field_id: Option<String>,
+    pub record_value: Option<String>,
+    pub status: FormStatus,
+    /// For a match after normalisation: the rule, in words.
+    pub normalisation: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FormStatus {
+    Match,
+    MatchNormalised,
+    Mismatch,
+    /// A field the runtime never typed into: a page default, autofill or leftover.
+    Untouched,
+    /// A sensitive field: neither value is shown.
+    Redacted,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -309,6 +350,10 @@ pub struct BoundAction {
     pub element_name: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub page_origin: String,
+    /// A click on a form's button whose card showed the form: its digest (as
+    /// [`FormReview::digest`]), which the live form must still have when the token is spent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub form_sha256: Option<String>,
 }
 
 impl BoundAction {
@@ -333,6 +378,7 @@ impl BoundAction {
             element_role: String::new(),
             element_name: String::new(),
             page_origin: String::new(),
+            form_sha256: None,
         }
     }
 

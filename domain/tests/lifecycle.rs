@@ -107,6 +107,7 @@ fn act(session_id: &str, element: ElementFacts, action: Action) -> AuthorizeRequ
         snapshot: None,
         field_id: None,
         facts_profile: None,
+        form: None,
         text_sha256: None,
     }
 }

@@ -61,6 +61,26 @@ pub struct ApprovalView {
     pub detail_digest: String,
     /// Server-authored words only.
     pub action_summary: String,
+    /// A form's button: the form read back from the live page beside the task record.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub form: Option<Vec<FormRow>>,
+}
+
+/// One field of a form's read-back.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct FormRow {
+    /// From the website.
+    pub label: String,
+    /// From the website: the value in the form (`[REDACTED]` for a sensitive field).
+    pub value: String,
+    /// The task-record field typed into it and its value; empty for an untouched field.
+    pub record_field_id: String,
+    pub record_value: String,
+    /// `match`, `match_normalised`, `mismatch`, `untouched` (a page default to review) or
+    /// `redacted`.
+    pub status: String,
+    /// For `match_normalised`: the rule.
+    pub normalisation: String,
 }
 
 /// The task permission an approval offers.
@@ -110,6 +130,27 @@ impl From<pb::Approval> for Approval {
                 detail: v.detail,
                 detail_digest: v.detail_digest,
                 action_summary: v.action_summary,
+                form: v.form.map(|f| {
+                    f.rows
+                        .into_iter()
+                        .map(|r| FormRow {
+                            status: match pb::FormStatus::try_from(r.status) {
+                                Ok(pb::FormStatus::Match) => "match",
+                                Ok(pb::FormStatus::MatchNormalised) => "match_normalised",
+                                Ok(pb::FormStatus::Mismatch) => "mismatch",
+                                Ok(pb::FormStatus::Untouched) => "untouched",
+                                Ok(pb::FormStatus::Redacted) => "redacted",
+                                _ => "unknown",
+                            }
+                            .into(),
+                            label: r.label,
+                            value: r.value,
+                            record_field_id: r.record_field_id,
+                            record_value: r.record_value,
+                            normalisation: r.normalisation,
+                        })
+                        .collect()
+                }),
             }),
             offer: a.offer.map(|o| Offer {
                 origin: o.origin,

@@ -195,6 +195,10 @@ pub const FIELDS: &[(&str, Rule)] = &[
     ("grant_ledger.v1.AuthorizeRequest.node_ref", ID),
     ("grant_ledger.v1.AuthorizeRequest.facts", one()),
     ("grant_ledger.v1.AuthorizeRequest.text", one()),
+    ("grant_ledger.v1.AuthorizeRequest.form", one()),
+    ("grant_ledger.v1.SealedForm.key_id", text(crate::ticket::MAX_KEY_ID_CHARS)),
+    ("grant_ledger.v1.SealedForm.body", text(crate::ticket::MAX_FORM_BODY_BYTES)),
+    ("grant_ledger.v1.SealedForm.mac", text(crate::ticket::MAC_BYTES)),
     ("grant_ledger.v1.SealedText.key_id", text(crate::ticket::MAX_KEY_ID_CHARS)),
     ("grant_ledger.v1.SealedText.body", text(crate::ticket::MAX_TEXT_BODY_BYTES)),
     ("grant_ledger.v1.SealedText.mac", text(crate::ticket::MAC_BYTES)),
@@ -223,6 +227,7 @@ pub const FIELDS: &[(&str, Rule)] = &[
     ("grant_ledger.v1.RedeemTokenRequest.element_role", WORD),
     ("grant_ledger.v1.RedeemTokenRequest.element_name", LABEL),
     ("grant_ledger.v1.RedeemTokenRequest.page_origin", text(MAX_ORIGIN_CHARS)),
+    ("grant_ledger.v1.RedeemTokenRequest.form_digest", text(32)),
     ("grant_ledger.v1.GetGrantRequest.grant_id", UUID),
     ("grant_ledger.v1.GetGrantRequest.min_position", one()),
     ("grant_ledger.v1.ListGrantsRequest.session_id", ID),
@@ -267,6 +272,7 @@ pub const FIELDS: &[(&str, Rule)] = &[
     ("browser_runtime.v1.ReadFormRequest.session_id", ID),
     ("browser_runtime.v1.ReadFormRequest.snapshot_id", ID),
     ("browser_runtime.v1.ReadFormRequest.ref", ID),
+    ("browser_runtime.v1.ReadFormRequest.run_id", ID),
     ("browser_runtime.v1.CloseSessionRequest.session_id", ID),
 ];
 

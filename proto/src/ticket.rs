@@ -13,7 +13,7 @@ use hmac::{Hmac, Mac};
 use prost::Message;
 use sha2::Sha256;
 
-use crate::v1::{DispatchTicket, FactsBody, SealedFacts, SealedText, TextBody, TicketBody};
+use crate::v1::{DispatchTicket, FactsBody, FormBody, SealedFacts, SealedForm, SealedText, TextBody, TicketBody};
 
 /// A key id: a short name an operator picks (`2026-12`, `k2`).
 pub const MAX_KEY_ID_CHARS: usize = 32;
@@ -24,6 +24,9 @@ pub const KEYS_FILE_VAR: &str = "TICKET_KEYS_FILE";
 /// An encoded facts body: the element's facts at their budget, the page's URL and title, ids.
 pub const MAX_FACTS_BODY_BYTES: usize = crate::limits::MAX_FACTS_BYTES + 64 * 1024;
 /// An encoded record text: the longest text a type may say it types, and ids.
+/// A form's read-back, sealed: far above any form a person reviews, within an Authorize's
+/// decode bound. The runtime refuses to seal a larger one.
+pub const MAX_FORM_BODY_BYTES: usize = 64 * 1024;
 pub const MAX_TEXT_BODY_BYTES: usize = 4 * crate::limits::MAX_TYPED_CHARS + 4 * 1024;
 /// HMAC-SHA256.
 pub const MAC_BYTES: usize = 32;
@@ -31,6 +34,8 @@ const SECRET_BYTES: usize = 32;
 const LABEL: &[u8] = b"grant-ledger dispatch ticket v1";
 const FACTS_LABEL: &[u8] = b"grant-ledger element facts v1";
 const TEXT_LABEL: &[u8] = b"grant-ledger record text v1";
+const FORM_LABEL: &[u8] = b"grant-ledger form read-back v1";
+const FORM_DIGEST_LABEL: &[u8] = b"grant-ledger form digest v1";
 const DIGEST_LABEL: &[u8] = b"grant-ledger text digest v1";
 const TENANT_LABEL: &[u8] = b"grant-ledger ticket tenant key v1";
 const APPROVAL_LABEL: &[u8] = b"grant-ledger approval token v1";
@@ -181,6 +186,36 @@ impl Keyring {
         Ok(body)
     }
 
+    /// A form's read-back, sealed for its tenant with the first key.
+    pub fn seal_form(&self, body: &FormBody) -> SealedForm {
+        let (key_id, body, mac) = self.seal_bytes(FORM_LABEL, &body.tenant_id, body.encode_to_vec());
+        SealedForm { key_id, body, mac }
+    }
+
+    /// The body of a sealed form read-back if its MAC verifies under `tenant`'s key.
+    pub fn open_form(&self, tenant: &str, sealed: &SealedForm) -> Result<FormBody, TicketError> {
+        self.open_bytes(FORM_LABEL, tenant, &sealed.key_id, &sealed.body, &sealed.mac)?;
+        let body = FormBody::decode(sealed.body.as_slice()).map_err(|_| TicketError::Malformed)?;
+        if body.tenant_id != tenant {
+            return Err(TicketError::Forged);
+        }
+        Ok(body)
+    }
+
+    /// The keyed digest of a form's fields, each as (label, name, kind, value, checked), in page
+    /// order: what an approval of its button binds. Length-prefixed, so no two forms share one.
+    pub fn form_digest<'a>(&self, tenant: &str, fields: impl IntoIterator<Item = FormPart<'a>>) -> Vec<u8> {
+        let key = &self.keys[0];
+        let mut mac = tag(key, FORM_DIGEST_LABEL, tenant, &[]);
+        for f in fields {
+            for part in [f.label, f.name, f.kind, f.value, if f.checked { "1" } else { "0" }] {
+                mac.update(&(part.len() as u64).to_be_bytes());
+                mac.update(part.as_bytes());
+            }
+        }
+        mac.finalize().into_bytes().to_vec()
+    }
+
     /// The keyed digest of a text a type types, under the sealing key: what tickets, cards and
     /// redemptions bind. Keyed, so that a worker who sees it cannot guess a short secret from it.
     pub fn text_digest(&self, tenant: &str, text: &str) -> Vec<u8> {
@@ -232,6 +267,17 @@ fn approval_token_of(key: &Key, tenant: &str, approval_id: &[u8; 16]) -> String 
 
 fn digest(key: &Key, tenant: &str, text: &str) -> Vec<u8> {
     tag(key, DIGEST_LABEL, tenant, text.as_bytes()).finalize().into_bytes().to_vec()
+}
+
+/// One field of a form as its digest reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct FormPart<'a> {
+    pub label: &'a str,
+    pub name: &'a str,
+    /// The field kind's stable name.
+    pub kind: &'a str,
+    pub value: &'a str,
+    pub checked: bool,
 }
 
 /// The MAC state over (label, key id, body) under `tenant`'s key derived from `key`.

@@ -325,6 +325,7 @@ impl Stack {
             session_id: session.into(),
             snapshot_id: o.snapshot_id.clone(),
             r#ref: n.r#ref.clone(),
+            run_id: String::new(),
         };
         self.runtime.read_form(with(WORKER, req)).await.expect("read form").into_inner()
     }

@@ -107,6 +107,7 @@ fn request(kind: u8, chars: usize) -> AuthorizeRequest {
         snapshot: None,
         field_id: None,
         facts_profile: None,
+        form: None,
         text_sha256: None,
     }
 }

@@ -334,6 +334,7 @@ mod through_the_authority {
             snapshot: None,
             field_id: None,
             facts_profile: None,
+            form: None,
             text_sha256: None,
         }
     }
@@ -612,6 +613,7 @@ async fn a_token_redeemed_by_many_at_once_is_redeemed_once() {
         view: ActionView::default(),
         field_id: None,
         facts_profile: None,
+        form: None,
         text_sha256: None,
         snapshot: Some(("snap_9f2c1a0b7d31".into(), "n42".into())),
     };

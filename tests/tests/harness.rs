@@ -187,3 +187,180 @@ async fn a_task_file_and_a_written_plan_run_to_the_confirmation() {
     assert!(ops::agent::report(&outcome).starts_with("run ended: done, reference LX-4471 after 4 steps"));
     assert!(ops::agent::plan(r##"{"tool": "click", "css": "#next"}"##).is_err(), "a plan step is closed too");
 }
+
+/// The owner answers the cards of `s1` in order, one resolution each, as the gateway would; the
+/// cards as they were shown come back.
+fn owner_answers_each(s: &Stack, answers: Vec<pb::Resolution>) -> tokio::task::JoinHandle<Vec<pb::Approval>> {
+    let authorizer = s.authorizer.clone();
+    tokio::spawn(async move {
+        let mut seen: Vec<pb::Approval> = Vec::new();
+        for resolution in answers {
+            let known: Vec<String> = seen.iter().map(|c| c.approval_id.clone()).collect();
+            let card = tests::poll_until("a new card", Duration::from_secs(30), Duration::from_millis(50), || {
+                let (mut a, known) = (authorizer.clone(), known.clone());
+                async move {
+                    let list =
+                        pb::ListApprovalsRequest { session_id: "s1".into(), pending_only: true, min_position: None };
+                    let cards = a.list_approvals(with(GATEWAY, list)).await.ok()?.into_inner().approvals;
+                    cards.into_iter().find(|c| !known.contains(&c.approval_id))
+                }
+            })
+            .await;
+            // Allowing for the task repeats the scope the card offered.
+            let offer = card.offer.clone().unwrap_or_default();
+            let answer = pb::ResolveApprovalRequest {
+                approval_id: card.approval_id.clone(),
+                resolution: resolution as i32,
+                offered_origin: offer.origin,
+                offered_path_prefix: offer.path_prefix,
+            };
+            authorizer
+                .clone()
+                .resolve_approval(with(GATEWAY, answer))
+                .await
+                .unwrap_or_else(|e| panic!("{e:?} {card:?}"));
+            seen.push(card);
+        }
+        seen
+    })
+}
+
+// A form of three fields: two the task fills (the page upper-cases the city as it is typed),
+// and a page default the agent never touches.
+const ENROL: &str = r#"<!doctype html><title>Enrol</title>
+<form action="/lesson/unit-4" method="get">
+<label>Full name <input name="name"></label>
+<label>City <input name="city" oninput="this.value = this.value.toUpperCase()"></label>
+<label>Excess (voluntary) <input name="excess" value="250.00"></label>
+<button>Confirm enrolment</button>
+</form>"#;
+const ENROLLED: &str = "<!doctype html><title>Enrolment confirmed: reference EN-2040</title><p>Thank you.";
+
+/// The act on `name`, with the token the last result handed back if it handed one.
+fn with_token(
+    v: agent::model::View<'_>,
+    tool: &str,
+    name: &str,
+    consequential: bool,
+    mut extra: serde_json::Value,
+) -> agent::model::Turn {
+    if let Some(token) = token_in(v.last_result) {
+        extra["approval_token"] = json!(token);
+    }
+    on_named(v, tool, name, consequential, extra)
+}
+
+#[tokio::test]
+async fn a_form_is_filled_under_the_task_permission_and_its_submit_card_shows_the_read_back() {
+    let mut s = Stack::start(1).await;
+    s.fixture.page(LESSON, "/lesson/unit-3", ENROL);
+    s.fixture.page(LESSON, "/lesson/unit-4", ENROLLED);
+    s.record("run-f", &[("name", "Ada Lovelace"), ("city", "London")]);
+    s.chat("s1", "profile-1").await;
+    let browser_session = s.open("profile-1", "/lesson/unit-3", 50).await.unwrap();
+    let mut clients = Clients {
+        runtime: s.runtime.clone(),
+        authorizer: s.authorizer.clone(),
+        bearer: format!("Bearer {WORKER}").parse().unwrap(),
+    };
+    let task = Task {
+        chat_session: "s1".into(),
+        browser_session,
+        run_id: "run-f".into(),
+        subgoals: vec!["Enrol with the task record's name and email".into()],
+        field_ids: vec!["name".into(), "city".into()],
+        max_steps: 20,
+        agent_version: "agent-1".into(),
+        approval_wait: Duration::from_secs(20),
+    };
+    // The first card (a type) is allowed for the task; the submit's card is allowed once.
+    let answering = owner_answers_each(&s, vec![pb::Resolution::ApproveForTask, pb::Resolution::ApproveOnce]);
+    let mut model = Scripted::new()
+        .then(|_| snapshot())
+        .then(|v| on_named(v, "type", "Full name", false, json!({ "field_id": "name" })))
+        .then(|v| on_named(v, "request_approval", "Full name", false, json!({})))
+        .then(|v| with_token(v, "type", "Full name", false, json!({ "field_id": "name" })))
+        .then(|_| snapshot())
+        // Covered by the task permission: no card.
+        .then(|v| on_named(v, "type", "City", false, json!({ "field_id": "city" })))
+        .then(|_| snapshot())
+        // A submit is never covered: the harness reads the form back and the card shows it.
+        .then(|v| on_named(v, "click", "Confirm enrolment", true, json!({})))
+        .then(|v| on_named(v, "request_approval", "Confirm enrolment", true, json!({})))
+        .then(|v| with_token(v, "click", "Confirm enrolment", true, json!({})))
+        .then(|_| snapshot());
+    let outcome = run(&mut clients, &task, &mut model).await.unwrap();
+    let list = pb::ListApprovalsRequest { session_id: "s1".into(), pending_only: false, min_position: None };
+    let all = s.authorizer.list_approvals(with(GATEWAY, list)).await.unwrap().into_inner().approvals;
+    assert_eq!(outcome.end, End::Done { reference: "EN-2040".into() }, "{:?} {all:?}", outcome.log);
+    let cards = answering.await.unwrap();
+
+    // The submit's card: every field read back from the live page beside the record.
+    let view = cards[1].view.clone().unwrap();
+    assert_eq!(view.element_name, "Confirm enrolment", "the button's label verbatim");
+    let rows: Vec<(String, String, String, i32, String)> = view
+        .form
+        .expect("the submit's card carries the form's read-back")
+        .rows
+        .into_iter()
+        .map(|r| (r.label, r.value, r.record_value, r.status, r.normalisation))
+        .collect();
+    use pb::FormStatus as F;
+    let row = |l: &str, v: &str, rec: &str, st: F, n: &str| (l.into(), v.into(), rec.into(), st as i32, n.into());
+    assert_eq!(
+        rows,
+        vec![
+            row("Full name", "Ada Lovelace", "Ada Lovelace", F::Match, ""),
+            row("City", "LONDON", "London", F::MatchNormalised, "letter case"),
+            row("Excess (voluntary)", "250.00", "", F::Untouched, ""),
+        ]
+    );
+    // The values the owner read are the values sent.
+    let sent = s.fixture.requests().iter().map(|r| r.target.clone()).find(|t| t.starts_with("/lesson/unit-4"));
+    assert_eq!(sent.as_deref(), Some("/lesson/unit-4?name=Ada+Lovelace&city=LONDON&excess=250.00"));
+}
+
+#[tokio::test]
+async fn a_form_that_differs_from_the_record_ends_the_run_before_its_submit_is_asked() {
+    let mut s = Stack::start(1).await;
+    // The page rewrites the city as it is typed: the form no longer holds the record's value.
+    let rewrites = ENROL.replace("this.value.toUpperCase()", "this.value.replace('o', '0')");
+    s.fixture.page(LESSON, "/lesson/unit-3", &rewrites);
+    s.record("run-g", &[("name", "Ada Lovelace"), ("city", "London")]);
+    s.chat("s1", "profile-1").await;
+    let browser_session = s.open("profile-1", "/lesson/unit-3", 50).await.unwrap();
+    let mut clients = Clients {
+        runtime: s.runtime.clone(),
+        authorizer: s.authorizer.clone(),
+        bearer: format!("Bearer {WORKER}").parse().unwrap(),
+    };
+    let task = Task {
+        chat_session: "s1".into(),
+        browser_session,
+        run_id: "run-g".into(),
+        subgoals: vec!["Enrol".into()],
+        field_ids: vec!["name".into(), "city".into()],
+        max_steps: 10,
+        agent_version: "agent-1".into(),
+        approval_wait: Duration::from_secs(20),
+    };
+    let answering = owner_answers_each(&s, vec![pb::Resolution::ApproveForTask]);
+    let mut model = Scripted::new()
+        .then(|_| snapshot())
+        .then(|v| on_named(v, "type", "City", false, json!({ "field_id": "city" })))
+        .then(|v| on_named(v, "request_approval", "City", false, json!({})))
+        .then(|v| with_token(v, "type", "City", false, json!({ "field_id": "city" })))
+        .then(|_| snapshot())
+        .then(|v| on_named(v, "click", "Confirm enrolment", true, json!({})));
+    let outcome = run(&mut clients, &task, &mut model).await.unwrap();
+    answering.await.unwrap();
+    assert_eq!(outcome.end.reason(), "unexpected_form_state", "{:?}", outcome.log);
+    assert_eq!(outcome.counts.get("form_mismatch"), Some(&1));
+    // Only the type's card was ever asked, and nothing was submitted.
+    let list = pb::ListApprovalsRequest { session_id: "s1".into(), pending_only: false, min_position: None };
+    let cards = s.authorizer.list_approvals(with(GATEWAY, list)).await.unwrap().into_inner().approvals;
+    assert_eq!(cards.len(), 1, "{cards:?}");
+    assert!(!s.fixture.requests().iter().any(|r| r.path() == "/lesson/unit-4"));
+    let story = run_events(&s).await;
+    assert_eq!(story.last().map(String::as_str), Some("run.escalated"), "{story:?}");
+}

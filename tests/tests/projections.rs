@@ -47,6 +47,7 @@ fn request(session: &str, text: &str) -> AuthorizeRequest {
         snapshot: None,
         field_id: None,
         facts_profile: None,
+        form: None,
         text_sha256: None,
     }
 }

@@ -668,6 +668,7 @@ fn differential_request(tenant: &str) -> authorizer::domain::AuthorizeRequest {
         snapshot: None,
         field_id: None,
         facts_profile: None,
+        form: None,
         text_sha256: None,
     }
 }

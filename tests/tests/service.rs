@@ -249,6 +249,7 @@ fn act(text: Option<&str>) -> pb::AuthorizeRequest {
         node_ref: "n7".into(),
         facts: None,
         text: None,
+        form: None,
     }
 }
 

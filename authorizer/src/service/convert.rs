@@ -98,6 +98,35 @@ pub(super) fn view_pb(v: &ActionView) -> pb::ApprovalView {
         detail: s(&v.detail),
         detail_digest: s(&v.detail_digest),
         action_summary: v.action_summary.clone(),
+        form: v.form.as_ref().map(form_pb),
+    }
+}
+
+fn form_pb(f: &grant_domain::catalogue::FormReview) -> pb::FormReview {
+    use grant_domain::catalogue::FormStatus as S;
+    let s = |o: &Option<String>| o.clone().unwrap_or_default();
+    pb::FormReview {
+        rows: f
+            .rows
+            .iter()
+            .map(|r| pb::FormRow {
+                label: r.label.clone(),
+                kind: classifier::FieldKind::from_code(&r.kind).map_or(0, |k| pb::FieldKind::from(k) as i32),
+                value: r.value.clone(),
+                record_field_id: s(&r.record_field_id),
+                record_value: s(&r.record_value),
+                status: match r.status {
+                    S::Match => pb::FormStatus::Match,
+                    S::MatchNormalised => pb::FormStatus::MatchNormalised,
+                    S::Mismatch => pb::FormStatus::Mismatch,
+                    S::Untouched => pb::FormStatus::Untouched,
+                    S::Redacted => pb::FormStatus::Redacted,
+                } as i32,
+                normalisation: s(&r.normalisation),
+            })
+            .collect(),
+        // The digest stays with the binding; the card shows the rows.
+        digest: Vec::new(),
     }
 }
 

@@ -173,3 +173,80 @@ pub(super) fn sealed_text(
     };
     Ok(Some(format!("hmac-sha256:{}", hex::encode(&body.digest))))
 }
+
+/// The most rows a form's read-back may have: a card of more is no review.
+const MAX_FORM_ROWS: usize = 200;
+
+/// A click on a form's button: the form as the runtime read it back and sealed it, for exactly
+/// this owner, browser profile, run, snapshot and ref, as the card shows and binds it.
+pub(super) fn sealed_form(
+    keys: &Keyring,
+    refusals: &Refusals,
+    r: &mut pb::AuthorizeRequest,
+    named: &Named<'_>,
+    profile: Option<&str>,
+    now: OffsetDateTime,
+) -> Result<Option<grant_domain::catalogue::FormReview>, Status> {
+    use grant_domain::catalogue::{FormReview, FormRow, FormStatus};
+    let Some(sealed) = r.form.take() else { return Ok(None) };
+    if r.action.as_ref().is_none_or(|a| a.kind != pb::ActionKind::Click as i32) {
+        return Err(super::status::invalid("form", "is only for a click on a form's button"));
+    }
+    let body = keys.open_form(named.tenant, &sealed).map_err(|e| refusals.refuse(FACTS_INVALID, e.to_string()))?;
+    let run_id = r.run.as_ref().map(|run| run.run_id.as_str()).unwrap_or_default();
+    let mut mismatch = vec![
+        ("owner", body.principal_id.as_str(), named.principal),
+        ("run", &body.run_id, run_id),
+        ("snapshot", &body.snapshot_id, named.snapshot_id),
+        ("ref", &body.node_ref, named.node_ref),
+    ];
+    if let Some(p) = profile {
+        mismatch.push(("browser profile", &body.browser_profile_id, p));
+    }
+    if let Some((what, _, _)) = mismatch.into_iter().find(|(_, sealed, asked)| sealed != asked) {
+        return Err(refusals.refuse(FACTS_INVALID, format!("the form was read for another {what}")));
+    }
+    let read = OffsetDateTime::from_unix_timestamp_nanos(i128::from(body.read_ms) * 1_000_000)
+        .map_err(|_| refusals.refuse(FACTS_INVALID, "the form's time is not a time".into()))?;
+    if !fresh(read, now) {
+        return Err(refusals.refuse(FACTS_INVALID, "the form read-back is too old: read it again".into()));
+    }
+    let review = body.review.unwrap_or_default();
+    let max = classifier::coverage::MAX_LABEL_CHARS;
+    let long = |s: &str| s.chars().count() > max;
+    let bounded = review.rows.len() <= MAX_FORM_ROWS
+        && review.digest.len() == 32
+        && review.rows.iter().all(|row| {
+            !long(&row.label) && !long(&row.value) && !long(&row.record_value) && !long(&row.record_field_id)
+        });
+    if !bounded {
+        return Err(super::status::invalid("form", "the read-back is larger than any form a card can show"));
+    }
+    let opt = |s: String| (!s.is_empty()).then_some(s);
+    let rows = review
+        .rows
+        .into_iter()
+        .map(|row| {
+            let status = match pb::FormStatus::try_from(row.status) {
+                Ok(pb::FormStatus::Match) => FormStatus::Match,
+                Ok(pb::FormStatus::MatchNormalised) => FormStatus::MatchNormalised,
+                Ok(pb::FormStatus::Mismatch) => FormStatus::Mismatch,
+                Ok(pb::FormStatus::Untouched) => FormStatus::Untouched,
+                Ok(pb::FormStatus::Redacted) => FormStatus::Redacted,
+                _ => return Err(super::status::invalid("form", "a row has no status")),
+            };
+            let kind = pb::FieldKind::try_from(row.kind)
+                .map_err(|_| super::status::invalid("form", "a row's field kind is unknown"))?;
+            Ok(FormRow {
+                label: row.label,
+                kind: classifier::FieldKind::from(kind).code().to_owned(),
+                value: row.value,
+                record_field_id: opt(row.record_field_id),
+                record_value: opt(row.record_value),
+                status,
+                normalisation: opt(row.normalisation),
+            })
+        })
+        .collect::<Result<Vec<_>, Status>>()?;
+    Ok(Some(FormReview { rows, digest: format!("hmac-sha256:{}", hex::encode(&review.digest)) }))
+}

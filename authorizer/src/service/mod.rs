@@ -310,6 +310,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             facts::unsealed(&self.tickets, &self.refusals, self.accept_unsealed, r, &named, now)?;
         let (keys, refusals, accept) = (&self.tickets, &self.refusals, self.accept_unsealed);
         let text_sha256 = facts::sealed_text(keys, refusals, accept, &mut r, &named, facts_profile.as_deref(), now)?;
+        let form = facts::sealed_form(keys, refusals, &mut r, &named, facts_profile.as_deref(), now)?;
         let session_id = id("session_id", &r.session_id)?;
         tracing::Span::current().record("session_id", session_id.as_str());
         let run = r.run.ok_or_else(|| invalid("run", "is required"))?;
@@ -361,6 +362,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             field_id,
             facts_profile,
             text_sha256,
+            form,
         };
         let title = opt(&r.page_title);
         let named = has_element.then_some(&request.element);
@@ -623,10 +625,20 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             ..BoundAction::of(&action, field_id.as_deref())
         };
         asked.text_sha256 = match (&action, r.text_sha256.len()) {
-            (Action::Type { .. }, 32) => Some(format!("sha256:{}", hex::encode(&r.text_sha256))),
-            (Action::Type { .. }, _) => return Err(invalid("text_sha256", "is the SHA-256 of the text a type types")),
+            (Action::Type { .. }, 32) => Some(format!("hmac-sha256:{}", hex::encode(&r.text_sha256))),
+            (Action::Type { .. }, _) => {
+                return Err(invalid(
+                    "text_sha256",
+                    "is the keyed digest of the text a type types (its sealed TextBody.digest)",
+                ));
+            }
             (_, 0) => None,
             _ => return Err(invalid("text_sha256", "is only for a type")),
+        };
+        asked.form_sha256 = match (&action, r.form_digest.len()) {
+            (_, 0) => None,
+            (Action::Click, 32) => Some(format!("hmac-sha256:{}", hex::encode(&r.form_digest))),
+            _ => return Err(invalid("form_digest", "is a click's 32-byte keyed digest of the live form")),
         };
         let binding = TokenBinding {
             run_id: id("run_id", &r.run_id)?,

@@ -276,9 +276,45 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
     async fn read_form(&self, req: Request<pb::ReadFormRequest>) -> Result<Response<pb::ReadFormReply>, Status> {
         let caller = self.caller(&req).await?;
         let req = req.into_inner();
+        let run = if req.run_id.is_empty() { None } else { Some(id("run_id", &req.run_id)?) };
         let mut s = self.owned(&caller, &req.session_id).await?;
+        let (tenant, principal, profile) = (s.tenant.clone(), s.principal.clone(), s.profile.clone());
         let (url, fields) = bounded!(self, s, s.read_form(&req.snapshot_id, &req.r#ref, &self.config.browser))
             .map_err(session_status)?;
+        // With a run, the diff against its record, sealed for the authorizer's card.
+        let (sealed, review) = match run {
+            None => (None, None),
+            Some(run) => {
+                let record = self
+                    .records
+                    .fields(&tenant, &principal, &run)
+                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
+                let value_of = |id: &str| record.iter().find(|(f, _)| f == id).map(|(_, v)| v.as_str());
+                let review = gl::FormReview {
+                    rows: fields
+                        .iter()
+                        .map(|r| crate::review::row(r, r.typed_field_id.as_deref().and_then(value_of)))
+                        .collect(),
+                    digest: crate::review::digest(&self.config.tickets, &tenant, &fields),
+                };
+                let body = gl::FormBody {
+                    tenant_id: tenant.clone(),
+                    principal_id: principal.clone(),
+                    browser_profile_id: profile.clone(),
+                    run_id: run,
+                    snapshot_id: req.snapshot_id.clone(),
+                    node_ref: req.r#ref.clone(),
+                    page_url: url.clone(),
+                    review: Some(review.clone()),
+                    read_ms: i64::try_from(OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000)
+                        .unwrap_or(i64::MAX),
+                };
+                if prost::Message::encoded_len(&body) > proto::ticket::MAX_FORM_BODY_BYTES {
+                    return Err(Status::failed_precondition("the form is too large for an owner to review on a card"));
+                }
+                (Some(self.config.tickets.seal_form(&body)), Some(review))
+            }
+        };
         Ok(Response::new(pb::ReadFormReply {
             url,
             fields: fields
@@ -292,6 +328,8 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
                     typed_field_id: r.typed_field_id.unwrap_or_default(),
                 })
                 .collect(),
+            sealed,
+            review,
         }))
     }
 

@@ -56,6 +56,7 @@ impl Redeem for AuthorizerRedeemer {
             text_sha256,
             browser_profile_id: r.profile.to_owned(),
             element_role: r.element_role.to_owned(),
+            form_digest: r.form_digest.unwrap_or_default(),
             element_name: r.element_name.to_owned(),
             page_origin: r.page_origin.to_owned(),
         });

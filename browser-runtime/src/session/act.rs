@@ -363,7 +363,22 @@ impl Session {
         // The token is redeemed last, once nothing else can refuse: a redeemed approval is spent.
         // Its ticket is the owner's approval of this act: checked like any other.
         if let Some(token) = &input.approval_token {
+            // A button's form as the page holds it now: a card that showed the form is redeemed
+            // only while it still holds exactly what the owner read.
+            let form_digest = match (&input.action, self.node(&input.snapshot_id, &input.node_ref)) {
+                (ActAction::Click, Ok((index, _))) => match page::form(&devtools, &input.snapshot_id, index).await {
+                    Ok((_, Some(fields))) => {
+                        let read: Vec<ReadBack> =
+                            fields.into_iter().map(|(field, _)| ReadBack { field, typed_field_id: None }).collect();
+                        Some(crate::review::digest(allow.tickets, &self.tenant, &read))
+                    }
+                    Ok((_, None)) => None,
+                    Err(e) => released!(Err(self.read_failed(e, config).await)),
+                },
+                _ => None,
+            };
             let redemption = Redemption {
+                form_digest,
                 token,
                 run_id: &input.run_id,
                 snapshot_id: &input.snapshot_id,

@@ -256,6 +256,8 @@ pub struct Redemption<'a> {
     pub element_role: &'a str,
     pub element_name: &'a str,
     pub page_origin: &'a str,
+    /// A click's: the keyed digest of the live form its node is in (none outside a form).
+    pub form_digest: Option<Vec<u8>>,
 }
 
 /// What may allow an act: a ticket checked with these keys, or a token redeemed here.

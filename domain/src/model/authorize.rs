@@ -2,8 +2,8 @@
 //! session's task grant, the standing grant, and else an approval card.
 
 use crate::catalogue::{
-    ActionView, ApprovalRequested, Author, AuthorizationKind, BoundAction, EndReason, Event, Offer, Surface,
-    TokenBinding, ToolCallAuthorized,
+    ActionView, ApprovalRequested, Author, AuthorizationKind, BoundAction, EndReason, Event, FormReview, Offer,
+    Surface, TokenBinding, ToolCallAuthorized,
 };
 use classifier::{Action, Consequence, ElementFacts, Named, PageFacts, TaskScope};
 use time::OffsetDateTime;
@@ -118,12 +118,15 @@ pub struct AuthorizeRequest {
     /// A type's record value's digest as the runtime sealed it (`sha256:` and hex), when the
     /// text the decision reads stands in for a value it was not shown (a secret's).
     pub text_sha256: Option<String>,
+    /// A click on a form's button: the runtime's read-back of the form, for the card.
+    pub form: Option<FormReview>,
 }
 
 impl AuthorizeRequest {
     /// The one act this request asks for, as a token and a ticket bind it.
     pub fn bound_action(&self) -> BoundAction {
         let bound = BoundAction::of(&self.action, self.field_id.as_deref()).on(&self.element, &self.page.url);
+        let bound = BoundAction { form_sha256: self.form.as_ref().map(|f| f.digest.clone()), ..bound };
         match &self.text_sha256 {
             Some(digest) => BoundAction { text_sha256: Some(digest.clone()), ..bound },
             None => bound,
@@ -412,7 +415,7 @@ pub fn request_approval(
         approval_id,
         session_id: req.session_id.clone(),
         run_id: req.run_id.clone(),
-        view: req.view.clone(),
+        view: ActionView { form: req.form.clone(), ..req.view.clone() },
         offer: offer.clone(),
         not_covered_reason: reason.clone(),
         expires_at: stored(now + APPROVAL_TTL),

@@ -1,0 +1,173 @@
+//! A form read back from the live page beside the task record: the approval card's diff before a
+//! submit. The runtime renders it from the two sources it trusts differently (the live DOM and
+//! the record) and from nothing the worker or the model says.
+
+use classifier::FieldKind;
+use proto::v1::{FormRow, FormStatus};
+
+use crate::page::FormField;
+use crate::session::ReadBack;
+
+const REDACTED: &str = "[REDACTED]";
+
+/// Kinds whose value is never shown or compared.
+fn sensitive(kind: FieldKind) -> bool {
+    matches!(kind, FieldKind::Password | FieldKind::OneTimeCode | FieldKind::Payment | FieldKind::Identity)
+}
+
+/// One row of the diff: `record` is the value of the record field the runtime typed into this
+/// field (`None` when it never typed into it).
+pub fn row(read: &ReadBack, record: Option<&str>) -> FormRow {
+    let f = &read.field;
+    let value = shown_value(f);
+    let hidden = sensitive(f.kind)
+        || classifier::text_shape::is_credential_shaped(&value)
+        || record.is_some_and(classifier::text_shape::is_credential_shaped);
+    let base = FormRow {
+        label: f.label.clone(),
+        kind: proto::v1::FieldKind::from(f.kind) as i32,
+        value: if hidden { REDACTED.into() } else { value.clone() },
+        ..Default::default()
+    };
+    let (Some(field_id), Some(record)) = (&read.typed_field_id, record) else {
+        return FormRow { status: FormStatus::Untouched as i32, ..base };
+    };
+    let shown_record = if hidden { REDACTED.to_owned() } else { record.to_owned() };
+    let row = FormRow { record_field_id: field_id.clone(), record_value: shown_record, ..base };
+    if sensitive(f.kind) {
+        return FormRow { status: FormStatus::Redacted as i32, ..row };
+    }
+    match compare(&value, record) {
+        Compared::Same => FormRow { status: FormStatus::Match as i32, ..row },
+        Compared::Normalised(rule) => {
+            FormRow { status: FormStatus::MatchNormalised as i32, normalisation: rule.into(), ..row }
+        }
+        Compared::Differs => FormRow { status: FormStatus::Mismatch as i32, ..row },
+    }
+}
+
+/// The keyed digest of the form as read: what an approval binds, read again at redemption.
+pub fn digest(keys: &proto::ticket::Keyring, tenant: &str, fields: &[ReadBack]) -> Vec<u8> {
+    keys.form_digest(
+        tenant,
+        fields.iter().map(|r| proto::ticket::FormPart {
+            label: &r.field.label,
+            name: &r.field.name,
+            kind: r.field.kind.code(),
+            value: &r.field.value,
+            checked: r.field.checked,
+        }),
+    )
+}
+
+/// What the owner reads as the field's value: a box's state in words, otherwise the value.
+fn shown_value(f: &FormField) -> String {
+    match f.kind {
+        FieldKind::Checkbox | FieldKind::Radio => if f.checked { "checked" } else { "not checked" }.into(),
+        _ => f.value.clone(),
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Compared {
+    Same,
+    Normalised(&'static str),
+    Differs,
+}
+
+/// The page's value against the record's: equal, equal under one named rule, or different.
+fn compare(page: &str, record: &str) -> Compared {
+    if page == record {
+        return Compared::Same;
+    }
+    let spaced = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if spaced(page) == spaced(record) {
+        return Compared::Normalised("spacing");
+    }
+    if spaced(page).to_lowercase() == spaced(record).to_lowercase() {
+        return Compared::Normalised("letter case");
+    }
+    if let (Some(p), Some(r)) = (day_month_year(page), iso_date(record))
+        && p == r
+    {
+        return Compared::Normalised("DD/MM/YYYY");
+    }
+    if let (Some(p), Some(r)) = (number(page), number(record))
+        && p == r
+    {
+        return Compared::Normalised("number");
+    }
+    Compared::Differs
+}
+
+/// `YYYY-MM-DD` as (year, month, day).
+fn iso_date(s: &str) -> Option<(u32, u32, u32)> {
+    let mut it = s.trim().split('-');
+    let (y, m, d) = (it.next()?, it.next()?, it.next()?);
+    (it.next().is_none() && y.len() == 4 && m.len() == 2 && d.len() == 2)
+        .then(|| Some((y.parse().ok()?, m.parse().ok()?, d.parse().ok()?)))
+        .flatten()
+}
+
+/// `DD/MM/YYYY` as (year, month, day).
+fn day_month_year(s: &str) -> Option<(u32, u32, u32)> {
+    let mut it = s.trim().split('/');
+    let (d, m, y) = (it.next()?, it.next()?, it.next()?);
+    (it.next().is_none() && y.len() == 4 && m.len() == 2 && d.len() == 2)
+        .then(|| Some((y.parse().ok()?, m.parse().ok()?, d.parse().ok()?)))
+        .flatten()
+}
+
+/// A plain decimal (thousands commas allowed) as hundredths, when it has at most two decimals.
+fn number(s: &str) -> Option<i128> {
+    let t: String = s.trim().chars().filter(|c| *c != ',').collect();
+    let (whole, frac) = t.split_once('.').unwrap_or((&t, ""));
+    let digits = |x: &str| !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) || whole.len() > 30 || frac.len() > 2 || (!frac.is_empty() && !digits(frac)) {
+        return None;
+    }
+    let cents: i128 = format!("{frac:0<2}").parse().ok()?;
+    Some(whole.parse::<i128>().ok()? * 100 + cents)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(kind: FieldKind, value: &str, typed: Option<&str>) -> ReadBack {
+        ReadBack {
+            field: FormField { label: "Field".into(), name: "f".into(), kind, value: value.into(), checked: false },
+            typed_field_id: typed.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn each_field_is_a_match_a_named_normalisation_a_mismatch_or_untouched() {
+        let status = |value: &str, record: &str| {
+            let r = row(&read(FieldKind::Text, value, Some("f")), Some(record));
+            (FormStatus::try_from(r.status).unwrap(), r.normalisation)
+        };
+        assert_eq!(status("Ada", "Ada"), (FormStatus::Match, String::new()));
+        assert_eq!(status("Ada  Lovelace ", "Ada Lovelace"), (FormStatus::MatchNormalised, "spacing".into()));
+        assert_eq!(status("ADA@EXAMPLE.TEST", "ada@example.test"), (FormStatus::MatchNormalised, "letter case".into()));
+        assert_eq!(status("03/04/2026", "2026-04-03"), (FormStatus::MatchNormalised, "DD/MM/YYYY".into()));
+        assert_eq!(status("28,500.00", "28500"), (FormStatus::MatchNormalised, "number".into()));
+        for (page, record) in [("04/03/2026", "2026-04-03"), ("28500.01", "28500"), ("Bob", "Ada"), ("1e3", "1000")] {
+            assert_eq!(status(page, record).0, FormStatus::Mismatch, "{page} / {record}");
+        }
+        let untouched = row(&read(FieldKind::Text, "250.00", None), None);
+        assert_eq!(FormStatus::try_from(untouched.status), Ok(FormStatus::Untouched));
+        assert_eq!((untouched.value.as_str(), untouched.record_value.as_str()), ("250.00", ""));
+    }
+
+    #[test]
+    fn a_sensitive_field_or_secret_shaped_value_is_never_shown() {
+        let r = row(&read(FieldKind::Password, "[REDACTED]", Some("pw")), Some("hunter2-Secret!"));
+        assert_eq!(FormStatus::try_from(r.status), Ok(FormStatus::Redacted));
+        assert_eq!((r.value.as_str(), r.record_value.as_str()), (REDACTED, REDACTED));
+        let key = "sk_live_4eC39HqLyjWDarjtT1zdp7dc";
+        let r = row(&read(FieldKind::Text, key, Some("k")), Some(key));
+        assert_eq!((r.value.as_str(), r.record_value.as_str()), (REDACTED, REDACTED));
+        assert_eq!(row(&read(FieldKind::Text, key, None), None).value, REDACTED);
+    }
+}
