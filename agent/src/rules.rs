@@ -19,6 +19,29 @@ pub enum End {
     Escalated { reason: String, detail: String },
 }
 
+/// What a page alone ends a run with, read by code rather than left to the model: a sign-in
+/// or one-time-code field (`auth_required`: authentication is never the agent's), or a page
+/// whose title says it is an error (`page_error`: nothing this run did should lead there).
+pub fn page_stops(o: &ObserveReply) -> Option<(&'static str, &'static str)> {
+    use proto::v1::FieldKind as K;
+    let secret = o
+        .facts
+        .iter()
+        .filter_map(|f| f.element.as_ref())
+        .any(|e| matches!(e.field_kind.and_then(|k| K::try_from(k).ok()), Some(K::Password | K::OneTimeCode)));
+    if secret {
+        return Some(("auth_required", "the page asks for a password or a one-time code"));
+    }
+    let title = o.title.to_lowercase();
+    let words: Vec<&str> = title.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
+    let status = words.first().is_some_and(|w| {
+        w.len() == 3 && (w.starts_with('4') || w.starts_with('5')) && w.bytes().all(|b| b.is_ascii_digit())
+    });
+    let named =
+        ["error", "not found", "something went wrong", "forbidden", "unavailable"].iter().any(|p| title.contains(p));
+    (status || named).then_some(("page_error", "the page reads as an error the run did not expect"))
+}
+
 impl End {
     pub fn escalated(reason: &str, detail: impl Into<String>) -> Self {
         Self::Escalated { reason: reason.to_owned(), detail: detail.into() }
@@ -223,6 +246,10 @@ impl Rules {
         self.current = Some((o.snapshot_id.clone(), nodes));
         if *seen >= 3 {
             return Err(End::escalated("repeated_snapshot", "the same page was observed three times"));
+        }
+        if let Some((reason, detail)) = page_stops(o) {
+            self.count(reason);
+            return Err(End::escalated(reason, detail));
         }
         Ok(())
     }

@@ -432,7 +432,8 @@ impl State<'_> {
         let name = crate::prompt::quoted(&target.name);
         self.note(format!("{} {name} ref={} → {result}", verb(&act), target.node_ref), result);
         self.current = None;
-        Ok(self.rules.acted(&target, &act, &reply, None).err())
+        // The model's claim of consequence against the runtime's reading: counted by the rules.
+        Ok(self.rules.acted(&target, &act, &reply, reply.consequential).err())
     }
 
     /// Asks the owner about `target`: the card an act of it already raised, or else a new one

@@ -1005,3 +1005,58 @@ fn a_report_naming_no_owner_still_ends_the_grants() {
     assert!(events.iter().all(|e| e.event_type() != "browser.profile.claimed"));
     assert!(world.profile_owned_by("profile-1", "owner"), "the owner recorded before stays");
 }
+
+#[test]
+fn a_card_that_showed_a_form_is_spent_only_while_the_page_holds_that_form() {
+    use grant_domain::catalogue::{BoundAction, FormReview, FormRow, FormStatus, TokenBinding};
+    let mut world = given();
+    let mut req = tile("Confirm enrolment");
+    req.snapshot = Some(("snap_0123456789ab".into(), "n3".into()));
+    let row = FormRow {
+        label: "Excess (voluntary)".into(),
+        kind: "text".into(),
+        value: "250.00".into(),
+        record_field_id: None,
+        record_value: None,
+        status: FormStatus::Untouched,
+        normalisation: None,
+    };
+    req.form = Some(FormReview { rows: vec![row.clone()], digest: "hmac-sha256:aa".into() });
+    let out = run(&mut world, &Policy::empty(), &req, t0());
+    let Decision::RequireApproval { approval_id, .. } = out.decision else { panic!() };
+    // The card shows the read-back, untouched default included.
+    let shown = out.events.iter().find_map(|e| match e {
+        Event::ApprovalRequested(r) => r.view.form.clone(),
+        _ => None,
+    });
+    assert_eq!(shown.map(|f| f.rows), Some(vec![row]));
+    let mut once = resolve(approval_id, Resolution::ApproveOnce, None, Uuid::new_v4(), t0());
+    if let Command::ResolveApproval { token_sha256, .. } = &mut once {
+        *token_sha256 = Some("digest-f".into());
+    }
+    when(&mut world, once).unwrap();
+    let click = BoundAction::of(&Action::Click, None).on(&button("Confirm enrolment"), PAGE);
+    let redeem = |form: Option<&str>| Command::RedeemToken {
+        principal_id: "owner".into(),
+        token_sha256: "digest-f".into(),
+        binding: TokenBinding {
+            run_id: "run-1".into(),
+            snapshot_id: "snap_0123456789ab".into(),
+            node_ref: "n3".into(),
+            action: Some(Box::new(BoundAction { form_sha256: form.map(str::to_owned), ..click.clone() })),
+        },
+        profile_id: "profile-1".into(),
+        now: t0(),
+    };
+    // The page changed the form since the owner read it, or the runtime read no form: refused.
+    for changed in [Some("hmac-sha256:bb"), None] {
+        assert!(
+            matches!(when(&mut world, redeem(changed)), Err(DomainError::Conflict { code, .. }) if code == Conflict::ApprovalTokenInvalid),
+            "{changed:?}"
+        );
+    }
+    assert!(matches!(
+        &when(&mut world, redeem(Some("hmac-sha256:aa"))).unwrap()[..],
+        [Event::ApprovalTokenRedeemed(_)]
+    ));
+}

@@ -263,6 +263,7 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
             reason: o.reason.unwrap_or_default().to_owned(),
             outcome_unknown: o.outcome_unknown,
             recoverable: o.code != Code::Ok && o.code.recoverable(),
+            consequential: o.consequential,
         }))
     }
 

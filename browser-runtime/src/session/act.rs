@@ -34,7 +34,11 @@ impl Session {
         if input.sequence != self.applied + 1 {
             return Err(SessionError::OutOfOrder(self.applied + 1));
         }
-        let outcome = self.check_and_dispatch(&input, records, allow, config, now).await;
+        self.read_consequential.set(None);
+        let outcome = self.check_and_dispatch(&input, records, allow, config, now).await.map(|mut o| {
+            o.consequential = self.read_consequential.take();
+            o
+        });
         // After any refusal but APPROVAL_REQUIRED (whose approval is bound to this snapshot and
         // ref), the snapshot is void: the next act needs fresh facts. So is it after a failure,
         // unless only the authorizer was out of reach. (Dispatch voided it already.)
@@ -240,6 +244,7 @@ impl Session {
         let consequence = classifier::classify(&live.facts, &page_facts);
         let unread = live.facts.truncated || live.option_count > classifier::coverage::MAX_OPTIONS;
         let consequential = matches!(consequence, Consequence::Named(_)) || unread;
+        self.read_consequential.set(Some(consequential));
         if consequential != input.consequential {
             tracing::info!(
                 run = %input.run_id, node = %input.node_ref, model = input.consequential, runtime = consequential,
@@ -581,6 +586,7 @@ fn refused(input: &ActInput, code: Code, detail: String) -> ActOutcome {
         dispatched: false,
         outcome_unknown: false,
         reason: None,
+        consequential: None,
     }
 }
 

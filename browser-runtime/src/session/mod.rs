@@ -134,6 +134,9 @@ pub struct ActOutcome {
     pub outcome_unknown: bool,
     /// The coverage rule's stable code, for a grant refusal.
     pub reason: Option<&'static str>,
+    /// Whether the runtime read the live node as consequential (none when the act was refused
+    /// before it read it): the model's claim is compared with it.
+    pub consequential: Option<bool>,
 }
 
 /// Failures that are not the contract's refusals.
@@ -297,6 +300,8 @@ pub struct Session {
     typed: HashMap<ElementRef, String>,
     /// Tickets dispatched: each at most once.
     spent: HashSet<String>,
+    /// The newest act's own reading of the live node's consequence, when it got that far.
+    read_consequential: std::cell::Cell<Option<bool>>,
 }
 
 fn snapshot_id() -> String {
@@ -342,6 +347,7 @@ impl Session {
             snapshot: None,
             typed: HashMap::new(),
             spent: HashSet::new(),
+            read_consequential: std::cell::Cell::new(None),
         }
     }
 
