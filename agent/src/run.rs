@@ -116,6 +116,36 @@ pub struct Outcome {
     pub counts: HashMap<&'static str, u32>,
     /// The one-line step log.
     pub log: Vec<String>,
+    /// Where the run's time went.
+    pub time: Timings,
+}
+
+/// A run's wall time, split by who spent it: what is left of `total` is the harness's own.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Timings {
+    pub total: Duration,
+    pub runtime: Duration,
+    pub authorizer: Duration,
+    /// Waiting for the owner's answer to a card.
+    pub owner: Duration,
+    pub model: Duration,
+}
+
+impl Timings {
+    /// The harness's own share: the rules, the prompt, the bookkeeping.
+    pub fn harness(&self) -> Duration {
+        self.total.saturating_sub(self.runtime + self.authorizer + self.owner + self.model)
+    }
+}
+
+/// `$e` awaited, its time added to `$slot`.
+macro_rules! timed {
+    ($slot:expr, $e:expr) => {{
+        let started = std::time::Instant::now();
+        let r = $e;
+        $slot += started.elapsed();
+        r
+    }};
 }
 
 /// A failure of a service, not of the run's rules: nothing more was done.
@@ -148,6 +178,7 @@ struct State<'a> {
     /// Whether an act the owner approved was dispatched: only after one does a page's reference
     /// number count as the task's confirmation (a page cannot end a run as done on its own).
     approved_dispatched: bool,
+    time: Timings,
 }
 
 /// Runs `task` with `model` until it ends.
@@ -167,7 +198,9 @@ pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) ->
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
         ),
         approved_dispatched: false,
+        time: Timings::default(),
     };
+    let started = std::time::Instant::now();
     s.record(pb::RunEventKind::Started, &task.agent_version).await?;
     let ended = s.turns(model).await;
     // A run that failed (a service or the model) still ends in the record, as escalated.
@@ -182,7 +215,8 @@ pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) ->
         End::Done { reference } => s.record(pb::RunEventKind::Completed, reference).await?,
         End::Escalated { reason, .. } => s.record(pb::RunEventKind::Escalated, reason).await?,
     }
-    Ok(Outcome { end, steps: s.rules.steps(), counts: s.rules.counts, log: s.log })
+    s.time.total = started.elapsed();
+    Ok(Outcome { end, steps: s.rules.steps(), counts: s.rules.counts, log: s.log, time: s.time })
 }
 
 impl State<'_> {
@@ -217,7 +251,7 @@ impl State<'_> {
             });
             let view =
                 View { prompt: &text, snapshot: shown.as_ref(), last_result: &self.last, step: self.rules.steps() + 1 };
-            let turn = model.next(view).await?;
+            let turn = timed!(self.time.model, model.next(view).await?);
             match self.rules.turn(&turn.calls, &turn.evidence) {
                 Verdict::End(end) => return Ok(end),
                 Verdict::Refuse { rule, reason } => {
@@ -249,7 +283,8 @@ impl State<'_> {
             kind: kind as i32,
             detail: if word.is_empty() { "-".into() } else { word },
         };
-        self.clients.authorizer.record_run(self.clients.req(req)).await.map_err(RunError::Authorizer)?;
+        timed!(self.time.authorizer, self.clients.authorizer.record_run(self.clients.req(req)).await)
+            .map_err(RunError::Authorizer)?;
         Ok(())
     }
 
@@ -266,8 +301,9 @@ impl State<'_> {
                     session_id: self.task.browser_session.clone(),
                     run_id: self.task.run_id.clone(),
                 };
-                let o =
-                    self.clients.runtime.observe(self.clients.req(req)).await.map_err(RunError::Runtime)?.into_inner();
+                let o = timed!(self.time.runtime, self.clients.runtime.observe(self.clients.req(req)).await)
+                    .map_err(RunError::Runtime)?
+                    .into_inner();
                 let confirmed = confirmation(&o).filter(|_| self.approved_dispatched);
                 let seen = self.rules.observed(&o);
                 self.note(
@@ -282,7 +318,8 @@ impl State<'_> {
             }
             Call::Screenshot => {
                 let req = rt::ScreenshotRequest { session_id: self.task.browser_session.clone() };
-                self.clients.runtime.screenshot(self.clients.req(req)).await.map_err(RunError::Runtime)?;
+                timed!(self.time.runtime, self.clients.runtime.screenshot(self.clients.req(req)).await)
+                    .map_err(RunError::Runtime)?;
                 self.note("screenshot".into(), "screenshot taken".into());
                 Ok(None)
             }
@@ -312,7 +349,7 @@ impl State<'_> {
             r#ref: target.node_ref.clone(),
             run_id: self.task.run_id.clone(),
         };
-        let reply = match self.clients.runtime.read_form(self.clients.req(req)).await {
+        let reply = match timed!(self.time.runtime, self.clients.runtime.read_form(self.clients.req(req)).await) {
             Ok(r) => r.into_inner(),
             // A button in no form: nothing to read back.
             Err(s) if s.code() == tonic::Code::InvalidArgument && s.message().contains(NO_FORM) => return Ok(Ok(None)),
@@ -361,7 +398,8 @@ impl State<'_> {
             form,
             ..Default::default()
         };
-        let reply = self.clients.authorizer.authorize(self.clients.req(req)).await.map_err(RunError::Authorizer)?;
+        let reply = timed!(self.time.authorizer, self.clients.authorizer.authorize(self.clients.req(req)).await)
+            .map_err(RunError::Authorizer)?;
         Ok((reply.into_inner(), call_id))
     }
 
@@ -416,7 +454,9 @@ impl State<'_> {
             action: Some(act_pb(&act)),
             ..Default::default()
         };
-        let reply = self.clients.runtime.act(self.clients.req(req)).await.map_err(RunError::Runtime)?.into_inner();
+        let reply = timed!(self.time.runtime, self.clients.runtime.act(self.clients.req(req)).await)
+            .map_err(RunError::Runtime)?
+            .into_inner();
         if !reply.dispatched {
             self.sequence -= 1;
         }
@@ -471,8 +511,8 @@ impl State<'_> {
                 approval_id: approval_id.clone(),
                 wait_ms: wait,
             };
-            let got =
-                self.clients.authorizer.await_approval(self.clients.req(req)).await.map_err(RunError::Authorizer)?;
+            let got = timed!(self.time.owner, self.clients.authorizer.await_approval(self.clients.req(req)).await)
+                .map_err(RunError::Authorizer)?;
             let got = got.into_inner();
             if got.status != "PENDING" || tokio::time::Instant::now() >= deadline {
                 break got;

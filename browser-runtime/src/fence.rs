@@ -89,8 +89,10 @@ struct State {
     /// Document requests, pings, requested navigations, loads started and windows opened: any
     /// change means the page may still be moving.
     activity: u64,
-    /// Frames that started loading and have not stopped, by DevTools session and frame id.
-    loading: HashSet<(String, String)>,
+    /// Loads started less loads stopped, by frame id, with the DevTools session last heard of
+    /// it: the browser may report a frame's stop on another target's session than its start,
+    /// and before it (Chromium 148 does), so a count, not a set of pairs.
+    loading: HashMap<String, (String, i64)>,
     /// Commands whose answer someone awaits.
     waiters: HashMap<u64, oneshot::Sender<Value>>,
     /// The tab's DevTools session and target id (also its main frame's id): the first page.
@@ -270,7 +272,7 @@ impl Handle {
     }
 
     fn loading(&self) -> bool {
-        !lock(&self.state).loading.is_empty()
+        lock(&self.state).loading.values().any(|(_, n)| *n > 0)
     }
 
     /// Sends `method` to `session` (the browser itself when `None`) and waits, bounded, for its
@@ -428,7 +430,11 @@ fn handle(v: &Value, state: &Mutex<State>, ids: &AtomicU64, out: &mpsc::Unbounde
             let kind = info["type"].as_str().unwrap_or_default();
             let target = info["targetId"].as_str().unwrap_or_default().to_owned();
             if kind == "iframe" {
-                lock(state).frames.insert(child.to_owned(), target.clone());
+                let mut s = lock(state);
+                // A frame moved into a target of its own (its id is the frame's) reports its load
+                // there from now on, or not at all if it ended before: its parent's start is void.
+                s.loading.remove(&target);
+                s.frames.insert(child.to_owned(), target.clone());
             }
             if kind == "page" {
                 let mut s = lock(state);
@@ -495,18 +501,21 @@ fn handle(v: &Value, state: &Mutex<State>, ids: &AtomicU64, out: &mpsc::Unbounde
             let frame = v["params"]["frameId"].as_str().unwrap_or_default().to_owned();
             let mut s = lock(state);
             s.activity += 1;
-            s.loading.insert((session.unwrap_or_default().to_owned(), frame));
+            let entry = s.loading.entry(frame).or_insert_with(|| (String::new(), 0));
+            *entry = (session.unwrap_or_default().to_owned(), entry.1 + 1);
         }
         Some("Page.javascriptDialogOpening") => lock(state).dialog = true,
         Some("Page.javascriptDialogClosed") => lock(state).dialog = false,
         Some("Page.frameStoppedLoading") => {
             let frame = v["params"]["frameId"].as_str().unwrap_or_default().to_owned();
-            lock(state).loading.remove(&(session.unwrap_or_default().to_owned(), frame));
+            let mut s = lock(state);
+            let entry = s.loading.entry(frame).or_insert_with(|| (String::new(), 0));
+            *entry = (session.unwrap_or_default().to_owned(), entry.1 - 1);
         }
         Some("Target.detachedFromTarget") => {
             let gone = v["params"]["sessionId"].as_str().unwrap_or_default();
             let mut s = lock(state);
-            s.loading.retain(|(s, _)| s != gone);
+            s.loading.retain(|_, (s, _)| s != gone);
             s.frames.remove(gone);
         }
         None => {

@@ -15,13 +15,10 @@ use crate::guard;
 
 /// `read.js` after the constants it shares with the Rust side, spelt from them.
 static READ: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    let secret: Vec<&str> =
-        classifier::FieldKind::ALL.into_iter().filter(|k| k.is_secret()).map(classifier::FieldKind::code).collect();
     format!(
-        "const MAX = {};\nconst MAX_OPTIONS = {};\nconst SECRET = new Set({});\n{}",
+        "const MAX = {};\nconst MAX_OPTIONS = {};\n{}",
         classifier::coverage::MAX_LABEL_CHARS,
         classifier::coverage::MAX_OPTIONS + 1,
-        serde_json::to_string(&secret).expect("a list of names encodes"),
         include_str!("read.js")
     )
 });
@@ -175,7 +172,8 @@ pub struct FormField {
     pub label: String,
     pub name: String,
     pub kind: FieldKind,
-    /// Password, one-time-code and payment values read as `[REDACTED]`.
+    /// Read whole, sensitive kinds too: the runtime redacts before anything leaves it
+    /// (`review::sensitive`).
     pub value: String,
     pub checked: bool,
 }

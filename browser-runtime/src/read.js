@@ -14,8 +14,8 @@
 const mode = arguments[0];
 const FORM_ELEMENTS = Object.getOwnPropertyDescriptor(HTMLFormElement.prototype, 'elements').get;
 const FORM_ACTION = Object.getOwnPropertyDescriptor(HTMLFormElement.prototype, 'action').get;
-// MAX (the label cut), MAX_OPTIONS (one past the options kept) and SECRET (the field kinds whose
-// value is never read back) come before this script from the Rust constants (`page::READ`).
+// MAX (the label cut) and MAX_OPTIONS (one past the options kept) come before this script from
+// the Rust constants (`page::READ`). A form's values are read whole: the runtime redacts.
 const MAX_NODES = 10000;
 const SVG = 'http://www.w3.org/2000/svg';
 const XLINK = 'http://www.w3.org/1999/xlink';
@@ -466,7 +466,7 @@ if (mode === 'form') {
     const kind = d ? d.fact.field_kind : 'other';
     const label = d ? d.fact.labels.join(' ') || d.fact.aria_label || d.fact.placeholder || e.name || '' : e.name || '';
     let value = t === 'select' ? Array.from(e.selectedOptions).map((o) => o.text).join(', ') : String(e.value || '');
-    if (SECRET.has(kind) && value) value = '[REDACTED]';
+    // Sensitive values travel to the runtime whole (its digest binds them) and are redacted there.
     fields.push({ label: collapse(label), name: e.name || '', kind, value, checked: !!e.checked });
     fieldEls.push(e);
   }

@@ -10,13 +10,22 @@ use crate::session::ReadBack;
 
 const REDACTED: &str = "[REDACTED]";
 
-/// Kinds whose value is never shown or compared.
-fn sensitive(kind: FieldKind) -> bool {
-    matches!(kind, FieldKind::Password | FieldKind::OneTimeCode | FieldKind::Payment | FieldKind::Identity)
+/// Kinds whose value is never shown or compared (the page script reads them whole, for the
+/// digest; they are redacted here, before anything leaves the runtime).
+pub fn sensitive(kind: FieldKind) -> bool {
+    kind.is_secret() || kind == FieldKind::Identity
 }
 
-/// One row of the diff: `record` is the value of the record field the runtime typed into this
-/// field (`None` when it never typed into it).
+/// Texts on a card are cut here: the authorizer takes none longer (the digest binds the whole).
+const MAX_SHOWN: usize = classifier::coverage::MAX_LABEL_CHARS;
+
+fn cut(s: &str) -> String {
+    if s.chars().count() <= MAX_SHOWN { s.to_owned() } else { s.chars().take(MAX_SHOWN - 1).chain(['…']).collect() }
+}
+
+/// One row of the diff: `record` is the value, in the reading run's record, of the field the
+/// runtime typed into this one (`None` when it never typed into it, or typed for another run or
+/// a field this record does not have: then the row is a mismatch).
 pub fn row(read: &ReadBack, record: Option<&str>) -> FormRow {
     let f = &read.field;
     let value = shown_value(f);
@@ -24,16 +33,20 @@ pub fn row(read: &ReadBack, record: Option<&str>) -> FormRow {
         || classifier::text_shape::is_credential_shaped(&value)
         || record.is_some_and(classifier::text_shape::is_credential_shaped);
     let base = FormRow {
-        label: f.label.clone(),
+        label: cut(&f.label),
         kind: proto::v1::FieldKind::from(f.kind) as i32,
-        value: if hidden { REDACTED.into() } else { value.clone() },
+        value: if hidden { REDACTED.into() } else { cut(&value) },
         ..Default::default()
     };
-    let (Some(field_id), Some(record)) = (&read.typed_field_id, record) else {
+    let Some(field_id) = &read.typed_field_id else {
         return FormRow { status: FormStatus::Untouched as i32, ..base };
     };
-    let shown_record = if hidden { REDACTED.to_owned() } else { record.to_owned() };
-    let row = FormRow { record_field_id: field_id.clone(), record_value: shown_record, ..base };
+    let Some(record) = record else {
+        // Typed, but not from this run's record: nothing the owner's record says it should be.
+        return FormRow { record_field_id: cut(field_id), status: FormStatus::Mismatch as i32, ..base };
+    };
+    let shown_record = if hidden { REDACTED.to_owned() } else { cut(record) };
+    let row = FormRow { record_field_id: cut(field_id), record_value: shown_record, ..base };
     if sensitive(f.kind) {
         return FormRow { status: FormStatus::Redacted as i32, ..row };
     }
@@ -84,11 +97,15 @@ fn compare(page: &str, record: &str) -> Compared {
     if spaced(page) == spaced(record) {
         return Compared::Normalised("spacing");
     }
-    if spaced(page).to_lowercase() == spaced(record).to_lowercase() {
+    // Letter case only where no digit is: a code with digits may be case-sensitive.
+    let has_digit = |s: &str| s.chars().any(|c| c.is_ascii_digit());
+    if !has_digit(page) && !has_digit(record) && spaced(page).to_lowercase() == spaced(record).to_lowercase() {
         return Compared::Normalised("letter case");
     }
+    // Only where the date cannot be read as MM/DD too (the day past 12, or day and month equal).
     if let (Some(p), Some(r)) = (day_month_year(page), iso_date(record))
         && p == r
+        && (p.2 > 12 || p.1 == p.2)
     {
         return Compared::Normalised("DD/MM/YYYY");
     }
@@ -118,12 +135,24 @@ fn day_month_year(s: &str) -> Option<(u32, u32, u32)> {
         .flatten()
 }
 
-/// A plain decimal (thousands commas allowed) as hundredths, when it has at most two decimals.
+/// A plain decimal as hundredths, when it has at most two decimals: thousands commas only in
+/// groups of three, no leading zero (an account number's zeros are part of it).
 fn number(s: &str) -> Option<i128> {
-    let t: String = s.trim().chars().filter(|c| *c != ',').collect();
-    let (whole, frac) = t.split_once('.').unwrap_or((&t, ""));
+    let s = s.trim();
+    let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
     let digits = |x: &str| !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit());
-    if !digits(whole) || whole.len() > 30 || frac.len() > 2 || (!frac.is_empty() && !digits(frac)) {
+    let mut groups = whole.split(',');
+    let first = groups.next()?;
+    let grouped = groups.all(|g| g.len() == 3 && digits(g));
+    let whole: String = whole.chars().filter(|c| *c != ',').collect();
+    let leading_zero = whole.len() > 1 && whole.starts_with('0');
+    if !grouped
+        || !digits(first)
+        || first.len() > 30
+        || leading_zero
+        || frac.len() > 2
+        || (!frac.is_empty() && !digits(frac))
+    {
         return None;
     }
     let cents: i128 = format!("{frac:0<2}").parse().ok()?;
@@ -138,6 +167,7 @@ mod tests {
         ReadBack {
             field: FormField { label: "Field".into(), name: "f".into(), kind, value: value.into(), checked: false },
             typed_field_id: typed.map(str::to_owned),
+            typed_run: typed.map(|_| "run-1".to_owned()),
         }
     }
 
@@ -150,11 +180,24 @@ mod tests {
         assert_eq!(status("Ada", "Ada"), (FormStatus::Match, String::new()));
         assert_eq!(status("Ada  Lovelace ", "Ada Lovelace"), (FormStatus::MatchNormalised, "spacing".into()));
         assert_eq!(status("ADA@EXAMPLE.TEST", "ada@example.test"), (FormStatus::MatchNormalised, "letter case".into()));
-        assert_eq!(status("03/04/2026", "2026-04-03"), (FormStatus::MatchNormalised, "DD/MM/YYYY".into()));
+        assert_eq!(status("23/04/2026", "2026-04-23"), (FormStatus::MatchNormalised, "DD/MM/YYYY".into()));
         assert_eq!(status("28,500.00", "28500"), (FormStatus::MatchNormalised, "number".into()));
-        for (page, record) in [("04/03/2026", "2026-04-03"), ("28500.01", "28500"), ("Bob", "Ada"), ("1e3", "1000")] {
+        for (page, record) in [
+            ("04/03/2026", "2026-04-03"),
+            // Could be 4 March: not called a match.
+            ("03/04/2026", "2026-04-03"),
+            ("28500.01", "28500"),
+            ("Bob", "Ada"),
+            ("1e3", "1000"),
+            ("0012345678", "12345678"),
+            ("2,85", "285"),
+            ("ab12CD", "AB12cd"),
+        ] {
             assert_eq!(status(page, record).0, FormStatus::Mismatch, "{page} / {record}");
         }
+        // Typed, but the reading run's record has no such value: never a page default.
+        let stray = row(&read(FieldKind::Text, "Ada", Some("f")), None);
+        assert_eq!(FormStatus::try_from(stray.status), Ok(FormStatus::Mismatch));
         let untouched = row(&read(FieldKind::Text, "250.00", None), None);
         assert_eq!(FormStatus::try_from(untouched.status), Ok(FormStatus::Untouched));
         assert_eq!((untouched.value.as_str(), untouched.record_value.as_str()), ("250.00", ""));
@@ -162,7 +205,7 @@ mod tests {
 
     #[test]
     fn a_sensitive_field_or_secret_shaped_value_is_never_shown() {
-        let r = row(&read(FieldKind::Password, "[REDACTED]", Some("pw")), Some("hunter2-Secret!"));
+        let r = row(&read(FieldKind::Password, "hunter2-Secret!", Some("pw")), Some("hunter2-Secret!"));
         assert_eq!(FormStatus::try_from(r.status), Ok(FormStatus::Redacted));
         assert_eq!((r.value.as_str(), r.record_value.as_str()), (REDACTED, REDACTED));
         let key = "sk_live_4eC39HqLyjWDarjtT1zdp7dc";

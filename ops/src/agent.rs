@@ -81,8 +81,21 @@ pub async fn run(
 pub fn report(o: &Outcome) -> String {
     let mut counts: Vec<_> = o.counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
     counts.sort();
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let t = &o.time;
+    let per_step = t.harness().as_secs_f64() * 1e6 / f64::from(o.steps.max(1));
+    let time = format!(
+        "time: {:.1} ms in all; the harness {:.2} ms ({per_step:.0} µs a step), the runtime {:.1} ms, \
+         the authorizer {:.1} ms, the owner {:.1} ms, the model {:.1} ms",
+        ms(t.total),
+        ms(t.harness()),
+        ms(t.runtime),
+        ms(t.authorizer),
+        ms(t.owner),
+        ms(t.model)
+    );
     format!(
-        "run ended: {} after {} steps{}\n{}",
+        "run ended: {} after {} steps{}\n{time}\n{}",
         match &o.end {
             agent::rules::End::Done { reference } => format!("done, reference {reference}"),
             agent::rules::End::Escalated { reason, detail } => format!("escalated ({reason}) {detail}"),

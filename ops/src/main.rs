@@ -369,6 +369,14 @@ enum BenchCmd {
         #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=9_000))]
         nodes: u64,
     },
+    /// The agent harness's own work for one step (the snapshot taken in, the prompt, the answer
+    /// checked), without the model, the runtime or the authorizer.
+    Harness {
+        #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(10..=1_000_000))]
+        iterations: u64,
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=9_000))]
+        nodes: u64,
+    },
     /// The gateway's routes (list grants, list pending approvals, resolve) beside the gRPC call
     /// each wraps, over TLS, at each connection count.
     Gateway {
@@ -660,6 +668,9 @@ async fn bench(database: &Option<String>, command: BenchCmd) -> Result<()> {
                 )
                 .await?
             );
+        }
+        BenchCmd::Harness { iterations, nodes } => {
+            println!("{}", ops::bench::harness::run(usize::try_from(iterations)?, usize::try_from(nodes)?)?);
         }
         BenchCmd::Act { iterations, nodes } => {
             println!("{}", ops::bench::act::run(usize::try_from(iterations)?, usize::try_from(nodes)?).await?);

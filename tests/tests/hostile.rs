@@ -236,10 +236,14 @@ async fn keys_go_only_to_the_element_that_holds_focus() {
     let reply = s.act(press).await.unwrap();
     assert!(!reply.dispatched && reply.detail.contains("does not hold focus"), "{reply:?}");
 
-    // A field that hands focus on is refused before anything is typed.
+    // A field that hands focus on is refused before anything is typed, or (where the browser
+    // moves focus only after the check, as Chromium 148 does) every key is stopped by the guard
+    // and the outcome is unknown: either way no key reaches another field.
     let o = s.observe(&session).await;
     let reply = s.act(typing(&s, &o, "Your answer")).await.unwrap();
-    assert!(!reply.dispatched && reply.detail.contains("does not hold focus"), "{reply:?}");
+    let refused = !reply.dispatched && reply.detail.contains("does not hold focus");
+    let stopped = reply.outcome_unknown && reply.detail.contains("the guard stopped");
+    assert!(refused || stopped, "{reply:?}");
     let o = s.observe(&session).await;
     assert!(!filled(&o, "Your answer") && !filled(&o, "Offer code"), "{o:?}");
 

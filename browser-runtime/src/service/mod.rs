@@ -290,19 +290,25 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
                     .records
                     .fields(&tenant, &principal, &run)
                     .map_err(|e| Status::invalid_argument(e.to_string()))?;
-                let value_of = |id: &str| record.iter().find(|(f, _)| f == id).map(|(_, v)| v.as_str());
+                // A field typed for another run is compared with nothing: it is this run's mismatch.
+                let value_of = |r: &crate::session::ReadBack| {
+                    let id = r.typed_field_id.as_deref().filter(|_| r.typed_run.as_deref() == Some(run.as_str()))?;
+                    record.iter().find(|(f, _)| f == id).map(|(_, v)| v.as_str())
+                };
+                if fields.len() > MAX_FORM_ROWS {
+                    return Err(Status::failed_precondition(
+                        "the form has more fields than an owner can review on a card",
+                    ));
+                }
                 let review = gl::FormReview {
-                    rows: fields
-                        .iter()
-                        .map(|r| crate::review::row(r, r.typed_field_id.as_deref().and_then(value_of)))
-                        .collect(),
+                    rows: fields.iter().map(|r| crate::review::row(r, value_of(r))).collect(),
                     digest: crate::review::digest(&self.config.tickets, &tenant, &fields),
                 };
                 let body = gl::FormBody {
                     tenant_id: tenant.clone(),
                     principal_id: principal.clone(),
                     browser_profile_id: profile.clone(),
-                    run_id: run,
+                    run_id: run.clone(),
                     snapshot_id: req.snapshot_id.clone(),
                     node_ref: req.r#ref.clone(),
                     page_url: url.clone(),
@@ -324,7 +330,11 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
                     label: r.field.label,
                     name: r.field.name,
                     kind: gl::FieldKind::from(r.field.kind) as i32,
-                    value: r.field.value,
+                    value: if crate::review::sensitive(r.field.kind) && !r.field.value.is_empty() {
+                        "[REDACTED]".into()
+                    } else {
+                        r.field.value
+                    },
                     checked: r.field.checked,
                     typed_field_id: r.typed_field_id.unwrap_or_default(),
                 })
@@ -355,6 +365,9 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
 fn route(path: &str) -> Option<(&'static [Role], &'static [credentials::Scope])> {
     path.starts_with("/browser_runtime.v1.BrowserRuntime/").then_some((&[Role::Worker][..], &[][..]))
 }
+
+/// The most fields a form's card shows (the authorizer takes no more).
+const MAX_FORM_ROWS: usize = 200;
 
 /// Open files kept back from connections: each browser's driver, its DevTools sockets, records.
 const OPEN_FILE_RESERVE: u64 = 512;

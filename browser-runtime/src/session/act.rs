@@ -370,16 +370,23 @@ impl Session {
         if let Some(token) = &input.approval_token {
             // A button's form as the page holds it now: a card that showed the form is redeemed
             // only while it still holds exactly what the owner read.
+            // Read for every button (a form's button submits it), whatever the card showed: a card
+            // that showed no form for a submit is never spent on one.
+            let button = live.role == Some(Role::Button);
             let form_digest = match (&input.action, self.node(&input.snapshot_id, &input.node_ref)) {
-                (ActAction::Click, Ok((index, _))) => match page::form(&devtools, &input.snapshot_id, index).await {
-                    Ok((_, Some(fields))) => {
-                        let read: Vec<ReadBack> =
-                            fields.into_iter().map(|(field, _)| ReadBack { field, typed_field_id: None }).collect();
-                        Some(crate::review::digest(allow.tickets, &self.tenant, &read))
+                (ActAction::Click, Ok((index, _))) if button => {
+                    match page::form(&devtools, &input.snapshot_id, index).await {
+                        Ok((_, Some(fields))) => {
+                            let read: Vec<ReadBack> = fields
+                                .into_iter()
+                                .map(|(field, _)| ReadBack { field, typed_field_id: None, typed_run: None })
+                                .collect();
+                            Some(crate::review::digest(allow.tickets, &self.tenant, &read))
+                        }
+                        Ok((_, None)) => None,
+                        Err(e) => released!(Err(self.read_failed(e, config).await)),
                     }
-                    Ok((_, None)) => None,
-                    Err(e) => released!(Err(self.read_failed(e, config).await)),
-                },
+                }
                 _ => None,
             };
             let redemption = Redemption {
@@ -430,7 +437,7 @@ impl Session {
                 let cleared = if kind == FieldKind::EditableRegion { Ok(()) } else { el.clear().await };
                 match cleared {
                     Ok(()) => {
-                        self.typed.insert(element.clone(), field_id.clone());
+                        self.typed.insert(element.clone(), (input.run_id.clone(), field_id.clone()));
                         // The clear reached the page already: from here a failure leaves the
                         // outcome unknown, never "not dispatched".
                         if let Err(e) = el.send_keys(&value).await {

@@ -231,7 +231,9 @@ pub struct Observation {
 #[derive(Debug, Clone)]
 pub struct ReadBack {
     pub field: FormField,
+    /// The record field the runtime typed into it, and the run it typed for.
     pub typed_field_id: Option<String>,
+    pub typed_run: Option<String>,
 }
 
 /// Where approval tokens are redeemed: the authorizer, for exactly this run, snapshot, ref and
@@ -296,8 +298,8 @@ pub struct Session {
     pub closed: bool,
     browser: Option<Browser>,
     snapshot: Option<Snapshot>,
-    /// Elements the runtime typed into, with the record field it typed.
-    typed: HashMap<ElementRef, String>,
+    /// Elements the runtime typed into, with the run and the record field it typed.
+    typed: HashMap<ElementRef, (String, String)>,
     /// Tickets dispatched: each at most once.
     spent: HashSet<String>,
     /// The newest act's own reading of the live node's consequence, when it got that far.
@@ -522,7 +524,14 @@ impl Session {
         let fields = fields.ok_or_else(|| SessionError::Invalid("the node is gone or in no form".into()))?;
         let read = fields
             .into_iter()
-            .map(|(field, el)| ReadBack { typed_field_id: el.and_then(|el| self.typed.get(&el).cloned()), field })
+            .map(|(field, el)| {
+                let typed = el.and_then(|el| self.typed.get(&el).cloned());
+                ReadBack {
+                    typed_run: typed.as_ref().map(|(run, _)| run.clone()),
+                    typed_field_id: typed.map(|(_, f)| f),
+                    field,
+                }
+            })
             .collect();
         Ok((page.url, read))
     }

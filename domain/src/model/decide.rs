@@ -330,14 +330,10 @@ fn redeem_token(
     // The very act the card showed: kind and argument, the typed text's digest, and the element
     // and page as the runtime now reads them live.
     let same_act = match (bound.and_then(|b| b.action.as_ref()), &binding.action) {
-        // A card that showed a form binds it: the page must hold exactly that form still. A card
-        // that showed none binds none, whatever form the button is in now.
-        (Some(approved), Some(asked)) => {
-            let form_fits = approved.form_sha256.is_none() || approved.form_sha256 == asked.form_sha256;
-            form_fits
-                && **approved
-                    == crate::catalogue::BoundAction { form_sha256: approved.form_sha256.clone(), ..(**asked).clone() }
-        }
+        // A card binds the form it showed, and a card that showed none binds "no form": a submit
+        // whose form the owner never saw is not approved by it (the runtime reads a button's
+        // form live at every redemption).
+        (Some(approved), Some(asked)) => approved == asked,
         _ => false,
     };
     let fits = same_place

@@ -228,3 +228,4 @@ pub mod gateway;
 pub mod rebuild;
 
 pub mod act;
+pub mod harness;

@@ -1,0 +1,75 @@
+//! `grantctl bench harness`: the harness's own work for one step, without the model, the
+//! runtime or the authorizer: a snapshot taken in (the repeated-page digest, the page's own
+//! stops), the step's prompt rendered, and the model's answer checked against its schema and the
+//! rules (grounded target, evidence line). On a page of `nodes` interactive nodes.
+
+use std::time::Instant;
+
+use agent::model::{View, on_named};
+use agent::prompt::{self, Step};
+use agent::rules::Rules;
+use anyhow::Result;
+use proto::runtime as rt;
+
+use super::Samples;
+
+fn page(nodes: usize, i: usize) -> rt::ObserveReply {
+    rt::ObserveReply {
+        snapshot_id: format!("snap_{i:012x}"),
+        url: "https://www.lesson.test/lesson/unit-3".into(),
+        // A new title each step: the same page three times would end the run.
+        title: format!("Lesson, step {i}"),
+        nodes: (0..nodes)
+            .map(|n| rt::Node {
+                r#ref: format!("n{n}"),
+                role: if n % 5 == 0 { rt::Role::Textbox } else { rt::Role::Button } as i32,
+                name: if n == 1 { "Next".into() } else { format!("Choice {n}: a word in the lesson") },
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+pub fn run(iterations: usize, nodes: usize) -> Result<String> {
+    let mut step = Samples::default();
+    let mut render = Samples::default();
+    let log: Vec<String> = (0..8).map(|i| format!("{i} click \"Choice {i}\" ref=n{i} → ok, changed = true")).collect();
+    let fields = vec!["name".to_owned(), "city".to_owned()];
+    let mut rules = Rules::for_fields(u32::MAX, fields.clone());
+    for i in 0..iterations + 10 {
+        let o = page(nodes, i);
+        let t = Instant::now();
+        rules.observed(&o).map_err(|e| anyhow::anyhow!("the page ended the run: {e:?}"))?;
+        let r = Instant::now();
+        let text = prompt::render(&Step {
+            number: 1,
+            max_steps: 50,
+            subgoal: "1. Go on to the next lesson",
+            field_ids: &fields,
+            step_log: &log,
+            last_result: "ok, changed = true",
+            snapshot: &o,
+        });
+        let rendered = r.elapsed();
+        let view = View { prompt: &text, snapshot: Some(&o), last_result: "", step: 1 };
+        let turn = on_named(view, "click", "Next", false, serde_json::json!({}));
+        let verdict = rules.turn(&turn.calls, &turn.evidence);
+        let took = t.elapsed();
+        anyhow::ensure!(matches!(verdict, agent::rules::Verdict::Run(_)), "the turn was refused: {verdict:?}");
+        std::hint::black_box(&text);
+        if i >= 10 {
+            step.latencies.push(took);
+            render.latencies.push(rendered);
+        }
+    }
+    let us = |s: &Samples, p: usize| s.percentile(p).as_secs_f64() * 1e6;
+    Ok(format!(
+        "harness step ({nodes}-node page)   n={:<5} p50 {:>8.1} µs  p99 {:>8.1} µs\n  of which the prompt rendered  p50 {:>8.1} µs  p99 {:>8.1} µs",
+        step.latencies.len(),
+        us(&step, 50),
+        us(&step, 99),
+        us(&render, 50),
+        us(&render, 99),
+    ))
+}
