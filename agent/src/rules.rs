@@ -119,7 +119,8 @@ impl Rules {
         (self.steps >= self.max_steps).then(|| End::escalated("budget_exhausted", format!("{} steps", self.max_steps)))
     }
 
-    fn count(&mut self, rule: &'static str) {
+    /// One more enforcement of `rule`, in the run's counts.
+    pub fn count(&mut self, rule: &'static str) {
         *self.counts.entry(rule).or_default() += 1;
     }
 

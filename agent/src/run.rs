@@ -362,7 +362,7 @@ impl State<'_> {
             .map(|r| crate::prompt::quoted(&r.label))
             .collect();
         if !mismatched.is_empty() {
-            self.rules.counts.entry("form_mismatch").and_modify(|n| *n += 1).or_insert(1);
+            self.rules.count("form_mismatch");
             let detail = format!("the form differs from the task record in {}", mismatched.join(", "));
             return Ok(Err(End::escalated("unexpected_form_state", detail)));
         }
@@ -432,7 +432,7 @@ impl State<'_> {
                     return Ok(None);
                 }
                 Ok(Some(Decision::Deny(d))) => {
-                    self.rules.counts.entry("denied").and_modify(|n| *n += 1).or_insert(1);
+                    self.rules.count("denied");
                     self.note(format!("{} ref={} denied", verb(&act), target.node_ref), format!("DENIED: {}", d.code));
                     return Ok(None);
                 }

@@ -119,20 +119,24 @@ fn compare(page: &str, record: &str) -> Compared {
 
 /// `YYYY-MM-DD` as (year, month, day).
 fn iso_date(s: &str) -> Option<(u32, u32, u32)> {
-    let mut it = s.trim().split('-');
-    let (y, m, d) = (it.next()?, it.next()?, it.next()?);
-    (it.next().is_none() && y.len() == 4 && m.len() == 2 && d.len() == 2)
-        .then(|| Some((y.parse().ok()?, m.parse().ok()?, d.parse().ok()?)))
-        .flatten()
+    let [y, m, d] = date_parts(s, '-', [4, 2, 2])?;
+    Some((y, m, d))
 }
 
 /// `DD/MM/YYYY` as (year, month, day).
 fn day_month_year(s: &str) -> Option<(u32, u32, u32)> {
-    let mut it = s.trim().split('/');
-    let (d, m, y) = (it.next()?, it.next()?, it.next()?);
-    (it.next().is_none() && y.len() == 4 && m.len() == 2 && d.len() == 2)
-        .then(|| Some((y.parse().ok()?, m.parse().ok()?, d.parse().ok()?)))
-        .flatten()
+    let [d, m, y] = date_parts(s, '/', [2, 2, 4])?;
+    Some((y, m, d))
+}
+
+/// Three numbers split by `sep`, of exactly these widths in digits.
+fn date_parts(s: &str, sep: char, widths: [usize; 3]) -> Option<[u32; 3]> {
+    let parts: Vec<&str> = s.trim().split(sep).collect();
+    let shaped = parts.iter().map(|p| p.len()).eq(widths);
+    if !shaped || !parts.iter().all(|p| p.bytes().all(|b| b.is_ascii_digit())) {
+        return None;
+    }
+    Some([parts[0].parse().ok()?, parts[1].parse().ok()?, parts[2].parse().ok()?])
 }
 
 /// A plain decimal as hundredths, when it has at most two decimals: thousands commas only in

@@ -79,12 +79,7 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
     /// The run's record values, each sealed with its shape: the text itself only where a card
     /// shows it (never a value that reads as a secret).
     fn record_texts(&self, by: &Reader<'_>, run: &str) -> Result<Vec<pb::RecordText>, Status> {
-        use crate::records::RecordError as E;
-        let fields = self.records.fields(by.tenant, by.principal, run).map_err(|e| match e {
-            E::Invalid(_) | E::NoField { .. } => Status::invalid_argument(e.to_string()),
-            E::Malformed(..) => Status::internal(e.to_string()),
-            E::Unreadable(..) => Status::unavailable(e.to_string()),
-        })?;
+        let fields = self.records.fields(by.tenant, by.principal, run).map_err(record_status)?;
         let read_ms = i64::try_from(OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX);
         Ok(fields
             .into_iter()
@@ -286,10 +281,7 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
         let (sealed, review) = match run {
             None => (None, None),
             Some(run) => {
-                let record = self
-                    .records
-                    .fields(&tenant, &principal, &run)
-                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
+                let record = self.records.fields(&tenant, &principal, &run).map_err(record_status)?;
                 // A field typed for another run is compared with nothing: it is this run's mismatch.
                 let value_of = |r: &crate::session::ReadBack| {
                     let id = r.typed_field_id.as_deref().filter(|_| r.typed_run.as_deref() == Some(run.as_str()))?;
@@ -364,6 +356,16 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
 /// Every call of the runtime is the worker's.
 fn route(path: &str) -> Option<(&'static [Role], &'static [credentials::Scope])> {
     path.starts_with("/browser_runtime.v1.BrowserRuntime/").then_some((&[Role::Worker][..], &[][..]))
+}
+
+/// A task record that cannot be read: the caller's fault, the file's, or the disk's for now.
+fn record_status(e: crate::records::RecordError) -> Status {
+    use crate::records::RecordError as E;
+    match e {
+        E::Invalid(_) | E::NoField { .. } => Status::invalid_argument(e.to_string()),
+        E::Malformed(..) => Status::internal(e.to_string()),
+        E::Unreadable(..) => Status::unavailable(e.to_string()),
+    }
 }
 
 /// The most fields a form's card shows (the authorizer takes no more).
