@@ -25,7 +25,7 @@ pub struct Clients {
 }
 
 impl Clients {
-    fn req<T>(&self, message: T) -> tonic::Request<T> {
+    pub fn req<T>(&self, message: T) -> tonic::Request<T> {
         let mut r = tonic::Request::new(message);
         r.metadata_mut().insert("authorization", self.bearer.clone());
         r
@@ -175,9 +175,10 @@ struct State<'a> {
     /// Makes this run's tool-call ids its own: a task file run twice under one run id must not
     /// read as a retry of the first run's calls.
     nonce: String,
-    /// Whether an act the owner approved was dispatched: only after one does a page's reference
-    /// number count as the task's confirmation (a page cannot end a run as done on its own).
-    approved_dispatched: bool,
+    /// Whether an act of this run was dispatched (under a card, a task or a standing grant): only
+    /// after one does a page's reference number count as the task's confirmation (the page the
+    /// run opened on cannot end it as done).
+    dispatched: bool,
     time: Timings,
 }
 
@@ -197,7 +198,7 @@ pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) ->
             "{:x}",
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
         ),
-        approved_dispatched: false,
+        dispatched: false,
         time: Timings::default(),
     };
     let started = std::time::Instant::now();
@@ -304,7 +305,7 @@ impl State<'_> {
                 let o = timed!(self.time.runtime, self.clients.runtime.observe(self.clients.req(req)).await)
                     .map_err(RunError::Runtime)?
                     .into_inner();
-                let confirmed = confirmation(&o).filter(|_| self.approved_dispatched);
+                let confirmed = confirmation(&o).filter(|_| self.dispatched);
                 let seen = self.rules.observed(&o);
                 self.note(
                     format!("snapshot {} ({} nodes)", o.snapshot_id, o.nodes.len()),
@@ -465,9 +466,7 @@ impl State<'_> {
         } else {
             format!("{}: {} (recoverable = {})", reply.code_name, reply.detail, reply.recoverable)
         };
-        if reply.dispatched && target.approval_token.is_some() {
-            self.approved_dispatched = true;
-        }
+        self.dispatched |= reply.dispatched;
         // The page's name goes in the log as a JSON string, like every page string the model reads.
         let name = crate::prompt::quoted(&target.name);
         self.note(format!("{} {name} ref={} → {result}", verb(&act), target.node_ref), result);

@@ -115,6 +115,8 @@ pub struct NodeRead {
     pub facts: ElementFacts,
     /// Every option a select has (the facts carry at most one more than the limit).
     pub option_count: usize,
+    /// The keys that would submit the element's form.
+    pub submit_keys: Vec<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -146,6 +148,7 @@ struct RawNode {
     role: String,
     fact: RawFact,
     visible: bool,
+    submit_keys: Vec<String>,
     state: NodeState,
     value: String,
 }
@@ -234,6 +237,7 @@ fn node(raw: RawNode) -> NodeRead {
         visible: raw.visible,
         facts,
         option_count: f.option_count,
+        submit_keys: raw.submit_keys,
     }
 }
 

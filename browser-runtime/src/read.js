@@ -172,6 +172,15 @@ function formOwner(n) {
   return null;
 }
 
+// The keys that would submit the element's form: Enter in any input of a form (implicit
+// submission), Enter or Space on a submit control. A submit goes through a click on its button,
+// whose card reads the form back; a key would submit past that read.
+function submitKeys(el) {
+  if (!formOwner(el)) return [];
+  if (isSubmit(el)) return ['Enter', ' ', 'Space'];
+  return local(el) === 'input' && ns(el) === 'http://www.w3.org/1999/xhtml' ? ['Enter'] : [];
+}
+
 function roleOf(el) {
   const explicit = (attr(el, 'role') || '').trim().split(/\s+/)[0].toLowerCase();
   if (explicit) return ROLES.has(explicit) ? explicit : null;
@@ -401,6 +410,7 @@ function describe(el) {
     role: role || '',
     fact,
     visible: visible(el),
+    submit_keys: submitKeys(el),
     state: {
       disabled: fact.disabled,
       checked: !!checked,

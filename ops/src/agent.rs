@@ -9,6 +9,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use agent::model::{PlanStep, Scripted};
 use agent::openai::{Endpoint as ModelEndpoint, OpenAi};
 use agent::run::{Clients, Outcome, TaskFile, run as run_task, start};
+use proto::runtime as rt;
 
 async fn channel(url: &str, ca: Option<&[u8]>) -> Result<Channel> {
     let mut endpoint = Endpoint::from_shared(url.to_owned()).with_context(|| format!("{url:?} is not a URL"))?;
@@ -41,6 +42,9 @@ pub async fn run(
     model: Option<(String, String)>,
     get: impl Fn(&str) -> Option<String>,
 ) -> Result<String> {
+    if script.is_some() == model.is_some() {
+        bail!("give --script, or --model-url and --model");
+    }
     let text = std::fs::read_to_string(task_path).with_context(|| format!("reading {}", task_path.display()))?;
     let file: TaskFile =
         serde_json::from_str(&text).with_context(|| format!("{} is not a task", task_path.display()))?;
@@ -57,10 +61,29 @@ pub async fn run(
         bearer: format!("Bearer {token}").parse().context("AGENT_WORKER_TOKEN is not a header value")?,
     };
     let task = start(&mut clients, &file).await?;
-    let outcome = match (script, model) {
+    let outcome = play(&mut clients, &task, script, model, &get).await;
+    // The run's browser goes back to the pool however the run ended.
+    let close = rt::CloseSessionRequest { session_id: task.browser_session.clone() };
+    let closed = clients.runtime.close_session(clients.req(close)).await;
+    let outcome = outcome?;
+    if let Err(e) = closed {
+        tracing::warn!(session = %task.browser_session, error = %e, "the run's browser session did not close");
+    }
+    Ok(report(&outcome))
+}
+
+/// The plan at `script`, or the model `(url, name)`, through the harness.
+async fn play(
+    clients: &mut Clients,
+    task: &agent::run::Task,
+    script: Option<&Path>,
+    model: Option<(String, String)>,
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<Outcome> {
+    Ok(match (script, model) {
         (Some(path), None) => {
             let steps = plan(&std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?)?;
-            run_task(&mut clients, &task, &mut Scripted::from_plan(steps)).await?
+            run_task(clients, task, &mut Scripted::from_plan(steps)).await?
         }
         (None, Some((base_url, name))) => {
             let endpoint = ModelEndpoint {
@@ -70,11 +93,10 @@ pub async fn run(
                 timeout: Duration::from_secs(60),
                 retries: 2,
             };
-            run_task(&mut clients, &task, &mut OpenAi::new(endpoint).map_err(anyhow::Error::msg)?).await?
+            run_task(clients, task, &mut OpenAi::new(endpoint).map_err(anyhow::Error::msg)?).await?
         }
         _ => bail!("give --script, or --model-url and --model"),
-    };
-    Ok(report(&outcome))
+    })
 }
 
 /// What a run did, as the operator reads it.

@@ -56,9 +56,23 @@ async fn replay_with(store: &PgStore, filter: &Filter, mut progress: impl FnMut(
             .find(|r| r.grant_id == Some(g) && r.event_type == "browser.task_grant.created")
             .and_then(|r| r.approval_id)
     });
+    // A session's story holds what its cards and grants became, though an answer, a token or a
+    // grant's end names no session of its own.
+    let (mut approvals, mut grants) = (std::collections::HashSet::new(), std::collections::HashSet::new());
+    if let Some(s) = &filter.session {
+        for r in rows.iter().filter(|r| r.session_id.as_ref() == Some(s)) {
+            approvals.extend(r.approval_id);
+            grants.extend(r.grant_id);
+        }
+    }
+    let in_session = |r: &AuditRow, s: &String| {
+        r.session_id.as_ref() == Some(s)
+            || r.approval_id.is_some_and(|a| approvals.contains(&a))
+            || r.grant_id.is_some_and(|g| grants.contains(&g))
+    };
     rows.retain(|r| {
         filter.tenant.as_ref().is_none_or(|t| &r.tenant_id == t)
-            && filter.session.as_ref().is_none_or(|s| r.session_id.as_ref() == Some(s))
+            && filter.session.as_ref().is_none_or(|s| in_session(r, s))
             && filter.grant.is_none_or(|g| {
                 r.grant_id == Some(g) || (r.approval_id.is_some() && r.approval_id == creating_approval)
             })

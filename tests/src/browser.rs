@@ -9,7 +9,7 @@ use authorizer::domain::Command;
 use authorizer::policy::Policy;
 use authorizer::scopes::{TaskGrantSettings, parse_scopes};
 use authorizer::service::AuthorizerService;
-use authorizer::{Authority, MemoryGrants};
+use authorizer::{Authority, Backend, MemoryGrants, PgGrants};
 use browser_runtime::fixture::Fixture;
 use browser_runtime::service::{AuthorizerRedeemer, BrowserRuntime};
 use browser_runtime::ticket::{self, Expected};
@@ -52,15 +52,17 @@ pub fn with<T>(token: &str, message: T) -> Request<T> {
 
 type Serving = tokio::task::JoinHandle<Result<(), tonic::transport::Error>>;
 
+/// The stack, its authorizer on `B`'s ledger: the memory one unless a test asks for PostgreSQL.
 #[derive(Debug)]
-pub struct Stack {
+pub struct Stack<B: Backend + 'static = MemoryGrants> {
     pub fixture: Fixture,
     pub runtime: rt::browser_runtime_client::BrowserRuntimeClient<Channel>,
     pub authorizer: pb::authorizer_client::AuthorizerClient<Channel>,
     pub served: Arc<BrowserRuntime<AuthorizerRedeemer>>,
     /// The authorizer as served (its counters are the served one's).
-    pub authorizer_service: AuthorizerService<MemoryGrants>,
-    authorizer_port: u16,
+    pub authorizer_service: AuthorizerService<B>,
+    pub authorizer_port: u16,
+    pub runtime_port: u16,
     /// Task records: `records/<tenant>/<owner>/<run>.json`.
     pub records: PathBuf,
     /// Each session's last dispatched sequence, so `act` can number the next one.
@@ -75,7 +77,7 @@ pub struct Stack {
     _stops: Vec<tokio::sync::oneshot::Sender<()>>,
 }
 
-impl Drop for Stack {
+impl<B: Backend + 'static> Drop for Stack<B> {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -86,14 +88,28 @@ async fn channel(port: u16) -> Channel {
 }
 
 impl Stack {
-    /// Every part up, with a pool of `pool` browsers.
+    /// Every part up, with a pool of `pool` browsers, on the memory ledger.
     pub async fn start(pool: usize) -> Self {
+        Self::start_on(pool, MemoryGrants::default(), Credentials::memory()).await
+    }
+}
+
+impl Stack<PgGrants> {
+    /// Every part up on `db`'s ledger and credentials, as production runs it.
+    pub async fn start_pg(pool: usize, db: &crate::TestDb) -> Self {
+        let store = ledger::PgStore::with_listener(db.pool(8), db.config.clone());
+        Self::start_on(pool, PgGrants::new(store), Credentials::postgres(db.pool(4))).await
+    }
+}
+
+impl<B: Backend + 'static> Stack<B> {
+    /// Every part up on `backend`, with a pool of `pool` browsers.
+    pub async fn start_on(pool: usize, backend: B, credentials: Credentials) -> Self {
         need_browser();
         let dir =
             std::env::temp_dir().join(format!("grant-ledger-browser-test-{}", hex::encode(rand::random::<[u8; 8]>())));
         let fixture = Fixture::start(&[LESSON, ELSEWHERE], &dir).await.expect("fixture site");
 
-        let credentials = Credentials::memory();
         for (token, tenant, role, principal) in [
             (WORKER, TENANT, Role::Worker, Some("owner")),
             (RUNTIME, TENANT, Role::Runtime, Some("owner")),
@@ -103,8 +119,7 @@ impl Stack {
         ] {
             credentials.register(token, tenant, role, principal, None).await.expect("credential");
         }
-        let authority =
-            Arc::new(Authority::new(MemoryGrants::default(), Policy::empty(), TenantId::new(TENANT).unwrap()));
+        let authority = Arc::new(Authority::new(backend, Policy::empty(), TenantId::new(TENANT).unwrap()));
         let settings =
             TaskGrantSettings { enabled: true, scopes: parse_scopes("https://www.lesson.test/lesson").unwrap() };
         authority.execute(Command::ChangeSettings(settings), "operator").await.expect("settings");
@@ -147,6 +162,7 @@ impl Stack {
             served,
             authorizer_service,
             authorizer_port,
+            runtime_port,
             records,
             applied: std::collections::HashMap::new(),
             profiles: std::collections::HashMap::new(),

@@ -920,3 +920,32 @@ async fn the_corners_the_record_names_are_read() {
     assert_eq!(reply.reason, "in_app_currency", "{reply:?}");
     assert!(s.fixture.requests().iter().all(|r| r.host != ELSEWHERE), "{:?}", s.fixture.requests());
 }
+
+#[tokio::test]
+async fn a_key_that_would_submit_a_form_is_refused_whatever_allowed_it() {
+    let mut s = stack().await;
+    let session = s.open("profile-1", "/lesson/form", 50).await.unwrap();
+    let press = |s: &Stack, o: &rt::ObserveReply, name: &str, role: rt::Role, key: &str| {
+        let mut act = click(&session, o, node(o, name).0);
+        act.expected_role = role as i32;
+        act.action = Some(rt::act_request::Action::Press(rt::Press { key: key.into() }));
+        s.grant(&mut act, task_constraint());
+        act
+    };
+    // Enter in a field submits through the form's button, Enter or Space on the button submits:
+    // either would send the form with no read-back of it, so each is refused, recoverably.
+    for (name, role, key) in [
+        ("Your answer", rt::Role::Textbox, "Enter"),
+        ("Check", rt::Role::Button, "Enter"),
+        ("Check", rt::Role::Button, " "),
+    ] {
+        let o = s.observe(&session).await;
+        let reply = s.act(press(&s, &o, name, role, key)).await.unwrap();
+        refused(&reply, rt::ActCode::NodeNotInteractable);
+        assert!(reply.detail.contains("submits the form"), "{reply:?}");
+    }
+    // A key that does not submit still goes in.
+    let o = s.observe(&session).await;
+    assert!(s.act(press(&s, &o, "Your answer", rt::Role::Textbox, "Tab")).await.unwrap().dispatched);
+    assert!(!documents(&s).iter().any(|d| d.contains("/lesson/answer")), "{:?}", documents(&s));
+}

@@ -7,11 +7,12 @@ use std::time::Duration;
 use agent::model::{Scripted, escalate, on_named, snapshot, token_in};
 use agent::rules::End;
 use agent::run::{Clients, Task, run};
+use authorizer::{Backend, PgGrants};
 use proto::v1 as pb;
 use serde_json::json;
-use tests::browser::{GATEWAY, LESSON, Stack, WORKER, with};
+use tests::browser::{GATEWAY, LESSON, Stack, TENANT, WORKER, with};
 
-// The first page plants a reference number: before an act the owner approved has run, no page
+// The first page plants a reference number: before an act of the run has been dispatched, no page
 // can end the run as done.
 const START: &str = r#"<!doctype html><title>Lesson 1, reference LX-0001</title>
 <a href="/lesson/2">Next</a> <a href="/lesson/3">Skip</a>"#;
@@ -153,46 +154,127 @@ async fn ungrounded_turns_are_refused_before_the_runtime_and_a_rejection_ends_th
     assert!(after.iter().all(|p| p == "/lesson/1" || p.starts_with("/favicon")), "{after:?}");
 }
 
-/// What `grantctl agent run` does with a task file and a written plan: opens the chat and the
-/// browser session, plays the plan, and ends at the confirmation.
+/// `grantctl`, as `scripts/test` builds it before the tests.
+fn grantctl() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test's path");
+    let bin = exe.parent().and_then(|deps| deps.parent()).expect("target/debug").join("grantctl");
+    assert!(bin.exists(), "{} is missing: cargo build -p ops --bin grantctl (scripts/test builds it)", bin.display());
+    bin
+}
+
+/// `grantctl agent run` on `task` with the written `plan`, as the worker's operator runs it.
+async fn agent_run(s: &Stack<PgGrants>, dir: &std::path::Path, task: serde_json::Value, plan: &str) -> String {
+    let run = task["run_id"].as_str().unwrap().to_owned();
+    let (task_path, plan_path) = (dir.join(format!("{run}.json")), dir.join(format!("{run}.plan")));
+    std::fs::write(&task_path, task.to_string()).unwrap();
+    std::fs::write(&plan_path, plan).unwrap();
+    let out = tokio::process::Command::new(grantctl())
+        .args(["agent", "run", "--task"])
+        .arg(&task_path)
+        .arg("--script")
+        .arg(&plan_path)
+        .env("AGENT_RUNTIME_URL", format!("http://127.0.0.1:{}", s.runtime_port))
+        .env("AGENT_AUTHORIZER_URL", format!("http://127.0.0.1:{}", s.authorizer_port))
+        .env("AGENT_WORKER_TOKEN", WORKER)
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    // The run's own time split, beside the services it called (docs/performance.md).
+    println!("{run}: {text}");
+    text
+}
+
+/// The whole product path: `grantctl agent run` with a written plan through the real runtime
+/// and an authorizer on PostgreSQL, then `grantctl audit replay --session` telling what happened
+/// from the log alone: the card, the owner's answer, the grant, each act it allowed, both runs'
+/// ends (a confirmation and an escalation).
 #[tokio::test]
-async fn a_task_file_and_a_written_plan_run_to_the_confirmation() {
-    let mut s = Stack::start(1).await;
+async fn grantctl_agent_run_plays_a_plan_and_audit_replay_tells_the_story() {
+    let db = tests::TestDb::new().await;
+    let mut s = Stack::start_pg(1, &db).await;
     s.fixture.page(LESSON, "/lesson/1", START);
     s.fixture.page(LESSON, "/lesson/2", DONE);
-    s.claim("profile-7").await;
-    let file: agent::run::TaskFile = serde_json::from_value(json!({
-        "chat_session": "s1", "browser_profile": "profile-7",
-        "start_url": "https://www.lesson.test/lesson/1", "allowed_origins": ["https://www.lesson.test"],
-        "run_id": "run-7", "subgoals": ["Go on to the next lesson"], "max_steps": 10, "agent_version": "agent-1",
-        "approval_wait_seconds": 15
-    }))
-    .unwrap();
-    let mut clients = Clients {
-        runtime: s.runtime.clone(),
-        authorizer: s.authorizer.clone(),
-        bearer: format!("Bearer {WORKER}").parse().unwrap(),
+    s.fixture.page(LESSON, "/lesson/3", "<!doctype html><title>Lesson 3</title><p>Nothing to do here.");
+    s.chat("s1", "profile-7").await;
+    let dir = std::env::temp_dir().join(format!("grant-ledger-agent-run-{}", hex::encode(rand::random::<[u8; 6]>())));
+    std::fs::create_dir_all(&dir).unwrap();
+    let task = |run: &str| {
+        json!({
+            "chat_session": "s1", "browser_profile": "profile-7",
+            "start_url": "https://www.lesson.test/lesson/1", "allowed_origins": ["https://www.lesson.test"],
+            "run_id": run, "subgoals": ["Go on to the next lesson"], "max_steps": 10, "agent_version": "agent-1",
+            "approval_wait_seconds": 20
+        })
     };
-    let task = agent::run::start(&mut clients, &file).await.unwrap();
-    s.owner_says("s1").await;
-    let plan = ops::agent::plan(
+
+    // The first act asks; the owner allows it for the task; the act again needs no token.
+    let answering = owner_answers_each(&s, vec![pb::Resolution::ApproveForTask]);
+    let first = agent_run(
+        &s,
+        &dir,
+        task("run-7"),
         r#"{"tool": "snapshot"}
+{"tool": "click", "name": "Next"}
 {"tool": "request_approval", "name": "Next"}
-{"tool": "click", "name": "Next", "with_token": true}
+{"tool": "click", "name": "Next"}
 {"tool": "snapshot"}"#,
     )
-    .unwrap();
-    let answering = owner_answers(&s, pb::Resolution::ApproveOnce);
-    let outcome = run(&mut clients, &task, &mut agent::model::Scripted::from_plan(plan)).await.unwrap();
+    .await;
     answering.await.unwrap();
-    assert_eq!(outcome.end, End::Done { reference: "LX-4471".into() }, "{}", ops::agent::report(&outcome));
-    assert!(ops::agent::report(&outcome).starts_with("run ended: done, reference LX-4471 after 4 steps"));
-    assert!(ops::agent::plan(r##"{"tool": "click", "css": "#next"}"##).is_err(), "a plan step is closed too");
+    assert!(first.starts_with("run ended: done, reference LX-4471 after 5 steps"), "{first}");
+    assert!(first.contains("\ntime: ") && first.contains("the runtime"), "{first}");
+
+    // A second run in the chat (its browser from a pool of one, so the first run gave its back):
+    // the grant covers its act, with no card; then nothing grounded.
+    let second = agent_run(
+        &s,
+        &dir,
+        task("run-8"),
+        r#"{"tool": "snapshot"}
+{"tool": "click", "name": "Skip"}
+{"tool": "snapshot"}
+{"tool": "escalate", "reason": "no_grounded_action"}"#,
+    )
+    .await;
+    assert!(second.starts_with("run ended: escalated (no_grounded_action)"), "{second}");
+
+    let out = std::process::Command::new(grantctl())
+        .args(["audit", "replay", "--tenant", TENANT, "--session", "s1"])
+        .env("DATABASE_URL", db.url())
+        .output()
+        .unwrap();
+    let story = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{story}{}", String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+    // In the log's order, the answer and the grant's rows too, though they name no session.
+    let expected = [
+        "session started (interactive surface)",
+        "Run run-7 started (agent-1)",
+        "Asked the owner: Click a link on www.lesson.test/lesson, element named \"Next\"",
+        "Allowed for this task",
+        "Task permission on https://www.lesson.test/lesson",
+        "\"Next\" (use 1) [Allowed by task permission]",
+        "Run run-7 completed: reference LX-4471",
+        "Run run-8 started (agent-1)",
+        "\"Skip\" (use 2) [Allowed by task permission]",
+        "Run escalated: no_grounded_action",
+    ];
+    let mut rest = story.as_str();
+    for line in expected {
+        let at = rest.find(line).unwrap_or_else(|| panic!("{line:?} is not next in the story:\n{story}"));
+        rest = &rest[at + line.len()..];
+    }
+    assert!(!story.contains("LX-0001"), "the first page's reference never ended a run: {story}");
 }
 
 /// The owner answers the cards of `s1` in order, one resolution each, as the gateway would; the
 /// cards as they were shown come back.
-fn owner_answers_each(s: &Stack, answers: Vec<pb::Resolution>) -> tokio::task::JoinHandle<Vec<pb::Approval>> {
+fn owner_answers_each<B: Backend + 'static>(
+    s: &Stack<B>,
+    answers: Vec<pb::Resolution>,
+) -> tokio::task::JoinHandle<Vec<pb::Approval>> {
     let authorizer = s.authorizer.clone();
     tokio::spawn(async move {
         let mut seen: Vec<pb::Approval> = Vec::new();

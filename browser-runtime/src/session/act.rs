@@ -232,6 +232,16 @@ impl Session {
                 return Ok(Err(refuse(Code::NodeNotInteractable, why.into())));
             }
         }
+        // A submit is a click on the form's button, whose approval shows the form read back: a
+        // key that would submit it bypasses that, whatever allowed the key.
+        if let ActAction::Press { key } = &input.action
+            && live.submit_keys.contains(key)
+        {
+            return Ok(Err(refuse(
+                Code::NodeNotInteractable,
+                format!("{key:?} here submits the form: click the form's submit button instead"),
+            )));
+        }
         if kind.is_credential() {
             return Ok(Err(refuse(
                 Code::NodeNotInteractable,
