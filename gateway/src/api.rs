@@ -108,6 +108,9 @@ pub struct Approval {
     /// Why an active task permission did not cover the action.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// `reason` in the owner's words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason_text: Option<String>,
     pub expires_at: String,
 }
 
@@ -160,6 +163,7 @@ impl From<pb::Approval> for Approval {
                 max_typed_chars: o.max_typed_chars,
                 text: o.text,
             }),
+            reason_text: Some(&a.reason).filter(|r| !r.is_empty()).map(|r| crate::console::reason_words(r)),
             reason: Some(a.reason).filter(|r| !r.is_empty()),
             expires_at: a.expires_at,
         }
@@ -191,6 +195,10 @@ pub struct Resolve {
     /// For `approve_for_task`: the offer's path prefix, repeated exactly.
     #[serde(default)]
     pub offered_path_prefix: Option<String>,
+    /// How long the card was on the owner's screen before this answer, as the console measured
+    /// it: logged, since a collapse in dwell time is an incident.
+    #[serde(default)]
+    pub shown_for_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]

@@ -9,6 +9,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod api;
+pub mod console;
 mod guard;
 pub mod openapi;
 pub mod owners;

@@ -6,7 +6,7 @@ use axum::Json;
 use axum::extract::{FromRequestParts, Path, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get};
 use axum::{Router, middleware};
 use credentials::Scope;
@@ -133,7 +133,7 @@ pub(crate) const EVENTS: Doc = Doc {
     ..doc(
         "get",
         "/v1/sessions/{session_id}/events",
-        "Server-sent events: approval.pending, approval.resolved, grant.changed, grant.ended",
+        "Server-sent events: approval.pending, approval.resolved, grant.changed, grant.ended, activity.changed",
         schema::<crate::stream::StreamEvent>,
     )
 };
@@ -177,7 +177,11 @@ pub(crate) fn router(gateway: Gateway) -> Router {
     }
     let app = api
         .route("/sign-in", get(sign_in_page).post(sign_in))
-        .route("/", get(home))
+        .route("/", get(crate::console::home))
+        .route("/go", get(crate::console::go))
+        .route("/sessions/{session_id}", get(crate::console::session))
+        .route("/console.js", get(crate::console::script))
+        .route("/console.css", get(crate::console::style))
         .fallback(|| async { Problem::not_found() })
         .method_not_allowed_fallback(|| async {
             Problem::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this path takes another method")
@@ -399,6 +403,9 @@ async fn resolve(call: Call, Seg(approval_id): Seg, req: Request) -> Answer<Reso
             (r, String::new(), String::new())
         }
     };
+    if let Some(ms) = body.shown_for_ms {
+        tracing::info!(approval_id = %approval_id, shown_for_ms = ms, resolution = ?body.resolution, "card answered");
+    }
     let req = pb::ResolveApprovalRequest {
         approval_id,
         resolution: resolution.into(),
@@ -580,6 +587,9 @@ async fn sign_in_page(call: Call) -> Response {
     struct Q {
         #[serde(default)]
         code: String,
+        /// The chat session to open once signed in.
+        #[serde(default)]
+        session: String,
     }
     let q: Q = guard::query(call.query.as_deref()).unwrap_or_default();
     if !crate::owners::well_formed(&q.code, Kind::Link) {
@@ -602,10 +612,13 @@ async fn sign_in_page(call: Call) -> Response {
     let form = format!(
         "<p>This link signs this browser in as <strong>{}</strong> of <strong>{}</strong>. If that is not \
          you, close this page.</p><form method=\"post\" action=\"/sign-in\"><input type=\"hidden\" \
-         name=\"code\" value=\"{}\"><button type=\"submit\">Sign in as {}</button></form>",
+         name=\"code\" value=\"{}\">{}<button type=\"submit\">Sign in as {}</button></form>",
         escape(&principal),
         escape(&tenant),
         q.code,
+        crate::console::session_path(&q.session)
+            .map(|_| format!("<input type=\"hidden\" name=\"session\" value=\"{}\">", escape(&q.session)))
+            .unwrap_or_default(),
         escape(&principal)
     );
     page(StatusCode::OK, "Sign in to grant-ledger", &form)
@@ -621,6 +634,8 @@ async fn sign_in(call: Call, req: Request) -> Response {
     #[derive(serde::Deserialize)]
     struct Form {
         code: String,
+        #[serde(default)]
+        session: String,
     }
     let Ok(form) = serde_urlencoded::from_bytes::<Form>(&bytes) else {
         return page(StatusCode::BAD_REQUEST, "Sign-in refused", "The form was not sent whole.");
@@ -632,7 +647,9 @@ async fn sign_in(call: Call, req: Request) -> Response {
                 "{SESSION_COOKIE}={secret}; Path=/; Secure; HttpOnly; SameSite=Strict; Max-Age={}",
                 crate::owners::SESSION_LIFETIME.as_secs()
             );
-            let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
+            // Only a chat session's own page: never a place the form names freely.
+            let to = crate::console::session_path(&form.session).unwrap_or_else(|| "/".into());
+            let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response();
             if let Ok(v) = HeaderValue::from_str(&cookie) {
                 response.headers_mut().insert(header::SET_COOKIE, v);
             }
@@ -667,28 +684,8 @@ fn same_origin(headers: &HeaderMap, tls: bool) -> bool {
     headers.get(header::ORIGIN).is_some_and(|o| o.as_bytes() == format!("{scheme}://{host}").as_bytes())
 }
 
-async fn home(call: Call) -> Response {
-    match call.gateway.owner(&call.headers, false, &[]).await {
-        Ok((owner, _)) => page(
-            StatusCode::OK,
-            "grant-ledger",
-            &format!("<p>Signed in as {} of {}.</p>", escape(&owner.principal), escape(&owner.tenant)),
-        ),
-        Err(_) => page(
-            StatusCode::OK,
-            "grant-ledger",
-            "<p>Not signed in. Open the sign-in link <code>grantctl owners link</code> printed.</p>",
-        ),
-    }
-}
-
 fn page(status: StatusCode, title: &str, body: &str) -> Response {
-    let html = format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t}</title></head>\
-         <body><h1>{t}</h1>{body}</body></html>",
-        t = escape(title)
-    );
-    (status, Html(html)).into_response()
+    crate::console::shell(status, title, None, body)
 }
 
 pub(crate) fn escape(text: &str) -> String {

@@ -1,7 +1,7 @@
 //! A session's server-sent events, so that a page never polls: `approval.pending` when a card
 //! appears, `approval.resolved` when it is answered or expires, `grant.changed` when a task
 //! permission is created or its uses, characters or minutes move, `grant.ended` once when it
-//! ends. The stream opens with the session's pending cards and active permissions. It re-reads
+//! ends, `activity.changed` when the session's activity has a newer row. The stream opens with the session's pending cards and active permissions. It re-reads
 //! when the ledger announces an append (any replica's) and every few seconds, and closes when
 //! the credential that opened it is revoked or expires, or after [`STREAM_LIFETIME`] (a client
 //! reconnects). A token holds at most [`MAX_STREAMS_PER_TOKEN`] streams on a replica.
@@ -84,6 +84,13 @@ impl Drop for Slot {
 pub(crate) enum StreamEvent {
     Approval(Box<Approval>),
     Grant(Box<Grant>),
+    Activity(ActivityMark),
+}
+
+/// The newest row of the session's activity: read `/activity` for the rows.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub(crate) struct ActivityMark {
+    pub newest_position: u64,
 }
 
 struct Watch {
@@ -99,6 +106,8 @@ struct Watch {
     approvals: HashMap<String, String>,
     grants: HashMap<String, Grant>,
     grants_on: bool,
+    /// The newest activity row seen.
+    activity: Option<u64>,
     queue: VecDeque<Event>,
 }
 
@@ -126,6 +135,7 @@ pub(crate) async fn events(
         approvals: HashMap::new(),
         grants: HashMap::new(),
         grants_on,
+        activity: None,
         queue: VecDeque::new(),
     };
     // The first read proves the session is the owner's (else 404) and gives the opening state.
@@ -180,6 +190,7 @@ impl Watch {
             };
             self.push(name, &StreamEvent::Approval(Box::new(a)));
         }
+        self.activity().await?;
         if !self.grants_on {
             return Ok(());
         }
@@ -203,6 +214,23 @@ impl Watch {
                 _ => continue,
             };
             self.push(name, &StreamEvent::Grant(Box::new(g)));
+        }
+        Ok(())
+    }
+
+    /// The activity view projects behind the log: its newest row is looked at on every read,
+    /// so a console learns of a new row within a tick of its projection.
+    async fn activity(&mut self) -> Result<(), Problem> {
+        let client = self.call.gateway.0.views.get().await.map_err(|e| Problem::unavailable(e.to_string()))?;
+        let newest = projections::audit::session_activity(&**client, &self.owner.tenant, &self.session_id, 1)
+            .await
+            .map_err(|e| Problem::unavailable(e.to_string()))?
+            .first()
+            .map(|r| r.global_position);
+        drop(client);
+        if let Some(newest_position) = newest.filter(|n| Some(*n) != self.activity) {
+            self.activity = Some(newest_position);
+            self.push("activity.changed", &StreamEvent::Activity(ActivityMark { newest_position }));
         }
         Ok(())
     }

@@ -3,6 +3,7 @@
 //! from the system's PostgreSQL binaries and shared by every test process of the run.
 
 pub mod browser;
+pub mod console;
 pub mod gateway;
 pub mod http;
 

@@ -154,8 +154,11 @@ async fn ungrounded_turns_are_refused_before_the_runtime_and_a_rejection_ends_th
     assert!(after.iter().all(|p| p == "/lesson/1" || p.starts_with("/favicon")), "{after:?}");
 }
 
-/// `grantctl`, as `scripts/test` builds it before the tests.
+/// `grantctl`, as `scripts/test` builds it before the tests (or the one `GRANTCTL` names).
 fn grantctl() -> std::path::PathBuf {
+    if let Some(bin) = std::env::var_os("GRANTCTL") {
+        return bin.into();
+    }
     let exe = std::env::current_exe().expect("the test's path");
     let bin = exe.parent().and_then(|deps| deps.parent()).expect("target/debug").join("grantctl");
     assert!(bin.exists(), "{} is missing: cargo build -p ops --bin grantctl (scripts/test builds it)", bin.display());

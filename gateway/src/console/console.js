@@ -1,0 +1,309 @@
+// The owner's console for one chat session: its cards, its task permission's banner and its
+// activity, kept current by the gateway's event stream. Every string from a website reaches the
+// page as text (textContent), never as markup.
+'use strict';
+
+const session = document.body.dataset.session;
+const base = '/v1/sessions/' + encodeURIComponent(session);
+const state = { csrf: null, cards: new Map(), grants: new Map(), shown: new Map(), rows: [] };
+
+const $ = (id) => document.getElementById(id);
+
+// An element with text and children; attributes set as properties' plain strings.
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === 'class') e.className = v;
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) {
+    if (c === null || c === undefined || c === '') continue;
+    e.append(typeof c === 'string' ? document.createTextNode(c) : c);
+  }
+  return e;
+}
+
+// A string from the website: quoted, and said to be the website's.
+function fromSite(text) {
+  return el('q', { class: 'site', title: 'Text from the website' }, text);
+}
+
+function say(text) {
+  $('status').textContent = text;
+}
+
+async function call(method, path, body) {
+  const headers = { accept: 'application/json' };
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  if (method !== 'GET' && state.csrf) headers['x-csrf-token'] = state.csrf;
+  const r = await fetch(path, {
+    method,
+    headers,
+    credentials: 'same-origin',
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const json = await r.json().catch(() => ({}));
+  if (!r.ok) {
+    const e = new Error(json.detail || json.title || 'the gateway answered ' + r.status);
+    e.status = r.status;
+    throw e;
+  }
+  return json;
+}
+
+const KINDS = { click: 'Click', type: 'Type', select: 'Choose', check: 'Tick', press: 'Press a key', scroll: 'Scroll' };
+
+function detailLabel(kind) {
+  return { type: 'Text to type', press: 'Key', select: 'Option', scroll: 'Scroll by' }[kind] || 'Detail';
+}
+
+const ROW_STATUS = {
+  match: 'Matches the task',
+  mismatch: 'Differs from the task',
+  untouched: 'Not filled by the agent: the page’s own value',
+  redacted: 'Hidden: a sensitive field',
+};
+
+function formTable(rows) {
+  const body = el('tbody');
+  for (const r of rows) {
+    const status =
+      r.status === 'match_normalised'
+        ? 'Matches after ' + (r.normalisation || 'normalising')
+        : ROW_STATUS[r.status] || 'Unknown';
+    body.append(
+      el(
+        'tr',
+        { class: 'row-' + r.status },
+        el('th', { scope: 'row' }, fromSite(r.label || '(no label)')),
+        el('td', {}, fromSite(r.value)),
+        el('td', {}, r.record_field_id ? r.record_value || '' : '—'),
+        el('td', {}, status),
+      ),
+    );
+  }
+  return el(
+    'table',
+    { class: 'form-review' },
+    el('caption', {}, 'The form as the page holds it now, beside your task'),
+    el(
+      'thead',
+      {},
+      el('tr', {}, ...['Field', 'On the page', 'Your task', 'Check'].map((h) => el('th', { scope: 'col' }, h))),
+    ),
+    body,
+  );
+}
+
+function card(a) {
+  const v = a.view || {};
+  const title = el('h3', { id: 'card-' + a.approval_id }, v.action_summary || 'The agent asks to act');
+  const facts = el('dl', { class: 'facts' });
+  const fact = (name, ...value) => facts.append(el('dt', {}, name), el('dd', {}, ...value));
+  fact('Action', KINDS[v.action_kind] || v.action_kind || 'unknown');
+  if (v.element_name) fact('On', (v.element_role || 'element') + ' ', fromSite(v.element_name));
+  if (v.visible_text && v.visible_text !== v.element_name) fact('Visible text', fromSite(v.visible_text));
+  if (v.dialog_name) fact('In the dialog', fromSite(v.dialog_name));
+  fact('Page', (v.page_origin || '') + (v.page_path || ''));
+  if (v.page_title) fact('Page title', fromSite(v.page_title));
+  if (v.detail) fact(detailLabel(v.action_kind), v.action_kind === 'type' ? v.detail : fromSite(v.detail));
+
+  const section = el('article', { class: 'card', 'aria-labelledby': title.id }, title, facts);
+  if (!v.describable) {
+    section.append(el('p', { class: 'warn' }, 'The page could not be read whole: look at it yourself before you allow this.'));
+  }
+  if (a.reason_text) section.append(el('p', { class: 'reason' }, a.reason_text));
+  if (v.form) section.append(formTable(v.form));
+
+  const buttons = el('div', { class: 'choices' });
+  const answer = (label, body, cls) => {
+    const b = el('button', { type: 'button', class: cls || '' }, label);
+    b.addEventListener('click', () => resolve(a, body, buttons));
+    buttons.append(b);
+    return b;
+  };
+  if (v.form) {
+    answer('Approve submit', { resolution: 'approve_once' }, 'primary');
+    answer('Reject and escalate', { resolution: 'deny' });
+  } else {
+    answer('Allow once', { resolution: 'approve_once' });
+    if (a.offer) {
+      const o = a.offer;
+      section.append(
+        el(
+          'div',
+          { class: 'offer' },
+          el('p', {}, 'Allow for this task: the agent may act in this chat on ', el('strong', {}, o.origin + o.path_prefix),
+            ' for ' + o.minutes + ' minutes, up to ' + o.max_actions + ' actions and ' + o.max_typed_chars +
+            ' typed characters, without asking you again.'),
+          o.text ? el('p', { class: 'offer-text' }, o.text) : null,
+        ),
+      );
+      answer('Allow for this task', {
+        resolution: 'approve_for_task',
+        offered_origin: o.origin,
+        offered_path_prefix: o.path_prefix,
+      }, 'primary');
+    }
+    answer('Deny', { resolution: 'deny' });
+  }
+  section.append(buttons);
+  return section;
+}
+
+async function resolve(a, body, buttons) {
+  for (const b of buttons.querySelectorAll('button')) b.disabled = true;
+  const shown = state.shown.get(a.approval_id);
+  try {
+    const r = await call('POST', '/v1/approvals/' + encodeURIComponent(a.approval_id) + '/resolve', {
+      ...body,
+      shown_for_ms: shown === undefined ? undefined : Math.round(performance.now() - shown),
+    });
+    state.cards.delete(a.approval_id);
+    say(r.status === 'APPROVED' ? (r.grant_id ? 'Allowed for this task.' : 'Allowed once.') : 'Denied.');
+    renderCards();
+  } catch (e) {
+    say('Your answer was not taken: ' + e.message);
+    for (const b of buttons.querySelectorAll('button')) b.disabled = false;
+  }
+}
+
+function renderCards() {
+  const box = $('cards');
+  const pending = [...state.cards.values()].filter((a) => a.status === 'PENDING');
+  box.replaceChildren(...(pending.length ? pending.map(card) : [el('p', { class: 'empty' }, 'Nothing is waiting for you.')]));
+  for (const a of pending) if (!state.shown.has(a.approval_id)) state.shown.set(a.approval_id, performance.now());
+  document.title = (pending.length ? '(' + pending.length + ') ' : '') + 'Chat ' + session + ' · grant-ledger';
+}
+
+function renderBanner() {
+  const active = [...state.grants.values()].filter((g) => g.status === 'active');
+  const banner = $('banner');
+  banner.replaceChildren(
+    ...active.map((g) => {
+      const stop = el('button', { type: 'button', class: 'stop' }, 'Stop');
+      stop.addEventListener('click', () => stopGrant(g.grant_id, stop));
+      return el(
+        'div',
+        { class: 'grant' },
+        el('p', {}, 'Task permission on ', el('strong', {}, g.origin + g.path_prefix)),
+        el(
+          'p',
+          { class: 'counts' },
+          el('span', { class: 'actions' }, g.actions_used + ' of ' + g.max_actions + ' actions used'),
+          el('span', { class: 'minutes' }, g.minutes_left + ' minutes left'),
+          el('span', { class: 'chars' }, g.max_typed_chars - g.chars_used + ' characters left'),
+        ),
+        stop,
+      );
+    }),
+  );
+  banner.hidden = active.length === 0;
+  $('stop-all').hidden = active.length === 0;
+}
+
+async function stopGrant(id, button) {
+  if (button) button.disabled = true;
+  try {
+    await call('POST', '/v1/browser-task-grants/' + encodeURIComponent(id) + '/revoke', {});
+    const g = state.grants.get(id);
+    if (g) state.grants.set(id, { ...g, status: 'ended', end_reason: 'revoked' });
+    say('The task permission is stopped: the next action asks you again.');
+    renderBanner();
+  } catch (e) {
+    say('The permission was not stopped: ' + e.message);
+    if (button) button.disabled = false;
+  }
+}
+
+// Every active permission of the owner's, in every chat.
+async function stopEverything() {
+  try {
+    const all = await call('GET', '/v1/browser-task-grants?active_only=true');
+    for (const g of all.grants) await stopGrant(g.grant_id, null);
+    say('Every task permission is stopped.');
+  } catch (e) {
+    say('Not everything was stopped: ' + e.message);
+  }
+}
+
+function inRange(row) {
+  const day = row.recorded_at.slice(0, 10);
+  const since = $('since').value;
+  const until = $('until').value;
+  return (!since || day >= since) && (!until || day <= until);
+}
+
+function renderActivity() {
+  const rows = state.rows.filter(inRange);
+  $('activity').replaceChildren(
+    ...rows.map((r) =>
+      el(
+        'li',
+        { class: r.authorization ? 'authorized' : '' },
+        el('time', { datetime: r.recorded_at }, r.recorded_at.slice(0, 19).replace('T', ' ')),
+        ' ',
+        r.authorization ? el('strong', {}, r.authorization + ': ') : null,
+        r.summary,
+      ),
+    ),
+  );
+}
+
+async function loadActivity() {
+  try {
+    state.rows = (await call('GET', base + '/activity')).rows;
+    renderActivity();
+  } catch (e) {
+    say('The activity could not be read: ' + e.message);
+  }
+}
+
+function exportActivity() {
+  const lines = state.rows.filter(inRange).map((r) => JSON.stringify(r)).join('\n');
+  const a = el('a', { download: 'activity-' + session + '.jsonl' });
+  a.href = URL.createObjectURL(new Blob([lines + '\n'], { type: 'application/x-ndjson' }));
+  document.body.append(a);
+  a.click();
+  a.remove();
+}
+
+function listen() {
+  const events = new EventSource(base + '/events');
+  const approval = (e) => {
+    const a = JSON.parse(e.data);
+    state.cards.set(a.approval_id, a);
+    renderCards();
+  };
+  const grant = (e) => {
+    const g = JSON.parse(e.data);
+    state.grants.set(g.grant_id, g);
+    renderBanner();
+  };
+  events.addEventListener('approval.pending', approval);
+  events.addEventListener('approval.resolved', approval);
+  events.addEventListener('grant.changed', grant);
+  events.addEventListener('grant.ended', grant);
+  events.addEventListener('activity.changed', loadActivity);
+  events.addEventListener('open', () => say(''));
+  events.addEventListener('error', () => say('Reconnecting to the gateway…'));
+}
+
+async function start() {
+  $('since').addEventListener('change', renderActivity);
+  $('until').addEventListener('change', renderActivity);
+  $('export').addEventListener('click', exportActivity);
+  $('stop-all').addEventListener('click', stopEverything);
+  try {
+    const me = await call('GET', '/v1/me');
+    state.csrf = me.csrf_token;
+    $('who').textContent = 'Signed in as ' + me.principal + ' of ' + me.tenant;
+  } catch (e) {
+    say(e.status === 401 ? 'Not signed in: open the sign-in link grantctl printed.' : 'The gateway is unavailable: ' + e.message);
+    return;
+  }
+  listen();
+  loadActivity();
+}
+
+start();

@@ -1,0 +1,142 @@
+//! The owner's side in a real browser: a Chromium of its own, driven through its own WebDriver
+//! session as a person uses the console (press what a person presses, read what a person reads),
+//! with a screenshot saved at each step under `target/console-screenshots/<test>/`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use hyper_util::client::legacy::connect::HttpConnector;
+use serde_json::json;
+
+/// How long a person waits for the console to show something.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+#[derive(Debug)]
+pub struct Owner {
+    pub client: Client,
+    driver: tokio::process::Child,
+    driver_pid: u32,
+    profile: PathBuf,
+    shots: PathBuf,
+    step: u32,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        // chromedriver leads its own process group, which holds the Chromium it started.
+        if self.driver.try_wait().ok().flatten().is_none() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", self.driver_pid)])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
+/// Where this test run keeps its screenshots: beside the build, kept after the run.
+fn screenshots(test: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's path");
+    let target = exe.parent().and_then(|deps| deps.parent()).and_then(|p| p.parent()).expect("target/");
+    target.join("console-screenshots").join(test)
+}
+
+impl Owner {
+    /// A Chromium for the owner, `width` CSS pixels wide; screenshots go under `test`'s name.
+    pub async fn start(test: &str, width: u32) -> Self {
+        crate::browser::need_browser();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let driver = tokio::process::Command::new("/usr/bin/chromedriver")
+            .arg(format!("--port={port}"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("chromedriver starts");
+        let driver_pid = driver.id().expect("chromedriver runs");
+        crate::poll_until("chromedriver to listen", WAIT, Duration::from_millis(20), || async move {
+            tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok().map(|_| ())
+        })
+        .await;
+        let profile =
+            std::env::temp_dir().join(format!("grant-ledger-owner-{}", hex::encode(rand::random::<[u8; 8]>())));
+        let mut args = vec![
+            "--headless=new".to_owned(),
+            "--disable-gpu".into(),
+            "--no-first-run".into(),
+            "--disable-background-networking".into(),
+            format!("--window-size={width},1000"),
+            format!("--user-data-dir={}", profile.display()),
+        ];
+        // As root Chromium runs only without its sandbox.
+        if std::fs::read_to_string("/proc/self/status").is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:\t0\t"))) {
+            args.push("--no-sandbox".into());
+        }
+        let mut caps = serde_json::Map::new();
+        caps.insert("browserName".into(), json!("chrome"));
+        caps.insert("goog:chromeOptions".into(), json!({ "binary": "/usr/bin/chromium", "args": args }));
+        let client = ClientBuilder::new(HttpConnector::new())
+            .capabilities(caps)
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+            .expect("the owner's browser session");
+        let shots = screenshots(test);
+        let _ = std::fs::remove_dir_all(&shots);
+        std::fs::create_dir_all(&shots).expect("the screenshot folder");
+        Self { client, driver, driver_pid, profile, shots, step: 0 }
+    }
+
+    /// Saves what the owner sees now as the next numbered screenshot.
+    pub async fn shot(&mut self, label: &str) {
+        self.step += 1;
+        let png = self.client.screenshot().await.expect("a screenshot");
+        std::fs::write(self.shots.join(format!("{:02}-{label}.png", self.step)), png).expect("the screenshot file");
+    }
+
+    pub async fn open(&self, url: &str) {
+        self.client.goto(url).await.expect("the page opens");
+    }
+
+    /// The text the owner reads in the element `css`, or "" when it is not there.
+    pub async fn text(&self, css: &str) -> String {
+        match self.client.find(Locator::Css(css)).await {
+            Ok(e) => e.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+
+    /// Waits until the element `css` reads something that `wanted` accepts; that text.
+    pub async fn read_until(&self, css: &str, what: &str, wanted: impl Fn(&str) -> bool) -> String {
+        let wanted = &wanted;
+        crate::poll_until(what, WAIT, Duration::from_millis(100), || async move {
+            let t = self.text(css).await;
+            wanted(&t).then_some(t)
+        })
+        .await
+    }
+
+    /// Presses the button labelled `label` inside the element `css`, once it is there.
+    pub async fn press(&self, css: &str, label: &str) {
+        let button =
+            crate::poll_until(&format!("the button {label:?}"), WAIT, Duration::from_millis(100), || async move {
+                let scope = self.client.find(Locator::Css(css)).await.ok()?;
+                for b in scope.find_all(Locator::Css("button")).await.ok()? {
+                    if b.text().await.ok()?.trim() == label && b.is_enabled().await.unwrap_or(false) {
+                        return Some(b);
+                    }
+                }
+                None
+            })
+            .await;
+        button.click().await.expect("the button takes the press");
+    }
+
+    /// Ends the browser session and its Chromium.
+    pub async fn close(self) {
+        let _ = self.client.clone().close().await;
+    }
+}

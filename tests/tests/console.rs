@@ -1,0 +1,210 @@
+//! The owner's console end to end (the task-grant record's TG1–TG4): the lesson driven through
+//! the harness and the runtime on the fixture site, the authorizer on PostgreSQL, the projection
+//! workers and the gateway serving the console, and the console itself driven in its own
+//! Chromium as the owner would use it. A screenshot of each step is kept under
+//! `target/console-screenshots/the_lesson_through_the_console/`.
+
+use std::time::Duration;
+
+use agent::model::{Scripted, escalate, on_named, snapshot};
+use agent::rules::End;
+use agent::run::{Clients, Task, run};
+use authorizer::PgGrants;
+use credentials::Scope;
+use serde_json::json;
+use tests::browser::{ELSEWHERE, GATEWAY, LESSON, Stack, TENANT, WORKER};
+use tests::console::Owner;
+
+const LESSON_1: &str = r#"<!doctype html><title>Lesson 1</title><h1>Lesson 1</h1><a href="/lesson/2">Next</a>"#;
+// Lesson 2 also holds what a task permission never covers: a payment (whose label carries markup
+// and script, to be shown inert), an account's settings, and a way off the lesson's scope.
+const LESSON_2: &str = r#"<!doctype html><title>Lesson 2</title><h1>Lesson 2</h1>
+<a href="/lesson/3">Next</a>
+<button aria-label="Pay now <img src=x onerror=&quot;document.title='pwned'&quot;>">Pay</button>
+<button>Account settings</button>
+<a href="https://www.elsewhere.test/partners">Partner site</a>"#;
+const LESSON_3: &str = r#"<!doctype html><title>Lesson 3</title><h1>Lesson 3</h1><a href="/lesson/done">Finish</a>"#;
+const DONE: &str = "<!doctype html><title>Lesson complete: reference LX-4471</title><p>Well done.";
+const PAY: &str = "Pay now <img src=x onerror=\"document.title='pwned'\">";
+
+struct Lesson {
+    db: tests::TestDb,
+    stack: Stack<PgGrants>,
+    gateway: u16,
+    _stops: Vec<tokio::sync::oneshot::Sender<()>>,
+    _workers: tokio::sync::watch::Sender<bool>,
+}
+
+/// Every part of the product on one database, the gateway on plain loopback.
+async fn lesson() -> Lesson {
+    let db = tests::TestDb::new().await;
+    let mut stack = Stack::start_pg(1, &db).await;
+    for (path, html) in
+        [("/lesson/1", LESSON_1), ("/lesson/2", LESSON_2), ("/lesson/3", LESSON_3), ("/lesson/done", DONE)]
+    {
+        stack.fixture.page(LESSON, path, html);
+    }
+    stack.chat("s1", "profile-1").await;
+    let link = gateway::AuthorizerLink {
+        url: format!("http://127.0.0.1:{}", stack.authorizer_port),
+        ca_pem: None,
+        credentials: [(TENANT.to_owned(), GATEWAY.to_owned())].into_iter().collect(),
+    };
+    let mut stops = Vec::new();
+    let gateway = tests::gateway::GatewayStack::serve_gateway(&db, &link, 10_000, &mut stops).await;
+    // The projection workers, as `grantctl serve projections` runs them: the activity's source.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    for p in projections::Projection::ALL {
+        let worker = projections::worker::Worker::new(p, db.config.clone(), db.store(2));
+        let mut stopped = stopped.clone();
+        tokio::spawn(worker.run(async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }));
+    }
+    Lesson { db, stack, gateway, _stops: stops, _workers: stop }
+}
+
+impl Lesson {
+    /// The owner's one-time sign-in link, landing on chat `s1`.
+    async fn sign_in_link(&self) -> String {
+        let owners = gateway::Owners::new(self.db.pool(2));
+        let scopes = [Scope::ApprovalResolve, Scope::GrantRead, Scope::GrantWrite];
+        let (token, _) = owners.create(TENANT, "owner", &scopes, Duration::from_secs(3600)).await.unwrap();
+        let code = owners.link(TENANT, token.token_id).await.unwrap();
+        format!("http://127.0.0.1:{}/sign-in?code={code}&session=s1", self.gateway)
+    }
+
+    /// A run of `model` from `/lesson/1`, in the background.
+    async fn run(&mut self, run_id: &str, model: Scripted) -> tokio::task::JoinHandle<agent::run::Outcome> {
+        let browser_session = self.stack.open("profile-1", "/lesson/1", 50).await.unwrap();
+        let mut clients = Clients {
+            runtime: self.stack.runtime.clone(),
+            authorizer: self.stack.authorizer.clone(),
+            bearer: format!("Bearer {WORKER}").parse().unwrap(),
+        };
+        let task = Task {
+            chat_session: "s1".into(),
+            browser_session,
+            run_id: run_id.into(),
+            subgoals: vec!["Finish the lesson".into()],
+            field_ids: vec![],
+            max_steps: 20,
+            agent_version: "agent-1".into(),
+            approval_wait: Duration::from_secs(60),
+        };
+        let mut model = model;
+        tokio::spawn(async move {
+            let outcome = run(&mut clients, &task, &mut model).await.expect("the run");
+            // The pool holds one browser: the next run's needs this one closed.
+            let close = proto::runtime::CloseSessionRequest { session_id: task.browser_session.clone() };
+            clients.runtime.close_session(clients.req(close)).await.expect("the run's browser closes");
+            outcome
+        })
+    }
+}
+
+/// Click `name` on the current snapshot, then take the next snapshot.
+fn click_then_look(model: Scripted, name: &'static str) -> Scripted {
+    model.then(move |v| on_named(v, "click", name, false, json!({}))).then(|_| snapshot())
+}
+
+#[tokio::test]
+async fn the_lesson_through_the_console() {
+    let mut l = lesson().await;
+    let mut owner = Owner::start("the_lesson_through_the_console", 1100).await;
+
+    // Signing in: the link names whom it signs in, and lands on the chat's page.
+    owner.open(&l.sign_in_link().await).await;
+    owner.shot("sign-in").await;
+    owner.press("main", "Sign in as owner").await;
+    owner.read_until("#who", "the signed-in owner", |t| t.contains("Signed in as owner of tenant-1")).await;
+    owner.shot("signed-in").await;
+
+    // TG1: the first act's card names the element and the page and offers Allow for this task.
+    let model = Scripted::new()
+        .then(|_| snapshot())
+        .then(|v| on_named(v, "click", "Next", false, json!({})))
+        .then(|v| on_named(v, "request_approval", "Next", false, json!({})));
+    let model =
+        click_then_look(model.then(|v| on_named(v, "click", "Next", false, json!({}))).then(|_| snapshot()), "Next");
+    let running = l.run("run-1", click_then_look(model, "Finish")).await;
+    let card = owner.read_until("#cards", "the first card", |t| t.contains("Allow for this task")).await;
+    owner.shot("tg1-card").await;
+    for said in [
+        "Click a link",
+        "Next",
+        "https://www.lesson.test/lesson/1",
+        "Lesson 1",
+        "https://www.lesson.test/lesson for 30 minutes, up to 200 actions and 4096 typed characters",
+        "Allow once",
+        "Deny",
+    ] {
+        assert!(card.contains(said), "the card does not say {said:?}:\n{card}");
+    }
+    owner.press("#cards", "Allow for this task").await;
+    // The lesson's remaining acts run with no card, while the banner counts them.
+    let outcome = running.await.unwrap();
+    assert_eq!(outcome.end, End::Done { reference: "LX-4471".into() }, "{}", outcome.log.join("\n"));
+    let banner = owner.read_until("#banner", "three uses on the banner", |t| t.contains("3 of 200 actions used")).await;
+    assert!(banner.contains("https://www.lesson.test/lesson"), "{banner}");
+    assert!(banner.contains("minutes left") && banner.contains("4096 characters left"), "{banner}");
+    let minutes: u32 =
+        banner.split(" minutes left").next().and_then(|b| b.split_whitespace().last()).unwrap().parse().unwrap();
+    assert!((29..=30).contains(&minutes), "{banner}");
+    assert_eq!(owner.text("#cards").await, "Nothing is waiting for you.");
+    owner.shot("tg1-banner-counts").await;
+
+    // TG4: the activity says what the permission allowed, act by act.
+    let activity = owner
+        .read_until("#activity", "the permission's acts in the activity", |t| t.contains("\"Finish\" (use 3)"))
+        .await;
+    for used in ["\"Next\" (use 1)", "\"Next\" (use 2)", "\"Finish\" (use 3)"] {
+        let line = activity.lines().find(|l| l.contains(used)).unwrap_or_else(|| panic!("{used}:\n{activity}"));
+        assert!(line.contains("Allowed by task permission: Click a link"), "{line}");
+    }
+    assert!(activity.contains("Allowed for this task"), "the card's answer is in the activity:\n{activity}");
+    owner.shot("tg4-activity").await;
+
+    // TG2: Stop ends the permission at once; the next act shows a card again.
+    owner.press("#banner", "Stop").await;
+    owner.read_until("#banner", "the banner to go", str::is_empty).await;
+    owner.shot("tg2-stopped").await;
+    let model = Scripted::new()
+        .then(|_| snapshot())
+        .then(|v| on_named(v, "click", "Next", false, json!({})))
+        .then(|v| on_named(v, "request_approval", "Next", false, json!({})))
+        .then(|v| on_named(v, "click", "Next", false, json!({})))
+        .then(|_| snapshot())
+        // TG3: with the permission allowed again, each of these asks, saying why it is not covered.
+        .then(|v| on_named(v, "click", PAY, false, json!({})))
+        .then(|v| on_named(v, "click", "Account settings", false, json!({})))
+        .then(|v| on_named(v, "click", "Partner site", false, json!({})))
+        .then(|_| escalate("uncertain"));
+    let running = l.run("run-2", model).await;
+    let card = owner.read_until("#cards", "a card after Stop", |t| t.contains("Allow for this task")).await;
+    assert!(card.contains("Next") && !card.contains("does not cover"), "no permission is active to explain: {card}");
+    owner.shot("tg2-card-after-stop").await;
+    owner.press("#cards", "Allow for this task").await;
+    let outcome = running.await.unwrap();
+    assert_eq!(outcome.end.reason(), "uncertain", "{}", outcome.log.join("\n"));
+    let cards = owner
+        .read_until("#cards", "three cards that say why", |t| {
+            t.matches("Your task permission does not cover this").count() == 3
+        })
+        .await;
+    for why in ["looks like a payment", "changes your account", "outside the site area the permission covers"] {
+        assert!(cards.contains(why), "no card says {why:?}:\n{cards}");
+    }
+    owner.shot("tg3-cards-say-why").await;
+
+    // The payment's label, markup and script included, is quoted text on the card and ran nowhere.
+    assert!(cards.contains(PAY), "{cards}");
+    let imgs = owner.client.find_all(fantoccini::Locator::Css("#cards img")).await.unwrap();
+    assert!(imgs.is_empty(), "the label's markup became an element");
+    assert!(!owner.client.title().await.unwrap().contains("pwned"));
+    let quoted = owner.client.find(fantoccini::Locator::Css("#cards q.site")).await.unwrap();
+    assert_eq!(quoted.attr("title").await.unwrap().as_deref(), Some("Text from the website"));
+    // The partner site's link was never followed.
+    assert!(l.stack.fixture.requests().iter().all(|r| r.host != ELSEWHERE));
+    owner.close().await;
+}
