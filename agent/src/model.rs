@@ -98,7 +98,8 @@ pub struct PlanStep {
     pub reason: Option<String>,
     #[serde(default)]
     pub consequential: bool,
-    /// Spend the approval token the last result handed back.
+    /// Spend the approval token the last result handed back, if it handed one (after an answer
+    /// "for this task" there is none: the act goes again under the permission).
     #[serde(default)]
     pub with_token: bool,
 }
@@ -120,11 +121,8 @@ impl Scripted {
                     if let Some(by) = step.by {
                         extra.insert("by".into(), json!(by));
                     }
-                    if step.with_token {
-                        match token_in(view.last_result) {
-                            Some(t) => drop(extra.insert("approval_token".into(), json!(t))),
-                            None => return escalate("uncertain"),
-                        }
+                    if let Some(t) = token_in(view.last_result).filter(|_| step.with_token) {
+                        extra.insert("approval_token".into(), json!(t));
                     }
                     on_named(
                         view,

@@ -11,7 +11,7 @@ use agent::openai::{Endpoint as ModelEndpoint, OpenAi};
 use agent::run::{Clients, Outcome, TaskFile, run as run_task, start};
 use proto::runtime as rt;
 
-async fn channel(url: &str, ca: Option<&[u8]>) -> Result<Channel> {
+pub(crate) async fn channel(url: &str, ca: Option<&[u8]>) -> Result<Channel> {
     let mut endpoint = Endpoint::from_shared(url.to_owned()).with_context(|| format!("{url:?} is not a URL"))?;
     if url.starts_with("https://") {
         let mut tls = ClientTlsConfig::new().with_enabled_roots();

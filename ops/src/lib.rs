@@ -7,6 +7,7 @@ pub mod audit;
 pub mod bench;
 pub mod check;
 pub mod classify;
+pub mod demo;
 pub mod migrate;
 pub mod pgcluster;
 pub mod serve;

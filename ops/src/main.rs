@@ -64,6 +64,11 @@ enum Cmd {
         #[command(subcommand)]
         command: AgentCmd,
     },
+    /// The lesson a newcomer watches (`scripts/run --demo`).
+    Demo {
+        #[command(subcommand)]
+        command: DemoCmd,
+    },
     /// Owners' credentials at the gateway: API tokens and one-time sign-in links.
     Owners {
         #[command(subcommand)]
@@ -149,6 +154,25 @@ enum AgentCmd {
 }
 
 #[derive(Debug, Subcommand)]
+enum DemoCmd {
+    /// Serve the demo lesson on loopback until Ctrl-C; writes DIR/browser-args.json and
+    /// DIR/fixture-ca.pem for the runtime (BROWSER_EXTRA_ARGS, BROWSER_CA_BUNDLE).
+    Site {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// Play the scripted lesson through the running stack in chat `demo`, asking OWNER on the
+    /// console. Reaches the stack as `agent run` does, plus DEMO_PROFILES_TOKEN and
+    /// DEMO_GATEWAY_TOKEN.
+    Run {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, default_value = "owner")]
+        owner: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum OwnersCmd {
     /// API tokens.
     Token {
@@ -164,6 +188,9 @@ enum OwnersCmd {
         /// The gateway's address as the owner's browser reaches it.
         #[arg(long, default_value = "https://localhost:8443")]
         base: String,
+        /// The chat session whose page the link lands on.
+        #[arg(long)]
+        session: Option<String>,
     },
 }
 
@@ -450,6 +477,10 @@ async fn run(cli: Cli) -> Result<()> {
             ops::serve::gateway(config, url).await?;
         }
         Cmd::Owners { command } => owners_command(&database_url(&cli.database_url)?, command).await?,
+        Cmd::Demo { command: DemoCmd::Site { dir } } => ops::demo::site(&dir).await?,
+        Cmd::Demo { command: DemoCmd::Run { dir, owner } } => {
+            println!("{}", ops::demo::run(&dir, &owner, |k| std::env::var(k).ok()).await?);
+        }
         Cmd::Agent { command: AgentCmd::Run { task, script, model_url, model } } => {
             let outcome =
                 ops::agent::run(&task, script.as_deref(), model_url.zip(model), |k| std::env::var(k).ok()).await?;
@@ -599,9 +630,13 @@ async fn owners_command(url: &str, command: OwnersCmd) -> Result<()> {
                 println!("{}\t{}\t{}\t{state}", t.token_id, t.principal, scopes.join(","));
             }
         }
-        OwnersCmd::Link { tenant, token_id, base } => {
+        OwnersCmd::Link { tenant, token_id, base, session } => {
+            if let Some(s) = &session {
+                ledger::check_entity_id("session", s).map_err(|e| anyhow::anyhow!("--session: {}", e.reason))?;
+            }
             let code = owners.link(&tenant, token_id).await?;
-            println!("{}/sign-in?code={code}", base.trim_end_matches('/'));
+            let landing = session.map(|s| format!("&session={s}")).unwrap_or_default();
+            println!("{}/sign-in?code={code}{landing}", base.trim_end_matches('/'));
         }
     }
     Ok(())

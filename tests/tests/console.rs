@@ -116,8 +116,11 @@ async fn the_lesson_through_the_console() {
     // Signing in: the link names whom it signs in, and lands on the chat's page.
     owner.open(&l.sign_in_link().await).await;
     owner.shot("sign-in").await;
+    let pressed = std::time::Instant::now();
     owner.press("main", "Sign in as owner").await;
     owner.read_until("#who", "the signed-in owner", |t| t.contains("Signed in as owner of tenant-1")).await;
+    // Figures for docs/performance.md, printed (never asserted): the machine is shared.
+    println!("console: signed in and the session page filled in {} ms", pressed.elapsed().as_millis());
     owner.shot("signed-in").await;
 
     // TG1: the first act's card names the element and the page and offers Allow for this task.
@@ -127,8 +130,10 @@ async fn the_lesson_through_the_console() {
         .then(|v| on_named(v, "request_approval", "Next", false, json!({})));
     let model =
         click_then_look(model.then(|v| on_named(v, "click", "Next", false, json!({}))).then(|_| snapshot()), "Next");
+    let started = std::time::Instant::now();
     let running = l.run("run-1", click_then_look(model, "Finish")).await;
     let card = owner.read_until("#cards", "the first card", |t| t.contains("Allow for this task")).await;
+    println!("console: the run's first card shown {} ms after the run started", started.elapsed().as_millis());
     owner.shot("tg1-card").await;
     for said in [
         "Click a link",
