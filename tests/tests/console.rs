@@ -76,7 +76,19 @@ impl Lesson {
 
     /// A run of `model` from `/lesson/1`, in the background.
     async fn run(&mut self, run_id: &str, model: Scripted) -> tokio::task::JoinHandle<agent::run::Outcome> {
-        let browser_session = self.stack.open("profile-1", "/lesson/1", 50).await.unwrap();
+        self.run_from("/lesson/1", run_id, &[], model).await
+    }
+
+    /// A run of `model` from `path` with the task record's `fields`, in the background.
+    async fn run_from(
+        &mut self,
+        path: &str,
+        run_id: &str,
+        fields: &[(&str, &str)],
+        model: Scripted,
+    ) -> tokio::task::JoinHandle<agent::run::Outcome> {
+        self.stack.record(run_id, fields);
+        let browser_session = self.stack.open("profile-1", path, 50).await.unwrap();
         let mut clients = Clients {
             runtime: self.stack.runtime.clone(),
             authorizer: self.stack.authorizer.clone(),
@@ -87,7 +99,7 @@ impl Lesson {
             browser_session,
             run_id: run_id.into(),
             subgoals: vec!["Finish the lesson".into()],
-            field_ids: vec![],
+            field_ids: fields.iter().map(|(id, _)| (*id).to_owned()).collect(),
             max_steps: 20,
             agent_version: "agent-1".into(),
             approval_wait: Duration::from_secs(60),
@@ -211,5 +223,110 @@ async fn the_lesson_through_the_console() {
     assert_eq!(quoted.attr("title").await.unwrap().as_deref(), Some("Text from the website"));
     // The partner site's link was never followed.
     assert!(l.stack.fixture.requests().iter().all(|r| r.host != ELSEWHERE));
+    owner.close().await;
+}
+
+// Two fields the task fills (the page upper-cases the city as it is typed) and a page default the
+// agent never touches.
+const ENROL: &str = r#"<!doctype html><title>Enrol</title><h1>Enrol</h1>
+<form action="/lesson/unit-4" method="get">
+<label>Full name <input name="name"></label>
+<label>City <input name="city" oninput="this.value = this.value.toUpperCase()"></label>
+<label>Excess (voluntary) <input name="excess" value="250.00"></label>
+<button>Confirm enrolment</button>
+</form>"#;
+
+/// The lesson's form filled under the permission (asked for first when `ask` is set), its
+/// submit asked on the console.
+fn enrol(ask: bool) -> Scripted {
+    let type_into = |name: &'static str, field: &'static str| {
+        move |v: agent::model::View<'_>| on_named(v, "type", name, false, json!({ "field_id": field }))
+    };
+    let mut model = Scripted::new().then(|_| snapshot());
+    if ask {
+        model = model
+            .then(type_into("Full name", "name"))
+            .then(|v| on_named(v, "request_approval", "Full name", false, json!({})));
+    }
+    model
+        .then(type_into("Full name", "name"))
+        .then(|_| snapshot())
+        .then(type_into("City", "city"))
+        .then(|_| snapshot())
+        .then(|v| on_named(v, "click", "Confirm enrolment", true, json!({})))
+        .then(|v| on_named(v, "request_approval", "Confirm enrolment", true, json!({})))
+        .then(|v| {
+            let token = agent::model::token_in(v.last_result).map(|t| json!({ "approval_token": t }));
+            on_named(v, "click", "Confirm enrolment", true, token.unwrap_or_else(|| json!({})))
+        })
+        .then(|_| snapshot())
+}
+
+/// Whether the console shows the submit's card, its form read back.
+fn submit_card(t: &str) -> bool {
+    t.contains("Confirm enrolment") && t.contains("Approve submit")
+}
+
+#[tokio::test]
+async fn the_form_review_card_on_the_console() {
+    let mut l = lesson().await;
+    l.stack.fixture.page(LESSON, "/lesson/unit-3", ENROL);
+    l.stack.fixture.page(
+        LESSON,
+        "/lesson/unit-4",
+        "<!doctype html><title>Enrolment confirmed: reference EN-2040</title>",
+    );
+    let mut owner = Owner::start("the_form_review_card_on_the_console", 1100).await;
+    owner.open(&l.sign_in_link().await).await;
+    owner.press("main", "Sign in as owner").await;
+    owner.read_until("#who", "the signed-in owner", |t| t.contains("Signed in as owner")).await;
+
+    let record = [("name", "Ada Lovelace"), ("city", "London")];
+    let running = l.run_from("/lesson/unit-3", "run-f", &record, enrol(true)).await;
+    owner.read_until("#cards", "the first field's card", |t| t.contains("Full name")).await;
+    owner.press("#cards", "Allow for this task").await;
+    // The submit's card: each field as the page holds it beside the task, the button verbatim.
+    let card = owner.read_until("#cards", "the submit's card", submit_card).await;
+    owner.shot("form-review-card").await;
+    for said in [
+        "Confirm enrolment",
+        "Full name",
+        "Ada Lovelace",
+        "Matches the task",
+        "LONDON",
+        "Matches after letter case",
+        "Excess (voluntary)",
+        "250.00",
+        "Not filled by the agent: the page’s own value",
+        "Reject and escalate",
+    ] {
+        assert!(card.contains(said), "the form card does not say {said:?}:\n{card}");
+    }
+    assert!(!card.contains("Allow for this task"), "a submit is never offered for the task: {card}");
+    owner.press("#cards", "Approve submit").await;
+    let outcome = running.await.unwrap();
+    assert_eq!(outcome.end, End::Done { reference: "EN-2040".into() }, "{}", outcome.log.join("\n"));
+    // Approving submitted exactly the values the card showed.
+    let sent: Vec<String> = l
+        .stack
+        .fixture
+        .requests()
+        .iter()
+        .map(|r| r.target.clone())
+        .filter(|t| t.starts_with("/lesson/unit-4"))
+        .collect();
+    assert_eq!(sent, ["/lesson/unit-4?name=Ada+Lovelace&city=LONDON&excess=250.00"]);
+    owner.shot("form-approved").await;
+
+    // Reject and escalate: the run ends under the rejection and the form is not sent again. The
+    // permission covers the typing this time; the submit asks again.
+    let running = l.run_from("/lesson/unit-3", "run-g", &record, enrol(false)).await;
+    owner.read_until("#cards", "the second submit's card", submit_card).await;
+    owner.press("#cards", "Reject and escalate").await;
+    let outcome = running.await.unwrap();
+    assert_eq!(outcome.end.reason(), "approval_rejected", "{}", outcome.log.join("\n"));
+    let sent = l.stack.fixture.requests().iter().filter(|r| r.target.starts_with("/lesson/unit-4")).count();
+    assert_eq!(sent, 1, "the rejected submit reached the site");
+    owner.shot("form-rejected").await;
     owner.close().await;
 }
