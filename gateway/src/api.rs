@@ -279,6 +279,8 @@ pub struct ActivityRow {
     pub recorded_at: String,
     /// The event's type, such as `tool.call.authorized`.
     pub event_type: String,
+    /// Who recorded it: the owner who answered a card, or the owner a worker acted for.
+    pub principal: String,
     /// How an act was allowed: "Allowed by task permission", "Allowed by the owner", …
     #[serde(skip_serializing_if = "Option::is_none")]
     pub authorization: Option<String>,

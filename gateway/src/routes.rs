@@ -547,6 +547,7 @@ async fn activity(call: Call, Seg(session_id): Seg) -> Answer<Activity> {
                 position: r.global_position,
                 recorded_at: rfc3339(r.recorded_at),
                 event_type: r.event_type,
+                principal: r.principal,
                 authorization: r.authorization,
                 summary: r.summary,
             })

@@ -250,6 +250,8 @@ pub struct ActivityRow {
     pub global_position: u64,
     pub recorded_at: OffsetDateTime,
     pub event_type: String,
+    /// Who recorded it: the owner who answered a card, the worker that acted.
+    pub principal: String,
     pub authorization: Option<String>,
     pub summary: String,
 }
@@ -265,7 +267,7 @@ pub async fn session_activity(
 ) -> Result<Vec<ActivityRow>, crate::Error> {
     let rows = client
         .query(
-            "SELECT global_position, recorded_at, event_type, authorization_text, summary FROM audit_log a \
+            "SELECT global_position, recorded_at, event_type, authorization_text, summary, principal FROM audit_log a \
              WHERE a.tenant_id = $1 AND (a.session_id = $2 \
                OR a.approval_id IN (SELECT r.approval_id FROM audit_log r \
                  WHERE r.tenant_id = $1 AND r.session_id = $2 AND r.approval_id IS NOT NULL) \
@@ -283,6 +285,7 @@ pub async fn session_activity(
             event_type: r.get(2),
             authorization: r.get(3),
             summary: r.get(4),
+            principal: r.get(5),
         })
         .collect())
 }

@@ -179,7 +179,7 @@ async fn the_lesson_through_the_console() {
         let line = activity.lines().find(|l| l.contains(used)).unwrap_or_else(|| panic!("{used}:\n{activity}"));
         assert!(line.contains("Allowed by task permission: Click a link"), "{line}");
     }
-    assert!(activity.contains("Allowed for this task"), "the card's answer is in the activity:\n{activity}");
+    assert!(activity.contains("Allowed for this task (by owner)"), "the card's answer and who gave it:\n{activity}");
     owner.shot("tg4-activity").await;
 
     // TG2: Stop ends the permission at once; the next act shows a card again.

@@ -245,6 +245,7 @@ function renderActivity() {
         ' ',
         r.authorization ? el('strong', {}, r.authorization + ': ') : null,
         r.summary,
+        r.event_type === 'approval.resolved' ? ' (by ' + r.principal + ')' : null,
       ),
     ),
   );
