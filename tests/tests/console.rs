@@ -221,6 +221,28 @@ async fn the_lesson_through_the_console() {
     assert!(!owner.client.title().await.unwrap().contains("pwned"));
     let quoted = owner.client.find(fantoccini::Locator::Css("#cards q.site")).await.unwrap();
     assert_eq!(quoted.attr("title").await.unwrap().as_deref(), Some("Text from the website"));
+    // At a phone's width nothing scrolls sideways; by keyboard alone, Tab reaches a card's Deny
+    // and Enter answers it.
+    owner.client.set_window_size(390, 844).await.unwrap();
+    let wide = owner.client.execute("return document.documentElement.scrollWidth > window.innerWidth", vec![]);
+    assert_eq!(wide.await.unwrap(), json!(false), "the console scrolls sideways at 390 px");
+    owner.shot("phone-width").await;
+    let mut reached = false;
+    for _ in 0..60 {
+        let focused = owner.client.active_element().await.unwrap();
+        if focused.text().await.unwrap_or_default() == "Deny" {
+            focused.send_keys("\u{E007}").await.unwrap();
+            reached = true;
+            break;
+        }
+        focused.send_keys("\u{E004}").await.unwrap();
+    }
+    assert!(reached, "Tab never reached a card's Deny");
+    owner
+        .read_until("#cards", "the card answered by keyboard", |t| t.matches("does not cover this").count() == 2)
+        .await;
+    owner.read_until("#status", "the answer said", |t| t == "Denied.").await;
+    owner.shot("keyboard-deny").await;
     // The partner site's link was never followed.
     assert!(l.stack.fixture.requests().iter().all(|r| r.host != ELSEWHERE));
     owner.close().await;
