@@ -166,14 +166,19 @@ impl Drop for Process {
         // is reaped its pid may be reused, so the group is killed only while chromedriver runs or
         // a process of the group still names this session's profile.
         if matches!(self.driver.try_wait(), Ok(None)) || group_holds(self.pid, &self.profile_dir) {
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", "--", &format!("-{}", self.pid)])
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .status();
+            kill_group(self.pid);
         }
         let _ = std::fs::remove_dir_all(&self.profile_dir);
     }
+}
+
+/// SIGKILL to every process of group `pgid` (one this process started as a group's leader).
+pub fn kill_group(pgid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
 }
 
 /// Whether a process of group `pgid` runs with `profile` on its command line.

@@ -34,6 +34,18 @@ pub const PROFILES: &str = "glc_000000000000000000000000000000000000000000000000
 /// A worker of another tenant.
 pub const STRANGER: &str = "glc_00000000000000000000000000000000000000000000000000000000000000a4";
 
+/// A form of three fields: two the task fills (the page upper-cases the city as it is typed),
+/// and a page default the agent never touches; it submits to `/lesson/unit-4`.
+pub const ENROL: &str = r#"<!doctype html><title>Enrol</title><h1>Enrol</h1>
+<form action="/lesson/unit-4" method="get">
+<label>Full name <input name="name"></label>
+<label>City <input name="city" oninput="this.value = this.value.toUpperCase()"></label>
+<label>Excess (voluntary) <input name="excess" value="250.00"></label>
+<button>Confirm enrolment</button>
+</form>"#;
+/// [`ENROL`]'s confirmation.
+pub const ENROLLED: &str = "<!doctype html><title>Enrolment confirmed: reference EN-2040</title><p>Thank you.";
+
 /// Fails with how to get Chromium when it is missing.
 pub fn need_browser() {
     for (path, package) in [("/usr/bin/chromium", "chromium"), ("/usr/bin/chromedriver", "chromium-driver")] {

@@ -26,11 +26,7 @@ impl Drop for Owner {
     fn drop(&mut self) {
         // chromedriver leads its own process group, which holds the Chromium it started.
         if self.driver.try_wait().ok().flatten().is_none() {
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", "--", &format!("-{}", self.driver_pid)])
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .status();
+            browser_runtime::browser::kill_group(self.driver_pid);
         }
         let _ = std::fs::remove_dir_all(&self.profile);
     }

@@ -12,7 +12,7 @@ use agent::run::{Clients, Task, run};
 use authorizer::PgGrants;
 use credentials::Scope;
 use serde_json::json;
-use tests::browser::{ELSEWHERE, GATEWAY, LESSON, Stack, TENANT, WORKER};
+use tests::browser::{ELSEWHERE, ENROL, ENROLLED, GATEWAY, LESSON, Stack, TENANT, WORKER};
 use tests::console::Owner;
 
 const LESSON_1: &str = r#"<!doctype html><title>Lesson 1</title><h1>Lesson 1</h1><a href="/lesson/2">Next</a>"#;
@@ -248,16 +248,6 @@ async fn the_lesson_through_the_console() {
     owner.close().await;
 }
 
-// Two fields the task fills (the page upper-cases the city as it is typed) and a page default the
-// agent never touches.
-const ENROL: &str = r#"<!doctype html><title>Enrol</title><h1>Enrol</h1>
-<form action="/lesson/unit-4" method="get">
-<label>Full name <input name="name"></label>
-<label>City <input name="city" oninput="this.value = this.value.toUpperCase()"></label>
-<label>Excess (voluntary) <input name="excess" value="250.00"></label>
-<button>Confirm enrolment</button>
-</form>"#;
-
 /// The lesson's form filled under the permission (asked for first when `ask` is set), its
 /// submit asked on the console.
 fn enrol(ask: bool) -> Scripted {
@@ -293,11 +283,7 @@ fn submit_card(t: &str) -> bool {
 async fn the_form_review_card_on_the_console() {
     let mut l = lesson().await;
     l.stack.fixture.page(LESSON, "/lesson/unit-3", ENROL);
-    l.stack.fixture.page(
-        LESSON,
-        "/lesson/unit-4",
-        "<!doctype html><title>Enrolment confirmed: reference EN-2040</title>",
-    );
+    l.stack.fixture.page(LESSON, "/lesson/unit-4", ENROLLED);
     let mut owner = Owner::start("the_form_review_card_on_the_console", 1100).await;
     owner.open(&l.sign_in_link().await).await;
     owner.press("main", "Sign in as owner").await;

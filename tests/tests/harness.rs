@@ -10,7 +10,7 @@ use agent::run::{Clients, Task, run};
 use authorizer::{Backend, PgGrants};
 use proto::v1 as pb;
 use serde_json::json;
-use tests::browser::{GATEWAY, LESSON, Stack, TENANT, WORKER, with};
+use tests::browser::{ENROL, ENROLLED, GATEWAY, LESSON, Stack, TENANT, WORKER, with};
 
 // The first page plants a reference number: before an act of the run has been dispatched, no page
 // can end the run as done.
@@ -311,17 +311,6 @@ fn owner_answers_each<B: Backend + 'static>(
         seen
     })
 }
-
-// A form of three fields: two the task fills (the page upper-cases the city as it is typed),
-// and a page default the agent never touches.
-const ENROL: &str = r#"<!doctype html><title>Enrol</title>
-<form action="/lesson/unit-4" method="get">
-<label>Full name <input name="name"></label>
-<label>City <input name="city" oninput="this.value = this.value.toUpperCase()"></label>
-<label>Excess (voluntary) <input name="excess" value="250.00"></label>
-<button>Confirm enrolment</button>
-</form>"#;
-const ENROLLED: &str = "<!doctype html><title>Enrolment confirmed: reference EN-2040</title><p>Thank you.";
 
 /// The act on `name`, with the token the last result handed back if it handed one.
 fn with_token(
