@@ -286,7 +286,15 @@ function listen() {
   events.addEventListener('grant.changed', grant);
   events.addEventListener('grant.ended', grant);
   events.addEventListener('activity.changed', loadActivity);
-  events.addEventListener('open', () => say(''));
+  // Each connection opens with the session's pending cards and active permissions: what was
+  // answered or ended while it was closed is dropped, not left on screen.
+  events.addEventListener('open', () => {
+    state.cards.clear();
+    state.grants.clear();
+    renderCards();
+    renderBanner();
+    say('');
+  });
   events.addEventListener('error', () => say('Reconnecting to the gateway…'));
 }
 
