@@ -179,6 +179,9 @@ struct State<'a> {
     /// after one does a page's reference number count as the task's confirmation (the page the
     /// run opened on cannot end it as done).
     dispatched: bool,
+    /// Every reference number a snapshot of this run has shown: one seen before an act (the
+    /// page the run opened on, or one it went back to) is never a confirmation.
+    references: std::collections::HashSet<String>,
     time: Timings,
 }
 
@@ -199,6 +202,7 @@ pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) ->
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
         ),
         dispatched: false,
+        references: std::collections::HashSet::new(),
         time: Timings::default(),
     };
     let started = std::time::Instant::now();
@@ -305,7 +309,9 @@ impl State<'_> {
                 let o = timed!(self.time.runtime, self.clients.runtime.observe(self.clients.req(req)).await)
                     .map_err(RunError::Runtime)?
                     .into_inner();
-                let confirmed = confirmation(&o).filter(|_| self.dispatched);
+                let shown = confirmation(&o);
+                let confirmed = shown.clone().filter(|r| self.dispatched && !self.references.contains(r));
+                self.references.extend(shown);
                 let seen = self.rules.observed(&o);
                 self.note(
                     format!("snapshot {} ({} nodes)", o.snapshot_id, o.nodes.len()),
