@@ -1,8 +1,9 @@
 //! A session's server-sent events, so that a page never polls: `approval.pending` when a card
 //! appears, `approval.resolved` when it is answered or expires, `grant.changed` when a task
 //! permission is created or its uses, characters or minutes move, `grant.ended` once when it
-//! ends, `activity.changed` when the session's activity has a newer row. The stream opens with the session's pending cards and active permissions. It re-reads
-//! when the ledger announces an append (any replica's) and every few seconds, and closes when
+//! ends, `activity.changed` when the session's activity has a newer row. The stream opens with
+//! the session's pending cards and active permissions. It re-reads when the ledger announces an
+//! append (any replica's) and every few seconds, and closes when
 //! the credential that opened it is revoked or expires, or after [`STREAM_LIFETIME`] (a client
 //! reconnects). A token holds at most [`MAX_STREAMS_PER_TOKEN`] streams on a replica.
 

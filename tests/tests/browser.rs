@@ -933,7 +933,7 @@ async fn a_key_that_would_submit_a_form_is_refused_whatever_allowed_it() {
         act
     };
     // Enter in a field submits through the form's button, Enter or Space on the button submits:
-    // either would send the form with no read-back of it, so each is refused, recoverably.
+    // either would send the form with no read-back of it, so each is refused.
     for (name, role, key) in [
         ("Your answer", rt::Role::Textbox, "Enter"),
         ("Check", rt::Role::Button, "Enter"),

@@ -338,3 +338,12 @@ async fn the_form_review_card_on_the_console() {
     owner.shot("form-rejected").await;
     owner.close().await;
 }
+
+/// Every named consequence a card can give as its reason reads as words, never as the bare code.
+#[test]
+fn every_consequence_a_card_names_reads_in_words() {
+    for named in classifier::Named::ALL {
+        let words = gateway::console::reason_words(named.code());
+        assert!(!words.ends_with(&format!("({}).", named.code())), "{} has no words: {words}", named.code());
+    }
+}

@@ -244,6 +244,7 @@ async fn grantctl_agent_run_plays_a_plan_and_audit_replay_tells_the_story() {
     )
     .await;
     assert!(second.starts_with("run ended: escalated (no_grounded_action)"), "{second}");
+    assert!(ops::agent::plan(r##"{"tool": "click", "css": "#next"}"##).is_err(), "a plan step is closed too");
 
     let out = std::process::Command::new(grantctl())
         .args(["audit", "replay", "--tenant", TENANT, "--session", "s1"])
