@@ -202,6 +202,7 @@ function renderBanner() {
   $('stop-all').hidden = active.length === 0;
 }
 
+// Whether the permission is stopped; says so either way.
 async function stopGrant(id, button) {
   if (button) button.disabled = true;
   try {
@@ -210,18 +211,21 @@ async function stopGrant(id, button) {
     if (g) state.grants.set(id, { ...g, status: 'ended', end_reason: 'revoked' });
     say('The task permission is stopped: the next action asks you again.');
     renderBanner();
+    return true;
   } catch (e) {
     say('The permission was not stopped: ' + e.message);
     if (button) button.disabled = false;
+    return false;
   }
 }
 
-// Every active permission of the owner's, in every chat.
+// Every active permission of the owner's, in every chat; a failure is never reported as done.
 async function stopEverything() {
   try {
     const all = await call('GET', '/v1/browser-task-grants?active_only=true');
-    for (const g of all.grants) await stopGrant(g.grant_id, null);
-    say('Every task permission is stopped.');
+    let failed = 0;
+    for (const g of all.grants) if (!(await stopGrant(g.grant_id, null))) failed += 1;
+    say(failed ? failed + ' of ' + all.grants.length + ' permissions were not stopped: try again.' : 'Every task permission is stopped.');
   } catch (e) {
     say('Not everything was stopped: ' + e.message);
   }
