@@ -168,6 +168,17 @@ impl Rules {
                 if let Err((rule, reason)) = self.grounded(target, evidence) {
                     return self.ungrounded(rule, reason);
                 }
+                // A button's, a link's or a choice's keyboard activation is a click, and a click
+                // is what reads a form back before a submit: the runtime refuses such a key too.
+                if let crate::tools::Act::Key { key } = act
+                    && classifier::coverage::ACTIVATION_KEYS.contains(&key.as_str())
+                    && !matches!(target.role, Role::Textbox | Role::Searchbox)
+                {
+                    return self.refuse(
+                        "activation_key",
+                        format!("{key:?} on a {:?} is a click: click it instead", target.role),
+                    );
+                }
             }
             Call::RequestApproval { target } => {
                 if let Err((rule, reason)) = self.grounded(target, evidence) {

@@ -32,9 +32,6 @@ impl Clients {
     }
 }
 
-/// The runtime's answer to a read-back of a node in no form.
-const NO_FORM: &str = "in no form";
-
 /// What one run is.
 #[derive(Debug, Clone)]
 pub struct Task {
@@ -343,13 +340,12 @@ impl State<'_> {
         format!("{run}-{}-{}", self.nonce, self.calls)
     }
 
-    /// A button's form read back from the live page beside the task record, sealed by the
-    /// runtime for the card (`None` outside a form). A field that differs from the record ends
-    /// the run before anything is asked: the seed's `unexpected_form_state`.
+    /// The form a click on `target` could submit, whatever its role, read back from the live
+    /// page beside the task record and sealed by the runtime for the card (`None` when it
+    /// submits none). A field that differs from the record, a click that could submit two
+    /// forms, or a form too large for a card ends the run before anything is asked: the seed's
+    /// `unexpected_form_state`.
     async fn read_back(&mut self, target: &Target) -> Result<Result<Option<pb::SealedForm>, End>, RunError> {
-        if target.role != proto::runtime::Role::Button {
-            return Ok(Ok(None));
-        }
         let req = rt::ReadFormRequest {
             session_id: self.task.browser_session.clone(),
             snapshot_id: target.snapshot_id.clone(),
@@ -358,10 +354,22 @@ impl State<'_> {
         };
         let reply = match timed!(self.time.runtime, self.clients.runtime.read_form(self.clients.req(req)).await) {
             Ok(r) => r.into_inner(),
-            // A button in no form: nothing to read back.
-            Err(s) if s.code() == tonic::Code::InvalidArgument && s.message().contains(NO_FORM) => return Ok(Ok(None)),
+            // The page as it is cannot be shown on a card (too large, or moved under the read).
+            Err(s) if s.code() == tonic::Code::FailedPrecondition => {
+                self.rules.count("form_unreviewable");
+                return Ok(Err(End::escalated("unexpected_form_state", s.message())));
+            }
             Err(s) => return Err(RunError::Runtime(s)),
         };
+        match reply.forms {
+            0 => return Ok(Ok(None)),
+            1 => {}
+            n => {
+                self.rules.count("form_unreviewable");
+                let detail = format!("a click on this node could submit {n} forms, which no card can show as one");
+                return Ok(Err(End::escalated("unexpected_form_state", detail)));
+            }
+        }
         let rows = reply.review.as_ref().map(|r| r.rows.as_slice()).unwrap_or_default();
         let mismatched: Vec<String> = rows
             .iter()
@@ -586,7 +594,10 @@ fn act_pb(act: &Act) -> rt::act_request::Action {
 /// The reference number a confirmation page shows: "Reference" (or "reference number",
 /// "Ref") followed by a token of letters, digits and dashes with a digit in it.
 pub fn confirmation(o: &rt::ObserveReply) -> Option<String> {
-    let texts = std::iter::once(o.title.as_str()).chain(o.nodes.iter().map(|n| n.name.as_str()));
+    // A field's name can be its placeholder ("Ref 1234"), which the page wrote before anything
+    // was confirmed: only the title and what is not a field can say the task is done.
+    let field = |n: &&rt::Node| crate::tools::FIELDS.iter().any(|(_, r)| *r as i32 == n.role);
+    let texts = std::iter::once(o.title.as_str()).chain(o.nodes.iter().filter(|n| !field(n)).map(|n| n.name.as_str()));
     for text in texts {
         let words: Vec<&str> =
             text.split(|c: char| c.is_whitespace() || c == ':' || c == '#').filter(|w| !w.is_empty()).collect();
@@ -626,5 +637,9 @@ mod tests {
         for none in [page("Lesson", "Reference material"), page("Ref", "Next"), page("Reference: ABCD", "")] {
             assert_eq!(confirmation(&none), None, "{none:?}");
         }
+        // A field's placeholder is not the page saying so.
+        let mut placeholder = page("Claim", "Ref 1234");
+        placeholder.nodes[0].role = rt::Role::Textbox as i32;
+        assert_eq!(confirmation(&placeholder), None);
     }
 }

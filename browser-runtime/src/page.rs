@@ -140,6 +140,7 @@ struct RawFact {
     download: bool,
     disabled: bool,
     truncated: bool,
+    submits_form: bool,
 }
 
 #[derive(Deserialize, Default)]
@@ -184,7 +185,26 @@ pub struct FormField {
 #[derive(Deserialize)]
 struct RawForm {
     page: PageRead,
-    fields: Option<Vec<FormField>>,
+    #[serde(default)]
+    gone: bool,
+    /// How many forms a click on the node could submit.
+    #[serde(default)]
+    forms: u32,
+    #[serde(default)]
+    fields: Vec<FormField>,
+}
+
+/// The form a click on a node could submit, read back from the live page.
+#[derive(Debug)]
+pub enum FormRead {
+    /// The node left the page, or the page is no longer the snapshot's.
+    Gone,
+    /// A click on it submits no form.
+    NoForm,
+    /// It could submit more than one: no read-back can show them as one.
+    Several(u32),
+    /// Every field of the one form, each with its element.
+    Form(Vec<(FormField, Option<ElementRef>)>),
 }
 
 /// What went wrong reading: the browser's own error, or a reply the script cannot have made.
@@ -227,6 +247,7 @@ fn node(raw: RawNode) -> NodeRead {
         download: f.download,
         disabled: f.disabled,
         truncated: f.truncated,
+        submits_form: f.submits_form,
         facts_missing: false,
     };
     NodeRead {
@@ -279,25 +300,27 @@ pub async fn reread(
     read
 }
 
-/// Every field of the form that owns node `index`, each with its element: `None` when the node
-/// is gone or in no form.
-pub async fn form(
-    h: &Handle,
-    snapshot_id: &str,
-    index: usize,
-) -> Result<(PageRead, Option<Vec<(FormField, Option<ElementRef>)>>), ReadError> {
+/// The form a click on node `index` could submit (its own, a label's control's, or one inside
+/// it), every field with its element.
+pub async fn form(h: &Handle, snapshot_id: &str, index: usize) -> Result<(PageRead, FormRead), ReadError> {
     let read = async {
         let reply = guard::call_in_world(h, &READ, &[json!("form"), json!(snapshot_id), json!(index)], false).await?;
         let (json, els) = split(h, &reply).await?;
         let raw: RawForm = serde_json::from_str(&json).map_err(shape)?;
-        let count = raw.fields.as_ref().map_or(0, Vec::len);
-        let mut elements = Vec::with_capacity(count);
-        for i in 0..count {
-            let item = guard::call_on(h, &els, &format!("function () {{ return this[{i}]; }}"), false).await?;
-            elements.push(guard::element_of(h, &item).await?);
-        }
-        let fields = raw.fields.map(|fields| fields.into_iter().zip(elements).collect());
-        Ok((raw.page, fields))
+        let read = match raw.forms {
+            _ if raw.gone => FormRead::Gone,
+            0 => FormRead::NoForm,
+            1 => {
+                let mut elements = Vec::with_capacity(raw.fields.len());
+                for i in 0..raw.fields.len() {
+                    let item = guard::call_on(h, &els, &format!("function () {{ return this[{i}]; }}"), false).await?;
+                    elements.push(guard::element_of(h, &item).await?);
+                }
+                FormRead::Form(raw.fields.into_iter().zip(elements).collect())
+            }
+            n => FormRead::Several(n),
+        };
+        Ok((raw.page, read))
     };
     let read = read.await;
     guard::release_reads(h);

@@ -172,6 +172,26 @@ function formOwner(n) {
   return null;
 }
 
+// Every form a click on the element could submit, whatever role it shows: its own form owner
+// (any click in a form counts as a submission), the form of a label's control around or inside
+// it, and the form of every control inside it. A submit's card reads its form back, so a
+// label, a link-shaped wrapper or a button holding `<button form=f>` must not hide the form.
+function clickForms(el) {
+  const forms = new Set();
+  const add = (n) => {
+    const f = n && formOwner(n);
+    if (f) forms.add(f);
+  };
+  add(el);
+  for (const a of [el, ...ancestors(el)]) if (local(a) === 'label') add(a.control);
+  descendants(el, (d) => {
+    if (local(d) === 'label') add(d.control);
+    else if ('form' in d && d.form instanceof HTMLFormElement) forms.add(d.form);
+    else if (local(d) === 'form') forms.add(d);
+  });
+  return Array.from(forms);
+}
+
 // The keys that would submit the element's form: Enter in any input of a form (implicit
 // submission), Enter or Space on a submit control. A submit goes through a click on its button,
 // whose card reads the form back; a key would submit past that read.
@@ -403,6 +423,7 @@ function describe(el) {
     nav_targets: Array.from(targets).map((u) => cut(u)),
     download,
     disabled: disabledOf(el),
+    submits_form: clickForms(el).length > 0,
   };
   fact.truncated = long;
   return {
@@ -464,8 +485,11 @@ const el = Array.isArray(kept) ? kept[arguments[2]] : null;
 // Gone, or moved into another document (a frame, a document the page made): not this page's.
 if (!el || ROOT.call(el, { composed: true }) !== document) return [JSON.stringify({ page, gone: true }, compact), null];
 if (mode === 'form') {
-  const form = formOwner(el);
-  if (!form) return [JSON.stringify({ page }, compact), null];
+  const forms = clickForms(el);
+  // Two forms cannot be read back as one: the act is refused.
+  if (forms.length > 1) return [JSON.stringify({ page, forms: forms.length }, compact), null];
+  const form = forms[0];
+  if (!form) return [JSON.stringify({ page, forms: 0 }, compact), null];
   const fields = [];
   const fieldEls = [];
   for (const e of Array.from(FORM_ELEMENTS.call(form))) {
@@ -481,7 +505,7 @@ if (mode === 'form') {
     fieldEls.push(e);
   }
   // The fields' elements, in the same order, so the runtime can say which it typed into.
-  return [JSON.stringify({ page, fields }, compact), fieldEls];
+  return [JSON.stringify({ page, forms: 1, fields }, compact), fieldEls];
 }
 const d = describe(el);
 delete d.el;

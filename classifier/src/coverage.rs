@@ -142,6 +142,16 @@ pub fn choosable<'a>(options: &'a [SelectOption], wanted: &str) -> Vec<&'a Selec
         .collect()
 }
 
+/// Keys whose press on a control activates it as a click does.
+pub const ACTIVATION_KEYS: &[&str] = &["Enter", "Space", " "];
+
+/// Whether pressing `key` on a control of `kind` activates it as a click would: an activation
+/// key on anything that takes no text and is not a select (a button, a link, a choice). Such a
+/// press reaches what a click reaches without the click's read-back, so the runtime refuses it.
+pub fn activates(kind: FieldKind, key: &str) -> bool {
+    ACTIVATION_KEYS.contains(&key) && !takes_text(kind) && kind != FieldKind::Select
+}
+
 /// Field kinds that take typed text.
 pub fn takes_text(kind: FieldKind) -> bool {
     matches!(

@@ -139,6 +139,9 @@ pub struct ElementFacts {
     pub disabled: bool,
     /// A label source was cut (longer than the facts carry): its unread part could hold anything.
     pub truncated: bool,
+    /// A click on it could submit a form (its own, a label's control's, or one inside it): an
+    /// approval card for such a click must show the form read back.
+    pub submits_form: bool,
     /// A fact the rules read (navigation targets, download, disabled, truncation) was not
     /// carried by whoever sent these facts: nothing is covered.
     pub facts_missing: bool,

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use classifier::{Action, ElementFacts, FieldKind, PageFacts};
 use grant_domain::catalogue::{
-    ActionView, ApprovalStatus, Author, AuthorizationKind, EndReason, Event, ProfileClaimed, Resolution,
+    ActionView, ApprovalStatus, Author, AuthorizationKind, EndReason, Event, FormReview, ProfileClaimed, Resolution,
     SessionCreated, SessionMessageRecorded, SignInPhase, SiteScope, Surface, TaskGrantCreated,
 };
 use grant_domain::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
@@ -1059,4 +1059,31 @@ fn a_card_that_showed_a_form_is_spent_only_while_the_page_holds_that_form() {
         &when(&mut world, redeem(Some("hmac-sha256:aa"))).unwrap()[..],
         [Event::ApprovalTokenRedeemed(_)]
     ));
+}
+
+/// A card for a click that could submit a form must show the form read back: without it the
+/// owner would approve a submit blind, so no card is made. Under a task grant that covers the
+/// click no card is asked, and nothing needs reading.
+#[test]
+fn a_card_for_a_click_that_submits_a_form_needs_its_read_back() {
+    let mut world = given();
+    let submit = |form: Option<FormReview>| AuthorizeRequest {
+        form,
+        ..act("s1", ElementFacts { submits_form: true, ..button("Save answers") }, Action::Click)
+    };
+    let out = run(&mut world, &Policy::empty(), &submit(None), t0());
+    assert_eq!(out.decision, Decision::Deny { code: grant_domain::model::FORM_NOT_READ_BACK.into() });
+    assert!(out.events.is_empty(), "nothing is written: {:?}", out.events);
+    let read = FormReview { rows: vec![], digest: format!("hmac-sha256:{}", "ab".repeat(32)) };
+    let asked = run(&mut world, &Policy::empty(), &submit(Some(read)), t0());
+    assert!(matches!(asked.decision, Decision::RequireApproval { .. }), "{:?}", asked.decision);
+    // A key is not a click: its own refusal is the runtime's.
+    let key = AuthorizeRequest { action: Action::Press { key: "Tab".into() }, ..submit(None) };
+    assert!(matches!(run(&mut world, &Policy::empty(), &key, t0()).decision, Decision::RequireApproval { .. }));
+    // Covered by the task's grant: allowed with no card and no read-back.
+    allow_for_task(&mut world, t0());
+    let mut tile_in_form = tile("el gato");
+    tile_in_form.element.submits_form = true;
+    let covered = run(&mut world, &Policy::empty(), &tile_in_form, t0());
+    assert!(matches!(covered.decision, Decision::Allow { .. }), "{:?}", covered.decision);
 }

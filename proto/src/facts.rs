@@ -92,6 +92,9 @@ pub fn element_facts(e: pb::ElementFacts) -> Result<ElementFacts, UnknownFieldKi
         download: e.download.unwrap_or(true),
         disabled: e.disabled.unwrap_or(true),
         truncated: e.truncated.unwrap_or(true),
+        // Not a coverage fact: absent spares no check, since the runtime reads the form again
+        // whenever an approval is spent on a click.
+        submits_form: e.submits_form.unwrap_or(false),
         facts_missing: !e.nav_targets_carried
             || e.field_kind.is_none()
             || e.download.is_none()
@@ -138,6 +141,7 @@ pub fn carried(f: &ElementFacts, cut: &dyn Fn(&str) -> String, target: &dyn Fn(&
         disabled: Some(f.disabled),
         truncated: Some(f.truncated),
         nav_targets_carried: true,
+        submits_form: Some(f.submits_form),
     }
 }
 
@@ -164,6 +168,7 @@ mod tests {
             download: false,
             disabled: false,
             truncated: false,
+            submits_form: true,
             facts_missing: false,
         }
     }

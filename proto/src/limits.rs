@@ -173,6 +173,7 @@ pub const FIELDS: &[(&str, Rule)] = &[
     ("grant_ledger.v1.ElementFacts.disabled", one()),
     ("grant_ledger.v1.ElementFacts.truncated", one()),
     ("grant_ledger.v1.ElementFacts.nav_targets_carried", one()),
+    ("grant_ledger.v1.ElementFacts.submits_form", one()),
     ("grant_ledger.v1.Action.kind", one()),
     ("grant_ledger.v1.Action.text", text(MAX_TYPED_CHARS)),
     ("grant_ledger.v1.Action.key", KEY),

@@ -346,14 +346,15 @@ impl<B: Backend + 'static> Stack<B> {
         self.keys.seal(&ticket::body_for(&self.keys, &expected, &id, constraint, not_after))
     }
 
-    /// The card's read-back of the form that owns node `name` of snapshot `o`.
-    pub async fn read_form(&mut self, session: &str, o: &rt::ObserveReply, name: &str) -> rt::ReadFormReply {
+    /// The read-back of the form a click on node `name` of snapshot `o` could submit; with a
+    /// run, beside its task record and sealed for a card.
+    pub async fn read_form(&mut self, session: &str, o: &rt::ObserveReply, name: &str, run: &str) -> rt::ReadFormReply {
         let (n, _) = node(o, name);
         let req = rt::ReadFormRequest {
             session_id: session.into(),
             snapshot_id: o.snapshot_id.clone(),
             r#ref: n.r#ref.clone(),
-            run_id: String::new(),
+            run_id: run.into(),
         };
         self.runtime.read_form(with(WORKER, req)).await.expect("read form").into_inner()
     }

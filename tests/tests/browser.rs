@@ -334,7 +334,7 @@ async fn typed_values_come_from_the_record_and_are_never_returned() {
     assert!(!format!("{o:?}").contains("el gato"));
 
     // The card's read-back: every field, the one the runtime typed marked with its record field.
-    let form = s.read_form(&session, &o, "Check").await;
+    let form = s.read_form(&session, &o, "Check", "").await;
     let fields: Vec<_> =
         form.fields.iter().map(|f| (f.name.as_str(), f.value.as_str(), f.typed_field_id.as_str())).collect();
     assert_eq!(fields, [("answer", "el gato", "answer"), ("attempt", "1", ""), ("level", "3", "")]);
@@ -359,7 +359,7 @@ async fn typed_values_come_from_the_record_and_are_never_returned() {
 
 /// The owner's approval of a click on `name` in snapshot `o`, asked and resolved through the
 /// authorizer as the worker and the gateway would: its single-use token.
-async fn approve_once(s: &mut Stack, o: &rt::ObserveReply, name: &str) -> String {
+async fn approve_once(s: &mut Stack, session: &str, o: &rt::ObserveReply, name: &str) -> String {
     let created = pb::ProfileEventRequest {
         profile_id: "profile-1".into(),
         event: pb::ProfileEvent::Created as i32,
@@ -386,6 +386,8 @@ async fn approve_once(s: &mut Stack, o: &rt::ObserveReply, name: &str) -> String
         snapshot_id: o.snapshot_id.clone(),
         node_ref: n.r#ref.clone(),
         facts: Some(tests::browser::sealed(o, name).clone()),
+        // A click that could submit a form is asked with the form read back, as the harness does.
+        form: s.read_form(session, o, name, "run-1").await.sealed,
         ..Default::default()
     };
     let decided = s.authorizer.authorize(with(WORKER, authorize)).await.unwrap().into_inner();
@@ -409,7 +411,7 @@ async fn a_consequential_button_needs_a_token_for_this_snapshot() {
     let mut s = stack().await;
     let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
     let first = s.observe(&session).await;
-    let token = approve_once(&mut s, &first, "Pay now").await;
+    let token = approve_once(&mut s, &session, &first, "Pay now").await;
 
     // Without a token: APPROVAL_REQUIRED, and the snapshot stays.
     let (pay, _) = node(&first, "Pay now");
@@ -439,7 +441,7 @@ async fn an_approved_token_dispatches_the_consequential_click_once() {
     let mut s = stack().await;
     let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
     let o = s.observe(&session).await;
-    let token = approve_once(&mut s, &o, "Pay now").await;
+    let token = approve_once(&mut s, &session, &o, "Pay now").await;
     let mut act = click(&session, &o, node(&o, "Pay now").0);
     act.approval_token = token;
     act.consequential = true;
@@ -745,7 +747,7 @@ async fn hidden_ways_off_the_origin_are_refused() {
 
     // Fields named like the form's own properties do not hide the others from the read-back.
     let o = s.observe(&session).await;
-    let form = s.read_form(&session, &o, "Done").await;
+    let form = s.read_form(&session, &o, "Done", "").await;
     let fields: Vec<_> = form.fields.iter().map(|f| (f.name.as_str(), f.value.as_str())).collect();
     assert_eq!(fields, [("elements", "e"), ("action", "a"), ("gloss", "")], "nothing was typed into Gloss");
 }
@@ -948,4 +950,42 @@ async fn a_key_that_would_submit_a_form_is_refused_whatever_allowed_it() {
     let o = s.observe(&session).await;
     assert!(s.act(press(&s, &o, "Your answer", rt::Role::Textbox, "Tab")).await.unwrap().dispatched);
     assert!(!documents(&s).iter().any(|d| d.contains("/lesson/answer")), "{:?}", documents(&s));
+}
+
+/// Buttons whose keyboard activation would reach what their click reaches: a handler that
+/// submits the form from a plain button, a link, a check box.
+const ACTIVATES: &str = r#"<!doctype html><title>Words</title>
+<form action="/lesson/sent" method="post"><input name="word" value="gato">
+<button type="button" onclick="this.form.requestSubmit()">Next word</button></form>
+<a href="/lesson/2">Hint</a>
+<label><input type="checkbox" name="slow"> Slower audio</label>"#;
+
+/// Enter or Space on anything that takes no text is that control's click, which is what reads a
+/// form back before a submit: refused whatever allowed it, and recoverably, since the agent can
+/// click instead.
+#[tokio::test]
+async fn an_activation_key_on_a_control_is_refused_and_the_agent_may_click_instead() {
+    let mut s = stack().await;
+    s.fixture.page(LESSON, "/lesson/words", ACTIVATES);
+    let session = s.open("profile-1", "/lesson/words", 50).await.unwrap();
+    for (name, key) in
+        [("Next word", "Enter"), ("Next word", " "), ("Next word", "Space"), ("Hint", "Enter"), ("Slower audio", " ")]
+    {
+        let o = s.observe(&session).await;
+        let mut act = click(&session, &o, node(&o, name).0);
+        act.action = Some(rt::act_request::Action::Press(rt::Press { key: key.into() }));
+        // Approved as a card would approve it: no grant's rule stands in front of the runtime's.
+        act.ticket = Some(s.ticket(&act, None));
+        let reply = s.act(act).await.unwrap();
+        refused(&reply, rt::ActCode::NodeNotInteractable);
+        assert!(reply.recoverable && reply.detail.contains("click it instead"), "{name} {key:?}: {reply:?}");
+    }
+    // A key that activates nothing still goes in.
+    let o = s.observe(&session).await;
+    let mut act = click(&session, &o, node(&o, "Next word").0);
+    act.action = Some(rt::act_request::Action::Press(rt::Press { key: "Tab".into() }));
+    act.ticket = Some(s.ticket(&act, None));
+    assert!(s.act(act).await.unwrap().dispatched);
+    let sent = documents(&s);
+    assert!(!sent.iter().any(|d| d.contains("/lesson/sent") || d.contains("/lesson/2")), "{sent:?}");
 }

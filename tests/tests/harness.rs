@@ -529,3 +529,90 @@ async fn each_escalation_rule_ends_the_run_on_a_page_built_for_it() {
     let story = run_events(&s).await;
     assert_eq!(story.iter().filter(|e| *e == "run.escalated").count(), 4, "{story:?}");
 }
+
+/// Submits that do not look like a form's button: a label whose control is the submit, a tab
+/// wrapped around one, and a button outside the form holding a `<button form=…>`. Each page
+/// submits to `/lesson/sent-<x>`, which confirms with a reference.
+const HIDDEN_SUBMITS: [(&str, &str, &str, &str); 3] = [
+    (
+        "label",
+        "Finish the lesson",
+        "from the label",
+        r#"<form action="/lesson/sent-label"><label>Note <input name="note" value="from the label"></label>
+<button id="go">Go</button></form><label for="go" role="link">Finish the lesson</label>"#,
+    ),
+    (
+        "tab",
+        "Next step",
+        "from the tab",
+        r#"<form action="/lesson/sent-tab"><label>Note <input name="note" value="from the tab"></label>
+<span role="tab" aria-label="Next step" style="display:inline-block"><button>Go</button></span></form>"#,
+    ),
+    (
+        "outside",
+        "Carry on",
+        "from outside",
+        r#"<form id="f" action="/lesson/sent-outside"><label>Note <input name="note" value="from outside"></label></form>
+<span role="button" aria-label="Carry on" style="display:inline-block"><button form="f">Go</button></span>"#,
+    ),
+];
+
+/// A click that submits a form through another role still has its form read back: the card
+/// shows the form, and the approval is spent on exactly what it showed.
+#[tokio::test]
+async fn a_submit_behind_another_role_still_shows_its_form_on_the_card() {
+    let mut s = Stack::start(1).await;
+    s.chat("s1", "profile-1").await;
+    let mut answers = Vec::new();
+    for (i, (page, name, note, html)) in HIDDEN_SUBMITS.into_iter().enumerate() {
+        let done = format!("<!doctype html><title>Saved: reference HS-10{i}0</title>");
+        s.fixture.page(LESSON, &format!("/lesson/{page}"), &format!("<!doctype html><title>Lesson</title>{html}"));
+        s.fixture.page(LESSON, &format!("/lesson/sent-{page}"), &done);
+        let answering = owner_answers_each(&s, vec![pb::Resolution::ApproveOnce]);
+        let mut model = Scripted::new()
+            .then(|_| snapshot())
+            .then(move |v| on_named(v, "click", name, true, json!({})))
+            .then(move |v| on_named(v, "request_approval", name, true, json!({})))
+            .then(move |v| with_token(v, "click", name, true, json!({})))
+            .then(|_| snapshot());
+        let outcome = run_on(&mut s, &format!("/lesson/{page}"), &format!("run-{page}"), &mut model).await;
+        let card = answering.await.unwrap().remove(0);
+        assert_eq!(outcome.end, End::Done { reference: format!("HS-10{i}0") }, "{page}: {:?}", outcome.log);
+        let rows = card.view.unwrap().form.unwrap_or_else(|| panic!("{page}: the card shows the form")).rows;
+        let rows: Vec<(String, String)> = rows.into_iter().map(|r| (r.label, r.value)).collect();
+        assert_eq!(rows, [("Note".to_owned(), note.to_owned())], "{page}");
+        // The values the owner read are the values sent.
+        let sent = s
+            .fixture
+            .requests()
+            .iter()
+            .map(|r| r.target.clone())
+            .find(|t| t.starts_with(&format!("/lesson/sent-{page}?")));
+        assert!(sent.is_some_and(|t| t.ends_with(&format!("note={}", note.replace(' ', "+")))), "{page}");
+        answers.push(page);
+    }
+    assert_eq!(answers.len(), 3);
+}
+
+/// A click that could submit two forms has no one read-back to show: the run ends before any
+/// card, and nothing is sent.
+#[tokio::test]
+async fn a_click_that_could_submit_two_forms_ends_the_run_before_a_card() {
+    let mut s = Stack::start(1).await;
+    s.chat("s1", "profile-1").await;
+    s.fixture.page(
+        LESSON,
+        "/lesson/two",
+        r#"<!doctype html><title>Lesson</title>
+<form id="a" action="/lesson/sent-a"><input name="x" value="1"></form>
+<form id="b" action="/lesson/sent-b"><input name="y" value="2"></form>
+<span role="button" aria-label="Both" style="display:inline-block"><button form="a">A</button><button form="b">B</button></span>"#,
+    );
+    let mut model = Scripted::new().then(|_| snapshot()).then(|v| on_named(v, "click", "Both", true, json!({})));
+    let outcome = run_on(&mut s, "/lesson/two", "run-two", &mut model).await;
+    assert_eq!(outcome.end.reason(), "unexpected_form_state", "{:?}", outcome.log);
+    assert_eq!(outcome.counts.get("form_unreviewable"), Some(&1), "{:?}", outcome.counts);
+    let list = pb::ListApprovalsRequest { session_id: "s1".into(), pending_only: false, min_position: None };
+    assert!(s.authorizer.list_approvals(with(GATEWAY, list)).await.unwrap().into_inner().approvals.is_empty());
+    assert!(!s.fixture.requests().iter().any(|r| r.path().starts_with("/lesson/sent")));
+}

@@ -230,10 +230,11 @@ async fn keys_go_only_to_the_element_that_holds_focus() {
     };
     let filled = |o: &rt::ObserveReply, name: &str| node(o, name).0.state.as_ref().is_some_and(|st| st.filled);
 
-    // An element that cannot hold focus takes no key.
+    // An element that cannot hold focus takes no key (one that does not activate it: Enter or
+    // Space on it would be its click, refused before the focus check).
     let o = s.observe(&session).await;
     let mut press = click(&session, &o, node(&o, "Listen").0);
-    press.action = Some(rt::act_request::Action::Press(rt::Press { key: "Enter".into() }));
+    press.action = Some(rt::act_request::Action::Press(rt::Press { key: "ArrowDown".into() }));
     s.grant(&mut press, task_constraint());
     let reply = s.act(press).await.unwrap();
     assert!(!reply.dispatched && reply.detail.contains("does not hold focus"), "{reply:?}");

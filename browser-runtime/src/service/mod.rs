@@ -14,7 +14,7 @@ use tonic::{Request, Response, Status};
 
 use crate::config::RuntimeConfig;
 use crate::records::RecordStore;
-use crate::session::{Allow, Code, Redeem, Session};
+use crate::session::{Allow, Code, FormReadBack, Redeem, Session};
 
 mod convert;
 mod redeem;
@@ -257,7 +257,7 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
             dispatched: o.dispatched,
             reason: o.reason.unwrap_or_default().to_owned(),
             outcome_unknown: o.outcome_unknown,
-            recoverable: o.code != Code::Ok && o.code.recoverable(),
+            recoverable: o.code != Code::Ok && o.recoverable,
             consequential: o.consequential,
         }))
     }
@@ -275,8 +275,14 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
         let run = if req.run_id.is_empty() { None } else { Some(id("run_id", &req.run_id)?) };
         let mut s = self.owned(&caller, &req.session_id).await?;
         let (tenant, principal, profile) = (s.tenant.clone(), s.principal.clone(), s.profile.clone());
-        let (url, fields) = bounded!(self, s, s.read_form(&req.snapshot_id, &req.r#ref, &self.config.browser))
+        let (url, read) = bounded!(self, s, s.read_form(&req.snapshot_id, &req.r#ref, &self.config.browser))
             .map_err(session_status)?;
+        let fields = match read {
+            FormReadBack::Form(fields) => fields,
+            FormReadBack::Forms(forms) => {
+                return Ok(Response::new(pb::ReadFormReply { url, forms, ..Default::default() }));
+            }
+        };
         // With a run, the diff against its record, sealed for the authorizer's card.
         let (sealed, review) = match run {
             None => (None, None),
@@ -333,6 +339,7 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
                 .collect(),
             sealed,
             review,
+            forms: 1,
         }))
     }
 

@@ -232,15 +232,21 @@ impl Session {
                 return Ok(Err(refuse(Code::NodeNotInteractable, why.into())));
             }
         }
-        // A submit is a click on the form's button, whose approval shows the form read back: a
-        // key that would submit it bypasses that, whatever allowed the key.
-        if let ActAction::Press { key } = &input.action
-            && live.submit_keys.contains(key)
-        {
-            return Ok(Err(refuse(
-                Code::NodeNotInteractable,
-                format!("{key:?} here submits the form: click the form's submit button instead"),
-            )));
+        // A submit is a click, whose approval shows the form read back: a key that would submit
+        // bypasses that, whatever allowed the key. So does an activation key on anything that
+        // takes no text, whose keyboard activation is a click (a page's handler may submit from
+        // it). The agent can click instead, so the refusal lets it go on.
+        if let ActAction::Press { key } = &input.action {
+            let why = if live.submit_keys.contains(key) {
+                Some(format!("{key:?} here submits the form: click the form's submit button instead"))
+            } else if classifier::coverage::activates(kind, key) {
+                Some(format!("{key:?} on this control is a click: click it instead"))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Ok(Err(ActOutcome { recoverable: true, ..refuse(Code::NodeNotInteractable, why) }));
+            }
         }
         if kind.is_credential() {
             return Ok(Err(refuse(
@@ -378,22 +384,28 @@ impl Session {
         // The token is redeemed last, once nothing else can refuse: a redeemed approval is spent.
         // Its ticket is the owner's approval of this act: checked like any other.
         if let Some(token) = &input.approval_token {
-            // A button's form as the page holds it now: a card that showed the form is redeemed
-            // only while it still holds exactly what the owner read.
-            // Read for every button (a form's button submits it), whatever the card showed: a card
-            // that showed no form for a submit is never spent on one.
-            let button = live.role == Some(Role::Button);
+            // The form a click could submit, as the page holds it now: a card that showed the
+            // form is redeemed only while it still holds exactly what the owner read. Read for
+            // every click, whatever the node's role and whatever the card showed: a card that
+            // showed no form is never spent on a submit.
             let form_digest = match (&input.action, self.node(&input.snapshot_id, &input.node_ref)) {
-                (ActAction::Click, Ok((index, _))) if button => {
+                (ActAction::Click | ActAction::Check, Ok((index, _))) => {
                     match page::form(&devtools, &input.snapshot_id, index).await {
-                        Ok((_, Some(fields))) => {
+                        Ok((_, page::FormRead::Form(fields))) => {
                             let read: Vec<ReadBack> = fields
                                 .into_iter()
                                 .map(|(field, _)| ReadBack { field, typed_field_id: None, typed_run: None })
                                 .collect();
                             Some(crate::review::digest(allow.tickets, &self.tenant, &read))
                         }
-                        Ok((_, None)) => None,
+                        Ok((_, page::FormRead::NoForm)) => None,
+                        Ok((_, page::FormRead::Several(_))) => released!(Ok(refuse(
+                            Code::NodeNotInteractable,
+                            "a click here could submit more than one form, which no card can show".into()
+                        ))),
+                        Ok((_, page::FormRead::Gone)) => {
+                            released!(Ok(refuse(Code::StaleSnapshot, "the node is gone: observe again".into())))
+                        }
                         Err(e) => released!(Err(self.read_failed(e, config).await)),
                     }
                 }
@@ -604,6 +616,7 @@ fn refused(input: &ActInput, code: Code, detail: String) -> ActOutcome {
         outcome_unknown: false,
         reason: None,
         consequential: None,
+        recoverable: code.recoverable(),
     }
 }
 

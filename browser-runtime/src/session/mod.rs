@@ -137,6 +137,9 @@ pub struct ActOutcome {
     /// Whether the runtime read the live node as consequential (none when the act was refused
     /// before it read it): the model's claim is compared with it.
     pub consequential: Option<bool>,
+    /// The agent may observe again and go on: the code's own answer, or a refusal that names
+    /// another way to the same end (a key that would submit: click instead).
+    pub recoverable: bool,
 }
 
 /// Failures that are not the contract's refusals.
@@ -511,7 +514,7 @@ impl Session {
         snapshot_id: &str,
         node_ref: &str,
         config: &BrowserConfig,
-    ) -> Result<(String, Vec<ReadBack>), SessionError> {
+    ) -> Result<(String, FormReadBack), SessionError> {
         let index = match self.node(snapshot_id, node_ref) {
             Ok((i, _)) => i,
             Err(code) => return Err(SessionError::Stale(format!("{}: observe again", code.name()))),
@@ -521,7 +524,12 @@ impl Session {
             Ok(r) => r,
             Err(e) => return Err(self.read_failed(e, config).await),
         };
-        let fields = fields.ok_or_else(|| SessionError::Invalid("the node is gone or in no form".into()))?;
+        let fields = match fields {
+            page::FormRead::Form(fields) => fields,
+            page::FormRead::NoForm => return Ok((page.url, FormReadBack::Forms(0))),
+            page::FormRead::Several(n) => return Ok((page.url, FormReadBack::Forms(n))),
+            page::FormRead::Gone => return Err(SessionError::Stale("the node is gone: observe again".into())),
+        };
         let read = fields
             .into_iter()
             .map(|(field, el)| {
@@ -533,6 +541,14 @@ impl Session {
                 }
             })
             .collect();
-        Ok((page.url, read))
+        Ok((page.url, FormReadBack::Form(read)))
     }
+}
+
+/// What a read-back found: the one form a click could submit, or how many there were otherwise
+/// (none, or more than one that no card can show as one).
+#[derive(Debug)]
+pub enum FormReadBack {
+    Form(Vec<ReadBack>),
+    Forms(u32),
 }

@@ -246,6 +246,15 @@ fn task_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateTime)
 pub const PROFILE_NOT_OWNED: &str = "browser_profile_not_owned";
 /// The deny code of facts a runtime read in a browser profile that is not the session's.
 pub const FACTS_NOT_THIS_SESSION: &str = "facts_not_this_session";
+/// The deny code of a card asked for a click that could submit a form, without the form read
+/// back: the owner would approve a submit without seeing what it sends (and the runtime would
+/// never spend the approval on it).
+pub const FORM_NOT_READ_BACK: &str = "form_not_read_back";
+
+/// A card for this act would have to show a form it does not carry.
+fn form_unread(req: &AuthorizeRequest) -> bool {
+    req.form.is_none() && req.element.submits_form && matches!(req.action, Action::Click | Action::Check)
+}
 
 /// An operator's standing-grant pin: which grant, on which browser profile.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -349,6 +358,9 @@ pub fn authorize(
         return deny(code.to_owned());
     }
     if let Verdict::Escalate { .. } = verdict {
+        if form_unread(req) {
+            return deny(FORM_NOT_READ_BACK.to_owned());
+        }
         // No grant answers an escalation, so the card offers none either.
         let reason = Some(NotCovered::PolicyEscalation.code().to_owned());
         let (decision, requested) = request_approval(req, now, new_approval_id, reason, None);
@@ -391,6 +403,8 @@ pub fn authorize(
                 events: vec![authorized(AuthorizationKind::BrowserTaskGrant, Some(grant_id), Some(ordinal))],
             };
         }
+        // Before anything is written: the sweep or the next act ends a grant found ended here.
+        Err(_) if form_unread(req) => return deny(FORM_NOT_READ_BACK.to_owned()),
         Err(Refusal { why, end }) => {
             events.extend(end.and_then(|(grant_id, reason)| world.end(grant_id, reason)));
             (why != NotCovered::NoTaskGrant).then(|| why.code().to_owned())
