@@ -345,7 +345,7 @@ impl State<'_> {
     /// submits none). A field that differs from the record, a click that could submit two
     /// forms, or a form too large for a card ends the run before anything is asked: the seed's
     /// `unexpected_form_state`.
-    async fn read_back(&mut self, target: &Target) -> Result<Result<Option<pb::SealedForm>, End>, RunError> {
+    async fn read_back(&mut self, target: &Target) -> Result<Result<Option<pb::SealedForm>, Stop>, RunError> {
         let req = rt::ReadFormRequest {
             session_id: self.task.browser_session.clone(),
             snapshot_id: target.snapshot_id.clone(),
@@ -354,21 +354,27 @@ impl State<'_> {
         };
         let reply = match timed!(self.time.runtime, self.clients.runtime.read_form(self.clients.req(req)).await) {
             Ok(r) => r.into_inner(),
-            // The page as it is cannot be shown on a card (too large, or moved under the read).
+            // The node re-rendered, or the page holds a dialog: as a refused act would, the
+            // snapshot is void and the model observes again.
             Err(s) if s.code() == tonic::Code::FailedPrecondition => {
-                self.rules.count("form_unreviewable");
-                return Ok(Err(End::escalated("unexpected_form_state", s.message())));
+                self.note(
+                    format!("read-back of ref={} refused", target.node_ref),
+                    format!("STALE_SNAPSHOT: {}: observe again (recoverable = true)", s.message()),
+                );
+                self.current = None;
+                return Ok(Err(Stop::Stale));
             }
             Err(s) => return Err(RunError::Runtime(s)),
         };
-        match reply.forms {
+        let unreviewable = match reply.forms {
             0 => return Ok(Ok(None)),
-            1 => {}
-            n => {
-                self.rules.count("form_unreviewable");
-                let detail = format!("a click on this node could submit {n} forms, which no card can show as one");
-                return Ok(Err(End::escalated("unexpected_form_state", detail)));
-            }
+            1 if reply.unreviewable.is_empty() => None,
+            1 => Some(reply.unreviewable.clone()),
+            n => Some(format!("a click on this node could submit {n} forms, which no card can show as one")),
+        };
+        if let Some(detail) = unreviewable {
+            self.rules.count("form_unreviewable");
+            return Ok(Err(Stop::End(End::escalated("unexpected_form_state", detail))));
         }
         let rows = reply.review.as_ref().map(|r| r.rows.as_slice()).unwrap_or_default();
         let mismatched: Vec<String> = rows
@@ -379,7 +385,7 @@ impl State<'_> {
         if !mismatched.is_empty() {
             self.rules.count("form_mismatch");
             let detail = format!("the form differs from the task record in {}", mismatched.join(", "));
-            return Ok(Err(End::escalated("unexpected_form_state", detail)));
+            return Ok(Err(Stop::End(End::escalated("unexpected_form_state", detail))));
         }
         Ok(Ok(reply.sealed))
     }
@@ -418,12 +424,14 @@ impl State<'_> {
         Ok((reply.into_inner(), call_id))
     }
 
-    /// A click's form read back (ending the run on a mismatch), then the decision.
-    async fn decide(&mut self, target: &Target, act: &Act) -> Result<Result<Option<Decision>, End>, RunError> {
+    /// The form a click or a select could submit read back (ending the run on a mismatch), then
+    /// the decision.
+    async fn decide(&mut self, target: &Target, act: &Act) -> Result<Result<Option<Decision>, Stop>, RunError> {
         let form = match act {
-            Act::Click => match self.read_back(target).await? {
+            // A select clicks its option, and that click reaches whatever acts on one around it.
+            Act::Click | Act::Select { .. } => match self.read_back(target).await? {
                 Ok(form) => form,
-                Err(end) => return Ok(Err(end)),
+                Err(stop) => return Ok(Err(stop)),
             },
             _ => None,
         };
@@ -435,7 +443,8 @@ impl State<'_> {
             // The owner approved this act: the runtime redeems the token itself.
             Some(_) => None,
             None => match self.decide(&target, &act).await? {
-                Err(end) => return Ok(Some(end)),
+                Err(Stop::End(end)) => return Ok(Some(end)),
+                Err(Stop::Stale) => return Ok(None),
                 Ok(Some(Decision::Allow(allow))) => allow.ticket,
                 Ok(Some(Decision::RequireApproval(card))) => {
                     let key = (target.snapshot_id.clone(), target.node_ref.clone());
@@ -504,7 +513,8 @@ impl State<'_> {
                 return Ok(None);
             }
             None => match self.decide(&target, &Act::Click).await? {
-                Err(end) => return Ok(Some(end)),
+                Err(Stop::End(end)) => return Ok(Some(end)),
+                Err(Stop::Stale) => return Ok(None),
                 Ok(Some(Decision::RequireApproval(card))) => ("click", card.approval_id),
                 Ok(Some(Decision::Allow(_))) => {
                     self.note("approval not needed".into(), "this act needs no approval: act without a token".into());
@@ -554,6 +564,14 @@ impl State<'_> {
             _ => Ok(Some(End::escalated("approval_rejected", got.status))),
         }
     }
+}
+
+/// Why an act went no further than its read-back.
+enum Stop {
+    /// The run ends.
+    End(End),
+    /// The node moved under the read: the model observes again.
+    Stale,
 }
 
 fn verb(act: &Act) -> &'static str {

@@ -59,6 +59,7 @@ const nodeType = (n) => NODE_TYPE.call(n);
 // name=labels>`): read them from the prototypes that define them, and labels only on elements
 // that can have them.
 const EDITABLE = getter(HTMLElement.prototype, 'isContentEditable');
+const ASSIGNED_NODES = HTMLSlotElement.prototype.assignedNodes;
 const editable = (n) => n instanceof HTMLElement && EDITABLE.call(n);
 const LABELS = [HTMLButtonElement, HTMLInputElement, HTMLMeterElement, HTMLOutputElement, HTMLProgressElement,
   HTMLSelectElement, HTMLTextAreaElement].map((c) => [c, getter(c.prototype, 'labels')]);
@@ -85,8 +86,9 @@ const byIdIn = (root, id) =>
 // slot's assigned nodes (or its fallback) in its place.
 function flatChildren(n) {
   if (nodeType(n) === 1 && shadowOf(n)) return shadowOf(n).childNodes;
-  if (nodeType(n) === 1 && local(n) === 'slot') {
-    const assigned = n.assignedNodes();
+  // An HTML slot only: an SVG or other element named `slot` has no assigned nodes.
+  if (n instanceof HTMLSlotElement) {
+    const assigned = ASSIGNED_NODES.call(n);
     if (assigned.length) return assigned;
   }
   return childrenOf(n);
@@ -160,14 +162,20 @@ function defaultButton(f) {
   for (const c of FORM_ELEMENTS.call(f)) if (isSubmit(c)) return c;
   return null;
 }
-function formOwner(n) {
+// The form a control names or the parser gave it (`form=`, a form-associated custom element's
+// attribute), not counting ancestry.
+function ownForm(n) {
   if ('form' in n && n.form instanceof HTMLFormElement) return n.form;
   const id = nodeType(n) === 1 ? attr(n, 'form') : null;
   if (id) {
-    const root = rootOf(n);
-    const f = byIdIn(root, id);
+    const f = byIdIn(rootOf(n), id);
     if (f instanceof HTMLFormElement) return f;
   }
+  return null;
+}
+function formOwner(n) {
+  const own = ownForm(n);
+  if (own) return own;
   for (let p = parentOf(n); p && nodeType(p) === 1; p = parentOf(p)) if (local(p) === 'form') return p;
   return null;
 }
@@ -182,8 +190,16 @@ function clickForms(el) {
     const f = n && formOwner(n);
     if (f) forms.add(f);
   };
-  add(el);
-  for (const a of [el, ...ancestors(el)]) if (local(a) === 'label') add(a.control);
+  // A click on the element is a click on each of its ancestors in the rendered tree too (a
+  // button around it, in a shadow root it is slotted into, or owned by a form through `form=` or
+  // the parser's form pointer rather than by ancestry).
+  // Every ancestor is in that chain, so a form around the element is met as itself.
+  for (const a of [el, ...ancestors(el)]) {
+    const own = ownForm(a);
+    if (own) forms.add(own);
+    if (local(a) === 'form') forms.add(a);
+    if (local(a) === 'label') add(a.control);
+  }
   descendants(el, (d) => {
     if (local(d) === 'label') add(d.control);
     else if ('form' in d && d.form instanceof HTMLFormElement) forms.add(d.form);

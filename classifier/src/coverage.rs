@@ -152,6 +152,16 @@ pub fn activates(kind: FieldKind, key: &str) -> bool {
     ACTIVATION_KEYS.contains(&key) && !takes_text(kind) && kind != FieldKind::Select
 }
 
+/// Whether the runtime refuses pressing `key` on `element` whatever allowed it: an activation key
+/// on a control (see [`activates`]), or Enter in a one-line field of a form, which submits it
+/// past the read-back its button's click would show. The runtime decides the second from the
+/// live element (`input` with a form owner); the facts say it as a one-line field kind with
+/// `submits_form`.
+pub fn key_refused(element: &ElementFacts, key: &str) -> bool {
+    let one_line = !matches!(element.field_kind, FieldKind::TextArea | FieldKind::EditableRegion | FieldKind::Select);
+    activates(element.field_kind, key) || (key == "Enter" && element.submits_form && one_line)
+}
+
 /// Field kinds that take typed text.
 pub fn takes_text(kind: FieldKind) -> bool {
     matches!(

@@ -1074,6 +1074,10 @@ fn a_card_for_a_click_that_submits_a_form_needs_its_read_back() {
     let out = run(&mut world, &Policy::empty(), &submit(None), t0());
     assert_eq!(out.decision, Decision::Deny { code: grant_domain::model::FORM_NOT_READ_BACK.into() });
     assert!(out.events.is_empty(), "nothing is written: {:?}", out.events);
+    // A select clicks its option, and the click reaches a button around it.
+    let select = AuthorizeRequest { action: Action::Select { option: "Hard".into() }, ..submit(None) };
+    let out = run(&mut world, &Policy::empty(), &select, t0());
+    assert_eq!(out.decision, Decision::Deny { code: grant_domain::model::FORM_NOT_READ_BACK.into() });
     let read = FormReview { rows: vec![], digest: format!("hmac-sha256:{}", "ab".repeat(32)) };
     let asked = run(&mut world, &Policy::empty(), &submit(Some(read)), t0());
     assert!(matches!(asked.decision, Decision::RequireApproval { .. }), "{:?}", asked.decision);
@@ -1086,4 +1090,38 @@ fn a_card_for_a_click_that_submits_a_form_needs_its_read_back() {
     tile_in_form.element.submits_form = true;
     let covered = run(&mut world, &Policy::empty(), &tile_in_form, t0());
     assert!(matches!(covered.decision, Decision::Allow { .. }), "{:?}", covered.decision);
+}
+
+/// A key the runtime never sends is denied before any grant or card: Enter or Space on a button,
+/// a link or a choice is its click, and Enter in a one-line field of a form submits it. Neither a
+/// use nor a card is spent; Enter in a text area, or a key that only moves, is decided as ever.
+#[test]
+fn a_key_that_clicks_or_submits_is_denied_before_any_grant() {
+    let mut world = given();
+    let grant_id = allow_for_task(&mut world, t0());
+    let press = |element: ElementFacts, key: &str| act("s1", element, Action::Press { key: key.into() });
+    let field = |kind: FieldKind, in_form: bool| ElementFacts {
+        role: "textbox".into(),
+        field_kind: kind,
+        submits_form: in_form,
+        ..button("Your answer")
+    };
+    let deny = Decision::Deny { code: grant_domain::model::KEY_CLICKS_OR_SUBMITS.into() };
+    for (req, case) in [
+        (press(button("Next"), "Enter"), "Enter on a button"),
+        (press(button("Next"), " "), "Space on a button"),
+        (press(ElementFacts { field_kind: FieldKind::Checkbox, ..button("Slower") }, "Space"), "Space on a check box"),
+        (press(field(FieldKind::Text, true), "Enter"), "Enter in a field of a form"),
+    ] {
+        assert_eq!(run(&mut world, &Policy::empty(), &req, t0()).decision, deny, "{case}");
+    }
+    assert_eq!(world.grants[&grant_id].actions_used, 0, "no use was spent");
+    for (req, case) in [
+        (press(field(FieldKind::Text, false), "Enter"), "Enter in a field of no form"),
+        (press(field(FieldKind::TextArea, true), "Enter"), "Enter in a text area"),
+        (press(field(FieldKind::Text, true), "Tab"), "Tab in a field of a form"),
+    ] {
+        let out = run(&mut world, &Policy::empty(), &req, t0());
+        assert!(matches!(out.decision, Decision::Allow { .. }), "{case}: {:?}", out.decision);
+    }
 }

@@ -989,3 +989,74 @@ async fn an_activation_key_on_a_control_is_refused_and_the_agent_may_click_inste
     let sent = documents(&s);
     assert!(!sent.iter().any(|d| d.contains("/lesson/sent") || d.contains("/lesson/2")), "{sent:?}");
 }
+
+/// The form a click could submit is found whatever wraps the node: a button of another form
+/// around it, a form the parser's form pointer gave the button, a button in an open shadow root
+/// it is slotted into, and a select whose option's click reaches the button around it. A node
+/// inside one form whose click submits another could submit two, which no card shows as one.
+#[tokio::test]
+async fn the_form_a_click_could_submit_is_found_whatever_wraps_the_node() {
+    let mut s = stack().await;
+    let hidden = r#"<input type="hidden" name="amount" value="9999">"#;
+    let pages = [
+        (
+            "around",
+            format!(
+                r#"<form id="f" action="/lesson/sent">{hidden}</form>
+<button form="f" role="none"><span role="link">Continue</span></button>"#
+            ),
+            "Continue",
+            1,
+        ),
+        (
+            "pointer",
+            format!(
+                r#"<table><form action="/lesson/sent"><tr><td>{hidden}<button role="none"><span role="link">Continue</span></button></td></tr></form></table>"#
+            ),
+            "Continue",
+            1,
+        ),
+        (
+            "slotted",
+            format!(
+                r#"<div><template shadowrootmode="open"><form action="/lesson/sent">{hidden}<button role="none"><slot></slot></button></form></template><span role="link">Continue</span></div>"#
+            ),
+            "Continue",
+            1,
+        ),
+        (
+            "select",
+            format!(
+                r#"<form action="/lesson/sent">{hidden}<button><select aria-label="Level"><option>Easy</option><option>Hard</option></select></button></form>"#
+            ),
+            "Level",
+            1,
+        ),
+        (
+            "crossed",
+            format!(
+                r#"<form id="f" action="/lesson/sent">{hidden}</form>
+<form id="g"><label>Note <input name="note" value="hello"></label><button form="f" role="none"><span role="link">Save note</span></button></form>"#
+            ),
+            "Save note",
+            2,
+        ),
+    ];
+    for (page, html, name, forms) in pages {
+        s.fixture.page(LESSON, &format!("/lesson/{page}"), &format!("<!doctype html><title>Lesson</title>{html}"));
+        let session = s.open("profile-1", &format!("/lesson/{page}"), 50).await.unwrap();
+        let o = s.observe(&session).await;
+        assert!(node(&o, name).1.submits_form == Some(true), "{page}: the facts say the click submits");
+        let read = s.read_form(&session, &o, name, "").await;
+        assert_eq!(read.forms, forms, "{page}: {read:?}");
+        if forms == 1 {
+            // The hidden amount the submit would send is on the card.
+            let names: Vec<&str> = read.fields.iter().map(|f| f.name.as_str()).collect();
+            assert_eq!(names.first(), Some(&"amount"), "{page}: {names:?}");
+        } else {
+            assert!(read.fields.is_empty(), "{page}: two forms are never read as one");
+        }
+        let close = rt::CloseSessionRequest { session_id: session };
+        s.runtime.close_session(with(WORKER, close)).await.unwrap();
+    }
+}

@@ -177,7 +177,7 @@ pub(super) fn sealed_text(
 /// The most rows a form's read-back may have: a card of more is no review.
 const MAX_FORM_ROWS: usize = 200;
 
-/// A click on a form's button: the form as the runtime read it back and sealed it, for exactly
+/// A click that could submit a form: the form as the runtime read it back and sealed it, for exactly
 /// this owner, browser profile, run, snapshot and ref, as the card shows and binds it.
 pub(super) fn sealed_form(
     keys: &Keyring,
@@ -189,8 +189,11 @@ pub(super) fn sealed_form(
 ) -> Result<Option<grant_domain::catalogue::FormReview>, Status> {
     use grant_domain::catalogue::{FormReview, FormRow, FormStatus};
     let Some(sealed) = r.form.take() else { return Ok(None) };
-    if r.action.as_ref().is_none_or(|a| a.kind != pb::ActionKind::Click as i32) {
-        return Err(super::status::invalid("form", "is only for a click on a form's button"));
+    // The acts that click: a select's option is clicked too, and its click reaches whatever
+    // acts on one around it.
+    let clicks = [pb::ActionKind::Click, pb::ActionKind::Check, pb::ActionKind::Select].map(|k| k as i32);
+    if r.action.as_ref().is_none_or(|a| !clicks.contains(&a.kind)) {
+        return Err(super::status::invalid("form", "is only for a click, a check or a select"));
     }
     let body = keys.open_form(named.tenant, &sealed).map_err(|e| refusals.refuse(FACTS_INVALID, e.to_string()))?;
     let run_id = r.run.as_ref().map(|run| run.run_id.as_str()).unwrap_or_default();

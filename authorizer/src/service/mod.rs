@@ -637,7 +637,9 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         };
         asked.form_sha256 = match (&action, r.form_digest.len()) {
             (_, 0) => None,
-            (Action::Click, 32) => Some(format!("hmac-sha256:{}", hex::encode(&r.form_digest))),
+            (Action::Click | Action::Check | Action::Select { .. }, 32) => {
+                Some(format!("hmac-sha256:{}", hex::encode(&r.form_digest)))
+            }
             _ => return Err(invalid("form_digest", "is a click's 32-byte keyed digest of the live form")),
         };
         let binding = TokenBinding {

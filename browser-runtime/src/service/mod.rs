@@ -293,10 +293,16 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
                     let id = r.typed_field_id.as_deref().filter(|_| r.typed_run.as_deref() == Some(run.as_str()))?;
                     record.iter().find(|(f, _)| f == id).map(|(_, v)| v.as_str())
                 };
+                let unreviewable = |why: &str| pb::ReadFormReply {
+                    url: url.clone(),
+                    forms: 1,
+                    unreviewable: why.into(),
+                    ..Default::default()
+                };
                 if fields.len() > MAX_FORM_ROWS {
-                    return Err(Status::failed_precondition(
+                    return Ok(Response::new(unreviewable(
                         "the form has more fields than an owner can review on a card",
-                    ));
+                    )));
                 }
                 let review = gl::FormReview {
                     rows: fields.iter().map(|r| crate::review::row(r, value_of(r))).collect(),
@@ -315,7 +321,7 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
                         .unwrap_or(i64::MAX),
                 };
                 if prost::Message::encoded_len(&body) > proto::ticket::MAX_FORM_BODY_BYTES {
-                    return Err(Status::failed_precondition("the form is too large for an owner to review on a card"));
+                    return Ok(Response::new(unreviewable("the form is too large for an owner to review on a card")));
                 }
                 (Some(self.config.tickets.seal_form(&body)), Some(review))
             }
@@ -340,6 +346,7 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
             sealed,
             review,
             forms: 1,
+            unreviewable: String::new(),
         }))
     }
 

@@ -386,10 +386,11 @@ impl Session {
         if let Some(token) = &input.approval_token {
             // The form a click could submit, as the page holds it now: a card that showed the
             // form is redeemed only while it still holds exactly what the owner read. Read for
-            // every click, whatever the node's role and whatever the card showed: a card that
-            // showed no form is never spent on a submit.
+            // every act that clicks (a select clicks its option, and the click reaches whatever
+            // acts on one around it), whatever the node's role and whatever the card showed: a
+            // card that showed no form is never spent on a submit.
             let form_digest = match (&input.action, self.node(&input.snapshot_id, &input.node_ref)) {
-                (ActAction::Click | ActAction::Check, Ok((index, _))) => {
+                (ActAction::Click | ActAction::Check | ActAction::Select { .. }, Ok((index, _))) => {
                     match page::form(&devtools, &input.snapshot_id, index).await {
                         Ok((_, page::FormRead::Form(fields))) => {
                             let read: Vec<ReadBack> = fields

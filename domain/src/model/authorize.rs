@@ -251,9 +251,16 @@ pub const FACTS_NOT_THIS_SESSION: &str = "facts_not_this_session";
 /// never spend the approval on it).
 pub const FORM_NOT_READ_BACK: &str = "form_not_read_back";
 
+/// The deny code of a key the runtime never sends (an activation key on a control, Enter in a
+/// one-line field of a form): the agent clicks instead, and no use or card is spent on it.
+pub const KEY_CLICKS_OR_SUBMITS: &str = "key_clicks_or_submits";
+
 /// A card for this act would have to show a form it does not carry.
 fn form_unread(req: &AuthorizeRequest) -> bool {
-    req.form.is_none() && req.element.submits_form && matches!(req.action, Action::Click | Action::Check)
+    // A select clicks its option, and that click reaches whatever acts on one around it.
+    req.form.is_none()
+        && req.element.submits_form
+        && matches!(req.action, Action::Click | Action::Check | Action::Select { .. })
 }
 
 /// An operator's standing-grant pin: which grant, on which browser profile.
@@ -356,6 +363,11 @@ pub fn authorize(
     // for nothing.
     if let Some(code) = refused_field(&consequences, req) {
         return deny(code.to_owned());
+    }
+    if let Action::Press { key } = &req.action
+        && classifier::coverage::key_refused(&req.element, key)
+    {
+        return deny(KEY_CLICKS_OR_SUBMITS.to_owned());
     }
     if let Verdict::Escalate { .. } = verdict {
         if form_unread(req) {
