@@ -269,6 +269,12 @@ impl Rules {
     /// The runtime's answer to an act: the snapshot is void; two acts in a row that changed
     /// nothing, or a terminal refusal, end the run; the model's `consequential` is compared with
     /// the runtime's decision.
+    /// The current snapshot is void without an act (a read-back found its node moved): the next
+    /// target must come from a new one.
+    pub fn void(&mut self) {
+        self.current = None;
+    }
+
     pub fn acted(
         &mut self,
         target: &Target,

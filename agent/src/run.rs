@@ -362,6 +362,8 @@ impl State<'_> {
                     format!("STALE_SNAPSHOT: {}: observe again (recoverable = true)", s.message()),
                 );
                 self.current = None;
+                self.rules.void();
+                self.rules.count("stale_read_back");
                 return Ok(Err(Stop::Stale));
             }
             Err(s) => return Err(RunError::Runtime(s)),

@@ -506,12 +506,34 @@ if (mode === 'form') {
   if (forms.length > 1) return [JSON.stringify({ page, forms: forms.length }, compact), null];
   const form = forms[0];
   if (!form) return [JSON.stringify({ page, forms: 0 }, compact), null];
+  // The submit controls the click could press: the node or an ancestor, a label's control, or
+  // one inside it.
+  const pressable = new Set();
+  for (const a of [el, ...ancestors(el)]) {
+    if (isSubmit(a)) pressable.add(a);
+    if (local(a) === 'label' && a.control && isSubmit(a.control)) pressable.add(a.control);
+  }
+  descendants(el, (d) => {
+    if (isSubmit(d)) pressable.add(d);
+    if (local(d) === 'label' && d.control && isSubmit(d.control)) pressable.add(d.control);
+  });
   const fields = [];
   const fieldEls = [];
   for (const e of Array.from(FORM_ELEMENTS.call(form))) {
     const t = local(e);
-    if (t === 'fieldset' || t === 'object' || t === 'output' || t === 'button') continue;
-    if (t === 'input' && BUTTON_INPUTS.has(e.type)) continue;
+    if (t === 'fieldset' || t === 'object' || t === 'output') continue;
+    // A button sends nothing unless it is the submitter and has a name: then it sends its own
+    // name and value, which the card must show. Every submit control the click could press is
+    // shown, since which one the click lands on is the page's layout.
+    const button = t === 'button' || (t === 'input' && BUTTON_INPUTS.has(e.type));
+    if (button && !(isSubmit(e) && e.name && pressable.has(e))) continue;
+    if (button) {
+      // Its name and value, as the submit sends them: nothing rendered, so the read-back and the
+      // redemption's read agree on an unchanged page.
+      fields.push({ label: e.name, name: e.name, kind: 'none', value: String(e.value || ''), checked: false });
+      fieldEls.push(e);
+      continue;
+    }
     const d = e.type === 'hidden' ? null : describe(e);
     const kind = d ? d.fact.field_kind : 'other';
     const label = d ? d.fact.labels.join(' ') || d.fact.aria_label || d.fact.placeholder || e.name || '' : e.name || '';

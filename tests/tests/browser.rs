@@ -1041,6 +1041,13 @@ async fn the_form_a_click_could_submit_is_found_whatever_wraps_the_node() {
             "Save note",
             2,
         ),
+        // The button the click presses sends its own name and value: the card shows them.
+        (
+            "named",
+            r#"<form action="/lesson/sent"><input name="amount" value="10"><button name="amount" value="9999">Go</button></form>"#.into(),
+            "Go",
+            1,
+        ),
     ];
     for (page, html, name, forms) in pages {
         s.fixture.page(LESSON, &format!("/lesson/{page}"), &format!("<!doctype html><title>Lesson</title>{html}"));
@@ -1053,6 +1060,11 @@ async fn the_form_a_click_could_submit_is_found_whatever_wraps_the_node() {
             // The hidden amount the submit would send is on the card.
             let names: Vec<&str> = read.fields.iter().map(|f| f.name.as_str()).collect();
             assert_eq!(names.first(), Some(&"amount"), "{page}: {names:?}");
+            if page == "named" {
+                let sent: Vec<(&str, &str)> =
+                    read.fields.iter().map(|f| (f.label.as_str(), f.value.as_str())).collect();
+                assert_eq!(sent, [("amount", "10"), ("amount", "9999")], "{page}");
+            }
         } else {
             assert!(read.fields.is_empty(), "{page}: two forms are never read as one");
         }
