@@ -88,6 +88,27 @@ impl AuthorizerLink {
     }
 }
 
+/// How the gateway reaches the browser runtime, for the owner's look at a live tab: its URL and
+/// the CA of its certificate (the runtime takes the same `gateway` credentials).
+#[derive(Debug, Clone)]
+pub struct RuntimeLink {
+    pub url: String,
+    pub ca_pem: Option<Vec<u8>>,
+}
+
+/// A lazily connected gRPC channel to `url`, over TLS with `ca_pem` for an `https://` URL.
+fn channel(url: &str, ca_pem: Option<&[u8]>, what: &str) -> Result<Channel, String> {
+    let mut endpoint = Endpoint::from_shared(url.to_owned()).map_err(|e| format!("the {what} URL: {e}"))?;
+    if url.starts_with("https://") {
+        let mut config = ClientTlsConfig::new().with_enabled_roots();
+        if let Some(ca) = ca_pem {
+            config = config.ca_certificate(tonic::transport::Certificate::from_pem(ca));
+        }
+        endpoint = endpoint.tls_config(config).map_err(|e| format!("the {what}'s CA: {e}"))?;
+    }
+    Ok(endpoint.connect_timeout(Duration::from_secs(2)).timeout(GRPC_TIMEOUT).connect_lazy())
+}
+
 /// Everything a request needs, shared by every request of a replica.
 #[derive(Debug, Clone)]
 pub struct Gateway(Arc<Inner>);
@@ -102,6 +123,8 @@ struct Inner {
     view_waits: Arc<tokio::sync::Semaphore>,
     streams: stream::Streams,
     client: pb::authorizer_client::AuthorizerClient<Channel>,
+    /// The browser runtime, when this gateway shows live tabs.
+    runtime: Option<proto::runtime::browser_runtime_client::BrowserRuntimeClient<Channel>>,
     bearers: HashMap<String, MetadataValue<Ascii>>,
     limit: RateLimit,
     wake: watch::Receiver<u64>,
@@ -120,15 +143,7 @@ impl Gateway {
         limit: RateLimit,
         tls: bool,
     ) -> Result<Self, String> {
-        let mut endpoint = Endpoint::from_shared(link.url.clone()).map_err(|e| format!("the authorizer URL: {e}"))?;
-        if link.url.starts_with("https://") {
-            let mut config = ClientTlsConfig::new().with_enabled_roots();
-            if let Some(ca) = &link.ca_pem {
-                config = config.ca_certificate(tonic::transport::Certificate::from_pem(ca));
-            }
-            endpoint = endpoint.tls_config(config).map_err(|e| format!("the authorizer's CA: {e}"))?;
-        }
-        let endpoint = endpoint.connect_timeout(Duration::from_secs(2)).timeout(GRPC_TIMEOUT);
+        let authorizer = channel(&link.url, link.ca_pem.as_deref(), "authorizer")?;
         let mut bearers = HashMap::new();
         for (tenant, token) in &link.credentials {
             let value = format!("Bearer {token}").parse().map_err(|_| format!("tenant {tenant}'s token"))?;
@@ -143,7 +158,8 @@ impl Gateway {
             views,
             view_waits: Arc::new(tokio::sync::Semaphore::new(MAX_VIEW_WAITS)),
             streams: stream::Streams::default(),
-            client: pb::authorizer_client::AuthorizerClient::new(endpoint.connect_lazy()),
+            client: pb::authorizer_client::AuthorizerClient::new(authorizer),
+            runtime: None,
             bearers,
             limit,
             wake: store.wake_ups(),
@@ -154,6 +170,19 @@ impl Gateway {
 
     pub fn owners(&self) -> &Owners {
         &self.0.owners
+    }
+
+    /// This gateway also shows the owner the live tab of a pending card's browser session, through
+    /// the runtime at `link`. Called once, right after [`Gateway::new`].
+    pub fn with_runtime(mut self, link: &RuntimeLink) -> Result<Self, String> {
+        let runtime = channel(&link.url, link.ca_pem.as_deref(), "runtime")?;
+        let inner = Arc::get_mut(&mut self.0).ok_or("the runtime is set before the gateway is shared")?;
+        inner.runtime = Some(proto::runtime::browser_runtime_client::BrowserRuntimeClient::new(runtime));
+        Ok(self)
+    }
+
+    fn runtime(&self) -> Option<proto::runtime::browser_runtime_client::BrowserRuntimeClient<Channel>> {
+        self.0.runtime.clone()
     }
 
     /// The whole HTTP surface.

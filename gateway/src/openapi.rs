@@ -55,7 +55,13 @@ pub fn document() -> Value {
             );
         }
         let reply = serde_json::to_value((d.reply)(&mut generator)).unwrap_or_default();
-        let media = if d.events { "text/event-stream" } else { "application/json" };
+        let media = if d.events {
+            "text/event-stream"
+        } else if d.image {
+            "image/png"
+        } else {
+            "application/json"
+        };
         let mut responses = Map::new();
         responses.insert("200".into(), json!({ "description": "OK", "content": { media: { "schema": reply } } }));
         if d.path != "/v1/openapi.json" {

@@ -47,6 +47,8 @@ pub(crate) struct Doc {
     pub reply: SchemaOf,
     /// The reply is a `text/event-stream`.
     pub events: bool,
+    /// The reply is an `image/png`.
+    pub image: bool,
 }
 
 const fn doc(method: &'static str, path: &'static str, summary: &'static str, reply: SchemaOf) -> Doc {
@@ -61,6 +63,7 @@ const fn doc(method: &'static str, path: &'static str, summary: &'static str, re
         body: None,
         reply,
         events: false,
+        image: false,
     }
 }
 
@@ -76,6 +79,17 @@ pub(crate) const GET_APPROVAL: Doc = Doc {
     scopes: &[Scope::ApprovalResolve],
     query: Some(schema::<ReadQuery>),
     ..doc("get", "/v1/approvals/{approval_id}", "One approval card", schema::<Approval>)
+};
+pub(crate) const LIVE: Doc = Doc {
+    scopes: &[Scope::ApprovalResolve],
+    image: true,
+    query: Some(schema::<LiveQuery>),
+    ..doc(
+        "get",
+        "/v1/approvals/{approval_id}/live",
+        "A PNG of the live browser tab a pending card's session acts in, as it is now",
+        |_| schemars::json_schema!({ "type": "string", "contentMediaType": "image/png" }),
+    )
 };
 pub(crate) const RESOLVE: Doc = Doc {
     scopes: &[Scope::ApprovalResolve],
@@ -160,6 +174,7 @@ pub(crate) fn routes() -> Vec<(Doc, MethodRouter<Gateway>)> {
         on(SIGN_OUT, sign_out),
         on(LIST_APPROVALS, list_approvals),
         on(GET_APPROVAL, get_approval),
+        on(LIVE, live),
         on(RESOLVE, resolve),
         on(LIST_GRANTS, list_grants),
         on(GET_GRANT, get_grant),
@@ -313,6 +328,15 @@ pub(crate) struct GrantsQuery {
 
 #[derive(Debug, Clone, Default, serde::Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+pub(crate) struct LiveQuery {
+    /// Any number: a new one makes a browser load the tab anew rather than show the last picture.
+    #[serde(default)]
+    #[allow(dead_code)] // only its shape is checked: the value just changes the URL
+    pub at: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, serde::Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct ReadQuery {
     /// `<tx_id>.<position>` from a write's answer.
     #[serde(default)]
@@ -375,6 +399,39 @@ async fn get_approval(call: Call, Seg(approval_id): Seg) -> Answer<Approval> {
     let req = pb::GetApprovalRequest { approval_id, min_position: min_position(q.min_position.as_deref())? };
     let reply = call.gateway.authorizer().get_approval(call.grpc(&owner, req)?).await.map_err(status)?;
     Ok(Json(reply.into_inner().into()))
+}
+
+/// The live tab behind a pending card: only the card's owner sees it, only while it is pending,
+/// and only from a gateway configured with the runtime (otherwise the route is not here).
+async fn live(call: Call, Seg(approval_id): Seg) -> Result<Response, Problem> {
+    let (owner, _) = call.owner(&LIVE).await?;
+    call.query::<LiveQuery>()?;
+    uuid("approval_id", &approval_id)?;
+    let Some(mut runtime) = call.gateway.runtime() else { return Err(Problem::not_found()) };
+    let req = pb::GetApprovalRequest { approval_id, min_position: None };
+    let card = call.gateway.authorizer().get_approval(call.grpc(&owner, req)?).await.map_err(status)?.into_inner();
+    if card.status != "PENDING" {
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            "not_pending",
+            "the card is answered: its tab is no longer shown",
+        ));
+    }
+    if card.browser_profile_id.is_empty() {
+        return Err(Problem::not_found());
+    }
+    let req = proto::runtime::LiveViewRequest { browser_profile_id: card.browser_profile_id };
+    let view = runtime.live_view(call.grpc(&owner, req)?).await.map_err(|s| match s.code() {
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => {
+            Problem::unavailable("the browser runtime cannot be reached now")
+        }
+        _ => Problem::from_status(&s),
+    })?;
+    let headers = [
+        (header::CONTENT_TYPE, HeaderValue::from_static("image/png")),
+        (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+    ];
+    Ok((headers, view.into_inner().png).into_response())
 }
 
 async fn resolve(call: Call, Seg(approval_id): Seg, req: Request) -> Answer<Resolved> {

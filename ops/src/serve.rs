@@ -496,35 +496,51 @@ pub struct GatewayConfig {
     pub listen: SocketAddr,
     pub transport: Transport,
     pub authorizer: gateway::AuthorizerLink,
+    /// The browser runtime, for the live tab behind a pending card; none: that route is absent.
+    pub runtime: Option<gateway::RuntimeLink>,
     pub rate_per_minute: u32,
+}
+
+/// `name`'s gRPC URL from the environment (`default` when unset): https://host:port, or http://
+/// on a loopback address only; with its CA from `<name without _URL>_CA`.
+fn grpc_link(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &str,
+    default: Option<&str>,
+) -> Result<Option<(String, Option<Vec<u8>>)>> {
+    let Some(url) = get(name).or_else(|| default.map(str::to_owned)) else { return Ok(None) };
+    // Parsed, not matched by prefix: `http://127.0.0.1:1@elsewhere` names another host.
+    let parsed: tonic::transport::Uri = url.parse().with_context(|| format!("{name}={url:?} is not a URL"))?;
+    let loopback = parsed.host().is_some_and(|h| {
+        h.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    });
+    let plain_ok = parsed.scheme_str() == Some("http") && loopback;
+    let has_userinfo = parsed.authority().is_some_and(|a| a.as_str().contains('@'));
+    if has_userinfo || !(parsed.scheme_str() == Some("https") || plain_ok) {
+        bail!("{name}={url:?} is https://host:port, or http:// on a loopback address only");
+    }
+    let ca = format!("{}_CA", name.trim_end_matches("_URL"));
+    let ca_pem =
+        get(&ca).map(|p| std::fs::read(&p).with_context(|| format!("{ca}={p:?} cannot be read"))).transpose()?;
+    Ok(Some((url, ca_pem)))
 }
 
 impl GatewayConfig {
     /// GATEWAY_LISTEN (default 127.0.0.1:8443), GATEWAY_TLS_CERT and GATEWAY_TLS_KEY,
     /// GATEWAY_AUTHORIZER_URL (default http://127.0.0.1:50051), GATEWAY_AUTHORIZER_CA,
     /// GATEWAY_CREDENTIALS_FILE (`<tenant> <glc_ token>` lines: each tenant's gateway
-    /// credential) and GATEWAY_RATE_PER_MINUTE (default 600).
+    /// credential, which the runtime takes too), GATEWAY_RUNTIME_URL and GATEWAY_RUNTIME_CA
+    /// (optional: the live tab behind a pending card) and GATEWAY_RATE_PER_MINUTE (default 600).
     pub fn parse(get: impl Fn(&str) -> Option<String>, insecure_loopback: bool) -> Result<Self> {
         let listen = get("GATEWAY_LISTEN").unwrap_or_else(|| "127.0.0.1:8443".into());
         let listen: SocketAddr = listen
             .parse()
             .with_context(|| format!("GATEWAY_LISTEN={listen:?} is not an address like 127.0.0.1:8443"))?;
         let transport = transport(&get, "GATEWAY", listen, insecure_loopback)?;
-        let url = get("GATEWAY_AUTHORIZER_URL").unwrap_or_else(|| "http://127.0.0.1:50051".into());
-        // Parsed, not matched by prefix: `http://127.0.0.1:1@elsewhere` names another host.
-        let parsed: tonic::transport::Uri =
-            url.parse().with_context(|| format!("GATEWAY_AUTHORIZER_URL={url:?} is not a URL"))?;
-        let loopback = parsed.host().is_some_and(|h| {
-            h.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
-        });
-        let plain_ok = parsed.scheme_str() == Some("http") && loopback;
-        let has_userinfo = parsed.authority().is_some_and(|a| a.as_str().contains('@'));
-        if has_userinfo || !(parsed.scheme_str() == Some("https") || plain_ok) {
-            bail!("GATEWAY_AUTHORIZER_URL={url:?} is https://host:port, or http:// on a loopback address only");
-        }
-        let ca_pem = get("GATEWAY_AUTHORIZER_CA")
-            .map(|p| std::fs::read(&p).with_context(|| format!("GATEWAY_AUTHORIZER_CA={p:?} cannot be read")))
-            .transpose()?;
+        let (url, ca_pem) = grpc_link(&get, "GATEWAY_AUTHORIZER_URL", Some("http://127.0.0.1:50051"))?
+            .context("the authorizer's URL has a default")?;
+        let runtime =
+            grpc_link(&get, "GATEWAY_RUNTIME_URL", None)?.map(|(url, ca_pem)| gateway::RuntimeLink { url, ca_pem });
         let file = get("GATEWAY_CREDENTIALS_FILE").context(
             "GATEWAY_CREDENTIALS_FILE is required: lines of `<tenant> <glc_ token>`, a gateway credential each",
         )?;
@@ -545,6 +561,7 @@ impl GatewayConfig {
             listen,
             transport,
             authorizer: gateway::AuthorizerLink { url, ca_pem, credentials },
+            runtime,
             rate_per_minute,
         })
     }
@@ -570,6 +587,10 @@ pub async fn gateway(config: GatewayConfig, database_url: String) -> Result<()> 
         tls.is_some(),
     )
     .map_err(anyhow::Error::msg)?;
+    let gw = match &config.runtime {
+        Some(link) => gw.with_runtime(link).map_err(anyhow::Error::msg)?,
+        None => gw,
+    };
     let listener =
         tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     println!("gateway serving on {}", listener.local_addr()?);

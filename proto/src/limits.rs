@@ -270,6 +270,7 @@ pub const FIELDS: &[(&str, Rule)] = &[
     ("browser_runtime.v1.Press.key", KEY),
     ("browser_runtime.v1.Scroll.by", SCROLL),
     ("browser_runtime.v1.ScreenshotRequest.session_id", ID),
+    ("browser_runtime.v1.LiveViewRequest.browser_profile_id", ID),
     ("browser_runtime.v1.ReadFormRequest.session_id", ID),
     ("browser_runtime.v1.ReadFormRequest.snapshot_id", ID),
     ("browser_runtime.v1.ReadFormRequest.ref", ID),

@@ -115,6 +115,20 @@ impl Owner {
         .await
     }
 
+    /// Waits until the image `css` has loaded a picture, as the owner would see it; its natural
+    /// width and height in pixels.
+    pub async fn image_loaded(&self, css: &str, what: &str) -> (u64, u64) {
+        crate::poll_until(what, WAIT, Duration::from_millis(100), || async move {
+            let js = "const i = document.querySelector(arguments[0]); \
+                      return i && i.complete && !i.hidden ? [i.naturalWidth, i.naturalHeight] : null;";
+            let v = self.client.execute(js, vec![serde_json::json!(css)]).await.ok()?;
+            let size = v.as_array()?;
+            let (w, h) = (size.first()?.as_u64()?, size.get(1)?.as_u64()?);
+            (w > 0 && h > 0).then_some((w, h))
+        })
+        .await
+    }
+
     /// Presses the button labelled `label` inside the element `css`, once it is there.
     pub async fn press(&self, css: &str, label: &str) {
         let button =

@@ -117,8 +117,24 @@ impl GatewayStack {
         rate_per_minute: u32,
         stops: &mut Vec<tokio::sync::oneshot::Sender<()>>,
     ) -> u16 {
+        Self::serve_gateway_with(db, link, None, rate_per_minute, stops).await
+    }
+
+    /// One more gateway replica on `link`, showing live tabs through the runtime at `runtime`;
+    /// its port.
+    pub async fn serve_gateway_with(
+        db: &TestDb,
+        link: &gateway::AuthorizerLink,
+        runtime: Option<&gateway::RuntimeLink>,
+        rate_per_minute: u32,
+        stops: &mut Vec<tokio::sync::oneshot::Sender<()>>,
+    ) -> u16 {
         let gw = gateway::Gateway::new(db.config.clone(), link, gateway::RateLimit::per_minute(rate_per_minute), false)
             .unwrap();
+        let gw = match runtime {
+            Some(r) => gw.with_runtime(r).unwrap(),
+            None => gw,
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

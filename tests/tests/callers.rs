@@ -287,7 +287,8 @@ async fn every_field_of_every_request_is_bounded_and_named() {
                 s.authorizer.clone()
             };
             let (token, owner) = if service.full_name().starts_with("browser_runtime") {
-                (s.worker_a.as_str(), false)
+                // The owner's look at a live tab is the gateway's call; every other is the worker's.
+                if method.name() == "LiveView" { (s.gateway.as_str(), true) } else { (s.worker_a.as_str(), false) }
             } else {
                 s.token_for(&path)
             };

@@ -11,8 +11,9 @@ use agent::rules::End;
 use agent::run::{Clients, Task, run};
 use authorizer::PgGrants;
 use credentials::Scope;
+use proto::v1 as pb;
 use serde_json::json;
-use tests::browser::{ELSEWHERE, ENROL, ENROLLED, GATEWAY, LESSON, Stack, TENANT, WORKER};
+use tests::browser::{ELSEWHERE, ENROL, ENROLLED, GATEWAY, LESSON, Stack, TENANT, WORKER, with};
 use tests::console::Owner;
 
 const LESSON_1: &str = r#"<!doctype html><title>Lesson 1</title><h1>Lesson 1</h1><a href="/lesson/2">Next</a>"#;
@@ -51,7 +52,9 @@ async fn lesson() -> Lesson {
         credentials: [(TENANT.to_owned(), GATEWAY.to_owned())].into_iter().collect(),
     };
     let mut stops = Vec::new();
-    let gateway = tests::gateway::GatewayStack::serve_gateway(&db, &link, 10_000, &mut stops).await;
+    let runtime = gateway::RuntimeLink { url: format!("http://127.0.0.1:{}", stack.runtime_port), ca_pem: None };
+    let gateway =
+        tests::gateway::GatewayStack::serve_gateway_with(&db, &link, Some(&runtime), 10_000, &mut stops).await;
     // The projection workers, as `grantctl serve projections` runs them: the activity's source.
     let (stop, stopped) = tokio::sync::watch::channel(false);
     for p in projections::Projection::ALL {
@@ -72,6 +75,14 @@ impl Lesson {
         let (token, _) = owners.create(TENANT, "owner", &scopes, Duration::from_secs(3600)).await.unwrap();
         let code = owners.link(TENANT, token.token_id).await.unwrap();
         format!("http://127.0.0.1:{}/sign-in?code={code}&session=s1", self.gateway)
+    }
+
+    /// An API token of `principal` that may answer cards.
+    async fn token(&self, principal: &str) -> String {
+        let owners = gateway::Owners::new(self.db.pool(2));
+        let (_, secret) =
+            owners.create(TENANT, principal, &[Scope::ApprovalResolve], Duration::from_secs(3600)).await.unwrap();
+        secret
     }
 
     /// A run of `model` from `/lesson/1`, in the background.
@@ -311,6 +322,25 @@ async fn the_form_review_card_on_the_console() {
         assert!(card.contains(said), "the form card does not say {said:?}:\n{card}");
     }
     assert!(!card.contains("Allow for this task"), "a submit is never offered for the task: {card}");
+    // Beside the rows, the tab itself as the browser shows it now, read from the runtime.
+    let (width, height) = owner.image_loaded("#cards img.live", "the live tab's picture").await;
+    assert!(width >= 200 && height >= 100, "{width}x{height}");
+    assert!(owner.text("#cards figcaption").await.contains("The browser tab now"));
+    owner.shot("form-review-card-with-its-tab").await;
+    // Only the card's owner sees the tab, only while the card is pending, and only through the
+    // gateway: the runtime refuses the worker's credential for it.
+    let pending = pb::ListApprovalsRequest { session_id: "s1".into(), pending_only: true, min_position: None };
+    let cards = l.stack.authorizer.list_approvals(with(GATEWAY, pending)).await.unwrap().into_inner().approvals;
+    let live = format!("/v1/approvals/{}/live", cards[0].approval_id);
+    let (mine, stranger) = (l.token("owner").await, l.token("someone-else").await);
+    let shown = tests::http::Call::new(l.gateway, "GET", &live).bearer(&mine).send().await;
+    assert_eq!((shown.status, shown.header("content-type")), (200, Some("image/png")), "{shown:?}");
+    assert_eq!(shown.header("cache-control"), Some("no-store"));
+    let theirs = tests::http::Call::new(l.gateway, "GET", &live).bearer(&stranger).send().await;
+    assert_eq!(theirs.status, 404, "another owner's card is not there: {theirs:?}");
+    let view = proto::runtime::LiveViewRequest { browser_profile_id: "profile-1".into() };
+    let refused = l.stack.runtime.live_view(with(WORKER, view)).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
     owner.press("#cards", "Approve submit").await;
     let outcome = running.await.unwrap();
     assert_eq!(outcome.end, End::Done { reference: "EN-2040".into() }, "{}", outcome.log.join("\n"));
@@ -324,6 +354,8 @@ async fn the_form_review_card_on_the_console() {
         .filter(|t| t.starts_with("/lesson/unit-4"))
         .collect();
     assert_eq!(sent, ["/lesson/unit-4?name=Ada+Lovelace&city=LONDON&excess=250.00"]);
+    let answered = tests::http::Call::new(l.gateway, "GET", &live).bearer(&mine).send().await;
+    assert_eq!((answered.status, answered.code().as_str()), (409, "not_pending"), "{answered:?}");
     owner.shot("form-approved").await;
 
     // Reject and escalate: the run ends under the rejection and the form is not sent again. The

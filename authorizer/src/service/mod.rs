@@ -520,8 +520,9 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         let found = authority
             .read(Need::Approval(approval_id), |w| {
                 let a = w.approvals.get(&approval_id)?;
-                let owner = &w.sessions.get(&a.requested.session_id)?.created.principal_id;
-                (owner == &principal).then(|| approval(a))
+                let session = &w.sessions.get(&a.requested.session_id)?.created;
+                let profile = session.browser_profile_id.clone().unwrap_or_default();
+                (session.principal_id == principal).then(|| pb::Approval { browser_profile_id: profile, ..approval(a) })
             })
             .await
             .map_err(status)?;

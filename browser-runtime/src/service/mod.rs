@@ -121,6 +121,18 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
             .map_err(transport::auth_status)
     }
 
+    /// The owner the gateway names, with the scope to answer cards (`route`'s rule for LiveView).
+    async fn owner<T>(&self, req: &Request<T>) -> Result<Caller, Status> {
+        if let Some(c) = req.extensions().get::<Caller>().filter(|c| c.role == Role::Gateway) {
+            return Ok(c.clone());
+        }
+        let scopes = [credentials::Scope::ApprovalResolve];
+        self.credentials
+            .authenticate(req.metadata(), &[Role::Gateway], &scopes, OffsetDateTime::now_utc())
+            .await
+            .map_err(transport::auth_status)
+    }
+
     /// The caller's session, locked: another owner's session is as absent as one that never
     /// existed, and so is one closed while the call waited for it.
     async fn owned(&self, caller: &Caller, session_id: &str) -> Result<tokio::sync::OwnedMutexGuard<Session>, Status> {
@@ -350,6 +362,26 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
         }))
     }
 
+    async fn live_view(&self, req: Request<pb::LiveViewRequest>) -> Result<Response<pb::LiveViewReply>, Status> {
+        let owner = self.owner(&req).await?;
+        let profile = id("browser_profile_id", &req.get_ref().browser_profile_id)?;
+        // A profile has at most one open session; another owner's is as absent as none.
+        let entry = {
+            let sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut mine = sessions
+                .values()
+                .filter(|e| e.tenant == owner.tenant && e.principal == owner.principal && e.profile == profile);
+            mine.next().cloned()
+        };
+        let Some(entry) = entry else { return Err(Status::not_found("no open session on this browser profile")) };
+        let mut s = entry.session.lock_owned().await;
+        if s.closed {
+            return Err(Status::not_found("no open session on this browser profile"));
+        }
+        let (page, png) = bounded!(self, s, s.live_view(&self.config.browser)).map_err(session_status)?;
+        Ok(Response::new(pb::LiveViewReply { page, png }))
+    }
+
     async fn close_session(
         &self,
         req: Request<pb::CloseSessionRequest>,
@@ -365,11 +397,15 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
     }
 }
 
-/// Accepted connections without Nagle's delay: a reply larger than one segment otherwise waits
-/// for the peer's delayed acknowledgement (tens of milliseconds).
-/// Every call of the runtime is the worker's.
+/// Every call of the runtime is the worker's, but the owner's look at a live tab, which is the
+/// gateway's for an owner who may answer cards.
 fn route(path: &str) -> Option<(&'static [Role], &'static [credentials::Scope])> {
-    path.starts_with("/browser_runtime.v1.BrowserRuntime/").then_some((&[Role::Worker][..], &[][..]))
+    let method = path.strip_prefix("/browser_runtime.v1.BrowserRuntime/")?;
+    Some(if method == "LiveView" {
+        (&[Role::Gateway][..], &[credentials::Scope::ApprovalResolve][..])
+    } else {
+        (&[Role::Worker][..], &[][..])
+    })
 }
 
 /// A task record that cannot be read: the caller's fault, the file's, or the disk's for now.

@@ -493,6 +493,19 @@ impl Session {
         Ok(Observation { snapshot_id: id, page, nodes })
     }
 
+    /// The tab as its owner sees it: the page's origin and path (never its query or fragment)
+    /// and a screenshot.
+    pub async fn live_view(&mut self, config: &BrowserConfig) -> Result<(String, Vec<u8>), SessionError> {
+        let client = self.client(config).await?;
+        let url = match client.current_url().await {
+            Ok(u) => u,
+            Err(e) => return Err(self.failed(e, config).await),
+        };
+        let page = format!("{}{}", url.origin().ascii_serialization(), url.path());
+        let png = self.screenshot(config).await?;
+        Ok((page, png))
+    }
+
     pub async fn screenshot(&mut self, config: &BrowserConfig) -> Result<Vec<u8>, SessionError> {
         let client = self.client(config).await?;
         match client.screenshot().await {

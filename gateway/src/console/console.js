@@ -113,7 +113,7 @@ function card(a) {
     section.append(el('p', { class: 'warn' }, 'The page could not be read whole: look at it yourself before you allow this.'));
   }
   if (a.reason_text) section.append(el('p', { class: 'reason' }, a.reason_text));
-  if (v.form) section.append(formTable(v.form));
+  if (v.form) section.append(formTable(v.form), liveTab(a));
 
   const buttons = el('div', { class: 'choices' });
   const answer = (label, body, cls) => {
@@ -149,6 +149,28 @@ function card(a) {
   }
   section.append(buttons);
   return section;
+}
+
+// The browser tab the card's session acts in, as the browser shows it now (never a picture the
+// agent made): read from the runtime through the gateway while the card is pending.
+function liveTab(a) {
+  const img = el('img', { class: 'live', alt: 'The browser tab as it is now' });
+  const caption = el('figcaption', {}, 'The browser tab now, as the browser shows it. ');
+  const load = () => {
+    img.src = '/v1/approvals/' + encodeURIComponent(a.approval_id) + '/live?at=' + Date.now();
+  };
+  img.addEventListener('error', () => {
+    img.hidden = true;
+    caption.textContent = 'The browser tab cannot be shown now.';
+  });
+  img.addEventListener('load', () => {
+    img.hidden = false;
+  });
+  const again = el('button', { type: 'button', class: 'refresh' }, 'Show it again');
+  again.addEventListener('click', load);
+  caption.append(again);
+  load();
+  return el('figure', { class: 'live-tab' }, img, caption);
 }
 
 async function resolve(a, body, buttons) {
