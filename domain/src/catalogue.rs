@@ -38,6 +38,8 @@ pub enum Resolution {
     ApproveOnce,
     ApproveForTask,
     Deny,
+    /// The owner acts in the live tab: the agent's act is refused and its run ends.
+    TakeOver,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,7 +64,7 @@ impl Resolution {
     pub const fn status(self) -> ApprovalStatus {
         match self {
             Self::ApproveOnce | Self::ApproveForTask => ApprovalStatus::Approved,
-            Self::Deny => ApprovalStatus::Denied,
+            Self::Deny | Self::TakeOver => ApprovalStatus::Denied,
         }
     }
 }
@@ -762,6 +764,10 @@ mod tests {
         assert_eq!(Resolution::ApproveForTask.status(), ApprovalStatus::Approved);
         assert_eq!(Resolution::ApproveOnce.status(), ApprovalStatus::Approved);
         assert_eq!(Resolution::Deny.status(), ApprovalStatus::Denied);
+        // Taking the tab over denies the agent's act; clients read it under its own name.
+        assert_eq!(Resolution::TakeOver.status(), ApprovalStatus::Denied);
+        let taken = crate::model::ApprovalState::Resolved(Resolution::TakeOver);
+        assert_eq!(taken.code(), "TAKEN_OVER");
     }
 
     #[test]

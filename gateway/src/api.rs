@@ -182,6 +182,8 @@ pub enum Resolution {
     ApproveOnce,
     ApproveForTask,
     Deny,
+    /// Denied to the agent, whose run ends; the owner acts in the live tab.
+    TakeOver,
 }
 
 /// The owner's answer to one approval card.

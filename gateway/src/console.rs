@@ -71,6 +71,12 @@ pub(crate) async fn session(Seg(session): Seg) -> Response {
         <p id=\"status\" role=\"status\"></p>\
         <section aria-labelledby=\"cards-title\"><h2 id=\"cards-title\">Waiting for you</h2>\
         <div id=\"cards\"><p class=\"empty\">Nothing is waiting for you.</p></div></section>\
+        <section id=\"takeover\" aria-labelledby=\"takeover-title\" hidden><h2 id=\"takeover-title\">You have the tab</h2>\
+        <p>The agent's run has ended. What you click on the picture, type or press goes to the live tab.</p>\
+        <img id=\"takeover-tab\" class=\"live\" alt=\"The browser tab you took over; click on it to click there\">\
+        <form id=\"takeover-type\" class=\"filter\"><label for=\"takeover-text\">Type</label> \
+        <input id=\"takeover-text\" maxlength=\"1024\"> <button type=\"submit\">Send text</button></form>\
+        <div class=\"choices\" id=\"takeover-keys\"></div></section>\
         <section aria-labelledby=\"activity-title\"><h2 id=\"activity-title\">Activity</h2>\
         <form id=\"activity-filter\" class=\"filter\"><label for=\"since\">From</label> <input type=\"date\" id=\"since\"> \
         <label for=\"until\">to</label> <input type=\"date\" id=\"until\"> \

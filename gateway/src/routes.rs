@@ -91,6 +91,19 @@ pub(crate) const LIVE: Doc = Doc {
         |_| schemars::json_schema!({ "type": "string", "contentMediaType": "image/png" }),
     )
 };
+pub(crate) const LIVE_INPUT: Doc = Doc {
+    scopes: &[Scope::ApprovalResolve],
+    write: true,
+    image: true,
+    body: Some(schema::<LiveInput>),
+    ..doc(
+        "post",
+        "/v1/approvals/{approval_id}/live/input",
+        "The owner's click, text, key or done in the tab of a card they took over; a PNG of the tab after it \
+         (204 once done)",
+        |_| schemars::json_schema!({ "type": "string", "contentMediaType": "image/png" }),
+    )
+};
 pub(crate) const RESOLVE: Doc = Doc {
     scopes: &[Scope::ApprovalResolve],
     write: true,
@@ -98,8 +111,9 @@ pub(crate) const RESOLVE: Doc = Doc {
     ..doc(
         "post",
         "/v1/approvals/{approval_id}/resolve",
-        "Answers a card: approve_once, approve_for_task (also needs browser.grant.write, and repeats the offer) or \
-         deny; a stale or mismatched offer is 409 and the card stays pending",
+        "Answers a card: approve_once, approve_for_task (also needs browser.grant.write, and repeats the offer), \
+         deny, or take_over (denied to the agent, whose run ends, and the owner acts in the live tab); a stale or \
+         mismatched offer is 409 and the card stays pending",
         schema::<Resolved>,
     )
 };
@@ -175,6 +189,7 @@ pub(crate) fn routes() -> Vec<(Doc, MethodRouter<Gateway>)> {
         on(LIST_APPROVALS, list_approvals),
         on(GET_APPROVAL, get_approval),
         on(LIVE, live),
+        on(LIVE_INPUT, live_input),
         on(RESOLVE, resolve),
         on(LIST_GRANTS, list_grants),
         on(GET_GRANT, get_grant),
@@ -407,31 +422,96 @@ async fn live(call: Call, Seg(approval_id): Seg) -> Result<Response, Problem> {
     let (owner, _) = call.owner(&LIVE).await?;
     call.query::<LiveQuery>()?;
     uuid("approval_id", &approval_id)?;
-    let Some(mut runtime) = call.gateway.runtime() else { return Err(Problem::not_found()) };
+    let (mut runtime, profile) = card_tab(&call, &owner, approval_id, &["PENDING", "TAKEN_OVER"]).await?;
+    let req = proto::runtime::LiveViewRequest { browser_profile_id: profile };
+    let view = runtime.live_view(call.grpc(&owner, req)?).await.map_err(runtime_problem)?;
+    Ok(png(view.into_inner().png))
+}
+
+/// The owner's click, text, key or "done" in the tab of a card they took over; the tab as it is
+/// after it (or nothing, once done).
+async fn live_input(call: Call, Seg(approval_id): Seg, req: Request) -> Result<Response, Problem> {
+    use proto::runtime::live_input_request::Input;
+    let (owner, _) = call.owner(&LIVE_INPUT).await?;
+    call.query::<NoQuery>()?;
+    uuid("approval_id", &approval_id)?;
+    let body: LiveInput = guard::json_body(req).await?;
+    let input = match (body.click, body.text, body.key, body.done) {
+        (Some(p), None, None, None) => Input::Click(proto::runtime::Point { x: p.x, y: p.y }),
+        (None, Some(t), None, None) if !t.is_empty() && t.chars().count() <= 1024 => Input::Text(t),
+        (None, Some(_), None, None) => return Err(Problem::invalid("text", "is 1 to 1024 characters")),
+        (None, None, Some(k), None) => Input::Key(k),
+        (None, None, None, Some(true)) => Input::Done(true),
+        _ => return Err(Problem::invalid("input", "is exactly one of click, text, key or done: true")),
+    };
+    let (mut runtime, profile) = card_tab(&call, &owner, approval_id, &["TAKEN_OVER"]).await?;
+    let req = proto::runtime::LiveInputRequest { browser_profile_id: profile, input: Some(input) };
+    let view = runtime.live_input(call.grpc(&owner, req)?).await.map_err(runtime_problem)?.into_inner();
+    Ok(if view.png.is_empty() { StatusCode::NO_CONTENT.into_response() } else { png(view.png) })
+}
+
+type RuntimeClient = proto::runtime::browser_runtime_client::BrowserRuntimeClient<tonic::transport::Channel>;
+
+/// The runtime and the browser profile of the owner's card `approval_id`, while the card's
+/// status is one of `statuses`: 404 when it is not the owner's or the gateway has no runtime.
+async fn card_tab(
+    call: &Call,
+    owner: &Owner,
+    approval_id: String,
+    statuses: &[&str],
+) -> Result<(RuntimeClient, String), Problem> {
+    let Some(runtime) = call.gateway.runtime() else { return Err(Problem::not_found()) };
     let req = pb::GetApprovalRequest { approval_id, min_position: None };
-    let card = call.gateway.authorizer().get_approval(call.grpc(&owner, req)?).await.map_err(status)?.into_inner();
-    if card.status != "PENDING" {
-        return Err(Problem::new(
-            StatusCode::CONFLICT,
-            "not_pending",
-            "the card is answered: its tab is no longer shown",
-        ));
+    let card = call.gateway.authorizer().get_approval(call.grpc(owner, req)?).await.map_err(status)?.into_inner();
+    if !statuses.contains(&card.status.as_str()) {
+        return Err(Problem::new(StatusCode::CONFLICT, "not_pending", "the card is answered: its tab is not shown"));
     }
     if card.browser_profile_id.is_empty() {
         return Err(Problem::not_found());
     }
-    let req = proto::runtime::LiveViewRequest { browser_profile_id: card.browser_profile_id };
-    let view = runtime.live_view(call.grpc(&owner, req)?).await.map_err(|s| match s.code() {
+    Ok((runtime, card.browser_profile_id))
+}
+
+fn runtime_problem(s: tonic::Status) -> Problem {
+    match s.code() {
         tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => {
             Problem::unavailable("the browser runtime cannot be reached now")
         }
         _ => Problem::from_status(&s),
-    })?;
+    }
+}
+
+fn png(bytes: Vec<u8>) -> Response {
     let headers = [
         (header::CONTENT_TYPE, HeaderValue::from_static("image/png")),
         (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
     ];
-    Ok((headers, view.into_inner().png).into_response())
+    (headers, bytes).into_response()
+}
+
+/// One input to a tab taken over: exactly one field.
+#[derive(Debug, Clone, Default, serde::Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LiveInput {
+    /// A click at this point of the live picture, in its pixels.
+    #[serde(default)]
+    pub click: Option<LivePoint>,
+    /// Text typed as it is, 1 to 1024 characters.
+    #[serde(default)]
+    pub text: Option<String>,
+    /// A named key: Enter, Tab, Escape, Backspace, Delete, the arrows, Home, End, PageUp, PageDown.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// The owner is done: the tab closes.
+    #[serde(default)]
+    pub done: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, Default, serde::Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LivePoint {
+    pub x: u32,
+    pub y: u32,
 }
 
 async fn resolve(call: Call, Seg(approval_id): Seg, req: Request) -> Answer<Resolved> {
@@ -456,12 +536,23 @@ async fn resolve(call: Call, Seg(approval_id): Seg, req: Request) -> Answer<Reso
             {
                 return Err(Problem::invalid(field, "is sent only with approve_for_task"));
             }
-            let r = if other == Resolution::Deny { pb::Resolution::Deny } else { pb::Resolution::ApproveOnce };
+            let r = match other {
+                Resolution::Deny => pb::Resolution::Deny,
+                Resolution::TakeOver => pb::Resolution::TakeOver,
+                _ => pb::Resolution::ApproveOnce,
+            };
             (r, String::new(), String::new())
         }
     };
     if let Some(ms) = body.shown_for_ms {
         tracing::info!(approval_id = %approval_id, shown_for_ms = ms, resolution = ?body.resolution, "card answered");
+    }
+    // Taking over marks the tab first, so that from the answer on nothing of the agent's reaches
+    // it: the owner meant to act there even if the card cannot be answered any more.
+    if resolution == pb::Resolution::TakeOver {
+        let (mut runtime, profile) = card_tab(&call, &owner, approval_id.clone(), &["PENDING"]).await?;
+        let req = proto::runtime::TakeOverRequest { browser_profile_id: profile };
+        runtime.take_over(call.grpc(&owner, req)?).await.map_err(runtime_problem)?;
     }
     let req = pb::ResolveApprovalRequest {
         approval_id,

@@ -120,6 +120,7 @@ pub fn row(recorded: &RecordedEvent) -> Result<AuditRow, DecodeError> {
             match (e.resolution, e.status) {
                 (Resolution::ApproveForTask, ApprovalStatus::Approved) => "Allowed for this task".to_owned(),
                 (Resolution::ApproveOnce, ApprovalStatus::Approved) => "Allowed once".to_owned(),
+                (Resolution::TakeOver, _) => "Taken over: the owner acts in the live tab".to_owned(),
                 _ => "Denied".to_owned(),
             }
         }

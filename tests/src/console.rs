@@ -129,6 +129,26 @@ impl Owner {
         .await
     }
 
+    /// Types `text` into the field `css`, as the owner's keys.
+    pub async fn type_into(&self, css: &str, text: &str) {
+        let field = self.client.find(Locator::Css(css)).await.expect("the field is there");
+        field.send_keys(text).await.expect("the field takes the keys");
+    }
+
+    /// Clicks the element `css` at (`fx`, `fy`) of its width and height, as a pointer would.
+    pub async fn click_at(&self, css: &str, fx: f64, fy: f64) {
+        use fantoccini::actions::{InputSource, MOUSE_BUTTON_LEFT, MouseActions, PointerAction};
+        let element = self.client.find(Locator::Css(css)).await.expect("the element is there");
+        let (_, _, w, h) = element.rectangle().await.expect("its box");
+        // Offsets from the element's centre, in CSS pixels.
+        let (x, y) = ((fx - 0.5) * w, (fy - 0.5) * h);
+        let click = MouseActions::new("owner".into())
+            .then(PointerAction::MoveToElement { element, duration: None, x, y })
+            .then(PointerAction::Down { button: MOUSE_BUTTON_LEFT })
+            .then(PointerAction::Up { button: MOUSE_BUTTON_LEFT });
+        self.client.perform_actions(click).await.expect("the click is sent");
+    }
+
     /// Presses the button labelled `label` inside the element `css`, once it is there.
     pub async fn press(&self, css: &str, label: &str) {
         let button =

@@ -287,8 +287,11 @@ async fn every_field_of_every_request_is_bounded_and_named() {
                 s.authorizer.clone()
             };
             let (token, owner) = if service.full_name().starts_with("browser_runtime") {
-                // The owner's look at a live tab is the gateway's call; every other is the worker's.
-                if method.name() == "LiveView" { (s.gateway.as_str(), true) } else { (s.worker_a.as_str(), false) }
+                // The owner's own calls are the gateway's; every other is the worker's.
+                match browser_runtime::service::route(&path).map(|(roles, _)| roles[0]) {
+                    Some(Role::Gateway) => (s.gateway.as_str(), true),
+                    _ => (s.worker_a.as_str(), false),
+                }
             } else {
                 s.token_for(&path)
             };

@@ -515,6 +515,7 @@ async fn the_route_census_with_the_flag_on_and_off() {
             "GET /v1/sessions/{session_id}/activity",
             "GET /v1/sessions/{session_id}/approvals",
             "GET /v1/sessions/{session_id}/events",
+            "POST /v1/approvals/{approval_id}/live/input",
             "POST /v1/approvals/{approval_id}/resolve",
             "POST /v1/sign-out",
         ]

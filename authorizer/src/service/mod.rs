@@ -455,6 +455,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             Ok(pb::Resolution::ApproveOnce) => Resolution::ApproveOnce,
             Ok(pb::Resolution::ApproveForTask) => Resolution::ApproveForTask,
             Ok(pb::Resolution::Deny) => Resolution::Deny,
+            Ok(pb::Resolution::TakeOver) => Resolution::TakeOver,
             _ => return Err(invalid("resolution", "is required")),
         };
         let repeated_scope = match resolution {
@@ -501,7 +502,8 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         for e in &events {
             match e {
                 Event::ApprovalResolved(x) => {
-                    reply.status = x.status.code().into();
+                    // The name clients read: a take-over is denied to the agent, and says so.
+                    reply.status = grant_domain::model::ApprovalState::Resolved(x.resolution).code().into();
                     reply.grant_id = x.grant_id.map(|g| g.to_string()).unwrap_or_default();
                 }
                 Event::ApprovalTokenIssued(_) => reply.approval_token.clone_from(&token),

@@ -14,7 +14,7 @@ use tonic::{Request, Response, Status};
 
 use crate::config::RuntimeConfig;
 use crate::records::RecordStore;
-use crate::session::{Allow, Code, FormReadBack, Redeem, Session};
+use crate::session::{Allow, Code, FormReadBack, OwnerInput, Redeem, Session};
 
 mod convert;
 mod redeem;
@@ -133,6 +133,25 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
             .map_err(transport::auth_status)
     }
 
+    /// The owner's open session on `profile`, locked: a profile has at most one, and another
+    /// owner's is as absent as none.
+    async fn owners_tab(&self, owner: &Caller, profile: &str) -> Result<tokio::sync::OwnedMutexGuard<Session>, Status> {
+        let profile = id("browser_profile_id", profile)?;
+        let entry = {
+            let sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut mine = sessions
+                .values()
+                .filter(|e| e.tenant == owner.tenant && e.principal == owner.principal && e.profile == profile);
+            mine.next().cloned()
+        };
+        let Some(entry) = entry else { return Err(Status::not_found("no open session on this browser profile")) };
+        let s = entry.session.lock_owned().await;
+        if s.closed {
+            return Err(Status::not_found("no open session on this browser profile"));
+        }
+        Ok(s)
+    }
+
     /// The caller's session, locked: another owner's session is as absent as one that never
     /// existed, and so is one closed while the call waited for it.
     async fn owned(&self, caller: &Caller, session_id: &str) -> Result<tokio::sync::OwnedMutexGuard<Session>, Status> {
@@ -140,7 +159,13 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
         match entry {
             Some(e) if e.tenant == caller.tenant && e.principal == caller.principal => {
                 let guard = e.session.lock_owned().await;
-                if guard.closed { Err(Status::not_found("no such session")) } else { Ok(guard) }
+                if guard.closed {
+                    Err(Status::not_found("no such session"))
+                } else if guard.taken_over {
+                    Err(Status::failed_precondition("the owner has taken this tab over: the run is over"))
+                } else {
+                    Ok(guard)
+                }
             }
             _ => Err(Status::not_found("no such session")),
         }
@@ -163,6 +188,11 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
         let e = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(session_id).cloned()?;
         let guard = e.session.lock().await;
         guard.driver_pid()
+    }
+
+    /// The ids of the open sessions, for an operator's look (and the tests').
+    pub fn session_ids(&self) -> Vec<String> {
+        self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).keys().cloned().collect()
     }
 
     pub fn into_server(self) -> pb::browser_runtime_server::BrowserRuntimeServer<Self> {
@@ -364,20 +394,44 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
 
     async fn live_view(&self, req: Request<pb::LiveViewRequest>) -> Result<Response<pb::LiveViewReply>, Status> {
         let owner = self.owner(&req).await?;
-        let profile = id("browser_profile_id", &req.get_ref().browser_profile_id)?;
-        // A profile has at most one open session; another owner's is as absent as none.
-        let entry = {
-            let sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let mut mine = sessions
-                .values()
-                .filter(|e| e.tenant == owner.tenant && e.principal == owner.principal && e.profile == profile);
-            mine.next().cloned()
-        };
-        let Some(entry) = entry else { return Err(Status::not_found("no open session on this browser profile")) };
-        let mut s = entry.session.lock_owned().await;
-        if s.closed {
-            return Err(Status::not_found("no open session on this browser profile"));
+        let mut s = self.owners_tab(&owner, &req.get_ref().browser_profile_id).await?;
+        let (page, png) = bounded!(self, s, s.live_view(&self.config.browser)).map_err(session_status)?;
+        Ok(Response::new(pb::LiveViewReply { page, png }))
+    }
+
+    async fn take_over(&self, req: Request<pb::TakeOverRequest>) -> Result<Response<pb::TakeOverReply>, Status> {
+        let owner = self.owner(&req).await?;
+        let mut s = self.owners_tab(&owner, &req.get_ref().browser_profile_id).await?;
+        s.taken_over = true;
+        tracing::info!(profile = %s.profile, "the owner took the tab over");
+        Ok(Response::new(pb::TakeOverReply {}))
+    }
+
+    async fn live_input(&self, req: Request<pb::LiveInputRequest>) -> Result<Response<pb::LiveViewReply>, Status> {
+        use pb::live_input_request::Input;
+        let owner = self.owner(&req).await?;
+        let mut s = self.owners_tab(&owner, &req.get_ref().browser_profile_id).await?;
+        if !s.taken_over {
+            return Err(Status::failed_precondition("the tab is the agent's until the owner takes it over"));
         }
+        let input = match req.into_inner().input {
+            Some(Input::Click(p)) => OwnerInput::Click { x: p.x, y: p.y },
+            Some(Input::Text(t)) => OwnerInput::Text(t),
+            Some(Input::Key(k)) => OwnerInput::Key(k),
+            Some(Input::Done(true)) => {
+                let profile = s.profile.clone();
+                s.close().await;
+                s.closed = true;
+                drop(s);
+                let mut sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                sessions.retain(|_, e| {
+                    !(e.tenant == owner.tenant && e.principal == owner.principal && e.profile == profile)
+                });
+                return Ok(Response::new(pb::LiveViewReply::default()));
+            }
+            Some(Input::Done(false)) | None => return Err(invalid("input", "is a click, text, a key or done")),
+        };
+        bounded!(self, s, s.owner_input(input, &self.config.browser)).map_err(session_status)?;
         let (page, png) = bounded!(self, s, s.live_view(&self.config.browser)).map_err(session_status)?;
         Ok(Response::new(pb::LiveViewReply { page, png }))
     }
@@ -397,11 +451,11 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
     }
 }
 
-/// Every call of the runtime is the worker's, but the owner's look at a live tab, which is the
-/// gateway's for an owner who may answer cards.
-fn route(path: &str) -> Option<(&'static [Role], &'static [credentials::Scope])> {
+/// Every call of the runtime is the worker's, but the owner's own (a look at a live tab, taking
+/// it over, input to it), which are the gateway's for an owner who may answer cards.
+pub fn route(path: &str) -> Option<(&'static [Role], &'static [credentials::Scope])> {
     let method = path.strip_prefix("/browser_runtime.v1.BrowserRuntime/")?;
-    Some(if method == "LiveView" {
+    Some(if matches!(method, "LiveView" | "TakeOver" | "LiveInput") {
         (&[Role::Gateway][..], &[credentials::Scope::ApprovalResolve][..])
     } else {
         (&[Role::Worker][..], &[][..])

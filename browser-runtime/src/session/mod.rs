@@ -213,6 +213,14 @@ mod keys {
     }
 }
 
+/// What the owner sends to a tab taken over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnerInput {
+    Click { x: u32, y: u32 },
+    Text(String),
+    Key(String),
+}
+
 /// The newest snapshot: refs are indexes into `nodes`, the page keeps the elements.
 #[derive(Debug)]
 struct Snapshot {
@@ -298,6 +306,9 @@ pub struct Session {
     /// Acts dispatched: the last sequence applied.
     pub applied: u64,
     /// Closed by its owner: calls that waited for it find nothing.
+    /// The owner took the tab over: the agent's calls are refused from then on, and only the
+    /// owner's input (through the gateway) reaches the page.
+    pub taken_over: bool,
     pub closed: bool,
     browser: Option<Browser>,
     snapshot: Option<Snapshot>,
@@ -348,6 +359,7 @@ impl Session {
             max_steps,
             applied: 0,
             closed: false,
+            taken_over: false,
             browser: None,
             snapshot: None,
             typed: HashMap::new(),
@@ -491,6 +503,45 @@ impl Session {
         let nodes: Arc<[NodeRead]> = nodes.into();
         self.snapshot = Some(Snapshot { id: id.clone(), url: page.url.clone(), nodes: Arc::clone(&nodes) });
         Ok(Observation { snapshot_id: id, page, nodes })
+    }
+
+    /// The owner's click at (`x`, `y`) of the tab's viewport (the screenshot's pixels), or the
+    /// owner's text typed as it is, or a named key: sent as the owner's own input, then settled.
+    pub async fn owner_input(&mut self, input: OwnerInput, config: &BrowserConfig) -> Result<(), SessionError> {
+        use fantoccini::actions::{InputSource, KeyAction, KeyActions, MOUSE_BUTTON_LEFT, MouseActions, PointerAction};
+        let client = self.client(config).await?;
+        let sent = match input {
+            OwnerInput::Click { x, y } => {
+                let mouse = MouseActions::new("owner".into())
+                    .then(PointerAction::MoveTo { duration: None, x: f64::from(x), y: f64::from(y) })
+                    .then(PointerAction::Down { button: MOUSE_BUTTON_LEFT })
+                    .then(PointerAction::Up { button: MOUSE_BUTTON_LEFT });
+                client.perform_actions(mouse).await
+            }
+            OwnerInput::Text(text) => {
+                let mut keys = KeyActions::new("owner".into());
+                for c in text.chars() {
+                    keys = keys.then(KeyAction::Down { value: c }).then(KeyAction::Up { value: c });
+                }
+                client.perform_actions(keys).await
+            }
+            OwnerInput::Key(key) => {
+                let code = key_text(&key).and_then(|k| k.chars().next()).ok_or_else(|| {
+                    SessionError::Invalid(format!(
+                        "{key:?} is not a named key ({})",
+                        classifier::coverage::KEYS.join(", ")
+                    ))
+                })?;
+                let keys = KeyActions::new("owner".into())
+                    .then(KeyAction::Down { value: code })
+                    .then(KeyAction::Up { value: code });
+                client.perform_actions(keys).await
+            }
+        };
+        match sent {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.failed(e, config).await),
+        }
     }
 
     /// The tab as its owner sees it: the page's origin and path (never its query or fragment)

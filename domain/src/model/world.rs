@@ -49,10 +49,12 @@ pub enum ApprovalState {
 }
 
 impl ApprovalState {
-    /// The one spelling clients see: `PENDING`, `APPROVED`, `DENIED` or `EXPIRED`.
+    /// The one spelling clients see: `PENDING`, `APPROVED`, `DENIED`, `TAKEN_OVER` (denied to the
+    /// agent, the owner acting in the live tab) or `EXPIRED`.
     pub const fn code(self) -> &'static str {
         match self {
             Self::Pending => "PENDING",
+            Self::Resolved(Resolution::TakeOver) => "TAKEN_OVER",
             Self::Resolved(r) => r.status().code(),
             Self::Expired => "EXPIRED",
         }

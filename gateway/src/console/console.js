@@ -125,6 +125,7 @@ function card(a) {
   if (v.form) {
     answer('Approve submit', { resolution: 'approve_once' }, 'primary');
     answer('Reject and escalate', { resolution: 'deny' });
+    answer('Take over', { resolution: 'take_over' });
   } else {
     answer('Allow once', { resolution: 'approve_once' });
     if (a.offer) {
@@ -173,6 +174,75 @@ function liveTab(a) {
   return el('figure', { class: 'live-tab' }, img, caption);
 }
 
+// The tab the owner took over: its picture, where a click is sent as a click at that point of
+// the page, and text and named keys sent to whatever the page has focused. "Done" closes it.
+const takeover = { id: null, queue: Promise.resolve() };
+
+function takeOver(approvalId) {
+  takeover.id = approvalId;
+  $('takeover').hidden = false;
+  showTab();
+  $('takeover-tab').focus();
+}
+
+function showTab() {
+  $('takeover-tab').src = '/v1/approvals/' + encodeURIComponent(takeover.id) + '/live?at=' + Date.now();
+}
+
+// Inputs go one after another, in the order the owner made them.
+function sendToTab(input) {
+  takeover.queue = takeover.queue.then(() => send(input));
+  return takeover.queue;
+}
+
+async function send(input) {
+  if (!takeover.id) return;
+  try {
+    const r = await fetch('/v1/approvals/' + encodeURIComponent(takeover.id) + '/live/input', {
+      method: 'POST',
+      credentials: 'same-origin',
+      headers: { 'content-type': 'application/json', 'x-csrf-token': state.csrf || '' },
+      body: JSON.stringify(input),
+    });
+    if (!r.ok) throw new Error((await r.json().catch(() => ({}))).detail || r.status);
+    if (input.done) {
+      $('takeover').hidden = true;
+      takeover.id = null;
+      say('The tab is closed.');
+    } else {
+      showTab();
+    }
+  } catch (e) {
+    say('The tab did not take it: ' + e.message);
+  }
+}
+
+function wireTakeover() {
+  const img = $('takeover-tab');
+  if (!img) return;
+  img.addEventListener('click', (e) => {
+    // The picture is scaled to the page's width: its own pixels are the page's.
+    const box = img.getBoundingClientRect();
+    const x = Math.round(((e.clientX - box.left) * img.naturalWidth) / box.width);
+    const y = Math.round(((e.clientY - box.top) * img.naturalHeight) / box.height);
+    sendToTab({ click: { x, y } });
+  });
+  $('takeover-type').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const text = $('takeover-text').value;
+    if (text) sendToTab({ text }).then(() => ($('takeover-text').value = ''));
+  });
+  const keys = $('takeover-keys');
+  for (const key of ['Enter', 'Tab', 'Backspace', 'Escape']) {
+    const b = el('button', { type: 'button' }, key);
+    b.addEventListener('click', () => sendToTab({ key }));
+    keys.append(b);
+  }
+  const done = el('button', { type: 'button', class: 'primary' }, 'Done: close the tab');
+  done.addEventListener('click', () => sendToTab({ done: true }));
+  keys.append(done);
+}
+
 async function resolve(a, body, buttons) {
   for (const b of buttons.querySelectorAll('button')) b.disabled = true;
   const shown = state.shown.get(a.approval_id);
@@ -182,7 +252,12 @@ async function resolve(a, body, buttons) {
       shown_for_ms: shown === undefined ? undefined : Math.round(performance.now() - shown),
     });
     state.cards.delete(a.approval_id);
-    say(r.status === 'APPROVED' ? (r.grant_id ? 'Allowed for this task.' : 'Allowed once.') : 'Denied.');
+    if (r.status === 'TAKEN_OVER') {
+      say('You have the tab: the agent has stopped.');
+      takeOver(a.approval_id);
+    } else {
+      say(r.status === 'APPROVED' ? (r.grant_id ? 'Allowed for this task.' : 'Allowed once.') : 'Denied.');
+    }
     renderCards();
   } catch (e) {
     say('Your answer was not taken: ' + e.message);
@@ -329,6 +404,7 @@ async function start() {
   $('until').addEventListener('change', renderActivity);
   $('export').addEventListener('click', exportActivity);
   $('stop-all').addEventListener('click', stopEverything);
+  wireTakeover();
   try {
     const me = await call('GET', '/v1/me');
     state.csrf = me.csrf_token;
