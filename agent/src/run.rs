@@ -208,6 +208,10 @@ pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) ->
     // A run that failed (a service or the model) still ends in the record, as escalated.
     let end = match ended {
         Ok(end) => end,
+        // The owner took the tab over while the run was not waiting on a card: the run is over.
+        Err(RunError::Runtime(s)) if s.code() == tonic::Code::Aborted => {
+            End::escalated("taken_over", "the owner took the live tab over")
+        }
         Err(e) => {
             let _ = s.record(pb::RunEventKind::Escalated, "service_error").await;
             return Err(e);
@@ -345,7 +349,7 @@ impl State<'_> {
     /// submits none). A field that differs from the record, a click that could submit two
     /// forms, or a form too large for a card ends the run before anything is asked: the seed's
     /// `unexpected_form_state`.
-    async fn read_back(&mut self, target: &Target) -> Result<Result<Option<pb::SealedForm>, Stop>, RunError> {
+    async fn read_back(&mut self, target: &Target) -> Result<Result<Option<ReadBack>, Stop>, RunError> {
         let req = rt::ReadFormRequest {
             session_id: self.task.browser_session.clone(),
             snapshot_id: target.snapshot_id.clone(),
@@ -386,10 +390,8 @@ impl State<'_> {
             .collect();
         if !mismatched.is_empty() {
             self.rules.count("form_mismatch");
-            let detail = format!("the form differs from the task record in {}", mismatched.join(", "));
-            return Ok(Err(Stop::End(End::escalated("unexpected_form_state", detail))));
         }
-        Ok(Ok(reply.sealed))
+        Ok(Ok(reply.sealed.map(|sealed| ReadBack { sealed, mismatched })))
     }
 
     /// The authorizer's decision on `act` of `target`, from the sealed facts of the current
@@ -428,16 +430,26 @@ impl State<'_> {
 
     /// The form a click or a select could submit read back (ending the run on a mismatch), then
     /// the decision.
+    ///
+    /// A form that differs from the task record (the seed's `unexpected_form_state`) is never
+    /// sent on a grant's allow: the run ends. Only the owner can let it go, on the card that
+    /// shows each mismatch beside the record, or take the tab over.
     async fn decide(&mut self, target: &Target, act: &Act) -> Result<Result<Option<Decision>, Stop>, RunError> {
-        let form = match act {
+        let back = match act {
             // A select clicks its option, and that click reaches whatever acts on one around it.
             Act::Click | Act::Select { .. } => match self.read_back(target).await? {
-                Ok(form) => form,
+                Ok(back) => back,
                 Err(stop) => return Ok(Err(stop)),
             },
             _ => None,
         };
-        Ok(Ok(self.authorize(target, act, form).await?.0.decision))
+        let mismatched = back.as_ref().map(|b| b.mismatched.clone()).unwrap_or_default();
+        let decision = self.authorize(target, act, back.map(|b| b.sealed)).await?.0.decision;
+        if !mismatched.is_empty() && !matches!(decision, Some(Decision::RequireApproval(_))) {
+            let detail = format!("the form differs from the task record in {}", mismatched.join(", "));
+            return Ok(Err(Stop::End(End::escalated("unexpected_form_state", detail))));
+        }
+        Ok(Ok(decision))
     }
 
     async fn act(&mut self, target: Target, act: Act) -> Result<Option<End>, RunError> {
@@ -568,6 +580,13 @@ impl State<'_> {
             _ => Ok(Some(End::escalated("approval_rejected", got.status))),
         }
     }
+}
+
+/// A form read back for a card: sealed by the runtime, and the labels of the fields that differ
+/// from the task record.
+struct ReadBack {
+    sealed: pb::SealedForm,
+    mismatched: Vec<String>,
 }
 
 /// Why an act went no further than its read-back.

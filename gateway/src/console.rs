@@ -11,7 +11,7 @@ const SCRIPT: &str = include_str!("console/console.js");
 const STYLE: &str = include_str!("console/console.css");
 
 /// The console's own policy: scripts, styles and requests to this origin alone, no inline code.
-const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; \
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' blob:; \
                    frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
@@ -72,7 +72,8 @@ pub(crate) async fn session(Seg(session): Seg) -> Response {
         <section aria-labelledby=\"cards-title\"><h2 id=\"cards-title\">Waiting for you</h2>\
         <div id=\"cards\"><p class=\"empty\">Nothing is waiting for you.</p></div></section>\
         <section id=\"takeover\" aria-labelledby=\"takeover-title\" hidden><h2 id=\"takeover-title\">You have the tab</h2>\
-        <p>The agent's run has ended. What you click on the picture, type or press goes to the live tab.</p>\
+        <p>The agent's run has ended. What you click on the picture, type or press goes to the live tab\
+        <span id=\"takeover-page\"></span>.</p>\
         <img id=\"takeover-tab\" class=\"live\" alt=\"The browser tab you took over; click on it to click there\">\
         <form id=\"takeover-type\" class=\"filter\"><label for=\"takeover-text\">Type</label> \
         <input id=\"takeover-text\" maxlength=\"1024\"> <button type=\"submit\">Send text</button></form>\

@@ -422,10 +422,10 @@ async fn live(call: Call, Seg(approval_id): Seg) -> Result<Response, Problem> {
     let (owner, _) = call.owner(&LIVE).await?;
     call.query::<LiveQuery>()?;
     uuid("approval_id", &approval_id)?;
-    let (mut runtime, profile) = card_tab(&call, &owner, approval_id, &["PENDING", "TAKEN_OVER"]).await?;
-    let req = proto::runtime::LiveViewRequest { browser_profile_id: profile };
-    let view = runtime.live_view(call.grpc(&owner, req)?).await.map_err(runtime_problem)?;
-    Ok(png(view.into_inner().png))
+    let (mut runtime, tab) = card_tab(&call, &owner, approval_id, &["PENDING", "TAKEN_OVER"]).await?;
+    let req = proto::runtime::LiveViewRequest { browser_profile_id: tab.profile, snapshot_id: tab.snapshot };
+    let view = runtime.live_view(call.grpc(&owner, req)?).await.map_err(runtime_problem)?.into_inner();
+    Ok(png(view.png, &view.page))
 }
 
 /// The owner's click, text, key or "done" in the tab of a card they took over; the tab as it is
@@ -444,10 +444,14 @@ async fn live_input(call: Call, Seg(approval_id): Seg, req: Request) -> Result<R
         (None, None, None, Some(true)) => Input::Done(true),
         _ => return Err(Problem::invalid("input", "is exactly one of click, text, key or done: true")),
     };
-    let (mut runtime, profile) = card_tab(&call, &owner, approval_id, &["TAKEN_OVER"]).await?;
-    let req = proto::runtime::LiveInputRequest { browser_profile_id: profile, input: Some(input) };
+    let (mut runtime, tab) = card_tab(&call, &owner, approval_id, &["TAKEN_OVER"]).await?;
+    let req = proto::runtime::LiveInputRequest {
+        browser_profile_id: tab.profile,
+        snapshot_id: tab.snapshot,
+        input: Some(input),
+    };
     let view = runtime.live_input(call.grpc(&owner, req)?).await.map_err(runtime_problem)?.into_inner();
-    Ok(if view.png.is_empty() { StatusCode::NO_CONTENT.into_response() } else { png(view.png) })
+    Ok(if view.png.is_empty() { StatusCode::NO_CONTENT.into_response() } else { png(view.png, &view.page) })
 }
 
 type RuntimeClient = proto::runtime::browser_runtime_client::BrowserRuntimeClient<tonic::transport::Channel>;
@@ -459,17 +463,23 @@ async fn card_tab(
     owner: &Owner,
     approval_id: String,
     statuses: &[&str],
-) -> Result<(RuntimeClient, String), Problem> {
+) -> Result<(RuntimeClient, Tab), Problem> {
     let Some(runtime) = call.gateway.runtime() else { return Err(Problem::not_found()) };
     let req = pb::GetApprovalRequest { approval_id, min_position: None };
     let card = call.gateway.authorizer().get_approval(call.grpc(owner, req)?).await.map_err(status)?.into_inner();
     if !statuses.contains(&card.status.as_str()) {
         return Err(Problem::new(StatusCode::CONFLICT, "not_pending", "the card is answered: its tab is not shown"));
     }
-    if card.browser_profile_id.is_empty() {
-        return Err(Problem::not_found());
+    if card.browser_profile_id.is_empty() || card.snapshot_id.is_empty() {
+        return Err(Problem::new(StatusCode::CONFLICT, "no_live_tab", "this card names no browser tab"));
     }
-    Ok((runtime, card.browser_profile_id))
+    Ok((runtime, Tab { profile: card.browser_profile_id, snapshot: card.snapshot_id }))
+}
+
+/// The tab a card was asked in: its session's browser profile and the card's snapshot.
+struct Tab {
+    profile: String,
+    snapshot: String,
 }
 
 fn runtime_problem(s: tonic::Status) -> Problem {
@@ -481,10 +491,13 @@ fn runtime_problem(s: tonic::Status) -> Problem {
     }
 }
 
-fn png(bytes: Vec<u8>) -> Response {
+/// The tab's picture, with the page's origin and path (`x-live-page`) for the console to show.
+fn png(bytes: Vec<u8>, page: &str) -> Response {
+    let page = HeaderValue::from_str(page).unwrap_or_else(|_| HeaderValue::from_static(""));
     let headers = [
         (header::CONTENT_TYPE, HeaderValue::from_static("image/png")),
         (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+        (header::HeaderName::from_static("x-live-page"), page),
     ];
     (headers, bytes).into_response()
 }
@@ -549,11 +562,18 @@ async fn resolve(call: Call, Seg(approval_id): Seg, req: Request) -> Answer<Reso
     }
     // Taking over marks the tab first, so that from the answer on nothing of the agent's reaches
     // it: the owner meant to act there even if the card cannot be answered any more.
-    if resolution == pb::Resolution::TakeOver {
-        let (mut runtime, profile) = card_tab(&call, &owner, approval_id.clone(), &["PENDING"]).await?;
-        let req = proto::runtime::TakeOverRequest { browser_profile_id: profile };
+    let taken = if resolution == pb::Resolution::TakeOver {
+        let (mut runtime, tab) = card_tab(&call, &owner, approval_id.clone(), &["PENDING"]).await?;
+        let req = proto::runtime::TakeOverRequest {
+            browser_profile_id: tab.profile.clone(),
+            snapshot_id: tab.snapshot.clone(),
+            release: false,
+        };
         runtime.take_over(call.grpc(&owner, req)?).await.map_err(runtime_problem)?;
-    }
+        Some((runtime, tab))
+    } else {
+        None
+    };
     let req = pb::ResolveApprovalRequest {
         approval_id,
         resolution: resolution.into(),
@@ -562,7 +582,24 @@ async fn resolve(call: Call, Seg(approval_id): Seg, req: Request) -> Answer<Reso
     };
     // The approval token in the reply is not the owner's to hold: the session's worker takes it
     // from the authorizer (AwaitApproval), so it never reaches a page's script.
-    let r = call.gateway.authorizer().resolve_approval(call.grpc(&owner, req)?).await.map_err(status)?.into_inner();
+    let r = match call.gateway.authorizer().resolve_approval(call.grpc(&owner, req)?).await {
+        Ok(r) => r.into_inner(),
+        Err(s) => {
+            // Not recorded (expired, answered elsewhere, a failure): the tab goes back, or the
+            // worker would be refused a tab the owner cannot use either.
+            if let Some((mut runtime, tab)) = taken {
+                let back = proto::runtime::TakeOverRequest {
+                    browser_profile_id: tab.profile,
+                    snapshot_id: tab.snapshot,
+                    release: true,
+                };
+                if let Err(e) = runtime.take_over(call.grpc(&owner, back)?).await {
+                    tracing::warn!(error = %e, "a take-over whose answer failed could not be undone");
+                }
+            }
+            return Err(status(s));
+        }
+    };
     Ok(Json(Resolved {
         status: r.status,
         grant_id: Some(r.grant_id).filter(|g| !g.is_empty()),

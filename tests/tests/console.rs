@@ -123,7 +123,7 @@ impl Lesson {
             match clients.runtime.close_session(clients.req(close)).await {
                 Ok(_) => {}
                 // Taken over: the tab is the owner's now, and closes when the owner is done.
-                Err(s) if s.code() == tonic::Code::FailedPrecondition => {}
+                Err(s) if s.code() == tonic::Code::Aborted => {}
                 Err(e) => panic!("the run's browser does not close: {e:?}"),
             }
             outcome
@@ -343,9 +343,17 @@ async fn the_form_review_card_on_the_console() {
     assert_eq!(shown.header("cache-control"), Some("no-store"));
     let theirs = tests::http::Call::new(l.gateway, "GET", &live).bearer(&stranger).send().await;
     assert_eq!(theirs.status, 404, "another owner's card is not there: {theirs:?}");
-    let view = proto::runtime::LiveViewRequest { browser_profile_id: "profile-1".into() };
-    let refused = l.stack.runtime.live_view(with(WORKER, view)).await.unwrap_err();
+    let view = proto::runtime::LiveViewRequest {
+        browser_profile_id: "profile-1".into(),
+        snapshot_id: cards[0].snapshot_id.clone(),
+    };
+    let refused = l.stack.runtime.live_view(with(WORKER, view.clone())).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    // Even for the owner, only the session that issued the card's snapshot is shown: not one the
+    // worker opened since on the same profile, on a page of its choosing.
+    let elsewhere = proto::runtime::LiveViewRequest { snapshot_id: "snap_000000000000".into(), ..view };
+    let refused = l.stack.runtime.live_view(with(GATEWAY, elsewhere)).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::NotFound, "{refused:?}");
     owner.press("#cards", "Approve submit").await;
     let outcome = running.await.unwrap();
     assert_eq!(outcome.end, End::Done { reference: "EN-2040".into() }, "{}", outcome.log.join("\n"));
@@ -373,6 +381,23 @@ async fn the_form_review_card_on_the_console() {
     let sent = l.stack.fixture.requests().iter().filter(|r| r.target.starts_with("/lesson/unit-4")).count();
     assert_eq!(sent, 1, "the rejected submit reached the site");
     owner.shot("form-rejected").await;
+
+    // A page that rewrites what the agent typed: the submit's card marks the field as differing
+    // from the task, beside the untouched page default, and the owner decides.
+    let rewrites = ENROL.replace("this.value.toUpperCase()", "this.value.replace('o', '0')");
+    l.stack.fixture.page(LESSON, "/lesson/unit-7", &rewrites);
+    let running = l.run_from("/lesson/unit-7", "run-m", &record, enrol(false)).await;
+    let card = owner.read_until("#cards", "the mismatched submit's card", submit_card).await;
+    for said in ["Differs", "London", "Not filled by the agent: the page’s own value", "250.00"] {
+        assert!(card.contains(said), "the mismatch card does not say {said:?}:\n{card}");
+    }
+    owner.shot("form-mismatch-card").await;
+    owner.press("#cards", "Reject and escalate").await;
+    let outcome = running.await.unwrap();
+    assert_eq!(outcome.end.reason(), "approval_rejected", "{}", outcome.log.join("\n"));
+    assert_eq!(outcome.counts.get("form_mismatch"), Some(&1), "{:?}", outcome.counts);
+    let sent = l.stack.fixture.requests().iter().filter(|r| r.target.starts_with("/lesson/unit-4")).count();
+    assert_eq!(sent, 1, "the mismatched form reached the site");
     owner.close().await;
 }
 
@@ -423,7 +448,7 @@ async fn the_owner_takes_the_live_tab_over() {
     let sessions = l.stack.served.session_ids();
     let observe = proto::runtime::ObserveRequest { session_id: sessions[0].clone(), run_id: "run-t".into() };
     let refused = l.stack.runtime.observe(with(WORKER, observe)).await.unwrap_err();
-    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
+    assert_eq!(refused.code(), tonic::Code::Aborted, "{refused:?}");
 
     // Tab focuses the page's field, the text goes into it, and a click on the picture's middle
     // presses the big submit: the page sends what the owner typed.

@@ -401,11 +401,16 @@ async fn a_form_is_filled_under_the_task_permission_and_its_submit_card_shows_th
     assert_eq!(sent.as_deref(), Some("/lesson/unit-4?name=Ada+Lovelace&city=LONDON&excess=250.00"));
 }
 
+/// A form that differs from the record is never sent on a grant's allow: here the submit is an
+/// unremarkable "Next step" the task permission covers, and the run ends before it is sent. (Only
+/// the owner can let such a form go, on the card that shows the mismatch: the console's test.)
 #[tokio::test]
-async fn a_form_that_differs_from_the_record_ends_the_run_before_its_submit_is_asked() {
+async fn a_form_that_differs_from_the_record_is_never_sent_on_a_grant() {
     let mut s = Stack::start(1).await;
     // The page rewrites the city as it is typed: the form no longer holds the record's value.
-    let rewrites = ENROL.replace("this.value.toUpperCase()", "this.value.replace('o', '0')");
+    let rewrites = ENROL
+        .replace("this.value.toUpperCase()", "this.value.replace('o', '0')")
+        .replace("Confirm enrolment", "Next step");
     s.fixture.page(LESSON, "/lesson/unit-3", &rewrites);
     s.record("run-g", &[("name", "Ada Lovelace"), ("city", "London")]);
     s.chat("s1", "profile-1").await;
@@ -432,7 +437,7 @@ async fn a_form_that_differs_from_the_record_ends_the_run_before_its_submit_is_a
         .then(|v| on_named(v, "request_approval", "City", false, json!({})))
         .then(|v| with_token(v, "type", "City", false, json!({ "field_id": "city" })))
         .then(|_| snapshot())
-        .then(|v| on_named(v, "click", "Confirm enrolment", true, json!({})));
+        .then(|v| on_named(v, "click", "Next step", false, json!({})));
     let outcome = run(&mut clients, &task, &mut model).await.unwrap();
     answering.await.unwrap();
     assert_eq!(outcome.end.reason(), "unexpected_form_state", "{:?}", outcome.log);

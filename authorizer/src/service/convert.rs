@@ -168,6 +168,7 @@ pub(super) fn approval(a: &Approval) -> pb::Approval {
         reason: r.not_covered_reason.clone().unwrap_or_default(),
         expires_at: rfc3339(r.expires_at),
         browser_profile_id: String::new(),
+        snapshot_id: String::new(),
     }
 }
 

@@ -524,7 +524,12 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
                 let a = w.approvals.get(&approval_id)?;
                 let session = &w.sessions.get(&a.requested.session_id)?.created;
                 let profile = session.browser_profile_id.clone().unwrap_or_default();
-                (session.principal_id == principal).then(|| pb::Approval { browser_profile_id: profile, ..approval(a) })
+                let snapshot = a.requested.binding.as_ref().map(|b| b.snapshot_id.clone()).unwrap_or_default();
+                (session.principal_id == principal).then(|| pb::Approval {
+                    browser_profile_id: profile,
+                    snapshot_id: snapshot,
+                    ..approval(a)
+                })
             })
             .await
             .map_err(status)?;

@@ -135,8 +135,14 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
 
     /// The owner's open session on `profile`, locked: a profile has at most one, and another
     /// owner's is as absent as none.
-    async fn owners_tab(&self, owner: &Caller, profile: &str) -> Result<tokio::sync::OwnedMutexGuard<Session>, Status> {
+    async fn owners_tab(
+        &self,
+        owner: &Caller,
+        profile: &str,
+        snapshot: &str,
+    ) -> Result<tokio::sync::OwnedMutexGuard<Session>, Status> {
         let profile = id("browser_profile_id", profile)?;
+        let snapshot = id("snapshot_id", snapshot)?;
         let entry = {
             let sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let mut mine = sessions
@@ -146,8 +152,11 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
         };
         let Some(entry) = entry else { return Err(Status::not_found("no open session on this browser profile")) };
         let s = entry.session.lock_owned().await;
-        if s.closed {
-            return Err(Status::not_found("no open session on this browser profile"));
+        // Closed, still starting (no browser of its own yet), or not the session that issued the
+        // card's snapshot (one the worker opened since, on a page of its choosing): not the
+        // card's tab.
+        if s.closed || s.driver_pid().is_none() || !s.issued(&snapshot) {
+            return Err(Status::not_found("no open session on this browser profile showed the card's page"));
         }
         Ok(s)
     }
@@ -162,7 +171,8 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
                 if guard.closed {
                     Err(Status::not_found("no such session"))
                 } else if guard.taken_over {
-                    Err(Status::failed_precondition("the owner has taken this tab over: the run is over"))
+                    // Its own code: the harness ends the run as taken over, not as a failure.
+                    Err(Status::aborted("the owner has taken this tab over: the run is over"))
                 } else {
                     Ok(guard)
                 }
@@ -394,23 +404,24 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
 
     async fn live_view(&self, req: Request<pb::LiveViewRequest>) -> Result<Response<pb::LiveViewReply>, Status> {
         let owner = self.owner(&req).await?;
-        let mut s = self.owners_tab(&owner, &req.get_ref().browser_profile_id).await?;
+        let mut s = self.owners_tab(&owner, &req.get_ref().browser_profile_id, &req.get_ref().snapshot_id).await?;
         let (page, png) = bounded!(self, s, s.live_view(&self.config.browser)).map_err(session_status)?;
         Ok(Response::new(pb::LiveViewReply { page, png }))
     }
 
     async fn take_over(&self, req: Request<pb::TakeOverRequest>) -> Result<Response<pb::TakeOverReply>, Status> {
         let owner = self.owner(&req).await?;
-        let mut s = self.owners_tab(&owner, &req.get_ref().browser_profile_id).await?;
-        s.taken_over = true;
-        tracing::info!(profile = %s.profile, "the owner took the tab over");
+        let mut s = self.owners_tab(&owner, &req.get_ref().browser_profile_id, &req.get_ref().snapshot_id).await?;
+        let release = req.get_ref().release;
+        s.taken_over = !release;
+        tracing::info!(profile = %s.profile, release, "the owner took the tab over, or gave it back");
         Ok(Response::new(pb::TakeOverReply {}))
     }
 
     async fn live_input(&self, req: Request<pb::LiveInputRequest>) -> Result<Response<pb::LiveViewReply>, Status> {
         use pb::live_input_request::Input;
         let owner = self.owner(&req).await?;
-        let mut s = self.owners_tab(&owner, &req.get_ref().browser_profile_id).await?;
+        let mut s = self.owners_tab(&owner, &req.get_ref().browser_profile_id, &req.get_ref().snapshot_id).await?;
         if !s.taken_over {
             return Err(Status::failed_precondition("the tab is the agent's until the owner takes it over"));
         }

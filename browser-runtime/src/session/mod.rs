@@ -308,6 +308,9 @@ pub struct Session {
     /// Closed by its owner: calls that waited for it find nothing.
     /// The owner took the tab over: the agent's calls are refused from then on, and only the
     /// owner's input (through the gateway) reaches the page.
+    /// Every snapshot id this session issued: a card names one, and the owner's look at a tab
+    /// is the look at the session that issued the card's snapshot, never another on the profile.
+    issued: HashSet<String>,
     pub taken_over: bool,
     pub closed: bool,
     browser: Option<Browser>,
@@ -360,6 +363,7 @@ impl Session {
             applied: 0,
             closed: false,
             taken_over: false,
+            issued: HashSet::new(),
             browser: None,
             snapshot: None,
             typed: HashMap::new(),
@@ -409,6 +413,11 @@ impl Session {
     }
 
     /// The chromedriver process whose group holds this session's Chromium.
+    /// Whether this session issued snapshot `id`.
+    pub fn issued(&self, id: &str) -> bool {
+        self.issued.contains(id)
+    }
+
     pub fn driver_pid(&self) -> Option<u32> {
         self.browser.as_ref().map(Browser::driver_pid)
     }
@@ -502,6 +511,7 @@ impl Session {
         };
         let nodes: Arc<[NodeRead]> = nodes.into();
         self.snapshot = Some(Snapshot { id: id.clone(), url: page.url.clone(), nodes: Arc::clone(&nodes) });
+        self.issued.insert(id.clone());
         Ok(Observation { snapshot_id: id, page, nodes })
     }
 

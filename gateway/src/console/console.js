@@ -156,37 +156,54 @@ function card(a) {
 // agent made): read from the runtime through the gateway while the card is pending.
 function liveTab(a) {
   const img = el('img', { class: 'live', alt: 'The browser tab as it is now' });
-  const caption = el('figcaption', {}, 'The browser tab now, as the browser shows it. ');
-  const load = () => {
-    img.src = '/v1/approvals/' + encodeURIComponent(a.approval_id) + '/live?at=' + Date.now();
-  };
-  img.addEventListener('error', () => {
-    img.hidden = true;
-    caption.textContent = 'The browser tab cannot be shown now.';
-  });
-  img.addEventListener('load', () => {
-    img.hidden = false;
-  });
+  const page = el('span', { class: 'live-page' });
+  const caption = el('figcaption', {}, 'The browser tab now, as the browser shows it', page, '. ');
   const again = el('button', { type: 'button', class: 'refresh' }, 'Show it again');
-  again.addEventListener('click', load);
+  again.addEventListener('click', () => showPicture(a.approval_id, img, page));
   caption.append(again);
-  load();
+  showPicture(a.approval_id, img, page);
   return el('figure', { class: 'live-tab' }, img, caption);
+}
+
+// The live picture of a card's tab into `img`, and the page it shows (its origin and path, which
+// the runtime read) into `page`: the owner sees which site the picture is of.
+async function showPicture(approvalId, img, page) {
+  try {
+    const r = await fetch('/v1/approvals/' + encodeURIComponent(approvalId) + '/live?at=' + Date.now(), {
+      credentials: 'same-origin',
+    });
+    if (!r.ok) throw new Error(r.status);
+    const at = r.headers.get('x-live-page') || '';
+    const url = URL.createObjectURL(await r.blob());
+    const old = img.src;
+    img.src = url;
+    img.hidden = false;
+    if (old.startsWith('blob:')) URL.revokeObjectURL(old);
+    page.textContent = at ? ' on ' + at : '';
+  } catch (e) {
+    img.hidden = true;
+    page.textContent = ': it cannot be shown now';
+  }
 }
 
 // The tab the owner took over: its picture, where a click is sent as a click at that point of
 // the page, and text and named keys sent to whatever the page has focused. "Done" closes it.
-const takeover = { id: null, queue: Promise.resolve() };
+const takeover = { id: null, queue: Promise.resolve(), sending: 0, timer: null };
 
 function takeOver(approvalId) {
   takeover.id = approvalId;
   $('takeover').hidden = false;
   showTab();
+  // The page moves on its own too (a timer, a load): the picture follows it, a second apart,
+  // while no input of the owner's is on its way.
+  takeover.timer = setInterval(() => {
+    if (takeover.id && takeover.sending === 0) showTab();
+  }, 1000);
   $('takeover-tab').focus();
 }
 
 function showTab() {
-  $('takeover-tab').src = '/v1/approvals/' + encodeURIComponent(takeover.id) + '/live?at=' + Date.now();
+  if (takeover.id) showPicture(takeover.id, $('takeover-tab'), $('takeover-page'));
 }
 
 // Inputs go one after another, in the order the owner made them.
@@ -197,6 +214,7 @@ function sendToTab(input) {
 
 async function send(input) {
   if (!takeover.id) return;
+  takeover.sending += 1;
   try {
     const r = await fetch('/v1/approvals/' + encodeURIComponent(takeover.id) + '/live/input', {
       method: 'POST',
@@ -206,6 +224,7 @@ async function send(input) {
     });
     if (!r.ok) throw new Error((await r.json().catch(() => ({}))).detail || r.status);
     if (input.done) {
+      clearInterval(takeover.timer);
       $('takeover').hidden = true;
       takeover.id = null;
       say('The tab is closed.');
@@ -214,6 +233,8 @@ async function send(input) {
     }
   } catch (e) {
     say('The tab did not take it: ' + e.message);
+  } finally {
+    takeover.sending -= 1;
   }
 }
 
