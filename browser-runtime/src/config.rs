@@ -46,6 +46,10 @@ pub struct RuntimeConfig {
     /// The longest one call may wait on the browser: a page whose script hangs the renderer
     /// gets its browser restarted clean (BROWSER_CALL_TIMEOUT_SECONDS, default 30).
     pub call_timeout: std::time::Duration,
+    /// A session no call has used for this long is closed and its browser given back to the pool:
+    /// a worker that never closed it, or an owner who took a tab over and walked away
+    /// (BROWSER_IDLE_SECONDS, default 1800).
+    pub idle: std::time::Duration,
     pub authorizer: Option<AuthorizerLink>,
     /// Task records: `<dir>/<tenant>/<owner>/<run id>.json`, an object of field id to value.
     pub records_dir: PathBuf,
@@ -101,6 +105,12 @@ impl RuntimeConfig {
         if !(1..=600).contains(&seconds) {
             return refuse(format!("BROWSER_CALL_TIMEOUT_SECONDS={seconds} must be between 1 and 600"));
         }
+        let idle = get("BROWSER_IDLE_SECONDS").unwrap_or_else(|| "1800".into());
+        let idle: u64 =
+            idle.parse().map_err(|_| ConfigError(format!("BROWSER_IDLE_SECONDS={idle:?} is not a whole number")))?;
+        if !(1..=86_400).contains(&idle) {
+            return refuse(format!("BROWSER_IDLE_SECONDS={idle} must be between 1 and 86400"));
+        }
         let authorizer = match (get("RUNTIME_AUTHORIZER_URL"), get("RUNTIME_AUTHORIZER_TOKEN")) {
             (None, None) => None,
             (Some(url), Some(token)) => {
@@ -126,6 +136,7 @@ impl RuntimeConfig {
             browser: BrowserConfig { chromedriver, chromium, extra_args, trusted_spki },
             pool_size,
             call_timeout: std::time::Duration::from_secs(seconds),
+            idle: std::time::Duration::from_secs(idle),
             authorizer,
             records_dir,
             tickets,

@@ -104,6 +104,11 @@ impl Stack {
     pub async fn start(pool: usize) -> Self {
         Self::start_on(pool, MemoryGrants::default(), Credentials::memory()).await
     }
+
+    /// As [`Stack::start`], with sessions closed after `idle_seconds` unused.
+    pub async fn start_idle(pool: usize, idle_seconds: u64) -> Self {
+        Self::start_with(pool, MemoryGrants::default(), Credentials::memory(), idle_seconds).await
+    }
 }
 
 impl Stack<PgGrants> {
@@ -117,6 +122,12 @@ impl Stack<PgGrants> {
 impl<B: Backend + 'static> Stack<B> {
     /// Every part up on `backend`, with a pool of `pool` browsers.
     pub async fn start_on(pool: usize, backend: B, credentials: Credentials) -> Self {
+        Self::start_with(pool, backend, credentials, 1800).await
+    }
+
+    /// Every part up on `backend`, with a pool of `pool` browsers closed after `idle_seconds`
+    /// unused.
+    pub async fn start_with(pool: usize, backend: B, credentials: Credentials, idle_seconds: u64) -> Self {
         need_browser();
         let dir =
             std::env::temp_dir().join(format!("grant-ledger-browser-test-{}", hex::encode(rand::random::<[u8; 8]>())));
@@ -155,6 +166,7 @@ impl<B: Backend + 'static> Stack<B> {
             ("RUNTIME_AUTHORIZER_TOKEN", RUNTIME.to_owned()),
             ("TASK_RECORDS_DIR", records.display().to_string()),
             ("BROWSER_CALL_TIMEOUT_SECONDS", "8".to_owned()),
+            ("BROWSER_IDLE_SECONDS", idle_seconds.to_string()),
             (proto::ticket::KEYS_FILE_VAR, crate::ticket_keys_file(&dir).display().to_string()),
         ];
         let config =

@@ -1072,3 +1072,32 @@ async fn the_form_a_click_could_submit_is_found_whatever_wraps_the_node() {
         s.runtime.close_session(with(WORKER, close)).await.unwrap();
     }
 }
+
+/// A session no call uses for the idle time is closed and its browser given back to the pool: a
+/// worker that never closes it, or an owner who took a tab over and walked away, cannot hold a
+/// browser for ever.
+#[tokio::test]
+async fn an_idle_session_is_closed_and_its_browser_given_back() {
+    let mut s = Stack::start_idle(1, 2).await;
+    s.fixture.page(LESSON, "/lesson/1", LESSON_2);
+    let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
+    let driver = s.driver_pid(&session).await;
+    assert!(!s.observe(&session).await.nodes.is_empty());
+    let (twenty, beat) = (std::time::Duration::from_secs(20), std::time::Duration::from_millis(200));
+    tests::poll_until("the idle session closed", twenty, beat, || {
+        let open = s.served.session_ids();
+        async move { open.is_empty().then_some(()) }
+    })
+    .await;
+    let gone = rt::ObserveRequest { session_id: session.clone(), run_id: String::new() };
+    let err = s.runtime.observe(with(WORKER, gone)).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    // Its browser, Chromium's helpers too, is gone (SIGKILL returns before the kernel is done).
+    tests::poll_until("the idle session's browser ended", twenty, beat, || {
+        let left = group(driver);
+        async move { left.is_empty().then_some(()) }
+    })
+    .await;
+    // The pool's one browser is free again.
+    assert!(s.open("profile-1", "/lesson/1", 50).await.is_ok());
+}

@@ -151,7 +151,8 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
             mine.next().cloned()
         };
         let Some(entry) = entry else { return Err(Status::not_found("no open session on this browser profile")) };
-        let s = entry.session.lock_owned().await;
+        let mut s = entry.session.lock_owned().await;
+        s.last_used = std::time::Instant::now();
         // Closed, still starting (no browser of its own yet), or not the session that issued the
         // card's snapshot (one the worker opened since, on a page of its choosing): not the
         // card's tab.
@@ -167,7 +168,8 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
         let entry = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(session_id).cloned();
         match entry {
             Some(e) if e.tenant == caller.tenant && e.principal == caller.principal => {
-                let guard = e.session.lock_owned().await;
+                let mut guard = e.session.lock_owned().await;
+                guard.last_used = std::time::Instant::now();
                 if guard.closed {
                     Err(Status::not_found("no such session"))
                 } else if guard.taken_over {
@@ -178,6 +180,26 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
                 }
             }
             _ => Err(Status::not_found("no such session")),
+        }
+    }
+
+    /// Closes every session no call has used for the configured idle time (one in use now is
+    /// left alone): its browser goes back to the pool.
+    pub async fn reap_idle(&self) {
+        let all: Vec<(String, Shared)> = {
+            let sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            sessions.iter().map(|(id, e)| (id.clone(), Arc::clone(&e.session))).collect()
+        };
+        for (id, shared) in all {
+            let Ok(mut s) = shared.try_lock_owned() else { continue };
+            if s.closed || s.driver_pid().is_none() || s.last_used.elapsed() < self.config.idle {
+                continue;
+            }
+            tracing::info!(session = %id, taken_over = s.taken_over, "closing a session no call used for the idle time");
+            s.close().await;
+            s.closed = true;
+            drop(s);
+            self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
         }
     }
 
@@ -507,6 +529,21 @@ pub async fn serve<R: Redeem + 'static>(
     let (reporter, health) = tonic_health::server::health_reporter();
     let health = health.max_decoding_message_size(transport::MAX_HEALTH_REQUEST_BYTES);
     reporter.set_serving::<pb::browser_runtime_server::BrowserRuntimeServer<BrowserRuntime<R>>>().await;
+    // Idle sessions are closed on a tick of half the idle time (at least a second, at most a
+    // minute), so none outlives its bound by more than that.
+    let reaper = {
+        let runtime = Arc::clone(&runtime);
+        let every =
+            (runtime.config.idle / 2).clamp(std::time::Duration::from_secs(1), std::time::Duration::from_secs(60));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                runtime.reap_idle().await;
+            }
+        })
+    };
     let served = transport::server(&limits)
         .add_service(transport::Gate::new(
             health,
@@ -518,6 +555,7 @@ pub async fn serve<R: Redeem + 'static>(
         .add_service(transport::Gate::new(server, runtime.credentials.clone(), route, limits, registry.clone()))
         .serve_with_incoming_shutdown(transport::incoming(listener, tls, limits, registry), shutdown)
         .await;
+    reaper.abort();
     runtime.close_all().await;
     served
 }

@@ -311,6 +311,8 @@ pub struct Session {
     /// Every snapshot id this session issued: a card names one, and the owner's look at a tab
     /// is the look at the session that issued the card's snapshot, never another on the profile.
     issued: HashSet<String>,
+    /// When a call last used the session (its lock taken for a call).
+    pub last_used: std::time::Instant,
     pub taken_over: bool,
     pub closed: bool,
     browser: Option<Browser>,
@@ -364,6 +366,7 @@ impl Session {
             closed: false,
             taken_over: false,
             issued: HashSet::new(),
+            last_used: std::time::Instant::now(),
             browser: None,
             snapshot: None,
             typed: HashMap::new(),
