@@ -346,9 +346,9 @@ impl State<'_> {
 
     /// The form a click on `target` could submit, whatever its role, read back from the live
     /// page beside the task record and sealed by the runtime for the card (`None` when it
-    /// submits none). A field that differs from the record, a click that could submit two
-    /// forms, or a form too large for a card ends the run before anything is asked: the seed's
-    /// `unexpected_form_state`.
+    /// submits none), with the labels of the fields that differ from the record. A click that
+    /// could submit two forms, or a form too large for a card, ends the run before anything is
+    /// asked: the seed's `unexpected_form_state`.
     async fn read_back(&mut self, target: &Target) -> Result<Result<Option<ReadBack>, Stop>, RunError> {
         let req = rt::ReadFormRequest {
             session_id: self.task.browser_session.clone(),

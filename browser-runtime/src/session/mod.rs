@@ -305,15 +305,15 @@ pub struct Session {
     pub max_steps: u32,
     /// Acts dispatched: the last sequence applied.
     pub applied: u64,
-    /// Closed by its owner: calls that waited for it find nothing.
-    /// The owner took the tab over: the agent's calls are refused from then on, and only the
-    /// owner's input (through the gateway) reaches the page.
     /// Every snapshot id this session issued: a card names one, and the owner's look at a tab
     /// is the look at the session that issued the card's snapshot, never another on the profile.
     issued: HashSet<String>,
     /// When a call last used the session (its lock taken for a call).
     pub last_used: std::time::Instant,
+    /// The owner took the tab over: the agent's calls are refused from then on, and only the
+    /// owner's input (through the gateway) reaches the page.
     pub taken_over: bool,
+    /// Closed by its owner: calls that waited for it find nothing.
     pub closed: bool,
     browser: Option<Browser>,
     snapshot: Option<Snapshot>,
@@ -415,12 +415,12 @@ impl Session {
         }
     }
 
-    /// The chromedriver process whose group holds this session's Chromium.
     /// Whether this session issued snapshot `id`.
     pub fn issued(&self, id: &str) -> bool {
         self.issued.contains(id)
     }
 
+    /// The chromedriver process whose group holds this session's Chromium.
     pub fn driver_pid(&self) -> Option<u32> {
         self.browser.as_ref().map(Browser::driver_pid)
     }
