@@ -135,6 +135,26 @@ pub enum AuthError {
     Invalid(&'static str),
 }
 
+impl AuthError {
+    /// Why, as a metric's label: one of a closed set. An unknown, expired and revoked credential
+    /// are one cause, as the caller is told.
+    pub fn cause(&self) -> &'static str {
+        match self {
+            Self::Unauthenticated(NO_CREDENTIAL) => "missing",
+            Self::Unauthenticated(MALFORMED) => "malformed",
+            Self::Unauthenticated(NOT_FOUND) => "unknown_expired_or_revoked",
+            Self::Unauthenticated(_) => "no_principal",
+            Self::PermissionDenied(_) => "not_permitted",
+            Self::Unavailable(_) => "unavailable",
+            Self::Invalid(_) => "invalid",
+        }
+    }
+}
+
+const NO_CREDENTIAL: &str = "a bearer credential is required";
+const MALFORMED: &str = "the credential is malformed";
+const NOT_FOUND: &str = "the credential is unknown, expired or revoked";
+
 const TOKEN_PREFIX: &str = "glc_";
 
 /// Why a second credential for one secret is refused (both stores say so).
@@ -251,16 +271,12 @@ impl Credentials {
             .and_then(|v| v.split_once(' '))
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
             .map(|(_, token)| token.trim())
-            .ok_or(AuthError::Unauthenticated("a bearer credential is required"))?;
+            .ok_or(AuthError::Unauthenticated(NO_CREDENTIAL))?;
         if !well_formed(token) {
-            return Err(AuthError::Unauthenticated("the credential is malformed"));
+            return Err(AuthError::Unauthenticated(MALFORMED));
         }
-        let credential = self
-            .0
-            .find(digest(token))
-            .await?
-            .filter(|c| c.usable(now))
-            .ok_or(AuthError::Unauthenticated("the credential is unknown, expired or revoked"))?;
+        let credential =
+            self.0.find(digest(token)).await?.filter(|c| c.usable(now)).ok_or(AuthError::Unauthenticated(NOT_FOUND))?;
         if !roles.contains(&credential.role) {
             return Err(AuthError::PermissionDenied(format!("the {} role may not make this call", credential.role)));
         }

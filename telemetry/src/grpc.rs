@@ -49,7 +49,11 @@ impl GrpcMetrics {
             known: Known::new(paths),
         };
         registry.register("grpc_server_started", "Calls the server started, by method", m.started.clone());
-        registry.register("grpc_server_handled", "Calls the server completed, by method and status code", m.handled.clone());
+        registry.register(
+            "grpc_server_handled",
+            "Calls the server completed, by method and status code",
+            m.handled.clone(),
+        );
         registry.register(
             "grpc_server_handling_seconds",
             "Time from a call's arrival to its status, by method",
@@ -229,7 +233,10 @@ mod tests {
     impl Body for Trailing {
         type Data = hyper::body::Bytes;
         type Error = std::convert::Infallible;
-        fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
             Poll::Ready(self.0.take().map(|code| {
                 let mut trailers = http::HeaderMap::new();
                 trailers.insert("grpc-status", code.to_string().parse().unwrap());

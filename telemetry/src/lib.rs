@@ -15,9 +15,8 @@ mod logs;
 use std::sync::Arc;
 
 pub use grpc::{GrpcMetrics, code_name};
-pub use listener::{Health, HealthCheck, MetricsListen, MetricsError, serve};
+pub use listener::{Health, HealthCheck, MetricsError, MetricsListen, serve};
 pub use logs::init_logs;
-pub use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 pub use prometheus_client::metrics::counter::Counter;
 pub use prometheus_client::metrics::family::Family;
 pub use prometheus_client::metrics::gauge::Gauge;
@@ -41,6 +40,19 @@ impl prometheus_client::metrics::family::MetricConstructor<Histogram> for Bucket
         Histogram::new(self.0.iter().copied())
     }
 }
+
+/// A label set of `N` names and values, each `&'static str`: a value spelt in the code, so the
+/// set of series is closed by construction.
+pub type Labels<const N: usize> = [(&'static str, &'static str); N];
+
+/// Counters by `N` labels.
+pub type Counters<const N: usize> = Family<Labels<N>, Counter>;
+
+/// Histograms by `N` labels.
+pub type Histograms<const N: usize> = Family<Labels<N>, Histogram, Buckets>;
+
+/// Gauges by `N` labels.
+pub type Gauges<const N: usize> = Family<Labels<N>, Gauge>;
 
 /// A histogram of `buckets`.
 pub fn histogram(buckets: &'static [f64]) -> Histogram {

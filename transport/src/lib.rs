@@ -486,6 +486,47 @@ pub struct Gate<S> {
     route: Route,
     limits: Limits,
     registry: Registry,
+    metrics: Option<GateMetrics>,
+}
+
+/// What the gate records: every call by method and status (`grpc_server_*`), and every caller it
+/// refused by cause (`credential_refusals_total`).
+#[derive(Debug, Clone)]
+pub struct GateMetrics {
+    grpc: telemetry::GrpcMetrics,
+    refusals: telemetry::Counters<1>,
+}
+
+impl GateMetrics {
+    /// Registers the families in `registry`; `paths` are the methods this server serves.
+    pub fn new(registry: &mut telemetry::Registry, paths: impl IntoIterator<Item = String>) -> Self {
+        let refusals = telemetry::Family::default();
+        registry.register(
+            "credential_refusals",
+            "Callers refused before their call was read, by cause",
+            refusals.clone(),
+        );
+        Self { grpc: telemetry::GrpcMetrics::new(registry, paths), refusals }
+    }
+}
+
+/// The id a request carries across services (`x-request-id`), for the logs: the caller's when it
+/// sends a plausible one, otherwise one made here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestId(pub String);
+
+/// The header a request id travels in, from the gateway to the authorizer and the runtime.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
+impl RequestId {
+    /// The id `headers` carry when it is 1 to 64 letters, digits, `-`, `_` or `.`; otherwise a
+    /// new one, so a caller cannot write arbitrary text into every log line.
+    pub fn from_headers(headers: &http::HeaderMap) -> Self {
+        let given = headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).filter(|v| {
+            (1..=64).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        });
+        Self(given.map_or_else(|| uuid::Uuid::new_v4().simple().to_string(), str::to_owned))
+    }
 }
 
 impl<S> std::fmt::Debug for Gate<S> {
@@ -498,7 +539,13 @@ impl<S> Gate<S> {
     /// `registry` is the one `incoming` notes this listener's connections in: a connection that
     /// makes an authenticated call is proven and is not closed to make room.
     pub fn new(inner: S, credentials: Credentials, route: Route, limits: Limits, registry: Registry) -> Self {
-        Self { inner, credentials, route, limits, registry }
+        Self { inner, credentials, route, limits, registry, metrics: None }
+    }
+
+    /// Records every call and refusal in `metrics`.
+    #[must_use]
+    pub fn metered(self, metrics: Option<GateMetrics>) -> Self {
+        Self { metrics, ..self }
     }
 }
 
@@ -545,8 +592,12 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let (credentials, route, limits) = (self.credentials.clone(), self.route, self.limits);
-        let registry = self.registry.clone();
-        Box::pin(async move {
+        let (registry, metrics) = (self.registry.clone(), self.metrics.clone());
+        let request_id = RequestId::from_headers(req.headers());
+        let span = tracing::info_span!("rpc", method = req.uri().path(), request_id = request_id.0.as_str());
+        let started = metrics.as_ref().map(|m| m.grpc.start(req.uri().path()));
+        req.extensions_mut().insert(request_id);
+        let call = async move {
             let headers = req.headers();
             let bytes: usize = headers.iter().map(|(k, v)| k.as_str().len() + v.len()).sum();
             if headers.len() > limits.max_headers || bytes > limits.max_header_bytes {
@@ -565,12 +616,27 @@ where
                         }
                         req.extensions_mut().insert(caller);
                     }
-                    Err(e) => return Ok(auth_status(e).into_http()),
+                    Err(e) => {
+                        if let Some(m) = &metrics {
+                            m.refusals.get_or_create(&[("cause", e.cause())]).inc();
+                        }
+                        return Ok(auth_status(e).into_http());
+                    }
                 }
             }
             let response = inner.call(req).await?;
             Ok(callers_fault(response))
-        })
+        };
+        Box::pin(tracing::Instrument::instrument(
+            async move {
+                let response = call.await?;
+                Ok(match started {
+                    Some(s) => s.observe(response).map(tonic::body::Body::new),
+                    None => response,
+                })
+            },
+            span,
+        ))
     }
 }
 

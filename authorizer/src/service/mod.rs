@@ -430,7 +430,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
                     reason: reason.unwrap_or_default(),
                 })
             }
-            Decision::Deny { code } => pb::authorize_reply::Decision::Deny(pb::Deny { code }),
+            Decision::Deny(denial) => pb::authorize_reply::Decision::Deny(pb::Deny { code: denial.code().to_owned() }),
         };
         let name = match &reply {
             pb::authorize_reply::Decision::Allow(_) => "allow",

@@ -138,7 +138,51 @@ impl AuthorizeRequest {
 pub enum Decision {
     Allow { kind: AuthorizationKind, grant_id: Option<Uuid>, use_ordinal: Option<u32>, typed_chars: u32 },
     RequireApproval { approval_id: Uuid, reason: Option<String>, offer: Option<Offer> },
-    Deny { code: String },
+    Deny(Denial),
+}
+
+/// Why an act is refused outright, with no card: a stable code each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Denial {
+    /// A policy rule (DENY, or hardline when `hardline`): the rule's id is the code.
+    Policy { rule: String, hardline: bool },
+    /// The session's browser profile is not its owner's (bound before profiles had owners).
+    ProfileNotOwned,
+    /// The facts were read in a browser profile that is not the session's.
+    FactsNotThisSession,
+    /// A credential or one-time-code field, or typing into a payment field: the classifier's
+    /// consequence names it.
+    Field(Named),
+    /// A key the runtime never sends (an activation key on a control, Enter in a one-line field
+    /// of a form): the agent clicks instead, and no use or card is spent on it.
+    KeyClicksOrSubmits,
+    /// A card for a click that could submit a form, without the form read back: the owner would
+    /// approve a submit without seeing what it sends (and the runtime would never spend it).
+    FormNotReadBack,
+}
+
+impl Denial {
+    /// The stable code the caller is answered with.
+    pub fn code(&self) -> &str {
+        match self {
+            Self::Policy { rule, .. } => rule,
+            _ => self.label(),
+        }
+    }
+
+    /// The code as a metric's label: a policy rule's id is the operator's, so it reads as
+    /// `policy_deny` or `policy_hardline`; every other code is the code.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Policy { hardline: false, .. } => "policy_deny",
+            Self::Policy { hardline: true, .. } => "policy_hardline",
+            Self::ProfileNotOwned => PROFILE_NOT_OWNED,
+            Self::FactsNotThisSession => FACTS_NOT_THIS_SESSION,
+            Self::Field(named) => named.code(),
+            Self::KeyClicksOrSubmits => KEY_CLICKS_OR_SUBMITS,
+            Self::FormNotReadBack => FORM_NOT_READ_BACK,
+        }
+    }
 }
 
 /// A decision and the events that record it (ends found on the way included).
@@ -241,18 +285,10 @@ fn task_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateTime)
     Ok(grant_id)
 }
 
-/// The deny code of an act in a session whose browser profile is not its owner's (bound before
-/// profiles had owners).
+/// The codes of [`Denial`]'s variants.
 pub const PROFILE_NOT_OWNED: &str = "browser_profile_not_owned";
-/// The deny code of facts a runtime read in a browser profile that is not the session's.
 pub const FACTS_NOT_THIS_SESSION: &str = "facts_not_this_session";
-/// The deny code of a card asked for a click that could submit a form, without the form read
-/// back: the owner would approve a submit without seeing what it sends (and the runtime would
-/// never spend the approval on it).
 pub const FORM_NOT_READ_BACK: &str = "form_not_read_back";
-
-/// The deny code of a key the runtime never sends (an activation key on a control, Enter in a
-/// one-line field of a form): the agent clicks instead, and no use or card is spent on it.
 pub const KEY_CLICKS_OR_SUBMITS: &str = "key_clicks_or_submits";
 
 /// A card for this act would have to show a form it does not carry.
@@ -318,13 +354,13 @@ pub fn offer_for(world: &World, req: &AuthorizeRequest) -> Option<Offer> {
 /// Credential and one-time-code fields are refused outright, no card: the classifier names them
 /// from the field kind. So is typing into a payment field: the runtime never types a secret's
 /// field, so a card for it would be approved for nothing.
-fn refused_field(consequences: &[Consequence], req: &AuthorizeRequest) -> Option<&'static str> {
+fn refused_field(consequences: &[Consequence], req: &AuthorizeRequest) -> Option<Named> {
     let named = consequences.iter().find_map(|c| match c {
-        Consequence::Named(n @ (Named::CredentialField | Named::OneTimeCodeField)) => Some(n.code()),
+        Consequence::Named(n @ (Named::CredentialField | Named::OneTimeCodeField)) => Some(*n),
         _ => None,
     });
     let typed_secret = matches!(req.action, Action::Type { .. }) && req.element.field_kind.is_secret();
-    named.or_else(|| typed_secret.then(|| Named::PaymentField.code()))
+    named.or_else(|| typed_secret.then_some(Named::PaymentField))
 }
 
 /// Decides one `browser.act`: the policy engine first (DENY and hardline are final), then the
@@ -345,33 +381,35 @@ pub fn authorize(
     // origin rule applies to it: plain HTTP or a malformed URL cannot slip past a DENY.
     let origin = url::Url::parse(req.page.url.trim()).ok().filter(|u| u.scheme() == "https");
     let origin = origin.map(|u| u.origin().ascii_serialization());
-    let deny = |code: String| Authorization { decision: Decision::Deny { code }, events: vec![] };
+    let deny = |denial: Denial| Authorization { decision: Decision::Deny(denial), events: vec![] };
     let verdict = policy.evaluate(ActionKind::of(&req.action), &consequences, origin.as_deref());
-    if let Verdict::Deny { rule } | Verdict::Hardline { rule } = verdict {
-        return deny(rule);
+    match &verdict {
+        Verdict::Deny { rule } => return deny(Denial::Policy { rule: rule.clone(), hardline: false }),
+        Verdict::Hardline { rule } => return deny(Denial::Policy { rule: rule.clone(), hardline: true }),
+        _ => {}
     }
     // Not even a card: the owner answering it would act in a browser profile that is not theirs.
     if world.sessions.get(&req.session_id).is_some_and(|s| !world.session_profile_is_own(s)) {
-        return deny(PROFILE_NOT_OWNED.to_owned());
+        return deny(Denial::ProfileNotOwned);
     }
     // Facts a runtime read in another browser profile are not this session's page.
     let session_profile = world.sessions.get(&req.session_id).and_then(|s| s.created.browser_profile_id.as_deref());
     if req.facts_profile.as_deref().is_some_and(|p| Some(p) != session_profile) {
-        return deny(FACTS_NOT_THIS_SESSION.to_owned());
+        return deny(Denial::FactsNotThisSession);
     }
     // Before any card, an escalation's too: a card for what the runtime never does is approved
     // for nothing.
-    if let Some(code) = refused_field(&consequences, req) {
-        return deny(code.to_owned());
+    if let Some(named) = refused_field(&consequences, req) {
+        return deny(Denial::Field(named));
     }
     if let Action::Press { key } = &req.action
         && classifier::coverage::key_refused(&req.element, key)
     {
-        return deny(KEY_CLICKS_OR_SUBMITS.to_owned());
+        return deny(Denial::KeyClicksOrSubmits);
     }
     if let Verdict::Escalate { .. } = verdict {
         if form_unread(req) {
-            return deny(FORM_NOT_READ_BACK.to_owned());
+            return deny(Denial::FormNotReadBack);
         }
         // No grant answers an escalation, so the card offers none either.
         let reason = Some(NotCovered::PolicyEscalation.code().to_owned());
@@ -416,7 +454,7 @@ pub fn authorize(
             };
         }
         // Before anything is written: the sweep or the next act ends a grant found ended here.
-        Err(_) if form_unread(req) => return deny(FORM_NOT_READ_BACK.to_owned()),
+        Err(_) if form_unread(req) => return deny(Denial::FormNotReadBack),
         Err(Refusal { why, end }) => {
             events.extend(end.and_then(|(grant_id, reason)| world.end(grant_id, reason)));
             (why != NotCovered::NoTaskGrant).then(|| why.code().to_owned())
