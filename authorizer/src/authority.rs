@@ -16,6 +16,7 @@ use uuid::Uuid;
 
 use crate::domain::{self, AuthorizeRequest, Command, Decision, DomainError, Grant, World};
 use crate::error::{AuthorityError, StoreError};
+use crate::metrics::AuthorizerMetrics;
 use crate::policy::Policy;
 use crate::state::{self, Loaded};
 use crate::store::{Backend, Consumed, Decide, Need, SessionAt, Transacted, UseOf};
@@ -78,12 +79,15 @@ pub struct Authorized {
     pub profile: Option<String>,
     /// When the decision was made: now, or when a retried call's decision was recorded.
     pub decided_at: OffsetDateTime,
+    /// A retried call answered with the decision it recorded first.
+    pub replayed: bool,
 }
 
 #[derive(Debug)]
 struct Core<B> {
     backend: B,
     policy: Policy,
+    metrics: AuthorizerMetrics,
 }
 
 /// The domain over a backend, for one tenant; `for_tenant` gives the same backend for another.
@@ -101,7 +105,16 @@ impl<B> Clone for Authority<B> {
 
 impl<B: Backend> Authority<B> {
     pub fn new(backend: B, policy: Policy, tenant: TenantId) -> Self {
-        Self { core: Arc::new(Core { backend, policy }), tenant }
+        Self::metered(backend, policy, tenant, AuthorizerMetrics::default())
+    }
+
+    /// An authority that records its decisions in `metrics`.
+    pub fn metered(backend: B, policy: Policy, tenant: TenantId, metrics: AuthorizerMetrics) -> Self {
+        Self { core: Arc::new(Core { backend, policy, metrics }), tenant }
+    }
+
+    pub(crate) fn metrics(&self) -> &AuthorizerMetrics {
+        &self.core.metrics
     }
 
     /// The same backend and policy, for `tenant`.
@@ -146,7 +159,10 @@ impl<B: Backend> Authority<B> {
     ) -> Result<Transacted<T>, AuthorityError> {
         for _ in 0..ATTEMPTS {
             match self.backend().transact(&self.tenant, metadata, need, lock, decide).await {
-                Err(e) if e.contended() => tracing::debug!(error = %e, "contended; deciding again"),
+                Err(e) if e.contended() => {
+                    self.metrics().retried("command");
+                    tracing::debug!(error = %e, "contended; deciding again");
+                }
                 other => return other,
             }
         }
@@ -166,6 +182,7 @@ impl<B: Backend> Authority<B> {
     ) -> Result<(Vec<Event>, Option<Checkpoint>), AuthorityError> {
         let decide = |l: &Loaded| domain::decide(&l.world, command.clone()).map(|e| (e, ()));
         let t = self.transact(&Metadata::by(principal), state::need_of(&command), true, &decide).await?;
+        self.metrics().recorded(&t.events);
         Ok((t.events, t.at))
     }
 
@@ -184,7 +201,12 @@ impl<B: Backend> Authority<B> {
         now: OffsetDateTime,
         call: CallKey,
     ) -> Result<Authorized, AuthorityError> {
-        self.authorize_once(req, view, now, call.approval_id(), Some(call)).await
+        let authorized = self.authorize_once(req, view, now, call.approval_id(), Some(call)).await?;
+        if !authorized.replayed {
+            self.metrics().recorded(&authorized.events);
+        }
+        self.metrics().decided(&authorized.decision, authorized.replayed);
+        Ok(authorized)
     }
 
     /// A decision outside any tool call's identity, with the request's own view and the card's
@@ -237,6 +259,7 @@ impl<B: Backend> Authority<B> {
                     standing_until: None,
                     profile: None,
                     decided_at,
+                    replayed: true,
                 }
             }
             Event::ToolCallAuthorized(t) => {
@@ -263,7 +286,16 @@ impl<B: Backend> Authority<B> {
                     _ => {}
                 }
                 let profile = self.read(Need::Session(&req.session_id), |w| profile_of(w, &req.session_id)).await?;
-                Authorized { decision, events: vec![event.clone()], at, grant, standing_until, profile, decided_at }
+                Authorized {
+                    decision,
+                    events: vec![event.clone()],
+                    at,
+                    grant,
+                    standing_until,
+                    profile,
+                    decided_at,
+                    replayed: true,
+                }
             }
             other => {
                 return Err(StoreError::Projection(format!("a call's decision is a {}", other.event_type())).into());
@@ -331,7 +363,10 @@ impl<B: Backend> Authority<B> {
                 Ok(t) => t,
                 Err(e) => match settle(e).await? {
                     Some(done) => return Ok(done),
-                    None => continue,
+                    None => {
+                        self.metrics().retried("authorize");
+                        continue;
+                    }
                 },
             };
             let (auth, grant, standing, session_version, profile) = t.value;
@@ -361,6 +396,7 @@ impl<B: Backend> Authority<B> {
                     standing_until,
                     profile,
                     decided_at: now,
+                    replayed: false,
                 });
             };
             let Some(Event::ToolCallAuthorized(template)) = auth.events.first().cloned() else {
@@ -394,14 +430,19 @@ impl<B: Backend> Authority<B> {
                         standing_until: None,
                         profile,
                         decided_at: now,
+                        replayed: false,
                     });
                 }
                 // The row moved since the read: decide again from a fresh one.
-                Ok(Consumed::Refused) => spent = true,
+                Ok(Consumed::Refused) => {
+                    self.metrics().retried("authorize");
+                    spent = true;
+                }
                 Err(e) => {
                     if let Some(done) = settle(e.into()).await? {
                         return Ok(done);
                     }
+                    self.metrics().retried("authorize");
                 }
             }
         }
@@ -437,6 +478,7 @@ impl<B: Backend> Authority<B> {
             standing_until: None,
             profile: None,
             decided_at: now,
+            replayed: false,
         })
     }
 

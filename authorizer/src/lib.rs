@@ -13,6 +13,7 @@ mod authority;
 pub mod contract;
 mod error;
 mod memory;
+mod metrics;
 mod pg;
 pub mod service;
 mod state;
@@ -21,6 +22,7 @@ mod store;
 pub use authority::{ATTEMPTS, Authority, Authorized, CallKey, ViewOf};
 pub use error::{AuthorityError, StoreError};
 pub use memory::MemoryGrants;
+pub use metrics::AuthorizerMetrics;
 #[cfg(feature = "testing")]
 pub use pg::Pause;
 pub use pg::PgGrants;

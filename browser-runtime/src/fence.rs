@@ -357,6 +357,7 @@ impl Handle {
         for target in &opened {
             let _ = self.out.send(command(&self.ids, None, "Target.closeTarget", json!({ "targetId": target })));
         }
+        crate::metrics::METRICS.fence_blocks.get_or_create(&[("kind", "window")]).inc_by(opened.len() as u64);
         Report { refused, opened: opened.len() }
     }
 }
@@ -481,6 +482,15 @@ fn handle(v: &Value, state: &Mutex<State>, ids: &AtomicU64, out: &mpsc::Unbounde
                 let refuse = off_origins || s.armed.as_ref().is_some_and(|scope| !scope.admits(url));
                 if refuse && s.armed.is_some() {
                     s.refused.push(url.to_owned());
+                }
+                if refuse {
+                    let kind = match p["resourceType"].as_str() {
+                        Some("Document") => "document",
+                        // sendBeacon's requests are pings to DevTools.
+                        Some("Ping") => "ping",
+                        _ => "other",
+                    };
+                    crate::metrics::METRICS.fence_blocks.get_or_create(&[("kind", kind)]).inc();
                 }
                 refuse
             };

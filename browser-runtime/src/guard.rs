@@ -252,6 +252,7 @@ pub async fn after(h: &Handle, held: Option<&Held>) -> Result<Option<(PageRead, 
         let mut guard =
             guard.unwrap_or_else(|| GuardReport { held: "none".into(), alive: true, ..GuardReport::default() });
         guard.stopped += stopped;
+        crate::metrics::METRICS.guard_stops.get_or_create(&[("where", "act")]).inc_by(guard.stopped);
         (page, Some(guard))
     }))
 }

@@ -12,6 +12,7 @@ pub mod fence;
 #[cfg(feature = "fixture")]
 pub mod fixture;
 pub mod guard;
+pub mod metrics;
 pub mod page;
 pub mod records;
 pub mod review;

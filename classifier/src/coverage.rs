@@ -72,6 +72,40 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason but a named consequence's, for the list of codes.
+    const PLAIN: [Self; 25] = [
+        Self::Disabled,
+        Self::Unnamed,
+        Self::LabelTruncated,
+        Self::PageUnparseable,
+        Self::PageOutsideScope,
+        Self::PageSensitiveSegment,
+        Self::TargetOutsideScope,
+        Self::TargetSensitiveSegment,
+        Self::Download,
+        Self::FileInput,
+        Self::FieldKindNotCovered,
+        Self::KeyOnChoiceControl,
+        Self::KeyNotAllowed,
+        Self::OptionNotFound,
+        Self::TooManyOptions,
+        Self::TooManyChoices,
+        Self::NotRoutine,
+        Self::TextTooLong,
+        Self::ScrollNotAStep,
+        Self::TextControlCharacter,
+        Self::TextAddress,
+        Self::TextDigitRun,
+        Self::TextCredentialShaped,
+        Self::TextExceedsRemaining,
+        Self::FactsMissing,
+    ];
+
+    /// Every code a reason can have: the closed set a metric's label is drawn from.
+    pub fn codes() -> impl Iterator<Item = &'static str> {
+        Named::ALL.into_iter().map(Named::code).chain(Self::PLAIN.into_iter().map(Self::code))
+    }
+
     /// The stable code. A named consequence reports the consequence's own code.
     pub fn code(self) -> &'static str {
         match self {

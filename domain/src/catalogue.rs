@@ -60,6 +60,18 @@ impl ApprovalStatus {
 }
 
 impl Resolution {
+    pub const ALL: [Self; 4] = [Self::ApproveOnce, Self::ApproveForTask, Self::Deny, Self::TakeOver];
+
+    /// The stored spelling (a test holds it to the event payload's).
+    pub const fn code(self) -> &'static str {
+        match self {
+            Self::ApproveOnce => "approve_once",
+            Self::ApproveForTask => "approve_for_task",
+            Self::Deny => "deny",
+            Self::TakeOver => "take_over",
+        }
+    }
+
     /// `approve_for_task` approves: the regression the decision record names first.
     pub const fn status(self) -> ApprovalStatus {
         match self {
@@ -688,6 +700,9 @@ mod tests {
     fn codes_are_the_payload_spellings() {
         for k in AuthorizationKind::ALL {
             assert_eq!(serde_json::to_value(k).unwrap(), serde_json::json!(k.code()));
+        }
+        for r in Resolution::ALL {
+            assert_eq!(serde_json::to_value(r).unwrap(), serde_json::json!(r.code()));
         }
         for r in EndReason::ALL {
             assert_eq!(serde_json::to_value(r).unwrap(), serde_json::json!(r.code()));

@@ -18,7 +18,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::limits::{self, Allowed, Rule};
 
-const DESCRIPTORS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"));
+pub(crate) const DESCRIPTORS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"));
 
 /// Nesting deeper than any request has: a bound on the walk's recursion.
 const MAX_DEPTH: usize = 8;

@@ -28,3 +28,27 @@ pub mod browser_runtime {
 
 pub use browser_runtime::v1 as runtime;
 pub use grant_ledger::v1;
+
+/// The compiled descriptors of both packages, for gRPC server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] = checked::DESCRIPTORS;
+
+/// Every method path of the service `service` (`grant_ledger.v1.Authorizer`), as
+/// `/package.Service/Method`: the closed set a server's metrics label calls by.
+pub fn method_paths(service: &str) -> Vec<String> {
+    let pool = prost_reflect::DescriptorPool::decode(FILE_DESCRIPTOR_SET).expect("the compiled descriptors decode");
+    pool.get_service_by_name(service)
+        .map(|s| s.methods().map(|m| format!("/{}/{}", s.full_name(), m.name())).collect())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn each_service_has_its_method_paths() {
+        let authorizer = super::method_paths("grant_ledger.v1.Authorizer");
+        assert!(authorizer.contains(&"/grant_ledger.v1.Authorizer/Authorize".to_owned()), "{authorizer:?}");
+        let runtime = super::method_paths("browser_runtime.v1.BrowserRuntime");
+        assert!(runtime.iter().any(|p| p.ends_with("/Act")), "{runtime:?}");
+        assert!(super::method_paths("made.Up").is_empty());
+    }
+}

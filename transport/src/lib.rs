@@ -510,6 +510,24 @@ impl GateMetrics {
     }
 }
 
+/// The methods every server serves beside its own: health and reflection.
+pub const STANDARD_PATHS: [&str; 3] = [
+    "/grpc.health.v1.Health/Check",
+    "/grpc.health.v1.Health/Watch",
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+];
+
+/// gRPC server reflection over `sets` (encoded file descriptor sets), so that `grpcurl list`
+/// and `describe` work. The schema is public; a call to it is still held to the gate's limits.
+pub fn reflection(
+    sets: &[&'static [u8]],
+) -> tonic_reflection::server::v1::ServerReflectionServer<impl tonic_reflection::server::v1::ServerReflection> {
+    let builder = sets
+        .iter()
+        .fold(tonic_reflection::server::Builder::configure(), |b, set| b.register_encoded_file_descriptor_set(set));
+    builder.build_v1().expect("the compiled descriptor sets are well formed")
+}
+
 /// The id a request carries across services (`x-request-id`), for the logs: the caller's when it
 /// sends a plausible one, otherwise one made here.
 #[derive(Debug, Clone, PartialEq, Eq)]

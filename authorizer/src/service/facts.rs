@@ -3,6 +3,7 @@
 //! type, sealed the same way. Unsealed, forged, expired or another owner's, snapshot's, run's or
 //! field's facts are refused, write nothing, and are counted.
 
+use crate::metrics::AuthorizerMetrics;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use proto::ticket::Keyring;
@@ -38,15 +39,20 @@ fn fresh(read: OffsetDateTime, now: OffsetDateTime) -> bool {
 
 /// Refusals of facts, counted for the operator.
 #[derive(Debug, Default)]
-pub(super) struct Refusals(AtomicU64);
+pub(super) struct Refusals(AtomicU64, AuthorizerMetrics);
 
 impl Refusals {
+    pub(super) fn new(metrics: AuthorizerMetrics) -> Self {
+        Self(AtomicU64::default(), metrics)
+    }
+
     pub(super) fn count(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
 
     fn refuse(&self, reason: &'static str, why: String) -> Status {
         self.0.fetch_add(1, Ordering::Relaxed);
+        self.1.facts_refused(reason);
         tracing::warn!(reason, %why, "an Authorize's facts were refused");
         with_reason(Code::PermissionDenied, reason, why)
     }

@@ -27,6 +27,7 @@ use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use tokio::net::TcpListener;
 use tonic::{Code, Request, Response, Status};
+use transport::Gate;
 use uuid::Uuid;
 
 use crate::authority::{Authority, CallKey};
@@ -61,6 +62,8 @@ pub struct AuthorizerService<B> {
     /// Seals every allow's dispatch ticket, and opens the runtime's sealed facts.
     tickets: Arc<Keyring>,
     refusals: Arc<facts::Refusals>,
+    /// What the gate records of every call, when the operator serves metrics.
+    gate_metrics: Option<transport::GateMetrics>,
     /// Only the `testing` feature sets it: the domain's own tests speak facts in the clear.
     accept_unsealed: bool,
 }
@@ -72,6 +75,7 @@ impl<B> Clone for AuthorizerService<B> {
             credentials: self.credentials.clone(),
             tickets: Arc::clone(&self.tickets),
             refusals: Arc::clone(&self.refusals),
+            gate_metrics: self.gate_metrics.clone(),
             accept_unsealed: self.accept_unsealed,
         }
     }
@@ -79,7 +83,15 @@ impl<B> Clone for AuthorizerService<B> {
 
 impl<B: Backend + 'static> AuthorizerService<B> {
     pub fn new(authority: Arc<Authority<B>>, credentials: Credentials, tickets: Arc<Keyring>) -> Self {
-        Self { authority, credentials, tickets, refusals: Arc::default(), accept_unsealed: false }
+        let refusals = Arc::new(facts::Refusals::new(authority.metrics().clone()));
+        Self { authority, credentials, tickets, refusals, gate_metrics: None, accept_unsealed: false }
+    }
+
+    /// Records every call the server's gate sees (method, status, time; refused callers) in
+    /// `metrics`.
+    #[must_use]
+    pub fn with_gate_metrics(self, metrics: transport::GateMetrics) -> Self {
+        Self { gate_metrics: Some(metrics), ..self }
     }
 
     /// Decides on facts sent in the clear too: for tests of the decisions, which have no runtime.
@@ -665,7 +677,13 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             profile_id,
             now,
         };
-        let (events, at) = authority.execute_at(command, &principal).await.map_err(status)?;
+        let (events, at) = authority.execute_at(command, &principal).await.map_err(|e| {
+            let refused = status(e);
+            if refused.code() == Code::PermissionDenied {
+                authority.metrics().token("refused");
+            }
+            refused
+        })?;
         let Some(approval_id) = events.iter().find_map(|e| match e {
             Event::ApprovalTokenRedeemed(x) => Some(x.approval_id),
             _ => None,
@@ -787,17 +805,16 @@ pub async fn serve<B: Backend + 'static>(
     let (reporter, health) = tonic_health::server::health_reporter();
     let health = health.max_decoding_message_size(transport::MAX_HEALTH_REQUEST_BYTES);
     reporter.set_serving::<pb::authorizer_server::AuthorizerServer<AuthorizerService<B>>>().await;
-    let credentials = service.credentials.clone();
+    let (credentials, metrics) = (service.credentials.clone(), service.gate_metrics.clone());
     let server = service.into_server().max_decoding_message_size(proto::limits::MAX_AUTHORIZER_REQUEST_BYTES);
+    let reflection = transport::reflection(&[proto::FILE_DESCRIPTOR_SET, tonic_health::pb::FILE_DESCRIPTOR_SET]);
+    let open = transport::open_to_all;
     transport::server(&limits)
-        .add_service(transport::Gate::new(
-            health,
-            credentials.clone(),
-            transport::open_to_all,
-            limits,
-            registry.clone(),
-        ))
-        .add_service(transport::Gate::new(server, credentials, Rpc::route, limits, registry.clone()))
+        .add_service(Gate::new(health, credentials.clone(), open, limits, registry.clone()).metered(metrics.clone()))
+        .add_service(
+            Gate::new(reflection, credentials.clone(), open, limits, registry.clone()).metered(metrics.clone()),
+        )
+        .add_service(Gate::new(server, credentials, Rpc::route, limits, registry.clone()).metered(metrics))
         .serve_with_incoming_shutdown(transport::incoming(listener, tls, limits, registry), shutdown)
         .await
 }

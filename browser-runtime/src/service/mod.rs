@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use transport::Gate;
 
 use credentials::{Caller, Credentials, Role};
 use proto::runtime as pb;
@@ -57,10 +58,36 @@ struct Slot<'a> {
     kept: bool,
 }
 
+/// Observes a call's time in the browser when dropped, answered or failed alike.
+struct Timer(&'static str, std::time::Instant);
+
+impl Timer {
+    fn start(call: &'static str) -> Self {
+        Self(call, std::time::Instant::now())
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        crate::metrics::METRICS.latency.get_or_create(&[("call", self.0)]).observe(self.1.elapsed().as_secs_f64());
+    }
+}
+
+/// Takes session `id` off the map, its browser back to the pool.
+fn forget(sessions: &Mutex<HashMap<String, Entry>>, id: &str) {
+    let mut sessions = sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    sessions.remove(id);
+    note_open(sessions.len());
+}
+
+fn note_open(open: usize) {
+    crate::metrics::METRICS.sessions_open.set(i64::try_from(open).unwrap_or(i64::MAX));
+}
+
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         if !self.kept {
-            self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&self.id);
+            forget(self.sessions, &self.id);
         }
     }
 }
@@ -73,6 +100,8 @@ pub struct BrowserRuntime<R> {
     records: RecordStore,
     redeemer: R,
     sessions: Mutex<HashMap<String, Entry>>,
+    /// What the gate records of every call, when the operator serves metrics.
+    gate_metrics: Option<transport::GateMetrics>,
 }
 
 impl<R: Redeem + 'static> BrowserRuntime<R> {
@@ -106,7 +135,14 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
 impl<R: Redeem + 'static> BrowserRuntime<R> {
     pub fn new(config: RuntimeConfig, credentials: Credentials, redeemer: R) -> Self {
         let records = RecordStore::new(config.records_dir.clone());
-        Self { config, credentials, records, redeemer, sessions: Mutex::new(HashMap::new()) }
+        Self { config, credentials, records, redeemer, sessions: Mutex::new(HashMap::new()), gate_metrics: None }
+    }
+
+    /// Records every call the server's gate sees (method, status, time; refused callers) in
+    /// `metrics`.
+    #[must_use]
+    pub fn with_gate_metrics(self, metrics: transport::GateMetrics) -> Self {
+        Self { gate_metrics: Some(metrics), ..self }
     }
 
     /// The caller, as the gate authenticated it from the headers before the body was read, or
@@ -199,7 +235,7 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
             s.close().await;
             s.closed = true;
             drop(s);
-            self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
+            forget(&self.sessions, &id);
         }
     }
 
@@ -281,6 +317,7 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
                 session: Arc::clone(&shared),
             };
             sessions.insert(session_id.clone(), entry);
+            note_open(sessions.len());
             Slot { sessions: &self.sessions, id: session_id.clone(), kept: false }
         };
         if let Err(e) = session.start(&self.config.browser).await {
@@ -304,7 +341,9 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
             Some(run) => self.record_texts(&by, &run)?,
             None => Vec::new(),
         };
+        let timer = Timer::start("observe");
         let o = bounded!(self, s, s.observe(&self.config.browser)).map_err(session_status)?;
+        drop(timer);
         Ok(Response::new(pb::ObserveReply { texts, ..observation_pb(o, &by) }))
     }
 
@@ -316,8 +355,18 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
         let mut s = self.owned(&caller, &session_id).await?;
         let now = OffsetDateTime::now_utc();
         let allow = Allow { tickets: &self.config.tickets, redeemer: &self.redeemer };
+        let timer = Timer::start("act");
         let o =
             bounded!(self, s, s.act(input, &self.records, allow, &self.config.browser, now)).map_err(session_status)?;
+        drop(timer);
+        let m = &crate::metrics::METRICS;
+        m.acts.get_or_create(&[("code", o.code.name())]).inc();
+        if let (Code::GrantNotApplicable, Some(reason)) = (o.code, o.reason) {
+            m.grant_refusals.get_or_create(&[("reason", reason)]).inc();
+        }
+        if o.outcome_unknown {
+            m.outcome_unknown.get_or_create(&[("call", "act")]).inc();
+        }
         if o.code != Code::Ok {
             tracing::info!(code = o.code.name(), detail = %o.detail, session = %session_id, "act refused");
         }
@@ -349,8 +398,10 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
         let run = if req.run_id.is_empty() { None } else { Some(id("run_id", &req.run_id)?) };
         let mut s = self.owned(&caller, &req.session_id).await?;
         let (tenant, principal, profile) = (s.tenant.clone(), s.principal.clone(), s.profile.clone());
+        let timer = Timer::start("read_form");
         let (url, read) = bounded!(self, s, s.read_form(&req.snapshot_id, &req.r#ref, &self.config.browser))
             .map_err(session_status)?;
+        drop(timer);
         let fields = match read {
             FormReadBack::Form(fields) => fields,
             FormReadBack::Forms(forms) => {
@@ -460,6 +511,7 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
                 sessions.retain(|_, e| {
                     !(e.tenant == owner.tenant && e.principal == owner.principal && e.profile == profile)
                 });
+                note_open(sessions.len());
                 return Ok(Response::new(pb::LiveViewReply::default()));
             }
             Some(Input::Done(false)) | None => return Err(invalid("input", "is a click, text, a key or done")),
@@ -479,7 +531,7 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
         s.close().await;
         s.closed = true;
         drop(s);
-        self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&session_id);
+        forget(&self.sessions, &session_id);
         Ok(Response::new(pb::CloseSessionReply {}))
     }
 }
@@ -544,15 +596,16 @@ pub async fn serve<R: Redeem + 'static>(
             }
         })
     };
+    let (credentials, metrics) = (runtime.credentials.clone(), runtime.gate_metrics.clone());
+    let reflection = transport::reflection(&[proto::FILE_DESCRIPTOR_SET, tonic_health::pb::FILE_DESCRIPTOR_SET]);
+    let open = transport::open_to_all;
+    crate::metrics::METRICS.pool_size.set(i64::try_from(runtime.config.pool_size).unwrap_or(i64::MAX));
     let served = transport::server(&limits)
-        .add_service(transport::Gate::new(
-            health,
-            runtime.credentials.clone(),
-            transport::open_to_all,
-            limits,
-            registry.clone(),
-        ))
-        .add_service(transport::Gate::new(server, runtime.credentials.clone(), route, limits, registry.clone()))
+        .add_service(Gate::new(health, credentials.clone(), open, limits, registry.clone()).metered(metrics.clone()))
+        .add_service(
+            Gate::new(reflection, credentials.clone(), open, limits, registry.clone()).metered(metrics.clone()),
+        )
+        .add_service(Gate::new(server, credentials, route, limits, registry.clone()).metered(metrics))
         .serve_with_incoming_shutdown(transport::incoming(listener, tls, limits, registry), shutdown)
         .await;
     reaper.abort();

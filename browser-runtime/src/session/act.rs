@@ -305,10 +305,13 @@ impl Session {
             page_origin: &seen.origin,
             now,
         };
+        let refused = |why: &'static str| crate::metrics::METRICS.tickets_refused.get_or_create(&[("why", why)]).inc();
         let checked = ticket::check(tickets, t, &expected).inspect_err(|why| {
+            refused(if why == ticket::EXPIRED { "expired" } else { "invalid" });
             tracing::warn!(run = %input.run_id, node = %input.node_ref, %why, "a dispatch ticket was refused");
         })?;
         if self.spent.contains(&checked.ticket_id) {
+            refused("spent");
             return Err("the ticket was dispatched already".into());
         }
         Ok(checked)

@@ -459,9 +459,16 @@ impl Session {
     /// the reason.
     async fn restart(&mut self, config: &BrowserConfig, restarted: &str, failed: &str) -> SessionError {
         self.close().await;
+        let restarts = &crate::metrics::METRICS.restarts;
         match self.start(config).await {
-            Ok(()) => SessionError::Crashed(restarted.into()),
-            Err(e) => SessionError::Unavailable(format!("{failed}: {e}")),
+            Ok(()) => {
+                restarts.get_or_create(&[("outcome", "restarted")]).inc();
+                SessionError::Crashed(restarted.into())
+            }
+            Err(e) => {
+                restarts.get_or_create(&[("outcome", "failed")]).inc();
+                SessionError::Unavailable(format!("{failed}: {e}"))
+            }
         }
     }
 

@@ -46,6 +46,34 @@ pub enum NotCovered {
 }
 
 impl NotCovered {
+    const OWN: [Self; 18] = [
+        Self::SessionNotFound,
+        Self::NoTaskGrant,
+        Self::GrantExpired,
+        Self::GrantExhausted,
+        Self::ScopeRemoved,
+        Self::ProfileRevoked,
+        Self::ProfileChanged,
+        Self::AgentChanged,
+        Self::PolicyChanged,
+        Self::TaskGrantsDisabled,
+        Self::PinMismatch,
+        Self::SessionDeleted,
+        Self::SessionNotEligible,
+        Self::OwnerNotNewest,
+        Self::RunNotEligible,
+        Self::TurnNotBrowserOnly,
+        Self::PolicyEscalation,
+        Self::GrantSpent,
+    ];
+
+    /// `code` as a metric's label: the code itself when some reason has it (the set is closed),
+    /// otherwise `other`.
+    pub fn label(code: &str) -> &'static str {
+        let own = Self::OWN.into_iter().map(Self::code);
+        own.chain(classifier::coverage::Reason::codes()).find(|c| *c == code).unwrap_or("other")
+    }
+
     pub fn code(self) -> &'static str {
         match self {
             Self::SessionNotFound => "session_not_found",
