@@ -4,6 +4,7 @@
 //! or end a run under its named reason (`rules`), and the step prompt with the snapshot inside
 //! its untrusted block (`prompt`).
 
+pub mod metrics;
 pub mod model;
 pub mod openai;
 pub mod prompt;

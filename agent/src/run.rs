@@ -214,6 +214,7 @@ pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) ->
         }
         Err(e) => {
             let _ = s.record(pb::RunEventKind::Escalated, "service_error").await;
+            crate::metrics::ended(&End::escalated("service_error", ""), s.rules.steps(), &s.rules.counts);
             return Err(e);
         }
     };
@@ -222,6 +223,7 @@ pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) ->
         End::Escalated { reason, .. } => s.record(pb::RunEventKind::Escalated, reason).await?,
     }
     s.time.total = started.elapsed();
+    crate::metrics::ended(&end, s.rules.steps(), &s.rules.counts);
     Ok(Outcome { end, steps: s.rules.steps(), counts: s.rules.counts, log: s.log, time: s.time })
 }
 

@@ -186,6 +186,18 @@ pub enum Resolution {
     TakeOver,
 }
 
+impl Resolution {
+    /// The answer's spelling on the wire, for a metric's label.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::ApproveOnce => "approve_once",
+            Self::ApproveForTask => "approve_for_task",
+            Self::Deny => "deny",
+            Self::TakeOver => "take_over",
+        }
+    }
+}
+
 /// The owner's answer to one approval card.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

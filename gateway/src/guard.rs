@@ -40,6 +40,8 @@ fn request_id(headers: &HeaderMap) -> String {
 /// The outer layer: id, deadline, size limit, headers, and the id written into a problem body.
 pub(crate) async fn edge(mut req: Request, next: Next) -> Response {
     let id = request_id(req.headers());
+    let started = std::time::Instant::now();
+    let route = req.extensions().get::<axum::extract::MatchedPath>().map(|m| m.as_str().to_owned());
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let too_large = req
@@ -69,6 +71,7 @@ pub(crate) async fn edge(mut req: Request, next: Next) -> Response {
     }
     let status = response.status();
     tracing::info!(request_id = %id, %method, %path, status = status.as_u16(), "request");
+    crate::metrics::request(&method, route.as_deref(), status.as_u16(), started.elapsed());
     let headers = response.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&id) {
         headers.insert("x-request-id", v);

@@ -11,6 +11,7 @@
 pub mod api;
 pub mod console;
 mod guard;
+pub mod metrics;
 pub mod openapi;
 pub mod owners;
 pub mod problem;

@@ -200,6 +200,16 @@ pub(crate) fn routes() -> Vec<(Doc, MethodRouter<Gateway>)> {
     ]
 }
 
+/// The console's pages, beside the API's routes.
+const PAGES: [&str; 6] = ["/sign-in", "/", "/go", "/sessions/{session_id}", "/console.js", "/console.css"];
+
+/// Every route template served: the closed set a request's metric is labelled by.
+pub(crate) fn templates() -> impl Iterator<Item = &'static str> {
+    static API: std::sync::LazyLock<Vec<&'static str>> =
+        std::sync::LazyLock::new(|| routes().into_iter().map(|(d, _)| d.path).collect());
+    API.iter().copied().chain(PAGES)
+}
+
 pub(crate) fn router(gateway: Gateway) -> Router {
     let mut api = Router::new();
     for (d, handler) in routes() {
@@ -559,6 +569,7 @@ async fn resolve(call: Call, Seg(approval_id): Seg, req: Request) -> Answer<Reso
     };
     if let Some(ms) = body.shown_for_ms {
         tracing::info!(approval_id = %approval_id, shown_for_ms = ms, resolution = ?body.resolution, "card answered");
+        crate::metrics::dwell(body.resolution.code(), std::time::Duration::from_millis(ms));
     }
     // Taking over marks the tab first, so that from the answer on nothing of the agent's reaches
     // it: the owner meant to act there even if the card cannot be answered any more.

@@ -42,6 +42,7 @@ pub async fn run(
     model: Option<(String, String)>,
     get: impl Fn(&str) -> Option<String>,
 ) -> Result<String> {
+    crate::observe::harness_metrics(&get).await?;
     if script.is_some() == model.is_some() {
         bail!("give --script, or --model-url and --model");
     }

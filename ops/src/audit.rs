@@ -469,9 +469,13 @@ pub async fn rebuild(config: &tokio_postgres::Config, name: &str) -> Result<Stri
 
 /// `grantctl serve projections`: a worker per projection until Ctrl-C. Refuses to start while a
 /// projection's rows were built by another version of its code.
-pub async fn serve(config: tokio_postgres::Config) -> Result<()> {
+pub async fn serve(config: tokio_postgres::Config, metrics: telemetry::MetricsListen) -> Result<()> {
     let client = crate::connect_config(&config).await?;
     projections::worker::ensure_current(&client).await?;
+    let mut registry = telemetry::Registry::default();
+    projections::metrics::register(&mut registry);
+    let (health, sampler) = sample_standings(config.clone());
+    crate::observe::serve_metrics(metrics, "projection workers", registry, health).await?;
     let pool = ledger::postgres::pool(config.clone(), 4).map_err(anyhow::Error::msg)?;
     let store = PgStore::with_listener(pool, config.clone());
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -489,10 +493,66 @@ pub async fn serve(config: tokio_postgres::Config) -> Result<()> {
     let _ = tokio::signal::ctrl_c().await;
     tracing::info!("shutting down projection workers");
     let _ = stop.send(true);
+    sampler.abort();
     for w in workers {
         let _ = tokio::time::timeout(Duration::from_secs(5), w).await;
     }
     Ok(())
+}
+
+/// How often the workers' standing is read for the metrics and health.
+const SAMPLE_EVERY: Duration = Duration::from_secs(2);
+
+/// Reads where each projection stands every [`SAMPLE_EVERY`] into the metrics, and answers health
+/// from the newest reading: failing when the database could not be read for three readings, or a
+/// projection's high-water mark is frozen.
+fn sample_standings(config: tokio_postgres::Config) -> (telemetry::HealthCheck, tokio::task::JoinHandle<()>) {
+    use telemetry::Health;
+    let last = std::sync::Arc::new(std::sync::Mutex::new(Health::Failing("not read yet".into())));
+    let written = std::sync::Arc::clone(&last);
+    let sampler = tokio::spawn(async move {
+        let mut frozen = projections::metrics::FrozenClock::default();
+        let mut client = None;
+        let mut failures = 0u32;
+        let mut tick = tokio::time::interval(SAMPLE_EVERY);
+        loop {
+            tick.tick().await;
+            if client.as_ref().is_none_or(tokio_postgres::Client::is_closed) {
+                client = crate::connect_config(&config).await.ok();
+            }
+            let read = match &client {
+                Some(c) => projections::worker::status(c).await.map_err(|e| e.to_string()),
+                None => Err("cannot connect".into()),
+            };
+            let health = match read {
+                Ok(standings) => {
+                    failures = 0;
+                    match projections::metrics::sample(&standings, &mut frozen).as_slice() {
+                        [] => Health::Serving,
+                        stuck => Health::Failing(format!(
+                            "frozen for {}s or more with events waiting: {}",
+                            projections::metrics::FROZEN_AFTER.as_secs(),
+                            stuck.join(", ")
+                        )),
+                    }
+                }
+                Err(e) => {
+                    failures += 1;
+                    client = None;
+                    if failures < 3 {
+                        continue;
+                    }
+                    Health::Failing(format!("the database cannot be read: {e}"))
+                }
+            };
+            *written.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = health;
+        }
+    });
+    let health: telemetry::HealthCheck = std::sync::Arc::new(move || {
+        let now = last.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        Box::pin(async move { now })
+    });
+    (health, sampler)
 }
 
 /// Profiles of `tenant` that no owner was recorded for (they predate `browser.profile.claimed`),

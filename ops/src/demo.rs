@@ -81,6 +81,7 @@ fn with<T>(token: &str, owner: Option<&str>, message: T) -> Result<tonic::Reques
 /// (AGENT_RUNTIME_URL, AGENT_AUTHORIZER_URL, AGENT_CA, AGENT_WORKER_TOKEN) and the tenant's
 /// DEMO_PROFILES_TOKEN and DEMO_GATEWAY_TOKEN (the gateway's, which records the owner's message).
 pub async fn run(dir: &Path, owner: &str, get: impl Fn(&str) -> Option<String>) -> Result<String> {
+    crate::observe::harness_metrics(&get).await?;
     let need = |k: &str| get(k).with_context(|| format!("{k} is required"));
     let ca = get("AGENT_CA").map(std::fs::read).transpose().context("AGENT_CA cannot be read")?;
     let channel = crate::agent::channel(&need("AGENT_AUTHORIZER_URL")?, ca.as_deref()).await?;

@@ -9,6 +9,7 @@ pub mod check;
 pub mod classify;
 pub mod demo;
 pub mod migrate;
+pub mod observe;
 pub mod pgcluster;
 pub mod serve;
 pub mod tls;

@@ -112,7 +112,8 @@ enum ServeCmd {
         #[arg(long)]
         insecure_loopback: bool,
     },
-    /// A worker per async projection (audit_log, grant_list, pending_approvals) until Ctrl-C.
+    /// A worker per async projection (audit_log, grant_list, pending_approvals) until Ctrl-C,
+    /// with metrics and health on PROJECTIONS_METRICS_LISTEN (default 127.0.0.1:9404).
     Projections,
     /// The browser runtime gRPC service. Configured by RUNTIME_LISTEN, RUNTIME_TLS_CERT,
     /// RUNTIME_TLS_KEY, BROWSER_CHROMEDRIVER, BROWSER_CHROMIUM, BROWSER_EXTRA_ARGS (a JSON array),
@@ -506,7 +507,12 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Serve { service: ServeCmd::Projections } => {
             let url = database_url(&cli.database_url)?;
             ops::migrate::run(&mut ops::connect(&url).await?).await?;
-            ops::audit::serve(url.parse().context("DATABASE_URL is not a valid PostgreSQL URL")?).await?;
+            let metrics = telemetry::MetricsListen::parse(
+                |k| std::env::var(k).ok(),
+                "PROJECTIONS",
+                ops::observe::PROJECTIONS_METRICS,
+            )?;
+            ops::audit::serve(url.parse().context("DATABASE_URL is not a valid PostgreSQL URL")?, metrics).await?;
         }
         Cmd::Projections { command } => {
             let url = database_url(&cli.database_url)?;
@@ -726,14 +732,8 @@ async fn bench(database: &Option<String>, command: BenchCmd) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        // RUST_LOG when set; otherwise info, so warnings such as plaintext serving are seen.
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // RUST_LOG when set, otherwise info; JSON lines unless standard error is a terminal.
+    telemetry::init_logs();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

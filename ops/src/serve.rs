@@ -21,6 +21,7 @@ use authorizer::scopes::{TaskGrantSettings, settings};
 use authorizer::service::{AuthorizerService, serve};
 use credentials::Credentials;
 use ledger::{PgStore, TenantId};
+use telemetry::MetricsListen;
 use time::OffsetDateTime;
 
 /// Everything the authorizer reads from its environment.
@@ -35,6 +36,8 @@ pub struct AuthorizerConfig {
     pub pool_size: usize,
     /// Seals every allow's dispatch ticket (TICKET_KEYS_FILE, shared with the runtime).
     pub tickets: Arc<proto::ticket::Keyring>,
+    /// AUTHORIZER_METRICS_LISTEN (default 127.0.0.1:9401).
+    pub metrics: MetricsListen,
 }
 
 /// The variables `grantctl settings apply` records and the authorizer refuses.
@@ -141,7 +144,9 @@ impl AuthorizerConfig {
         if !(1..=1000).contains(&pool_size) {
             bail!("AUTHORIZER_DB_POOL={pool_size} must be between 1 and 1000");
         }
+        let metrics = MetricsListen::parse(&get, "AUTHORIZER", crate::observe::AUTHORIZER_METRICS)?;
         Ok(Self {
+            metrics,
             // Last: a keyring is read only once everything else is known to be right.
             tickets: Arc::new(proto::ticket::Keyring::from_env(&get).map_err(anyhow::Error::msg)?),
             transport,
@@ -208,9 +213,14 @@ pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Resul
     // wait, so a flood of made-up tokens cannot hold the ledger's connections.
     let pool_for_credentials =
         ledger::postgres::bounded_pool(pg_config.clone(), 4, Duration::from_secs(2)).map_err(anyhow::Error::msg)?;
-    let backend = PgGrants::new(PgStore::with_listener(pool, pg_config));
+    let backend = PgGrants::new(PgStore::with_listener(pool, pg_config.clone()));
+    let mut registry = telemetry::Registry::default();
+    let metrics = authorizer::AuthorizerMetrics::new(&mut registry);
+    let gate = gate_metrics(&mut registry, "grant_ledger.v1.Authorizer");
     // The tenant here only names the handle: each call acts in its credential's tenant.
-    let authority = Arc::new(Authority::new(backend, config.policy, TenantId::new("default")?));
+    let authority = Arc::new(Authority::metered(backend, config.policy, TenantId::new("default")?, metrics));
+    let health = crate::observe::database_health(crate::observe::health_pool(&pg_config)?);
+    crate::observe::serve_metrics(config.metrics, "authorizer", registry, health).await?;
 
     let sweeper = {
         let authority = Arc::clone(&authority);
@@ -238,10 +248,16 @@ pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Resul
     };
     let tls = config.transport.server_tls()?;
     let credentials = Credentials::postgres(pool_for_credentials);
-    let service = AuthorizerService::new(authority, credentials, config.tickets);
+    let service = AuthorizerService::new(authority, credentials, config.tickets).with_gate_metrics(gate);
     let served = serve(listener, service, tls, shutdown).await;
     sweeper.abort();
     served.context("serving")
+}
+
+/// The gate's metrics for a server of `service` (with health and reflection beside it).
+fn gate_metrics(registry: &mut telemetry::Registry, service: &str) -> transport::GateMetrics {
+    let paths = proto::method_paths(service).into_iter().chain(transport::STANDARD_PATHS.map(str::to_owned));
+    transport::GateMetrics::new(registry, paths)
 }
 
 /// How a service listens: TLS from `<PREFIX>_TLS_CERT` and `<PREFIX>_TLS_KEY`, or plaintext on a
@@ -289,6 +305,8 @@ pub struct RuntimeServeConfig {
     pub listen: SocketAddr,
     pub transport: Transport,
     pub runtime: browser_runtime::RuntimeConfig,
+    /// RUNTIME_METRICS_LISTEN (default 127.0.0.1:9402).
+    pub metrics: MetricsListen,
 }
 
 impl RuntimeServeConfig {
@@ -299,7 +317,8 @@ impl RuntimeServeConfig {
             .with_context(|| format!("RUNTIME_LISTEN={listen:?} is not an address like 127.0.0.1:50061"))?;
         let transport = transport(&get, "RUNTIME", listen, insecure_loopback)?;
         let runtime = browser_runtime::RuntimeConfig::parse(&get)?;
-        Ok(Self { listen, transport, runtime })
+        let metrics = MetricsListen::parse(&get, "RUNTIME", crate::observe::RUNTIME_METRICS)?;
+        Ok(Self { listen, transport, runtime, metrics })
     }
 }
 
@@ -308,7 +327,13 @@ impl RuntimeServeConfig {
 pub async fn runtime(config: RuntimeServeConfig, database_url: String) -> Result<()> {
     crate::migrate::run(&mut crate::connect(&database_url).await?).await?;
     let pg_config: tokio_postgres::Config = database_url.parse()?;
-    let pool = ledger::postgres::bounded_pool(pg_config, 4, Duration::from_secs(2)).map_err(anyhow::Error::msg)?;
+    let pool =
+        ledger::postgres::bounded_pool(pg_config.clone(), 4, Duration::from_secs(2)).map_err(anyhow::Error::msg)?;
+    let mut registry = telemetry::Registry::default();
+    browser_runtime::metrics::register(&mut registry);
+    let gate = gate_metrics(&mut registry, "browser_runtime.v1.BrowserRuntime");
+    let health = crate::observe::database_health(crate::observe::health_pool(&pg_config)?);
+    crate::observe::serve_metrics(config.metrics, "browser runtime", registry, health).await?;
     let redeemer = browser_runtime::service::AuthorizerRedeemer::new(config.runtime.authorizer.as_ref())
         .map_err(anyhow::Error::msg)?;
     if config.runtime.authorizer.is_none() {
@@ -316,7 +341,8 @@ pub async fn runtime(config: RuntimeServeConfig, database_url: String) -> Result
             "no RUNTIME_AUTHORIZER_URL: approval tokens cannot be redeemed, so consequential acts are refused"
         );
     }
-    let runtime = Arc::new(browser_runtime::BrowserRuntime::new(config.runtime, Credentials::postgres(pool), redeemer));
+    let runtime = browser_runtime::BrowserRuntime::new(config.runtime, Credentials::postgres(pool), redeemer);
+    let runtime = Arc::new(runtime.with_gate_metrics(gate));
     let listener =
         tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     println!("browser runtime serving on {}", listener.local_addr()?);
@@ -499,6 +525,8 @@ pub struct GatewayConfig {
     /// The browser runtime, for the live tab behind a pending card; none: that route is absent.
     pub runtime: Option<gateway::RuntimeLink>,
     pub rate_per_minute: u32,
+    /// GATEWAY_METRICS_LISTEN (default 127.0.0.1:9403).
+    pub metrics: MetricsListen,
 }
 
 /// `name`'s gRPC URL from the environment (`default` when unset): https://host:port, or http://
@@ -557,12 +585,14 @@ impl GatewayConfig {
         if !(1..=1_000_000).contains(&rate_per_minute) {
             bail!("GATEWAY_RATE_PER_MINUTE={rate_per_minute} must be between 1 and 1000000");
         }
+        let metrics = MetricsListen::parse(&get, "GATEWAY", crate::observe::GATEWAY_METRICS)?;
         Ok(Self {
             listen,
             transport,
             authorizer: gateway::AuthorizerLink { url, ca_pem, credentials },
             runtime,
             rate_per_minute,
+            metrics,
         })
     }
 }
@@ -580,6 +610,10 @@ pub async fn gateway(config: GatewayConfig, database_url: String) -> Result<()> 
             None
         }
     };
+    let mut registry = telemetry::Registry::default();
+    gateway::metrics::register(&mut registry);
+    let health = crate::observe::database_health(crate::observe::health_pool(&pg_config)?);
+    crate::observe::serve_metrics(config.metrics, "gateway", registry, health).await?;
     let gw = gateway::Gateway::new(
         pg_config,
         &config.authorizer,

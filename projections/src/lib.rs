@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod grants;
+pub mod metrics;
 pub mod pending;
 pub mod rebuild;
 pub mod verify;

@@ -134,6 +134,7 @@ impl Worker {
         };
         let events = self.store.read_all(at, self.batch).await?;
         let Some(last) = events.last().map(ledger::RecordedEvent::checkpoint) else { return Ok(0) };
+        let started = std::time::Instant::now();
         let tx = client.transaction().await?;
         self.projection.apply(&tx, &events).await?;
         let moved = tx
@@ -160,6 +161,10 @@ impl Worker {
         }
         pause.await;
         tx.commit().await?;
+        let (m, label) = (&*crate::metrics::METRICS, crate::metrics::of(self.projection));
+        m.batch.get_or_create(&label).observe(started.elapsed().as_secs_f64());
+        m.applied.get_or_create(&label).inc_by(u64::try_from(events.len()).unwrap_or(u64::MAX));
+        m.position.get_or_create(&label).set(i64::try_from(last.position).unwrap_or(i64::MAX));
         // How far behind the newest applied event was recorded: logged, not queried for.
         let behind = (time::OffsetDateTime::now_utc() - events[events.len() - 1].recorded_at).as_seconds_f64();
         tracing::debug!(projection = self.projection.name(), applied = events.len(), lag_seconds = behind, "applied");

@@ -45,6 +45,7 @@ impl Replica {
             .env("DATABASE_URL", db.url())
             .env("AUTHORIZER_LISTEN", format!("127.0.0.1:{port}"))
             .env("AUTHORIZER_DB_POOL", "12")
+            .env("AUTHORIZER_METRICS_LISTEN", "127.0.0.1:0")
             .env("SWEEP_INTERVAL_SECONDS", "3600")
             .env(proto::ticket::KEYS_FILE_VAR, tests::ticket_keys_file(&keys_dir()))
             .envs(env.iter().copied())
