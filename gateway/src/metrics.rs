@@ -21,12 +21,12 @@ static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMetrics {
 /// Registers the gateway's metrics in `registry` (once per process).
 pub fn register(registry: &mut Registry) {
     registry.register(
-        "http_server_request_duration",
+        "http_server_request_duration_seconds",
         "Time to answer a request, by method, route template and status",
         METRICS.requests.clone(),
     );
     registry.register(
-        "gateway_card_dwell",
+        "gateway_card_dwell_seconds",
         "How long a card was shown before the owner answered it, by answer",
         METRICS.dwell.clone(),
     );

@@ -15,6 +15,18 @@ pub const RUNTIME_METRICS: &str = "127.0.0.1:9402";
 pub const GATEWAY_METRICS: &str = "127.0.0.1:9403";
 pub const PROJECTIONS_METRICS: &str = "127.0.0.1:9404";
 
+/// The gate's metrics for a server of `service` (`grant_ledger.v1.Authorizer`), with health and
+/// reflection beside it.
+pub fn gate_metrics(registry: &mut Registry, service: &str) -> transport::GateMetrics {
+    let paths = proto::method_paths(service).into_iter().chain(transport::STANDARD_PATHS.map(str::to_owned));
+    transport::GateMetrics::new(registry, paths)
+}
+
+/// A health check that always answers serving: for a service with nothing of its own to check.
+pub fn always_serving() -> HealthCheck {
+    Arc::new(|| Box::pin(async { Health::Serving }))
+}
+
 /// Binds `listen` and serves `registry` and `health` on it for the life of the process; answers
 /// the address bound, or none when the operator said `off`.
 pub async fn serve_metrics(
@@ -64,7 +76,6 @@ pub async fn harness_metrics(get: &impl Fn(&str) -> Option<String>) -> Result<()
     let listen = MetricsListen::parse(get, "AGENT", "off")?;
     let mut registry = Registry::default();
     agent::metrics::register(&mut registry);
-    let serving: HealthCheck = Arc::new(|| Box::pin(async { Health::Serving }));
-    serve_metrics(listen, "harness", registry, serving).await?;
+    serve_metrics(listen, "harness", registry, always_serving()).await?;
     Ok(())
 }

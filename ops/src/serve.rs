@@ -216,7 +216,7 @@ pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Resul
     let backend = PgGrants::new(PgStore::with_listener(pool, pg_config.clone()));
     let mut registry = telemetry::Registry::default();
     let metrics = authorizer::AuthorizerMetrics::new(&mut registry);
-    let gate = gate_metrics(&mut registry, "grant_ledger.v1.Authorizer");
+    let gate = crate::observe::gate_metrics(&mut registry, "grant_ledger.v1.Authorizer");
     // The tenant here only names the handle: each call acts in its credential's tenant.
     let authority = Arc::new(Authority::metered(backend, config.policy, TenantId::new("default")?, metrics));
     let health = crate::observe::database_health(crate::observe::health_pool(&pg_config)?);
@@ -252,12 +252,6 @@ pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Resul
     let served = serve(listener, service, tls, shutdown).await;
     sweeper.abort();
     served.context("serving")
-}
-
-/// The gate's metrics for a server of `service` (with health and reflection beside it).
-fn gate_metrics(registry: &mut telemetry::Registry, service: &str) -> transport::GateMetrics {
-    let paths = proto::method_paths(service).into_iter().chain(transport::STANDARD_PATHS.map(str::to_owned));
-    transport::GateMetrics::new(registry, paths)
 }
 
 /// How a service listens: TLS from `<PREFIX>_TLS_CERT` and `<PREFIX>_TLS_KEY`, or plaintext on a
@@ -331,7 +325,7 @@ pub async fn runtime(config: RuntimeServeConfig, database_url: String) -> Result
         ledger::postgres::bounded_pool(pg_config.clone(), 4, Duration::from_secs(2)).map_err(anyhow::Error::msg)?;
     let mut registry = telemetry::Registry::default();
     browser_runtime::metrics::register(&mut registry);
-    let gate = gate_metrics(&mut registry, "browser_runtime.v1.BrowserRuntime");
+    let gate = crate::observe::gate_metrics(&mut registry, "browser_runtime.v1.BrowserRuntime");
     let health = crate::observe::database_health(crate::observe::health_pool(&pg_config)?);
     crate::observe::serve_metrics(config.metrics, "browser runtime", registry, health).await?;
     let redeemer = browser_runtime::service::AuthorizerRedeemer::new(config.runtime.authorizer.as_ref())

@@ -75,6 +75,9 @@ pub struct Stack<B: Backend + 'static = MemoryGrants> {
     pub authorizer_service: AuthorizerService<B>,
     pub authorizer_port: u16,
     pub runtime_port: u16,
+    /// Where the authorizer's and the runtime's metrics are served.
+    pub authorizer_metrics: std::net::SocketAddr,
+    pub runtime_metrics: std::net::SocketAddr,
     /// Task records: `records/<tenant>/<owner>/<run>.json`.
     pub records: PathBuf,
     /// Each session's last dispatched sequence, so `act` can number the next one.
@@ -93,6 +96,13 @@ impl<B: Backend + 'static> Drop for Stack<B> {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Serves `registry` on a loopback port of its own; answers the address.
+pub async fn serve_metrics(registry: telemetry::Registry) -> std::net::SocketAddr {
+    let listen = telemetry::MetricsListen::At("127.0.0.1:0".parse().unwrap());
+    let served = ops::observe::serve_metrics(listen, "test", registry, ops::observe::always_serving()).await;
+    served.expect("a metrics listener").expect("an address")
 }
 
 async fn channel(port: u16) -> Channel {
@@ -142,7 +152,12 @@ impl<B: Backend + 'static> Stack<B> {
         ] {
             credentials.register(token, tenant, role, principal, None).await.expect("credential");
         }
-        let authority = Arc::new(Authority::new(backend, Policy::empty(), TenantId::new(TENANT).unwrap()));
+        // Each service's metrics on a listener of its own, as `grantctl serve` runs them.
+        let mut registry = telemetry::Registry::default();
+        let metrics = authorizer::AuthorizerMetrics::new(&mut registry);
+        let gate = ops::observe::gate_metrics(&mut registry, "grant_ledger.v1.Authorizer");
+        let authorizer_metrics = serve_metrics(registry).await;
+        let authority = Arc::new(Authority::metered(backend, Policy::empty(), TenantId::new(TENANT).unwrap(), metrics));
         let settings =
             TaskGrantSettings { enabled: true, scopes: parse_scopes("https://www.lesson.test/lesson").unwrap() };
         authority.execute(Command::ChangeSettings(settings), "operator").await.expect("settings");
@@ -151,7 +166,8 @@ impl<B: Backend + 'static> Stack<B> {
         let authorizer_port = listener.local_addr().expect("addr").port();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         stops.push(stop);
-        let authorizer_service = AuthorizerService::new(authority, credentials.clone(), crate::ticket_keys());
+        let authorizer_service =
+            AuthorizerService::new(authority, credentials.clone(), crate::ticket_keys()).with_gate_metrics(gate);
         tokio::spawn(authorizer::service::serve(listener, authorizer_service.clone(), None, async {
             let _ = stopped.await;
         }));
@@ -172,7 +188,11 @@ impl<B: Backend + 'static> Stack<B> {
         let config =
             RuntimeConfig::parse(|k| env.iter().find(|(name, _)| *name == k).map(|(_, v)| v.clone())).expect("config");
         let redeemer = AuthorizerRedeemer::new(config.authorizer.as_ref()).expect("redeemer");
-        let served = Arc::new(BrowserRuntime::new(config, credentials, redeemer));
+        let mut registry = telemetry::Registry::default();
+        browser_runtime::metrics::register(&mut registry);
+        let gate = ops::observe::gate_metrics(&mut registry, "browser_runtime.v1.BrowserRuntime");
+        let runtime_metrics = serve_metrics(registry).await;
+        let served = Arc::new(BrowserRuntime::new(config, credentials, redeemer).with_gate_metrics(gate));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let runtime_port = listener.local_addr().expect("addr").port();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -187,6 +207,8 @@ impl<B: Backend + 'static> Stack<B> {
             authorizer_service,
             authorizer_port,
             runtime_port,
+            authorizer_metrics,
+            runtime_metrics,
             records,
             applied: std::collections::HashMap::new(),
             profiles: std::collections::HashMap::new(),

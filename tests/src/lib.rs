@@ -6,6 +6,7 @@ pub mod browser;
 pub mod console;
 pub mod gateway;
 pub mod http;
+pub mod lesson;
 
 /// The dispatch-ticket keyring every test service shares: a fixed key, never a deployment's.
 pub const TICKET_KEYS: &str = "test 7468652074657374207375697465207469636b6574206b65793a20333220622e";
@@ -259,4 +260,15 @@ pub fn as_owner<T>(token: &str, owner: &str, message: T) -> tonic::Request<T> {
     req.metadata_mut().insert("x-principal-id", owner.parse().expect("an ASCII owner id"));
     req.metadata_mut().insert("x-owner-scopes", ALL_OWNER_SCOPES.parse().expect("ASCII scopes"));
     req
+}
+
+/// `grantctl`, as `scripts/test` builds it before the tests (or the one `GRANTCTL` names).
+pub fn grantctl() -> std::path::PathBuf {
+    if let Some(bin) = std::env::var_os("GRANTCTL") {
+        return bin.into();
+    }
+    let exe = std::env::current_exe().expect("the test's path");
+    let bin = exe.parent().and_then(|deps| deps.parent()).expect("target/debug").join("grantctl");
+    assert!(bin.exists(), "{} is missing: cargo build -p ops --bin grantctl (scripts/test builds it)", bin.display());
+    bin
 }

@@ -8,13 +8,11 @@ use std::time::Duration;
 
 use agent::model::{Scripted, escalate, on_named, snapshot};
 use agent::rules::End;
-use agent::run::{Clients, Task, run};
-use authorizer::PgGrants;
-use credentials::Scope;
 use proto::v1 as pb;
 use serde_json::json;
-use tests::browser::{ELSEWHERE, ENROL, ENROLLED, GATEWAY, LESSON, Stack, TENANT, WORKER, with};
+use tests::browser::{ELSEWHERE, ENROL, ENROLLED, GATEWAY, LESSON, WORKER, with};
 use tests::console::Owner;
+use tests::lesson::Lesson;
 
 const LESSON_1: &str = r#"<!doctype html><title>Lesson 1</title><h1>Lesson 1</h1><a href="/lesson/2">Next</a>"#;
 // Lesson 2 also holds what a task permission never covers: a payment (whose label carries markup
@@ -28,107 +26,10 @@ const LESSON_3: &str = r#"<!doctype html><title>Lesson 3</title><h1>Lesson 3</h1
 const DONE: &str = "<!doctype html><title>Lesson complete: reference LX-4471</title><p>Well done.";
 const PAY: &str = "Pay now <img src=x onerror=\"document.title='pwned'\">";
 
-struct Lesson {
-    db: tests::TestDb,
-    stack: Stack<PgGrants>,
-    gateway: u16,
-    _stops: Vec<tokio::sync::oneshot::Sender<()>>,
-    _workers: tokio::sync::watch::Sender<bool>,
-}
-
-/// Every part of the product on one database, the gateway on plain loopback.
+/// Every part of the product on one database, the lesson's pages on the fixture site.
 async fn lesson() -> Lesson {
-    let db = tests::TestDb::new().await;
-    let mut stack = Stack::start_pg(1, &db).await;
-    for (path, html) in
-        [("/lesson/1", LESSON_1), ("/lesson/2", LESSON_2), ("/lesson/3", LESSON_3), ("/lesson/done", DONE)]
-    {
-        stack.fixture.page(LESSON, path, html);
-    }
-    stack.chat("s1", "profile-1").await;
-    let link = gateway::AuthorizerLink {
-        url: format!("http://127.0.0.1:{}", stack.authorizer_port),
-        ca_pem: None,
-        credentials: [(TENANT.to_owned(), GATEWAY.to_owned())].into_iter().collect(),
-    };
-    let mut stops = Vec::new();
-    let runtime = gateway::RuntimeLink { url: format!("http://127.0.0.1:{}", stack.runtime_port), ca_pem: None };
-    let gateway =
-        tests::gateway::GatewayStack::serve_gateway_with(&db, &link, Some(&runtime), 10_000, &mut stops).await;
-    // The projection workers, as `grantctl serve projections` runs them: the activity's source.
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    for p in projections::Projection::ALL {
-        let worker = projections::worker::Worker::new(p, db.config.clone(), db.store(2));
-        let mut stopped = stopped.clone();
-        tokio::spawn(worker.run(async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        }));
-    }
-    Lesson { db, stack, gateway, _stops: stops, _workers: stop }
-}
-
-impl Lesson {
-    /// The owner's one-time sign-in link, landing on chat `s1`.
-    async fn sign_in_link(&self) -> String {
-        let owners = gateway::Owners::new(self.db.pool(2));
-        let scopes = [Scope::ApprovalResolve, Scope::GrantRead, Scope::GrantWrite];
-        let (token, _) = owners.create(TENANT, "owner", &scopes, Duration::from_secs(3600)).await.unwrap();
-        let code = owners.link(TENANT, token.token_id).await.unwrap();
-        format!("http://127.0.0.1:{}/sign-in?code={code}&session=s1", self.gateway)
-    }
-
-    /// An API token of `principal` that may answer cards.
-    async fn token(&self, principal: &str) -> String {
-        let owners = gateway::Owners::new(self.db.pool(2));
-        let (_, secret) =
-            owners.create(TENANT, principal, &[Scope::ApprovalResolve], Duration::from_secs(3600)).await.unwrap();
-        secret
-    }
-
-    /// A run of `model` from `/lesson/1`, in the background.
-    async fn run(&mut self, run_id: &str, model: Scripted) -> tokio::task::JoinHandle<agent::run::Outcome> {
-        self.run_from("/lesson/1", run_id, &[], model).await
-    }
-
-    /// A run of `model` from `path` with the task record's `fields`, in the background.
-    async fn run_from(
-        &mut self,
-        path: &str,
-        run_id: &str,
-        fields: &[(&str, &str)],
-        model: Scripted,
-    ) -> tokio::task::JoinHandle<agent::run::Outcome> {
-        self.stack.record(run_id, fields);
-        let browser_session = self.stack.open("profile-1", path, 50).await.unwrap();
-        let mut clients = Clients {
-            runtime: self.stack.runtime.clone(),
-            authorizer: self.stack.authorizer.clone(),
-            bearer: format!("Bearer {WORKER}").parse().unwrap(),
-        };
-        let task = Task {
-            chat_session: "s1".into(),
-            browser_session,
-            run_id: run_id.into(),
-            subgoals: vec!["Finish the lesson".into()],
-            field_ids: fields.iter().map(|(id, _)| (*id).to_owned()).collect(),
-            max_steps: 20,
-            agent_version: "agent-1".into(),
-            approval_wait: Duration::from_secs(60),
-        };
-        let mut model = model;
-        tokio::spawn(async move {
-            let outcome = run(&mut clients, &task, &mut model).await.expect("the run");
-            // The pool holds one browser: the next run's needs this one closed.
-            let close = proto::runtime::CloseSessionRequest { session_id: task.browser_session.clone() };
-            match clients.runtime.close_session(clients.req(close)).await {
-                Ok(_) => {}
-                // Taken over: the tab is the owner's now, and closes when the owner is done.
-                Err(s) if s.code() == tonic::Code::Aborted => {}
-                Err(e) => panic!("the run's browser does not close: {e:?}"),
-            }
-            outcome
-        })
-    }
+    Lesson::start(&[("/lesson/1", LESSON_1), ("/lesson/2", LESSON_2), ("/lesson/3", LESSON_3), ("/lesson/done", DONE)])
+        .await
 }
 
 /// Click `name` on the current snapshot, then take the next snapshot.

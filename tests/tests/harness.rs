@@ -154,24 +154,13 @@ async fn ungrounded_turns_are_refused_before_the_runtime_and_a_rejection_ends_th
     assert!(after.iter().all(|p| p == "/lesson/1" || p.starts_with("/favicon")), "{after:?}");
 }
 
-/// `grantctl`, as `scripts/test` builds it before the tests (or the one `GRANTCTL` names).
-fn grantctl() -> std::path::PathBuf {
-    if let Some(bin) = std::env::var_os("GRANTCTL") {
-        return bin.into();
-    }
-    let exe = std::env::current_exe().expect("the test's path");
-    let bin = exe.parent().and_then(|deps| deps.parent()).expect("target/debug").join("grantctl");
-    assert!(bin.exists(), "{} is missing: cargo build -p ops --bin grantctl (scripts/test builds it)", bin.display());
-    bin
-}
-
 /// `grantctl agent run` on `task` with the written `plan`, as the worker's operator runs it.
 async fn agent_run(s: &Stack<PgGrants>, dir: &std::path::Path, task: serde_json::Value, plan: &str) -> String {
     let run = task["run_id"].as_str().unwrap().to_owned();
     let (task_path, plan_path) = (dir.join(format!("{run}.json")), dir.join(format!("{run}.plan")));
     std::fs::write(&task_path, task.to_string()).unwrap();
     std::fs::write(&plan_path, plan).unwrap();
-    let out = tokio::process::Command::new(grantctl())
+    let out = tokio::process::Command::new(tests::grantctl())
         .args(["agent", "run", "--task"])
         .arg(&task_path)
         .arg("--script")
@@ -246,7 +235,7 @@ async fn grantctl_agent_run_plays_a_plan_and_audit_replay_tells_the_story() {
     assert!(second.starts_with("run ended: escalated (no_grounded_action)"), "{second}");
     assert!(ops::agent::plan(r##"{"tool": "click", "css": "#next"}"##).is_err(), "a plan step is closed too");
 
-    let out = std::process::Command::new(grantctl())
+    let out = std::process::Command::new(tests::grantctl())
         .args(["audit", "replay", "--tenant", TENANT, "--session", "s1"])
         .env("DATABASE_URL", db.url())
         .output()

@@ -517,14 +517,18 @@ pub const STANDARD_PATHS: [&str; 3] = [
     "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
 ];
 
-/// gRPC server reflection over `sets` (encoded file descriptor sets), so that `grpcurl list`
-/// and `describe` work. The schema is public; a call to it is still held to the gate's limits.
+/// gRPC server reflection over `sets` (encoded file descriptor sets), advertising `service`
+/// (`package.Service`), health and reflection, so that `grpcurl list` and `describe` work. The
+/// schema is public; a call to it is still held to the gate's limits.
 pub fn reflection(
     sets: &[&'static [u8]],
+    service: &str,
 ) -> tonic_reflection::server::v1::ServerReflectionServer<impl tonic_reflection::server::v1::ServerReflection> {
     let builder = sets
         .iter()
         .fold(tonic_reflection::server::Builder::configure(), |b, set| b.register_encoded_file_descriptor_set(set));
+    let names = [service, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"];
+    let builder = names.into_iter().fold(builder, |b, name| b.with_service_name(name));
     builder.build_v1().expect("the compiled descriptor sets are well formed")
 }
 

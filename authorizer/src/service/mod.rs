@@ -807,7 +807,10 @@ pub async fn serve<B: Backend + 'static>(
     reporter.set_serving::<pb::authorizer_server::AuthorizerServer<AuthorizerService<B>>>().await;
     let (credentials, metrics) = (service.credentials.clone(), service.gate_metrics.clone());
     let server = service.into_server().max_decoding_message_size(proto::limits::MAX_AUTHORIZER_REQUEST_BYTES);
-    let reflection = transport::reflection(&[proto::FILE_DESCRIPTOR_SET, tonic_health::pb::FILE_DESCRIPTOR_SET]);
+    let reflection = transport::reflection(
+        &[proto::FILE_DESCRIPTOR_SET, tonic_health::pb::FILE_DESCRIPTOR_SET],
+        "grant_ledger.v1.Authorizer",
+    );
     let open = transport::open_to_all;
     transport::server(&limits)
         .add_service(Gate::new(health, credentials.clone(), open, limits, registry.clone()).metered(metrics.clone()))

@@ -597,7 +597,10 @@ pub async fn serve<R: Redeem + 'static>(
         })
     };
     let (credentials, metrics) = (runtime.credentials.clone(), runtime.gate_metrics.clone());
-    let reflection = transport::reflection(&[proto::FILE_DESCRIPTOR_SET, tonic_health::pb::FILE_DESCRIPTOR_SET]);
+    let reflection = transport::reflection(
+        &[proto::FILE_DESCRIPTOR_SET, tonic_health::pb::FILE_DESCRIPTOR_SET],
+        "browser_runtime.v1.BrowserRuntime",
+    );
     let open = transport::open_to_all;
     crate::metrics::METRICS.pool_size.set(i64::try_from(runtime.config.pool_size).unwrap_or(i64::MAX));
     let served = transport::server(&limits)
