@@ -12,6 +12,7 @@ pub mod migrate;
 pub mod observe;
 pub mod pgcluster;
 pub mod serve;
+pub mod status;
 pub mod tls;
 
 use anyhow::{Context, Result};

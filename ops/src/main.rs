@@ -34,6 +34,10 @@ enum Cmd {
     },
     /// Classify elements: JSON lines on stdin, one JSON line per input on stdout.
     Classify,
+    /// What an operator opens first: each service's health (from the metrics addresses the
+    /// services read, AUTHORIZER_METRICS_LISTEN and the rest), each projection's lag, active
+    /// grants and pending cards per tenant, and the errors each service has answered.
+    Status,
     /// Run a service.
     Serve {
         #[command(subcommand)]
@@ -547,6 +551,12 @@ async fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Credentials { command } => credentials_command(&database_url(&cli.database_url)?, command).await?,
+        Cmd::Status => {
+            let url = database_url(&cli.database_url)?;
+            let config: tokio_postgres::Config = url.parse().context("DATABASE_URL is not a valid PostgreSQL URL")?;
+            let services = ops::status::services(|k| std::env::var(k).ok())?;
+            print!("{}", ops::status::report(&config, &services).await?);
+        }
         Cmd::Classify => {
             ops::classify::run(std::io::stdin().lock(), std::io::stdout().lock()).context("classify")?;
         }

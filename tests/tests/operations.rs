@@ -216,6 +216,31 @@ async fn a_lesson_moves_the_counters_every_service_exposes() {
     })
     .await;
     assert_eq!(get(workers_addr, "/healthz").await, (200, "serving\n".to_owned()));
+
+    // `grantctl status` puts it on one screen: every service serving, each projection caught up,
+    // the tenant's one active grant.
+    let status = tokio::process::Command::new(tests::grantctl())
+        .arg("status")
+        .env("DATABASE_URL", l.db.url())
+        .env("AUTHORIZER_METRICS_LISTEN", l.stack.authorizer_metrics.to_string())
+        .env("RUNTIME_METRICS_LISTEN", l.stack.runtime_metrics.to_string())
+        .env("GATEWAY_METRICS_LISTEN", l.gateway_metrics.to_string())
+        .env("PROJECTIONS_METRICS_LISTEN", workers_addr.to_string())
+        .output()
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&status.stdout);
+    println!("grantctl status:\n{said}");
+    assert!(status.status.success(), "{said}{}", String::from_utf8_lossy(&status.stderr));
+    for service in ["authorizer", "browser runtime", "gateway", "projection workers"] {
+        let line = said.lines().find(|l| l.trim_start().starts_with(service)).unwrap_or_else(|| panic!("{said}"));
+        assert!(line.ends_with("serving"), "{line}\n{said}");
+    }
+    for p in projections::Projection::ALL {
+        assert!(said.contains(&format!("{:<20} at {last:<10} 0 event(s) behind", p.name())), "{said}");
+    }
+    assert!(said.contains("tenant-1             1 active grant(s), 0 pending card(s)"), "{said}");
+    assert!(said.ends_with("errors answered since each service started\n  none\n"), "{said}");
     assert_eq!(get(l.stack.authorizer_metrics, "/healthz").await.0, 200);
     assert_eq!(get(l.stack.authorizer_metrics, "/anything").await.0, 404, "only /metrics and /healthz");
 }
