@@ -217,6 +217,51 @@ async fn a_lesson_moves_the_counters_every_service_exposes() {
     .await;
     assert_eq!(get(workers_addr, "/healthz").await, (200, "serving\n".to_owned()));
 
+    // Every metric the operator's dashboard reads is one a service exposes: moved by this lesson,
+    // or one of the few it does not move (named here, so a misspelt name still fails).
+    let scraped: Vec<&HashMap<String, f64>> = vec![&authorizer, &runtime, &gateway, &harness];
+    let families: std::collections::HashSet<String> = scraped
+        .iter()
+        .flat_map(|s| s.keys())
+        .map(|k| k.split('{').next().unwrap().to_owned())
+        .flat_map(|n| {
+            let base =
+                ["_total", "_bucket", "_count", "_sum"].iter().find_map(|x| n.strip_suffix(x)).map(str::to_owned);
+            [Some(n), base].into_iter().flatten()
+        })
+        .chain(["projection_lag_events", "projection_lag_seconds", "projection_high_water_frozen"].map(String::from))
+        .collect();
+    let unmoved = [
+        "authorizer_task_grants_ended_total",
+        "credential_refusals_total",
+        "authorizer_sealed_facts_refused_total",
+        "authorizer_token_redemptions_total",
+        "authorizer_decision_retries_total",
+        "authorizer_replayed_calls_total",
+        "runtime_grant_refusals_total",
+        "runtime_browser_restarts_total",
+    ];
+    let dashboard: serde_json::Value =
+        serde_json::from_str(include_str!("../../ops/grafana/grant-ledger.json")).expect("the dashboard is JSON");
+    for target in dashboard["panels"].as_array().unwrap().iter().flat_map(|p| p["targets"].as_array().unwrap()) {
+        let expr = target["expr"].as_str().unwrap();
+        let labels = ["grpc_service", "grpc_method", "grpc_code"];
+        let names = expr
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| !labels.contains(w))
+            .filter(|w| {
+                ["authorizer_", "runtime_", "gateway_", "harness_", "projection_", "grpc_", "http_", "credential_"]
+                    .iter()
+                    .any(|p| w.starts_with(p))
+            });
+        for name in names {
+            assert!(
+                families.contains(name) || unmoved.contains(&name),
+                "the dashboard reads {name}, which nothing exposes"
+            );
+        }
+    }
+
     // `grantctl status` puts it on one screen: every service serving, each projection caught up,
     // the tenant's one active grant.
     let status = tokio::process::Command::new(tests::grantctl())
