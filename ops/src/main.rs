@@ -387,6 +387,10 @@ enum BenchCmd {
         /// each replica and measure again beside it.
         #[arg(long, default_value_t = 0)]
         flood: usize,
+        /// Also measure with every replica's /metrics scraped this often (ms), beside a quiet
+        /// measurement; 0: not measured.
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+        scrape_ms: u64,
     },
     /// Every projection rebuilt from a generated ledger, beside a plain COPY of the same events.
     Rebuild {
@@ -702,7 +706,7 @@ async fn bench(database: &Option<String>, command: BenchCmd) -> Result<()> {
             let url = database_url(database)?;
             println!("{}", ops::bench::gateway::run(&url, &connections, Duration::from_secs_f64(seconds)).await?);
         }
-        BenchCmd::Authorize { clients, seconds, with_projections, log_events, flood } => {
+        BenchCmd::Authorize { clients, seconds, with_projections, log_events, flood, scrape_ms } => {
             if clients.is_empty() || clients.contains(&0) || !seconds.is_finite() || seconds <= 0.0 {
                 bail!("--clients takes positive counts and --seconds a positive number");
             }
@@ -713,9 +717,12 @@ async fn bench(database: &Option<String>, command: BenchCmd) -> Result<()> {
                     &url,
                     &clients,
                     Duration::from_secs_f64(seconds),
-                    with_projections,
-                    log_events,
-                    flood
+                    ops::bench::authorize::Extras {
+                        with_projections,
+                        log_events,
+                        flood,
+                        scrape_every: (scrape_ms > 0).then(|| Duration::from_millis(scrape_ms)),
+                    },
                 )
                 .await?
             );

@@ -188,6 +188,17 @@ async fn drive(endpoints: &[String], tokens: &Tokens, clients: usize, duration: 
 /// ClientHello a byte every 200 ms, held for 22 s (the server closes silent ones after its
 /// 5 s handshake timeout, and a new one evicts the oldest past 256 pending). Returns how many
 /// connections the replicas took in all.
+/// Scrapes every replica's `/metrics` every `every` until aborted, as Prometheus would.
+async fn scrape(replicas: Vec<std::net::SocketAddr>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        for r in &replicas {
+            let _ = crate::status::get(*r, "/metrics").await;
+        }
+    }
+}
+
 async fn flood_replicas(endpoints: &[String], per_replica: usize) -> usize {
     use tokio::io::AsyncWriteExt;
     let mut opened = 0;
@@ -222,17 +233,20 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
-pub async fn run(
-    url: &str,
-    clients: &[usize],
-    duration: Duration,
-    with_projections: bool,
-    log_events: u64,
-    flood: usize,
-) -> Result<String> {
+/// What a run of the authorize bench adds to the plain comparison.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Extras {
+    pub with_projections: bool,
+    pub log_events: u64,
+    pub flood: usize,
+    /// Scrape every replica's metrics this often in a second measurement beside a quiet one.
+    pub scrape_every: Option<Duration>,
+}
+
+pub async fn run(url: &str, clients: &[usize], duration: Duration, extras: Extras) -> Result<String> {
     let scratch = Scratch::create(url).await?;
     let db_url = format!("{}/{}", url.rsplit_once('/').map_or(url, |(base, _)| base), scratch.name);
-    let result = run_on(scratch.config.clone(), &db_url, clients, duration, with_projections, log_events, flood).await;
+    let result = run_on(scratch.config.clone(), &db_url, clients, duration, extras).await;
     scratch.drop_now().await?;
     result
 }
@@ -242,10 +256,9 @@ async fn run_on(
     db_url: &str,
     clients: &[usize],
     duration: Duration,
-    with_projections: bool,
-    log_events: u64,
-    flood: usize,
+    extras: Extras,
 ) -> Result<String> {
+    let Extras { with_projections, log_events, flood, scrape_every } = extras;
     // The settings are recorded once, as an operator does; the replicas serve them.
     let lesson = authorizer::scopes::settings(Some("true"), Some("https://www.lesson.test/lesson"))?;
     let wanted = crate::serve::DeploymentSettings {
@@ -283,8 +296,11 @@ async fn run_on(
     // Two replicas on one database, the clients spread over them round robin.
     let mut servers = Vec::new();
     let mut endpoints = Vec::new();
+    let mut metrics = Vec::new();
     for _ in 0..REPLICAS {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        let metrics_at = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        let port = port.port();
         let started = Instant::now();
         let server = super::spawn_serving(
             &["serve", "authorizer"],
@@ -294,12 +310,14 @@ async fn run_on(
                 (proto::ticket::KEYS_FILE_VAR, keys.display().to_string()),
                 ("DATABASE_URL", db_url.to_owned()),
                 ("AUTHORIZER_LISTEN", format!("127.0.0.1:{port}")),
+                ("AUTHORIZER_METRICS_LISTEN", metrics_at.to_string()),
             ],
         )
         .await?;
         let pid = server.id().context("server pid")?;
         servers.push((server, pid, started.elapsed()));
         endpoints.push(format!("https://localhost:{port}"));
+        metrics.push(metrics_at);
     }
     std::fs::remove_dir_all(&pki_dir)?;
     // With --with-projections: the projection workers beside it, as in production, and their
@@ -309,6 +327,7 @@ async fn run_on(
             tokio::process::Command::new(std::env::current_exe()?)
                 .args(["serve", "projections"])
                 .env("DATABASE_URL", db_url)
+                .env("PROJECTIONS_METRICS_LISTEN", "127.0.0.1:0")
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::null())
                 .kill_on_drop(true)
@@ -371,6 +390,32 @@ async fn run_on(
         let p50 = a.percentile(50).as_secs_f64() / b.percentile(50).as_secs_f64().max(1e-9);
         let tput = a.throughput() / b.throughput().max(1e-9);
         writeln!(ratios, "{n} client(s): authorize/bare p50 = {p50:.2}x, throughput = {tput:.2}x")?;
+        if let Some(every) = scrape_every {
+            // Quiet and scraped halves alternate, so the machine's noise falls on both.
+            let (mut quiet, mut scraped) = (Samples::default(), Samples::default());
+            for _ in 0..2 {
+                quiet.merge(drive(&endpoints, &tokens, n, duration / 4).await?);
+                let scraper = tokio::spawn(scrape(metrics.clone(), every));
+                scraped.merge(drive(&endpoints, &tokens, n, duration / 4).await?);
+                scraper.abort();
+            }
+            for (label, s) in [("Authorize, no scraper", &quiet), ("Authorize, every replica scraped", &scraped)] {
+                writeln!(
+                    out,
+                    "| {n} | {label} | {} | {} | {:.0} |",
+                    s.percentile(50).as_micros(),
+                    s.percentile(99).as_micros(),
+                    s.throughput()
+                )?;
+            }
+            let p50 = scraped.percentile(50).as_secs_f64() / quiet.percentile(50).as_secs_f64().max(1e-9);
+            let tput = scraped.throughput() / quiet.throughput().max(1e-9);
+            writeln!(
+                ratios,
+                "{n} client(s): scraped every {} ms/no scraper p50 = {p50:.2}x, throughput = {tput:.2}x",
+                every.as_millis()
+            )?;
+        }
         if flood > 0 {
             let held = flood_replicas(&endpoints, flood).await;
             let f = drive(&endpoints, &tokens, n, duration / 2).await?;

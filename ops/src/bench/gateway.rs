@@ -323,6 +323,8 @@ async fn run_on(
         &[
             ("DATABASE_URL", db_url.to_owned()),
             ("AUTHORIZER_LISTEN", format!("127.0.0.1:{authorizer_port}")),
+            // Ports of their own: a stack already running on this machine holds the defaults.
+            ("AUTHORIZER_METRICS_LISTEN", "127.0.0.1:0".into()),
             ("AUTHORIZER_TLS_CERT", path(&cert)),
             ("AUTHORIZER_TLS_KEY", path(&key)),
             (proto::ticket::KEYS_FILE_VAR, path(&keys_file)),
@@ -334,6 +336,7 @@ async fn run_on(
         &[
             ("DATABASE_URL", db_url.to_owned()),
             ("GATEWAY_LISTEN", format!("127.0.0.1:{gateway_port}")),
+            ("GATEWAY_METRICS_LISTEN", "127.0.0.1:0".into()),
             ("GATEWAY_TLS_CERT", path(&cert)),
             ("GATEWAY_TLS_KEY", path(&key)),
             ("GATEWAY_AUTHORIZER_URL", format!("https://localhost:{authorizer_port}")),
