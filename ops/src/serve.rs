@@ -248,7 +248,12 @@ pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Resul
     };
     let tls = config.transport.server_tls()?;
     let credentials = Credentials::postgres(pool_for_credentials);
-    let service = AuthorizerService::new(authority, credentials, config.tickets).with_gate_metrics(gate);
+    let service = AuthorizerService::new(authority, credentials, config.tickets);
+    // Metrics off: nothing is served, so nothing is recorded at the gate either.
+    let service = match config.metrics {
+        MetricsListen::Off => service,
+        MetricsListen::At(_) => service.with_gate_metrics(gate),
+    };
     let served = serve(listener, service, tls, shutdown).await;
     sweeper.abort();
     served.context("serving")

@@ -616,7 +616,14 @@ where
         let (credentials, route, limits) = (self.credentials.clone(), self.route, self.limits);
         let (registry, metrics) = (self.registry.clone(), self.metrics.clone());
         let request_id = RequestId::from_headers(req.headers());
-        let span = tracing::info_span!("rpc", method = req.uri().path(), request_id = request_id.0.as_str());
+        let span = tracing::info_span!(
+            "rpc",
+            method = req.uri().path(),
+            request_id = request_id.0.as_str(),
+            tenant = tracing::field::Empty,
+            role = tracing::field::Empty,
+        );
+        let in_span = span.clone();
         let started = metrics.as_ref().map(|m| m.grpc.start(req.uri().path()));
         req.extensions_mut().insert(request_id);
         let call = async move {
@@ -633,6 +640,8 @@ where
                 let metadata = tonic::metadata::MetadataMap::from_headers(headers.clone());
                 match credentials.authenticate(&metadata, roles, scopes, time::OffsetDateTime::now_utc()).await {
                     Ok(caller) => {
+                        in_span.record("tenant", caller.tenant.as_str());
+                        in_span.record("role", tracing::field::display(&caller.role));
                         if let Some(conn) = req.extensions().get::<ConnInfo>() {
                             registry.prove(conn.id);
                         }
