@@ -188,6 +188,16 @@ async fn drive(endpoints: &[String], tokens: &Tokens, clients: usize, duration: 
 /// ClientHello a byte every 200 ms, held for 22 s (the server closes silent ones after its
 /// 5 s handshake timeout, and a new one evicts the oldest past 256 pending). Returns how many
 /// connections the replicas took in all.
+/// Writes the rows of `base` and `other` at `n` clients; answers other/base p50 and throughput.
+fn side_by_side(out: &mut String, n: usize, base: (&str, &Samples), other: (&str, &Samples)) -> Result<(f64, f64)> {
+    for (label, s) in [base, other] {
+        let (p50, p99) = (s.percentile(50).as_micros(), s.percentile(99).as_micros());
+        writeln!(out, "| {n} | {label} | {p50} | {p99} | {:.0} |", s.throughput())?;
+    }
+    let p50 = other.1.percentile(50).as_secs_f64() / base.1.percentile(50).as_secs_f64().max(1e-9);
+    Ok((p50, other.1.throughput() / base.1.throughput().max(1e-9)))
+}
+
 /// Scrapes every replica's `/metrics` every `every` until aborted, as Prometheus would.
 async fn scrape(replicas: Vec<std::net::SocketAddr>, every: Duration) {
     let mut tick = tokio::time::interval(every);
@@ -378,17 +388,8 @@ async fn run_on(
             b.merge(bare(pool.clone(), n, duration / 4).await?);
             a.merge(drive(&endpoints, &tokens, n, duration / 4).await?);
         }
-        for (label, s) in [("bare INSERT; COMMIT", &b), ("Authorize (gRPC, consumes a use)", &a)] {
-            writeln!(
-                out,
-                "| {n} | {label} | {} | {} | {:.0} |",
-                s.percentile(50).as_micros(),
-                s.percentile(99).as_micros(),
-                s.throughput()
-            )?;
-        }
-        let p50 = a.percentile(50).as_secs_f64() / b.percentile(50).as_secs_f64().max(1e-9);
-        let tput = a.throughput() / b.throughput().max(1e-9);
+        let (p50, tput) =
+            side_by_side(&mut out, n, ("bare INSERT; COMMIT", &b), ("Authorize (gRPC, consumes a use)", &a))?;
         writeln!(ratios, "{n} client(s): authorize/bare p50 = {p50:.2}x, throughput = {tput:.2}x")?;
         if let Some(every) = scrape_every {
             // Quiet and scraped halves alternate, so the machine's noise falls on both.
@@ -399,17 +400,8 @@ async fn run_on(
                 scraped.merge(drive(&endpoints, &tokens, n, duration / 4).await?);
                 scraper.abort();
             }
-            for (label, s) in [("Authorize, no scraper", &quiet), ("Authorize, every replica scraped", &scraped)] {
-                writeln!(
-                    out,
-                    "| {n} | {label} | {} | {} | {:.0} |",
-                    s.percentile(50).as_micros(),
-                    s.percentile(99).as_micros(),
-                    s.throughput()
-                )?;
-            }
-            let p50 = scraped.percentile(50).as_secs_f64() / quiet.percentile(50).as_secs_f64().max(1e-9);
-            let tput = scraped.throughput() / quiet.throughput().max(1e-9);
+            let quiet = ("Authorize, no scraper", &quiet);
+            let (p50, tput) = side_by_side(&mut out, n, quiet, ("Authorize, every replica scraped", &scraped))?;
             writeln!(
                 ratios,
                 "{n} client(s): scraped every {} ms/no scraper p50 = {p50:.2}x, throughput = {tput:.2}x",
