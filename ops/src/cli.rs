@@ -1,0 +1,429 @@
+//! `grantctl`'s command line: every subcommand, its arguments and their documentation, which
+//! `--help` prints.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "grantctl", about = "Operate the grant ledger")]
+pub(crate) struct Cli {
+    /// The PostgreSQL server; unset, commands that need one start the local cluster in `.pgdata/main`.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    pub(crate) database_url: Option<String>,
+    #[command(subcommand)]
+    pub(crate) command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Cmd {
+    /// Apply pending migrations (idempotent; concurrent runs serialise).
+    Migrate,
+    /// Start local PostgreSQL if needed, migrate, and check the ledger: the main job.
+    Up,
+    /// Check the ledger: migrations applied, the paged global read against count(*), and every
+    /// stream's hash chain.
+    Check {
+        /// Events per page of the global read.
+        #[arg(long, default_value_t = ledger::READ_PAGE as u64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+        page_size: u64,
+    },
+    /// Classify elements: JSON lines on stdin, one JSON line per input on stdout.
+    Classify,
+    /// What an operator opens first: each service's health (from the metrics addresses the
+    /// services read, AUTHORIZER_METRICS_LISTEN and the rest), each projection's lag, active
+    /// grants and pending cards per tenant, and the errors each service has answered.
+    Status,
+    /// Run a service.
+    Serve {
+        #[command(subcommand)]
+        service: ServeCmd,
+    },
+    /// The read side: projections' status and verification against the log.
+    Projections {
+        #[command(subcommand)]
+        command: ProjectionsCmd,
+    },
+    /// What an auditor runs: replay stories from the log, verify chains and views.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCmd,
+    },
+    /// A tenant's deployment settings: the one truth every authorizer replica serves.
+    Settings {
+        #[command(subcommand)]
+        command: SettingsCmd,
+    },
+    /// Browser profiles as the authorizer holds them.
+    Profiles {
+        #[command(subcommand)]
+        command: ProfilesCmd,
+    },
+    /// The browser task agent's harness.
+    Agent {
+        #[command(subcommand)]
+        command: AgentCmd,
+    },
+    /// The lesson a newcomer watches (`scripts/run --demo`).
+    Demo {
+        #[command(subcommand)]
+        command: DemoCmd,
+    },
+    /// Owners' credentials at the gateway: API tokens and one-time sign-in links.
+    Owners {
+        #[command(subcommand)]
+        command: OwnersCmd,
+    },
+    /// Credentials of the services that call the authorizer.
+    Credentials {
+        #[command(subcommand)]
+        command: CredentialsCmd,
+    },
+    /// The dispatch-ticket keyring the authorizer and the runtime share (TICKET_KEYS_FILE).
+    Tickets {
+        #[command(subcommand)]
+        command: TicketsCmd,
+    },
+    /// Certificates for TLS on loopback.
+    Tls {
+        #[command(subcommand)]
+        command: TlsCmd,
+    },
+    /// Manage a local throwaway cluster.
+    Db {
+        #[command(subcommand)]
+        command: DbCmd,
+    },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCmd,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ServeCmd {
+    /// The authorizer gRPC service, for every tenant. Configured by AUTHORIZER_LISTEN,
+    /// AUTHORIZER_TLS_CERT, AUTHORIZER_TLS_KEY, POLICY_FILE, SWEEP_INTERVAL_SECONDS,
+    /// AUTHORIZER_DB_POOL; settings
+    /// are recorded per tenant with `grantctl settings apply`.
+    Authorizer {
+        /// Serve plaintext on a loopback address instead of TLS: local development only.
+        #[arg(long)]
+        insecure_loopback: bool,
+    },
+    /// A worker per async projection (audit_log, grant_list, pending_approvals) until Ctrl-C,
+    /// with metrics and health on PROJECTIONS_METRICS_LISTEN (default 127.0.0.1:9404).
+    Projections,
+    /// The browser runtime gRPC service. Configured by RUNTIME_LISTEN, RUNTIME_TLS_CERT,
+    /// RUNTIME_TLS_KEY, BROWSER_CHROMEDRIVER, BROWSER_CHROMIUM, BROWSER_EXTRA_ARGS (a JSON array),
+    /// BROWSER_CA_BUNDLE, BROWSER_POOL_SIZE, RUNTIME_AUTHORIZER_URL, RUNTIME_AUTHORIZER_CA,
+    /// RUNTIME_AUTHORIZER_TOKEN and TASK_RECORDS_DIR; callers' credentials are in DATABASE_URL.
+    Runtime {
+        /// Serve plaintext on a loopback address instead of TLS: local development only.
+        #[arg(long)]
+        insecure_loopback: bool,
+    },
+    /// The owner's HTTP gateway. Configured by GATEWAY_LISTEN, GATEWAY_TLS_CERT, GATEWAY_TLS_KEY,
+    /// GATEWAY_AUTHORIZER_URL, GATEWAY_AUTHORIZER_CA, GATEWAY_CREDENTIALS_FILE and
+    /// GATEWAY_RATE_PER_MINUTE; owner tokens are in DATABASE_URL.
+    Gateway {
+        /// Serve plaintext on a loopback address instead of TLS: local development only.
+        #[arg(long)]
+        insecure_loopback: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum AgentCmd {
+    /// Print the tools a model is given, as a JSON array of {name, description, input_schema}.
+    Tools,
+    /// Run one task end to end against a runtime and an authorizer, with a written plan
+    /// (--script) or an OpenAI-compatible model (--model-url and --model, key in AGENT_MODEL_KEY).
+    /// Reaches them by AGENT_RUNTIME_URL, AGENT_AUTHORIZER_URL, AGENT_CA (PEM, for https) and
+    /// AGENT_WORKER_TOKEN (a worker credential of the owner).
+    Run {
+        #[arg(long)]
+        task: PathBuf,
+        #[arg(long, conflicts_with_all = ["model_url", "model"])]
+        script: Option<PathBuf>,
+        #[arg(long, requires = "model")]
+        model_url: Option<String>,
+        #[arg(long, requires = "model_url")]
+        model: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum DemoCmd {
+    /// Serve the demo lesson on loopback until Ctrl-C; writes DIR/browser-args.json and
+    /// DIR/fixture-ca.pem for the runtime (BROWSER_EXTRA_ARGS, BROWSER_CA_BUNDLE).
+    Site {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// Play the scripted lesson through the running stack in chat `demo`, asking OWNER on the
+    /// console. Reaches the stack as `agent run` does, plus DEMO_PROFILES_TOKEN and
+    /// DEMO_GATEWAY_TOKEN.
+    Run {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, default_value = "owner")]
+        owner: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum OwnersCmd {
+    /// API tokens.
+    Token {
+        #[command(subcommand)]
+        command: OwnerTokenCmd,
+    },
+    /// Print a one-time sign-in link for a token's owner (valid ten minutes, used once); the
+    /// browser it opens in stays signed in for twelve hours, or until the token is revoked.
+    Link {
+        #[arg(long)]
+        tenant: String,
+        token_id: uuid::Uuid,
+        /// The gateway's address as the owner's browser reaches it.
+        #[arg(long, default_value = "https://localhost:8443")]
+        base: String,
+        /// The chat session whose page the link lands on.
+        #[arg(long)]
+        session: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum OwnerTokenCmd {
+    /// Make an owner token and print its id and its secret; the secret is shown only this once.
+    Create {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        principal: String,
+        /// Comma-separated: approval.resolve, browser.grant.read, browser.grant.write.
+        #[arg(long)]
+        scopes: String,
+        #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u32).range(1..=366))]
+        expires_in_days: u32,
+    },
+    /// Revoke a token, and every link and browser session made from it, from the next request.
+    Revoke {
+        #[arg(long)]
+        tenant: String,
+        token_id: uuid::Uuid,
+    },
+    /// A tenant's owner tokens (never their secrets).
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum SettingsCmd {
+    /// Records the tenant's settings from BROWSER_TASK_GRANTS_ENABLED, BROWSER_TASK_GRANT_SCOPES,
+    /// BROWSER_GRANT_ID and BROWSER_PROFILE_ID (unset: off, no scopes, no pin). Grants whose scope
+    /// is gone, or every grant once the flag is off, end with the change; every replica serves
+    /// it from the next request.
+    Apply {
+        #[arg(long)]
+        tenant: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ProjectionsCmd {
+    /// Each projection's version, checkpoint and lag.
+    Status,
+    /// Builds NAME's next generation from position zero beside the live one, then swaps it in
+    /// (and records this build's version): what an operator runs after a migration.
+    Rebuild { name: String },
+    /// Replays the log in memory and diffs NAME (every view when unset, the inline
+    /// active_task_grants included) against it; prints the first differing row.
+    Verify { name: Option<String> },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum AuditCmd {
+    /// A story from the log itself, in order.
+    Replay {
+        #[arg(long)]
+        tenant: Option<String>,
+        /// A session's story (ids are a tenant's own: needs --tenant).
+        #[arg(long, conflicts_with = "grant", requires = "tenant")]
+        session: Option<String>,
+        /// A grant's story: the approval that created it, its uses and its end (needs --tenant).
+        #[arg(long, requires = "tenant")]
+        grant: Option<uuid::Uuid>,
+        /// RFC 3339: only events recorded at or after it.
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long, default_value = "text", value_parser = ["text", "jsonl"])]
+        format: String,
+    },
+    /// Every stream's hash chain and every projection against the log; with --export, an
+    /// export file against its manifest and against the log.
+    Verify {
+        #[arg(long)]
+        export: Option<PathBuf>,
+    },
+    /// The audit rows replayed from the log as JSON lines in OUT, with OUT.manifest.json beside
+    /// it (count, first and last position, SHA-256 of the file).
+    Export {
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum TicketsCmd {
+    /// Print a keyring line for a new random key: `<id> <64 hex digits>`. To rotate, add the new
+    /// line second in every service's file and roll them (all verify it), move it first and roll
+    /// again (services seal with it), then drop the old line ten minutes later and roll.
+    Keygen {
+        #[arg(long, default_value = "k1")]
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum TlsCmd {
+    /// Make a throwaway CA and a loopback server certificate in DIR (ca.pem, server.pem,
+    /// server-key.pem), unless they are there already.
+    Init {
+        #[arg(long, default_value = ".pgdata/tls")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ProfilesCmd {
+    /// Profiles recorded before profiles had owners, with the sessions bound to them: nothing
+    /// binds them or acts through them until the profiles service reports each for its owner.
+    Unclaimed {
+        #[arg(long)]
+        tenant: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum CredentialsCmd {
+    /// Make a credential and print its id and its token; the token is shown only this once.
+    Create {
+        /// worker, runtime, gateway, profiles or operator.
+        #[arg(long)]
+        role: String,
+        #[arg(long)]
+        tenant: String,
+        /// The owner a worker or runtime credential acts as.
+        #[arg(long)]
+        principal: Option<String>,
+        /// Hours until it expires; unset, it lasts until revoked.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        expires_in_hours: Option<u32>,
+    },
+    /// Revoke a credential: calls made with it are refused from now on.
+    Revoke {
+        #[arg(long)]
+        tenant: String,
+        credential_id: uuid::Uuid,
+    },
+    /// List a tenant's credentials (never their tokens).
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum DbCmd {
+    /// Start (or reuse) the cluster in DIR and print its URL.
+    Start {
+        #[arg(long, default_value = ".pgdata/main")]
+        dir: PathBuf,
+        /// fsync off, and wiped at its next start: for test clusters only.
+        #[arg(long)]
+        throwaway: bool,
+    },
+    /// Stop the cluster in DIR.
+    Stop {
+        #[arg(long, default_value = ".pgdata/main")]
+        dir: PathBuf,
+    },
+    /// Print the URL of the running cluster in DIR.
+    Url {
+        #[arg(long, default_value = ".pgdata/main")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum BenchCmd {
+    /// Authorize-and-consume over loopback gRPC against a bare insert-and-commit, side by side.
+    Authorize {
+        #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
+        clients: Vec<usize>,
+        /// Seconds per client count, split between the two kinds.
+        #[arg(long, default_value_t = 8.0)]
+        seconds: f64,
+        /// Also run the projection workers beside the server and report their lag (they share
+        /// the machine's cores, so the ratios are then not comparable with runs without them).
+        #[arg(long)]
+        with_projections: bool,
+        /// Filler events written to the log before the replicas start (not chains anyone
+        /// reads): start-up time and memory must not grow with it.
+        #[arg(long, default_value_t = 0, conflicts_with = "with_projections")]
+        log_events: u64,
+        /// After each quiet round, open this many idle connections (and one slow handshake) to
+        /// each replica and measure again beside it.
+        #[arg(long, default_value_t = 0)]
+        flood: usize,
+        /// Also measure with every replica's /metrics scraped this often (ms), beside a quiet
+        /// measurement; 0: not measured.
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+        scrape_ms: u64,
+    },
+    /// Every projection rebuilt from a generated ledger, beside a plain COPY of the same events.
+    Rebuild {
+        #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1_000..=20_000_000))]
+        events: u64,
+    },
+    /// A covered click through the browser runtime beside a plain WebDriver click on the same
+    /// fixture page, and observe on a large page (needs Chromium and chromedriver; no database).
+    Act {
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(10..=100_000))]
+        iterations: u64,
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=9_000))]
+        nodes: u64,
+    },
+    /// The agent harness's own work for one step (the snapshot taken in, the prompt, the answer
+    /// checked), without the model, the runtime or the authorizer.
+    Harness {
+        #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(10..=1_000_000))]
+        iterations: u64,
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=9_000))]
+        nodes: u64,
+    },
+    /// The gateway's routes (list grants, list pending approvals, resolve) beside the gRPC call
+    /// each wraps, over TLS, at each connection count.
+    Gateway {
+        #[arg(long, value_delimiter = ',', default_value = "1,32")]
+        connections: Vec<usize>,
+        /// Seconds per route and connection count, split between the two kinds.
+        #[arg(long, default_value_t = 8.0)]
+        seconds: f64,
+    },
+    /// Ledger append against a bare insert-and-commit, side by side.
+    Append {
+        #[arg(long, value_delimiter = ',', default_value = "1,32")]
+        writers: Vec<usize>,
+        /// Seconds per writer count, split between the two kinds.
+        #[arg(long, default_value_t = 8.0)]
+        seconds: f64,
+    },
+}
