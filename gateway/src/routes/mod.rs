@@ -23,6 +23,16 @@ use crate::guard::{self, Proof, RequestId};
 use crate::problem::Problem;
 use crate::{Gateway, Kind, Owner, SESSION_COOKIE, VIEW_WAIT};
 
+mod grants;
+mod live;
+mod sign_in;
+
+pub(crate) use grants::grants_of;
+use grants::{get_grant, list_grants, revoke_grant};
+use live::{LiveInput, card_tab, live, live_input, runtime_problem};
+pub(crate) use sign_in::escape;
+use sign_in::{sign_in, sign_in_page};
+
 type Answer<T> = Result<Json<T>, Problem>;
 type SchemaOf = fn(&mut SchemaGenerator) -> Schema;
 
@@ -426,117 +436,6 @@ async fn get_approval(call: Call, Seg(approval_id): Seg) -> Answer<Approval> {
     Ok(Json(reply.into_inner().into()))
 }
 
-/// The live tab behind a pending card: only the card's owner sees it, only while it is pending,
-/// and only from a gateway configured with the runtime (otherwise the route is not here).
-async fn live(call: Call, Seg(approval_id): Seg) -> Result<Response, Problem> {
-    let (owner, _) = call.owner(&LIVE).await?;
-    call.query::<LiveQuery>()?;
-    uuid("approval_id", &approval_id)?;
-    let (mut runtime, tab) = card_tab(&call, &owner, approval_id, &["PENDING", "TAKEN_OVER"]).await?;
-    let req = proto::runtime::LiveViewRequest { browser_profile_id: tab.profile, snapshot_id: tab.snapshot };
-    let view = runtime.live_view(call.grpc(&owner, req)?).await.map_err(runtime_problem)?.into_inner();
-    Ok(png(view.png, &view.page))
-}
-
-/// The owner's click, text, key or "done" in the tab of a card they took over; the tab as it is
-/// after it (or nothing, once done).
-async fn live_input(call: Call, Seg(approval_id): Seg, req: Request) -> Result<Response, Problem> {
-    use proto::runtime::live_input_request::Input;
-    let (owner, _) = call.owner(&LIVE_INPUT).await?;
-    call.query::<NoQuery>()?;
-    uuid("approval_id", &approval_id)?;
-    let body: LiveInput = guard::json_body(req).await?;
-    let input = match (body.click, body.text, body.key, body.done) {
-        (Some(p), None, None, None) => Input::Click(proto::runtime::Point { x: p.x, y: p.y }),
-        (None, Some(t), None, None) if !t.is_empty() && t.chars().count() <= 1024 => Input::Text(t),
-        (None, Some(_), None, None) => return Err(Problem::invalid("text", "is 1 to 1024 characters")),
-        (None, None, Some(k), None) => Input::Key(k),
-        (None, None, None, Some(true)) => Input::Done(true),
-        _ => return Err(Problem::invalid("input", "is exactly one of click, text, key or done: true")),
-    };
-    let (mut runtime, tab) = card_tab(&call, &owner, approval_id, &["TAKEN_OVER"]).await?;
-    let req = proto::runtime::LiveInputRequest {
-        browser_profile_id: tab.profile,
-        snapshot_id: tab.snapshot,
-        input: Some(input),
-    };
-    let view = runtime.live_input(call.grpc(&owner, req)?).await.map_err(runtime_problem)?.into_inner();
-    Ok(if view.png.is_empty() { StatusCode::NO_CONTENT.into_response() } else { png(view.png, &view.page) })
-}
-
-type RuntimeClient = proto::runtime::browser_runtime_client::BrowserRuntimeClient<tonic::transport::Channel>;
-
-/// The runtime and the browser profile of the owner's card `approval_id`, while the card's
-/// status is one of `statuses`: 404 when it is not the owner's or the gateway has no runtime.
-async fn card_tab(
-    call: &Call,
-    owner: &Owner,
-    approval_id: String,
-    statuses: &[&str],
-) -> Result<(RuntimeClient, Tab), Problem> {
-    let Some(runtime) = call.gateway.runtime() else { return Err(Problem::not_found()) };
-    let req = pb::GetApprovalRequest { approval_id, min_position: None };
-    let card = call.gateway.authorizer().get_approval(call.grpc(owner, req)?).await.map_err(status)?.into_inner();
-    if !statuses.contains(&card.status.as_str()) {
-        return Err(Problem::new(StatusCode::CONFLICT, "not_pending", "the card is answered: its tab is not shown"));
-    }
-    if card.browser_profile_id.is_empty() || card.snapshot_id.is_empty() {
-        return Err(Problem::new(StatusCode::CONFLICT, "no_live_tab", "this card names no browser tab"));
-    }
-    Ok((runtime, Tab { profile: card.browser_profile_id, snapshot: card.snapshot_id }))
-}
-
-/// The tab a card was asked in: its session's browser profile and the card's snapshot.
-struct Tab {
-    profile: String,
-    snapshot: String,
-}
-
-fn runtime_problem(s: tonic::Status) -> Problem {
-    match s.code() {
-        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => {
-            Problem::unavailable("the browser runtime cannot be reached now")
-        }
-        _ => Problem::from_status(&s),
-    }
-}
-
-/// The tab's picture, with the page's origin and path (`x-live-page`) for the console to show.
-fn png(bytes: Vec<u8>, page: &str) -> Response {
-    let page = HeaderValue::from_str(page).unwrap_or_else(|_| HeaderValue::from_static(""));
-    let headers = [
-        (header::CONTENT_TYPE, HeaderValue::from_static("image/png")),
-        (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
-        (header::HeaderName::from_static("x-live-page"), page),
-    ];
-    (headers, bytes).into_response()
-}
-
-/// One input to a tab taken over: exactly one field.
-#[derive(Debug, Clone, Default, serde::Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct LiveInput {
-    /// A click at this point of the live picture, in its pixels.
-    #[serde(default)]
-    pub click: Option<LivePoint>,
-    /// Text typed as it is, 1 to 1024 characters.
-    #[serde(default)]
-    pub text: Option<String>,
-    /// A named key: Enter, Tab, Escape, Backspace, Delete, the arrows, Home, End, PageUp, PageDown.
-    #[serde(default)]
-    pub key: Option<String>,
-    /// The owner is done: the tab closes.
-    #[serde(default)]
-    pub done: Option<bool>,
-}
-
-#[derive(Debug, Clone, Copy, Default, serde::Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct LivePoint {
-    pub x: u32,
-    pub y: u32,
-}
-
 async fn resolve(call: Call, Seg(approval_id): Seg, req: Request) -> Answer<Resolved> {
     let (owner, _) = call.owner(&RESOLVE).await?;
     call.query::<NoQuery>()?;
@@ -631,95 +530,6 @@ fn offered(field: &str, value: Option<String>, max: usize) -> Result<String, Pro
 #[serde(deny_unknown_fields)]
 pub(crate) struct NoQuery {}
 
-async fn list_grants(call: Call) -> Answer<Grants> {
-    let owner = call.flagged(&LIST_GRANTS).await?;
-    let listed = async {
-        call.scoped(&owner, &LIST_GRANTS)?;
-        let q: GrantsQuery = call.query()?;
-        let session_id = q.session_id.unwrap_or_default();
-        if !session_id.is_empty() {
-            entity_id("session_id", &session_id)?;
-        }
-        let min = min_position(q.min_position.as_deref())?;
-        grants_of(&call, &owner, &session_id, q.active_only.unwrap_or(false), min).await
-    };
-    let grants = unless_unmounted(&call, &owner, listed.await).await?;
-    Ok(Json(Grants { grants }))
-}
-
-/// A task-grant route's refusal of its caller's scope or input stands only if the route is
-/// mounted: with the tenant's flag off it does not exist, and answers 404 as an unknown path.
-/// The authorizer checks the flag before anything else, so a call it cannot serve tells.
-async fn unless_unmounted<T>(call: &Call, owner: &Owner, r: Result<T, Problem>) -> Result<T, Problem> {
-    match r {
-        Err(p) if matches!(p.status, 400 | 403 | 413 | 415 | 422) => {
-            // A probe that reads nothing: the flag, then an empty id that no grant has.
-            let probe = Owner { scopes: vec![Scope::GrantRead], ..owner.clone() };
-            let req = pb::GetGrantRequest { grant_id: String::new(), min_position: None };
-            match call.gateway.authorizer().get_grant(call.grpc(&probe, req)?).await {
-                Err(s) if s.code() == tonic::Code::Unimplemented => Err(Problem::not_found()),
-                _ => Err(p),
-            }
-        }
-        other => other,
-    }
-}
-
-pub(crate) async fn grants_of(
-    call: &Call,
-    owner: &Owner,
-    session_id: &str,
-    active_only: bool,
-    min: Option<pb::Position>,
-) -> Result<Vec<Grant>, Problem> {
-    let req = pb::ListGrantsRequest { session_id: session_id.into(), active_only, min_position: min };
-    let reply = call.gateway.authorizer().list_grants(call.grpc(owner, req)?).await.map_err(status)?;
-    let now = OffsetDateTime::now_utc();
-    let grants = reply.into_inner().grants.into_iter().map(|g| Grant::from_pb(g, now));
-    // A grant past its expiry that the sweep has not yet ended is shown ended, and so is no
-    // longer active.
-    Ok(grants.filter(|g| !active_only || g.status == "active").collect())
-}
-
-async fn get_grant(call: Call, grant_id: Result<Seg, Problem>) -> Answer<Grant> {
-    let owner = call.flagged(&GET_GRANT).await?;
-    let got = async {
-        call.scoped(&owner, &GET_GRANT)?;
-        let q: ReadQuery = call.query()?;
-        let Seg(grant_id) = grant_id?;
-        uuid("grant_id", &grant_id)?;
-        let req = pb::GetGrantRequest { grant_id, min_position: min_position(q.min_position.as_deref())? };
-        call.gateway.authorizer().get_grant(call.grpc(&owner, req)?).await.map_err(status)
-    };
-    let reply = unless_unmounted(&call, &owner, got.await).await?;
-    Ok(Json(Grant::from_pb(reply.into_inner(), OffsetDateTime::now_utc())))
-}
-
-async fn revoke_grant(call: Call, grant_id: Result<Seg, Problem>, req: Request) -> Answer<Written> {
-    let owner = call.flagged(&REVOKE_GRANT).await?;
-    let revoked = async {
-        call.scoped(&owner, &REVOKE_GRANT)?;
-        call.query::<NoQuery>()?;
-        let Seg(grant_id) = grant_id?;
-        uuid("grant_id", &grant_id)?;
-        empty_body(req).await?;
-        let req = pb::RevokeGrantRequest { grant_id };
-        call.gateway.authorizer().revoke_grant(call.grpc(&owner, req)?).await.map_err(status)
-    };
-    let reply = unless_unmounted(&call, &owner, revoked.await).await?;
-    Ok(Json(Written { position: Position::from_pb(reply.into_inner().position) }))
-}
-
-/// A route with nothing to send takes no body, or `{}`.
-async fn empty_body(req: Request) -> Result<(), Problem> {
-    let bytes =
-        axum::body::to_bytes(req.into_body(), crate::MAX_BODY_BYTES).await.map_err(|_| guard::too_large_problem())?;
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(());
-    }
-    guard::parse_json::<NoQuery>(&bytes).map(|_| ())
-}
-
 async fn activity(call: Call, Seg(session_id): Seg) -> Answer<Activity> {
     let (owner, _) = call.owner(&ACTIVITY).await?;
     let q: ReadQuery = call.query()?;
@@ -775,127 +585,4 @@ async fn openapi() -> Response {
     static DOCUMENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let body = DOCUMENT.get_or_init(|| crate::openapi::document().to_string());
     ([(header::CONTENT_TYPE, "application/json")], body.clone()).into_response()
-}
-
-/// The page a sign-in link opens. Opening it spends nothing (a link preview or prefetch cannot
-/// use it up): the button posts the code.
-async fn sign_in_page(call: Call) -> Response {
-    #[derive(Default, serde::Deserialize)]
-    struct Q {
-        #[serde(default)]
-        code: String,
-        /// The chat session to open once signed in.
-        #[serde(default)]
-        session: String,
-    }
-    let q: Q = guard::query(call.query.as_deref()).unwrap_or_default();
-    if !crate::owners::well_formed(&q.code, Kind::Link) {
-        return page(
-            StatusCode::BAD_REQUEST,
-            "This sign-in link is not whole",
-            "Copy the whole link grantctl printed.",
-        );
-    }
-    let (tenant, principal) = match call.gateway.owners().peek_link(&q.code).await {
-        Ok(Some(who)) => who,
-        Ok(None) => return unusable_link(),
-        Err(e) => {
-            tracing::warn!(error = %e, "sign-in page failed");
-            return page(StatusCode::SERVICE_UNAVAILABLE, "Sign-in is unavailable", "Try again in a moment.");
-        }
-    };
-    // Whom the link signs in, said before the press: a link someone else sent signs this
-    // browser in as them, and the page must make that plain.
-    let form = format!(
-        "<p>This link signs this browser in as <strong>{}</strong> of <strong>{}</strong>. If that is not \
-         you, close this page.</p><form method=\"post\" action=\"/sign-in\"><input type=\"hidden\" \
-         name=\"code\" value=\"{}\">{}<button type=\"submit\">Sign in as {}</button></form>",
-        escape(&principal),
-        escape(&tenant),
-        q.code,
-        crate::console::session_path(&q.session)
-            .map(|_| format!("<input type=\"hidden\" name=\"session\" value=\"{}\">", escape(&q.session)))
-            .unwrap_or_default(),
-        escape(&principal)
-    );
-    page(StatusCode::OK, "Sign in to grant-ledger", &form)
-}
-
-async fn sign_in(call: Call, req: Request) -> Response {
-    if !same_origin(&call.headers, call.gateway.0.tls) {
-        return page(StatusCode::FORBIDDEN, "Sign-in refused", "A sign-in must come from this site's own page.");
-    }
-    let Ok(bytes) = axum::body::to_bytes(req.into_body(), crate::MAX_BODY_BYTES).await else {
-        return guard::too_large_problem().into_response();
-    };
-    #[derive(serde::Deserialize)]
-    struct Form {
-        code: String,
-        #[serde(default)]
-        session: String,
-    }
-    let Ok(form) = serde_urlencoded::from_bytes::<Form>(&bytes) else {
-        return page(StatusCode::BAD_REQUEST, "Sign-in refused", "The form was not sent whole.");
-    };
-    match call.gateway.owners().sign_in(&form.code).await {
-        Ok(Some((secret, owner))) => {
-            tracing::info!(tenant = %owner.tenant, principal = %owner.principal, "signed in by link");
-            let cookie = format!(
-                "{SESSION_COOKIE}={secret}; Path=/; Secure; HttpOnly; SameSite=Strict; Max-Age={}",
-                crate::owners::SESSION_LIFETIME.as_secs()
-            );
-            // Only a chat session's own page: never a place the form names freely.
-            let to = crate::console::session_path(&form.session).unwrap_or_else(|| "/".into());
-            let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response();
-            if let Ok(v) = HeaderValue::from_str(&cookie) {
-                response.headers_mut().insert(header::SET_COOKIE, v);
-            }
-            response
-        }
-        Ok(None) => unusable_link(),
-        Err(e) => {
-            tracing::warn!(error = %e, "sign-in failed");
-            page(StatusCode::SERVICE_UNAVAILABLE, "Sign-in is unavailable", "Try again in a moment.")
-        }
-    }
-}
-
-fn unusable_link() -> Response {
-    page(
-        StatusCode::UNAUTHORIZED,
-        "This sign-in link cannot be used",
-        "It was used already, has expired or was revoked. Ask for a new one: grantctl owners link.",
-    )
-}
-
-/// A sign-in form is taken only from this origin's own page. A browser says where a request
-/// comes from in `Sec-Fetch-Site`, which no page can set, and that alone decides; one that does
-/// not send it must name this exact origin in `Origin` (under `no-referrer` a browser may send
-/// `Origin: null`, which is refused). A post naming neither is not a browser's and is refused.
-fn same_origin(headers: &HeaderMap, tls: bool) -> bool {
-    if let Some(site) = headers.get("sec-fetch-site") {
-        return site.as_bytes() == b"same-origin";
-    }
-    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let scheme = if tls { "https" } else { "http" };
-    headers.get(header::ORIGIN).is_some_and(|o| o.as_bytes() == format!("{scheme}://{host}").as_bytes())
-}
-
-fn page(status: StatusCode, title: &str, body: &str) -> Response {
-    crate::console::shell(status, title, None, body)
-}
-
-pub(crate) fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }

@@ -1,0 +1,94 @@
+//! The owner's task permissions: listed, read and stopped (mounted only while the tenant's flag
+//! is on).
+
+#[allow(clippy::wildcard_imports)] // the routes' own helpers and types
+use super::*;
+
+pub(super) async fn list_grants(call: Call) -> Answer<Grants> {
+    let owner = call.flagged(&LIST_GRANTS).await?;
+    let listed = async {
+        call.scoped(&owner, &LIST_GRANTS)?;
+        let q: GrantsQuery = call.query()?;
+        let session_id = q.session_id.unwrap_or_default();
+        if !session_id.is_empty() {
+            entity_id("session_id", &session_id)?;
+        }
+        let min = min_position(q.min_position.as_deref())?;
+        grants_of(&call, &owner, &session_id, q.active_only.unwrap_or(false), min).await
+    };
+    let grants = unless_unmounted(&call, &owner, listed.await).await?;
+    Ok(Json(Grants { grants }))
+}
+
+/// A task-grant route's refusal of its caller's scope or input stands only if the route is
+/// mounted: with the tenant's flag off it does not exist, and answers 404 as an unknown path.
+/// The authorizer checks the flag before anything else, so a call it cannot serve tells.
+pub(super) async fn unless_unmounted<T>(call: &Call, owner: &Owner, r: Result<T, Problem>) -> Result<T, Problem> {
+    match r {
+        Err(p) if matches!(p.status, 400 | 403 | 413 | 415 | 422) => {
+            // A probe that reads nothing: the flag, then an empty id that no grant has.
+            let probe = Owner { scopes: vec![Scope::GrantRead], ..owner.clone() };
+            let req = pb::GetGrantRequest { grant_id: String::new(), min_position: None };
+            match call.gateway.authorizer().get_grant(call.grpc(&probe, req)?).await {
+                Err(s) if s.code() == tonic::Code::Unimplemented => Err(Problem::not_found()),
+                _ => Err(p),
+            }
+        }
+        other => other,
+    }
+}
+
+pub(crate) async fn grants_of(
+    call: &Call,
+    owner: &Owner,
+    session_id: &str,
+    active_only: bool,
+    min: Option<pb::Position>,
+) -> Result<Vec<Grant>, Problem> {
+    let req = pb::ListGrantsRequest { session_id: session_id.into(), active_only, min_position: min };
+    let reply = call.gateway.authorizer().list_grants(call.grpc(owner, req)?).await.map_err(status)?;
+    let now = OffsetDateTime::now_utc();
+    let grants = reply.into_inner().grants.into_iter().map(|g| Grant::from_pb(g, now));
+    // A grant past its expiry that the sweep has not yet ended is shown ended, and so is no
+    // longer active.
+    Ok(grants.filter(|g| !active_only || g.status == "active").collect())
+}
+
+pub(super) async fn get_grant(call: Call, grant_id: Result<Seg, Problem>) -> Answer<Grant> {
+    let owner = call.flagged(&GET_GRANT).await?;
+    let got = async {
+        call.scoped(&owner, &GET_GRANT)?;
+        let q: ReadQuery = call.query()?;
+        let Seg(grant_id) = grant_id?;
+        uuid("grant_id", &grant_id)?;
+        let req = pb::GetGrantRequest { grant_id, min_position: min_position(q.min_position.as_deref())? };
+        call.gateway.authorizer().get_grant(call.grpc(&owner, req)?).await.map_err(status)
+    };
+    let reply = unless_unmounted(&call, &owner, got.await).await?;
+    Ok(Json(Grant::from_pb(reply.into_inner(), OffsetDateTime::now_utc())))
+}
+
+pub(super) async fn revoke_grant(call: Call, grant_id: Result<Seg, Problem>, req: Request) -> Answer<Written> {
+    let owner = call.flagged(&REVOKE_GRANT).await?;
+    let revoked = async {
+        call.scoped(&owner, &REVOKE_GRANT)?;
+        call.query::<NoQuery>()?;
+        let Seg(grant_id) = grant_id?;
+        uuid("grant_id", &grant_id)?;
+        empty_body(req).await?;
+        let req = pb::RevokeGrantRequest { grant_id };
+        call.gateway.authorizer().revoke_grant(call.grpc(&owner, req)?).await.map_err(status)
+    };
+    let reply = unless_unmounted(&call, &owner, revoked.await).await?;
+    Ok(Json(Written { position: Position::from_pb(reply.into_inner().position) }))
+}
+
+/// A route with nothing to send takes no body, or `{}`.
+pub(super) async fn empty_body(req: Request) -> Result<(), Problem> {
+    let bytes =
+        axum::body::to_bytes(req.into_body(), crate::MAX_BODY_BYTES).await.map_err(|_| guard::too_large_problem())?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(());
+    }
+    guard::parse_json::<NoQuery>(&bytes).map(|_| ())
+}

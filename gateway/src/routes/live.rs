@@ -1,0 +1,115 @@
+//! The live tab behind a pending card: its picture, and the owner's input once they take it over.
+
+#[allow(clippy::wildcard_imports)] // the routes' own helpers and types
+use super::*;
+
+/// The live tab behind a pending card: only the card's owner sees it, only while it is pending,
+/// and only from a gateway configured with the runtime (otherwise the route is not here).
+pub(super) async fn live(call: Call, Seg(approval_id): Seg) -> Result<Response, Problem> {
+    let (owner, _) = call.owner(&LIVE).await?;
+    call.query::<LiveQuery>()?;
+    uuid("approval_id", &approval_id)?;
+    let (mut runtime, tab) = card_tab(&call, &owner, approval_id, &["PENDING", "TAKEN_OVER"]).await?;
+    let req = proto::runtime::LiveViewRequest { browser_profile_id: tab.profile, snapshot_id: tab.snapshot };
+    let view = runtime.live_view(call.grpc(&owner, req)?).await.map_err(runtime_problem)?.into_inner();
+    Ok(png(view.png, &view.page))
+}
+
+/// The owner's click, text, key or "done" in the tab of a card they took over; the tab as it is
+/// after it (or nothing, once done).
+pub(super) async fn live_input(call: Call, Seg(approval_id): Seg, req: Request) -> Result<Response, Problem> {
+    use proto::runtime::live_input_request::Input;
+    let (owner, _) = call.owner(&LIVE_INPUT).await?;
+    call.query::<NoQuery>()?;
+    uuid("approval_id", &approval_id)?;
+    let body: LiveInput = guard::json_body(req).await?;
+    let input = match (body.click, body.text, body.key, body.done) {
+        (Some(p), None, None, None) => Input::Click(proto::runtime::Point { x: p.x, y: p.y }),
+        (None, Some(t), None, None) if !t.is_empty() && t.chars().count() <= 1024 => Input::Text(t),
+        (None, Some(_), None, None) => return Err(Problem::invalid("text", "is 1 to 1024 characters")),
+        (None, None, Some(k), None) => Input::Key(k),
+        (None, None, None, Some(true)) => Input::Done(true),
+        _ => return Err(Problem::invalid("input", "is exactly one of click, text, key or done: true")),
+    };
+    let (mut runtime, tab) = card_tab(&call, &owner, approval_id, &["TAKEN_OVER"]).await?;
+    let req = proto::runtime::LiveInputRequest {
+        browser_profile_id: tab.profile,
+        snapshot_id: tab.snapshot,
+        input: Some(input),
+    };
+    let view = runtime.live_input(call.grpc(&owner, req)?).await.map_err(runtime_problem)?.into_inner();
+    Ok(if view.png.is_empty() { StatusCode::NO_CONTENT.into_response() } else { png(view.png, &view.page) })
+}
+
+type RuntimeClient = proto::runtime::browser_runtime_client::BrowserRuntimeClient<tonic::transport::Channel>;
+
+/// The runtime and the browser profile of the owner's card `approval_id`, while the card's
+/// status is one of `statuses`: 404 when it is not the owner's or the gateway has no runtime.
+pub(super) async fn card_tab(
+    call: &Call,
+    owner: &Owner,
+    approval_id: String,
+    statuses: &[&str],
+) -> Result<(RuntimeClient, Tab), Problem> {
+    let Some(runtime) = call.gateway.runtime() else { return Err(Problem::not_found()) };
+    let req = pb::GetApprovalRequest { approval_id, min_position: None };
+    let card = call.gateway.authorizer().get_approval(call.grpc(owner, req)?).await.map_err(status)?.into_inner();
+    if !statuses.contains(&card.status.as_str()) {
+        return Err(Problem::new(StatusCode::CONFLICT, "not_pending", "the card is answered: its tab is not shown"));
+    }
+    if card.browser_profile_id.is_empty() || card.snapshot_id.is_empty() {
+        return Err(Problem::new(StatusCode::CONFLICT, "no_live_tab", "this card names no browser tab"));
+    }
+    Ok((runtime, Tab { profile: card.browser_profile_id, snapshot: card.snapshot_id }))
+}
+
+/// The tab a card was asked in: its session's browser profile and the card's snapshot.
+pub(super) struct Tab {
+    pub(super) profile: String,
+    pub(super) snapshot: String,
+}
+
+pub(super) fn runtime_problem(s: tonic::Status) -> Problem {
+    match s.code() {
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => {
+            Problem::unavailable("the browser runtime cannot be reached now")
+        }
+        _ => Problem::from_status(&s),
+    }
+}
+
+/// The tab's picture, with the page's origin and path (`x-live-page`) for the console to show.
+pub(super) fn png(bytes: Vec<u8>, page: &str) -> Response {
+    let page = HeaderValue::from_str(page).unwrap_or_else(|_| HeaderValue::from_static(""));
+    let headers = [
+        (header::CONTENT_TYPE, HeaderValue::from_static("image/png")),
+        (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+        (header::HeaderName::from_static("x-live-page"), page),
+    ];
+    (headers, bytes).into_response()
+}
+
+/// One input to a tab taken over: exactly one field.
+#[derive(Debug, Clone, Default, serde::Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LiveInput {
+    /// A click at this point of the live picture, in its pixels.
+    #[serde(default)]
+    pub click: Option<LivePoint>,
+    /// Text typed as it is, 1 to 1024 characters.
+    #[serde(default)]
+    pub text: Option<String>,
+    /// A named key: Enter, Tab, Escape, Backspace, Delete, the arrows, Home, End, PageUp, PageDown.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// The owner is done: the tab closes.
+    #[serde(default)]
+    pub done: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, Default, serde::Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LivePoint {
+    pub x: u32,
+    pub y: u32,
+}
