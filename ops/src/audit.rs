@@ -474,8 +474,15 @@ pub async fn serve(config: tokio_postgres::Config, metrics: telemetry::MetricsLi
     projections::worker::ensure_current(&client).await?;
     let mut registry = telemetry::Registry::default();
     projections::metrics::register(&mut registry);
-    let (health, sampler) = sample_standings(config.clone());
-    crate::observe::serve_metrics(metrics, "projection workers", registry, health).await?;
+    // Nothing is sampled when nothing is served.
+    let sampler = match metrics {
+        telemetry::MetricsListen::Off => None,
+        telemetry::MetricsListen::At(_) => {
+            let (health, sampler) = sample_standings(config.clone());
+            crate::observe::serve_metrics(metrics, "projection workers", registry, health).await?;
+            Some(sampler)
+        }
+    };
     let pool = ledger::postgres::pool(config.clone(), 4).map_err(anyhow::Error::msg)?;
     let store = PgStore::with_listener(pool, config.clone());
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -493,7 +500,9 @@ pub async fn serve(config: tokio_postgres::Config, metrics: telemetry::MetricsLi
     let _ = tokio::signal::ctrl_c().await;
     tracing::info!("shutting down projection workers");
     let _ = stop.send(true);
-    sampler.abort();
+    if let Some(s) = sampler {
+        s.abort();
+    }
     for w in workers {
         let _ = tokio::time::timeout(Duration::from_secs(5), w).await;
     }
@@ -503,27 +512,37 @@ pub async fn serve(config: tokio_postgres::Config, metrics: telemetry::MetricsLi
 /// How often the workers' standing is read for the metrics and health.
 const SAMPLE_EVERY: Duration = Duration::from_secs(2);
 
+/// The longest one reading may take: a database that does not answer is a failure, not a wait.
+const SAMPLE_WITHIN: Duration = Duration::from_secs(2);
+
 /// Reads where each projection stands every [`SAMPLE_EVERY`] into the metrics, and answers health
-/// from the newest reading: failing when the database could not be read for three readings, or a
-/// projection's high-water mark is frozen.
+/// from the newest reading: failing when the database could not be read for three readings, when
+/// the newest reading is older than three periods (the sampler itself is stuck), or when a
+/// projection's high-water mark is frozen. Health says what failed in fixed words; the detail is
+/// logged.
 fn sample_standings(config: tokio_postgres::Config) -> (telemetry::HealthCheck, tokio::task::JoinHandle<()>) {
+    use std::sync::{Arc, Mutex, PoisonError};
     use telemetry::Health;
-    let last = std::sync::Arc::new(std::sync::Mutex::new(Health::Failing("not read yet".into())));
-    let written = std::sync::Arc::clone(&last);
+    type Reading = (Health, std::time::Instant);
+    let last: Arc<Mutex<Reading>> =
+        Arc::new(Mutex::new((Health::Failing("not read yet".into()), std::time::Instant::now())));
+    let written = Arc::clone(&last);
     let sampler = tokio::spawn(async move {
         let mut frozen = projections::metrics::FrozenClock::default();
-        let mut client = None;
+        let mut client: Option<tokio_postgres::Client> = None;
         let mut failures = 0u32;
         let mut tick = tokio::time::interval(SAMPLE_EVERY);
         loop {
             tick.tick().await;
-            if client.as_ref().is_none_or(tokio_postgres::Client::is_closed) {
-                client = crate::connect_config(&config).await.ok();
-            }
-            let read = match &client {
-                Some(c) => projections::worker::status(c).await.map_err(|e| e.to_string()),
-                None => Err("cannot connect".into()),
-            };
+            let read = tokio::time::timeout(SAMPLE_WITHIN, async {
+                if client.as_ref().is_none_or(tokio_postgres::Client::is_closed) {
+                    client = Some(crate::connect_config(&config).await?);
+                }
+                let c = client.as_ref().context("no connection")?;
+                Ok::<_, anyhow::Error>(projections::worker::standings(c).await?)
+            })
+            .await
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer within {SAMPLE_WITHIN:?}")));
             let health = match read {
                 Ok(standings) => {
                     failures = 0;
@@ -539,18 +558,22 @@ fn sample_standings(config: tokio_postgres::Config) -> (telemetry::HealthCheck, 
                 Err(e) => {
                     failures += 1;
                     client = None;
+                    tracing::warn!(error = %format!("{e:#}"), failures, "the projections' standing cannot be read");
                     if failures < 3 {
                         continue;
                     }
-                    Health::Failing(format!("the database cannot be read: {e}"))
+                    Health::Failing("the database cannot be read".into())
                 }
             };
-            *written.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = health;
+            *written.lock().unwrap_or_else(PoisonError::into_inner) = (health, std::time::Instant::now());
         }
     });
-    let health: telemetry::HealthCheck = std::sync::Arc::new(move || {
-        let now = last.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-        Box::pin(async move { now })
+    let health: telemetry::HealthCheck = Arc::new(move || {
+        let (health, at) = last.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let stale = at.elapsed() > SAMPLE_EVERY * 3 + SAMPLE_WITHIN;
+        Box::pin(
+            async move { if stale { Health::Failing("the standing has not been read lately".into()) } else { health } },
+        )
     });
     (health, sampler)
 }

@@ -139,7 +139,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Status => {
             let url = database_url(&cli.database_url)?;
             let config: tokio_postgres::Config = url.parse().context("DATABASE_URL is not a valid PostgreSQL URL")?;
-            let services = ops::status::services(|k| std::env::var(k).ok())?;
+            let services = ops::status::services(|k| std::env::var(k).ok());
             print!("{}", ops::status::report(&config, &services).await?);
         }
         Cmd::Classify => {

@@ -55,9 +55,13 @@ pub fn database_health(pool: deadpool_postgres::Pool) -> HealthCheck {
                 let client = pool.get().await.map_err(|e| e.to_string())?;
                 client.simple_query("SELECT 1").await.map_err(|e| e.to_string())
             });
+            // The words are fixed: a metrics port must not show the database's host or user.
             match tried.await {
                 Ok(Ok(_)) => Health::Serving,
-                Ok(Err(e)) => Health::Failing(format!("the database cannot be read: {e}")),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "health: the database cannot be read");
+                    Health::Failing("the database cannot be read".into())
+                }
                 Err(_) => Health::Failing("the database did not answer within 2 s".into()),
             }
         })
@@ -78,4 +82,17 @@ pub async fn harness_metrics(get: &impl Fn(&str) -> Option<String>) -> Result<()
     agent::metrics::register(&mut registry);
     serve_metrics(listen, "harness", registry, always_serving()).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn health_fails_in_fixed_words_when_the_database_is_gone() {
+        // Nothing listens on port 1: the connection is refused at once.
+        let config: tokio_postgres::Config = "postgres://someone@127.0.0.1:1/db".parse().unwrap();
+        let check = database_health(health_pool(&config).unwrap());
+        assert_eq!(check().await, Health::Failing("the database cannot be read".into()));
+    }
 }

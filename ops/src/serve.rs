@@ -341,7 +341,10 @@ pub async fn runtime(config: RuntimeServeConfig, database_url: String) -> Result
         );
     }
     let runtime = browser_runtime::BrowserRuntime::new(config.runtime, Credentials::postgres(pool), redeemer);
-    let runtime = Arc::new(runtime.with_gate_metrics(gate));
+    let runtime = Arc::new(match config.metrics {
+        MetricsListen::Off => runtime,
+        MetricsListen::At(_) => runtime.with_gate_metrics(gate),
+    });
     let listener =
         tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     println!("browser runtime serving on {}", listener.local_addr()?);

@@ -8,18 +8,18 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Result;
-use telemetry::MetricsListen;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// A service to ask, and where its metrics listener is.
+/// A service to ask, and where its metrics listener is (none: off; an error: unreadable).
 #[derive(Debug, Clone)]
 pub struct Service {
     pub name: &'static str,
-    pub metrics: MetricsListen,
+    pub metrics: Result<Option<SocketAddr>, String>,
 }
 
-/// The services as the environment places them (the variables `grantctl serve` reads).
-pub fn services(get: impl Fn(&str) -> Option<String>) -> Result<Vec<Service>> {
+/// The services as the environment places them (the variables `grantctl serve` reads). A client
+/// may read any address: the loopback rule is the listener's, not the reader's.
+pub fn services(get: impl Fn(&str) -> Option<String>) -> Vec<Service> {
     use crate::observe::{AUTHORIZER_METRICS, GATEWAY_METRICS, PROJECTIONS_METRICS, RUNTIME_METRICS};
     let each = [
         ("authorizer", "AUTHORIZER", AUTHORIZER_METRICS),
@@ -28,7 +28,15 @@ pub fn services(get: impl Fn(&str) -> Option<String>) -> Result<Vec<Service>> {
         ("projection workers", "PROJECTIONS", PROJECTIONS_METRICS),
     ];
     each.into_iter()
-        .map(|(name, prefix, default)| Ok(Service { name, metrics: MetricsListen::parse(&get, prefix, default)? }))
+        .map(|(name, prefix, default)| {
+            let var = format!("{prefix}_METRICS_LISTEN");
+            let value = get(&var).unwrap_or_else(|| default.to_owned());
+            let metrics = match value.as_str() {
+                "off" => Ok(None),
+                v => v.parse().map(Some).map_err(|_| format!("{var}={v:?} is not an address")),
+            };
+            Service { name, metrics }
+        })
         .collect()
 }
 
@@ -40,9 +48,16 @@ pub async fn report(config: &tokio_postgres::Config, services: &[Service]) -> Re
     let mut out = String::from("services\n");
     let mut errors = Vec::new();
     for s in services {
-        let MetricsListen::At(addr) = s.metrics else {
-            writeln!(out, "  {:<20} metrics off: health unknown", s.name)?;
-            continue;
+        let addr = match &s.metrics {
+            Ok(Some(addr)) => *addr,
+            Ok(None) => {
+                writeln!(out, "  {:<20} metrics off: health unknown", s.name)?;
+                continue;
+            }
+            Err(e) => {
+                writeln!(out, "  {:<20} {e}", s.name)?;
+                continue;
+            }
         };
         let health = match get(addr, "/healthz").await {
             Ok((200, _)) => "serving".to_owned(),
@@ -59,7 +74,7 @@ pub async fn report(config: &tokio_postgres::Config, services: &[Service]) -> Re
         Err(e) => writeln!(out, "database\n  UNREACHABLE: {e:#}")?,
         Ok(client) => {
             out.push_str("projections\n");
-            for p in projections::worker::status(&client).await? {
+            for p in projections::worker::standings(&client).await? {
                 let frozen = if p.lag_events > 0 && p.lag_seconds >= 30.0 { "  BEHIND" } else { "" };
                 writeln!(
                     out,
@@ -74,13 +89,13 @@ pub async fn report(config: &tokio_postgres::Config, services: &[Service]) -> Re
             let rows = client
                 .query(
                     "WITH g AS (SELECT tenant_id, count(*) AS n FROM active_task_grants \
-                       WHERE ended_at IS NULL AND expires_at > now() GROUP BY tenant_id), \
+                       WHERE ended_at IS NULL AND expires_at > now() AND actions_used < $1 GROUP BY tenant_id), \
                      a AS (SELECT tenant_id, count(*) AS n FROM authority_approvals \
                        WHERE pending_until > now() GROUP BY tenant_id) \
                      SELECT coalesce(g.tenant_id, a.tenant_id), coalesce(g.n, 0), coalesce(a.n, 0) \
                      FROM g FULL JOIN a ON a.tenant_id = g.tenant_id \
                      ORDER BY coalesce(g.tenant_id, a.tenant_id) COLLATE \"C\"",
-                    &[],
+                    &[&i32::try_from(grant_domain::limits::MAX_ACTIONS)?],
                 )
                 .await?;
             if rows.is_empty() {

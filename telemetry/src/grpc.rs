@@ -73,36 +73,43 @@ impl GrpcMetrics {
         };
         let method = Method { grpc_service: service, grpc_method: method };
         self.started.get_or_create(&method).inc();
-        Started { metrics: self.clone(), method, at: Instant::now() }
+        Started { call: Some((self.clone(), method, Instant::now())) }
     }
 }
 
-/// A call in flight, recorded once when its status is known.
+/// A call in flight, recorded once when its status is known, or as cancelled when it is dropped
+/// before (the client went away, or the server's timeout dropped the call).
 #[derive(Debug)]
 pub struct Started {
-    metrics: GrpcMetrics,
-    method: Method,
-    at: Instant,
+    call: Option<(GrpcMetrics, Method, Instant)>,
 }
 
 impl Started {
-    fn finish(self, code: &'static str) {
-        let Self { metrics, method, at } = self;
+    fn finish(&mut self, code: &'static str) {
+        let Some((metrics, method, at)) = self.call.take() else { return };
         metrics.handling.get_or_create(&method).observe(at.elapsed().as_secs_f64());
         let handled = Handled { grpc_service: method.grpc_service, grpc_method: method.grpc_method, grpc_code: code };
         metrics.handled.get_or_create(&handled).inc();
     }
 
+    /// The method's label, `service/method` or `other`: what a log line may carry of the path.
+    pub fn method(&self) -> String {
+        self.call.as_ref().map_or_else(String::new, |(_, m, _)| format!("{}/{}", m.grpc_service, m.grpc_method))
+    }
+
     /// Records the call from `response`: now, when its headers carry the status (a refusal or
     /// an error), otherwise when its body's trailers do.
-    pub fn observe<B>(self, response: http::Response<B>) -> http::Response<Metered<B>> {
-        match status_of(response.headers()) {
-            Some(code) => {
-                self.finish(code);
-                response.map(|body| Metered { body, call: None })
-            }
-            None => response.map(|body| Metered { body, call: Some(self) }),
+    pub fn observe<B>(mut self, response: http::Response<B>) -> http::Response<Metered<B>> {
+        if let Some(code) = status_of(response.headers()) {
+            self.finish(code);
         }
+        response.map(|body| Metered { body, call: self })
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        self.finish("Canceled");
     }
 }
 
@@ -136,20 +143,12 @@ pub fn code_name(code: i32) -> &'static str {
 }
 
 pin_project_lite::pin_project! {
-    /// A response body that records its call when the trailers pass, or as cancelled when it is
-    /// dropped before they do (the client went away).
+    /// A response body that records its call when the trailers pass (dropped before they do,
+    /// the call is recorded as cancelled).
     pub struct Metered<B> {
         #[pin]
         body: B,
-        call: Option<Started>,
-    }
-
-    impl<B> PinnedDrop for Metered<B> {
-        fn drop(this: Pin<&mut Self>) {
-            if let Some(call) = this.project().call.take() {
-                call.finish("Canceled");
-            }
-        }
+        call: Started,
     }
 }
 
@@ -162,23 +161,13 @@ impl<B: Body> Body for Metered<B> {
         let polled = this.body.poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
-                if let Some(code) = frame.trailers_ref().and_then(status_of)
-                    && let Some(call) = this.call.take()
-                {
-                    call.finish(code);
+                if let Some(code) = frame.trailers_ref().and_then(status_of) {
+                    this.call.finish(code);
                 }
             }
-            Poll::Ready(Some(Err(_))) => {
-                if let Some(call) = this.call.take() {
-                    call.finish("Internal");
-                }
-            }
+            Poll::Ready(Some(Err(_))) => this.call.finish("Internal"),
             // Ended with no status: gRPC's own reading of that is Unknown.
-            Poll::Ready(None) => {
-                if let Some(call) = this.call.take() {
-                    call.finish("Unknown");
-                }
-            }
+            Poll::Ready(None) => this.call.finish("Unknown"),
             Poll::Pending => {}
         }
         polled
@@ -214,6 +203,8 @@ mod tests {
         let answered = http::Response::new(Trailing(Some(7)));
         let body = m.start("/pkg.Svc/Do").observe(answered).into_body();
         body.collect().await.unwrap();
+        // A call dropped before any response (a timeout, a client gone).
+        drop(m.start("/pkg.Svc/Do"));
         // A path nobody serves, dropped before its trailers.
         drop(m.start("/made.Up/Name").observe(http::Response::new(Trailing(Some(0)))));
         let text = exposition(&registry);
@@ -221,7 +212,8 @@ mod tests {
             r#"grpc_server_handled_total{grpc_service="pkg.Svc",grpc_method="Do",grpc_code="Unauthenticated"} 1"#,
             r#"grpc_server_handled_total{grpc_service="pkg.Svc",grpc_method="Do",grpc_code="PermissionDenied"} 1"#,
             r#"grpc_server_handled_total{grpc_service="other",grpc_method="other",grpc_code="Canceled"} 1"#,
-            r#"grpc_server_handling_seconds_count{grpc_service="pkg.Svc",grpc_method="Do"} 2"#,
+            r#"grpc_server_handled_total{grpc_service="pkg.Svc",grpc_method="Do",grpc_code="Canceled"} 1"#,
+            r#"grpc_server_handling_seconds_count{grpc_service="pkg.Svc",grpc_method="Do"} 3"#,
         ] {
             assert!(text.contains(line), "{line} missing from:\n{text}");
         }

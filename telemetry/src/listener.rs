@@ -49,7 +49,7 @@ impl MetricsListen {
             Some("true") => true,
             Some(other) => return Err(MetricsError::NotABoolean(other.to_owned())),
         };
-        if !addr.ip().is_loopback() && !allowed {
+        if !addr.ip().to_canonical().is_loopback() && !allowed {
             return Err(MetricsError::NotLoopback { var, addr });
         }
         Ok(Self::At(addr))
@@ -67,7 +67,15 @@ pub enum Health {
 /// How the listener asks the service for its health at each `GET /healthz`.
 pub type HealthCheck = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Health> + Send>> + Send + Sync>;
 
-/// Serves `registry` and `health` on `listener` until `shutdown` resolves.
+/// Scrapers served at once: a metrics port shares the process's files with the service, so a
+/// flood of connections to it must not take them all.
+const MAX_CONNECTIONS: usize = 16;
+
+/// The longest one connection may take, read and answer together.
+const CONNECTION_TIME: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Serves `registry` and `health` on `listener` until `shutdown` resolves: one request per
+/// connection, at most [`MAX_CONNECTIONS`] at once, each within [`CONNECTION_TIME`].
 pub async fn serve(
     listener: TcpListener,
     registry: Arc<Registry>,
@@ -75,14 +83,18 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) {
     let mut shutdown = std::pin::pin!(shutdown);
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { return };
         let stream = tokio::select! {
             () = &mut shutdown => return,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
-                // Out of files or a reset before accept: the next accept may succeed.
+                // Out of files or a reset before accept: pause, so a persistent failure does not
+                // spin, then try again.
                 Err(e) => {
                     tracing::warn!(error = %e, "metrics listener: accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
                     continue;
                 }
             },
@@ -94,12 +106,14 @@ pub async fn serve(
                 async move { Ok::<_, Infallible>(answer(&req, &registry, &health).await) }
             });
             let io = hyper_util::rt::TokioIo::new(stream);
-            // A scraper that hangs up mid-answer is nothing to report.
-            let _ = hyper::server::conn::http1::Builder::new()
+            let connection = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(std::time::Duration::from_secs(5))
-                .serve_connection(io, service)
-                .await;
+                .keep_alive(false)
+                .serve_connection(io, service);
+            // A scraper that hangs up or stalls mid-answer is nothing to report.
+            let _ = tokio::time::timeout(CONNECTION_TIME, connection).await;
+            drop(slot);
         });
     }
 }
@@ -144,6 +158,8 @@ mod tests {
         assert_eq!(parse(&[]), Ok(at("127.0.0.1:9401")));
         assert_eq!(parse(&[("X_METRICS_LISTEN", "off")]), Ok(MetricsListen::Off));
         assert_eq!(parse(&[("X_METRICS_LISTEN", "[::1]:9")]), Ok(at("[::1]:9")));
+        assert_eq!(parse(&[("X_METRICS_LISTEN", "[::ffff:127.0.0.1]:9")]), Ok(at("[::ffff:127.0.0.1]:9")));
+        assert!(matches!(parse(&[("X_METRICS_LISTEN", "[::]:9401")]), Err(MetricsError::NotLoopback { .. })));
         assert!(matches!(parse(&[("X_METRICS_LISTEN", "0.0.0.0:9401")]), Err(MetricsError::NotLoopback { .. })));
         assert!(matches!(parse(&[("X_METRICS_LISTEN", "10.0.0.1:9401")]), Err(MetricsError::NotLoopback { .. })));
         let public = [("X_METRICS_LISTEN", "0.0.0.0:9401"), ("METRICS_ALLOW_NON_LOOPBACK", "true")];
@@ -151,5 +167,38 @@ mod tests {
         let unsure = [("X_METRICS_LISTEN", "0.0.0.0:9401"), ("METRICS_ALLOW_NON_LOOPBACK", "yes")];
         assert!(matches!(parse(&unsure), Err(MetricsError::NotABoolean(_))));
         assert!(matches!(parse(&[("X_METRICS_LISTEN", "localhost")]), Err(MetricsError::NotAnAddress { .. })));
+    }
+}
+
+#[cfg(test)]
+mod served {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn ask(addr: SocketAddr, request: &str) -> String {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        stream.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn only_a_get_of_metrics_or_health_is_answered() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let failing: HealthCheck = Arc::new(|| Box::pin(async { Health::Failing("the database is gone".into()) }));
+        tokio::spawn(serve(listener, Arc::new(Registry::default()), failing, std::future::pending()));
+        let status = |r: &str| r.split_whitespace().nth(1).unwrap_or_default().to_owned();
+        let metrics = ask(addr, "GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        assert_eq!(status(&metrics), "200", "{metrics}");
+        assert!(metrics.ends_with("# EOF\n"), "{metrics}");
+        let health = ask(addr, "GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        assert_eq!(status(&health), "503", "{health}");
+        assert!(health.ends_with("the database is gone\n"), "{health}");
+        let post = ask(addr, "POST /metrics HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n").await;
+        assert_eq!(status(&post), "405", "{post}");
+        let other = ask(addr, "GET /debug HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        assert_eq!(status(&other), "404", "{other}");
     }
 }

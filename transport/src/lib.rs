@@ -519,7 +519,7 @@ pub const STANDARD_PATHS: [&str; 3] = [
 
 /// gRPC server reflection over `sets` (encoded file descriptor sets), advertising `service`
 /// (`package.Service`), health and reflection, so that `grpcurl list` and `describe` work. The
-/// schema is public; a call to it is still held to the gate's limits.
+/// schema is public, so any caller may ask, with messages of at most 4 KiB.
 pub fn reflection(
     sets: &[&'static [u8]],
     service: &str,
@@ -529,7 +529,8 @@ pub fn reflection(
         .fold(tonic_reflection::server::Builder::configure(), |b, set| b.register_encoded_file_descriptor_set(set));
     let names = [service, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"];
     let builder = names.into_iter().fold(builder, |b, name| b.with_service_name(name));
-    builder.build_v1().expect("the compiled descriptor sets are well formed")
+    // Open to any caller, as health is: so each message it decodes is held small, as health's is.
+    builder.build_v1().expect("the compiled descriptor sets are well formed").max_decoding_message_size(4 * 1024)
 }
 
 /// The id a request carries across services (`x-request-id`), for the logs: the caller's when it
@@ -541,14 +542,34 @@ pub struct RequestId(pub String);
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
 impl RequestId {
+    /// A new id.
+    pub fn new() -> Self {
+        Self(uuid::Uuid::new_v4().simple().to_string())
+    }
+
     /// The id `headers` carry when it is 1 to 64 letters, digits, `-`, `_` or `.`; otherwise a
     /// new one, so a caller cannot write arbitrary text into every log line.
     pub fn from_headers(headers: &http::HeaderMap) -> Self {
         let given = headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).filter(|v| {
             (1..=64).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
         });
-        Self(given.map_or_else(|| uuid::Uuid::new_v4().simple().to_string(), str::to_owned))
+        given.map_or_else(Self::new, |id| Self(id.to_owned()))
     }
+}
+
+impl Default for RequestId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The first `max` bytes of `text`, cut at a character's boundary.
+fn clipped(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 impl<S> std::fmt::Debug for Gate<S> {
@@ -615,17 +636,17 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let (credentials, route, limits) = (self.credentials.clone(), self.route, self.limits);
         let (registry, metrics) = (self.registry.clone(), self.metrics.clone());
-        let request_id = RequestId::from_headers(req.headers());
+        let started = metrics.as_ref().map(|m| m.grpc.start(req.uri().path()));
+        // The path is the caller's text: a log line carries its closed label, or its first bytes.
+        let method = started.as_ref().map_or_else(|| clipped(req.uri().path(), 128).to_owned(), |s| s.method());
         let span = tracing::info_span!(
             "rpc",
-            method = req.uri().path(),
-            request_id = request_id.0.as_str(),
+            method,
+            request_id = tracing::field::Empty,
             tenant = tracing::field::Empty,
             role = tracing::field::Empty,
         );
         let in_span = span.clone();
-        let started = metrics.as_ref().map(|m| m.grpc.start(req.uri().path()));
-        req.extensions_mut().insert(request_id);
         let call = async move {
             let headers = req.headers();
             let bytes: usize = headers.iter().map(|(k, v)| k.as_str().len() + v.len()).sum();
@@ -642,6 +663,12 @@ where
                     Ok(caller) => {
                         in_span.record("tenant", caller.tenant.as_str());
                         in_span.record("role", tracing::field::display(&caller.role));
+                        // Only the gateway's id is believed: it made it at the owner's edge.
+                        if caller.role == Role::Gateway {
+                            let id = RequestId::from_headers(req.headers());
+                            in_span.record("request_id", id.0.as_str());
+                            req.extensions_mut().insert(id);
+                        }
                         if let Some(conn) = req.extensions().get::<ConnInfo>() {
                             registry.prove(conn.id);
                         }
@@ -654,6 +681,11 @@ where
                         return Ok(auth_status(e).into_http());
                     }
                 }
+            }
+            if req.extensions().get::<RequestId>().is_none() {
+                let id = RequestId::new();
+                in_span.record("request_id", id.0.as_str());
+                req.extensions_mut().insert(id);
             }
             let response = inner.call(req).await?;
             Ok(callers_fault(response))

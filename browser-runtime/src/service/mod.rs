@@ -356,10 +356,13 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
         let now = OffsetDateTime::now_utc();
         let allow = Allow { tickets: &self.config.tickets, redeemer: &self.redeemer };
         let timer = Timer::start("act");
-        let o =
-            bounded!(self, s, s.act(input, &self.records, allow, &self.config.browser, now)).map_err(session_status)?;
-        drop(timer);
         let m = &crate::metrics::METRICS;
+        let o = bounded!(self, s, s.act(input, &self.records, allow, &self.config.browser, now)).map_err(|e| {
+            // Not one of the contract's answers: the browser failed, timed out or was restarted.
+            m.acts.get_or_create(&[("code", "SESSION_ERROR")]).inc();
+            session_status(e)
+        })?;
+        drop(timer);
         m.acts.get_or_create(&[("code", o.code.name())]).inc();
         if let (Code::GrantNotApplicable, Some(reason)) = (o.code, o.reason) {
             m.grant_refusals.get_or_create(&[("reason", reason)]).inc();

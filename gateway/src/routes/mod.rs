@@ -466,10 +466,7 @@ async fn resolve(call: Call, Seg(approval_id): Seg, req: Request) -> Answer<Reso
             (r, String::new(), String::new())
         }
     };
-    if let Some(ms) = body.shown_for_ms {
-        tracing::info!(approval_id = %approval_id, shown_for_ms = ms, resolution = ?body.resolution, "card answered");
-        crate::metrics::dwell(body.resolution.code(), std::time::Duration::from_millis(ms));
-    }
+    let shown_for = body.shown_for_ms;
     // Taking over marks the tab first, so that from the answer on nothing of the agent's reaches
     // it: the owner meant to act there even if the card cannot be answered any more.
     let taken = if resolution == pb::Resolution::TakeOver {
@@ -510,6 +507,12 @@ async fn resolve(call: Call, Seg(approval_id): Seg, req: Request) -> Answer<Reso
             return Err(status(s));
         }
     };
+    // Counted once the answer is recorded, and held to an hour: the client measures it, so a made-up
+    // card or a made-up figure moves nothing.
+    if let Some(ms) = shown_for {
+        tracing::info!(shown_for_ms = ms, resolution = ?body.resolution, "card answered");
+        crate::metrics::dwell(body.resolution.code(), std::time::Duration::from_millis(ms.min(3_600_000)));
+    }
     Ok(Json(Resolved {
         status: r.status,
         grant_id: Some(r.grant_id).filter(|g| !g.is_empty()),
