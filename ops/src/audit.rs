@@ -568,12 +568,10 @@ fn sample_standings(config: tokio_postgres::Config) -> (telemetry::HealthCheck, 
             *written.lock().unwrap_or_else(PoisonError::into_inner) = (health, std::time::Instant::now());
         }
     });
-    let health: telemetry::HealthCheck = Arc::new(move || {
+    let health = telemetry::HealthCheck::new(move || {
         let (health, at) = last.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let stale = at.elapsed() > SAMPLE_EVERY * 3 + SAMPLE_WITHIN;
-        Box::pin(
-            async move { if stale { Health::Failing("the standing has not been read lately".into()) } else { health } },
-        )
+        async move { if stale { Health::Failing("the standing has not been read lately".into()) } else { health } }
     });
     (health, sampler)
 }

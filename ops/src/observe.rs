@@ -24,7 +24,7 @@ pub fn gate_metrics(registry: &mut Registry, service: &str) -> transport::GateMe
 
 /// A health check that always answers serving: for a service with nothing of its own to check.
 pub fn always_serving() -> HealthCheck {
-    Arc::new(|| Box::pin(async { Health::Serving }))
+    HealthCheck::serving()
 }
 
 /// Binds `listen` and serves `registry` and `health` on it for the life of the process; answers
@@ -48,9 +48,9 @@ pub async fn serve_metrics(
 
 /// Serving while `pool` can run a statement within two seconds.
 pub fn database_health(pool: deadpool_postgres::Pool) -> HealthCheck {
-    Arc::new(move || {
+    HealthCheck::new(move || {
         let pool = pool.clone();
-        Box::pin(async move {
+        async move {
             let tried = tokio::time::timeout(Duration::from_secs(2), async {
                 let client = pool.get().await.map_err(|e| e.to_string())?;
                 client.simple_query("SELECT 1").await.map_err(|e| e.to_string())
@@ -64,7 +64,7 @@ pub fn database_health(pool: deadpool_postgres::Pool) -> HealthCheck {
                 }
                 Err(_) => Health::Failing("the database did not answer within 2 s".into()),
             }
-        })
+        }
     })
 }
 
@@ -93,6 +93,6 @@ mod tests {
         // Nothing listens on port 1: the connection is refused at once.
         let config: tokio_postgres::Config = "postgres://someone@127.0.0.1:1/db".parse().unwrap();
         let check = database_health(health_pool(&config).unwrap());
-        assert_eq!(check().await, Health::Failing("the database cannot be read".into()));
+        assert_eq!(check.check().await, Health::Failing("the database cannot be read".into()));
     }
 }

@@ -220,7 +220,7 @@ pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Resul
     // The tenant here only names the handle: each call acts in its credential's tenant.
     let authority = Arc::new(Authority::metered(backend, config.policy, TenantId::new("default")?, metrics));
     let health = crate::observe::database_health(crate::observe::health_pool(&pg_config)?);
-    crate::observe::serve_metrics(config.metrics, "authorizer", registry, health).await?;
+    crate::observe::serve_metrics(config.metrics, "authorizer", registry, health.clone()).await?;
 
     let sweeper = {
         let authority = Arc::clone(&authority);
@@ -248,7 +248,7 @@ pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Resul
     };
     let tls = config.transport.server_tls()?;
     let credentials = Credentials::postgres(pool_for_credentials);
-    let service = AuthorizerService::new(authority, credentials, config.tickets);
+    let service = AuthorizerService::new(authority, credentials, config.tickets).with_health_check(health);
     // Metrics off: nothing is served, so nothing is recorded at the gate either.
     let service = match config.metrics {
         MetricsListen::Off => service,
@@ -332,7 +332,7 @@ pub async fn runtime(config: RuntimeServeConfig, database_url: String) -> Result
     browser_runtime::metrics::register(&mut registry);
     let gate = crate::observe::gate_metrics(&mut registry, "browser_runtime.v1.BrowserRuntime");
     let health = crate::observe::database_health(crate::observe::health_pool(&pg_config)?);
-    crate::observe::serve_metrics(config.metrics, "browser runtime", registry, health).await?;
+    crate::observe::serve_metrics(config.metrics, "browser runtime", registry, health.clone()).await?;
     let redeemer = browser_runtime::service::AuthorizerRedeemer::new(config.runtime.authorizer.as_ref())
         .map_err(anyhow::Error::msg)?;
     if config.runtime.authorizer.is_none() {
@@ -340,7 +340,8 @@ pub async fn runtime(config: RuntimeServeConfig, database_url: String) -> Result
             "no RUNTIME_AUTHORIZER_URL: approval tokens cannot be redeemed, so consequential acts are refused"
         );
     }
-    let runtime = browser_runtime::BrowserRuntime::new(config.runtime, Credentials::postgres(pool), redeemer);
+    let runtime = browser_runtime::BrowserRuntime::new(config.runtime, Credentials::postgres(pool), redeemer)
+        .with_health_check(health);
     let runtime = Arc::new(match config.metrics {
         MetricsListen::Off => runtime,
         MetricsListen::At(_) => runtime.with_gate_metrics(gate),

@@ -64,8 +64,35 @@ pub enum Health {
     Failing(String),
 }
 
-/// How the listener asks the service for its health at each `GET /healthz`.
-pub type HealthCheck = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Health> + Send>> + Send + Sync>;
+type Check = dyn Fn() -> Pin<Box<dyn Future<Output = Health> + Send>> + Send + Sync;
+
+/// How a service is asked for its health: at each `GET /healthz`, and by gRPC health.
+#[derive(Clone)]
+pub struct HealthCheck(Arc<Check>);
+
+impl HealthCheck {
+    pub fn new<F>(check: impl Fn() -> F + Send + Sync + 'static) -> Self
+    where
+        F: Future<Output = Health> + Send + 'static,
+    {
+        Self(Arc::new(move || Box::pin(check())))
+    }
+
+    /// A check that always answers serving: for a service with nothing of its own to check.
+    pub fn serving() -> Self {
+        Self::new(|| async { Health::Serving })
+    }
+
+    pub async fn check(&self) -> Health {
+        (self.0)().await
+    }
+}
+
+impl std::fmt::Debug for HealthCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HealthCheck")
+    }
+}
 
 /// Scrapers served at once: a metrics port shares the process's files with the service, so a
 /// flood of connections to it must not take them all.
@@ -99,10 +126,10 @@ pub async fn serve(
                 }
             },
         };
-        let (registry, health) = (Arc::clone(&registry), Arc::clone(&health));
+        let (registry, health) = (Arc::clone(&registry), health.clone());
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
-                let (registry, health) = (Arc::clone(&registry), Arc::clone(&health));
+                let (registry, health) = (Arc::clone(&registry), health.clone());
                 async move { Ok::<_, Infallible>(answer(&req, &registry, &health).await) }
             });
             let io = hyper_util::rt::TokioIo::new(stream);
@@ -135,7 +162,7 @@ async fn answer<B>(req: &http::Request<B>, registry: &Registry, health: &HealthC
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             crate::encode(registry),
         ),
-        "/healthz" => match health().await {
+        "/healthz" => match health.check().await {
             Health::Serving => reply(http::StatusCode::OK, "text/plain", "serving\n".into()),
             Health::Failing(why) => reply(http::StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("{why}\n")),
         },
@@ -187,7 +214,7 @@ mod served {
     async fn only_a_get_of_metrics_or_health_is_answered() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let failing: HealthCheck = Arc::new(|| Box::pin(async { Health::Failing("the database is gone".into()) }));
+        let failing = HealthCheck::new(|| async { Health::Failing("the database is gone".into()) });
         tokio::spawn(serve(listener, Arc::new(Registry::default()), failing, std::future::pending()));
         let status = |r: &str| r.split_whitespace().nth(1).unwrap_or_default().to_owned();
         let metrics = ask(addr, "GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n").await;

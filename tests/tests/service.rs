@@ -616,6 +616,33 @@ async fn health_reports_serving() {
     assert_eq!(overall.status, ServingStatus::Serving as i32);
     let named = health.check(asked("grant_ledger.v1.Authorizer")).await.unwrap().into_inner();
     assert_eq!(named.status, ServingStatus::Serving as i32);
+
+    // With a check (in production: the database answering), gRPC health follows it, as /healthz
+    // does: a failing check is NOT_SERVING, overall and for the service.
+    let authority = Arc::new(Authority::new(MemoryGrants::default(), Policy::empty(), TenantId::new(TENANT).unwrap()));
+    let failing = telemetry::HealthCheck::new(|| async { telemetry::Health::Failing("the database is gone".into()) });
+    let service =
+        AuthorizerService::new(authority, Credentials::memory(), tests::ticket_keys()).with_health_check(failing);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (_stop_too, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(serve(listener, service, None, async {
+        let _ = stopped.await;
+    }));
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
+    let health = HealthClient::new(channel);
+    let within = std::time::Duration::from_secs(10);
+    tests::poll_until("gRPC health to follow the failing check", within, std::time::Duration::from_millis(20), || {
+        let mut health = health.clone();
+        async move {
+            let mut all = Vec::new();
+            for service in ["", "grant_ledger.v1.Authorizer"] {
+                all.push(health.check(asked(service)).await.ok()?.into_inner().status);
+            }
+            all.iter().all(|s| *s == ServingStatus::NotServing as i32).then_some(())
+        }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

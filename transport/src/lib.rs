@@ -517,6 +517,33 @@ pub const STANDARD_PATHS: [&str; 3] = [
     "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
 ];
 
+/// How often gRPC health is brought in step with the service's own check.
+pub const HEALTH_EVERY: Duration = Duration::from_secs(5);
+
+/// Keeps gRPC health in step with `check`, every [`HEALTH_EVERY`] until aborted: the server's
+/// overall status (`""`) and `service`'s, so a load balancer's probe and `/healthz` agree.
+pub fn follow_health(
+    reporter: tonic_health::server::HealthReporter,
+    service: &'static str,
+    check: telemetry::HealthCheck,
+) -> tokio::task::JoinHandle<()> {
+    use tonic_health::ServingStatus;
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(HEALTH_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let status = match check.check().await {
+                telemetry::Health::Serving => ServingStatus::Serving,
+                telemetry::Health::Failing(_) => ServingStatus::NotServing,
+            };
+            for name in ["", service] {
+                reporter.set_service_status(name, status).await;
+            }
+        }
+    })
+}
+
 /// gRPC server reflection over `sets` (encoded file descriptor sets), advertising `service`
 /// (`package.Service`), health and reflection, so that `grpcurl list` and `describe` work. The
 /// schema is public, so any caller may ask, with messages of at most 4 KiB.

@@ -66,6 +66,8 @@ pub struct AuthorizerService<B> {
     refusals: Arc<facts::Refusals>,
     /// What the gate records of every call, when the operator serves metrics.
     gate_metrics: Option<transport::GateMetrics>,
+    /// What gRPC health follows, when set (otherwise SERVING while the server runs).
+    health_check: Option<telemetry::HealthCheck>,
     /// Only the `testing` feature sets it: the domain's own tests speak facts in the clear.
     accept_unsealed: bool,
 }
@@ -78,6 +80,7 @@ impl<B> Clone for AuthorizerService<B> {
             tickets: Arc::clone(&self.tickets),
             refusals: Arc::clone(&self.refusals),
             gate_metrics: self.gate_metrics.clone(),
+            health_check: self.health_check.clone(),
             accept_unsealed: self.accept_unsealed,
         }
     }
@@ -86,7 +89,15 @@ impl<B> Clone for AuthorizerService<B> {
 impl<B: Backend + 'static> AuthorizerService<B> {
     pub fn new(authority: Arc<Authority<B>>, credentials: Credentials, tickets: Arc<Keyring>) -> Self {
         let refusals = Arc::new(facts::Refusals::new(authority.metrics().clone()));
-        Self { authority, credentials, tickets, refusals, gate_metrics: None, accept_unsealed: false }
+        Self {
+            authority,
+            credentials,
+            tickets,
+            refusals,
+            gate_metrics: None,
+            health_check: None,
+            accept_unsealed: false,
+        }
     }
 
     /// Records every call the server's gate sees (method, status, time; refused callers) in
@@ -94,6 +105,12 @@ impl<B: Backend + 'static> AuthorizerService<B> {
     #[must_use]
     pub fn with_gate_metrics(self, metrics: transport::GateMetrics) -> Self {
         Self { gate_metrics: Some(metrics), ..self }
+    }
+
+    /// gRPC health follows `check` (the database answering), as `/healthz` does.
+    #[must_use]
+    pub fn with_health_check(self, check: telemetry::HealthCheck) -> Self {
+        Self { health_check: Some(check), ..self }
     }
 
     /// Decides on facts sent in the clear too: for tests of the decisions, which have no runtime.
@@ -563,6 +580,10 @@ pub async fn serve<B: Backend + 'static>(
     let (reporter, health) = tonic_health::server::health_reporter();
     let health = health.max_decoding_message_size(transport::MAX_HEALTH_REQUEST_BYTES);
     reporter.set_serving::<pb::authorizer_server::AuthorizerServer<AuthorizerService<B>>>().await;
+    let following = service
+        .health_check
+        .clone()
+        .map(|check| transport::follow_health(reporter, "grant_ledger.v1.Authorizer", check));
     let (credentials, metrics) = (service.credentials.clone(), service.gate_metrics.clone());
     let server = service.into_server().max_decoding_message_size(proto::limits::MAX_AUTHORIZER_REQUEST_BYTES);
     let reflection = transport::reflection(
@@ -570,14 +591,18 @@ pub async fn serve<B: Backend + 'static>(
         "grant_ledger.v1.Authorizer",
     );
     let open = transport::open_to_all;
-    transport::server(&limits)
+    let served = transport::server(&limits)
         .add_service(Gate::new(health, credentials.clone(), open, limits, registry.clone()).metered(metrics.clone()))
         .add_service(
             Gate::new(reflection, credentials.clone(), open, limits, registry.clone()).metered(metrics.clone()),
         )
         .add_service(Gate::new(server, credentials, Rpc::route, limits, registry.clone()).metered(metrics))
         .serve_with_incoming_shutdown(transport::incoming(listener, tls, limits, registry), shutdown)
-        .await
+        .await;
+    if let Some(f) = following {
+        f.abort();
+    }
+    served
 }
 
 /// Open files kept back from connections: the ledger's and credentials' pools and the rest.

@@ -102,6 +102,8 @@ pub struct BrowserRuntime<R> {
     sessions: Mutex<HashMap<String, Entry>>,
     /// What the gate records of every call, when the operator serves metrics.
     gate_metrics: Option<transport::GateMetrics>,
+    /// What gRPC health follows, when set (otherwise SERVING while the server runs).
+    health_check: Option<telemetry::HealthCheck>,
 }
 
 impl<R: Redeem + 'static> BrowserRuntime<R> {
@@ -135,7 +137,15 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
 impl<R: Redeem + 'static> BrowserRuntime<R> {
     pub fn new(config: RuntimeConfig, credentials: Credentials, redeemer: R) -> Self {
         let records = RecordStore::new(config.records_dir.clone());
-        Self { config, credentials, records, redeemer, sessions: Mutex::new(HashMap::new()), gate_metrics: None }
+        Self {
+            config,
+            credentials,
+            records,
+            redeemer,
+            sessions: Mutex::new(HashMap::new()),
+            gate_metrics: None,
+            health_check: None,
+        }
     }
 
     /// Records every call the server's gate sees (method, status, time; refused callers) in
@@ -143,6 +153,12 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
     #[must_use]
     pub fn with_gate_metrics(self, metrics: transport::GateMetrics) -> Self {
         Self { gate_metrics: Some(metrics), ..self }
+    }
+
+    /// gRPC health follows `check` (the credentials' database answering), as `/healthz` does.
+    #[must_use]
+    pub fn with_health_check(self, check: telemetry::HealthCheck) -> Self {
+        Self { health_check: Some(check), ..self }
     }
 
     /// The caller, as the gate authenticated it from the headers before the body was read, or
@@ -584,6 +600,10 @@ pub async fn serve<R: Redeem + 'static>(
     let (reporter, health) = tonic_health::server::health_reporter();
     let health = health.max_decoding_message_size(transport::MAX_HEALTH_REQUEST_BYTES);
     reporter.set_serving::<pb::browser_runtime_server::BrowserRuntimeServer<BrowserRuntime<R>>>().await;
+    let following = runtime
+        .health_check
+        .clone()
+        .map(|check| transport::follow_health(reporter, "browser_runtime.v1.BrowserRuntime", check));
     // Idle sessions are closed on a tick of half the idle time (at least a second, at most a
     // minute), so none outlives its bound by more than that.
     let reaper = {
@@ -615,6 +635,9 @@ pub async fn serve<R: Redeem + 'static>(
         .serve_with_incoming_shutdown(transport::incoming(listener, tls, limits, registry), shutdown)
         .await;
     reaper.abort();
+    if let Some(f) = following {
+        f.abort();
+    }
     runtime.close_all().await;
     served
 }
