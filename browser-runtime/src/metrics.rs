@@ -47,7 +47,11 @@ pub static METRICS: LazyLock<RuntimeMetrics> = LazyLock::new(|| RuntimeMetrics {
 pub fn register(registry: &mut Registry) {
     let m = &*METRICS;
     let r = registry.sub_registry_with_prefix("runtime");
-    r.register("acts", "Acts answered, by the tool contract's code", m.acts.clone());
+    r.register(
+        "acts",
+        "Acts answered, by the tool contract's code (SESSION_ERROR: the call failed instead)",
+        m.acts.clone(),
+    );
     r.register("grant_refusals", "Acts a grant's constraint refused, by the coverage rule", m.grant_refusals.clone());
     r.register("outcome_unknown", "Acts sent whose outcome is unknown, by cause", m.outcome_unknown.clone());
     r.register("fence_blocks", "Requests and windows the fence refused, by kind", m.fence_blocks.clone());

@@ -522,6 +522,12 @@ const SAMPLE_WITHIN: Duration = Duration::from_secs(2);
 /// logged.
 fn sample_standings(config: tokio_postgres::Config) -> (telemetry::HealthCheck, tokio::task::JoinHandle<()>) {
     use std::sync::{Arc, Mutex, PoisonError};
+    // The server ends a reading that outlives its bound: a connection dropped on the client's
+    // timeout would otherwise stay open until its stalled query finished, one more each period.
+    let mut config = config;
+    let bound = format!("-c statement_timeout={}", SAMPLE_WITHIN.as_millis());
+    let options = config.get_options().map_or_else(|| bound.clone(), |given| format!("{bound} {given}"));
+    config.options(&options);
     use telemetry::Health;
     type Reading = (Health, std::time::Instant);
     let last: Arc<Mutex<Reading>> =

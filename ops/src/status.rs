@@ -74,16 +74,24 @@ pub async fn report(config: &tokio_postgres::Config, services: &[Service]) -> Re
         Err(e) => writeln!(out, "database\n  UNREACHABLE: {e:#}")?,
         Ok(client) => {
             out.push_str("projections\n");
-            for p in projections::worker::standings(&client).await? {
+            let standings = projections::worker::standings(&client).await?;
+            for p in &standings {
                 let frozen = if p.lag_events > 0 && p.lag_seconds >= 30.0 { "  BEHIND" } else { "" };
+                let capped = i64::try_from(p.lag_events).is_ok_and(|n| n >= projections::worker::LAG_COUNT_CAP);
                 writeln!(
                     out,
-                    "  {:<20} at {:<10} {} event(s) behind, the oldest {:.1} s old{frozen}",
+                    "  {:<20} at {:<10} {}{} event(s) behind, the first {:.1} s old{frozen}",
                     p.projection.name(),
                     p.checkpoint.position,
+                    if capped { "at least " } else { "" },
                     p.lag_events,
                     p.lag_seconds
                 )?;
+            }
+            for p in projections::Projection::ALL {
+                if !standings.iter().any(|s| s.projection == p) {
+                    writeln!(out, "  {:<20} not registered: its worker has never run", p.name())?;
+                }
             }
             out.push_str("tenants\n");
             let rows = client

@@ -42,7 +42,7 @@ pub fn register(registry: &mut Registry) {
     r.register("batch_seconds", "Time to apply a batch and move the checkpoint, by projection", m.batch.clone());
     r.register("checkpoint_position", "The global position of the checkpoint, by projection", m.position.clone());
     r.register("lag_events", "Events committed past the checkpoint, by projection", m.lag_events.clone());
-    r.register("lag_seconds", "Age of the oldest event past the checkpoint, by projection", m.lag_seconds.clone());
+    r.register("lag_seconds", "Age of the first event past the checkpoint, by projection", m.lag_seconds.clone());
     r.register(
         "high_water_frozen",
         "1 while events wait past a checkpoint that has not moved for 30 s (an open transaction holds readers back)",

@@ -112,7 +112,13 @@ pub async fn serve(
     let mut shutdown = std::pin::pin!(shutdown);
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { return };
+        let slot = tokio::select! {
+            () = &mut shutdown => return,
+            slot = Arc::clone(&slots).acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => return,
+            },
+        };
         let stream = tokio::select! {
             () = &mut shutdown => return,
             accepted = listener.accept() => match accepted {

@@ -282,7 +282,7 @@ async fn a_lesson_moves_the_counters_every_service_exposes() {
         assert!(line.ends_with("serving"), "{line}\n{said}");
     }
     for p in projections::Projection::ALL {
-        assert!(said.contains(&format!("{:<20} at {last:<10} 0 event(s) behind", p.name())), "{said}");
+        assert!(said.contains(&format!("{:<20} at {last:<10} 0 event(s) behind, the first", p.name())), "{said}");
     }
     assert!(said.contains("tenant-1             1 active grant(s), 0 pending card(s)"), "{said}");
     assert!(said.ends_with("errors answered since each service started\n  none\n"), "{said}");

@@ -531,14 +531,19 @@ pub fn follow_health(
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(HEALTH_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut said = None;
         loop {
             tick.tick().await;
             let status = match check.check().await {
                 telemetry::Health::Serving => ServingStatus::Serving,
                 telemetry::Health::Failing(_) => ServingStatus::NotServing,
             };
-            for name in ["", service] {
-                reporter.set_service_status(name, status).await;
+            // A watcher hears a change, not the same status every period.
+            if said != Some(status) {
+                for name in ["", service] {
+                    reporter.set_service_status(name, status).await;
+                }
+                said = Some(status);
             }
         }
     })
@@ -665,7 +670,7 @@ where
         let (registry, metrics) = (self.registry.clone(), self.metrics.clone());
         let started = metrics.as_ref().map(|m| m.grpc.start(req.uri().path()));
         // The path is the caller's text: a log line carries its closed label, or its first bytes.
-        let method = started.as_ref().map_or_else(|| clipped(req.uri().path(), 128).to_owned(), |s| s.method());
+        let method = started.as_ref().map_or_else(|| clipped(req.uri().path(), 64).to_owned(), |s| s.method());
         let span = tracing::info_span!(
             "rpc",
             method,
@@ -682,6 +687,7 @@ where
                     "a request carries at most {} headers of {} bytes in all",
                     limits.max_headers, limits.max_header_bytes
                 );
+                in_span.record("request_id", RequestId::new().0.as_str());
                 return Ok(Status::resource_exhausted(says).into_http());
             }
             if let Some((roles, scopes)) = route(req.uri().path()) {
@@ -690,7 +696,8 @@ where
                     Ok(caller) => {
                         in_span.record("tenant", caller.tenant.as_str());
                         in_span.record("role", tracing::field::display(&caller.role));
-                        // Only the gateway's id is believed: it made it at the owner's edge.
+                        // Only the gateway's id is believed: it is the one its own logs carry for
+                        // the owner's request.
                         if caller.role == Role::Gateway {
                             let id = RequestId::from_headers(req.headers());
                             in_span.record("request_id", id.0.as_str());
@@ -702,6 +709,7 @@ where
                         req.extensions_mut().insert(caller);
                     }
                     Err(e) => {
+                        in_span.record("request_id", RequestId::new().0.as_str());
                         if let Some(m) = &metrics {
                             m.refusals.get_or_create(&[("cause", e.cause())]).inc();
                         }

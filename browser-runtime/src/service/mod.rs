@@ -374,7 +374,8 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
         let timer = Timer::start("act");
         let m = &crate::metrics::METRICS;
         let o = bounded!(self, s, s.act(input, &self.records, allow, &self.config.browser, now)).map_err(|e| {
-            // Not one of the contract's answers: the browser failed, timed out or was restarted.
+            // Not one of the contract's answers: the act failed as a call (the browser failed,
+            // timed out or was restarted, or the input was refused as malformed or out of turn).
             m.acts.get_or_create(&[("code", "SESSION_ERROR")]).inc();
             session_status(e)
         })?;

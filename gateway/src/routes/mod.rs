@@ -466,7 +466,7 @@ async fn resolve(call: Call, Seg(approval_id): Seg, req: Request) -> Answer<Reso
             (r, String::new(), String::new())
         }
     };
-    let shown_for = body.shown_for_ms;
+    let shown_for = body.shown_for_ms.map(|ms| (ms, approval_id.clone()));
     // Taking over marks the tab first, so that from the answer on nothing of the agent's reaches
     // it: the owner meant to act there even if the card cannot be answered any more.
     let taken = if resolution == pb::Resolution::TakeOver {
@@ -509,8 +509,8 @@ async fn resolve(call: Call, Seg(approval_id): Seg, req: Request) -> Answer<Reso
     };
     // Counted once the answer is recorded, and held to an hour: the client measures it, so a made-up
     // card or a made-up figure moves nothing.
-    if let Some(ms) = shown_for {
-        tracing::info!(shown_for_ms = ms, resolution = ?body.resolution, "card answered");
+    if let Some((ms, approval_id)) = shown_for {
+        tracing::info!(%approval_id, shown_for_ms = ms, resolution = ?body.resolution, "card answered");
         crate::metrics::dwell(body.resolution.code(), std::time::Duration::from_millis(ms.min(3_600_000)));
     }
     Ok(Json(Resolved {
