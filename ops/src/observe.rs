@@ -22,11 +22,6 @@ pub fn gate_metrics(registry: &mut Registry, service: &str) -> transport::GateMe
     transport::GateMetrics::new(registry, paths)
 }
 
-/// A health check that always answers serving: for a service with nothing of its own to check.
-pub fn always_serving() -> HealthCheck {
-    HealthCheck::serving()
-}
-
 /// Binds `listen` and serves `registry` and `health` on it for the life of the process; answers
 /// the address bound, or none when the operator said `off`.
 pub async fn serve_metrics(
@@ -80,7 +75,7 @@ pub async fn harness_metrics(get: &impl Fn(&str) -> Option<String>) -> Result<()
     let listen = MetricsListen::parse(get, "AGENT", "off")?;
     let mut registry = Registry::default();
     agent::metrics::register(&mut registry);
-    serve_metrics(listen, "harness", registry, always_serving()).await?;
+    serve_metrics(listen, "harness", registry, HealthCheck::serving()).await?;
     Ok(())
 }
 

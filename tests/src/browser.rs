@@ -101,7 +101,7 @@ impl<B: Backend + 'static> Drop for Stack<B> {
 /// Serves `registry` on a loopback port of its own; answers the address.
 pub async fn serve_metrics(registry: telemetry::Registry) -> std::net::SocketAddr {
     let listen = telemetry::MetricsListen::At("127.0.0.1:0".parse().unwrap());
-    let served = ops::observe::serve_metrics(listen, "test", registry, ops::observe::always_serving()).await;
+    let served = ops::observe::serve_metrics(listen, "test", registry, telemetry::HealthCheck::serving()).await;
     served.expect("a metrics listener").expect("an address")
 }
 
