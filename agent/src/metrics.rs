@@ -28,7 +28,7 @@ const STEP_BUCKETS: [f64; 8] = [1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 100.0];
 /// The reasons the harness itself ends a run with, beside the model's own ([`ESCALATIONS`]).
 ///
 /// [`ESCALATIONS`]: crate::tools::ESCALATIONS
-pub const HARNESS_ENDS: [&str; 10] = [
+pub const HARNESS_ENDS: [&str; 11] = [
     "approval_timeout",
     "budget_exhausted",
     "name_mismatch",
@@ -39,6 +39,7 @@ pub const HARNESS_ENDS: [&str; 10] = [
     "terminal_refusal",
     "page_error",
     "service_error",
+    "stopped_by_owner",
 ];
 
 /// Registers the harness's metrics in `registry` (once per process).

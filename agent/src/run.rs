@@ -447,6 +447,11 @@ impl State<'_> {
         };
         let mismatched = back.as_ref().map(|b| b.mismatched.clone()).unwrap_or_default();
         let decision = self.authorize(target, act, back.map(|b| b.sealed)).await?.0.decision;
+        if let Some(Decision::Deny(d)) = &decision
+            && d.code == proto::DENY_SESSION_STOPPED
+        {
+            return Ok(Err(Stop::End(stopped())));
+        }
         if !mismatched.is_empty() && !matches!(decision, Some(Decision::RequireApproval(_))) {
             let detail = format!("the form differs from the task record in {}", mismatched.join(", "));
             return Ok(Err(Stop::End(End::escalated("unexpected_form_state", detail))));
@@ -582,6 +587,12 @@ impl State<'_> {
             _ => Ok(Some(End::escalated("approval_rejected", got.status))),
         }
     }
+}
+
+/// The owner pressed Stop for the agent in this session: the run ends, and no act is decided for
+/// the session until the owner writes again.
+fn stopped() -> End {
+    End::escalated("stopped_by_owner", "the owner stopped the agent")
 }
 
 /// A form read back for a card: sealed by the runtime, and the labels of the fields that differ

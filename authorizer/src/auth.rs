@@ -11,6 +11,7 @@ pub enum Rpc {
     RecordToolCall,
     RecordRun,
     DeleteSession,
+    StopSession,
     RecordProfileEvent,
     Authorize,
     ResolveApproval,
@@ -24,12 +25,13 @@ pub enum Rpc {
 }
 
 impl Rpc {
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 16] = [
         Self::CreateSession,
         Self::RecordMessage,
         Self::RecordToolCall,
         Self::RecordRun,
         Self::DeleteSession,
+        Self::StopSession,
         Self::RecordProfileEvent,
         Self::Authorize,
         Self::ResolveApproval,
@@ -50,6 +52,7 @@ impl Rpc {
             Self::RecordToolCall => "RecordToolCall",
             Self::RecordRun => "RecordRun",
             Self::DeleteSession => "DeleteSession",
+            Self::StopSession => "StopSession",
             Self::RecordProfileEvent => "RecordProfileEvent",
             Self::Authorize => "Authorize",
             Self::ResolveApproval => "ResolveApproval",
@@ -81,6 +84,7 @@ impl Rpc {
             Self::RedeemToken => &[Role::Runtime],
             // Deleting a chat is the owner's act, made through the owner's client.
             Self::DeleteSession
+            | Self::StopSession
             | Self::ResolveApproval
             | Self::GetApproval
             | Self::ListApprovals
@@ -95,7 +99,10 @@ impl Rpc {
     /// `approve_for_task` needs `browser.grant.write` as well, checked where the resolution is read.
     pub fn scopes(self) -> &'static [Scope] {
         match self {
-            Self::ResolveApproval | Self::GetApproval | Self::ListApprovals => &[Scope::ApprovalResolve],
+            // Stopping only takes authority away: any owner who answers cards may.
+            Self::ResolveApproval | Self::GetApproval | Self::ListApprovals | Self::StopSession => {
+                &[Scope::ApprovalResolve]
+            }
             Self::GetGrant | Self::ListGrants => &[Scope::GrantRead],
             Self::RevokeGrant => &[Scope::GrantWrite],
             _ => &[],

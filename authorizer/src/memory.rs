@@ -83,6 +83,10 @@ impl Reader for MemoryReader<'_> {
                 all.filter(|a| a.token_sha256.as_deref() == Some(sha)).map(|a| self.approval(a)).collect()
             }
             Approvals::OfSession(s) => all.filter(|a| a.requested.session_id == s).map(|a| self.approval(a)).collect(),
+            Approvals::PendingOfSession(s) => all
+                .filter(|a| a.requested.session_id == s && a.state == domain::ApprovalState::Pending)
+                .map(|a| self.approval(a))
+                .collect(),
             Approvals::DueBy(now) => all
                 .filter(|a| a.state == domain::ApprovalState::Pending && a.requested.expires_at <= now)
                 .map(|a| self.approval(a))

@@ -36,6 +36,7 @@ pub fn need_of(command: &Command) -> Need<'_> {
         }
         Command::ExpireApprovals { now } => Need::DueApprovals(*now),
         Command::RevokeGrant { grant_id, .. } => Need::Grant(*grant_id),
+        Command::StopSession { session_id, .. } => Need::SessionStop(session_id),
         Command::Sweep { now } => Need::DueGrants(*now),
     }
 }
@@ -280,6 +281,7 @@ impl Touched {
             Event::SessionCreated(x) => drop(self.sessions.insert(x.session_id.clone())),
             Event::SessionMessageRecorded(x) => drop(self.sessions.insert(x.session_id.clone())),
             Event::SessionDeleted(x) => drop(self.sessions.insert(x.session_id.clone())),
+            Event::SessionStopped(x) => drop(self.sessions.insert(x.session_id.clone())),
             Event::SessionToolCalled(x) => drop(self.sessions.insert(x.session_id.clone())),
             Event::RunEscalated(x) => drop(self.sessions.insert(x.session_id.clone())),
             Event::RunStarted(x) => drop(self.sessions.insert(x.session_id.clone())),
@@ -404,6 +406,11 @@ pub async fn load(r: &mut impl Reader, tenant: &TenantId, need: Need<'_>) -> Res
                 l.profile(r, &p).await?;
             }
             l.deployment(r).await?;
+        }
+        Need::SessionStop(session) => {
+            l.sessions(r, &[session]).await?;
+            l.grants(r, Grants::ActiveOfSession(session)).await?;
+            l.approvals(r, Approvals::PendingOfSession(session)).await?;
         }
         Need::SessionApprovals(session) => {
             l.sessions(r, &[session]).await?;

@@ -50,6 +50,7 @@ pub enum Approvals<'a> {
     Id(Uuid),
     Token(&'a str),
     OfSession(&'a str),
+    PendingOfSession(&'a str),
     /// Pending and past their expiry.
     DueBy(OffsetDateTime),
 }
@@ -102,6 +103,8 @@ pub enum Need<'a> {
     /// What `authorize` reads: the session, its active grant, the profiles of both, the settings.
     Authorize(&'a str),
     SessionApprovals(&'a str),
+    /// A session to stop: it, its active grant and its pending approvals (locked with it).
+    SessionStop(&'a str),
     /// A principal's grants and their sessions.
     PrincipalGrants(&'a str),
 }

@@ -273,6 +273,14 @@ pub struct SessionDeleted {
     pub session_id: String,
 }
 
+/// The owner stopped the agent in this session: no act is decided for it until the owner's next
+/// message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionStopped {
+    pub session_id: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProfileGenerationAdvanced {
@@ -606,6 +614,7 @@ catalogue! {
     SessionMessageRecorded = "session.message_recorded" v 1,
     SessionDeleted = "session.deleted" v 1,
     SessionToolCalled = "session.tool_called" v 1,
+    SessionStopped = "session.stopped" v 1,
     ProfileClaimed = "browser.profile.claimed" v 1,
     ProfileGenerationAdvanced = "browser.profile.generation_advanced" v 1,
     ProfileRevoked = "browser.profile.revoked" v 1,

@@ -750,6 +750,79 @@ fn approval_tokens_are_single_use_and_bound_to_run_snapshot_and_node() {
     assert!(matches!(&when(&mut world, deny).unwrap()[..], [Event::ApprovalResolved(_)]));
 }
 
+/// The owner's Stop: the grant revoked, every pending card denied, a token approved before it
+/// never redeemed, every act denied with no card, until the owner's next message.
+#[test]
+fn the_owners_stop_ends_everything_the_session_could_still_do() {
+    use grant_domain::catalogue::{BoundAction, SessionStopped, TokenBinding};
+    let mut world = given();
+    let grant = allow_for_task(&mut world, t0());
+    let mut req = tile("Buy gems");
+    req.snapshot = Some(("snap_0123456789ab".into(), "n42".into()));
+    let Decision::RequireApproval { approval_id: approved, .. } = run(&mut world, &Policy::empty(), &req, t0()).decision
+    else {
+        panic!()
+    };
+    let mut once = resolve(approved, Resolution::ApproveOnce, None, Uuid::new_v4(), t0());
+    if let Command::ResolveApproval { token_sha256, .. } = &mut once {
+        *token_sha256 = Some("digest-1".into());
+    }
+    when(&mut world, once).unwrap();
+    let Decision::RequireApproval { approval_id: waiting, .. } =
+        run(&mut world, &Policy::empty(), &tile("Pay now"), t0()).decision
+    else {
+        panic!()
+    };
+    let stop = |principal: &str| Command::StopSession {
+        session_id: "s1".into(),
+        principal_id: principal.into(),
+        now: t0(),
+    };
+    assert!(matches!(when(&mut world, stop("intruder")), Err(DomainError::NotFound { .. })));
+    let stopped = when(&mut world, stop("owner")).unwrap();
+    assert!(
+        matches!(&stopped[..], [
+            Event::ApprovalResolved(d),
+            Event::TaskGrantEnded(e),
+            Event::SessionStopped(SessionStopped { session_id }),
+        ] if d.approval_id == waiting && d.resolution == Resolution::Deny && e.grant_id == grant
+            && e.reason == EndReason::Revoked && session_id == "s1"),
+        "{stopped:?}"
+    );
+    assert_eq!(when(&mut world, stop("owner")).unwrap(), vec![], "nothing is left to stop");
+    let binding = TokenBinding {
+        run_id: "run-1".into(),
+        snapshot_id: "snap_0123456789ab".into(),
+        node_ref: "n42".into(),
+        action: Some(Box::new(BoundAction::of(&Action::Click, None).on(&button("Buy gems"), PAGE))),
+    };
+    let redeem = Command::RedeemToken {
+        principal_id: "owner".into(),
+        token_sha256: "digest-1".into(),
+        binding,
+        profile_id: "profile-1".into(),
+        now: t0(),
+    };
+    assert!(
+        matches!(when(&mut world, redeem), Err(DomainError::Conflict { code: Conflict::ApprovalTokenInvalid, .. })),
+        "a token approved before the stop is not spent after it"
+    );
+    for req in [tile("Next"), tile("Pay now")] {
+        let out = run(&mut world, &Policy::empty(), &req, t0());
+        assert_eq!(out.decision, Decision::Deny(Denial::SessionStopped));
+        assert!(out.events.is_empty(), "no card, no use: {:?}", out.events);
+    }
+    when(&mut world, Command::RecordMessage(match owner_said("s1") {
+        Event::SessionMessageRecorded(m) => m,
+        _ => unreachable!(),
+    }))
+    .unwrap();
+    assert!(matches!(
+        run(&mut world, &Policy::empty(), &tile("Next"), t0()).decision,
+        Decision::RequireApproval { .. }
+    ));
+}
+
 #[test]
 fn credential_and_one_time_code_fields_are_refused_outright() {
     let mut world = given();

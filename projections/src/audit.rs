@@ -94,6 +94,10 @@ pub fn row(recorded: &RecordedEvent) -> Result<AuditRow, DecodeError> {
             session = Some(e.session_id.clone());
             "Session deleted".to_owned()
         }
+        Event::SessionStopped(e) => {
+            session = Some(e.session_id.clone());
+            "Agent stopped by the owner: nothing more runs until the owner's next message".to_owned()
+        }
         Event::ProfileClaimed(e) => {
             format!("Browser profile {} recorded as {}'s", e.profile_id, e.owner_principal_id)
         }

@@ -52,3 +52,7 @@ mod tests {
         assert!(super::method_paths("made.Up").is_empty());
     }
 }
+
+/// The code of an Authorize deny for a session whose owner pressed Stop: the worker ends its run
+/// (`grant_domain`'s `SESSION_STOPPED`, held to this by a test).
+pub const DENY_SESSION_STOPPED: &str = "session_stopped";

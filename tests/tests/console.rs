@@ -162,6 +162,20 @@ async fn the_lesson_through_the_console() {
     owner.shot("keyboard-deny").await;
     // The partner site's link was never followed.
     assert!(l.stack.fixture.requests().iter().all(|r| r.host != ELSEWHERE));
+
+    // Stop everything: the permission ends, the two waiting cards are denied, and a run in the
+    // chat ends at its first act, with no card, until the owner writes again.
+    owner.press("header", "Stop everything").await;
+    owner.read_until("#status", "everything stopped", |t| t.starts_with("Everything is stopped (1 chat)")).await;
+    owner.read_until("#banner", "the banner to go", str::is_empty).await;
+    owner.read_until("#cards", "no card waiting", |t| t == "Nothing is waiting for you.").await;
+    owner.shot("stop-everything").await;
+    let model = Scripted::new().then(|_| snapshot()).then(|v| on_named(v, "click", "Next", false, json!({})));
+    let outcome = l.run("run-3", model).await.await.unwrap();
+    assert_eq!(outcome.end.reason(), "stopped_by_owner", "{}", outcome.log.join("\n"));
+    assert_eq!(owner.text("#cards").await, "Nothing is waiting for you.", "a stopped chat raises no card");
+    owner.read_until("#activity", "the stop in the activity", |t| t.contains("Agent stopped by the owner")).await;
+    owner.shot("stopped-run-ended").await;
     owner.close().await;
 }
 

@@ -60,6 +60,7 @@ calls!(
     pb::RecordToolCallRequest => RecordToolCall,
     pb::RecordRunRequest => RecordRun,
     pb::DeleteSessionRequest => DeleteSession,
+    pb::StopSessionRequest => StopSession,
     pb::ProfileEventRequest => RecordProfileEvent,
     pb::AuthorizeRequest => Authorize,
     pb::ResolveApprovalRequest => ResolveApproval,
@@ -686,6 +687,63 @@ async fn a_sign_in_and_a_deleted_session_end_grants_through_the_api() {
     );
 }
 
+/// The owner's Stop: the grant ends, the pending card is denied, every act is denied with no card
+/// and no approved token is spent, until the owner writes again; nobody else can stop it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_session_acts_on_nothing_until_the_owners_next_message() {
+    let Served { mut client, position, _stop, .. } = start_in_process(MemoryGrants::default()).await;
+    let s = scene(&mut client).await;
+    let stop = || pb::StopSessionRequest { session_id: "s1".into() };
+    let at = position();
+    let err = client.stop_session(intruder(stop())).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "another owner's session does not exist for the intruder");
+    assert_eq!(position(), at, "the intruder's stop wrote nothing");
+
+    client.stop_session(owner(stop())).await.unwrap();
+    let g = client.get_grant(owner(pb::GetGrantRequest { grant_id: s.grant_id.clone(), min_position: None }));
+    assert_eq!(g.await.unwrap().into_inner().end_reason, "revoked");
+    let get = pb::GetApprovalRequest { approval_id: s.pending.approval_id.clone(), min_position: None };
+    assert_eq!(client.get_approval(owner(get)).await.unwrap().into_inner().status, "DENIED");
+    let denied = |r: pb::AuthorizeReply| match r.decision {
+        Some(pb::authorize_reply::Decision::Deny(d)) => d.code,
+        other => panic!("{other:?}"),
+    };
+    for text in [None, Some("hola")] {
+        let reply = client.authorize(owner(act(text))).await.unwrap().into_inner();
+        assert_eq!(denied(reply), proto::DENY_SESSION_STOPPED, "no allow and no card while stopped");
+    }
+    assert_eq!(proto::DENY_SESSION_STOPPED, grant_domain::model::SESSION_STOPPED, "the worker reads the domain's code");
+    let at = position();
+    client.stop_session(owner(stop())).await.unwrap();
+    assert_eq!(position(), at, "a second stop has nothing left to record");
+
+    // Someone else's message does not lift it; the owner's does.
+    let other = pb::RecordMessageRequest { session_id: "s1".into(), message_id: "m-other".into(), from_owner: false };
+    client.record_message(owner(other)).await.unwrap();
+    assert_eq!(denied(client.authorize(owner(act(None))).await.unwrap().into_inner()), "session_stopped");
+    let mine = pb::RecordMessageRequest { session_id: "s1".into(), message_id: "m-owner".into(), from_owner: true };
+    client.record_message(owner(mine)).await.unwrap();
+    let card = asked(&client.authorize(owner(act(None))).await.unwrap().into_inner()).clone();
+    assert!(card.offer.is_some(), "after the owner's message the agent asks again: {card:?}");
+}
+
+/// A card raised before the stop cannot be approved after it: its act would be denied anyway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_of_a_stopped_session_is_not_approved() {
+    let Served { mut client, _stop, .. } = start_in_process(MemoryGrants::default()).await;
+    session(&mut client).await;
+    let card = asked(&client.authorize(owner(act(None))).await.unwrap().into_inner()).clone();
+    client.stop_session(owner(pb::StopSessionRequest { session_id: "s1".into() })).await.unwrap();
+    let once = pb::ResolveApprovalRequest {
+        approval_id: card.approval_id.clone(),
+        resolution: pb::Resolution::ApproveOnce as i32,
+        ..Default::default()
+    };
+    let err = client.resolve_approval(owner(once)).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert_eq!(reason(&err), "APPROVAL_NOT_PENDING", "the stop denied it: {err:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_database_is_unavailable_writes_nothing_and_a_retry_succeeds() {
     let db = TestDb::new().await;
@@ -747,6 +805,7 @@ async fn census_of_calls_served_with_the_flag_off_and_on() {
             .push(("RecordToolCall", code(client.record_tool_call(owner(pb::RecordToolCallRequest::default())).await)));
         codes.push(("RecordRun", code(client.record_run(owner(pb::RecordRunRequest::default())).await)));
         codes.push(("DeleteSession", code(client.delete_session(owner(pb::DeleteSessionRequest::default())).await)));
+        codes.push(("StopSession", code(client.stop_session(owner(pb::StopSessionRequest::default())).await)));
         codes.push((
             "RecordProfileEvent",
             code(client.record_profile_event(owner(pb::ProfileEventRequest::default())).await),
@@ -837,6 +896,10 @@ async fn call_as(client: &mut AuthorizerClient<Channel>, role: Role, rpc: Rpc, s
             .delete_session(with_role(role, "owner", pb::DeleteSessionRequest { session_id: "s1".into() }))
             .await
             .map(drop),
+        Rpc::StopSession => client
+            .stop_session(with_role(role, "owner", pb::StopSessionRequest { session_id: "s1".into() }))
+            .await
+            .map(drop),
         Rpc::RecordProfileEvent => {
             let m = pb::ProfileEventRequest {
                 profile_id: "profile-1".into(),
@@ -907,10 +970,10 @@ async fn role_matrix_every_call_by_every_role() {
             format!("{approvals:?} {grants:?}")
         }
     };
-    // Deleting the session ends the scene, so it comes last.
+    // Stopping and deleting the session end the scene, so they come last.
     let mut order = Rpc::ALL.to_vec();
-    order.retain(|r| *r != Rpc::DeleteSession);
-    order.push(Rpc::DeleteSession);
+    order.retain(|r| ![Rpc::StopSession, Rpc::DeleteSession].contains(r));
+    order.extend([Rpc::StopSession, Rpc::DeleteSession]);
     let mut allowed = Vec::new();
     for rpc in order {
         let (before, at) = (list(&mut client).await, position());

@@ -245,6 +245,10 @@ impl Reader for PgReader<'_> {
                     .query(&format!("{base} AND session_id = $2 ORDER BY approval_id{lock}"), &[&self.tenant, &session])
                     .await
             }
+            Approvals::PendingOfSession(session) => {
+                let pending = "AND session_id = $2 AND pending_until IS NOT NULL ORDER BY approval_id";
+                self.tx.query(&format!("{base} {pending}{lock}"), &[&self.tenant, &session]).await
+            }
             Approvals::DueBy(now) => {
                 self.tx
                     .query(&format!("{base} AND pending_until <= $2 ORDER BY approval_id{lock}"), &[&self.tenant, &now])

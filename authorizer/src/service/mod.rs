@@ -294,6 +294,16 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         self.write(&authority, Command::DeleteSession { session_id, principal_id: principal.clone() }, &principal).await
     }
 
+    #[tracing::instrument(skip_all, fields(session_id))]
+    async fn stop_session(&self, req: Request<pb::StopSessionRequest>) -> Result<Response<pb::WriteReply>, Status> {
+        let (caller, authority) = self.caller(&req, Rpc::StopSession).await?;
+        let principal = caller.principal;
+        let session_id = id("session_id", &req.into_inner().session_id)?;
+        tracing::Span::current().record("session_id", session_id.as_str());
+        let stop = Command::StopSession { session_id, principal_id: principal.clone(), now: OffsetDateTime::now_utc() };
+        self.write(&authority, stop, &principal).await
+    }
+
     async fn record_profile_event(
         &self,
         req: Request<pb::ProfileEventRequest>,

@@ -187,6 +187,9 @@ pub enum Denial {
     /// A card for a click that could submit a form, without the form read back: the owner would
     /// approve a submit without seeing what it sends (and the runtime would never spend it).
     FormNotReadBack,
+    /// The owner stopped the agent in this session: nothing is decided, not even a card, until
+    /// the owner's next message.
+    SessionStopped,
 }
 
 impl Denial {
@@ -209,6 +212,7 @@ impl Denial {
             Self::Field(named) => named.code(),
             Self::KeyClicksOrSubmits => KEY_CLICKS_OR_SUBMITS,
             Self::FormNotReadBack => FORM_NOT_READ_BACK,
+            Self::SessionStopped => SESSION_STOPPED,
         }
     }
 }
@@ -318,6 +322,7 @@ pub const PROFILE_NOT_OWNED: &str = "browser_profile_not_owned";
 pub const FACTS_NOT_THIS_SESSION: &str = "facts_not_this_session";
 pub const FORM_NOT_READ_BACK: &str = "form_not_read_back";
 pub const KEY_CLICKS_OR_SUBMITS: &str = "key_clicks_or_submits";
+pub const SESSION_STOPPED: &str = "session_stopped";
 
 /// A card for this act would have to show a form it does not carry.
 fn form_unread(req: &AuthorizeRequest) -> bool {
@@ -410,6 +415,10 @@ pub fn authorize(
     let origin = url::Url::parse(req.page.url.trim()).ok().filter(|u| u.scheme() == "https");
     let origin = origin.map(|u| u.origin().ascii_serialization());
     let deny = |denial: Denial| Authorization { decision: Decision::Deny(denial), events: vec![] };
+    // The owner's Stop comes before every rule: no allow and no card until the owner writes.
+    if world.sessions.get(&req.session_id).is_some_and(|s| s.stopped) {
+        return deny(Denial::SessionStopped);
+    }
     let verdict = policy.evaluate(ActionKind::of(&req.action), &consequences, origin.as_deref());
     match &verdict {
         Verdict::Deny { rule } => return deny(Denial::Policy { rule: rule.clone(), hardline: false }),

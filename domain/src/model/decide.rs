@@ -4,7 +4,7 @@ use crate::catalogue::{
     ApprovalExpired, ApprovalResolved, ApprovalStatus, ApprovalTokenIssued, ApprovalTokenRedeemed,
     DeploymentPolicyChanged, DeploymentScopesChanged, EndReason, Event, ProfileDeleted, ProfileGenerationAdvanced,
     ProfileRevoked, Resolution, RunCompleted, RunEscalated, RunRefused, RunStarted, SessionCreated, SessionDeleted,
-    SessionMessageRecorded, SessionToolCalled, SignInPhase, SiteScope, StandingGrantPinned, StandingGrantUnpinned,
+    SessionMessageRecorded, SessionStopped, SessionToolCalled, SignInPhase, SiteScope, StandingGrantPinned, StandingGrantUnpinned,
     TaskGrantCreated, TokenBinding,
 };
 use time::OffsetDateTime;
@@ -102,6 +102,13 @@ pub enum Command {
     RevokeGrant {
         grant_id: Uuid,
         principal_id: String,
+    },
+    /// The owner's Stop for the agent in a session: its task grant ends, its pending cards are
+    /// denied, and no act is decided for it until the owner's next message.
+    StopSession {
+        session_id: String,
+        principal_id: String,
+        now: OffsetDateTime,
     },
     /// Ends every grant whose time is up.
     Sweep {
@@ -223,6 +230,31 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             // Revoking an ended grant records nothing: each grant ends exactly once.
             Ok(world.end(grant.created.grant_id, EndReason::Revoked).into_iter().collect())
         }
+        Command::StopSession { session_id, principal_id, now } => {
+            let session = world.session_of(&session_id, &principal_id)?;
+            let mut pending: Vec<Uuid> = world
+                .approvals
+                .values()
+                .filter(|a| a.requested.session_id == session_id)
+                .filter(|a| a.state == ApprovalState::Pending && a.requested.expires_at > now)
+                .map(|a| a.requested.approval_id)
+                .collect();
+            pending.sort();
+            let mut events: Vec<Event> = pending
+                .into_iter()
+                .map(|approval_id| {
+                    let resolution = Resolution::Deny;
+                    let status = resolution.status();
+                    Event::ApprovalResolved(ApprovalResolved { approval_id, resolution, status, grant_id: None })
+                })
+                .collect();
+            events.extend(session.active_grant.and_then(|g| world.end(g, EndReason::Revoked)));
+            // A second Stop records only what the first left: each stop is one event.
+            if !session.stopped {
+                events.push(Event::SessionStopped(SessionStopped { session_id }));
+            }
+            Ok(events)
+        }
         Command::Sweep { now } => {
             let mut ids: Vec<Uuid> = world
                 .grants
@@ -321,7 +353,7 @@ fn redeem_token(
         .values()
         .find(|a| a.token_sha256.as_deref() == Some(token_sha256.as_str()))
         .ok_or_else(invalid)?;
-    let session = world.sessions.get(&approval.requested.session_id).filter(|s| !s.deleted);
+    let session = world.sessions.get(&approval.requested.session_id).filter(|s| !s.deleted && !s.stopped);
     let owner = session.map(|s| s.created.principal_id.as_str());
     let bound = approval.requested.binding.as_ref();
     let same_place = bound.is_some_and(|b| {
@@ -379,6 +411,12 @@ fn resolve(
     }
     if approval.requested.expires_at <= now {
         return Err(DomainError::conflict(Conflict::ApprovalExpired, "the approval expired"));
+    }
+    if session.stopped && resolution.status() == ApprovalStatus::Approved {
+        return Err(DomainError::conflict(
+            Conflict::SessionStopped,
+            "the agent in this session is stopped until the owner's next message",
+        ));
     }
     let resolved = |grant_id| {
         Event::ApprovalResolved(ApprovalResolved { approval_id, resolution, status: resolution.status(), grant_id })

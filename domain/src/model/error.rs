@@ -16,6 +16,8 @@ pub enum Conflict {
     ToolCallReused,
     /// A tool call allowed under a grant that has ended since: its retry dispatches nothing.
     ToolCallGrantEnded,
+    /// The owner stopped the agent in the card's session: approving it would act for nothing.
+    SessionStopped,
 }
 
 impl Conflict {
@@ -32,6 +34,7 @@ impl Conflict {
             Self::ApprovalTokenInvalid => "APPROVAL_TOKEN_INVALID",
             Self::ToolCallReused => "TOOL_CALL_REUSED",
             Self::ToolCallGrantEnded => "TOOL_CALL_GRANT_ENDED",
+            Self::SessionStopped => "SESSION_STOPPED",
         }
     }
 }

@@ -24,6 +24,9 @@ pub struct Session {
     /// The tools called in this session since the owner's newest message, as recorded.
     pub turn_tools: Vec<String>,
     pub deleted: bool,
+    /// The owner stopped the agent here; the owner's next message lifts it.
+    #[serde(default)]
+    pub stopped: bool,
     /// Not stored with the session: the grant rows say which is active.
     #[serde(skip)]
     pub active_grant: Option<Uuid>,
@@ -152,6 +155,7 @@ pub fn stream_of(tenant: &TenantId, event: &Event) -> Result<StreamId, DomainErr
         Event::SessionCreated(e) => entity("session", &e.session_id),
         Event::SessionMessageRecorded(e) => entity("session", &e.session_id),
         Event::SessionDeleted(e) => entity("session", &e.session_id),
+        Event::SessionStopped(e) => entity("session", &e.session_id),
         Event::SessionToolCalled(e) => entity("session", &e.session_id),
         Event::RunEscalated(e) => entity("session", &e.session_id),
         Event::RunStarted(e) => entity("session", &e.session_id),
@@ -190,6 +194,7 @@ impl World {
                         newest_message_author: None,
                         turn_tools: Vec::new(),
                         deleted: false,
+                        stopped: false,
                         active_grant: None,
                     },
                 );
@@ -199,6 +204,7 @@ impl World {
                     s.newest_message_author = Some(e.author);
                     if e.author == Author::Owner {
                         s.turn_tools.clear();
+                        s.stopped = false;
                     }
                 }
             }
@@ -210,6 +216,11 @@ impl World {
             Event::SessionDeleted(e) => {
                 if let Some(s) = self.sessions.get_mut(&e.session_id) {
                     s.deleted = true;
+                }
+            }
+            Event::SessionStopped(e) => {
+                if let Some(s) = self.sessions.get_mut(&e.session_id) {
+                    s.stopped = true;
                 }
             }
             Event::ProfileClaimed(e) => {

@@ -317,7 +317,6 @@ function renderBanner() {
     }),
   );
   banner.hidden = active.length === 0;
-  $('stop-all').hidden = active.length === 0;
 }
 
 // Whether the permission is stopped; says so either way.
@@ -337,15 +336,39 @@ async function stopGrant(id, button) {
   }
 }
 
-// Every active permission of the owner's, in every chat; a failure is never reported as done.
+// Stops the agent in this chat and in every chat with an active permission of the owner's: each
+// chat's permission ends, its waiting cards are denied and its run ends at its next action. A
+// failure is never reported as done.
 async function stopEverything() {
+  const button = $('stop-all');
+  button.disabled = true;
   try {
-    const all = await call('GET', '/v1/browser-task-grants?active_only=true');
+    const chats = new Set([session]);
+    try {
+      const all = await call('GET', '/v1/browser-task-grants?active_only=true');
+      for (const g of all.grants) chats.add(g.session_id);
+    } catch (e) {
+      // Without task permissions (404) or the scope to list them (403), there are none to find.
+      if (e.status !== 404 && e.status !== 403) throw e;
+    }
     let failed = 0;
-    for (const g of all.grants) if (!(await stopGrant(g.grant_id, null))) failed += 1;
-    say(failed ? failed + ' of ' + all.grants.length + ' permissions were not stopped: try again.' : 'Every task permission is stopped.');
+    for (const chat of chats) {
+      try {
+        await call('POST', '/v1/sessions/' + encodeURIComponent(chat) + '/stop', {});
+      } catch (e) {
+        failed += 1;
+      }
+    }
+    say(
+      failed
+        ? failed + ' of ' + chats.size + ' chats were not stopped: try again.'
+        : 'Everything is stopped (' + chats.size + (chats.size === 1 ? ' chat' : ' chats') +
+            '). The agent does nothing more until you write to it again.',
+    );
   } catch (e) {
     say('Not everything was stopped: ' + e.message);
+  } finally {
+    button.disabled = false;
   }
 }
 
@@ -430,6 +453,7 @@ async function start() {
     const me = await call('GET', '/v1/me');
     state.csrf = me.csrf_token;
     $('who').textContent = 'Signed in as ' + me.principal + ' of ' + me.tenant;
+    $('stop-all').hidden = false;
   } catch (e) {
     say(e.status === 401 ? 'Not signed in: open the sign-in link grantctl printed.' : 'The gateway is unavailable: ' + e.message);
     return;

@@ -26,12 +26,14 @@ use crate::{Gateway, Kind, Owner, SESSION_COOKIE, VIEW_WAIT};
 mod grants;
 mod live;
 mod sign_in;
+mod stop;
 
 pub(crate) use grants::grants_of;
 use grants::{get_grant, list_grants, revoke_grant};
 use live::{LiveInput, card_tab, live, live_input, runtime_problem};
 pub(crate) use sign_in::escape;
 use sign_in::{sign_in, sign_in_page};
+use stop::stop_session;
 
 type Answer<T> = Result<Json<T>, Problem>;
 type SchemaOf = fn(&mut SchemaGenerator) -> Schema;
@@ -155,6 +157,17 @@ pub(crate) const REVOKE_GRANT: Doc = Doc {
         schema::<Written>,
     )
 };
+pub(crate) const STOP_SESSION: Doc = Doc {
+    scopes: &[Scope::ApprovalResolve],
+    write: true,
+    ..doc(
+        "post",
+        "/v1/sessions/{session_id}/stop",
+        "Stops the agent in a chat session: its task permission ends, its waiting cards are denied, the run \
+         acting ends at its next action, and nothing runs until the owner's next message",
+        schema::<Written>,
+    )
+};
 pub(crate) const ACTIVITY: Doc = Doc {
     scopes: &[Scope::ApprovalResolve],
     query: Some(schema::<ReadQuery>),
@@ -204,6 +217,7 @@ pub(crate) fn routes() -> Vec<(Doc, MethodRouter<Gateway>)> {
         on(LIST_GRANTS, list_grants),
         on(GET_GRANT, get_grant),
         on(REVOKE_GRANT, revoke_grant),
+        on(STOP_SESSION, stop_session),
         on(ACTIVITY, activity),
         on(EVENTS, crate::stream::events),
         on(OPENAPI, openapi),
