@@ -533,6 +533,7 @@ async fn the_route_census_with_the_flag_on_and_off() {
             "GET /v1/sessions/{session_id}/events",
             "POST /v1/approvals/{approval_id}/live/input",
             "POST /v1/approvals/{approval_id}/resolve",
+            "POST /v1/sessions/{session_id}/stop",
             "POST /v1/sign-out",
         ]
     );
@@ -585,6 +586,17 @@ async fn the_route_census_with_the_flag_on_and_off() {
         .await;
     assert_eq!(r.status, 409, "approve_for_task is refused with the flag off: {r:?}");
     assert_eq!(s.call(1, "GET", "/v1/sessions/s1/approvals").bearer(&owner).send().await.status, 200);
+    // Stop takes authority away, so it is served with the flag off and to an owner who may only
+    // answer cards; another owner's chat does not exist for it.
+    let (_, other) = s.token(ON, "owner-b", ALL).await;
+    let r = s.call(0, "POST", "/v1/sessions/s1/stop").bearer(&other).send().await;
+    assert_eq!((r.status, r.code().as_str()), (404, "not_found"), "{r:?}");
+    let r = s.call(0, "POST", "/v1/sessions/s1/stop").bearer(&resolve_only).json(&json!({"x": 1})).send().await;
+    assert_eq!((r.status, r.code().as_str()), (422, "invalid_field"), "a body with a field is refused: {r:?}");
+    let r = s.call(0, "POST", "/v1/sessions/s1/stop").bearer(&resolve_only).send().await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let pending = s.call(1, "GET", "/v1/sessions/s1/approvals?pending_only=true").bearer(&owner).send().await;
+    assert_eq!(pending.json()["approvals"], json!([]), "the stop denied the waiting card: {pending:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
