@@ -105,6 +105,8 @@ struct State {
     /// Commands installing the guard that the browser has not answered yet, and how many it has.
     guard_pending: HashSet<u64>,
     guarded: usize,
+    /// The owner took the tab over: documents attached from now on stand their frames' guard down.
+    owner: bool,
 }
 
 /// The fence of one browser; the connection closes when it is dropped.
@@ -193,6 +195,8 @@ const CALL_BOUND: Duration = Duration::from_secs(5);
 const AUTO_ATTACH: fn() -> Value = || json!({ "autoAttach": true, "waitForDebuggerOnStart": true, "flatten": true });
 
 const GUARD: &str = include_str!("guard.js");
+/// Run after the guard in each document once the owner has the tab: its frames stop nothing.
+pub(crate) const OWNER_HAS_TAB: &str = "globalThis.__grantLedgerGuard && globalThis.__grantLedgerGuard.ownerHasTab();";
 /// The isolated world the guard lives in, in every document.
 pub const WORLD: &str = "grant-ledger";
 
@@ -342,6 +346,16 @@ impl Handle {
         lock(&self.state).tab.clone()
     }
 
+    /// Marks the tab as the owner's, so targets attached from now on stand their frames' guard
+    /// down; the sessions attached so far (the tab's first), for the caller to do the same.
+    pub fn hand_to_owner(&self) -> Vec<String> {
+        let mut s = lock(&self.state);
+        s.owner = true;
+        let mut sessions: Vec<String> = s.tab.iter().map(|(session, _)| session.clone()).collect();
+        sessions.extend(s.frames.keys().cloned());
+        sessions
+    }
+
     /// The sessions of frames in processes of their own, with their frame ids.
     pub fn frame_sessions(&self) -> Vec<(String, String)> {
         lock(&self.state).frames.iter().map(|(s, f)| (s.clone(), f.clone())).collect()
@@ -461,6 +475,10 @@ fn handle(v: &Value, state: &Mutex<State>, ids: &AtomicU64, out: &mpsc::Unbounde
                 );
                 lock(state).guard_pending.insert(id);
                 let _ = out.send(m);
+                if lock(state).owner {
+                    let release = json!({ "source": OWNER_HAS_TAB, "worldName": WORLD, "runImmediately": true });
+                    let _ = out.send(command(ids, Some(child), "Page.addScriptToEvaluateOnNewDocument", release));
+                }
                 let _ = out.send(command(ids, Some(child), "Target.setAutoAttach", AUTO_ATTACH()));
             }
             // Only now may the target run: its first request meets the fence.

@@ -8,8 +8,9 @@
 // box of it is in the viewport) or focuses it ('keys'), or neither ('hold'); then, until finish(), it stops
 // with their default actions every trusted pointer press or click whose path holds an element the
 // read did not cover, and every key and text event unless in 'keys' mode and aimed at the element.
-// In a frame every trusted press, click and key is stopped, always; stops() says how many since
-// it was last asked (an act asks at arming and at its end).
+// In a frame every trusted press, click and key is stopped, always, until ownerHasTab(): the owner
+// took the tab over and the agent never acts in it again; stops() says how many since it was last
+// asked (an act asks at arming and at its end).
 // after(arming, turns): turns of the event loop, then the page and what the guard stopped.
 (() => {
   if (globalThis.__grantLedgerGuard) return;
@@ -77,6 +78,7 @@
   // stopped, from the document's first moment, so a frame the page adds or navigates during an
   // act takes nothing either.
   const framed = window !== window.top;
+  let owned = false;
   let armings = 0;
   const frameStops = { stopped: 0 };
   let probed = false;
@@ -134,7 +136,7 @@
   // Every element on the path must be one the read covered.
   const onPointer = (e) => {
     if (!e.isTrusted) return;
-    if (framed) return stop(e, frameStops);
+    if (framed) return owned ? undefined : stop(e, frameStops);
     if (!state) return;
     const path = e.composedPath();
     if (!state.targets.has(path[0])) return stop(e, state);
@@ -147,7 +149,7 @@
     if (!e.isTrusted) return;
     // A check box's activation fires a plain `input` event: a change of state, not text.
     if (e.type === 'input' && !(e instanceof InputEvent)) return;
-    if (framed) return stop(e, frameStops);
+    if (framed) return owned ? undefined : stop(e, frameStops);
     if (!state) return;
     if (state.mode !== 'keys' || e.composedPath()[0] !== state.el) stop(e, state);
   };
@@ -248,5 +250,9 @@
     };
     setTimeout(turn, 0);
   });
-  globalThis.__grantLedgerGuard = Object.freeze({ arm, finish, stops, after, page });
+  const ownerHasTab = () => {
+    owned = true;
+    return true;
+  };
+  globalThis.__grantLedgerGuard = Object.freeze({ arm, finish, stops, after, page, ownerHasTab });
 })();

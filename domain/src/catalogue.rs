@@ -422,7 +422,9 @@ pub fn text_digest(text: &str) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
 }
 
-/// Schema version 2: three resolutions. Version 1 stored only `approved`/`denied`.
+/// Schema version 3: four resolutions, `take_over` the newest. Version 2 had three (though the
+/// builds that added `take_over` wrote it as version 2 for a while, so an upcast takes any of the
+/// four); version 1 stored only `approved`/`denied`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalResolved {
@@ -622,7 +624,7 @@ catalogue! {
     DeploymentScopesChanged = "deployment.scopes_changed" v 1,
     DeploymentPolicyChanged = "deployment.policy_changed" v 1,
     ApprovalRequested = "approval.requested" v 1,
-    ApprovalResolved = "approval.resolved" v 2,
+    ApprovalResolved = "approval.resolved" v 3,
     ApprovalExpired = "approval.expired" v 1,
     TaskGrantCreated = "browser.task_grant.created" v 1,
     ToolCallAuthorized = "tool.call.authorized" v 1,
@@ -697,6 +699,8 @@ fn upcast(event_type: &str, version: u32, payload: Value) -> Result<Value, Decod
             map.insert("grant_id".into(), Value::Null);
             Ok(Value::Object(map))
         }
+        // v3 added `take_over`: a v2 payload is a v3 payload, read as it is.
+        ("approval.resolved", 2) => Ok(payload),
         _ => Err(DecodeError::NoUpcaster { event_type: event_type.to_owned(), found: version }),
     }
 }
@@ -815,6 +819,32 @@ mod tests {
         }
         let bad = json!({ "approval_id": Uuid::nil(), "decision": "maybe" });
         assert!(matches!(Event::decode("approval.resolved", 1, bad), Err(DecodeError::Malformed { .. })));
+    }
+
+    /// Version 3 named `take_over`; version 2 payloads (including the take-overs written as v2
+    /// before the bump) read unchanged, and an unknown resolution stays malformed.
+    #[test]
+    fn approval_resolved_v2_upcasts_and_v3_is_current() {
+        let resolved = Event::ApprovalResolved(ApprovalResolved {
+            approval_id: Uuid::nil(),
+            resolution: Resolution::TakeOver,
+            status: ApprovalStatus::Denied,
+            grant_id: None,
+        });
+        assert_eq!(resolved.schema_version(), 3);
+        for resolution in ["approve_once", "approve_for_task", "deny", "take_over"] {
+            let status = if resolution.starts_with("approve") { "APPROVED" } else { "DENIED" };
+            let v2 =
+                json!({ "approval_id": Uuid::nil(), "resolution": resolution, "status": status, "grant_id": null });
+            let got = Event::decode("approval.resolved", 2, v2.clone()).unwrap();
+            assert_eq!(got.payload(), v2, "{resolution}");
+        }
+        let v2 = json!({ "approval_id": Uuid::nil(), "resolution": "shrug", "status": "DENIED", "grant_id": null });
+        assert!(matches!(Event::decode("approval.resolved", 2, v2), Err(DecodeError::Malformed { .. })));
+        assert!(matches!(
+            Event::decode("approval.resolved", 4, json!({})),
+            Err(DecodeError::NewerVersion { newest: 3, .. })
+        ));
     }
 
     #[test]

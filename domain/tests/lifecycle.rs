@@ -759,7 +759,8 @@ fn the_owners_stop_ends_everything_the_session_could_still_do() {
     let grant = allow_for_task(&mut world, t0());
     let mut req = tile("Buy gems");
     req.snapshot = Some(("snap_0123456789ab".into(), "n42".into()));
-    let Decision::RequireApproval { approval_id: approved, .. } = run(&mut world, &Policy::empty(), &req, t0()).decision
+    let Decision::RequireApproval { approval_id: approved, .. } =
+        run(&mut world, &Policy::empty(), &req, t0()).decision
     else {
         panic!()
     };
@@ -773,11 +774,8 @@ fn the_owners_stop_ends_everything_the_session_could_still_do() {
     else {
         panic!()
     };
-    let stop = |principal: &str| Command::StopSession {
-        session_id: "s1".into(),
-        principal_id: principal.into(),
-        now: t0(),
-    };
+    let stop =
+        |principal: &str| Command::StopSession { session_id: "s1".into(), principal_id: principal.into(), now: t0() };
     assert!(matches!(when(&mut world, stop("intruder")), Err(DomainError::NotFound { .. })));
     let stopped = when(&mut world, stop("owner")).unwrap();
     assert!(
@@ -812,10 +810,13 @@ fn the_owners_stop_ends_everything_the_session_could_still_do() {
         assert_eq!(out.decision, Decision::Deny(Denial::SessionStopped));
         assert!(out.events.is_empty(), "no card, no use: {:?}", out.events);
     }
-    when(&mut world, Command::RecordMessage(match owner_said("s1") {
-        Event::SessionMessageRecorded(m) => m,
-        _ => unreachable!(),
-    }))
+    when(
+        &mut world,
+        Command::RecordMessage(match owner_said("s1") {
+            Event::SessionMessageRecorded(m) => m,
+            _ => unreachable!(),
+        }),
+    )
     .unwrap();
     assert!(matches!(
         run(&mut world, &Policy::empty(), &tile("Next"), t0()).decision,

@@ -75,6 +75,8 @@ pub(crate) async fn session(Seg(session): Seg) -> Response {
         <p>The agent's run has ended. What you click on the picture, type or press goes to the live tab\
         <span id=\"takeover-page\"></span>.</p>\
         <img id=\"takeover-tab\" class=\"live\" alt=\"The browser tab you took over; click on it to click there\">\
+        <div id=\"takeover-dialog\" class=\"dialog\" role=\"group\" aria-label=\"The page's dialog\" hidden>\
+        <p>The page shows a dialog: <span class=\"said\"></span></p><div class=\"choices\"></div></div>\
         <form id=\"takeover-type\" class=\"filter\"><label for=\"takeover-text\">Type</label> \
         <input id=\"takeover-text\" maxlength=\"1024\"> <button type=\"submit\">Send text</button></form>\
         <div class=\"choices\" id=\"takeover-keys\"></div></section>\

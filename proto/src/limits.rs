@@ -284,6 +284,7 @@ pub const FIELDS: &[(&str, Rule)] = &[
     ("browser_runtime.v1.LiveInputRequest.text", text(1024)),
     ("browser_runtime.v1.LiveInputRequest.key", text(32)),
     ("browser_runtime.v1.LiveInputRequest.done", one()),
+    ("browser_runtime.v1.LiveInputRequest.expected_page", URL),
     ("browser_runtime.v1.ReadFormRequest.session_id", ID),
     ("browser_runtime.v1.ReadFormRequest.snapshot_id", ID),
     ("browser_runtime.v1.ReadFormRequest.ref", ID),

@@ -325,11 +325,14 @@ fn every_consequence_a_card_names_reads_in_words() {
     }
 }
 
-/// A form whose submit fills most of the page, so that a click on the live picture's middle is a
-/// click on it.
-const BIG_SUBMIT: &str = r#"<!doctype html><title>Enrol</title>
-<form action="/lesson/unit-6"><label>City <input name="city"></label>
-<button style="display:block;width:100%;height:500px;margin-top:20px">Confirm enrolment</button></form>"#;
+/// A form whose submit fills the lower half of the page, so that a click on the live picture's
+/// lower half is a click on it; a frame over the upper half holds a button that opens an alert
+/// whose text carries markup.
+const BIG_SUBMIT: &str = r#"<!doctype html><title>Enrol</title><style>body{margin:0}</style>
+<form action="/lesson/unit-6" style="margin-top:50vh"><label>City <input name="city"></label>
+<button style="display:block;width:100%;height:45vh">Confirm enrolment</button></form>
+<iframe title="Check" style="position:fixed;top:0;left:0;width:100%;height:48vh;border:0"
+ srcdoc="<button style='width:100%;height:95vh' onclick='alert(&quot;Hola <b>amigo</b>&quot;)'>Check</button>"></iframe>"#;
 
 /// Take over: the owner answers the submit's card by taking the live tab; the agent's run ends
 /// as taken over and the runtime refuses the worker from then on, while the owner's own key, text
@@ -365,13 +368,42 @@ async fn the_owner_takes_the_live_tab_over() {
     let refused = l.stack.runtime.observe(with(WORKER, observe)).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::Aborted, "{refused:?}");
 
-    // Tab focuses the page's field, the text goes into it, and a click on the picture's middle
-    // presses the big submit: the page sends what the owner typed.
+    // A reload keeps the tab the owner's: the panel comes back.
+    owner.client.refresh().await.unwrap();
+    owner.read_until("#status", "the panel back", |t| t.contains("You still have the tab")).await;
+    owner.image_loaded("#takeover-tab", "the tab after a reload").await;
+
+    // Tab focuses the page's field and the text goes into it; later a click on the picture's
+    // lower half presses the big submit: the page sends what the owner typed.
     owner.press("#takeover-keys", "Tab").await;
     owner.type_into("#takeover-text", "Paris").await;
     owner.press("#takeover-type", "Send text").await;
-    // The console sends the owner's inputs one after another, in order.
-    owner.click_at("#takeover-tab", 0.5, 0.5).await;
+    // The console sends the owner's inputs one after another, in order: the text lands before the
+    // owner's click reaches the frame (the guard stops only the agent's there), whose alert
+    // shows on the console as the website's text, and OK answers it.
+    owner.click_at("#takeover-tab", 0.5, 0.2).await;
+    let said = owner.read_until("#takeover-dialog", "the page's alert", |t| t.contains("amigo")).await;
+    assert!(said.contains("The page shows a dialog: Hola <b>amigo</b>"), "{said}");
+    assert!(owner.client.find_all(fantoccini::Locator::Css("#takeover-dialog b")).await.unwrap().is_empty());
+    owner.shot("page-dialog").await;
+    owner.press("#takeover-dialog", "OK").await;
+    owner.image_loaded("#takeover-tab", "the tab after the alert").await;
+
+    // A click aimed at a page the tab has left is refused, not sent: the gateway says so.
+    let stale = owner
+        .client
+        .execute(
+            "return fetch('/v1/approvals/' + takeover.id + '/live/input', { method: 'POST', \
+             credentials: 'same-origin', headers: { 'content-type': 'application/json', 'x-csrf-token': \
+             state.csrf }, body: JSON.stringify({ click: { x: 5, y: 5 }, page: \
+             'https://www.lesson.test/lesson/elsewhere' }) }).then((r) => r.status);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(stale, json!(409), "a click on a picture of another page");
+
+    owner.click_at("#takeover-tab", 0.5, 0.8).await;
     let sent = tests::poll_until("the owner's submit", Duration::from_secs(20), Duration::from_millis(100), || {
         let requests = l.stack.fixture.requests();
         async move { requests.iter().map(|r| r.target.clone()).find(|t| t.starts_with("/lesson/unit-6")) }

@@ -498,8 +498,8 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
     async fn live_view(&self, req: Request<pb::LiveViewRequest>) -> Result<Response<pb::LiveViewReply>, Status> {
         let owner = self.owner(&req).await?;
         let mut s = self.owners_tab(&owner, &req.get_ref().browser_profile_id, &req.get_ref().snapshot_id).await?;
-        let (page, png) = bounded!(self, s, s.live_view(&self.config.browser)).map_err(session_status)?;
-        Ok(Response::new(pb::LiveViewReply { page, png }))
+        let view = bounded!(self, s, s.live_view(&self.config.browser)).map_err(session_status)?;
+        Ok(Response::new(live_reply(view)))
     }
 
     async fn take_over(&self, req: Request<pb::TakeOverRequest>) -> Result<Response<pb::TakeOverReply>, Status> {
@@ -518,7 +518,9 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
         if !s.taken_over {
             return Err(Status::failed_precondition("the tab is the agent's until the owner takes it over"));
         }
-        let input = match req.into_inner().input {
+        let req = req.into_inner();
+        let expected = Some(req.expected_page.as_str()).filter(|p| !p.is_empty());
+        let input = match req.input {
             Some(Input::Click(p)) => OwnerInput::Click { x: p.x, y: p.y },
             Some(Input::Text(t)) => OwnerInput::Text(t),
             Some(Input::Key(k)) => OwnerInput::Key(k),
@@ -536,9 +538,9 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
             }
             Some(Input::Done(false)) | None => return Err(invalid("input", "is a click, text, a key or done")),
         };
-        bounded!(self, s, s.owner_input(input, &self.config.browser)).map_err(session_status)?;
-        let (page, png) = bounded!(self, s, s.live_view(&self.config.browser)).map_err(session_status)?;
-        Ok(Response::new(pb::LiveViewReply { page, png }))
+        bounded!(self, s, s.owner_input(input, expected, &self.config.browser)).map_err(session_status)?;
+        let view = bounded!(self, s, s.live_view(&self.config.browser)).map_err(session_status)?;
+        Ok(Response::new(live_reply(view)))
     }
 
     async fn close_session(
@@ -554,6 +556,10 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
         forget(&self.sessions, &session_id);
         Ok(Response::new(pb::CloseSessionReply {}))
     }
+}
+
+fn live_reply(view: crate::session::LiveView) -> pb::LiveViewReply {
+    pb::LiveViewReply { page: view.page, png: view.png, dialog: view.dialog.unwrap_or_default() }
 }
 
 /// Every call of the runtime is the worker's, but the owner's own (a look at a live tab, taking

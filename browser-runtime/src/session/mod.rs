@@ -4,6 +4,9 @@
 
 mod act;
 mod after;
+mod owner;
+
+pub use owner::LiveView;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -313,6 +316,8 @@ pub struct Session {
     /// The owner took the tab over: the agent's calls are refused from then on, and only the
     /// owner's input (through the gateway) reaches the page.
     pub taken_over: bool,
+    /// The guard in the tab's frames stands down for the owner's own input (set at their first).
+    owner_frames: bool,
     /// Closed by its owner: calls that waited for it find nothing.
     pub closed: bool,
     browser: Option<Browser>,
@@ -365,6 +370,7 @@ impl Session {
             applied: 0,
             closed: false,
             taken_over: false,
+            owner_frames: false,
             issued: HashSet::new(),
             last_used: std::time::Instant::now(),
             browser: None,
@@ -523,58 +529,6 @@ impl Session {
         self.snapshot = Some(Snapshot { id: id.clone(), url: page.url.clone(), nodes: Arc::clone(&nodes) });
         self.issued.insert(id.clone());
         Ok(Observation { snapshot_id: id, page, nodes })
-    }
-
-    /// The owner's click at (`x`, `y`) of the tab's viewport (the screenshot's pixels), or the
-    /// owner's text typed as it is, or a named key: sent as the owner's own input, then settled.
-    pub async fn owner_input(&mut self, input: OwnerInput, config: &BrowserConfig) -> Result<(), SessionError> {
-        use fantoccini::actions::{InputSource, KeyAction, KeyActions, MOUSE_BUTTON_LEFT, MouseActions, PointerAction};
-        let client = self.client(config).await?;
-        let sent = match input {
-            OwnerInput::Click { x, y } => {
-                let mouse = MouseActions::new("owner".into())
-                    .then(PointerAction::MoveTo { duration: None, x: f64::from(x), y: f64::from(y) })
-                    .then(PointerAction::Down { button: MOUSE_BUTTON_LEFT })
-                    .then(PointerAction::Up { button: MOUSE_BUTTON_LEFT });
-                client.perform_actions(mouse).await
-            }
-            OwnerInput::Text(text) => {
-                let mut keys = KeyActions::new("owner".into());
-                for c in text.chars() {
-                    keys = keys.then(KeyAction::Down { value: c }).then(KeyAction::Up { value: c });
-                }
-                client.perform_actions(keys).await
-            }
-            OwnerInput::Key(key) => {
-                let code = key_text(&key).and_then(|k| k.chars().next()).ok_or_else(|| {
-                    SessionError::Invalid(format!(
-                        "{key:?} is not a named key ({})",
-                        classifier::coverage::KEYS.join(", ")
-                    ))
-                })?;
-                let keys = KeyActions::new("owner".into())
-                    .then(KeyAction::Down { value: code })
-                    .then(KeyAction::Up { value: code });
-                client.perform_actions(keys).await
-            }
-        };
-        match sent {
-            Ok(()) => Ok(()),
-            Err(e) => Err(self.failed(e, config).await),
-        }
-    }
-
-    /// The tab as its owner sees it: the page's origin and path (never its query or fragment)
-    /// and a screenshot.
-    pub async fn live_view(&mut self, config: &BrowserConfig) -> Result<(String, Vec<u8>), SessionError> {
-        let client = self.client(config).await?;
-        let url = match client.current_url().await {
-            Ok(u) => u,
-            Err(e) => return Err(self.failed(e, config).await),
-        };
-        let page = format!("{}{}", url.origin().ascii_serialization(), url.path());
-        let png = self.screenshot(config).await?;
-        Ok((page, png))
     }
 
     pub async fn screenshot(&mut self, config: &BrowserConfig) -> Result<Vec<u8>, SessionError> {

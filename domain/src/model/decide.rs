@@ -4,8 +4,8 @@ use crate::catalogue::{
     ApprovalExpired, ApprovalResolved, ApprovalStatus, ApprovalTokenIssued, ApprovalTokenRedeemed,
     DeploymentPolicyChanged, DeploymentScopesChanged, EndReason, Event, ProfileDeleted, ProfileGenerationAdvanced,
     ProfileRevoked, Resolution, RunCompleted, RunEscalated, RunRefused, RunStarted, SessionCreated, SessionDeleted,
-    SessionMessageRecorded, SessionStopped, SessionToolCalled, SignInPhase, SiteScope, StandingGrantPinned, StandingGrantUnpinned,
-    TaskGrantCreated, TokenBinding,
+    SessionMessageRecorded, SessionStopped, SessionToolCalled, SignInPhase, SiteScope, StandingGrantPinned,
+    StandingGrantUnpinned, TaskGrantCreated, TokenBinding,
 };
 use time::OffsetDateTime;
 use uuid::Uuid;

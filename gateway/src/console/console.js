@@ -166,29 +166,52 @@ function liveTab(a) {
 }
 
 // The live picture of a card's tab into `img`, and the page it shows (its origin and path, which
-// the runtime read) into `page`: the owner sees which site the picture is of.
-async function showPicture(approvalId, img, page) {
+// the runtime read) into `page`: the owner sees which site the picture is of. While the page shows
+// a dialog (alert, confirm, prompt) there is no picture: its text goes to `dialog`, quoted as the
+// website's. Answers the page the picture shows ('' when none).
+async function showPicture(approvalId, img, page, dialog) {
   try {
     const r = await fetch('/v1/approvals/' + encodeURIComponent(approvalId) + '/live?at=' + Date.now(), {
       credentials: 'same-origin',
     });
     if (!r.ok) throw new Error(r.status);
-    const at = r.headers.get('x-live-page') || '';
-    const url = URL.createObjectURL(await r.blob());
-    const old = img.src;
-    img.src = url;
-    img.hidden = false;
-    if (old.startsWith('blob:')) URL.revokeObjectURL(old);
-    page.textContent = at ? ' on ' + at : '';
+    return await shownIn(r, img, page, dialog);
   } catch (e) {
     img.hidden = true;
     page.textContent = ': it cannot be shown now';
+    return '';
   }
+}
+
+// A live reply (a picture, or a dialog's text) shown in `img`, `page` and `dialog`.
+async function shownIn(r, img, page, dialog) {
+  if ((r.headers.get('content-type') || '').startsWith('application/json')) {
+    const d = await r.json();
+    img.hidden = true;
+    page.textContent = '';
+    if (dialog) {
+      dialog.querySelector('.said').replaceChildren(fromSite(d.dialog));
+      dialog.hidden = false;
+    } else {
+      page.append(': the page shows a dialog, ', fromSite(d.dialog));
+    }
+    return '';
+  }
+  if (dialog) dialog.hidden = true;
+  const at = r.headers.get('x-live-page') || '';
+  const url = URL.createObjectURL(await r.blob());
+  const old = img.src;
+  img.src = url;
+  img.hidden = false;
+  if (old.startsWith('blob:')) URL.revokeObjectURL(old);
+  page.textContent = at ? ' on ' + at : '';
+  return at;
 }
 
 // The tab the owner took over: its picture, where a click is sent as a click at that point of
 // the page, and text and named keys sent to whatever the page has focused. "Done" closes it.
-const takeover = { id: null, queue: Promise.resolve(), sending: 0, timer: null };
+// `page` is the page of the picture on screen: a click is refused if the tab has left it.
+const takeover = { id: null, page: '', queue: Promise.resolve(), sending: 0, timer: null };
 
 function takeOver(approvalId) {
   takeover.id = approvalId;
@@ -202,8 +225,27 @@ function takeOver(approvalId) {
   $('takeover-tab').focus();
 }
 
-function showTab() {
-  if (takeover.id) showPicture(takeover.id, $('takeover-tab'), $('takeover-page'));
+async function showTab() {
+  if (!takeover.id) return;
+  takeover.page = await showPicture(takeover.id, $('takeover-tab'), $('takeover-page'), $('takeover-dialog'));
+}
+
+// After a reload the panel comes back for the newest card taken over whose tab is still open.
+async function resumeTakeover() {
+  try {
+    const all = (await call('GET', base + '/approvals')).approvals;
+    const taken = all.filter((a) => a.status === 'TAKEN_OVER').sort((a, b) => (a.expires_at < b.expires_at ? 1 : -1));
+    if (!taken.length || takeover.id) return;
+    const r = await fetch('/v1/approvals/' + encodeURIComponent(taken[0].approval_id) + '/live?at=' + Date.now(), {
+      credentials: 'same-origin',
+    });
+    if (r.ok) {
+      say('You still have the tab you took over.');
+      takeOver(taken[0].approval_id);
+    }
+  } catch (e) {
+    // Nothing to resume: the panel stays closed.
+  }
 }
 
 // Inputs go one after another, in the order the owner made them.
@@ -222,14 +264,19 @@ async function send(input) {
       headers: { 'content-type': 'application/json', 'x-csrf-token': state.csrf || '' },
       body: JSON.stringify(input),
     });
+    if (r.status === 409 && input.click) {
+      say('The tab had moved to another page: look at it again, then click.');
+      await showTab();
+      return;
+    }
     if (!r.ok) throw new Error((await r.json().catch(() => ({}))).detail || r.status);
     if (input.done) {
       clearInterval(takeover.timer);
       $('takeover').hidden = true;
       takeover.id = null;
       say('The tab is closed.');
-    } else {
-      showTab();
+    } else if (r.status === 200) {
+      takeover.page = await shownIn(r, $('takeover-tab'), $('takeover-page'), $('takeover-dialog'));
     }
   } catch (e) {
     say('The tab did not take it: ' + e.message);
@@ -246,8 +293,14 @@ function wireTakeover() {
     const box = img.getBoundingClientRect();
     const x = Math.round(((e.clientX - box.left) * img.naturalWidth) / box.width);
     const y = Math.round(((e.clientY - box.top) * img.naturalHeight) / box.height);
-    sendToTab({ click: { x, y } });
+    sendToTab({ click: { x, y }, page: takeover.page });
   });
+  const dialog = $('takeover-dialog');
+  for (const [label, key] of [['OK', 'Enter'], ['Cancel', 'Escape']]) {
+    const b = el('button', { type: 'button' }, label);
+    b.addEventListener('click', () => sendToTab({ key }));
+    dialog.querySelector('.choices').append(b);
+  }
   $('takeover-type').addEventListener('submit', (e) => {
     e.preventDefault();
     const text = $('takeover-text').value;
@@ -460,6 +513,7 @@ async function start() {
   }
   listen();
   loadActivity();
+  resumeTakeover();
 }
 
 start();

@@ -12,7 +12,7 @@ pub(super) async fn live(call: Call, Seg(approval_id): Seg) -> Result<Response, 
     let (mut runtime, tab) = card_tab(&call, &owner, approval_id, &["PENDING", "TAKEN_OVER"]).await?;
     let req = proto::runtime::LiveViewRequest { browser_profile_id: tab.profile, snapshot_id: tab.snapshot };
     let view = runtime.live_view(call.grpc(&owner, req)?).await.map_err(runtime_problem)?.into_inner();
-    Ok(png(view.png, &view.page))
+    Ok(shown(view))
 }
 
 /// The owner's click, text, key or "done" in the tab of a card they took over; the tab as it is
@@ -23,6 +23,13 @@ pub(super) async fn live_input(call: Call, Seg(approval_id): Seg, req: Request) 
     call.query::<NoQuery>()?;
     uuid("approval_id", &approval_id)?;
     let body: LiveInput = guard::json_body(req).await?;
+    if body.page.is_some() && body.click.is_none() {
+        return Err(Problem::invalid("page", "goes with a click only"));
+    }
+    let expected_page = body.page.unwrap_or_default();
+    if expected_page.chars().count() > proto::limits::MAX_URL_CHARS {
+        return Err(Problem::invalid("page", "is too long to be a page the picture showed"));
+    }
     let input = match (body.click, body.text, body.key, body.done) {
         (Some(p), None, None, None) => Input::Click(proto::runtime::Point { x: p.x, y: p.y }),
         (None, Some(t), None, None) if !t.is_empty() && t.chars().count() <= 1024 => Input::Text(t),
@@ -36,9 +43,27 @@ pub(super) async fn live_input(call: Call, Seg(approval_id): Seg, req: Request) 
         browser_profile_id: tab.profile,
         snapshot_id: tab.snapshot,
         input: Some(input),
+        expected_page,
     };
     let view = runtime.live_input(call.grpc(&owner, req)?).await.map_err(runtime_problem)?.into_inner();
-    Ok(if view.png.is_empty() { StatusCode::NO_CONTENT.into_response() } else { png(view.png, &view.page) })
+    Ok(if view.png.is_empty() && view.dialog.is_empty() { StatusCode::NO_CONTENT.into_response() } else { shown(view) })
+}
+
+/// The tab's picture, or, while the page shows a dialog, its text as JSON.
+fn shown(view: proto::runtime::LiveViewReply) -> Response {
+    if view.dialog.is_empty() {
+        return png(view.png, &view.page);
+    }
+    let headers = [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))];
+    (headers, Json(LiveDialog { dialog: view.dialog })).into_response()
+}
+
+/// A dialog the page shows instead of a picture: Enter accepts it, Escape dismisses it, text
+/// answers a prompt.
+#[derive(Debug, Clone, serde::Serialize, JsonSchema)]
+pub(crate) struct LiveDialog {
+    /// From the website.
+    pub dialog: String,
 }
 
 type RuntimeClient = proto::runtime::browser_runtime_client::BrowserRuntimeClient<tonic::transport::Channel>;
@@ -105,6 +130,10 @@ pub(crate) struct LiveInput {
     /// The owner is done: the tab closes.
     #[serde(default)]
     pub done: Option<bool>,
+    /// With a click: the page (origin and path, as `x-live-page` named it) of the picture it was
+    /// aimed at; the click is refused (409) when the tab shows another page now.
+    #[serde(default)]
+    pub page: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default, serde::Deserialize, JsonSchema)]

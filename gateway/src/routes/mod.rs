@@ -99,7 +99,8 @@ pub(crate) const LIVE: Doc = Doc {
     ..doc(
         "get",
         "/v1/approvals/{approval_id}/live",
-        "A PNG of the live browser tab a pending card's session acts in, as it is now",
+        "A PNG of the live browser tab a pending card's session acts in, as it is now; while the page shows a \
+         dialog, JSON {\"dialog\": its text}",
         |_| schemars::json_schema!({ "type": "string", "contentMediaType": "image/png" }),
     )
 };
@@ -111,8 +112,9 @@ pub(crate) const LIVE_INPUT: Doc = Doc {
     ..doc(
         "post",
         "/v1/approvals/{approval_id}/live/input",
-        "The owner's click, text, key or done in the tab of a card they took over; a PNG of the tab after it \
-         (204 once done)",
+        "The owner's click (with the page its picture showed), text, key or done in the tab of a card they took \
+         over; a PNG of the tab after it, or its dialog as JSON (204 once done); while a dialog is open, Enter \
+         accepts it, Escape dismisses it and text answers it",
         |_| schemars::json_schema!({ "type": "string", "contentMediaType": "image/png" }),
     )
 };
