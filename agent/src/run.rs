@@ -581,6 +581,7 @@ impl State<'_> {
                 Ok(None)
             }
             "PENDING" => Ok(Some(End::escalated("approval_timeout", "the owner did not answer in time"))),
+            proto::AWAIT_STOPPED => Ok(Some(stopped())),
             // The owner acts in the live tab: nothing more of the run's.
             "TAKEN_OVER" => Ok(Some(End::escalated("taken_over", "the owner took the live tab over"))),
             // Never retry a rejected approval.

@@ -379,7 +379,9 @@ impl<B: Backend> Authority<B> {
             else {
                 // A deny records nothing, so nothing collides: a call decided before (a card or an
                 // allow, or this id with other arguments) is looked up here, on the deny path only.
-                if let (Some(c), true) = (call, t.events.is_empty())
+                // After the owner's Stop nothing decided before is handed out again.
+                let stopped = matches!(auth.decision, Decision::Deny(domain::Denial::SessionStopped));
+                if let (Some(c), true, false) = (call, t.events.is_empty(), stopped)
                     && let Some(done) = self.replayed(req, c, now).await?
                 {
                     return Ok(done);
@@ -453,6 +455,9 @@ impl<B: Backend> Authority<B> {
         let ask = |l: &Loaded| {
             let w = &l.world;
             let req = &start(w)?;
+            if w.sessions.get(&req.session_id).is_some_and(|s| s.stopped) {
+                return Ok((vec![], Decision::Deny(domain::Denial::SessionStopped)));
+            }
             let reason = Some(domain::NotCovered::GrantSpent.code().to_owned());
             let (decision, requested) =
                 domain::request_approval(req, now, approval_id, reason, domain::offer_for(w, req));

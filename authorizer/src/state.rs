@@ -407,6 +407,9 @@ pub async fn load(r: &mut impl Reader, tenant: &TenantId, need: Need<'_>) -> Res
             }
             l.deployment(r).await?;
         }
+        // The session first: a card being written holds its row, so the pending cards are read
+        // once that card is in (resolving a card locks the other way round; a deadlock between
+        // the two is retried).
         Need::SessionStop(session) => {
             l.sessions(r, &[session]).await?;
             l.grants(r, Grants::ActiveOfSession(session)).await?;

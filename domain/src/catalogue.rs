@@ -279,6 +279,9 @@ pub struct SessionDeleted {
 #[serde(deny_unknown_fields)]
 pub struct SessionStopped {
     pub session_id: String,
+    /// When the owner pressed Stop: an approve-once token of a card asked before it is void.
+    #[serde(with = "time::serde::rfc3339")]
+    pub stopped_at: OffsetDateTime,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

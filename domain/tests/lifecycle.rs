@@ -782,9 +782,9 @@ fn the_owners_stop_ends_everything_the_session_could_still_do() {
         matches!(&stopped[..], [
             Event::ApprovalResolved(d),
             Event::TaskGrantEnded(e),
-            Event::SessionStopped(SessionStopped { session_id }),
+            Event::SessionStopped(SessionStopped { session_id, stopped_at }),
         ] if d.approval_id == waiting && d.resolution == Resolution::Deny && e.grant_id == grant
-            && e.reason == EndReason::Revoked && session_id == "s1"),
+            && e.reason == EndReason::Revoked && session_id == "s1" && *stopped_at == t0()),
         "{stopped:?}"
     );
     assert_eq!(when(&mut world, stop("owner")).unwrap(), vec![], "nothing is left to stop");
@@ -794,17 +794,15 @@ fn the_owners_stop_ends_everything_the_session_could_still_do() {
         node_ref: "n42".into(),
         action: Some(Box::new(BoundAction::of(&Action::Click, None).on(&button("Buy gems"), PAGE))),
     };
-    let redeem = Command::RedeemToken {
+    let redeem = || Command::RedeemToken {
         principal_id: "owner".into(),
         token_sha256: "digest-1".into(),
-        binding,
+        binding: binding.clone(),
         profile_id: "profile-1".into(),
         now: t0(),
     };
-    assert!(
-        matches!(when(&mut world, redeem), Err(DomainError::Conflict { code: Conflict::ApprovalTokenInvalid, .. })),
-        "a token approved before the stop is not spent after it"
-    );
+    let void = |r| matches!(r, Err(DomainError::Conflict { code: Conflict::ApprovalTokenInvalid, .. }));
+    assert!(void(when(&mut world, redeem())), "a token approved before the stop is not spent after it");
     for req in [tile("Next"), tile("Pay now")] {
         let out = run(&mut world, &Policy::empty(), &req, t0());
         assert_eq!(out.decision, Decision::Deny(Denial::SessionStopped));
@@ -822,6 +820,7 @@ fn the_owners_stop_ends_everything_the_session_could_still_do() {
         run(&mut world, &Policy::empty(), &tile("Next"), t0()).decision,
         Decision::RequireApproval { .. }
     ));
+    assert!(void(when(&mut world, redeem())), "nor once the owner writes again");
 }
 
 #[test]

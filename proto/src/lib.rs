@@ -56,3 +56,6 @@ mod tests {
 /// The code of an Authorize deny for a session whose owner pressed Stop: the worker ends its run
 /// (`grant_domain`'s `SESSION_STOPPED`, held to this by a test).
 pub const DENY_SESSION_STOPPED: &str = "session_stopped";
+
+/// `AwaitApproval`'s status when the owner stopped the agent in the session: the run ends.
+pub const AWAIT_STOPPED: &str = "STOPPED";

@@ -443,6 +443,87 @@ mod through_the_authority {
         assert_eq!(named, 5, "each use named its snapshot in the same statement");
     }
 
+    /// A card decided on a read from before the owner's Stop and written while the Stop runs is
+    /// never left pending in the stopped chat: the card holds the session row as read, so the
+    /// Stop waits for it and denies it (or the card is decided again and denied).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_card_racing_the_owners_stop_is_never_left_pending() {
+        let db = TestDb::new().await;
+        let authority = Arc::new(Authority::new(PgGrants::new(db.store(4)), Policy::empty(), tenant()));
+        let created = SessionCreated {
+            session_id: "s1".into(),
+            tenant_id: "tenant-1".into(),
+            principal_id: "owner".into(),
+            browser_profile_id: Some("profile-1".into()),
+            schedule_id: None,
+            surface: Surface::Interactive,
+        };
+        let claim = Command::ClaimProfile { profile_id: "profile-1".into(), owner_principal_id: "owner".into() };
+        authority.execute(claim, "profiles").await.unwrap();
+        authority.execute(Command::CreateSession(created), "owner").await.unwrap();
+        let admin = db.client().await;
+        // The card's insert waits on a lock the test holds.
+        admin
+            .batch_execute(
+                "CREATE FUNCTION hold_card() RETURNS trigger LANGUAGE plpgsql AS $$ \
+                   BEGIN IF NEW.event_type = 'approval.requested' THEN PERFORM pg_advisory_xact_lock_shared(42); \
+                   END IF; RETURN NEW; END $$; \
+                 CREATE TRIGGER hold_card BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION hold_card(); \
+                 SELECT pg_advisory_lock(42);",
+            )
+            .await
+            .unwrap();
+        let now = OffsetDateTime::now_utc();
+        let card = {
+            let authority = Arc::clone(&authority);
+            tokio::spawn(async move { authority.authorize_uncalled(&request("s1", "hola"), now, Uuid::new_v4()).await })
+        };
+        let waiting = |what: &'static str| {
+            let admin = &admin;
+            async move {
+                admin
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                         AND wait_event_type = 'Lock' AND wait_event = $1",
+                        &[&what],
+                    )
+                    .await
+                    .unwrap()
+                    .get::<_, i64>(0)
+            }
+        };
+        tests::poll_until(
+            "the card held at its insert",
+            std::time::Duration::from_secs(20),
+            std::time::Duration::from_millis(20),
+            || async { (waiting("advisory").await > 0).then_some(()) },
+        )
+        .await;
+        let stop = {
+            let authority = Arc::clone(&authority);
+            let stop = Command::StopSession { session_id: "s1".into(), principal_id: "owner".into(), now };
+            tokio::spawn(async move { authority.execute(stop, "owner").await })
+        };
+        // The Stop either finishes (the card held nothing) or waits behind the card's hold.
+        tests::poll_until(
+            "the stop done or waiting",
+            std::time::Duration::from_secs(20),
+            std::time::Duration::from_millis(20),
+            || async {
+                (stop.is_finished() || waiting("transactionid").await + waiting("tuple").await > 0).then_some(())
+            },
+        )
+        .await;
+        admin.batch_execute("SELECT pg_advisory_unlock(42)").await.unwrap();
+        stop.await.unwrap().unwrap();
+        let (decision, _) = card.await.unwrap().unwrap();
+        let world = authority.world().await.unwrap();
+        let pending: Vec<_> =
+            world.approvals.values().filter(|a| a.state == authorizer::domain::ApprovalState::Pending).collect();
+        assert!(pending.is_empty(), "a card is pending in the stopped chat: {pending:?} ({decision:?})");
+        assert!(world.sessions["s1"].stopped);
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_thousand_concurrent_authorizations_give_exactly_200_allows_20_times() {
         let db = TestDb::new().await;

@@ -694,6 +694,9 @@ async fn a_stopped_session_acts_on_nothing_until_the_owners_next_message() {
     let Served { mut client, position, _stop, .. } = start_in_process(MemoryGrants::default()).await;
     let s = scene(&mut client).await;
     let stop = || pb::StopSessionRequest { session_id: "s1".into() };
+    let before = act(None);
+    let allowed = client.authorize(owner(before.clone())).await.unwrap().into_inner();
+    assert!(matches!(allowed.decision, Some(pb::authorize_reply::Decision::Allow(_))), "{allowed:?}");
     let at = position();
     let err = client.stop_session(intruder(stop())).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound, "another owner's session does not exist for the intruder");
@@ -704,6 +707,10 @@ async fn a_stopped_session_acts_on_nothing_until_the_owners_next_message() {
     assert_eq!(g.await.unwrap().into_inner().end_reason, "revoked");
     let get = pb::GetApprovalRequest { approval_id: s.pending.approval_id.clone(), min_position: None };
     assert_eq!(client.get_approval(owner(get)).await.unwrap().into_inner().status, "DENIED");
+    let wait =
+        pb::AwaitApprovalRequest { session_id: "s1".into(), approval_id: s.pending.approval_id.clone(), wait_ms: 0 };
+    let waited = client.await_approval(owner(wait)).await.unwrap().into_inner();
+    assert_eq!((waited.status.as_str(), waited.approval_token.as_str()), (proto::AWAIT_STOPPED, ""));
     let denied = |r: pb::AuthorizeReply| match r.decision {
         Some(pb::authorize_reply::Decision::Deny(d)) => d.code,
         other => panic!("{other:?}"),
@@ -713,6 +720,9 @@ async fn a_stopped_session_acts_on_nothing_until_the_owners_next_message() {
         assert_eq!(denied(reply), proto::DENY_SESSION_STOPPED, "no allow and no card while stopped");
     }
     assert_eq!(proto::DENY_SESSION_STOPPED, grant_domain::model::SESSION_STOPPED, "the worker reads the domain's code");
+    // A retry of a call allowed before the Stop is not answered with its ticket again.
+    let retried = client.authorize(owner(before)).await.unwrap().into_inner();
+    assert_eq!(denied(retried), proto::DENY_SESSION_STOPPED);
     let at = position();
     client.stop_session(owner(stop())).await.unwrap();
     assert_eq!(position(), at, "a second stop has nothing left to record");

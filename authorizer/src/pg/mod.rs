@@ -145,9 +145,27 @@ impl PgGrants {
                 matches!(e, Event::ToolCallAuthorized(t) if t.authorization_kind == AuthorizationKind::StandingGrant)
             });
             let settings_read = loaded.version(&crate::domain::deployment_stream(tenant)?);
+            // A card rests on the session as read (not stopped, not deleted): hold its row at that
+            // version, so a Stop committed since refuses the card and one committing now waits.
+            let card = events.iter().any(|e| matches!(e, Event::ApprovalRequested(_)));
+            let session_read = version(loaded.session_version(session));
             let done = self
                 .store
                 .transaction(IsolationLevel::ReadCommitted, async |tx| {
+                    if card {
+                        let held = tx
+                            .sql()
+                            .query_opt(
+                                "SELECT 1 FROM authority_sessions WHERE tenant_id = $1 AND session_id = $2 \
+                                 AND version = $3 FOR SHARE",
+                                &[&tenant.as_str(), &session, &session_read],
+                            )
+                            .await
+                            .map_err(db)?;
+                        if held.is_none() {
+                            return Err(StoreError::Contended("the session changed since the read".into()));
+                        }
+                    }
                     if standing {
                         let held = tx
                             .sql()

@@ -482,14 +482,27 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
                         .values()
                         .find(|g| g.created.approval_id == approval_id)
                         .map(|g| g.created.grant_id.to_string());
-                    // A token is handed out only while it could still be redeemed.
+                    // A token is handed out only while it could still be redeemed: never after a
+                    // Stop since the card was asked.
                     let live = a.requested.expires_at > OffsetDateTime::now_utc();
-                    let unspent = a.token_sha256.clone().filter(|_| !a.token_redeemed && live);
-                    Some((a.state, unspent, grant))
+                    let session = w.sessions.get(&session_id);
+                    let void = session.is_some_and(|s| s.stopped_since(&a.requested));
+                    let unspent = a.token_sha256.clone().filter(|_| !a.token_redeemed && live && !void);
+                    Some((a.state, unspent, grant, session.is_some_and(|s| s.stopped)))
                 })
                 .await
                 .map_err(status)?;
-            let Some((state, unspent, grant)) = seen else { return Err(Status::not_found("approval not found")) };
+            let Some((state, unspent, grant, stopped)) = seen else {
+                return Err(Status::not_found("approval not found"));
+            };
+            // The owner stopped the agent here: the worker ends its run, whatever the card says.
+            if stopped {
+                return Ok(Response::new(pb::AwaitApprovalReply {
+                    status: proto::AWAIT_STOPPED.into(),
+                    approval_token: String::new(),
+                    grant_id: String::new(),
+                }));
+            }
             if state != ApprovalState::Pending || tokio::time::Instant::now() >= deadline {
                 // The token is handed out only while its record stands unspent, and found under
                 // whichever key of the ring issued it.

@@ -251,7 +251,7 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             events.extend(session.active_grant.and_then(|g| world.end(g, EndReason::Revoked)));
             // A second Stop records only what the first left: each stop is one event.
             if !session.stopped {
-                events.push(Event::SessionStopped(SessionStopped { session_id }));
+                events.push(Event::SessionStopped(SessionStopped { session_id, stopped_at: stored(now) }));
             }
             Ok(events)
         }
@@ -353,7 +353,11 @@ fn redeem_token(
         .values()
         .find(|a| a.token_sha256.as_deref() == Some(token_sha256.as_str()))
         .ok_or_else(invalid)?;
-    let session = world.sessions.get(&approval.requested.session_id).filter(|s| !s.deleted && !s.stopped);
+    // A Stop since the card was asked voids its token, even once the owner writes again.
+    let session = world
+        .sessions
+        .get(&approval.requested.session_id)
+        .filter(|s| !s.deleted && !s.stopped_since(&approval.requested));
     let owner = session.map(|s| s.created.principal_id.as_str());
     let bound = approval.requested.binding.as_ref();
     let same_place = bound.is_some_and(|b| {

@@ -27,9 +27,21 @@ pub struct Session {
     /// The owner stopped the agent here; the owner's next message lifts it.
     #[serde(default)]
     pub stopped: bool,
+    /// The newest Stop, lifted or not: a card asked before it gives no token.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub stopped_at: Option<OffsetDateTime>,
     /// Not stored with the session: the grant rows say which is active.
     #[serde(skip)]
     pub active_grant: Option<Uuid>,
+}
+
+impl Session {
+    /// Whether the owner stopped the agent here (now, or since `approval` was asked): its token,
+    /// if any, is void.
+    pub fn stopped_since(&self, approval: &ApprovalRequested) -> bool {
+        let asked = approval.expires_at - crate::limits::APPROVAL_TTL;
+        self.stopped || self.stopped_at.is_some_and(|at| at >= asked)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -195,6 +207,7 @@ impl World {
                         turn_tools: Vec::new(),
                         deleted: false,
                         stopped: false,
+                        stopped_at: None,
                         active_grant: None,
                     },
                 );
@@ -221,6 +234,7 @@ impl World {
             Event::SessionStopped(e) => {
                 if let Some(s) = self.sessions.get_mut(&e.session_id) {
                     s.stopped = true;
+                    s.stopped_at = Some(e.stopped_at);
                 }
             }
             Event::ProfileClaimed(e) => {
