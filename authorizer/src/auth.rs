@@ -12,6 +12,7 @@ pub enum Rpc {
     RecordRun,
     DeleteSession,
     StopSession,
+    StopEverything,
     RecordProfileEvent,
     Authorize,
     ResolveApproval,
@@ -25,13 +26,14 @@ pub enum Rpc {
 }
 
 impl Rpc {
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 17] = [
         Self::CreateSession,
         Self::RecordMessage,
         Self::RecordToolCall,
         Self::RecordRun,
         Self::DeleteSession,
         Self::StopSession,
+        Self::StopEverything,
         Self::RecordProfileEvent,
         Self::Authorize,
         Self::ResolveApproval,
@@ -53,6 +55,7 @@ impl Rpc {
             Self::RecordRun => "RecordRun",
             Self::DeleteSession => "DeleteSession",
             Self::StopSession => "StopSession",
+            Self::StopEverything => "StopEverything",
             Self::RecordProfileEvent => "RecordProfileEvent",
             Self::Authorize => "Authorize",
             Self::ResolveApproval => "ResolveApproval",
@@ -85,6 +88,7 @@ impl Rpc {
             // Deleting a chat is the owner's act, made through the owner's client.
             Self::DeleteSession
             | Self::StopSession
+            | Self::StopEverything
             | Self::ResolveApproval
             | Self::GetApproval
             | Self::ListApprovals
@@ -100,9 +104,11 @@ impl Rpc {
     pub fn scopes(self) -> &'static [Scope] {
         match self {
             // Stopping only takes authority away: any owner who answers cards may.
-            Self::ResolveApproval | Self::GetApproval | Self::ListApprovals | Self::StopSession => {
-                &[Scope::ApprovalResolve]
-            }
+            Self::ResolveApproval
+            | Self::GetApproval
+            | Self::ListApprovals
+            | Self::StopSession
+            | Self::StopEverything => &[Scope::ApprovalResolve],
             Self::GetGrant | Self::ListGrants => &[Scope::GrantRead],
             Self::RevokeGrant => &[Scope::GrantWrite],
             _ => &[],

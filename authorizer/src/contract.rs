@@ -29,6 +29,7 @@ pub async fn run_all<B: Backend>(backend: &B) {
     a_second_active_grant_in_a_session_is_refused(backend).await;
     ending_an_ended_grant_is_contended(backend).await;
     due_tenants_are_those_with_something_past_its_time(backend).await;
+    a_principal_stop_reads_their_live_sessions_only(backend).await;
 }
 
 /// A tenant no other case uses.
@@ -312,4 +313,39 @@ pub async fn due_tenants_are_those_with_something_past_its_time<B: Backend>(back
     let due = |at| async move { backend.due_tenants(at).await.expect("the store answers") };
     assert!(!due(now).await.contains(tenant), "not due before its expiry");
     assert!(due(expires).await.contains(tenant), "due at its expiry");
+}
+
+/// Stop everything reads the principal's sessions neither deleted nor stopped, in id order, each
+/// with its active grant, and no one else's.
+pub async fn a_principal_stop_reads_their_live_sessions_only<B: Backend>(backend: &B) {
+    use grant_domain::catalogue::{SessionDeleted, SessionStopped};
+    let tenant = &fresh_tenant();
+    let now = OffsetDateTime::now_utc();
+    let grant_id = session_with_grant(backend, tenant, now + Duration::minutes(30)).await;
+    let by = Metadata::by(OWNER);
+    for id in ["s0", "s2", "s3"] {
+        let new = Need::NewSession { session: id, profile: Some(PROFILE) };
+        append(backend, tenant, &by, new, vec![session_created(tenant, id)]).await.expect("a session created");
+    }
+    let stopped = Event::SessionStopped(SessionStopped { session_id: "s2".into(), stopped_at: now });
+    append(backend, tenant, &by, Need::Session("s2"), vec![stopped]).await.expect("a session stopped");
+    let deleted = Event::SessionDeleted(SessionDeleted { session_id: "s3".into() });
+    append(backend, tenant, &by, Need::Session("s3"), vec![deleted]).await.expect("a session deleted");
+    let mut other = session_created(tenant, "s4");
+    if let Event::SessionCreated(c) = &mut other {
+        c.principal_id = "owner-2".into();
+        c.browser_profile_id = None;
+    }
+    let new = Need::NewSession { session: "s4", profile: None };
+    append(backend, tenant, &Metadata::by("owner-2"), new, vec![other]).await.expect("another's session");
+    let read = backend
+        .transact(tenant, &by, Need::PrincipalStop(OWNER), true, &|l| {
+            let mut ids: Vec<String> = l.world.sessions.keys().cloned().collect();
+            ids.sort();
+            Ok((vec![], (ids, l.world.sessions.get("s1").and_then(|s| s.active_grant))))
+        })
+        .await
+        .expect("a read");
+    assert_eq!(read.value.0, ["s0", "s1"], "live sessions of the principal, no one else's");
+    assert_eq!(read.value.1, Some(grant_id), "each with its active grant");
 }

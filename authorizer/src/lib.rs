@@ -31,7 +31,8 @@ pub use state::{
     need_of,
 };
 pub use store::{
-    Approvals, Backend, Consumed, Decide, Deployment, Grants, Need, Reader, SessionAt, Transacted, UseOf, Versioned,
+    Approvals, Backend, Consumed, Decide, Deployment, Grants, Need, Reader, STOP_BATCH, SessionAt, Transacted, UseOf,
+    Versioned,
 };
 
 pub use grant_domain::model as domain;

@@ -110,6 +110,20 @@ impl Reader for MemoryReader<'_> {
         Ok(out)
     }
 
+    async fn sessions_to_stop(&mut self, principal: &str, limit: usize) -> Result<Vec<String>, StoreError> {
+        let mut ids: Vec<String> = self
+            .state
+            .world
+            .sessions
+            .values()
+            .filter(|s| s.created.principal_id == principal && !s.deleted && !s.stopped)
+            .map(|s| s.created.session_id.clone())
+            .collect();
+        ids.sort();
+        ids.truncate(limit);
+        Ok(ids)
+    }
+
     async fn run(&mut self, session: &str, run: &str) -> Result<domain::RunSnapshots, StoreError> {
         Ok(self.state.world.run_snapshots.get(&(session.to_owned(), run.to_owned())).cloned().unwrap_or_default())
     }

@@ -37,6 +37,7 @@ pub fn need_of(command: &Command) -> Need<'_> {
         Command::ExpireApprovals { now } => Need::DueApprovals(*now),
         Command::RevokeGrant { grant_id, .. } => Need::Grant(*grant_id),
         Command::StopSession { session_id, .. } => Need::SessionStop(session_id),
+        Command::StopEverything { principal_id, .. } => Need::PrincipalStop(principal_id),
         Command::Sweep { now } => Need::DueGrants(*now),
     }
 }
@@ -414,6 +415,14 @@ pub async fn load(r: &mut impl Reader, tenant: &TenantId, need: Need<'_>) -> Res
             l.sessions(r, &[session]).await?;
             l.grants(r, Grants::ActiveOfSession(session)).await?;
             l.approvals(r, Approvals::PendingOfSession(session)).await?;
+        }
+        Need::PrincipalStop(principal) => {
+            let ids = r.sessions_to_stop(principal, crate::store::STOP_BATCH).await?;
+            for id in &ids {
+                l.sessions(r, &[id]).await?;
+                l.grants(r, Grants::ActiveOfSession(id)).await?;
+                l.approvals(r, Approvals::PendingOfSession(id)).await?;
+            }
         }
         Need::SessionApprovals(session) => {
             l.sessions(r, &[session]).await?;

@@ -70,6 +70,12 @@ pub trait Reader: Send {
     /// In grant-id order.
     fn grants(&mut self, which: Grants<'_>) -> impl Future<Output = Result<Vec<Grant>, StoreError>> + Send;
     fn run(&mut self, session: &str, run: &str) -> impl Future<Output = Result<RunSnapshots, StoreError>> + Send;
+    /// The ids of `principal`'s sessions neither deleted nor stopped, in id order, at most `limit`.
+    fn sessions_to_stop(
+        &mut self,
+        principal: &str,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 }
 
 /// What one request reads.
@@ -105,9 +111,15 @@ pub enum Need<'a> {
     SessionApprovals(&'a str),
     /// A session to stop: it, its active grant and its pending approvals (locked with it).
     SessionStop(&'a str),
+    /// What the owner's Stop everything reads: up to [`STOP_BATCH`] of the principal's sessions
+    /// neither deleted nor stopped, each as `SessionStop` reads it.
+    PrincipalStop(&'a str),
     /// A principal's grants and their sessions.
     PrincipalGrants(&'a str),
 }
+
+/// The most sessions one Stop everything stops in one transaction; the caller asks again for more.
+pub const STOP_BATCH: usize = 100;
 
 /// What a transaction decided and recorded.
 #[derive(Debug, Clone, PartialEq)]

@@ -166,7 +166,9 @@ async fn the_lesson_through_the_console() {
     // Stop everything: the permission ends, the two waiting cards are denied, and a run in the
     // chat ends at its first act, with no card, until the owner writes again.
     owner.press("header", "Stop everything").await;
-    owner.read_until("#status", "everything stopped", |t| t.starts_with("Everything is stopped (1 chat)")).await;
+    owner
+        .read_until("#status", "everything stopped", |t| t.starts_with("Everything is stopped (1 chat stopped now)"))
+        .await;
     owner.read_until("#banner", "the banner to go", str::is_empty).await;
     owner.read_until("#cards", "no card waiting", |t| t == "Nothing is waiting for you.").await;
     owner.shot("stop-everything").await;

@@ -535,6 +535,7 @@ async fn the_route_census_with_the_flag_on_and_off() {
             "POST /v1/approvals/{approval_id}/resolve",
             "POST /v1/sessions/{session_id}/stop",
             "POST /v1/sign-out",
+            "POST /v1/stop-everything",
         ]
     );
     let flagged: Vec<_> = routes.iter().filter(|r| r.2).map(|(m, p, _)| format!("{m} {p}")).collect();
@@ -597,6 +598,15 @@ async fn the_route_census_with_the_flag_on_and_off() {
     assert_eq!(r.status, 200, "{r:?}");
     let pending = s.call(1, "GET", "/v1/sessions/s1/approvals?pending_only=true").bearer(&owner).send().await;
     assert_eq!(pending.json()["approvals"], json!([]), "the stop denied the waiting card: {pending:?}");
+    // Stop everything finds the owner's other chat (a card waits there), not the stopped one.
+    s.session(ON, "owner-a", "s2").await;
+    let (card, _) = s.card(ON, "owner-a", "s2").await;
+    let r = s.call(1, "POST", "/v1/stop-everything").bearer(&resolve_only).send().await;
+    assert_eq!((r.status, r.json()["sessions"].clone()), (200, json!(1)), "{r:?}");
+    let got = s.call(0, "GET", &format!("/v1/approvals/{card}")).bearer(&owner).send().await;
+    assert_eq!(got.json()["status"], "DENIED", "{got:?}");
+    let r = s.call(0, "POST", "/v1/stop-everything").bearer(&other).send().await;
+    assert_eq!((r.status, r.json()["sessions"].clone()), (200, json!(0)), "owner-b has nothing to stop: {r:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

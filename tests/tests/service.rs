@@ -61,6 +61,7 @@ calls!(
     pb::RecordRunRequest => RecordRun,
     pb::DeleteSessionRequest => DeleteSession,
     pb::StopSessionRequest => StopSession,
+    pb::StopEverythingRequest => StopEverything,
     pb::ProfileEventRequest => RecordProfileEvent,
     pb::AuthorizeRequest => Authorize,
     pb::ResolveApprovalRequest => ResolveApproval,
@@ -737,6 +738,40 @@ async fn a_stopped_session_acts_on_nothing_until_the_owners_next_message() {
     assert!(card.offer.is_some(), "after the owner's message the agent asks again: {card:?}");
 }
 
+/// Stop everything stops each of the owner's chats, whatever they hold (a grant, a card, or only a
+/// run between acts), and none of another owner's; pressed again it has nothing left to stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_everything_stops_every_chat_of_the_owner_and_no_one_elses() {
+    let Served { mut client, position, _stop, .. } = start_in_process(MemoryGrants::default()).await;
+    let s = scene(&mut client).await;
+    let bare = pb::CreateSessionRequest { session_id: "s2".into(), surface: 1, ..Default::default() };
+    client.create_session(owner(bare)).await.unwrap();
+    let theirs = pb::CreateSessionRequest { session_id: "s3".into(), surface: 1, ..Default::default() };
+    client.create_session(intruder(theirs)).await.unwrap();
+    let reply = client.stop_everything(owner(pb::StopEverythingRequest {})).await.unwrap().into_inner();
+    assert_eq!((reply.stopped, reply.more), (2, false), "{reply:?}");
+    let g = client.get_grant(owner(pb::GetGrantRequest { grant_id: s.grant_id.clone(), min_position: None }));
+    assert_eq!(g.await.unwrap().into_inner().end_reason, "revoked");
+    let get = pb::GetApprovalRequest { approval_id: s.pending.approval_id.clone(), min_position: None };
+    assert_eq!(client.get_approval(owner(get)).await.unwrap().into_inner().status, "DENIED");
+    for session in ["s1", "s2"] {
+        let reply = client.authorize(owner(pb::AuthorizeRequest { session_id: session.into(), ..act(None) })).await;
+        match reply.unwrap().into_inner().decision {
+            Some(pb::authorize_reply::Decision::Deny(d)) => assert_eq!(d.code, proto::DENY_SESSION_STOPPED),
+            other => panic!("{session}: {other:?}"),
+        }
+    }
+    let theirs = client.authorize(intruder(pb::AuthorizeRequest { session_id: "s3".into(), ..act(None) })).await;
+    assert!(
+        !matches!(theirs.unwrap().into_inner().decision, Some(pb::authorize_reply::Decision::Deny(_))),
+        "another owner's chat is not stopped"
+    );
+    let at = position();
+    let again = client.stop_everything(owner(pb::StopEverythingRequest {})).await.unwrap().into_inner();
+    assert_eq!((again.stopped, again.more), (0, false));
+    assert_eq!(position(), at, "nothing left to record");
+}
+
 /// A card raised before the stop cannot be approved after it: its act would be denied anyway.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_card_of_a_stopped_session_is_not_approved() {
@@ -816,6 +851,7 @@ async fn census_of_calls_served_with_the_flag_off_and_on() {
         codes.push(("RecordRun", code(client.record_run(owner(pb::RecordRunRequest::default())).await)));
         codes.push(("DeleteSession", code(client.delete_session(owner(pb::DeleteSessionRequest::default())).await)));
         codes.push(("StopSession", code(client.stop_session(owner(pb::StopSessionRequest::default())).await)));
+        codes.push(("StopEverything", code(client.stop_everything(owner(pb::StopEverythingRequest {})).await)));
         codes.push((
             "RecordProfileEvent",
             code(client.record_profile_event(owner(pb::ProfileEventRequest::default())).await),
@@ -910,6 +946,9 @@ async fn call_as(client: &mut AuthorizerClient<Channel>, role: Role, rpc: Rpc, s
             .stop_session(with_role(role, "owner", pb::StopSessionRequest { session_id: "s1".into() }))
             .await
             .map(drop),
+        Rpc::StopEverything => {
+            client.stop_everything(with_role(role, "owner", pb::StopEverythingRequest {})).await.map(drop)
+        }
         Rpc::RecordProfileEvent => {
             let m = pb::ProfileEventRequest {
                 profile_id: "profile-1".into(),
@@ -982,8 +1021,9 @@ async fn role_matrix_every_call_by_every_role() {
     };
     // Stopping and deleting the session end the scene, so they come last.
     let mut order = Rpc::ALL.to_vec();
-    order.retain(|r| ![Rpc::StopSession, Rpc::DeleteSession].contains(r));
-    order.extend([Rpc::StopSession, Rpc::DeleteSession]);
+    let last = [Rpc::StopEverything, Rpc::StopSession, Rpc::DeleteSession];
+    order.retain(|r| !last.contains(r));
+    order.extend(last);
     let mut allowed = Vec::new();
     for rpc in order {
         let (before, at) = (list(&mut client).await, position());

@@ -164,6 +164,10 @@ impl Reader for Prefetched {
     async fn run(&mut self, _: &str, _: &str) -> Result<RunSnapshots, StoreError> {
         Err(Self::not_fetched("a run's snapshots"))
     }
+
+    async fn sessions_to_stop(&mut self, _: &str, _: usize) -> Result<Vec<String>, StoreError> {
+        Err(Self::not_fetched("a principal's sessions"))
+    }
 }
 
 /// One request's reads, inside its transaction; `FOR UPDATE` when the request writes, so two
@@ -283,6 +287,23 @@ impl Reader for PgReader<'_> {
         }
         .map_err(db)?;
         rows.iter().map(grant_from_row).collect()
+    }
+
+    async fn sessions_to_stop(&mut self, principal: &str, limit: usize) -> Result<Vec<String>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .tx
+            .query(
+                "SELECT session_id FROM authority_sessions WHERE tenant_id = $1 AND version > 0 \
+                 AND state->'created'->>'principal_id' = $2 \
+                 AND NOT coalesce((state->>'deleted')::boolean, false) \
+                 AND NOT coalesce((state->>'stopped')::boolean, false) \
+                 ORDER BY session_id LIMIT $3",
+                &[&self.tenant, &principal, &limit],
+            )
+            .await
+            .map_err(db)?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     async fn run(&mut self, session: &str, run: &str) -> Result<RunSnapshots, StoreError> {

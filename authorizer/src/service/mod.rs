@@ -304,6 +304,22 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         self.write(&authority, stop, &principal).await
     }
 
+    async fn stop_everything(
+        &self,
+        req: Request<pb::StopEverythingRequest>,
+    ) -> Result<Response<pb::StopEverythingReply>, Status> {
+        let (caller, authority) = self.caller(&req, Rpc::StopEverything).await?;
+        let principal = caller.principal;
+        let stop = Command::StopEverything { principal_id: principal.clone(), now: OffsetDateTime::now_utc() };
+        let (events, at) = authority.execute_at(stop, &principal).await.map_err(status)?;
+        let stopped = events.iter().filter(|e| matches!(e, Event::SessionStopped(_))).count();
+        Ok(Response::new(pb::StopEverythingReply {
+            position: at.and_then(position),
+            stopped: u32::try_from(stopped).unwrap_or(u32::MAX),
+            more: stopped >= crate::store::STOP_BATCH,
+        }))
+    }
+
     async fn record_profile_event(
         &self,
         req: Request<pb::ProfileEventRequest>,

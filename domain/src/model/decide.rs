@@ -110,6 +110,12 @@ pub enum Command {
         principal_id: String,
         now: OffsetDateTime,
     },
+    /// The owner's Stop everything: [`Command::StopSession`] for each of the owner's sessions the
+    /// read found (neither deleted nor stopped).
+    StopEverything {
+        principal_id: String,
+        now: OffsetDateTime,
+    },
     /// Ends every grant whose time is up.
     Sweep {
         now: OffsetDateTime,
@@ -232,28 +238,13 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
         }
         Command::StopSession { session_id, principal_id, now } => {
             let session = world.session_of(&session_id, &principal_id)?;
-            let mut pending: Vec<Uuid> = world
-                .approvals
-                .values()
-                .filter(|a| a.requested.session_id == session_id)
-                .filter(|a| a.state == ApprovalState::Pending && a.requested.expires_at > now)
-                .map(|a| a.requested.approval_id)
-                .collect();
-            pending.sort();
-            let mut events: Vec<Event> = pending
-                .into_iter()
-                .map(|approval_id| {
-                    let resolution = Resolution::Deny;
-                    let status = resolution.status();
-                    Event::ApprovalResolved(ApprovalResolved { approval_id, resolution, status, grant_id: None })
-                })
-                .collect();
-            events.extend(session.active_grant.and_then(|g| world.end(g, EndReason::Revoked)));
-            // A second Stop records only what the first left: each stop is one event.
-            if !session.stopped {
-                events.push(Event::SessionStopped(SessionStopped { session_id, stopped_at: stored(now) }));
-            }
-            Ok(events)
+            Ok(stop(world, session, now))
+        }
+        Command::StopEverything { principal_id, now } => {
+            let mut mine: Vec<&Session> =
+                world.sessions.values().filter(|s| s.created.principal_id == principal_id && !s.deleted).collect();
+            mine.sort_by(|a, b| a.created.session_id.cmp(&b.created.session_id));
+            Ok(mine.into_iter().flat_map(|s| stop(world, s, now)).collect())
         }
         Command::Sweep { now } => {
             let mut ids: Vec<Uuid> = world
@@ -266,6 +257,33 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             Ok(ids.into_iter().filter_map(|id| world.end(id, EndReason::Expired)).collect())
         }
     }
+}
+
+/// The owner's Stop of one session: its pending cards denied, its grant revoked, and the stop
+/// recorded once (a second Stop records only what the first left).
+fn stop(world: &World, session: &Session, now: OffsetDateTime) -> Vec<Event> {
+    let session_id = &session.created.session_id;
+    let mut pending: Vec<Uuid> = world
+        .approvals
+        .values()
+        .filter(|a| &a.requested.session_id == session_id)
+        .filter(|a| a.state == ApprovalState::Pending && a.requested.expires_at > now)
+        .map(|a| a.requested.approval_id)
+        .collect();
+    pending.sort();
+    let mut events: Vec<Event> = pending
+        .into_iter()
+        .map(|approval_id| {
+            let resolution = Resolution::Deny;
+            let status = resolution.status();
+            Event::ApprovalResolved(ApprovalResolved { approval_id, resolution, status, grant_id: None })
+        })
+        .collect();
+    events.extend(session.active_grant.and_then(|g| world.end(g, EndReason::Revoked)));
+    if !session.stopped {
+        events.push(Event::SessionStopped(SessionStopped { session_id: session_id.clone(), stopped_at: stored(now) }));
+    }
+    events
 }
 
 /// The operator's whole deployment record: settings and pin, and a new policy in force.

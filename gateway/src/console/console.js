@@ -389,37 +389,21 @@ async function stopGrant(id, button) {
   }
 }
 
-// Stops the agent in this chat and in every chat with an active permission of the owner's: each
-// chat's permission ends, its waiting cards are denied and its run ends at its next action. A
-// failure is never reported as done.
+// Stops the agent in every chat of the owner's: each chat's permission ends, its waiting cards are
+// denied and its run ends at its next action, until the owner writes to it again. A failure is
+// never reported as done.
 async function stopEverything() {
   const button = $('stop-all');
   button.disabled = true;
   try {
-    const chats = new Set([session]);
-    try {
-      const all = await call('GET', '/v1/browser-task-grants?active_only=true');
-      for (const g of all.grants) chats.add(g.session_id);
-    } catch (e) {
-      // Without task permissions (404) or the scope to list them (403), there are none to find.
-      if (e.status !== 404 && e.status !== 403) throw e;
-    }
-    let failed = 0;
-    for (const chat of chats) {
-      try {
-        await call('POST', '/v1/sessions/' + encodeURIComponent(chat) + '/stop', {});
-      } catch (e) {
-        failed += 1;
-      }
-    }
+    const r = await call('POST', '/v1/stop-everything', {});
+    const n = r.sessions;
     say(
-      failed
-        ? failed + ' of ' + chats.size + ' chats were not stopped: try again.'
-        : 'Everything is stopped (' + chats.size + (chats.size === 1 ? ' chat' : ' chats') +
-            '). The agent does nothing more until you write to it again.',
+      'Everything is stopped (' + n + (n === 1 ? ' chat' : ' chats') + ' stopped now). ' +
+        'The agent does nothing more until you write to it again.',
     );
   } catch (e) {
-    say('Not everything was stopped: ' + e.message);
+    say('Not everything was stopped: ' + e.message + ' Press Stop everything again.');
   } finally {
     button.disabled = false;
   }

@@ -33,7 +33,7 @@ use grants::{get_grant, list_grants, revoke_grant};
 use live::{LiveInput, card_tab, live, live_input, runtime_problem};
 pub(crate) use sign_in::escape;
 use sign_in::{sign_in, sign_in_page};
-use stop::stop_session;
+use stop::{Stopped, stop_everything, stop_session};
 
 type Answer<T> = Result<Json<T>, Problem>;
 type SchemaOf = fn(&mut SchemaGenerator) -> Schema;
@@ -170,6 +170,16 @@ pub(crate) const STOP_SESSION: Doc = Doc {
         schema::<Written>,
     )
 };
+pub(crate) const STOP_EVERYTHING: Doc = Doc {
+    scopes: &[Scope::ApprovalResolve],
+    write: true,
+    ..doc(
+        "post",
+        "/v1/stop-everything",
+        "Stops the agent in every chat of the owner's that is not stopped already, as the stop of one chat does",
+        schema::<Stopped>,
+    )
+};
 pub(crate) const ACTIVITY: Doc = Doc {
     scopes: &[Scope::ApprovalResolve],
     query: Some(schema::<ReadQuery>),
@@ -220,6 +230,7 @@ pub(crate) fn routes() -> Vec<(Doc, MethodRouter<Gateway>)> {
         on(GET_GRANT, get_grant),
         on(REVOKE_GRANT, revoke_grant),
         on(STOP_SESSION, stop_session),
+        on(STOP_EVERYTHING, stop_everything),
         on(ACTIVITY, activity),
         on(EVENTS, crate::stream::events),
         on(OPENAPI, openapi),
