@@ -76,7 +76,10 @@ pub(crate) async fn session(Seg(session): Seg) -> Response {
         <span id=\"takeover-page\"></span>.</p>\
         <img id=\"takeover-tab\" class=\"live\" alt=\"The browser tab you took over; click on it to click there\">\
         <div id=\"takeover-dialog\" class=\"dialog\" role=\"group\" aria-label=\"The page's dialog\" hidden>\
-        <p>The page shows a dialog: <span class=\"said\"></span></p><div class=\"choices\"></div></div>\
+        <p>The page shows a dialog: <span class=\"said\"></span></p>\
+        <p><label for=\"takeover-answer\">Your answer, if it asks a question</label> \
+        <input id=\"takeover-answer\" maxlength=\"1024\" autocomplete=\"off\"></p>\
+        <div class=\"choices\"></div></div>\
         <form id=\"takeover-type\" class=\"filter\"><label for=\"takeover-text\">Type</label> \
         <input id=\"takeover-text\" maxlength=\"1024\"> <button type=\"submit\">Send text</button></form>\
         <div class=\"choices\" id=\"takeover-keys\"></div></section>\

@@ -35,6 +35,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0006_owner_tokens.sql",
         sql: include_str!("../../migrations/0006_owner_tokens.sql"),
     },
+    Migration {
+        version: 7,
+        name: "0007_sessions_by_principal.sql",
+        sql: include_str!("../../migrations/0007_sessions_by_principal.sql"),
+    },
 ];
 
 /// Shared by every runner of this schema: the ASCII of "grantmig".

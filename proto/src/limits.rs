@@ -34,6 +34,9 @@ pub enum Allowed {
 pub const MAX_ID_CHARS: usize = 120;
 /// An accessible name the worker expects, as the tool contract bounds it.
 pub const MAX_NAME_CHARS: usize = 120;
+/// The most of a page's dialog text the owner is shown (and names back in an answer).
+pub const MAX_DIALOG_CHARS: usize = 1_024;
+
 /// A page URL or a start URL. Longer URLs exist, but no page this product acts on needs one.
 pub const MAX_URL_CHARS: usize = 8_192;
 /// An origin, `https://host[:port]`: a host name is at most 253 characters.
@@ -285,6 +288,10 @@ pub const FIELDS: &[(&str, Rule)] = &[
     ("browser_runtime.v1.LiveInputRequest.key", text(32)),
     ("browser_runtime.v1.LiveInputRequest.done", one()),
     ("browser_runtime.v1.LiveInputRequest.expected_page", URL),
+    ("browser_runtime.v1.LiveInputRequest.answer", one()),
+    ("browser_runtime.v1.DialogAnswer.accept", one()),
+    ("browser_runtime.v1.DialogAnswer.text", text(1024)),
+    ("browser_runtime.v1.DialogAnswer.seen", text(MAX_DIALOG_CHARS)),
     ("browser_runtime.v1.ReadFormRequest.session_id", ID),
     ("browser_runtime.v1.ReadFormRequest.snapshot_id", ID),
     ("browser_runtime.v1.ReadFormRequest.ref", ID),

@@ -329,8 +329,12 @@ fn every_consequence_a_card_names_reads_in_words() {
 
 /// A form whose submit fills the lower half of the page, so that a click on the live picture's
 /// lower half is a click on it; a frame over the upper half holds a button that opens an alert
-/// whose text carries markup.
+/// whose text carries markup; and the page asks "Still there?" once the site's signal says so.
 const BIG_SUBMIT: &str = r#"<!doctype html><title>Enrol</title><style>body{margin:0}</style>
+<script>let asked = false; const tick = setInterval(async () => {
+  const said = await (await fetch('/lesson/signal')).text();
+  if (said === 'ask' && !asked) { asked = true; clearInterval(tick); alert('Still there?'); }
+}, 100);</script>
 <form action="/lesson/unit-6" style="margin-top:50vh"><label>City <input name="city"></label>
 <button style="display:block;width:100%;height:45vh">Confirm enrolment</button></form>
 <iframe title="Check" style="position:fixed;top:0;left:0;width:100%;height:48vh;border:0"
@@ -370,6 +374,12 @@ async fn the_owner_takes_the_live_tab_over() {
     let refused = l.stack.runtime.observe(with(WORKER, observe)).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::Aborted, "{refused:?}");
 
+    // A dialog the page opens before the owner's first input is shown and answered by it.
+    l.stack.fixture.page(LESSON, "/lesson/signal", "ask");
+    owner.read_until("#takeover-dialog", "the page's question", |t| t.contains("Still there?")).await;
+    owner.press("#takeover-dialog", "OK").await;
+    owner.image_loaded("#takeover-tab", "the tab after the question").await;
+
     // A reload keeps the tab the owner's: the panel comes back.
     owner.client.refresh().await.unwrap();
     owner.read_until("#status", "the panel back", |t| t.contains("You still have the tab")).await;
@@ -388,6 +398,21 @@ async fn the_owner_takes_the_live_tab_over() {
     assert!(said.contains("The page shows a dialog: Hola <b>amigo</b>"), "{said}");
     assert!(owner.client.find_all(fantoccini::Locator::Css("#takeover-dialog b")).await.unwrap().is_empty());
     owner.shot("page-dialog").await;
+    // While it is open nothing but an answer naming it reaches the page: not a key meant for a
+    // field, not an answer to another dialog.
+    for body in [json!({ "key": "Enter" }), json!({ "answer": { "accept": true, "seen": "Still there?" } })] {
+        let status = owner
+            .client
+            .execute(
+                "return fetch('/v1/approvals/' + takeover.id + '/live/input', { method: 'POST', \
+                 credentials: 'same-origin', headers: { 'content-type': 'application/json', 'x-csrf-token': \
+                 state.csrf }, body: JSON.stringify(arguments[0]) }).then((r) => r.status);",
+                vec![body.clone()],
+            )
+            .await
+            .unwrap();
+        assert_eq!(status, json!(409), "{body} while a dialog is open");
+    }
     owner.press("#takeover-dialog", "OK").await;
     owner.image_loaded("#takeover-tab", "the tab after the alert").await;
 

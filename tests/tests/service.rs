@@ -749,7 +749,7 @@ async fn stop_everything_stops_every_chat_of_the_owner_and_no_one_elses() {
     let theirs = pb::CreateSessionRequest { session_id: "s3".into(), surface: 1, ..Default::default() };
     client.create_session(intruder(theirs)).await.unwrap();
     let reply = client.stop_everything(owner(pb::StopEverythingRequest {})).await.unwrap().into_inner();
-    assert_eq!((reply.stopped, reply.more), (2, false), "{reply:?}");
+    assert_eq!((reply.stopped, reply.more), (2, true), "{reply:?}");
     let g = client.get_grant(owner(pb::GetGrantRequest { grant_id: s.grant_id.clone(), min_position: None }));
     assert_eq!(g.await.unwrap().into_inner().end_reason, "revoked");
     let get = pb::GetApprovalRequest { approval_id: s.pending.approval_id.clone(), min_position: None };

@@ -294,8 +294,7 @@ impl Reader for PgReader<'_> {
         let rows = self
             .tx
             .query(
-                "SELECT session_id FROM authority_sessions WHERE tenant_id = $1 AND version > 0 \
-                 AND state->'created'->>'principal_id' = $2 \
+                "SELECT session_id FROM authority_sessions WHERE tenant_id = $1 AND principal_id = $2 \
                  AND NOT coalesce((state->>'deleted')::boolean, false) \
                  AND NOT coalesce((state->>'stopped')::boolean, false) \
                  ORDER BY session_id LIMIT $3",

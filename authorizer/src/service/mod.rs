@@ -316,7 +316,8 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         Ok(Response::new(pb::StopEverythingReply {
             position: at.and_then(position),
             stopped: u32::try_from(stopped).unwrap_or(u32::MAX),
-            more: stopped >= crate::store::STOP_BATCH,
+            // Stopped sessions are not read again, so a call that stopped none is the last.
+            more: stopped > 0,
         }))
     }
 

@@ -506,6 +506,10 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
         let owner = self.owner(&req).await?;
         let mut s = self.owners_tab(&owner, &req.get_ref().browser_profile_id, &req.get_ref().snapshot_id).await?;
         let release = req.get_ref().release;
+        // Once the owner has acted in the tab it is theirs for good: it closes, never goes back.
+        if release && s.owner_acted() {
+            return Err(Status::failed_precondition("the owner has acted in this tab: it is not given back"));
+        }
         s.taken_over = !release;
         tracing::info!(profile = %s.profile, release, "the owner took the tab over, or gave it back");
         Ok(Response::new(pb::TakeOverReply {}))
@@ -524,6 +528,9 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
             Some(Input::Click(p)) => OwnerInput::Click { x: p.x, y: p.y },
             Some(Input::Text(t)) => OwnerInput::Text(t),
             Some(Input::Key(k)) => OwnerInput::Key(k),
+            Some(Input::Answer(a)) => {
+                OwnerInput::Answer { accept: a.accept, text: Some(a.text).filter(|t| !t.is_empty()), seen: a.seen }
+            }
             Some(Input::Done(true)) => {
                 let profile = s.profile.clone();
                 s.close().await;
@@ -559,7 +566,12 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
 }
 
 fn live_reply(view: crate::session::LiveView) -> pb::LiveViewReply {
-    pb::LiveViewReply { page: view.page, png: view.png, dialog: view.dialog.unwrap_or_default() }
+    pb::LiveViewReply {
+        page: view.page,
+        png: view.png,
+        dialog_open: view.dialog.is_some(),
+        dialog: view.dialog.unwrap_or_default(),
+    }
 }
 
 /// Every call of the runtime is the worker's, but the owner's own (a look at a live tab, taking

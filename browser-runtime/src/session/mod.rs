@@ -219,9 +219,19 @@ mod keys {
 /// What the owner sends to a tab taken over.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OwnerInput {
-    Click { x: u32, y: u32 },
+    Click {
+        x: u32,
+        y: u32,
+    },
     Text(String),
     Key(String),
+    /// OK or Cancel on the dialog the page shows, with a prompt's answer, naming the dialog's
+    /// text as the owner saw it.
+    Answer {
+        accept: bool,
+        text: Option<String>,
+        seen: String,
+    },
 }
 
 /// The newest snapshot: refs are indexes into `nodes`, the page keeps the elements.
@@ -316,8 +326,11 @@ pub struct Session {
     /// The owner took the tab over: the agent's calls are refused from then on, and only the
     /// owner's input (through the gateway) reaches the page.
     pub taken_over: bool,
-    /// The guard in the tab's frames stands down for the owner's own input (set at their first).
+    /// The guard in the tab's frames stands down for the owner's own input (set at their first,
+    /// in this browser).
     owner_frames: bool,
+    /// The owner has sent input to the tab: it is theirs for good.
+    acted_by_owner: bool,
     /// Closed by its owner: calls that waited for it find nothing.
     pub closed: bool,
     browser: Option<Browser>,
@@ -371,6 +384,7 @@ impl Session {
             closed: false,
             taken_over: false,
             owner_frames: false,
+            acted_by_owner: false,
             issued: HashSet::new(),
             last_used: std::time::Instant::now(),
             browser: None,
@@ -383,6 +397,8 @@ impl Session {
 
     /// Starts Chromium with a fresh profile and opens the start page.
     pub async fn start(&mut self, config: &BrowserConfig) -> Result<(), SessionError> {
+        // A new browser's frames hold the guard again until handed to the owner again.
+        self.owner_frames = false;
         let browser =
             Browser::start(config).await.map_err(|e: BrowserError| SessionError::Unavailable(e.to_string()))?;
         // The origin guard: no page of the browser loads a document off the run's origins.

@@ -12,7 +12,7 @@ pub struct LiveView {
     pub page: String,
     /// A screenshot; empty while a dialog is open (the browser takes none then).
     pub png: Vec<u8>,
-    /// The text of the dialog the page shows (from the website), if one is open.
+    /// The dialog the page shows, if one is open: its text as [`dialog_text`] shows it.
     pub dialog: Option<String>,
 }
 
@@ -21,12 +21,28 @@ fn page_of(url: &url::Url) -> String {
     format!("{}{}", url.origin().ascii_serialization(), url.path())
 }
 
+/// A dialog's text as the owner is shown it: at most [`proto::limits::MAX_DIALOG_CHARS`]
+/// characters, with control characters (but line breaks) and direction overrides removed, so the
+/// page cannot make it read as something else.
+fn dialog_text(raw: &str) -> String {
+    let direction = |c: char| matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    raw.chars()
+        .filter(|c| *c == '\n' || !(c.is_control() || direction(*c)))
+        .take(proto::limits::MAX_DIALOG_CHARS)
+        .collect()
+}
+
 impl Session {
-    /// The open dialog's text, if the page shows one.
+    /// Whether the owner has sent input to this tab.
+    pub fn owner_acted(&self) -> bool {
+        self.acted_by_owner
+    }
+
+    /// The open dialog's text (as shown), if the page shows one.
     async fn dialog(&mut self, config: &BrowserConfig) -> Result<Option<String>, SessionError> {
         let client = self.client(config).await?;
         match client.get_alert_text().await {
-            Ok(text) => Ok(Some(text)),
+            Ok(text) => Ok(Some(dialog_text(&text))),
             Err(e) if e.is_no_such_alert() => Ok(None),
             Err(e) => Err(self.failed(e, config).await),
         }
@@ -47,10 +63,11 @@ impl Session {
         Ok(LiveView { page: page_of(&url), png, dialog: None })
     }
 
-    /// The owner's click at (`x`, `y`) of the tab's viewport (the screenshot's pixels), or the
-    /// owner's text typed as it is, or a named key: sent as the owner's own input. A click aimed
-    /// at `expected_page` is refused once the tab shows another page. While the page shows a
-    /// dialog, Enter accepts it, Escape dismisses it, text answers a prompt, and a click waits.
+    /// The owner's click at (`x`, `y`) of the tab's viewport (the screenshot's pixels), text typed
+    /// as it is, a named key, or an answer to the page's dialog: sent as the owner's own input.
+    /// While a dialog is open only an answer naming it reaches the page, so neither a second
+    /// press nor text meant for a field answers a dialog the owner has not seen. A click aimed at
+    /// `expected_page` is refused once the tab shows another page.
     pub async fn owner_input(
         &mut self,
         input: OwnerInput,
@@ -58,28 +75,35 @@ impl Session {
         config: &BrowserConfig,
     ) -> Result<(), SessionError> {
         use fantoccini::actions::{InputSource, KeyAction, KeyActions, MOUSE_BUTTON_LEFT, MouseActions, PointerAction};
+        self.acted_by_owner = true;
+        let open = self.dialog(config).await?;
         let (client, devtools) = self.running(config).await?;
+        let input = match (open, input) {
+            (Some(shown), OwnerInput::Answer { accept, text, seen }) => {
+                if shown != seen {
+                    return Err(SessionError::Stale("the page shows another dialog now: look again".into()));
+                }
+                if let Some(text) = text
+                    && client.send_alert_text(&text).await.is_err()
+                {
+                    return Err(SessionError::Invalid("this dialog takes no text: answer OK or Cancel".into()));
+                }
+                let answered = if accept { client.accept_alert().await } else { client.dismiss_alert().await };
+                return match answered {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(self.failed(e, config).await),
+                };
+            }
+            (Some(_), _) => {
+                return Err(SessionError::Dialog("the page shows a dialog: answer it first".into()));
+            }
+            (None, input) => input,
+        };
         // The guard stops every trusted input in the tab's frames, for the agent's acts; the owner
         // acts in them too (a payment form is often one). The agent never acts here again.
         if !self.owner_frames {
             crate::guard::hand_to_owner(&devtools).await.map_err(|e| SessionError::Unavailable(e.to_string()))?;
             self.owner_frames = true;
-        }
-        if self.dialog(config).await?.is_some() {
-            let answered = match &input {
-                OwnerInput::Key(k) if k == "Enter" => client.accept_alert().await,
-                OwnerInput::Key(k) if k == "Escape" => client.dismiss_alert().await,
-                OwnerInput::Text(text) => client.send_alert_text(text).await,
-                _ => {
-                    return Err(SessionError::Dialog(
-                        "the page shows a dialog: Enter accepts it, Escape dismisses it, text answers it".into(),
-                    ));
-                }
-            };
-            return match answered {
-                Ok(()) => Ok(()),
-                Err(e) => Err(self.failed(e, config).await),
-            };
         }
         let sent = match input {
             OwnerInput::Click { x, y } => {
@@ -119,10 +143,24 @@ impl Session {
                     .then(KeyAction::Up { value: code });
                 client.perform_actions(keys).await
             }
+            OwnerInput::Answer { .. } => {
+                return Err(SessionError::Stale("the page shows no dialog now: look again".into()));
+            }
         };
         match sent {
             Ok(()) => Ok(()),
             Err(e) => Err(self.failed(e, config).await),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dialog_text;
+
+    #[test]
+    fn a_dialog_reads_without_controls_or_direction_overrides_and_is_bounded() {
+        assert_eq!(dialog_text("Pay\u{202e}001$ now\u{7}\nplease"), "Pay001$ now\nplease");
+        assert_eq!(dialog_text(&"x".repeat(5000)).chars().count(), proto::limits::MAX_DIALOG_CHARS);
     }
 }

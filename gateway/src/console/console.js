@@ -168,7 +168,8 @@ function liveTab(a) {
 // The live picture of a card's tab into `img`, and the page it shows (its origin and path, which
 // the runtime read) into `page`: the owner sees which site the picture is of. While the page shows
 // a dialog (alert, confirm, prompt) there is no picture: its text goes to `dialog`, quoted as the
-// website's. Answers the page the picture shows ('' when none).
+// website's. Answers what it shows: the picture's page ('' when none) and the dialog's text (null
+// when none).
 async function showPicture(approvalId, img, page, dialog) {
   try {
     const r = await fetch('/v1/approvals/' + encodeURIComponent(approvalId) + '/live?at=' + Date.now(), {
@@ -179,7 +180,7 @@ async function showPicture(approvalId, img, page, dialog) {
   } catch (e) {
     img.hidden = true;
     page.textContent = ': it cannot be shown now';
-    return '';
+    return { page: '', dialog: null };
   }
 }
 
@@ -195,7 +196,7 @@ async function shownIn(r, img, page, dialog) {
     } else {
       page.append(': the page shows a dialog, ', fromSite(d.dialog));
     }
-    return '';
+    return { page: '', dialog: d.dialog };
   }
   if (dialog) dialog.hidden = true;
   const at = r.headers.get('x-live-page') || '';
@@ -205,16 +206,19 @@ async function shownIn(r, img, page, dialog) {
   img.hidden = false;
   if (old.startsWith('blob:')) URL.revokeObjectURL(old);
   page.textContent = at ? ' on ' + at : '';
-  return at;
+  return { page: at, dialog: null };
 }
 
 // The tab the owner took over: its picture, where a click is sent as a click at that point of
 // the page, and text and named keys sent to whatever the page has focused. "Done" closes it.
-// `page` is the page of the picture on screen: a click is refused if the tab has left it.
-const takeover = { id: null, page: '', queue: Promise.resolve(), sending: 0, timer: null };
+// `page` is the page of the picture on screen (a click is refused if the tab has left it), and
+// `dialog` the text of the page's dialog on screen (an answer names it).
+const takeover = { id: null, page: '', dialog: null, queue: Promise.resolve(), sending: 0, timer: null };
 
 function takeOver(approvalId) {
   takeover.id = approvalId;
+  takeover.page = '';
+  $('takeover-tab').hidden = true;
   $('takeover').hidden = false;
   showTab();
   // The page moves on its own too (a timer, a load): the picture follows it, a second apart,
@@ -227,7 +231,12 @@ function takeOver(approvalId) {
 
 async function showTab() {
   if (!takeover.id) return;
-  takeover.page = await showPicture(takeover.id, $('takeover-tab'), $('takeover-page'), $('takeover-dialog'));
+  shown(await showPicture(takeover.id, $('takeover-tab'), $('takeover-page'), $('takeover-dialog')));
+}
+
+function shown(what) {
+  takeover.page = what.page;
+  takeover.dialog = what.dialog;
 }
 
 // After a reload the panel comes back for the newest card taken over whose tab is still open.
@@ -264,8 +273,9 @@ async function send(input) {
       headers: { 'content-type': 'application/json', 'x-csrf-token': state.csrf || '' },
       body: JSON.stringify(input),
     });
-    if (r.status === 409 && input.click) {
-      say('The tab had moved to another page: look at it again, then click.');
+    if (r.status === 409) {
+      const why = (await r.json().catch(() => ({}))).detail || 'the tab changed';
+      say('Not sent: ' + why + '.');
       await showTab();
       return;
     }
@@ -276,7 +286,7 @@ async function send(input) {
       takeover.id = null;
       say('The tab is closed.');
     } else if (r.status === 200) {
-      takeover.page = await shownIn(r, $('takeover-tab'), $('takeover-page'), $('takeover-dialog'));
+      shown(await shownIn(r, $('takeover-tab'), $('takeover-page'), $('takeover-dialog')));
     }
   } catch (e) {
     say('The tab did not take it: ' + e.message);
@@ -293,12 +303,21 @@ function wireTakeover() {
     const box = img.getBoundingClientRect();
     const x = Math.round(((e.clientX - box.left) * img.naturalWidth) / box.width);
     const y = Math.round(((e.clientY - box.top) * img.naturalHeight) / box.height);
+    if (!takeover.page) return say('Wait for the picture of the tab, then click on it.');
     sendToTab({ click: { x, y }, page: takeover.page });
   });
+  // OK or Cancel name the dialog on screen: a dialog the owner has not seen is never answered.
   const dialog = $('takeover-dialog');
-  for (const [label, key] of [['OK', 'Enter'], ['Cancel', 'Escape']]) {
+  for (const [label, accept] of [['OK', true], ['Cancel', false]]) {
     const b = el('button', { type: 'button' }, label);
-    b.addEventListener('click', () => sendToTab({ key }));
+    b.addEventListener('click', () => {
+      if (takeover.dialog === null) return;
+      const text = $('takeover-answer').value;
+      const answer = { accept, seen: takeover.dialog };
+      if (accept && text) answer.text = text;
+      takeover.dialog = null;
+      sendToTab({ answer }).then(() => ($('takeover-answer').value = ''));
+    });
     dialog.querySelector('.choices').append(b);
   }
   $('takeover-type').addEventListener('submit', (e) => {

@@ -23,20 +23,37 @@ pub(super) async fn live_input(call: Call, Seg(approval_id): Seg, req: Request) 
     call.query::<NoQuery>()?;
     uuid("approval_id", &approval_id)?;
     let body: LiveInput = guard::json_body(req).await?;
-    if body.page.is_some() && body.click.is_none() {
-        return Err(Problem::invalid("page", "goes with a click only"));
-    }
     let expected_page = body.page.unwrap_or_default();
+    // A click names the page its picture showed, so it never lands on one the owner has not seen.
+    match (body.click.is_some(), expected_page.is_empty()) {
+        (true, true) => return Err(Problem::invalid("page", "a click names the page its picture showed")),
+        (false, false) => return Err(Problem::invalid("page", "goes with a click only")),
+        _ => {}
+    }
     if expected_page.chars().count() > proto::limits::MAX_URL_CHARS {
         return Err(Problem::invalid("page", "is too long to be a page the picture showed"));
     }
-    let input = match (body.click, body.text, body.key, body.done) {
-        (Some(p), None, None, None) => Input::Click(proto::runtime::Point { x: p.x, y: p.y }),
-        (None, Some(t), None, None) if !t.is_empty() && t.chars().count() <= 1024 => Input::Text(t),
-        (None, Some(_), None, None) => return Err(Problem::invalid("text", "is 1 to 1024 characters")),
-        (None, None, Some(k), None) => Input::Key(k),
-        (None, None, None, Some(true)) => Input::Done(true),
-        _ => return Err(Problem::invalid("input", "is exactly one of click, text, key or done: true")),
+    let short = |t: &str| !t.is_empty() && t.chars().count() <= 1024;
+    let input = match (body.click, body.text, body.key, body.done, body.answer) {
+        (Some(p), None, None, None, None) => Input::Click(proto::runtime::Point { x: p.x, y: p.y }),
+        (None, Some(t), None, None, None) if short(&t) => Input::Text(t),
+        (None, Some(_), None, None, None) => return Err(Problem::invalid("text", "is 1 to 1024 characters")),
+        (None, None, Some(k), None, None) => Input::Key(k),
+        (None, None, None, Some(true), None) => Input::Done(true),
+        (None, None, None, None, Some(a)) => {
+            if a.text.as_deref().is_some_and(|t| !short(t)) {
+                return Err(Problem::invalid("answer.text", "is 1 to 1024 characters"));
+            }
+            if a.seen.chars().count() > proto::limits::MAX_DIALOG_CHARS {
+                return Err(Problem::invalid("answer.seen", "is the dialog's text as shown, at most 1024 characters"));
+            }
+            Input::Answer(proto::runtime::DialogAnswer {
+                accept: a.accept,
+                text: a.text.unwrap_or_default(),
+                seen: a.seen,
+            })
+        }
+        _ => return Err(Problem::invalid("input", "is exactly one of click, text, key, answer or done: true")),
     };
     let (mut runtime, tab) = card_tab(&call, &owner, approval_id, &["TAKEN_OVER"]).await?;
     let req = proto::runtime::LiveInputRequest {
@@ -46,24 +63,36 @@ pub(super) async fn live_input(call: Call, Seg(approval_id): Seg, req: Request) 
         expected_page,
     };
     let view = runtime.live_input(call.grpc(&owner, req)?).await.map_err(runtime_problem)?.into_inner();
-    Ok(if view.png.is_empty() && view.dialog.is_empty() { StatusCode::NO_CONTENT.into_response() } else { shown(view) })
+    Ok(if view.png.is_empty() && !view.dialog_open { StatusCode::NO_CONTENT.into_response() } else { shown(view) })
 }
 
 /// The tab's picture, or, while the page shows a dialog, its text as JSON.
 fn shown(view: proto::runtime::LiveViewReply) -> Response {
-    if view.dialog.is_empty() {
+    if !view.dialog_open {
         return png(view.png, &view.page);
     }
     let headers = [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))];
     (headers, Json(LiveDialog { dialog: view.dialog })).into_response()
 }
 
-/// A dialog the page shows instead of a picture: Enter accepts it, Escape dismisses it, text
-/// answers a prompt.
+/// A dialog the page shows instead of a picture: only an answer naming it reaches the page.
 #[derive(Debug, Clone, serde::Serialize, JsonSchema)]
 pub(crate) struct LiveDialog {
-    /// From the website.
+    /// From the website: at most 1,024 characters, control and direction characters removed.
     pub dialog: String,
+}
+
+/// The owner's OK or Cancel on the page's dialog.
+#[derive(Debug, Clone, Default, serde::Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LiveAnswer {
+    /// OK (true) or Cancel (false).
+    pub accept: bool,
+    /// A prompt's answer, 1 to 1024 characters; only a prompt takes one.
+    #[serde(default)]
+    pub text: Option<String>,
+    /// The dialog's text as it was shown (`dialog`): another dialog is not answered (409).
+    pub seen: String,
 }
 
 type RuntimeClient = proto::runtime::browser_runtime_client::BrowserRuntimeClient<tonic::transport::Channel>;
@@ -130,10 +159,13 @@ pub(crate) struct LiveInput {
     /// The owner is done: the tab closes.
     #[serde(default)]
     pub done: Option<bool>,
-    /// With a click: the page (origin and path, as `x-live-page` named it) of the picture it was
-    /// aimed at; the click is refused (409) when the tab shows another page now.
+    /// With a click, required: the page (origin and path, as `x-live-page` named it) of the
+    /// picture it was aimed at; the click is refused (409) when the tab shows another page now.
     #[serde(default)]
     pub page: Option<String>,
+    /// OK or Cancel on the dialog the page shows; while one is open nothing else is taken (409).
+    #[serde(default)]
+    pub answer: Option<LiveAnswer>,
 }
 
 #[derive(Debug, Clone, Copy, Default, serde::Deserialize, JsonSchema)]

@@ -112,9 +112,9 @@ pub(crate) const LIVE_INPUT: Doc = Doc {
     ..doc(
         "post",
         "/v1/approvals/{approval_id}/live/input",
-        "The owner's click (with the page its picture showed), text, key or done in the tab of a card they took \
-         over; a PNG of the tab after it, or its dialog as JSON (204 once done); while a dialog is open, Enter \
-         accepts it, Escape dismisses it and text answers it",
+        "The owner's click (with the page its picture showed), text, key, answer to the page's dialog, or done in \
+         the tab of a card they took over; a PNG of the tab after it, or its dialog as JSON (204 once done); while \
+         a dialog is open only an answer naming it is taken",
         |_| schemars::json_schema!({ "type": "string", "contentMediaType": "image/png" }),
     )
 };
