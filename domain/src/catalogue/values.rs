@@ -1,0 +1,318 @@
+//! The values events carry: the closed vocabularies (surfaces, resolutions, end reasons, …), what
+//! a card shows of an act, and the act a token is bound to.
+
+use serde::{Deserialize, Serialize};
+
+/// How a session came to exist; only `interactive` sessions can use a task grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Surface {
+    Interactive,
+    Inbound,
+    Device,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Author {
+    Owner,
+    Other,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SignInPhase {
+    Began,
+    Ready,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Resolution {
+    ApproveOnce,
+    ApproveForTask,
+    Deny,
+    /// The owner acts in the live tab: the agent's act is refused and its run ends.
+    TakeOver,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ApprovalStatus {
+    Approved,
+    Denied,
+}
+
+impl ApprovalStatus {
+    /// The one spelling clients see.
+    pub const fn code(self) -> &'static str {
+        match self {
+            Self::Approved => "APPROVED",
+            Self::Denied => "DENIED",
+        }
+    }
+}
+
+impl Resolution {
+    pub const ALL: [Self; 4] = [Self::ApproveOnce, Self::ApproveForTask, Self::Deny, Self::TakeOver];
+
+    /// The stored spelling (a test holds it to the event payload's).
+    pub const fn code(self) -> &'static str {
+        match self {
+            Self::ApproveOnce => "approve_once",
+            Self::ApproveForTask => "approve_for_task",
+            Self::Deny => "deny",
+            Self::TakeOver => "take_over",
+        }
+    }
+
+    /// `approve_for_task` approves: the regression the decision record names first.
+    pub const fn status(self) -> ApprovalStatus {
+        match self {
+            Self::ApproveOnce | Self::ApproveForTask => ApprovalStatus::Approved,
+            Self::Deny | Self::TakeOver => ApprovalStatus::Denied,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthorizationKind {
+    Approval,
+    StandingGrant,
+    BrowserTaskGrant,
+    Policy,
+}
+
+/// Why a task grant ended; each grant ends exactly once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    Expired,
+    Exhausted,
+    /// The owner stopped it, or deleted its session. Early logs wrote a session's deletion as
+    /// `session_deleted`; it reads as what it was, a revocation (the stored bytes are unchanged).
+    #[serde(alias = "session_deleted")]
+    Revoked,
+    Superseded,
+    ProfileChanged,
+    ProfileRevoked,
+    PolicyChanged,
+    AgentChanged,
+    ScopeRemoved,
+}
+
+impl AuthorizationKind {
+    pub const ALL: [Self; 4] = [Self::Approval, Self::StandingGrant, Self::BrowserTaskGrant, Self::Policy];
+
+    /// The stored and wire spelling (a test holds it to the event payload's).
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::Approval => "approval",
+            Self::StandingGrant => "standing_grant",
+            Self::BrowserTaskGrant => "browser_task_grant",
+            Self::Policy => "policy",
+        }
+    }
+}
+
+impl EndReason {
+    pub const ALL: [Self; 9] = [
+        Self::Expired,
+        Self::Exhausted,
+        Self::Revoked,
+        Self::Superseded,
+        Self::ProfileChanged,
+        Self::ProfileRevoked,
+        Self::PolicyChanged,
+        Self::AgentChanged,
+        Self::ScopeRemoved,
+    ];
+
+    /// The stored and wire spelling (a test holds it to the event payload's).
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::Expired => "expired",
+            Self::Exhausted => "exhausted",
+            Self::Revoked => "revoked",
+            Self::Superseded => "superseded",
+            Self::ProfileChanged => "profile_changed",
+            Self::ProfileRevoked => "profile_revoked",
+            Self::PolicyChanged => "policy_changed",
+            Self::AgentChanged => "agent_changed",
+            Self::ScopeRemoved => "scope_removed",
+        }
+    }
+
+    /// The reason a stored code names; the alias early logs wrote reads as what it was.
+    pub fn from_code(code: &str) -> Option<Self> {
+        match code {
+            "session_deleted" => Some(Self::Revoked),
+            _ => Self::ALL.into_iter().find(|r| r.code() == code),
+        }
+    }
+}
+
+/// A configured site scope: an exact origin and one path segment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SiteScope {
+    pub origin: String,
+    pub path_prefix: String,
+}
+
+/// The server-authored offer an approval card may carry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Offer {
+    pub scope: SiteScope,
+    pub minutes: u32,
+    pub max_actions: u32,
+    pub max_typed_chars: u32,
+}
+
+/// What the approval card shows of one action. Page-sourced strings are kept apart from the
+/// server-authored summary; the view never holds a ref, revision, query, cookie or credential.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActionView {
+    pub action_kind: String,
+    pub describable: bool,
+    pub element_role: Option<String>,
+    pub element_name: Option<String>,
+    pub visible_text: Option<String>,
+    pub dialog_name: Option<String>,
+    pub page_origin: Option<String>,
+    pub page_path: Option<String>,
+    pub page_title: Option<String>,
+    /// The key, scroll distance, option or typed text (redacted where sensitive).
+    pub detail: Option<String>,
+    pub detail_digest: Option<String>,
+    pub action_summary: String,
+    /// A form's button: the form read back from the live page beside the task record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub form: Option<FormReview>,
+}
+
+/// A form as the runtime read it back before a submit, each field beside the task record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FormReview {
+    pub rows: Vec<FormRow>,
+    /// `hmac-sha256:` and hex: the form's keyed digest, which the page must still match when the
+    /// approval is spent.
+    pub digest: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FormRow {
+    /// From the website: the field's label and the value in the form.
+    pub label: String,
+    /// The field kind's stable name.
+    pub kind: String,
+    pub value: String,
+    /// The task-record field typed into it and its value; absent for an untouched field.
+    pub record_field_id: Option<String>,
+    pub record_value: Option<String>,
+    pub status: FormStatus,
+    /// For a match after normalisation: the rule, in words.
+    pub normalisation: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FormStatus {
+    Match,
+    MatchNormalised,
+    Mismatch,
+    /// A field the runtime never typed into: a page default, autofill or leftover.
+    Untouched,
+    /// A sensitive field: neither value is shown.
+    Redacted,
+}
+
+/// The run, observation, node and act an approval token is valid for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenBinding {
+    pub run_id: String,
+    pub snapshot_id: String,
+    pub node_ref: String,
+    /// Absent in cards asked before tokens bound the act: such a token redeems for nothing.
+    /// Boxed: an approval's event stays small beside the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<Box<BoundAction>>,
+}
+
+/// The one act a card was asked for: a token approved for a click is not spent on a type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoundAction {
+    /// `click`, `type`, `select`, `check`, `press` or `scroll`.
+    pub kind: String,
+    /// The type's record field id, the select's option, the key, the scroll step; empty for a
+    /// click or a check.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub argument: String,
+    /// A type's text as the card showed it, `sha256:` and hex: the runtime types a record value
+    /// only if it hashes the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_sha256: Option<String>,
+    /// The element's role and accessible name and the page's origin the decision read: the
+    /// runtime dispatches only on a live node and page that still say so.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub element_role: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub element_name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub page_origin: String,
+    /// A click on a form's button whose card showed the form: its digest (as
+    /// [`FormReview::digest`]), which the live form must still have when the token is spent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub form_sha256: Option<String>,
+}
+
+impl BoundAction {
+    /// `action` with the record field a type names.
+    pub fn of(action: &classifier::Action, field_id: Option<&str>) -> Self {
+        use classifier::Action as A;
+        let argument = match action {
+            A::Type { .. } => field_id.unwrap_or_default().to_owned(),
+            A::Select { option } => option.clone(),
+            A::Press { key } => key.clone(),
+            A::Scroll { by } => by.to_string(),
+            A::Click | A::Check => String::new(),
+        };
+        let text_sha256 = match action {
+            A::Type { text } => Some(text_digest(text)),
+            _ => None,
+        };
+        Self {
+            kind: action.kind().to_owned(),
+            argument,
+            text_sha256,
+            element_role: String::new(),
+            element_name: String::new(),
+            page_origin: String::new(),
+            form_sha256: None,
+        }
+    }
+
+    /// The act on `element` of the page at `page_url`.
+    pub fn on(self, element: &classifier::ElementFacts, page_url: &str) -> Self {
+        let origin = url::Url::parse(page_url.trim()).ok().map(|u| u.origin().ascii_serialization());
+        Self {
+            element_role: element.role.clone(),
+            element_name: element.name.clone().unwrap_or_default(),
+            page_origin: origin.unwrap_or_default(),
+            ..self
+        }
+    }
+}
+
+/// `sha256:` and the hex digest of `text`'s UTF-8.
+pub fn text_digest(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
+}
