@@ -5,6 +5,7 @@
 //! principal's session, approval or grant is NOT_FOUND.
 //! Bad requests are INVALID_ARGUMENT with field violations and change nothing.
 
+mod approvals;
 mod authorize;
 mod convert;
 mod facts;
@@ -359,71 +360,14 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         &self,
         req: Request<pb::ResolveApprovalRequest>,
     ) -> Result<Response<pb::ResolveApprovalReply>, Status> {
-        let (caller, authority) = self.caller(&req, Rpc::ResolveApproval).await?;
-        let principal = caller.principal.clone();
-        let r = req.into_inner();
-        let approval_id = uuid("approval_id", &r.approval_id)?;
-        tracing::Span::current().record("approval_id", r.approval_id.as_str());
-        let resolution = match pb::Resolution::try_from(r.resolution) {
-            Ok(pb::Resolution::ApproveOnce) => Resolution::ApproveOnce,
-            Ok(pb::Resolution::ApproveForTask) => Resolution::ApproveForTask,
-            Ok(pb::Resolution::Deny) => Resolution::Deny,
-            Ok(pb::Resolution::TakeOver) => Resolution::TakeOver,
-            _ => return Err(invalid("resolution", "is required")),
-        };
-        let repeated_scope = match resolution {
-            Resolution::ApproveForTask if !caller.has(Scope::GrantWrite) => {
-                return Err(with_reason(
-                    Code::PermissionDenied,
-                    CALLER_NOT_PERMITTED,
-                    "approve_for_task needs the owner's scope browser.grant.write".into(),
-                ));
-            }
-            Resolution::ApproveForTask => {
-                if r.offered_origin.is_empty() || r.offered_path_prefix.is_empty() {
-                    return Err(invalid(
-                        "offered_origin",
-                        "approve_for_task repeats the offered origin and path prefix",
-                    ));
-                }
-                Some(SiteScope { origin: r.offered_origin, path_prefix: r.offered_path_prefix })
-            }
-            _ => None,
-        };
-        let agent = authority
-            .read(Need::Approval(approval_id), |w| {
-                w.approvals.get(&approval_id).map(|a| a.requested.agent_version.clone())
-            })
-            .await
-            .map_err(status)?;
-        let Some(agent) = agent else { return Err(Status::not_found("approval not found")) };
-        // Derived from the approval under the tenant's key, so the session's worker can be handed
-        // it (AwaitApproval) without it ever being stored.
-        let token = self.tickets.approval_token(authority.tenant().as_str(), approval_id.as_bytes());
-        let command = Command::ResolveApproval {
-            approval_id,
-            principal_id: principal.clone(),
-            resolution,
-            repeated_scope,
-            new_grant_id: Uuid::new_v4(),
-            versions: Versions { agent, policy: authority.policy().version.clone() },
-            now: OffsetDateTime::now_utc(),
-            token_sha256: Some(token_digest(&token)),
-        };
-        let (events, at) = authority.execute_at(command, &principal).await.map_err(status)?;
-        let mut reply = pb::ResolveApprovalReply { position: at.and_then(position), ..Default::default() };
-        for e in &events {
-            match e {
-                Event::ApprovalResolved(x) => {
-                    // The name clients read: a take-over is denied to the agent, and says so.
-                    reply.status = grant_domain::model::ApprovalState::Resolved(x.resolution).code().into();
-                    reply.grant_id = x.grant_id.map(|g| g.to_string()).unwrap_or_default();
-                }
-                Event::ApprovalTokenIssued(_) => reply.approval_token.clone_from(&token),
-                _ => {}
-            }
-        }
-        Ok(Response::new(reply))
+        self.resolve_call(req).await
+    }
+
+    async fn await_approval(
+        &self,
+        req: Request<pb::AwaitApprovalRequest>,
+    ) -> Result<Response<pb::AwaitApprovalReply>, Status> {
+        self.await_call(req).await
     }
 
     async fn get_approval(&self, req: Request<pb::GetApprovalRequest>) -> Result<Response<pb::Approval>, Status> {
@@ -473,72 +417,6 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             .map_err(status)?;
         approvals.sort_by_key(|(t, a)| (*t, a.approval_id.clone()));
         Ok(Response::new(pb::ListApprovalsReply { approvals: approvals.into_iter().map(|(_, a)| a).collect() }))
-    }
-
-    async fn await_approval(
-        &self,
-        req: Request<pb::AwaitApprovalRequest>,
-    ) -> Result<Response<pb::AwaitApprovalReply>, Status> {
-        let (caller, authority) = self.caller(&req, Rpc::AwaitApproval).await?;
-        let principal = caller.principal;
-        let r = req.into_inner();
-        let session_id = id("session_id", &r.session_id)?;
-        let approval_id = uuid("approval_id", &r.approval_id)?;
-        if r.wait_ms > MAX_APPROVAL_WAIT_MS {
-            return Err(invalid("wait_ms", &format!("is at most {MAX_APPROVAL_WAIT_MS}")));
-        }
-        own_session(&authority, &session_id, &principal).await?;
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(u64::from(r.wait_ms));
-        let tenant = authority.tenant().as_str().to_owned();
-        loop {
-            let seen = authority
-                .read(Need::Approval(approval_id), |w| {
-                    let a = w.approvals.get(&approval_id).filter(|a| a.requested.session_id == session_id)?;
-                    let grant = w
-                        .grants
-                        .values()
-                        .find(|g| g.created.approval_id == approval_id)
-                        .map(|g| g.created.grant_id.to_string());
-                    // A token is handed out only while it could still be redeemed: never after a
-                    // Stop since the card was asked.
-                    let live = a.requested.expires_at > OffsetDateTime::now_utc();
-                    let session = w.sessions.get(&session_id);
-                    let void = session.is_some_and(|s| s.stopped_since(&a.requested));
-                    let unspent = a.token_sha256.clone().filter(|_| !a.token_redeemed && live && !void);
-                    Some((a.state, unspent, grant, session.is_some_and(|s| s.stopped)))
-                })
-                .await
-                .map_err(status)?;
-            let Some((state, unspent, grant, stopped)) = seen else {
-                return Err(Status::not_found("approval not found"));
-            };
-            // The owner stopped the agent here: the worker ends its run, whatever the card says.
-            if stopped {
-                return Ok(Response::new(pb::AwaitApprovalReply {
-                    status: proto::AWAIT_STOPPED.into(),
-                    approval_token: String::new(),
-                    grant_id: String::new(),
-                }));
-            }
-            if state != ApprovalState::Pending || tokio::time::Instant::now() >= deadline {
-                // The token is handed out only while its record stands unspent, and found under
-                // whichever key of the ring issued it.
-                let approval_token = unspent
-                    .and_then(|digest| {
-                        self.tickets
-                            .approval_tokens(&tenant, approval_id.as_bytes())
-                            .find(|t| token_digest(t) == digest)
-                    })
-                    .unwrap_or_default();
-                return Ok(Response::new(pb::AwaitApprovalReply {
-                    status: state.code().into(),
-                    approval_token,
-                    grant_id: grant.unwrap_or_default(),
-                }));
-            }
-            // The owner answers in seconds; a look every quarter second costs one keyed read.
-            tokio::time::sleep(std::time::Duration::from_millis(250).min(deadline - tokio::time::Instant::now())).await;
-        }
     }
 
     async fn redeem_token(
