@@ -1,0 +1,306 @@
+//! One act of a run: the form read back, the act authorized (its ticket carried to the runtime)
+//! or asked of the owner and awaited, and dispatched.
+
+#[allow(clippy::wildcard_imports)] // the run's own types and imports
+use super::*;
+
+impl State<'_> {
+    /// The form a click on `target` could submit, whatever its role, read back from the live
+    /// page beside the task record and sealed by the runtime for the card (`None` when it
+    /// submits none), with the labels of the fields that differ from the record. A click that
+    /// could submit two forms, or a form too large for a card, ends the run before anything is
+    /// asked: the seed's `unexpected_form_state`.
+    async fn read_back(&mut self, target: &Target) -> Result<Result<Option<ReadBack>, Stop>, RunError> {
+        let req = rt::ReadFormRequest {
+            session_id: self.task.browser_session.clone(),
+            snapshot_id: target.snapshot_id.clone(),
+            r#ref: target.node_ref.clone(),
+            run_id: self.task.run_id.clone(),
+        };
+        let reply = match timed!(self.time.runtime, self.clients.runtime.read_form(self.clients.req(req)).await) {
+            Ok(r) => r.into_inner(),
+            // The node re-rendered, or the page holds a dialog: as a refused act would, the
+            // snapshot is void and the model observes again.
+            Err(s) if s.code() == tonic::Code::FailedPrecondition => {
+                self.note(
+                    format!("read-back of ref={} refused", target.node_ref),
+                    format!("STALE_SNAPSHOT: {}: observe again (recoverable = true)", s.message()),
+                );
+                self.current = None;
+                self.rules.void();
+                self.rules.count("stale_read_back");
+                return Ok(Err(Stop::Stale));
+            }
+            Err(s) => return Err(RunError::Runtime(s)),
+        };
+        let unreviewable = match reply.forms {
+            0 => return Ok(Ok(None)),
+            1 if reply.unreviewable.is_empty() => None,
+            1 => Some(reply.unreviewable.clone()),
+            n => Some(format!("a click on this node could submit {n} forms, which no card can show as one")),
+        };
+        if let Some(detail) = unreviewable {
+            self.rules.count("form_unreviewable");
+            return Ok(Err(Stop::End(End::escalated("unexpected_form_state", detail))));
+        }
+        let rows = reply.review.as_ref().map(|r| r.rows.as_slice()).unwrap_or_default();
+        let mismatched: Vec<String> = rows
+            .iter()
+            .filter(|r| r.status == pb::FormStatus::Mismatch as i32)
+            .map(|r| crate::prompt::quoted(&r.label))
+            .collect();
+        if !mismatched.is_empty() {
+            self.rules.count("form_mismatch");
+        }
+        Ok(Ok(reply.sealed.map(|sealed| ReadBack { sealed, mismatched })))
+    }
+
+    /// The authorizer's decision on `act` of `target`, from the sealed facts of the current
+    /// snapshot (which the rules proved the target is in), with a button's form read back.
+    async fn authorize(
+        &mut self,
+        target: &Target,
+        act: &Act,
+        form: Option<pb::SealedForm>,
+    ) -> Result<(pb::AuthorizeReply, String), RunError> {
+        let o = self.current.as_ref().expect("the rules admit only a target of the current snapshot");
+        let facts = o.facts.iter().find(|f| f.r#ref == target.node_ref).and_then(|f| f.sealed.clone());
+        let text = match act {
+            Act::Type { field_id } => o.texts.iter().find(|t| &t.field_id == field_id).and_then(|t| t.sealed.clone()),
+            _ => None,
+        };
+        let call_id = self.tool_call_id();
+        let req = pb::AuthorizeRequest {
+            session_id: self.task.chat_session.clone(),
+            run: Some(pb::RunContext { run_id: self.task.run_id.clone(), interactive: true, top_level: true }),
+            tool_call_id: call_id.clone(),
+            turn_tool_calls: vec!["browser.act".into()],
+            agent_version: self.task.agent_version.clone(),
+            action: Some(action_pb(act)),
+            snapshot_id: target.snapshot_id.clone(),
+            node_ref: target.node_ref.clone(),
+            facts,
+            text,
+            form,
+            ..Default::default()
+        };
+        let reply = timed!(self.time.authorizer, self.clients.authorizer.authorize(self.clients.req(req)).await)
+            .map_err(RunError::Authorizer)?;
+        Ok((reply.into_inner(), call_id))
+    }
+
+    /// The form a click or a select could submit read back (ending the run on a mismatch), then
+    /// the decision.
+    ///
+    /// A form that differs from the task record (the seed's `unexpected_form_state`) is never
+    /// sent on a grant's allow: the run ends. Only the owner can let it go, on the card that
+    /// shows each mismatch beside the record, or take the tab over.
+    async fn decide(&mut self, target: &Target, act: &Act) -> Result<Result<Option<Decision>, Stop>, RunError> {
+        let back = match act {
+            // A select clicks its option, and that click reaches whatever acts on one around it.
+            Act::Click | Act::Select { .. } => match self.read_back(target).await? {
+                Ok(back) => back,
+                Err(stop) => return Ok(Err(stop)),
+            },
+            _ => None,
+        };
+        let mismatched = back.as_ref().map(|b| b.mismatched.clone()).unwrap_or_default();
+        let decision = self.authorize(target, act, back.map(|b| b.sealed)).await?.0.decision;
+        if let Some(Decision::Deny(d)) = &decision
+            && d.code == proto::DENY_SESSION_STOPPED
+        {
+            return Ok(Err(Stop::End(stopped())));
+        }
+        if !mismatched.is_empty() && !matches!(decision, Some(Decision::RequireApproval(_))) {
+            let detail = format!("the form differs from the task record in {}", mismatched.join(", "));
+            return Ok(Err(Stop::End(End::escalated("unexpected_form_state", detail))));
+        }
+        Ok(Ok(decision))
+    }
+
+    pub(super) async fn act(&mut self, target: Target, act: Act) -> Result<Option<End>, RunError> {
+        let ticket = match &target.approval_token {
+            // The owner approved this act: the runtime redeems the token itself.
+            Some(_) => None,
+            None => match self.decide(&target, &act).await? {
+                Err(Stop::End(end)) => return Ok(Some(end)),
+                Err(Stop::Stale) => return Ok(None),
+                Ok(Some(Decision::Allow(allow))) => allow.ticket,
+                Ok(Some(Decision::RequireApproval(card))) => {
+                    let key = (target.snapshot_id.clone(), target.node_ref.clone());
+                    self.asked.insert(key, (verb(&act), card.approval_id));
+                    self.note(
+                        format!("{} ref={} needs approval", verb(&act), target.node_ref),
+                        "APPROVAL_REQUIRED: call request_approval for this element, then act with its token".into(),
+                    );
+                    return Ok(None);
+                }
+                Ok(Some(Decision::Deny(d))) => {
+                    self.rules.count("denied");
+                    self.note(format!("{} ref={} denied", verb(&act), target.node_ref), format!("DENIED: {}", d.code));
+                    return Ok(None);
+                }
+                Ok(None) => return Err(RunError::Authorizer(tonic::Status::internal("no decision"))),
+            },
+        };
+        self.sequence += 1;
+        let req = rt::ActRequest {
+            session_id: self.task.browser_session.clone(),
+            sequence: self.sequence,
+            run_id: self.task.run_id.clone(),
+            snapshot_id: target.snapshot_id.clone(),
+            r#ref: target.node_ref.clone(),
+            expected_name: target.name.clone(),
+            expected_role: target.role as i32,
+            consequential: target.consequential,
+            approval_token: target.approval_token.clone().unwrap_or_default(),
+            ticket,
+            action: Some(act_pb(&act)),
+            ..Default::default()
+        };
+        let reply = timed!(self.time.runtime, self.clients.runtime.act(self.clients.req(req)).await)
+            .map_err(RunError::Runtime)?
+            .into_inner();
+        if !reply.dispatched {
+            self.sequence -= 1;
+        }
+        let result = if reply.ok {
+            format!("ok, changed = {}", reply.changed)
+        } else {
+            format!("{}: {} (recoverable = {})", reply.code_name, reply.detail, reply.recoverable)
+        };
+        self.dispatched |= reply.dispatched;
+        // The page's name goes in the log as a JSON string, like every page string the model reads.
+        let name = crate::prompt::quoted(&target.name);
+        self.note(format!("{} {name} ref={} → {result}", verb(&act), target.node_ref), result);
+        self.current = None;
+        // The model's claim of consequence against the runtime's reading: counted by the rules.
+        Ok(self.rules.acted(&target, &act, &reply, reply.consequential).err())
+    }
+
+    /// Asks the owner about `target`: the card an act of it already raised, or else a new one
+    /// for a click (the consequential act the tool names); waits for the answer, and hands an
+    /// approval's token back to the model, naming the act it is for.
+    pub(super) async fn request_approval(&mut self, target: Target) -> Result<Option<End>, RunError> {
+        let key = (target.snapshot_id.clone(), target.node_ref.clone());
+        let (verb, approval_id) = match self.asked.get(&key).cloned() {
+            Some(held) => held,
+            // A field is typed into, never clicked: its card is the one its type raised.
+            None if crate::tools::FIELDS.iter().any(|(_, r)| *r == target.role) => {
+                let result =
+                    "NO_CARD: a field's approval is asked by typing into it first; type, then request_approval";
+                self.note(format!("request_approval ref={} without a card", target.node_ref), result.into());
+                return Ok(None);
+            }
+            None => match self.decide(&target, &Act::Click).await? {
+                Err(Stop::End(end)) => return Ok(Some(end)),
+                Err(Stop::Stale) => return Ok(None),
+                Ok(Some(Decision::RequireApproval(card))) => ("click", card.approval_id),
+                Ok(Some(Decision::Allow(_))) => {
+                    self.note("approval not needed".into(), "this act needs no approval: act without a token".into());
+                    return Ok(None);
+                }
+                Ok(Some(Decision::Deny(d))) => return Ok(Some(End::escalated("policy_denied", d.code))),
+                Ok(None) => return Err(RunError::Authorizer(tonic::Status::internal("no decision"))),
+            },
+        };
+        // Waited for in bounded calls, until the owner answers or `approval_wait` runs out.
+        let deadline = tokio::time::Instant::now() + self.task.approval_wait;
+        let got = loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let wait = u32::try_from(left.as_millis()).unwrap_or(u32::MAX).min(20_000);
+            let req = pb::AwaitApprovalRequest {
+                session_id: self.task.chat_session.clone(),
+                approval_id: approval_id.clone(),
+                wait_ms: wait,
+            };
+            let got = timed!(self.time.owner, self.clients.authorizer.await_approval(self.clients.req(req)).await)
+                .map_err(RunError::Authorizer)?;
+            let got = got.into_inner();
+            if got.status != "PENDING" || tokio::time::Instant::now() >= deadline {
+                break got;
+            }
+        };
+        match got.status.as_str() {
+            "APPROVED" if !got.approval_token.is_empty() => {
+                let result = format!(
+                    "APPROVED: approval_token {} for the {verb} of ref {}",
+                    got.approval_token, target.node_ref
+                );
+                self.note("approved by the owner".into(), result);
+                Ok(None)
+            }
+            // Allowed for the task, its own act already spent or past its token's life: the
+            // grant decides the next act.
+            "APPROVED" if !got.grant_id.is_empty() => {
+                self.note(
+                    "allowed for this task by the owner".into(),
+                    format!("APPROVED for this task: {verb} again without a token"),
+                );
+                Ok(None)
+            }
+            "PENDING" => Ok(Some(End::escalated("approval_timeout", "the owner did not answer in time"))),
+            proto::AWAIT_STOPPED => Ok(Some(stopped())),
+            // The owner acts in the live tab: nothing more of the run's.
+            "TAKEN_OVER" => Ok(Some(End::escalated("taken_over", "the owner took the live tab over"))),
+            // Never retry a rejected approval.
+            _ => Ok(Some(End::escalated("approval_rejected", got.status))),
+        }
+    }
+}
+
+/// The owner pressed Stop for the agent in this session: the run ends, and no act is decided for
+/// the session until the owner writes again.
+fn stopped() -> End {
+    End::escalated("stopped_by_owner", "the owner stopped the agent")
+}
+
+/// A form read back for a card: sealed by the runtime, and the labels of the fields that differ
+/// from the task record.
+struct ReadBack {
+    sealed: pb::SealedForm,
+    mismatched: Vec<String>,
+}
+
+/// Why an act went no further than its read-back.
+enum Stop {
+    /// The run ends.
+    End(End),
+    /// The node moved under the read: the model observes again.
+    Stale,
+}
+
+fn verb(act: &Act) -> &'static str {
+    match act {
+        Act::Click => "click",
+        Act::Type { .. } => "type",
+        Act::Select { .. } => "select",
+        Act::Key { .. } => "key",
+        Act::Scroll { .. } => "scroll",
+    }
+}
+
+fn action_pb(act: &Act) -> pb::Action {
+    let (kind, mut a) = match act {
+        Act::Click => (pb::ActionKind::Click, pb::Action::default()),
+        Act::Type { field_id } => {
+            (pb::ActionKind::Type, pb::Action { field_id: field_id.clone(), ..Default::default() })
+        }
+        Act::Select { option } => (pb::ActionKind::Select, pb::Action { option: option.clone(), ..Default::default() }),
+        Act::Key { key } => (pb::ActionKind::Press, pb::Action { key: key.clone(), ..Default::default() }),
+        Act::Scroll { by } => (pb::ActionKind::Scroll, pb::Action { scroll_by: *by, ..Default::default() }),
+    };
+    a.kind = kind as i32;
+    a
+}
+
+fn act_pb(act: &Act) -> rt::act_request::Action {
+    use rt::act_request::Action as A;
+    match act {
+        Act::Click => A::Click(rt::Click {}),
+        Act::Type { field_id } => A::Type(rt::Type { field_id: field_id.clone() }),
+        Act::Select { option } => A::Select(rt::Select { option: option.clone() }),
+        Act::Key { key } => A::Press(rt::Press { key: key.clone() }),
+        Act::Scroll { by } => A::Scroll(rt::Scroll { by: *by }),
+    }
+}
