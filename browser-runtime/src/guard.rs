@@ -322,6 +322,17 @@ pub fn release_object(h: &Handle, object: &Value) {
     }
 }
 
+/// Stands the guard down in every frame of the tab, now and in documents to come, for the owner
+/// who took the tab over (the agent never acts in it again): their own input reaches a frame.
+pub async fn hand_to_owner(h: &Handle) -> Result<(), FenceError> {
+    let release = json!({ "source": crate::fence::OWNER_HAS_TAB, "worldName": WORLD, "runImmediately": true });
+    for session in h.hand_to_owner() {
+        let r = h.call(Some(&session), "Page.addScriptToEvaluateOnNewDocument", release.clone()).await?;
+        thrown(&r, "Page.addScriptToEvaluateOnNewDocument")?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -333,15 +344,4 @@ mod tests {
         assert_eq!(frame_and_node(&el), Some(("46EA77470A6D62F56B6F2E9545ABC1A3".into(), 2)));
         assert_eq!(frame_and_node(&ElementRef::from("123".to_owned())), None);
     }
-}
-
-/// Stands the guard down in every frame of the tab, now and in documents to come, for the owner
-/// who took the tab over (the agent never acts in it again): their own input reaches a frame.
-pub async fn hand_to_owner(h: &Handle) -> Result<(), FenceError> {
-    let release = json!({ "source": crate::fence::OWNER_HAS_TAB, "worldName": WORLD, "runImmediately": true });
-    for session in h.hand_to_owner() {
-        let r = h.call(Some(&session), "Page.addScriptToEvaluateOnNewDocument", release.clone()).await?;
-        thrown(&r, "Page.addScriptToEvaluateOnNewDocument")?;
-    }
-    Ok(())
 }

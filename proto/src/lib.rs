@@ -41,6 +41,13 @@ pub fn method_paths(service: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The code of an Authorize deny for a session whose owner pressed Stop: the worker ends its run
+/// (`grant_domain`'s `SESSION_STOPPED`, held to this by a test).
+pub const DENY_SESSION_STOPPED: &str = "session_stopped";
+
+/// `AwaitApproval`'s status when the owner stopped the agent in the session: the run ends.
+pub const AWAIT_STOPPED: &str = "STOPPED";
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -52,10 +59,3 @@ mod tests {
         assert!(super::method_paths("made.Up").is_empty());
     }
 }
-
-/// The code of an Authorize deny for a session whose owner pressed Stop: the worker ends its run
-/// (`grant_domain`'s `SESSION_STOPPED`, held to this by a test).
-pub const DENY_SESSION_STOPPED: &str = "session_stopped";
-
-/// `AwaitApproval`'s status when the owner stopped the agent in the session: the run ends.
-pub const AWAIT_STOPPED: &str = "STOPPED";
