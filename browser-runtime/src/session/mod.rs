@@ -4,6 +4,7 @@
 
 mod act;
 mod after;
+mod check;
 mod owner;
 
 pub use owner::LiveView;
