@@ -41,6 +41,10 @@ macro_rules! bounded {
     };
 }
 
+// After `bounded!`, which they use.
+mod form;
+mod owner;
+
 /// An open session, with the owner and profile it was opened for (fixed for its life).
 #[derive(Debug, Clone)]
 struct Entry {
@@ -413,141 +417,19 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
     }
 
     async fn read_form(&self, req: Request<pb::ReadFormRequest>) -> Result<Response<pb::ReadFormReply>, Status> {
-        let caller = self.caller(&req).await?;
-        let req = req.into_inner();
-        let run = if req.run_id.is_empty() { None } else { Some(id("run_id", &req.run_id)?) };
-        let mut s = self.owned(&caller, &req.session_id).await?;
-        let (tenant, principal, profile) = (s.tenant.clone(), s.principal.clone(), s.profile.clone());
-        let timer = Timer::start("read_form");
-        let (url, read) = bounded!(self, s, s.read_form(&req.snapshot_id, &req.r#ref, &self.config.browser))
-            .map_err(session_status)?;
-        drop(timer);
-        let fields = match read {
-            FormReadBack::Form(fields) => fields,
-            FormReadBack::Forms(forms) => {
-                return Ok(Response::new(pb::ReadFormReply { url, forms, ..Default::default() }));
-            }
-        };
-        // With a run, the diff against its record, sealed for the authorizer's card.
-        let (sealed, review) = match run {
-            None => (None, None),
-            Some(run) => {
-                let record = self.records.fields(&tenant, &principal, &run).map_err(record_status)?;
-                // A field typed for another run is compared with nothing: it is this run's mismatch.
-                let value_of = |r: &crate::session::ReadBack| {
-                    let id = r.typed_field_id.as_deref().filter(|_| r.typed_run.as_deref() == Some(run.as_str()))?;
-                    record.iter().find(|(f, _)| f == id).map(|(_, v)| v.as_str())
-                };
-                let unreviewable = |why: &str| pb::ReadFormReply {
-                    url: url.clone(),
-                    forms: 1,
-                    unreviewable: why.into(),
-                    ..Default::default()
-                };
-                if fields.len() > MAX_FORM_ROWS {
-                    return Ok(Response::new(unreviewable(
-                        "the form has more fields than an owner can review on a card",
-                    )));
-                }
-                let review = gl::FormReview {
-                    rows: fields.iter().map(|r| crate::review::row(r, value_of(r))).collect(),
-                    digest: crate::review::digest(&self.config.tickets, &tenant, &fields),
-                };
-                let body = gl::FormBody {
-                    tenant_id: tenant.clone(),
-                    principal_id: principal.clone(),
-                    browser_profile_id: profile.clone(),
-                    run_id: run.clone(),
-                    snapshot_id: req.snapshot_id.clone(),
-                    node_ref: req.r#ref.clone(),
-                    page_url: url.clone(),
-                    review: Some(review.clone()),
-                    read_ms: i64::try_from(OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000)
-                        .unwrap_or(i64::MAX),
-                };
-                if prost::Message::encoded_len(&body) > proto::ticket::MAX_FORM_BODY_BYTES {
-                    return Ok(Response::new(unreviewable("the form is too large for an owner to review on a card")));
-                }
-                (Some(self.config.tickets.seal_form(&body)), Some(review))
-            }
-        };
-        Ok(Response::new(pb::ReadFormReply {
-            url,
-            fields: fields
-                .into_iter()
-                .map(|r| pb::FormField {
-                    label: r.field.label,
-                    name: r.field.name,
-                    kind: gl::FieldKind::from(r.field.kind) as i32,
-                    value: if crate::review::sensitive(r.field.kind) && !r.field.value.is_empty() {
-                        "[REDACTED]".into()
-                    } else {
-                        r.field.value
-                    },
-                    checked: r.field.checked,
-                    typed_field_id: r.typed_field_id.unwrap_or_default(),
-                })
-                .collect(),
-            sealed,
-            review,
-            forms: 1,
-            unreviewable: String::new(),
-        }))
+        self.read_form_call(req).await
     }
 
     async fn live_view(&self, req: Request<pb::LiveViewRequest>) -> Result<Response<pb::LiveViewReply>, Status> {
-        let owner = self.owner(&req).await?;
-        let mut s = self.owners_tab(&owner, &req.get_ref().browser_profile_id, &req.get_ref().snapshot_id).await?;
-        let view = bounded!(self, s, s.live_view(&self.config.browser)).map_err(session_status)?;
-        Ok(Response::new(live_reply(view)))
+        self.live_view_call(req).await
     }
 
     async fn take_over(&self, req: Request<pb::TakeOverRequest>) -> Result<Response<pb::TakeOverReply>, Status> {
-        let owner = self.owner(&req).await?;
-        let mut s = self.owners_tab(&owner, &req.get_ref().browser_profile_id, &req.get_ref().snapshot_id).await?;
-        let release = req.get_ref().release;
-        // Once the owner has acted in the tab it is theirs for good: it closes, never goes back.
-        if release && s.owner_acted() {
-            return Err(Status::failed_precondition("the owner has acted in this tab: it is not given back"));
-        }
-        s.taken_over = !release;
-        tracing::info!(profile = %s.profile, release, "the owner took the tab over, or gave it back");
-        Ok(Response::new(pb::TakeOverReply {}))
+        self.take_over_call(req).await
     }
 
     async fn live_input(&self, req: Request<pb::LiveInputRequest>) -> Result<Response<pb::LiveViewReply>, Status> {
-        use pb::live_input_request::Input;
-        let owner = self.owner(&req).await?;
-        let mut s = self.owners_tab(&owner, &req.get_ref().browser_profile_id, &req.get_ref().snapshot_id).await?;
-        if !s.taken_over {
-            return Err(Status::failed_precondition("the tab is the agent's until the owner takes it over"));
-        }
-        let req = req.into_inner();
-        let expected = Some(req.expected_page.as_str()).filter(|p| !p.is_empty());
-        let input = match req.input {
-            Some(Input::Click(p)) => OwnerInput::Click { x: p.x, y: p.y },
-            Some(Input::Text(t)) => OwnerInput::Text(t),
-            Some(Input::Key(k)) => OwnerInput::Key(k),
-            Some(Input::Answer(a)) => {
-                OwnerInput::Answer { accept: a.accept, text: Some(a.text).filter(|t| !t.is_empty()), seen: a.seen }
-            }
-            Some(Input::Done(true)) => {
-                let profile = s.profile.clone();
-                s.close().await;
-                s.closed = true;
-                drop(s);
-                let mut sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                sessions.retain(|_, e| {
-                    !(e.tenant == owner.tenant && e.principal == owner.principal && e.profile == profile)
-                });
-                note_open(sessions.len());
-                return Ok(Response::new(pb::LiveViewReply::default()));
-            }
-            Some(Input::Done(false)) | None => return Err(invalid("input", "is a click, text, a key or done")),
-        };
-        bounded!(self, s, s.owner_input(input, expected, &self.config.browser)).map_err(session_status)?;
-        let view = bounded!(self, s, s.live_view(&self.config.browser)).map_err(session_status)?;
-        Ok(Response::new(live_reply(view)))
+        self.live_input_call(req).await
     }
 
     async fn close_session(
@@ -562,15 +444,6 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
         drop(s);
         forget(&self.sessions, &session_id);
         Ok(Response::new(pb::CloseSessionReply {}))
-    }
-}
-
-fn live_reply(view: crate::session::LiveView) -> pb::LiveViewReply {
-    pb::LiveViewReply {
-        page: view.page,
-        png: view.png,
-        dialog_open: view.dialog.is_some(),
-        dialog: view.dialog.unwrap_or_default(),
     }
 }
 

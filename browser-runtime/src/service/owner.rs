@@ -1,0 +1,80 @@
+//! The owner's own calls, through the gateway: a look at the tab a card was asked in, taking it
+//! over, and their input to it once taken.
+
+#[allow(clippy::wildcard_imports)] // the service's own helpers and types
+use super::*;
+
+impl<R: Redeem + 'static> BrowserRuntime<R> {
+    pub(super) async fn live_view_call(
+        &self,
+        req: Request<pb::LiveViewRequest>,
+    ) -> Result<Response<pb::LiveViewReply>, Status> {
+        let owner = self.owner(&req).await?;
+        let mut s = self.owners_tab(&owner, &req.get_ref().browser_profile_id, &req.get_ref().snapshot_id).await?;
+        let view = bounded!(self, s, s.live_view(&self.config.browser)).map_err(session_status)?;
+        Ok(Response::new(live_reply(view)))
+    }
+
+    pub(super) async fn take_over_call(
+        &self,
+        req: Request<pb::TakeOverRequest>,
+    ) -> Result<Response<pb::TakeOverReply>, Status> {
+        let owner = self.owner(&req).await?;
+        let mut s = self.owners_tab(&owner, &req.get_ref().browser_profile_id, &req.get_ref().snapshot_id).await?;
+        let release = req.get_ref().release;
+        // Once the owner has acted in the tab it is theirs for good: it closes, never goes back.
+        if release && s.owner_acted() {
+            return Err(Status::failed_precondition("the owner has acted in this tab: it is not given back"));
+        }
+        s.taken_over = !release;
+        tracing::info!(profile = %s.profile, release, "the owner took the tab over, or gave it back");
+        Ok(Response::new(pb::TakeOverReply {}))
+    }
+
+    pub(super) async fn live_input_call(
+        &self,
+        req: Request<pb::LiveInputRequest>,
+    ) -> Result<Response<pb::LiveViewReply>, Status> {
+        use pb::live_input_request::Input;
+        let owner = self.owner(&req).await?;
+        let mut s = self.owners_tab(&owner, &req.get_ref().browser_profile_id, &req.get_ref().snapshot_id).await?;
+        if !s.taken_over {
+            return Err(Status::failed_precondition("the tab is the agent's until the owner takes it over"));
+        }
+        let req = req.into_inner();
+        let expected = Some(req.expected_page.as_str()).filter(|p| !p.is_empty());
+        let input = match req.input {
+            Some(Input::Click(p)) => OwnerInput::Click { x: p.x, y: p.y },
+            Some(Input::Text(t)) => OwnerInput::Text(t),
+            Some(Input::Key(k)) => OwnerInput::Key(k),
+            Some(Input::Answer(a)) => {
+                OwnerInput::Answer { accept: a.accept, text: Some(a.text).filter(|t| !t.is_empty()), seen: a.seen }
+            }
+            Some(Input::Done(true)) => {
+                let profile = s.profile.clone();
+                s.close().await;
+                s.closed = true;
+                drop(s);
+                let mut sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                sessions.retain(|_, e| {
+                    !(e.tenant == owner.tenant && e.principal == owner.principal && e.profile == profile)
+                });
+                note_open(sessions.len());
+                return Ok(Response::new(pb::LiveViewReply::default()));
+            }
+            Some(Input::Done(false)) | None => return Err(invalid("input", "is a click, text, a key or done")),
+        };
+        bounded!(self, s, s.owner_input(input, expected, &self.config.browser)).map_err(session_status)?;
+        let view = bounded!(self, s, s.live_view(&self.config.browser)).map_err(session_status)?;
+        Ok(Response::new(live_reply(view)))
+    }
+}
+
+fn live_reply(view: crate::session::LiveView) -> pb::LiveViewReply {
+    pb::LiveViewReply {
+        page: view.page,
+        png: view.png,
+        dialog_open: view.dialog.is_some(),
+        dialog: view.dialog.unwrap_or_default(),
+    }
+}
