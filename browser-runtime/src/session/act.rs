@@ -74,7 +74,6 @@ impl Session {
                 Err(refusal) => return Ok(refusal),
             };
         let Live { client, devtools, page: live_page, node: live, element } = checked;
-        let kind = live.facts.field_kind;
 
         // The fence holds every document, ping and beacon of every act to where its allow
         // reaches, while the act runs and settles, and closes any window it opens.
@@ -84,29 +83,10 @@ impl Session {
         // The click guard or the focus check, armed on the element the read covered: a click's
         // centre must hit it, a key or text needs it to hold focus, and until the input is sent
         // nothing else takes a trusted press, click, key or text, in the page or its frames.
-        let mode = match &input.action {
-            ActAction::Check if live.state.checked => None,
-            ActAction::Click | ActAction::Check => Some(GuardMode::Click),
-            ActAction::Type { .. } | ActAction::Press { .. } => Some(GuardMode::Keys),
-            ActAction::Select { .. } => Some(GuardMode::Hold),
-            ActAction::Scroll { .. } => None,
-        };
-        let held = match mode {
-            None => None,
-            Some(mode) => match guard::arm(&devtools, &element, mode).await {
-                Ok(Ok(held)) => Some(held),
-                Ok(Err(why)) => {
-                    // Focusing may have set something off: the fence holds it until settled.
-                    if let Some(armed) = &armed {
-                        armed.settle(std::time::Instant::now()).await;
-                    }
-                    return Ok(refuse(Code::NodeNotInteractable, why));
-                }
-                Err(e) if e.document_gone() => {
-                    return Ok(refuse(Code::StaleSnapshot, "the page navigated: observe again".into()));
-                }
-                Err(e) => return Err(self.read_failed(ReadError::DevTools(e), config).await),
-            },
+        let mode = guard_mode(&input.action, &live);
+        let held = match self.arm(input, mode, &devtools, &element, armed.as_ref(), config).await? {
+            Ok(held) => held,
+            Err(refusal) => return Ok(refusal),
         };
         // Every way out from here to the input gives the guard back.
         macro_rules! released {
@@ -119,62 +99,10 @@ impl Session {
         // The token is redeemed last, once nothing else can refuse: a redeemed approval is spent.
         // Its ticket is the owner's approval of this act: checked like any other.
         if let Some(token) = &input.approval_token {
-            // The form a click could submit, as the page holds it now: a card that showed the
-            // form is redeemed only while it still holds exactly what the owner read. Read for
-            // every act that clicks (a select clicks its option, and the click reaches whatever
-            // acts on one around it), whatever the node's role and whatever the card showed: a
-            // card that showed no form is never spent on a submit.
-            let form_digest = match (&input.action, self.node(&input.snapshot_id, &input.node_ref)) {
-                (ActAction::Click | ActAction::Check | ActAction::Select { .. }, Ok((index, _))) => {
-                    match page::form(&devtools, &input.snapshot_id, index).await {
-                        Ok((_, page::FormRead::Form(fields))) => {
-                            let read: Vec<ReadBack> = fields
-                                .into_iter()
-                                .map(|(field, _)| ReadBack { field, typed_field_id: None, typed_run: None })
-                                .collect();
-                            Some(crate::review::digest(allow.tickets, &self.tenant, &read))
-                        }
-                        Ok((_, page::FormRead::NoForm)) => None,
-                        Ok((_, page::FormRead::Several(_))) => released!(Ok(refuse(
-                            Code::NodeNotInteractable,
-                            "a click here could submit more than one form, which no card can show".into()
-                        ))),
-                        Ok((_, page::FormRead::Gone)) => {
-                            released!(Ok(refuse(Code::StaleSnapshot, "the node is gone: observe again".into())))
-                        }
-                        Err(e) => released!(Err(self.read_failed(e, config).await)),
-                    }
-                }
-                _ => None,
-            };
-            let redemption = Redemption {
-                form_digest,
-                token,
-                run_id: &input.run_id,
-                snapshot_id: &input.snapshot_id,
-                node_ref: &input.node_ref,
-                action: &input.action,
-                text_digest: text.as_deref().map(|t| allow.tickets.text_digest(&self.tenant, t)),
-                profile: &self.profile,
-                element_role: &seen.role,
-                element_name: &seen.name,
-                page_origin: &seen.origin,
-            };
-            match allow.redeemer.redeem(redemption).await {
-                // Checked against the time it came back: the round trip counts against its life.
-                Ok(t) => match self.check_ticket(allow.tickets, &t, input, &seen, text.as_deref(), now_utc()) {
-                    Ok(checked) if checked.constraint.is_none() => ticketed = Some(checked),
-                    Ok(_) => released!(Ok(refuse(
-                        Code::ApprovalTokenInvalid,
-                        "the token redeemed for a grant's ticket".into()
-                    ))),
-                    Err(why) => released!(Ok(refuse(Code::ApprovalTokenInvalid, why))),
-                },
-                Err(RedeemError::Invalid(m)) => released!(Ok(refuse(Code::ApprovalTokenInvalid, m))),
-                Err(RedeemError::Unavailable(m)) => {
-                    released!(Err(SessionError::Unavailable(format!("the approval token could not be redeemed: {m}"))))
-                }
-                Err(RedeemError::Refused(m)) => released!(Err(SessionError::Internal(m))),
+            match self.redeemed(input, token, &allow, &devtools, &seen, text.as_deref(), config).await {
+                Ok(Ok(t)) => ticketed = Some(t),
+                Ok(Err(refusal)) => released!(Ok(refusal)),
+                Err(e) => released!(Err(e)),
             }
         }
 
@@ -187,26 +115,154 @@ impl Session {
         if let Some(t) = &ticketed {
             self.spent.insert(t.ticket_id.clone());
         }
+        let dispatched = ActOutcome { code: Code::Ok, dispatched: true, ..refuse(Code::Ok, String::new()) };
+        match self.send(input, &client, &element, &live, text, config).await {
+            Sent::Done => {}
+            // The browser did not act: the sequence is not spent.
+            Sent::NotActed(refusal) => {
+                self.applied = sequence - 1;
+                released!(Ok(refusal));
+            }
+            // It may have reached the page: the sequence stays spent so that a retry cannot act
+            // twice.
+            Sent::Unknown(why) => released!(Ok(ActOutcome {
+                outcome_unknown: true,
+                changed: true,
+                detail: why.to_string(),
+                ..dispatched
+            })),
+            Sent::Failed(e) => released!(Err(e)),
+        }
+
+        Ok(self.after_act(input.wait_for, &client, &devtools, &live_page, held, mode, armed, dispatched, config).await)
+    }
+
+    /// Arms the guard in `mode` on the live element (none for a scroll or a box already
+    /// ticked); a refusal when the element cannot take the act.
+    async fn arm(
+        &mut self,
+        input: &ActInput,
+        mode: Option<GuardMode>,
+        devtools: &Handle,
+        element: &ElementRef,
+        armed: Option<&Armed>,
+        config: &BrowserConfig,
+    ) -> Result<Result<Option<guard::Held>, ActOutcome>, SessionError> {
+        let refuse = |code: Code, detail: String| refused(input, code, detail);
+        let Some(mode) = mode else { return Ok(Ok(None)) };
+        match guard::arm(devtools, element, mode).await {
+            Ok(Ok(held)) => Ok(Ok(Some(held))),
+            Ok(Err(why)) => {
+                // Focusing may have set something off: the fence holds it until settled.
+                if let Some(armed) = armed {
+                    armed.settle(std::time::Instant::now()).await;
+                }
+                Ok(Err(refuse(Code::NodeNotInteractable, why)))
+            }
+            Err(e) if e.document_gone() => {
+                Ok(Err(refuse(Code::StaleSnapshot, "the page navigated: observe again".into())))
+            }
+            Err(e) => Err(self.read_failed(ReadError::DevTools(e), config).await),
+        }
+    }
+
+    /// The approve-once `token` redeemed at the authorizer for this very act, and the ticket it
+    /// gives checked as any other: a refusal when the token does not fit.
+    #[allow(clippy::too_many_arguments)] // the act, what the live page says, and the keys
+    async fn redeemed(
+        &mut self,
+        input: &ActInput,
+        token: &str,
+        allow: &Allow<'_, impl Redeem>,
+        devtools: &Handle,
+        seen: &Seen,
+        text: Option<&str>,
+        config: &BrowserConfig,
+    ) -> Result<Result<Ticketed, ActOutcome>, SessionError> {
+        let refuse = |code: Code, detail: String| refused(input, code, detail);
+        // The form a click could submit, as the page holds it now: a card that showed the form
+        // is redeemed only while it still holds exactly what the owner read. Read for every act
+        // that clicks (a select clicks its option, and the click reaches whatever acts on one
+        // around it), whatever the node's role and whatever the card showed: a card that showed
+        // no form is never spent on a submit.
+        let form_digest = match (&input.action, self.node(&input.snapshot_id, &input.node_ref)) {
+            (ActAction::Click | ActAction::Check | ActAction::Select { .. }, Ok((index, _))) => {
+                match page::form(devtools, &input.snapshot_id, index).await {
+                    Ok((_, page::FormRead::Form(fields))) => {
+                        let read: Vec<ReadBack> = fields
+                            .into_iter()
+                            .map(|(field, _)| ReadBack { field, typed_field_id: None, typed_run: None })
+                            .collect();
+                        Some(crate::review::digest(allow.tickets, &self.tenant, &read))
+                    }
+                    Ok((_, page::FormRead::NoForm)) => None,
+                    Ok((_, page::FormRead::Several(_))) => {
+                        return Ok(Err(refuse(
+                            Code::NodeNotInteractable,
+                            "a click here could submit more than one form, which no card can show".into(),
+                        )));
+                    }
+                    Ok((_, page::FormRead::Gone)) => {
+                        return Ok(Err(refuse(Code::StaleSnapshot, "the node is gone: observe again".into())));
+                    }
+                    Err(e) => return Err(self.read_failed(e, config).await),
+                }
+            }
+            _ => None,
+        };
+        let redemption = Redemption {
+            form_digest,
+            token,
+            run_id: &input.run_id,
+            snapshot_id: &input.snapshot_id,
+            node_ref: &input.node_ref,
+            action: &input.action,
+            text_digest: text.map(|t| allow.tickets.text_digest(&self.tenant, t)),
+            profile: &self.profile,
+            element_role: &seen.role,
+            element_name: &seen.name,
+            page_origin: &seen.origin,
+        };
+        match allow.redeemer.redeem(redemption).await {
+            // Checked against the time it came back: the round trip counts against its life.
+            Ok(t) => match self.check_ticket(allow.tickets, &t, input, seen, text, now_utc()) {
+                Ok(checked) if checked.constraint.is_none() => Ok(Ok(checked)),
+                Ok(_) => Ok(Err(refuse(Code::ApprovalTokenInvalid, "the token redeemed for a grant's ticket".into()))),
+                Err(why) => Ok(Err(refuse(Code::ApprovalTokenInvalid, why))),
+            },
+            Err(RedeemError::Invalid(m)) => Ok(Err(refuse(Code::ApprovalTokenInvalid, m))),
+            Err(RedeemError::Unavailable(m)) => {
+                Err(SessionError::Unavailable(format!("the approval token could not be redeemed: {m}")))
+            }
+            Err(RedeemError::Refused(m)) => Err(SessionError::Internal(m)),
+        }
+    }
+
+    /// The act's own input to the live element, and what became of it.
+    async fn send(
+        &mut self,
+        input: &ActInput,
+        client: &fantoccini::Client,
+        element: &ElementRef,
+        live: &NodeRead,
+        text: Option<String>,
+        config: &BrowserConfig,
+    ) -> Sent {
+        let refuse = |code: Code, detail: String| refused(input, code, detail);
         let el = Element::from_element_id(client.clone(), element.clone());
         let sent = match &input.action {
             ActAction::Click => el.click().await,
             ActAction::Type { field_id } => {
                 let value = text.unwrap_or_default();
-                let cleared = if kind == FieldKind::EditableRegion { Ok(()) } else { el.clear().await };
+                let cleared =
+                    if live.facts.field_kind == FieldKind::EditableRegion { Ok(()) } else { el.clear().await };
                 match cleared {
                     Ok(()) => {
                         self.typed.insert(element.clone(), (input.run_id.clone(), field_id.clone()));
                         // The clear reached the page already: from here a failure leaves the
                         // outcome unknown, never "not dispatched".
                         if let Err(e) = el.send_keys(&value).await {
-                            let why = self.failed(e, config).await;
-                            released!(Ok(ActOutcome {
-                                code: Code::Ok,
-                                dispatched: true,
-                                outcome_unknown: true,
-                                changed: true,
-                                ..refuse(Code::Ok, why.to_string())
-                            }));
+                            return Sent::Unknown(self.failed(e, config).await);
                         }
                         Ok(())
                     }
@@ -219,8 +275,10 @@ impl Session {
                 let chosen = classifier::coverage::choosable(&live.facts.options, option);
                 let index = chosen.first().and_then(|c| live.facts.options.iter().position(|o| std::ptr::eq(o, *c)));
                 let Some(index) = index else {
-                    self.applied = sequence - 1;
-                    released!(Ok(refuse(Code::NodeNotInteractable, "no option has that value or label".into())));
+                    return Sent::NotActed(refuse(
+                        Code::NodeNotInteractable,
+                        "no option has that value or label".into(),
+                    ));
                 };
                 const PICK: &str = "const get = Object.getOwnPropertyDescriptor(HTMLSelectElement.prototype, 'options').get; \
                     return get.call(arguments[0])[arguments[1]] || null;";
@@ -230,8 +288,7 @@ impl Session {
                     Ok(v) => match page::element_ref(&v) {
                         Some(id) => Element::from_element_id(client.clone(), id).click().await,
                         None => {
-                            self.applied = sequence - 1;
-                            released!(Ok(refuse(Code::StaleSnapshot, "the select's options changed".into())));
+                            return Sent::NotActed(refuse(Code::StaleSnapshot, "the select's options changed".into()));
                         }
                     },
                     Err(e) => Err(e),
@@ -246,7 +303,9 @@ impl Session {
             }
             ActAction::Press { key } => match key_text(key) {
                 Some(k) => el.send_keys(k).await,
-                None => released!(Err(SessionError::Invalid(format!("key {key:?} is not a key the runtime presses")))),
+                None => {
+                    return Sent::Failed(SessionError::Invalid(format!("key {key:?} is not a key the runtime presses")));
+                }
             },
             ActAction::Scroll { by } => {
                 let arg = serde_json::to_value(&el).unwrap_or_default();
@@ -259,32 +318,17 @@ impl Session {
                     .map(|_| ())
             }
         };
-        let dispatched = ActOutcome { code: Code::Ok, dispatched: true, ..refuse(Code::Ok, String::new()) };
         match sent {
-            Ok(()) => {}
-            // The browser did not act: the sequence is not spent.
+            Ok(()) => Sent::Done,
             Err(e) if e.is_stale_element_reference() => {
-                self.applied = sequence - 1;
-                released!(Ok(refuse(Code::StaleSnapshot, "the page re-rendered: the node is gone".into())));
+                Sent::NotActed(refuse(Code::StaleSnapshot, "the page re-rendered: the node is gone".into()))
             }
             Err(e) if not_acted(&e) => {
-                self.applied = sequence - 1;
-                released!(Ok(refuse(Code::NodeNotInteractable, format!("the browser did not act: {e}"))));
+                Sent::NotActed(refuse(Code::NodeNotInteractable, format!("the browser did not act: {e}")))
             }
-            // Anything else may have reached the page: the outcome is unknown, and the sequence
-            // is spent so that a retry cannot act twice.
-            Err(e) => {
-                let why = self.failed(e, config).await;
-                released!(Ok(ActOutcome {
-                    outcome_unknown: true,
-                    changed: true,
-                    detail: why.to_string(),
-                    ..dispatched
-                }));
-            }
+            // Anything else may have reached the page.
+            Err(e) => Sent::Unknown(self.failed(e, config).await),
         }
-
-        Ok(self.after_act(input.wait_for, &client, &devtools, &live_page, held, mode, armed, dispatched, config).await)
     }
 }
 
@@ -303,6 +347,29 @@ impl Session {
             Some(c) => Scope { origins: on_run(&c.origins), path_prefix: None, sensitive: false },
             None => Scope { origins: self.allowed_origins.clone(), path_prefix: None, sensitive: true },
         }
+    }
+}
+
+/// What became of an act's input.
+enum Sent {
+    /// It reached the page.
+    Done,
+    /// The browser did not act: the sequence is not spent.
+    NotActed(ActOutcome),
+    /// It may have reached the page; why the outcome is unknown.
+    Unknown(SessionError),
+    /// Refused before any input.
+    Failed(SessionError),
+}
+
+/// How the guard holds an act: a click's centre, a key's focus, a select's hold, or nothing.
+fn guard_mode(action: &ActAction, live: &NodeRead) -> Option<GuardMode> {
+    match action {
+        ActAction::Check if live.state.checked => None,
+        ActAction::Click | ActAction::Check => Some(GuardMode::Click),
+        ActAction::Type { .. } | ActAction::Press { .. } => Some(GuardMode::Keys),
+        ActAction::Select { .. } => Some(GuardMode::Hold),
+        ActAction::Scroll { .. } => None,
     }
 }
 
