@@ -304,7 +304,9 @@ impl Session {
             ActAction::Press { key } => match key_text(key) {
                 Some(k) => el.send_keys(k).await,
                 None => {
-                    return Sent::Failed(SessionError::Invalid(format!("key {key:?} is not a key the runtime presses")));
+                    return Sent::Failed(SessionError::Invalid(format!(
+                        "key {key:?} is not a key the runtime presses"
+                    )));
                 }
             },
             ActAction::Scroll { by } => {

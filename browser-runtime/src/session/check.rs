@@ -107,20 +107,7 @@ impl Session {
     ) -> Result<Result<Allowed, ActOutcome>, SessionError> {
         let refuse = |code, detail| refused(input, code, detail);
         let (live_page, live) = (&live.page, &live.node);
-        let kind = live.facts.field_kind;
-        let text = match &input.action {
-            ActAction::Type { field_id } => {
-                Some(match records.value(&self.tenant, &self.principal, &input.run_id, field_id) {
-                    Ok(v) => v,
-                    Err(e @ (RecordError::Invalid(_) | RecordError::NoField { .. })) => {
-                        return Err(SessionError::Invalid(e.to_string()));
-                    }
-                    Err(e @ RecordError::Malformed(..)) => return Err(SessionError::Internal(e.to_string())),
-                    Err(e @ RecordError::Unreadable(..)) => return Err(SessionError::Unavailable(e.to_string())),
-                })
-            }
-            _ => None,
-        };
+        let text = self.record_text(input, records)?;
         let action = match (&input.action, &text) {
             (ActAction::Type { .. }, Some(t)) => Action::Type { text: t.clone() },
             (ActAction::Select { option }, _) => Action::Select { option: option.clone() },
@@ -167,57 +154,8 @@ impl Session {
             }
         }
 
-        if !live.visible {
-            return Ok(Err(refuse(Code::NodeNotInteractable, "the node is not rendered".into())));
-        }
-        if live.facts.disabled && !matches!(input.action, ActAction::Scroll { .. }) {
-            return Ok(Err(refuse(Code::NodeNotInteractable, "the node is disabled".into())));
-        }
-        let fits = match &input.action {
-            // Never a secret's field, whatever the record holds.
-            ActAction::Type { .. } => classifier::coverage::takes_text(kind) && !kind.is_secret(),
-            ActAction::Select { .. } => kind == FieldKind::Select,
-            ActAction::Check => matches!(kind, FieldKind::Checkbox | FieldKind::Radio | FieldKind::CustomChoice),
-            _ => true,
-        };
-        if !fits {
-            return Ok(Err(refuse(
-                Code::NodeNotInteractable,
-                "the action does not apply to this kind of control".into(),
-            )));
-        }
-        // One option, or none: the owner or the grant allowed a choice, never a guess between two.
-        if let ActAction::Select { option } = &input.action {
-            let why = match classifier::coverage::choosable(&live.facts.options, option).len() {
-                1 => None,
-                0 => Some("no option has that value or label"),
-                _ => Some("more than one option has that value or label: name it by its value"),
-            };
-            if let Some(why) = why {
-                return Ok(Err(refuse(Code::NodeNotInteractable, why.into())));
-            }
-        }
-        // A submit is a click, whose approval shows the form read back: a key that would submit
-        // bypasses that, whatever allowed the key. So does an activation key on anything that
-        // takes no text, whose keyboard activation is a click (a page's handler may submit from
-        // it). The agent can click instead, so the refusal lets it go on.
-        if let ActAction::Press { key } = &input.action {
-            let why = if live.submit_keys.contains(key) {
-                Some(format!("{key:?} here submits the form: click the form's submit button instead"))
-            } else if classifier::coverage::activates(kind, key) {
-                Some(format!("{key:?} on this control is a click: click it instead"))
-            } else {
-                None
-            };
-            if let Some(why) = why {
-                return Ok(Err(ActOutcome { recoverable: true, ..refuse(Code::NodeNotInteractable, why) }));
-            }
-        }
-        if kind.is_credential() {
-            return Ok(Err(refuse(
-                Code::NodeNotInteractable,
-                "credential and one-time-code fields are never acted on".into(),
-            )));
+        if let Some(refusal) = control_refusal(input, live) {
+            return Ok(Err(refusal));
         }
 
         // The runtime's own judgement of consequence: a named consequence, or a label or option
@@ -281,4 +219,76 @@ impl Session {
         }
         Ok(checked)
     }
+}
+
+impl Session {
+    /// The task-record value a type types, read for this session's owner and run.
+    fn record_text(&self, input: &ActInput, records: &RecordStore) -> Result<Option<String>, SessionError> {
+        let ActAction::Type { field_id } = &input.action else { return Ok(None) };
+        match records.value(&self.tenant, &self.principal, &input.run_id, field_id) {
+            Ok(v) => Ok(Some(v)),
+            Err(e @ (RecordError::Invalid(_) | RecordError::NoField { .. })) => {
+                Err(SessionError::Invalid(e.to_string()))
+            }
+            Err(e @ RecordError::Malformed(..)) => Err(SessionError::Internal(e.to_string())),
+            Err(e @ RecordError::Unreadable(..)) => Err(SessionError::Unavailable(e.to_string())),
+        }
+    }
+}
+
+/// Whether the live control can take the act at all: rendered, enabled, of a kind the action
+/// applies to, one option to choose, a key that is not a click or a submit, never a credential.
+fn control_refusal(input: &ActInput, live: &NodeRead) -> Option<ActOutcome> {
+    let refuse = |code, detail| refused(input, code, detail);
+    let kind = live.facts.field_kind;
+    if !live.visible {
+        return Some(refuse(Code::NodeNotInteractable, "the node is not rendered".into()));
+    }
+    if live.facts.disabled && !matches!(input.action, ActAction::Scroll { .. }) {
+        return Some(refuse(Code::NodeNotInteractable, "the node is disabled".into()));
+    }
+    let fits = match &input.action {
+        // Never a secret's field, whatever the record holds.
+        ActAction::Type { .. } => classifier::coverage::takes_text(kind) && !kind.is_secret(),
+        ActAction::Select { .. } => kind == FieldKind::Select,
+        ActAction::Check => matches!(kind, FieldKind::Checkbox | FieldKind::Radio | FieldKind::CustomChoice),
+        _ => true,
+    };
+    if !fits {
+        return Some(refuse(Code::NodeNotInteractable, "the action does not apply to this kind of control".into()));
+    }
+    // One option, or none: the owner or the grant allowed a choice, never a guess between two.
+    if let ActAction::Select { option } = &input.action {
+        let why = match classifier::coverage::choosable(&live.facts.options, option).len() {
+            1 => None,
+            0 => Some("no option has that value or label"),
+            _ => Some("more than one option has that value or label: name it by its value"),
+        };
+        if let Some(why) = why {
+            return Some(refuse(Code::NodeNotInteractable, why.into()));
+        }
+    }
+    // A submit is a click, whose approval shows the form read back: a key that would submit
+    // bypasses that, whatever allowed the key. So does an activation key on anything that
+    // takes no text, whose keyboard activation is a click (a page's handler may submit from
+    // it). The agent can click instead, so the refusal lets it go on.
+    if let ActAction::Press { key } = &input.action {
+        let why = if live.submit_keys.contains(key) {
+            Some(format!("{key:?} here submits the form: click the form's submit button instead"))
+        } else if classifier::coverage::activates(kind, key) {
+            Some(format!("{key:?} on this control is a click: click it instead"))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Some(ActOutcome { recoverable: true, ..refuse(Code::NodeNotInteractable, why) });
+        }
+    }
+    if kind.is_credential() {
+        return Some(refuse(
+            Code::NodeNotInteractable,
+            "credential and one-time-code fields are never acted on".into(),
+        ));
+    }
+    None
 }
