@@ -313,21 +313,9 @@ impl<B: Backend> Authority<B> {
         call: Option<CallKey>,
     ) -> Result<Authorized, AuthorityError> {
         let metadata = call.map_or_else(|| Metadata::by(&req.principal_id), |c| c.metadata(&req.principal_id));
-        // A twin of this call that stored its decision first: the event-id key refused ours.
-        let twin = |e: &AuthorityError| {
-            call.is_some()
-                && matches!(e, AuthorityError::Store(StoreError::Append(ledger::AppendError::DuplicateEventId { .. })))
-        };
-        // Both the decision and the fallback ask start here: the caller's own session, under
-        // the policy in force, with the card's view from the tenant's scopes.
-        let start = |w: &World| {
-            w.session_of(&req.session_id, &req.principal_id)?;
-            w.policy_in_force(&self.policy().version)?;
-            Ok(AuthorizeRequest { view: view(&w.settings.scopes), ..req.clone() })
-        };
         let decide = |l: &Loaded| {
             let w = &l.world;
-            let req = &start(w)?;
+            let req = &self.start(w, req, view)?;
             let auth = domain::authorize(w, self.policy(), req, now, approval_id);
             let grant = match &auth.decision {
                 Decision::Allow { grant_id: Some(g), .. } => w.grants.get(g).cloned(),
@@ -344,24 +332,11 @@ impl<B: Backend> Authority<B> {
             Ok((record, (auth, grant, standing, session_version, profile)))
         };
         let mut spent = false;
-        // Only a call decided before collides with its record (its decision event's id is
-        // taken, or its approval stream exists), so the record is looked up then, not on every
-        // call: the hot path reads nothing more. `Ok(None)`: contention, decide again.
-        let settle = async |e: AuthorityError| -> Result<Option<Authorized>, AuthorityError> {
-            let Some(c) = call.filter(|_| twin(&e) || e.contended()) else {
-                return if e.contended() { Ok(None) } else { Err(e) };
-            };
-            match self.replayed(req, c, now).await? {
-                Some(done) => Ok(Some(done)),
-                None if e.contended() => Ok(None),
-                None => Err(AuthorityError::Contended),
-            }
-        };
         for _ in 0..ATTEMPTS {
             let need = Need::Authorize(&req.session_id);
             let t = match self.backend().transact(&self.tenant, &metadata, need, false, &decide).await {
                 Ok(t) => t,
-                Err(e) => match settle(e).await? {
+                Err(e) => match self.settle(req, call, now, e).await? {
                     Some(done) => return Ok(done),
                     None => {
                         self.metrics().retried("authorize");
@@ -441,7 +416,7 @@ impl<B: Backend> Authority<B> {
                     spent = true;
                 }
                 Err(e) => {
-                    if let Some(done) = settle(e.into()).await? {
+                    if let Some(done) = self.settle(req, call, now, e.into()).await? {
                         return Ok(done);
                     }
                     self.metrics().retried("authorize");
@@ -452,9 +427,54 @@ impl<B: Backend> Authority<B> {
             return Err(AuthorityError::Contended);
         }
         // Every fresh read allowed what the row refused: asking the owner is always safe.
+        self.ask_spent(req, view, now, approval_id, call, &metadata).await
+    }
+
+    /// The caller's own session, under the policy in force, with the card's view from the
+    /// tenant's scopes: where both the decision and the fallback ask start.
+    fn start(&self, w: &World, req: &AuthorizeRequest, view: &ViewOf<'_>) -> Result<AuthorizeRequest, DomainError> {
+        w.session_of(&req.session_id, &req.principal_id)?;
+        w.policy_in_force(&self.policy().version)?;
+        Ok(AuthorizeRequest { view: view(&w.settings.scopes), ..req.clone() })
+    }
+
+    /// A failed decision of call `call`, settled. Only a call decided before collides with its
+    /// record (its decision event's id is taken, or its approval stream exists), so the record is
+    /// looked up then, not on every call: the hot path reads nothing more. `Ok(None)`:
+    /// contention, decide again.
+    async fn settle(
+        &self,
+        req: &AuthorizeRequest,
+        call: Option<CallKey>,
+        now: OffsetDateTime,
+        e: AuthorityError,
+    ) -> Result<Option<Authorized>, AuthorityError> {
+        // A twin of this call that stored its decision first: the event-id key refused ours.
+        let twin = matches!(e, AuthorityError::Store(StoreError::Append(ledger::AppendError::DuplicateEventId { .. })));
+        let Some(c) = call.filter(|_| twin || e.contended()) else {
+            return if e.contended() { Ok(None) } else { Err(e) };
+        };
+        match self.replayed(req, c, now).await? {
+            Some(done) => Ok(Some(done)),
+            None if e.contended() => Ok(None),
+            None => Err(AuthorityError::Contended),
+        }
+    }
+
+    /// The card for an act every fresh read allowed and the grant's row kept refusing (a replica's
+    /// clock behind the database's at the grant's very end), or the Stop's deny.
+    async fn ask_spent(
+        &self,
+        req: &AuthorizeRequest,
+        view: &ViewOf<'_>,
+        now: OffsetDateTime,
+        approval_id: Uuid,
+        call: Option<CallKey>,
+        metadata: &Metadata,
+    ) -> Result<Authorized, AuthorityError> {
         let ask = |l: &Loaded| {
             let w = &l.world;
-            let req = &start(w)?;
+            let req = &self.start(w, req, view)?;
             if w.sessions.get(&req.session_id).is_some_and(|s| s.stopped) {
                 return Ok((vec![], Decision::Deny(domain::Denial::SessionStopped)));
             }
@@ -467,13 +487,13 @@ impl<B: Backend> Authority<B> {
             // This call's card may be the very thing in the way: look before asking again.
             Some(_) => match self
                 .backend()
-                .transact(&self.tenant, &metadata, Need::Authorize(&req.session_id), false, &ask)
+                .transact(&self.tenant, metadata, Need::Authorize(&req.session_id), false, &ask)
                 .await
             {
                 Ok(t) => t,
-                Err(e) => return settle(e).await?.ok_or(AuthorityError::Contended),
+                Err(e) => return self.settle(req, call, now, e).await?.ok_or(AuthorityError::Contended),
             },
-            None => self.transact(&metadata, Need::Authorize(&req.session_id), false, &ask).await?,
+            None => self.transact(metadata, Need::Authorize(&req.session_id), false, &ask).await?,
         };
         Ok(Authorized {
             decision: t.value,
