@@ -194,14 +194,19 @@ impl<B: Backend> Authority<B> {
     /// The call may be sent again: a retry (the same call key and digest) answers the decision
     /// the first recorded and spends nothing; the same key with another digest is refused
     /// (`TOOL_CALL_REUSED`) and writes nothing.
+    ///
+    /// `credential`: the caller's credential recognised from memory, which the read confirms
+    /// live before anything is decided (`StoreError::CallerRefused` when it is not); only for a
+    /// backend that [`Backend::confirms_credentials`].
     pub async fn authorize(
         &self,
         req: &AuthorizeRequest,
         view: &ViewOf<'_>,
         now: OffsetDateTime,
         call: CallKey,
+        credential: Option<Uuid>,
     ) -> Result<Authorized, AuthorityError> {
-        let authorized = self.authorize_once(req, view, now, call.approval_id(), Some(call)).await?;
+        let authorized = self.authorize_once(req, view, now, call.approval_id(), Some(call), credential).await?;
         if !authorized.replayed {
             self.metrics().recorded(&authorized.events);
         }
@@ -218,7 +223,7 @@ impl<B: Backend> Authority<B> {
         now: OffsetDateTime,
         approval_id: Uuid,
     ) -> Result<(Decision, Vec<Event>), AuthorityError> {
-        let a = self.authorize_once(req, &|_| req.view.clone(), now, approval_id, None).await?;
+        let a = self.authorize_once(req, &|_| req.view.clone(), now, approval_id, None, None).await?;
         Ok((a.decision, a.events))
     }
 
@@ -311,6 +316,7 @@ impl<B: Backend> Authority<B> {
         now: OffsetDateTime,
         approval_id: Uuid,
         call: Option<CallKey>,
+        credential: Option<Uuid>,
     ) -> Result<Authorized, AuthorityError> {
         let metadata = call.map_or_else(|| Metadata::by(&req.principal_id), |c| c.metadata(&req.principal_id));
         let decide = |l: &Loaded| {
@@ -333,7 +339,7 @@ impl<B: Backend> Authority<B> {
         };
         let mut spent = false;
         for _ in 0..ATTEMPTS {
-            let need = Need::Authorize(&req.session_id);
+            let need = Need::Authorize { session: &req.session_id, credential };
             let t = match self.backend().transact(&self.tenant, &metadata, need, false, &decide).await {
                 Ok(t) => t,
                 Err(e) => match self.settle(req, call, now, e).await? {
@@ -487,13 +493,22 @@ impl<B: Backend> Authority<B> {
             // This call's card may be the very thing in the way: look before asking again.
             Some(_) => match self
                 .backend()
-                .transact(&self.tenant, metadata, Need::Authorize(&req.session_id), false, &ask)
+                .transact(
+                    &self.tenant,
+                    metadata,
+                    Need::Authorize { session: &req.session_id, credential: None },
+                    false,
+                    &ask,
+                )
                 .await
             {
                 Ok(t) => t,
                 Err(e) => return self.settle(req, call, now, e).await?.ok_or(AuthorityError::Contended),
             },
-            None => self.transact(metadata, Need::Authorize(&req.session_id), false, &ask).await?,
+            None => {
+                let need = Need::Authorize { session: &req.session_id, credential: None };
+                self.transact(metadata, need, false, &ask).await?
+            }
         };
         Ok(Authorized {
             decision: t.value,

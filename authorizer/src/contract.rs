@@ -149,7 +149,7 @@ pub async fn a_written_world_reads_back<B: Backend>(backend: &B) {
     let now = OffsetDateTime::now_utc();
     let grant_id = session_with_grant(backend, tenant, now + Duration::minutes(30)).await;
     let read = backend
-        .transact(tenant, &Metadata::default(), Need::Authorize("s1"), false, &|l| {
+        .transact(tenant, &Metadata::default(), Need::Authorize { session: "s1", credential: None }, false, &|l| {
             Ok((vec![], (l.world.clone(), l.session_version("s1"))))
         })
         .await

@@ -23,6 +23,10 @@ pub enum StoreError {
     /// own typed refusal, naming the field.
     #[error(transparent)]
     Invalid(#[from] DomainError),
+    /// The read found the caller's credential (recognised from a replica's memory) revoked or
+    /// expired: nothing was decided or written.
+    #[error("the credential is unknown, expired or revoked")]
+    CallerRefused,
 }
 
 impl StoreError {

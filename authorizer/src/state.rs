@@ -399,7 +399,11 @@ pub async fn load(r: &mut impl Reader, tenant: &TenantId, need: Need<'_>) -> Res
         Need::DueGrants(now) => {
             l.grants(r, Grants::DueBy(now)).await?;
         }
-        Need::Authorize(session) => {
+        Need::Authorize { credential: Some(_), .. } => {
+            // Only a backend's own one-statement read confirms a credential; reaching here, none did.
+            return Err(StoreError::Projection("a remembered credential reached a read that cannot confirm it".into()));
+        }
+        Need::Authorize { session, credential: None } => {
             l.sessions(r, &[session]).await?;
             l.grants(r, Grants::ActiveOfSession(session)).await?;
             let grant_profile = l.world.grants.values().next().map(|g| g.created.profile_id.clone());

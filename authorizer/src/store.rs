@@ -106,8 +106,13 @@ pub enum Need<'a> {
     DueApprovals(OffsetDateTime),
     Grant(Uuid),
     DueGrants(OffsetDateTime),
-    /// What `authorize` reads: the session, its active grant, the profiles of both, the settings.
-    Authorize(&'a str),
+    /// What `authorize` reads: the session, its active grant, the profiles of both, the settings;
+    /// and with `credential`, whether the caller's credential (recognised from a replica's
+    /// memory) is still live, in the same read (a backend that `confirms_credentials` only).
+    Authorize {
+        session: &'a str,
+        credential: Option<Uuid>,
+    },
     SessionApprovals(&'a str),
     /// A session to stop: it, its active grant and its pending approvals (locked with it).
     SessionStop(&'a str),
@@ -204,4 +209,10 @@ pub trait Backend: Send + Sync {
 
     /// Tenants with a grant or a pending approval past its expiry, in tenant order.
     fn due_tenants(&self, now: OffsetDateTime) -> impl Future<Output = Result<Vec<TenantId>, StoreError>> + Send;
+
+    /// Whether `Need::Authorize`'s read can confirm a caller's credential itself (it lives in the
+    /// same store); otherwise the caller confirms it before the call.
+    fn confirms_credentials(&self) -> bool {
+        false
+    }
 }

@@ -10,10 +10,11 @@ pub mod contract;
 mod memory;
 mod postgres;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
@@ -113,6 +114,17 @@ pub struct Caller {
     pub role: Role,
     pub principal: String,
     pub scopes: Vec<Scope>,
+    /// Set when the credential was recognised from this process's memory rather than read: the
+    /// call must confirm it is still live before it acts ([`Credentials::confirm`], or a read of
+    /// its own that checks [`Unconfirmed::credential_id`]), so a revocation holds at the next call.
+    pub unconfirmed: Option<Unconfirmed>,
+}
+
+/// A credential recognised from memory, not yet confirmed live by this call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unconfirmed {
+    pub credential_id: Uuid,
+    token_sha256: [u8; 32],
 }
 
 impl Caller {
@@ -191,17 +203,101 @@ pub trait CredentialStore: Send + Sync + fmt::Debug {
     fn find(&self, token_sha256: [u8; 32]) -> Pending<'_, Option<Credential>>;
 }
 
+/// One store behind several `Credentials` (as two processes share one database).
+impl<T: CredentialStore + ?Sized> CredentialStore for Arc<T> {
+    fn insert<'a>(&'a self, token_sha256: [u8; 32], credential: &'a Credential) -> Pending<'a, ()> {
+        (**self).insert(token_sha256, credential)
+    }
+    fn revoke<'a>(&'a self, tenant: &'a str, credential_id: Uuid, now: OffsetDateTime) -> Pending<'a, bool> {
+        (**self).revoke(tenant, credential_id, now)
+    }
+    fn list<'a>(&'a self, tenant: &'a str) -> Pending<'a, Vec<Credential>> {
+        (**self).list(tenant)
+    }
+    fn find(&self, token_sha256: [u8; 32]) -> Pending<'_, Option<Credential>> {
+        (**self).find(token_sha256)
+    }
+}
+
 /// A store's answer. Boxed, so that one `Credentials` holds either adapter; it is one
 /// allocation per authenticated call.
 pub type Pending<'a, T> = Pin<Box<dyn Future<Output = Result<T, AuthError>> + Send + 'a>>;
 
-/// The credentials of every service: rules above a store.
+/// The credentials of every service: rules above a store, and optionally a memory of the
+/// credentials found lately.
 #[derive(Debug, Clone)]
-pub struct Credentials(Arc<dyn CredentialStore>);
+pub struct Credentials {
+    store: Arc<dyn CredentialStore>,
+    recent: Option<Arc<Recent>>,
+}
+
+/// Usable credentials found lately, by their secret's digest. A credential's tenant, role and
+/// principal never change; only a revocation does, which every call remembered from here must
+/// confirm against the store. Only found credentials enter, so random tokens cannot fill it.
+#[derive(Debug)]
+struct Recent {
+    capacity: usize,
+    found: Mutex<HashMap<[u8; 32], Credential>>,
+}
+
+impl Recent {
+    fn get(&self, key: &[u8; 32]) -> Option<Credential> {
+        self.found.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(key).cloned()
+    }
+
+    fn put(&self, key: [u8; 32], credential: &Credential) {
+        let mut found = self.found.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if found.len() >= self.capacity && !found.contains_key(&key) {
+            // Full: start again rather than track ages; a miss costs one read.
+            found.clear();
+        }
+        found.insert(key, credential.clone());
+    }
+
+    fn forget(&self, key: &[u8; 32]) {
+        self.found.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(key);
+    }
+}
 
 impl Credentials {
     pub fn new(store: impl CredentialStore + 'static) -> Self {
-        Self(Arc::new(store))
+        Self { store: Arc::new(store), recent: None }
+    }
+
+    /// Remembers up to `capacity` credentials found, so a call can skip the lookup; each such
+    /// call's caller is [`Caller::unconfirmed`] and must be confirmed before it acts.
+    #[must_use]
+    pub fn remembering(mut self, capacity: usize) -> Self {
+        self.recent = (capacity > 0).then(|| Arc::new(Recent { capacity, found: Mutex::new(HashMap::new()) }));
+        self
+    }
+
+    /// Confirms a caller recognised from memory against the store: its credential must still
+    /// be usable. One that is not is forgotten, and the call refused as an unknown credential.
+    pub async fn confirm(&self, caller: &mut Caller) -> Result<(), AuthError> {
+        let Some(u) = caller.unconfirmed else { return Ok(()) };
+        let now = OffsetDateTime::now_utc();
+        let live =
+            self.store.find(u.token_sha256).await?.is_some_and(|c| c.credential_id == u.credential_id && c.usable(now));
+        if !live {
+            self.forget(caller);
+            return Err(AuthError::Unauthenticated(NOT_FOUND));
+        }
+        caller.unconfirmed = None;
+        Ok(())
+    }
+
+    /// Forgets the credential of a caller recognised from memory, once a read found it revoked;
+    /// the caller's next call reads it again, and is refused.
+    pub fn forget(&self, caller: &Caller) {
+        if let (Some(u), Some(recent)) = (caller.unconfirmed, &self.recent) {
+            recent.forget(&u.token_sha256);
+        }
+    }
+
+    /// The refusal of a caller whose credential a read found unusable.
+    pub fn refused() -> AuthError {
+        AuthError::Unauthenticated(NOT_FOUND)
     }
 
     pub fn postgres(pool: Pool) -> Self {
@@ -241,18 +337,27 @@ impl Credentials {
             expires_at,
             revoked_at: None,
         };
-        self.0.insert(digest(token), &credential).await?;
+        self.store.insert(digest(token), &credential).await?;
         Ok(credential)
     }
 
     /// Revokes a credential of `tenant`; `false` when there is none, or it was already revoked.
     pub async fn revoke(&self, tenant: &str, credential_id: Uuid) -> Result<bool, AuthError> {
-        self.0.revoke(tenant, credential_id, OffsetDateTime::now_utc()).await
+        let revoked = self.store.revoke(tenant, credential_id, OffsetDateTime::now_utc()).await?;
+        if let Some(recent) = &self.recent {
+            // Other processes learn it at their next call's confirmation; this one at once.
+            recent
+                .found
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .retain(|_, c| c.credential_id != credential_id);
+        }
+        Ok(revoked)
     }
 
     /// Every credential of `tenant`, newest first.
     pub async fn list(&self, tenant: &str) -> Result<Vec<Credential>, AuthError> {
-        self.0.list(tenant).await
+        self.store.list(tenant).await
     }
 
     /// The caller of a call that `roles` may make, from the request's metadata: a usable
@@ -275,8 +380,25 @@ impl Credentials {
         if !well_formed(token) {
             return Err(AuthError::Unauthenticated(MALFORMED));
         }
-        let credential =
-            self.0.find(digest(token)).await?.filter(|c| c.usable(now)).ok_or(AuthError::Unauthenticated(NOT_FOUND))?;
+        let key = digest(token);
+        let remembered = self.recent.as_ref().and_then(|r| r.get(&key)).filter(|c| c.usable(now));
+        let unconfirmed =
+            remembered.as_ref().map(|c| Unconfirmed { credential_id: c.credential_id, token_sha256: key });
+        let credential = match remembered {
+            Some(c) => c,
+            None => {
+                let found = self
+                    .store
+                    .find(key)
+                    .await?
+                    .filter(|c| c.usable(now))
+                    .ok_or(AuthError::Unauthenticated(NOT_FOUND))?;
+                if let Some(recent) = &self.recent {
+                    recent.put(key, &found);
+                }
+                found
+            }
+        };
         if !roles.contains(&credential.role) {
             return Err(AuthError::PermissionDenied(format!("the {} role may not make this call", credential.role)));
         }
@@ -298,7 +420,7 @@ impl Credentials {
                 Vec::new(),
             ),
         };
-        Ok(Caller { tenant: credential.tenant, role: credential.role, principal, scopes })
+        Ok(Caller { tenant: credential.tenant, role: credential.role, principal, scopes, unconfirmed })
     }
 }
 
@@ -315,6 +437,38 @@ mod tests {
         for role in Role::ALL {
             assert_eq!(Role::from_code(role.code()), Some(role));
         }
+    }
+
+    fn bearer(token: &str) -> MetadataMap {
+        let mut m = MetadataMap::new();
+        m.insert("authorization", format!("Bearer {token}").parse().unwrap());
+        m
+    }
+
+    /// A remembered credential is let in unconfirmed; once revoked elsewhere, its confirmation
+    /// refuses it and forgets it, so the next call reads it and is refused at the door.
+    #[tokio::test]
+    async fn a_remembered_credential_is_confirmed_before_it_acts() {
+        let store = Arc::new(MemoryCredentials::default());
+        let (here, elsewhere) = (Credentials::new(store.clone()).remembering(8), Credentials::new(store));
+        let token = new_token();
+        let c = here.register(&token, "t1", Role::Worker, Some("p1"), None).await.unwrap();
+        let now = OffsetDateTime::now_utc();
+        let first = here.authenticate(&bearer(&token), &[Role::Worker], &[], now).await.unwrap();
+        assert_eq!(first.unconfirmed, None, "a credential just read needs no confirmation");
+        let mut second = here.authenticate(&bearer(&token), &[Role::Worker], &[], now).await.unwrap();
+        assert_eq!(second.unconfirmed.map(|u| u.credential_id), Some(c.credential_id));
+        here.confirm(&mut second.clone()).await.unwrap();
+
+        assert!(elsewhere.revoke("t1", c.credential_id).await.unwrap());
+        let still = here.authenticate(&bearer(&token), &[Role::Worker], &[], now).await.unwrap();
+        assert!(still.unconfirmed.is_some(), "this process has not read the revocation yet");
+        assert_eq!(here.confirm(&mut second).await, Err(AuthError::Unauthenticated(NOT_FOUND)));
+        assert_eq!(
+            here.authenticate(&bearer(&token), &[Role::Worker], &[], now).await,
+            Err(AuthError::Unauthenticated(NOT_FOUND)),
+            "forgotten, read again, refused"
+        );
     }
 
     #[test]

@@ -395,7 +395,7 @@ mod through_the_authority {
         let call = CallKey::new(&tenant(), "s1", "call-retried", &[7; 32]);
         let first = {
             let (authority, req) = (Arc::clone(&authority), req.clone());
-            tokio::spawn(async move { authority.authorize(&req, &|_| req.view.clone(), now, call).await })
+            tokio::spawn(async move { authority.authorize(&req, &|_| req.view.clone(), now, call, None).await })
         };
         assert_eq!(kill_held_commit(&admin).await, 1);
         assert!(first.await.unwrap().is_err(), "a use whose commit died is not an allow");
@@ -403,7 +403,7 @@ mod through_the_authority {
         assert_eq!(grants.usage(&tenant(), grant_id).await.unwrap().unwrap().0, 0, "nothing was spent");
         let mut ordinals = Vec::new();
         for _ in 0..2 {
-            let a = authority.authorize(&req, &|_| req.view.clone(), now, call).await.unwrap();
+            let a = authority.authorize(&req, &|_| req.view.clone(), now, call, None).await.unwrap();
             let Decision::Allow { use_ordinal, .. } = a.decision else { panic!("{:?}", a.decision) };
             ordinals.push(use_ordinal);
         }

@@ -913,3 +913,63 @@ async fn a_retried_authorize_through_any_replica_never_spends_twice() {
     assert_eq!(reason(&err), "TOOL_CALL_GRANT_ENDED", "{err:?}");
     assert_eq!(events_of(&db).await, before);
 }
+
+/// Each replica remembers the credentials it has seen, and still a revocation holds at the very
+/// next call through every one of them: an Authorize confirms its credential in its own read, any
+/// other call before it acts, and a refused call (a bad request, too) says only "unknown".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_credential_is_refused_at_the_next_call_through_every_replica() {
+    let db = TestDb::new().await;
+    let t = Tokens::register(&db, TENANT).await;
+    apply_settings(&db.url(), TENANT, lesson()).await.unwrap();
+    let (a, b) = (Replica::start(&db, &[]).await, Replica::start(&db, &[]).await);
+    let (mut ca, mut cb) = (a.client().await, b.client().await);
+    let grant_id = grant_across(&mut ca, &mut cb, &t, "s1", "p1").await;
+    // Two more worker credentials of the same owner, each seen by both replicas.
+    let credentials = Credentials::postgres(db.pool(1));
+    let (w2, w3) = (new_token(), new_token());
+    let mut ids = Vec::new();
+    for w in [&w2, &w3] {
+        ids.push(credentials.register(w, TENANT, Role::Worker, Some("owner"), None).await.unwrap().credential_id);
+        for c in [&mut ca, &mut cb] {
+            for _ in 0..2 {
+                let reply = c.authorize(Tokens::bearer(w, t.sealed(act("s1", "agent-7")))).await.unwrap();
+                assert!(matches!(reply.into_inner().decision, Some(Decision::Allow(_))));
+            }
+        }
+    }
+    let used = || async {
+        let q = "SELECT actions_used FROM active_task_grants WHERE grant_id = $1::text::uuid";
+        db.client().await.query_one(q, &[&grant_id]).await.unwrap().get::<_, i32>(0)
+    };
+    let (uses, events) = (used().await, events_of(&db).await);
+    for id in &ids {
+        assert!(credentials.revoke(TENANT, *id).await.unwrap());
+    }
+    fn refused<T: std::fmt::Debug>(r: Result<T, tonic::Status>) {
+        let e = r.unwrap_err();
+        assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    }
+    // Warm on both replicas: an Authorize through A, another call through B.
+    refused(ca.authorize(Tokens::bearer(&w2, t.sealed(act("s1", "agent-7")))).await);
+    let create =
+        pb::CreateSessionRequest { session_id: "s2".into(), browser_profile_id: "p1".into(), ..Default::default() };
+    refused(cb.create_session(Tokens::bearer(&w2, create)).await);
+    // A bad request (no tool-call id) through A, a good one through B.
+    let mut bad = act("s1", "agent-7");
+    bad.tool_call_id.clear();
+    refused(ca.authorize(Tokens::bearer(&w3, t.sealed(bad))).await);
+    refused(cb.authorize(Tokens::bearer(&w3, t.sealed(act("s1", "agent-7")))).await);
+    // Forgotten once refused: read again, refused at the door.
+    for c in [&mut ca, &mut cb] {
+        for w in [&w2, &w3] {
+            refused(c.authorize(Tokens::bearer(w, t.sealed(act("s1", "agent-7")))).await);
+        }
+    }
+    assert_eq!((used().await, events_of(&db).await), (uses, events), "nothing spent, nothing written");
+    // The owner's own credential, never revoked, still acts through both.
+    for c in [&mut ca, &mut cb] {
+        let reply = c.authorize(t.worker(t.sealed(act("s1", "agent-7")))).await.unwrap();
+        assert!(matches!(reply.into_inner().decision, Some(Decision::Allow(_))));
+    }
+}

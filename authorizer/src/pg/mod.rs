@@ -127,14 +127,15 @@ impl PgGrants {
         lock: bool,
         decide: &Decide<'_, T>,
     ) -> Result<Transacted<T>, AuthorityError> {
-        if let (false, Need::Authorize(session)) = (lock, need) {
+        if let (false, Need::Authorize { session, credential }) = (lock, need) {
             // The hot path: everything an authorization reads in one statement (one snapshot,
             // one round trip); a write it decides opens its own transaction, and a stream or
             // grant row that moved since the read comes back as a conflict.
             let client = self.store.pool().get().await.map_err(unavailable)?;
-            let mut rows = Prefetched::authorize(&client, &self.store, tenant, session).await?;
+            let mut rows = Prefetched::authorize(&client, &self.store, tenant, session, credential).await?;
             drop(client);
-            let loaded = state::load(&mut rows, tenant, need).await?;
+            // The read confirmed the credential (or refused the call above).
+            let loaded = state::load(&mut rows, tenant, Need::Authorize { session, credential: None }).await?;
             let (events, value) = decide(&loaded)?;
             if events.is_empty() {
                 return Ok(Transacted { value, events, at: None });
@@ -312,6 +313,10 @@ impl Backend for PgGrants {
 
     async fn due_tenants(&self, now: OffsetDateTime) -> Result<Vec<TenantId>, StoreError> {
         PgGrants::due_tenants(self, now).await
+    }
+
+    fn confirms_credentials(&self) -> bool {
+        true
     }
 }
 

@@ -66,13 +66,18 @@ pub(super) struct Prefetched {
 
 /// Everything an authorization reads, in one statement: built once, since it is on every call.
 /// The active grant's stream head comes along, so its next use can be appended without reading
-/// it (see `PgGrants::consume`).
+/// it (see `PgGrants::consume`). With `$3`, a credential a replica recognised from memory, the
+/// last column says whether it is still live (the credentials table is in the same database), so
+/// a revocation holds at the next call without a lookup of its own on every call.
 static AUTHORIZE_READ: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     let grant_columns: Vec<String> = GRANT_COLUMNS.split(',').map(|c| format!("g.{}", c.trim())).collect();
     format!(
         "SELECT s.version, s.state, d.version, d.state, ps.profile_id, ps.version, ps.state, \
-         gp.profile_id, gp.version, gp.state, {}, gh.stream_version, gh.hash, gh.tenant_id \
+         gp.profile_id, gp.version, gp.state, {}, gh.stream_version, gh.hash, gh.tenant_id, \
+         $3::uuid IS NULL OR (c.credential_id IS NOT NULL AND c.revoked_at IS NULL \
+           AND (c.expires_at IS NULL OR c.expires_at > clock_timestamp())) \
          FROM (VALUES (1)) AS one(x) \
+         LEFT JOIN credentials c ON c.credential_id = $3 AND c.tenant_id = $1 \
          LEFT JOIN authority_sessions s ON s.tenant_id = $1 AND s.session_id = $2 \
          LEFT JOIN authority_settings d ON d.tenant_id = $1 AND d.version > 0 \
          LEFT JOIN active_task_grants g ON g.tenant_id = $1 AND g.session_id = $2 AND g.ended_at IS NULL \
@@ -93,9 +98,13 @@ impl Prefetched {
         store: &PgStore,
         tenant: &TenantId,
         session: &str,
+        credential: Option<Uuid>,
     ) -> Result<Self, StoreError> {
         let stmt = client.prepare_cached(&AUTHORIZE_READ).await.map_err(db)?;
-        let r = client.query_one(&stmt, &[&tenant.as_str(), &session]).await.map_err(db)?;
+        let r = client.query_one(&stmt, &[&tenant.as_str(), &session, &credential]).await.map_err(db)?;
+        if !r.get::<_, bool>(29) {
+            return Err(StoreError::CallerRefused);
+        }
         let versioned = |v: usize| -> Result<Option<(u64, serde_json::Value)>, StoreError> {
             Ok(r.get::<_, Option<i64>>(v).map(|version| (from_version(version), r.get(v + 1))))
         };

@@ -12,8 +12,25 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         req: Request<pb::AuthorizeRequest>,
     ) -> Result<Response<pb::AuthorizeReply>, Status> {
         let (caller, authority) = self.caller(&req, Rpc::Authorize).await?;
-        let principal = caller.principal;
-        let r = req.into_inner();
+        let answered = self.authorize_as(&caller, &authority, req.into_inner()).await;
+        match answered {
+            // A credential recognised from memory is confirmed by the call's read; a call refused
+            // before it (or by it) confirms here, so a revoked caller learns nothing else.
+            Err(e) if caller.unconfirmed.is_some() => {
+                self.credentials.confirm(&mut caller.clone()).await.map_err(transport::auth_status)?;
+                Err(e)
+            }
+            answered => answered,
+        }
+    }
+
+    async fn authorize_as(
+        &self,
+        caller: &Caller,
+        authority: &Authority<B>,
+        r: pb::AuthorizeRequest,
+    ) -> Result<Response<pb::AuthorizeReply>, Status> {
+        let principal = caller.principal.clone();
         // A retry of this call is the same bytes: its digest tells it from a reuse of the id.
         let request_sha256: [u8; 32] = Sha256::digest(prost::Message::encode_to_vec(&r)).into();
         let now = OffsetDateTime::now_utc();
@@ -89,7 +106,8 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         };
         let call = CallKey::new(authority.tenant(), &request.session_id, &request.tool_call_id, &request_sha256);
         let ticket_id = call.id.to_string();
-        let authorized = authority.authorize(&request, &view, now, call).await.map_err(status)?;
+        let credential = caller.unconfirmed.map(|u| u.credential_id);
+        let authorized = authority.authorize(&request, &view, now, call, credential).await.map_err(status)?;
         let reply = self.answer(&request, &authorized, ticket_id);
         let name = match &reply {
             pb::authorize_reply::Decision::Allow(_) => "allow",

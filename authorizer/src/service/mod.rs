@@ -138,12 +138,13 @@ impl<B: Backend + 'static> AuthorizerService<B> {
     }
 
     /// The authenticated caller of `rpc`, whose role must be the one the call belongs to, and the
-    /// authority of its credential's tenant.
+    /// authority of its credential's tenant. A credential recognised from memory is confirmed live
+    /// here, except for `Authorize` on a backend whose read confirms it (see `authorize_call`).
     async fn caller<T>(&self, req: &Request<T>, rpc: Rpc) -> Result<(Caller, Authority<B>), Status> {
         // Over a socket the gate authenticated the caller from the headers, before the body was
         // read; a service called without it (in-process) authenticates here.
         let gated = req.extensions().get::<Caller>().filter(|c| rpc.roles().contains(&c.role)).cloned();
-        let caller = match gated {
+        let mut caller = match gated {
             Some(c) => c,
             None => self
                 .credentials
@@ -151,6 +152,9 @@ impl<B: Backend + 'static> AuthorizerService<B> {
                 .await
                 .map_err(transport::auth_status)?,
         };
+        if !(rpc == Rpc::Authorize && self.authority.backend().confirms_credentials()) {
+            self.credentials.confirm(&mut caller).await.map_err(transport::auth_status)?;
+        }
         tracing::debug!(role = %caller.role, principal = %caller.principal, tenant = %caller.tenant, "authenticated");
         let tenant = domain::tenant_id(&caller.tenant).map_err(|e| {
             with_reason(Code::PermissionDenied, CALLER_NOT_PERMITTED, format!("the credential's tenant: {e}"))

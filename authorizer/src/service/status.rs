@@ -53,6 +53,7 @@ pub(super) fn status(e: AuthorityError) -> Status {
             "other requests changed what this one read; nothing was written; retry".into(),
         ),
         AuthorityError::Store(StoreError::Invalid(e)) => status(AuthorityError::Domain(e)),
+        AuthorityError::Store(StoreError::CallerRefused) => transport::auth_status(credentials::Credentials::refused()),
         // Not something a retry cures: the stored state and the request disagree. Nothing was
         // written; the operator's log has the details.
         AuthorityError::Store(

@@ -46,6 +46,10 @@ pub struct AuthorizerConfig {
     pub metrics: MetricsListen,
 }
 
+/// Credentials an authorizer replica remembers (each a few hundred bytes); past it, it forgets
+/// them all and reads again.
+const REMEMBERED_CREDENTIALS: usize = 10_000;
+
 /// The variables `grantctl settings apply` records and the authorizer refuses.
 pub const SETTINGS_VARIABLES: [&str; 5] = [
     "GRANT_LEDGER_TENANT",
@@ -253,7 +257,9 @@ pub async fn authorizer(config: AuthorizerConfig, database_url: String) -> Resul
         tracing::info!("shutting down: finishing requests in flight");
     };
     let tls = config.transport.server_tls()?;
-    let credentials = Credentials::postgres(pool_for_credentials);
+    // Callers recognised from memory skip the lookup; every call still confirms its credential
+    // live (an Authorize in its own read), so a revocation holds at the next call on every replica.
+    let credentials = Credentials::postgres(pool_for_credentials).remembering(REMEMBERED_CREDENTIALS);
     let service = AuthorizerService::new(authority, credentials, config.tickets).with_health_check(health);
     // Metrics off: nothing is served, so nothing is recorded at the gate either.
     let service = match config.metrics {
