@@ -53,10 +53,9 @@ impl Tokens {
         r
     }
 
-    async fn connect(&self, endpoint: &str) -> Result<AuthorizerClient<Channel>> {
+    async fn connect(&self, endpoint: &str) -> Result<Channel> {
         let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&self.ca_pem)).domain_name("localhost");
-        let channel = Channel::from_shared(endpoint.to_owned())?.tls_config(tls)?.connect().await?;
-        Ok(AuthorizerClient::new(channel))
+        Ok(Channel::from_shared(endpoint.to_owned())?.tls_config(tls)?.connect().await?)
     }
 }
 
@@ -152,7 +151,7 @@ async fn drive(endpoints: &[String], tokens: &Tokens, clients: usize, duration: 
         .map(|i| {
             let (endpoint, tokens) = (endpoints[i % endpoints.len()].clone(), tokens.clone());
             tokio::spawn(async move {
-                let mut client = tokens.connect(&endpoint).await?;
+                let mut client = AuthorizerClient::new(tokens.connect(&endpoint).await?);
                 let mut latencies = Vec::new();
                 let mut session = fresh_grant(&mut client, &tokens).await?;
                 let mut used = 0;
@@ -171,6 +170,35 @@ async fn drive(endpoints: &[String], tokens: &Tokens, clients: usize, duration: 
                         other => bail!("expected an allow, got {other:?}"),
                     }
                     used += 1;
+                }
+                Ok::<_, anyhow::Error>(latencies)
+            })
+        })
+        .collect();
+    let mut samples = Samples::default();
+    for t in tasks {
+        samples.latencies.extend(t.await??);
+    }
+    samples.elapsed = start.elapsed();
+    Ok(samples)
+}
+
+/// Timed gRPC health checks from `clients` clients for `duration`: the same TLS connection and
+/// gate as an Authorize, no credential and no database. The floor under any call's latency.
+async fn check(endpoints: &[String], tokens: &Tokens, clients: usize, duration: Duration) -> Result<Samples> {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let start = Instant::now();
+    let deadline = start + duration;
+    let tasks: Vec<_> = (0..clients)
+        .map(|i| {
+            let (endpoint, tokens) = (endpoints[i % endpoints.len()].clone(), tokens.clone());
+            tokio::spawn(async move {
+                let mut client = HealthClient::new(tokens.connect(&endpoint).await?);
+                let mut latencies = Vec::new();
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    client.check(HealthCheckRequest { service: String::new() }).await?;
+                    latencies.push(t.elapsed());
                 }
                 Ok::<_, anyhow::Error>(latencies)
             })
@@ -207,6 +235,24 @@ async fn scrape(replicas: Vec<std::net::SocketAddr>, every: Duration) {
             let _ = crate::status::get(*r, "/metrics").await;
         }
     }
+}
+
+/// The replicas' own time in `Authorize` so far (from the arrival of a call to its status, as
+/// their `grpc_server_handling_seconds` records it): total seconds and calls.
+async fn handling(replicas: &[std::net::SocketAddr]) -> (f64, f64) {
+    let mut total = (0.0, 0.0);
+    for r in replicas {
+        let Ok((_, text)) = crate::status::get(*r, "/metrics").await else { continue };
+        for line in text.lines().filter(|l| l.contains("grpc_method=\"Authorize\"")) {
+            let value = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+            if line.starts_with("grpc_server_handling_seconds_sum") {
+                total.0 += value;
+            } else if line.starts_with("grpc_server_handling_seconds_count") {
+                total.1 += value;
+            }
+        }
+    }
+    total
 }
 
 async fn flood_replicas(endpoints: &[String], per_replica: usize) -> usize {
@@ -268,7 +314,7 @@ async fn run_on(
     duration: Duration,
     extras: Extras,
 ) -> Result<String> {
-    let Extras { with_projections, log_events, flood, scrape_every } = extras;
+    let Extras { with_projections, log_events, .. } = extras;
     // The settings are recorded once, as an operator does; the replicas serve them.
     let lesson = authorizer::scopes::settings(Some("true"), Some("https://www.lesson.test/lesson"))?;
     let wanted = crate::serve::DeploymentSettings {
@@ -278,58 +324,9 @@ async fn run_on(
     };
     crate::serve::apply_settings(db_url, TENANT, wanted).await?;
     if log_events > 0 {
-        // Filler rows of other tenants' streams, inserted in bulk: nothing the authorizer
-        // reads at start-up or per request, which is the point.
-        let client = crate::connect_config(&config).await?;
-        let started = Instant::now();
-        client
-            .execute(
-                "INSERT INTO events (stream_id, stream_version, event_id, event_type, schema_version, tenant_id, \
-                 payload, metadata, recorded_at, prev_hash, hash) \
-                 SELECT 'filler-' || (g / 200), g % 200 + 1, gen_random_uuid(), 'session.tool_called', 1, \
-                 'filler-' || (g % 10), '{}', '{}', now(), decode(repeat('00', 32), 'hex'), \
-                 decode(repeat('00', 32), 'hex') FROM generate_series(0, $1::bigint - 1) g",
-                &[&i64::try_from(log_events)?],
-            )
-            .await
-            .context("writing filler events")?;
-        eprintln!("{log_events} filler events written in {:.1} s", started.elapsed().as_secs_f64());
+        fill_log(&config, log_events).await?;
     }
-    // TLS as in production: its cost is part of the call.
-    let pki_dir = std::env::temp_dir().join(format!("grantctl-bench-{}", Uuid::new_v4().simple()));
-    let pki = crate::tls::DevPki::generate()?;
-    pki.write(&pki_dir)?;
-    let (_, cert, key) = crate::tls::DevPki::paths(&pki_dir);
-    let keys = pki_dir.join("ticket-keys");
-    let key_line = proto::ticket::Keyring::line("bench", rand::random());
-    std::fs::write(&keys, &key_line)?;
-    // Two replicas on one database, the clients spread over them round robin.
-    let mut servers = Vec::new();
-    let mut endpoints = Vec::new();
-    let mut metrics = Vec::new();
-    for _ in 0..REPLICAS {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-        let metrics_at = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-        let port = port.port();
-        let started = Instant::now();
-        let server = super::spawn_serving(
-            &["serve", "authorizer"],
-            &[
-                ("AUTHORIZER_TLS_CERT", cert.display().to_string()),
-                ("AUTHORIZER_TLS_KEY", key.display().to_string()),
-                (proto::ticket::KEYS_FILE_VAR, keys.display().to_string()),
-                ("DATABASE_URL", db_url.to_owned()),
-                ("AUTHORIZER_LISTEN", format!("127.0.0.1:{port}")),
-                ("AUTHORIZER_METRICS_LISTEN", metrics_at.to_string()),
-            ],
-        )
-        .await?;
-        let pid = server.id().context("server pid")?;
-        servers.push((server, pid, started.elapsed()));
-        endpoints.push(format!("https://localhost:{port}"));
-        metrics.push(metrics_at);
-    }
-    std::fs::remove_dir_all(&pki_dir)?;
+    let (key_line, ca_pem, mut replicas) = start_replicas(db_url).await?;
     // With --with-projections: the projection workers beside it, as in production, and their
     // lag sampled every 100 ms.
     let mut workers = match with_projections {
@@ -371,58 +368,15 @@ async fn run_on(
         worker: new_token(),
         gateway: new_token(),
         profiles: new_token(),
-        ca_pem: pki.ca_cert,
+        ca_pem,
         keys: std::sync::Arc::new(proto::ticket::Keyring::parse(&key_line)?),
     };
     credentials.register(&tokens.worker, TENANT, Role::Worker, Some("owner"), None).await?;
     credentials.register(&tokens.gateway, TENANT, Role::Gateway, None, None).await?;
     credentials.register(&tokens.profiles, TENANT, Role::Profiles, None, None).await?;
-
-    let mut out = String::from("| clients | call | p50 µs | p99 µs | per second |\n|---:|---|---:|---:|---:|\n");
-    let mut ratios = String::new();
-    for &n in clients {
-        bare(pool.clone(), n, Duration::from_millis(300)).await?;
-        drive(&endpoints, &tokens, n, Duration::from_millis(500)).await?;
-        let (mut b, mut a) = (Samples::default(), Samples::default());
-        for _ in 0..2 {
-            b.merge(bare(pool.clone(), n, duration / 4).await?);
-            a.merge(drive(&endpoints, &tokens, n, duration / 4).await?);
-        }
-        let (p50, tput) =
-            side_by_side(&mut out, n, ("bare INSERT; COMMIT", &b), ("Authorize (gRPC, consumes a use)", &a))?;
-        writeln!(ratios, "{n} client(s): authorize/bare p50 = {p50:.2}x, throughput = {tput:.2}x")?;
-        if let Some(every) = scrape_every {
-            // Quiet and scraped halves alternate, so the machine's noise falls on both.
-            let (mut quiet, mut scraped) = (Samples::default(), Samples::default());
-            for _ in 0..2 {
-                quiet.merge(drive(&endpoints, &tokens, n, duration / 4).await?);
-                let scraper = tokio::spawn(scrape(metrics.clone(), every));
-                scraped.merge(drive(&endpoints, &tokens, n, duration / 4).await?);
-                scraper.abort();
-            }
-            let quiet = ("Authorize, no scraper", &quiet);
-            let (p50, tput) = side_by_side(&mut out, n, quiet, ("Authorize, every replica scraped", &scraped))?;
-            writeln!(
-                ratios,
-                "{n} client(s): scraped every {} ms/no scraper p50 = {p50:.2}x, throughput = {tput:.2}x",
-                every.as_millis()
-            )?;
-        }
-        if flood > 0 {
-            let held = flood_replicas(&endpoints, flood).await;
-            let f = drive(&endpoints, &tokens, n, duration / 2).await?;
-            writeln!(
-                out,
-                "| {n} | Authorize, just after {held} idle connections and a slow handshake opened | {} | {} | {:.0} |",
-                f.percentile(50).as_micros(),
-                f.percentile(99).as_micros(),
-                f.throughput()
-            )?;
-            let p99 = f.percentile(99).as_secs_f64() / a.percentile(99).as_secs_f64().max(1e-9);
-            writeln!(ratios, "{n} client(s): flooded/quiet Authorize p99 = {p99:.2}x")?;
-        }
-    }
-    let rss: Vec<String> = servers
+    let (out, ratios) = measure(&pool, &replicas, &tokens, clients, duration, extras).await?;
+    let rss: Vec<String> = replicas
+        .servers
         .iter()
         .map(|(_, pid, up)| {
             let rss = peak_rss_kib(*pid).map_or("unknown".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0));
@@ -446,7 +400,7 @@ async fn run_on(
         String::new()
     };
     // SIGINT would be gentler, but the server is ours and about to be dropped with its database.
-    for (server, _, _) in &mut servers {
+    for (server, _, _) in &mut replicas.servers {
         server.start_kill()?;
         let _ = server.wait().await;
     }
@@ -458,4 +412,141 @@ async fn run_on(
         "{out}\n{ratios}{REPLICAS} replicas, round robin, {log_events} events in the log before they started; \
          peak RSS (VmHWM) each: {rss}\n{lag}"
     ))
+}
+
+/// Writes `log_events` filler rows of other tenants' streams, in bulk: nothing the authorizer
+/// reads at start-up or per request, which is the point.
+async fn fill_log(config: &tokio_postgres::Config, log_events: u64) -> Result<()> {
+    let client = crate::connect_config(&config).await?;
+    let started = Instant::now();
+    client
+        .execute(
+            "INSERT INTO events (stream_id, stream_version, event_id, event_type, schema_version, tenant_id, \
+             payload, metadata, recorded_at, prev_hash, hash) \
+             SELECT 'filler-' || (g / 200), g % 200 + 1, gen_random_uuid(), 'session.tool_called', 1, \
+             'filler-' || (g % 10), '{}', '{}', now(), decode(repeat('00', 32), 'hex'), \
+             decode(repeat('00', 32), 'hex') FROM generate_series(0, $1::bigint - 1) g",
+            &[&i64::try_from(log_events)?],
+        )
+        .await
+        .context("writing filler events")?;
+    eprintln!("{log_events} filler events written in {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// The replicas the clients call, each a `grantctl serve authorizer` of its own.
+struct Replicas {
+    /// Each server, its pid and how long it took to serve.
+    servers: Vec<(tokio::process::Child, u32, Duration)>,
+    endpoints: Vec<String>,
+    metrics: Vec<std::net::SocketAddr>,
+}
+
+/// Starts [`REPLICAS`] servers on `db_url` with a throwaway CA and ticket keyring; answers the
+/// keyring's line, the CA's certificate and the replicas.
+async fn start_replicas(db_url: &str) -> Result<(String, String, Replicas)> {
+    // TLS as in production: its cost is part of the call.
+    let pki_dir = std::env::temp_dir().join(format!("grantctl-bench-{}", Uuid::new_v4().simple()));
+    let pki = crate::tls::DevPki::generate()?;
+    pki.write(&pki_dir)?;
+    let (_, cert, key) = crate::tls::DevPki::paths(&pki_dir);
+    let keys = pki_dir.join("ticket-keys");
+    let key_line = proto::ticket::Keyring::line("bench", rand::random());
+    std::fs::write(&keys, &key_line)?;
+    // Two replicas on one database, the clients spread over them round robin.
+    let mut r = Replicas { servers: Vec::new(), endpoints: Vec::new(), metrics: Vec::new() };
+    for _ in 0..REPLICAS {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        let metrics_at = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        let port = port.port();
+        let started = Instant::now();
+        let server = super::spawn_serving(
+            &["serve", "authorizer"],
+            &[
+                ("AUTHORIZER_TLS_CERT", cert.display().to_string()),
+                ("AUTHORIZER_TLS_KEY", key.display().to_string()),
+                (proto::ticket::KEYS_FILE_VAR, keys.display().to_string()),
+                ("DATABASE_URL", db_url.to_owned()),
+                ("AUTHORIZER_LISTEN", format!("127.0.0.1:{port}")),
+                ("AUTHORIZER_METRICS_LISTEN", metrics_at.to_string()),
+            ],
+        )
+        .await?;
+        let pid = server.id().context("server pid")?;
+        r.servers.push((server, pid, started.elapsed()));
+        r.endpoints.push(format!("https://localhost:{port}"));
+        r.metrics.push(metrics_at);
+    }
+    std::fs::remove_dir_all(&pki_dir)?;
+    Ok((key_line, pki.ca_cert, r))
+}
+
+/// The side-by-side measurements at each client count: the table's rows and the ratios.
+async fn measure(
+    pool: &deadpool_postgres::Pool,
+    replicas: &Replicas,
+    tokens: &Tokens,
+    clients: &[usize],
+    duration: Duration,
+    extras: Extras,
+) -> Result<(String, String)> {
+    let (endpoints, tokens) = (&replicas.endpoints, tokens);
+    let mut out = String::from("| clients | call | p50 µs | p99 µs | per second |\n|---:|---|---:|---:|---:|\n");
+    let mut ratios = String::new();
+    for &n in clients {
+        bare(pool.clone(), n, Duration::from_millis(300)).await?;
+        drive(endpoints, tokens, n, Duration::from_millis(500)).await?;
+        let (mut b, mut a, mut c) = (Samples::default(), Samples::default(), Samples::default());
+        let before = handling(&replicas.metrics).await;
+        for _ in 0..2 {
+            b.merge(bare(pool.clone(), n, duration / 4).await?);
+            a.merge(drive(endpoints, tokens, n, duration / 4).await?);
+            c.merge(check(endpoints, tokens, n, duration / 8).await?);
+        }
+        let (p50, tput) =
+            side_by_side(&mut out, n, ("bare INSERT; COMMIT", &b), ("Authorize (gRPC, consumes a use)", &a))?;
+        writeln!(ratios, "{n} client(s): authorize/bare p50 = {p50:.2}x, throughput = {tput:.2}x")?;
+        let (p50, p99) = (c.percentile(50).as_micros(), c.percentile(99).as_micros());
+        writeln!(out, "| {n} | gRPC health Check (same TLS and gate, no database) | {p50} | {p99} | {:.0} |", c.throughput())?;
+        let floor = c.percentile(50).as_secs_f64() / b.percentile(50).as_secs_f64().max(1e-9);
+        writeln!(ratios, "{n} client(s): health check/bare p50 = {floor:.2}x (the gRPC hop alone)")?;
+        let after = handling(&replicas.metrics).await;
+        let calls = (after.1 - before.1).max(1.0);
+        writeln!(
+            ratios,
+            "{n} client(s): mean time inside the replica per Authorize = {:.0} µs (its own clock, arrival to status)",
+            (after.0 - before.0) / calls * 1e6
+        )?;
+        if let Some(every) = extras.scrape_every {
+            // Quiet and scraped halves alternate, so the machine's noise falls on both.
+            let (mut quiet, mut scraped) = (Samples::default(), Samples::default());
+            for _ in 0..2 {
+                quiet.merge(drive(endpoints, tokens, n, duration / 4).await?);
+                let scraper = tokio::spawn(scrape(replicas.metrics.clone(), every));
+                scraped.merge(drive(endpoints, tokens, n, duration / 4).await?);
+                scraper.abort();
+            }
+            let quiet = ("Authorize, no scraper", &quiet);
+            let (p50, tput) = side_by_side(&mut out, n, quiet, ("Authorize, every replica scraped", &scraped))?;
+            writeln!(
+                ratios,
+                "{n} client(s): scraped every {} ms/no scraper p50 = {p50:.2}x, throughput = {tput:.2}x",
+                every.as_millis()
+            )?;
+        }
+        if extras.flood > 0 {
+            let held = flood_replicas(endpoints, extras.flood).await;
+            let f = drive(endpoints, tokens, n, duration / 2).await?;
+            writeln!(
+                out,
+                "| {n} | Authorize, just after {held} idle connections and a slow handshake opened | {} | {} | {:.0} |",
+                f.percentile(50).as_micros(),
+                f.percentile(99).as_micros(),
+                f.throughput()
+            )?;
+            let p99 = f.percentile(99).as_secs_f64() / a.percentile(99).as_secs_f64().max(1e-9);
+            writeln!(ratios, "{n} client(s): flooded/quiet Authorize p99 = {p99:.2}x")?;
+        }
+    }
+    Ok((out, ratios))
 }
