@@ -253,7 +253,12 @@ impl<B: Backend> Authority<B> {
             Event::ApprovalRequested(a) => {
                 let decision = Decision::RequireApproval {
                     approval_id: a.approval_id,
-                    reason: a.not_covered_reason.clone(),
+                    reason: match a.not_covered_reason.as_deref() {
+                        None => None,
+                        Some(code) => Some(domain::NotCovered::from_code(code).ok_or_else(|| {
+                            StoreError::Projection(format!("a recorded card's reason {code:?} is none"))
+                        })?),
+                    },
                     offer: a.offer.clone(),
                 };
                 Authorized {
@@ -484,7 +489,7 @@ impl<B: Backend> Authority<B> {
             if w.sessions.get(&req.session_id).is_some_and(|s| s.stopped) {
                 return Ok((vec![], Decision::Deny(domain::Denial::SessionStopped)));
             }
-            let reason = Some(domain::NotCovered::GrantSpent.code().to_owned());
+            let reason = Some(domain::NotCovered::GrantSpent);
             let (decision, requested) =
                 domain::request_approval(req, now, approval_id, reason, domain::offer_for(w, req));
             Ok((vec![requested], decision))

@@ -4,7 +4,7 @@
 use std::fmt;
 
 use crate::consequence::{Consequence, Named};
-use crate::facts::{Action, ElementFacts, FieldKind, Grant, PageFacts, SelectOption};
+use crate::facts::{Action, ElementFacts, FieldKind, Grant, PageFacts, SelectOption, TaskScope};
 use crate::paths::{first_sensitive, inside, location};
 use crate::text_shape;
 
@@ -104,6 +104,12 @@ impl Reason {
     /// Every code a reason can have: the closed set a metric's label is drawn from.
     pub fn codes() -> impl Iterator<Item = &'static str> {
         Named::ALL.into_iter().map(Named::code).chain(Self::PLAIN.into_iter().map(Self::code))
+    }
+
+    /// The reason a stored code names.
+    pub fn from_code(code: &str) -> Option<Self> {
+        let named = Named::ALL.into_iter().map(Self::NamedConsequence);
+        named.chain(Self::PLAIN).find(|r| r.code() == code)
     }
 
     /// The stable code. A named consequence reports the consequence's own code.
@@ -260,22 +266,7 @@ pub fn covers(grant: &Grant, action: &Action, element: &ElementFacts, page: &Pag
     }
 
     if let Action::Select { option } = action {
-        if element.field_kind != FieldKind::Select {
-            return refuse(Reason::FieldKindNotCovered, "select acts only on a select");
-        }
-        if element.options.len() > MAX_OPTIONS {
-            return refuse(Reason::TooManyOptions, format!("more than {MAX_OPTIONS} options"));
-        }
-        let chosen = choosable(&element.options, option);
-        if chosen.is_empty() {
-            return refuse(Reason::OptionNotFound, "no option has that value or label");
-        }
-        if chosen.len() > MAX_CHOOSABLE {
-            return refuse(
-                Reason::TooManyChoices,
-                format!("the selection could choose more than {MAX_CHOOSABLE} options"),
-            );
-        }
+        select_fits(element, option)?;
     }
     let classification = crate::classify_for(element, Some(action));
     if let Consequence::Named(named) = classification.consequence {
@@ -294,6 +285,42 @@ pub fn covers(grant: &Grant, action: &Action, element: &ElementFacts, page: &Pag
         };
     };
 
+    task_action_fits(action, element, scope)?;
+    if element.field_kind == FieldKind::File {
+        return refuse(Reason::FileInput, "file inputs are never covered");
+    }
+    if element.field_kind.is_sensitive() {
+        return refuse(Reason::FieldKindNotCovered, "sensitive fields are never covered");
+    }
+    if !matches!(action, Action::Type { .. }) {
+        if element.download {
+            return refuse(Reason::Download, "download links are never covered");
+        }
+        targets_inside(element, scope)?;
+    }
+    Ok(())
+}
+
+/// A select's own limits: a select element, few options, and a choice that picks one or few.
+fn select_fits(element: &ElementFacts, option: &str) -> Result<(), NotCovered> {
+    if element.field_kind != FieldKind::Select {
+        return refuse(Reason::FieldKindNotCovered, "select acts only on a select");
+    }
+    if element.options.len() > MAX_OPTIONS {
+        return refuse(Reason::TooManyOptions, format!("more than {MAX_OPTIONS} options"));
+    }
+    let chosen = choosable(&element.options, option);
+    if chosen.is_empty() {
+        return refuse(Reason::OptionNotFound, "no option has that value or label");
+    }
+    if chosen.len() > MAX_CHOOSABLE {
+        return refuse(Reason::TooManyChoices, format!("the selection could choose more than {MAX_CHOOSABLE} options"));
+    }
+    Ok(())
+}
+
+/// Under a task grant: a type, check or key fits the field it acts on.
+fn task_action_fits(action: &Action, element: &ElementFacts, scope: &TaskScope) -> Result<(), NotCovered> {
     match action {
         Action::Type { text } => {
             if !matches!(element.field_kind, FieldKind::Text | FieldKind::Search | FieldKind::TextArea) {
@@ -303,10 +330,10 @@ pub fn covers(grant: &Grant, action: &Action, element: &ElementFacts, page: &Pag
                 );
             }
             text_shape::check(text, element.field_kind == FieldKind::TextArea, scope.chars_remaining)
-                .or_else(|reason| refuse(reason, "the typed text is outside the covered shape"))?;
+                .or_else(|reason| refuse(reason, "the typed text is outside the covered shape"))
         }
         Action::Check if !matches!(element.field_kind, FieldKind::Checkbox | FieldKind::Radio) => {
-            return refuse(Reason::FieldKindNotCovered, "check acts only on a native check box or radio");
+            refuse(Reason::FieldKindNotCovered, "check acts only on a native check box or radio")
         }
         Action::Press { key } => {
             if matches!(
@@ -320,36 +347,76 @@ pub fn covers(grant: &Grant, action: &Action, element: &ElementFacts, page: &Pag
             if !KEYS.contains(&key.as_str()) {
                 return refuse(Reason::KeyNotAllowed, format!("key {key:?} is not a covered key"));
             }
+            Ok(())
         }
-        _ => {}
+        _ => Ok(()),
     }
-    if element.field_kind == FieldKind::File {
-        return refuse(Reason::FileInput, "file inputs are never covered");
-    }
-    if element.field_kind.is_sensitive() {
-        return refuse(Reason::FieldKindNotCovered, "sensitive fields are never covered");
-    }
-    if !matches!(action, Action::Type { .. }) {
-        if element.download {
-            return refuse(Reason::Download, "download links are never covered");
+}
+
+/// Every place the element could navigate to stays inside the scope, on no sensitive segment.
+fn targets_inside(element: &ElementFacts, scope: &TaskScope) -> Result<(), NotCovered> {
+    for target in &element.nav_targets {
+        let Ok(there) = location(target) else {
+            return refuse(Reason::TargetOutsideScope, "a navigation target is not an https URL");
+        };
+        if !inside(&there, &scope.origin, &scope.path_prefix) {
+            return refuse(
+                Reason::TargetOutsideScope,
+                format!("a navigation target leaves {}{}", scope.origin, scope.path_prefix),
+            );
         }
-        for target in &element.nav_targets {
-            let Ok(there) = location(target) else {
-                return refuse(Reason::TargetOutsideScope, "a navigation target is not an https URL");
-            };
-            if !inside(&there, &scope.origin, &scope.path_prefix) {
-                return refuse(
-                    Reason::TargetOutsideScope,
-                    format!("a navigation target leaves {}{}", scope.origin, scope.path_prefix),
-                );
-            }
-            if let Some((segment, named)) = first_sensitive(&there) {
-                return refuse(
-                    Reason::TargetSensitiveSegment,
-                    format!("target path segment {segment:?} reads as {}", named.code()),
-                );
-            }
+        if let Some((segment, named)) = first_sensitive(&there) {
+            return refuse(
+                Reason::TargetSensitiveSegment,
+                format!("target path segment {segment:?} reads as {}", named.code()),
+            );
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod reasons {
+    use super::Reason;
+
+    /// `PLAIN` lists every reason but a named consequence's, each code once. The match has no
+    /// wildcard: a new reason does not compile until it is placed here, and then must be listed.
+    #[test]
+    fn every_reason_is_listed_once() {
+        let plain = |r: Reason| match r {
+            Reason::NamedConsequence(_) => false,
+            Reason::Disabled
+            | Reason::Unnamed
+            | Reason::LabelTruncated
+            | Reason::PageUnparseable
+            | Reason::PageOutsideScope
+            | Reason::PageSensitiveSegment
+            | Reason::TargetOutsideScope
+            | Reason::TargetSensitiveSegment
+            | Reason::Download
+            | Reason::FileInput
+            | Reason::FieldKindNotCovered
+            | Reason::KeyOnChoiceControl
+            | Reason::KeyNotAllowed
+            | Reason::OptionNotFound
+            | Reason::TooManyOptions
+            | Reason::TooManyChoices
+            | Reason::NotRoutine
+            | Reason::TextTooLong
+            | Reason::ScrollNotAStep
+            | Reason::TextControlCharacter
+            | Reason::TextAddress
+            | Reason::TextDigitRun
+            | Reason::TextCredentialShaped
+            | Reason::TextExceedsRemaining
+            | Reason::FactsMissing => true,
+        };
+        assert!(Reason::PLAIN.into_iter().all(plain));
+        let mut codes: Vec<&str> = Reason::codes().collect();
+        let n = codes.len();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), n, "a code is spelt twice");
+        assert_eq!(n, crate::consequence::Named::ALL.len() + 25, "the match above names 25 plain reasons");
+    }
 }

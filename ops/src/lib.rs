@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod audit;
+pub mod authority;
 pub mod bench;
 pub mod check;
 pub mod classify;

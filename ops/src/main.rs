@@ -131,7 +131,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Profiles { command: ProfilesCmd::Unclaimed { tenant } } => {
             let url = database_url(&cli.database_url)?;
             let client = ops::connect(&url).await?;
-            for (profile, sessions) in ops::audit::unclaimed_profiles(&client, &tenant).await? {
+            for (profile, sessions) in ops::authority::unclaimed_profiles(&client, &tenant).await? {
                 println!("{profile}\t{}", if sessions.is_empty() { "-".into() } else { sessions.join(",") });
             }
         }

@@ -396,11 +396,11 @@ async fn no_owner_can_borrow_another_owners_browser_profile() {
     // The operator's list after the upgrade: a profile recorded before owners were (its owner
     // taken off the stored state, as it was then) shows with the session bound to it.
     let db = s.db.client().await;
-    assert!(ops::audit::unclaimed_profiles(&db, TENANT).await.unwrap().is_empty());
+    assert!(ops::authority::unclaimed_profiles(&db, TENANT).await.unwrap().is_empty());
     db.execute("UPDATE authority_profiles SET state = state - 'owner' WHERE profile_id = 'profile-a'", &[])
         .await
         .unwrap();
-    let listed = ops::audit::unclaimed_profiles(&db, TENANT).await.unwrap();
+    let listed = ops::authority::unclaimed_profiles(&db, TENANT).await.unwrap();
     assert_eq!(listed, [("profile-a".to_owned(), vec!["s-a".to_owned()])]);
 }
 

@@ -497,14 +497,14 @@ async fn the_authority_state_verifies_against_the_log_and_an_edit_is_named() {
     let a = authority(&db).await;
     lesson(&a, "s1", 3).await;
     lesson(&a, "s2", 1).await;
-    let (ok, said) = ops::audit::authority_verify(&db.config).await.unwrap();
+    let (ok, said) = ops::authority::authority_verify(&db.config).await.unwrap();
     assert!(ok, "{said}");
     assert!(said.contains("equal to its log folded"), "{said}");
     assert!(said.contains("every stored version is its stream's head"), "{said}");
     // A stored version off by one is named: the next command on that session would conflict.
     let client = db.client().await;
     client.execute("UPDATE authority_sessions SET version = version + 1 WHERE session_id = 's1'", &[]).await.unwrap();
-    let (ok, said) = ops::audit::authority_verify(&db.config).await.unwrap();
+    let (ok, said) = ops::authority::authority_verify(&db.config).await.unwrap();
     assert!(!ok && said.contains("session \"s1\" of tenant-1 is stored at version"), "{said}");
     client.execute("UPDATE authority_sessions SET version = version - 1 WHERE session_id = 's1'", &[]).await.unwrap();
     db.client()
@@ -515,7 +515,7 @@ async fn the_authority_state_verifies_against_the_log_and_an_edit_is_named() {
         )
         .await
         .unwrap();
-    let (ok, said) = ops::audit::authority_verify(&db.config).await.unwrap();
+    let (ok, said) = ops::authority::authority_verify(&db.config).await.unwrap();
     assert!(!ok);
     assert!(said.contains("session \"s2\""), "{said}");
     let err = ops::audit::projections_verify(&db.config, Some("authority")).await.unwrap_err();

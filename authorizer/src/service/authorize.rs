@@ -181,7 +181,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
                     approval_id: approval_id.to_string(),
                     view: shown,
                     offer: o.as_ref().map(offer),
-                    reason: reason.clone().unwrap_or_default(),
+                    reason: reason.map(|r| r.code().to_owned()).unwrap_or_default(),
                 })
             }
             Decision::Deny(denial) => pb::authorize_reply::Decision::Deny(pb::Deny { code: denial.code().to_owned() }),

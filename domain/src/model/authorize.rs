@@ -67,6 +67,12 @@ impl NotCovered {
         Self::GrantSpent,
     ];
 
+    /// The reason a stored code names (an `approval.requested`'s `not_covered_reason`).
+    pub fn from_code(code: &str) -> Option<Self> {
+        let own = Self::OWN.into_iter().find(|r| r.code() == code);
+        own.or_else(|| classifier::coverage::Reason::from_code(code).map(Self::Classifier))
+    }
+
     /// `code` as a metric's label: the code itself when some reason has it (the set is closed),
     /// otherwise `other`.
     pub fn label(code: &str) -> &'static str {
@@ -165,7 +171,7 @@ impl AuthorizeRequest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     Allow { kind: AuthorizationKind, grant_id: Option<Uuid>, use_ordinal: Option<u32>, typed_chars: u32 },
-    RequireApproval { approval_id: Uuid, reason: Option<String>, offer: Option<Offer> },
+    RequireApproval { approval_id: Uuid, reason: Option<NotCovered>, offer: Option<Offer> },
     Deny(Denial),
 }
 
@@ -449,7 +455,7 @@ pub fn authorize(
             return deny(Denial::FormNotReadBack);
         }
         // No grant answers an escalation, so the card offers none either.
-        let reason = Some(NotCovered::PolicyEscalation.code().to_owned());
+        let reason = Some(NotCovered::PolicyEscalation);
         let (decision, requested) = request_approval(req, now, new_approval_id, reason, None);
         return Authorization { decision, events: vec![requested] };
     }
@@ -494,7 +500,7 @@ pub fn authorize(
         Err(_) if form_unread(req) => return deny(Denial::FormNotReadBack),
         Err(Refusal { why, end }) => {
             events.extend(end.and_then(|(grant_id, reason)| world.end(grant_id, reason)));
-            (why != NotCovered::NoTaskGrant).then(|| why.code().to_owned())
+            (why != NotCovered::NoTaskGrant).then_some(why)
         }
     };
     let (decision, requested) = request_approval(req, now, new_approval_id, reason, offer_for(world, req));
@@ -509,7 +515,7 @@ pub fn request_approval(
     req: &AuthorizeRequest,
     now: OffsetDateTime,
     approval_id: Uuid,
-    reason: Option<String>,
+    reason: Option<NotCovered>,
     offer: Option<Offer>,
 ) -> (Decision, Event) {
     let requested = Event::ApprovalRequested(ApprovalRequested {
@@ -518,7 +524,7 @@ pub fn request_approval(
         run_id: req.run_id.clone(),
         view: ActionView { form: req.form.clone(), ..req.view.clone() },
         offer: offer.clone(),
-        not_covered_reason: reason.clone(),
+        not_covered_reason: reason.map(|r| r.code().to_owned()),
         expires_at: stored(now + APPROVAL_TTL),
         binding: req.snapshot.as_ref().map(|(snapshot_id, node_ref)| TokenBinding {
             run_id: req.run_id.clone(),
@@ -529,4 +535,47 @@ pub fn request_approval(
         agent_version: req.versions.agent.clone(),
     });
     (Decision::RequireApproval { approval_id, reason, offer }, requested)
+}
+
+#[cfg(test)]
+mod not_covered {
+    use super::NotCovered;
+
+    /// `OWN` lists every reason of the domain's own, each code once. The match has no wildcard: a
+    /// new reason does not compile until it is placed here, and then must be listed.
+    #[test]
+    fn every_own_reason_is_listed_once() {
+        let own = |r: NotCovered| match r {
+            NotCovered::Classifier(_) => false,
+            NotCovered::SessionNotFound
+            | NotCovered::NoTaskGrant
+            | NotCovered::GrantExpired
+            | NotCovered::GrantExhausted
+            | NotCovered::ScopeRemoved
+            | NotCovered::ProfileRevoked
+            | NotCovered::ProfileChanged
+            | NotCovered::AgentChanged
+            | NotCovered::PolicyChanged
+            | NotCovered::TaskGrantsDisabled
+            | NotCovered::PinMismatch
+            | NotCovered::SessionDeleted
+            | NotCovered::SessionNotEligible
+            | NotCovered::OwnerNotNewest
+            | NotCovered::RunNotEligible
+            | NotCovered::TurnNotBrowserOnly
+            | NotCovered::PolicyEscalation
+            | NotCovered::GrantSpent => true,
+        };
+        assert!(NotCovered::OWN.into_iter().all(own));
+        let mut codes: Vec<&str> = NotCovered::OWN.into_iter().map(NotCovered::code).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), 18, "the match above names 18 own reasons, each with a code of its own");
+        for code in codes {
+            assert_eq!(NotCovered::label(code), code);
+        }
+        for code in classifier::coverage::Reason::codes() {
+            assert_eq!(NotCovered::from_code(code).map(NotCovered::code), Some(code), "a stored code reads back");
+        }
+    }
 }

@@ -417,7 +417,7 @@ async fn run_on(
 /// Writes `log_events` filler rows of other tenants' streams, in bulk: nothing the authorizer
 /// reads at start-up or per request, which is the point.
 async fn fill_log(config: &tokio_postgres::Config, log_events: u64) -> Result<()> {
-    let client = crate::connect_config(&config).await?;
+    let client = crate::connect_config(config).await?;
     let started = Instant::now();
     client
         .execute(
@@ -507,7 +507,11 @@ async fn measure(
             side_by_side(&mut out, n, ("bare INSERT; COMMIT", &b), ("Authorize (gRPC, consumes a use)", &a))?;
         writeln!(ratios, "{n} client(s): authorize/bare p50 = {p50:.2}x, throughput = {tput:.2}x")?;
         let (p50, p99) = (c.percentile(50).as_micros(), c.percentile(99).as_micros());
-        writeln!(out, "| {n} | gRPC health Check (same TLS and gate, no database) | {p50} | {p99} | {:.0} |", c.throughput())?;
+        writeln!(
+            out,
+            "| {n} | gRPC health Check (same TLS and gate, no database) | {p50} | {p99} | {:.0} |",
+            c.throughput()
+        )?;
         let floor = c.percentile(50).as_secs_f64() / b.percentile(50).as_secs_f64().max(1e-9);
         writeln!(ratios, "{n} client(s): health check/bare p50 = {floor:.2}x (the gRPC hop alone)")?;
         let after = handling(&replicas.metrics).await;

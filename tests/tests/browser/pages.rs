@@ -1,0 +1,300 @@
+//! What a page does to the read and the fence: hidden exits, shadowed properties, keys, forms.
+
+#[allow(clippy::wildcard_imports)] // the suite's helpers and imports
+use super::*;
+
+#[tokio::test]
+async fn hidden_ways_off_the_origin_are_refused() {
+    let mut s = stack().await;
+    s.record("run-1", &[("word", "gato")]);
+    let session = s.open("profile-1", "/lesson/tricks", 50).await.unwrap();
+    // A button whose unknown type makes it a submit, with a formaction elsewhere.
+    let o = s.observe(&session).await;
+    let (send, facts) = node(&o, "Send on");
+    assert!(facts.nav_targets.iter().any(|t| t.starts_with("https://www.elsewhere.test/")), "{facts:?}");
+    refused(&s.act(click(&session, &o, send)).await.unwrap(), rt::ActCode::OffOriginTarget);
+
+    // Enter in a field submits through the form's default button and its formaction.
+    let o = s.observe(&session).await;
+    let (word, _) = node(&o, "Word");
+    let mut enter = click(&session, &o, word);
+    enter.expected_role = rt::Role::Textbox as i32;
+    enter.action = Some(rt::act_request::Action::Press(rt::Press { key: "Enter".into() }));
+    refused(&s.act(enter).await.unwrap(), rt::ActCode::OffOriginTarget);
+
+    // Typing is not a navigation: the record's value goes in.
+    let o = s.observe(&session).await;
+    let mut typed = click(&session, &o, node(&o, "Word").0);
+    typed.expected_role = rt::Role::Textbox as i32;
+    typed.action = Some(rt::act_request::Action::Type(rt::Type { field_id: "word".into() }));
+    assert!(s.act(typed).await.unwrap().ok);
+
+    // A letter pressed one at a time would spell literal text: no key but a named one exists.
+    let o = s.observe(&session).await;
+    let mut key = click(&session, &o, node(&o, "Gloss").0);
+    key.expected_role = rt::Role::Textbox as i32;
+    key.action = Some(rt::act_request::Action::Press(rt::Press { key: "x".into() }));
+    assert_eq!(s.act(key).await.unwrap_err().code(), Code::InvalidArgument);
+    assert!(s.fixture.requests().iter().all(|r| r.host != ELSEWHERE), "{:?}", s.fixture.requests());
+
+    // Fields named like the form's own properties do not hide the others from the read-back.
+    let o = s.observe(&session).await;
+    let form = s.read_form(&session, &o, "Done", "").await;
+    let fields: Vec<_> = form.fields.iter().map(|f| (f.name.as_str(), f.value.as_str())).collect();
+    assert_eq!(fields, [("elements", "e"), ("action", "a"), ("gloss", "")], "nothing was typed into Gloss");
+}
+
+/// Under a task grant, the fence holds every document request to the grant's prefix, whatever
+/// set it off: script, a link in a closed shadow root, a refresh, a new window.
+#[tokio::test]
+async fn the_fence_holds_documents_the_facts_could_not_show() {
+    let mut s = stack().await;
+    s.fixture.page(LESSON, "/account/settings", "<!doctype html><title>Settings</title>");
+    s.fixture.page(LESSON, "/account/x", "<!doctype html><title>X</title>");
+    s.fixture.page(LESSON, "/account/delete", "<!doctype html><title>Deleted</title>");
+    for name in ["Next word", "Hint", "Dictionary", "Refresh", "Listen"] {
+        // A session each: a refused document leaves the browser's error page behind.
+        let session = s.open("profile-1", "/lesson/hostile", 50).await.unwrap();
+        let o = s.observe(&session).await;
+        let (n, facts) = node(&o, name);
+        assert!(facts.nav_targets.is_empty(), "{name}: the facts cannot see where it goes: {facts:?}");
+        let mut act = click(&session, &o, n);
+        s.grant(&mut act, task_constraint());
+        let reply = s.act(act).await.unwrap();
+        assert!(reply.dispatched && reply.outcome_unknown, "{name}: {reply:?}");
+        assert!(reply.detail.contains("fence refused"), "{name}: {reply:?}");
+        let outside: Vec<_> = s
+            .fixture
+            .requests()
+            .into_iter()
+            .filter(|r| r.host == ELSEWHERE || r.path().starts_with("/account"))
+            .collect();
+        assert!(outside.is_empty(), "{name} reached {outside:?}");
+        s.runtime.close_session(with(WORKER, rt::CloseSessionRequest { session_id: session })).await.unwrap();
+    }
+    let session = s.open("profile-1", "/lesson/hostile", 50).await.unwrap();
+    // An act the owner approved is fenced to the run's origins only: the same control goes
+    // where it goes.
+    let o = s.observe(&session).await;
+    let reply = s.act(click(&session, &o, node(&o, "Next word").0)).await.unwrap();
+    assert!(reply.ok && !reply.outcome_unknown, "{reply:?}");
+    assert!(documents(&s).contains(&format!("GET {LESSON}/account/settings")));
+}
+
+#[tokio::test]
+async fn markup_that_shadows_form_properties_does_not_steer_the_read() {
+    let mut s = stack().await;
+    let session = s.open("profile-1", "/lesson/clobber", 50).await.unwrap();
+    // An empty title and an empty label are read, not refused.
+    let o = s.observe(&session).await;
+    assert_eq!(o.title, "");
+    // The dialog around "Yes" is found though the form hides its nodeType and localName.
+    let (yes, facts) = node(&o, "Yes");
+    assert_eq!(facts.dialog_name, "Delete everything?");
+    let mut act = click(&session, &o, yes);
+    s.grant(&mut act, task_constraint());
+    let reply = s.act(act).await.unwrap();
+    refused(&reply, rt::ActCode::GrantNotApplicable);
+    assert_eq!(reply.reason, "deletion", "{reply:?}");
+    // The form inside "Next" is seen though it hides its childNodes and shadowRoot.
+    let o = s.observe(&session).await;
+    let (next, facts) = node(&o, "Next");
+    assert!(facts.nav_targets.iter().any(|t| t.starts_with("https://www.elsewhere.test/")), "{facts:?}");
+    refused(&s.act(click(&session, &o, next)).await.unwrap(), rt::ActCode::OffOriginTarget);
+
+    // A select is chosen by the runtime's own reading of its options.
+    let o = s.observe(&session).await;
+    let (answer, _) = node(&o, "Answer");
+    assert_eq!(answer.value, "uno");
+    let mut pick = click(&session, &o, answer);
+    pick.expected_role = rt::Role::Combobox as i32;
+    pick.action = Some(rt::act_request::Action::Select(rt::Select { option: "dos".into() }));
+    s.grant(&mut pick, task_constraint());
+    assert!(s.act(pick).await.unwrap().ok);
+    let o = s.observe(&session).await;
+    assert_eq!(node(&o, "Answer").0.value, "dos");
+    assert!(s.fixture.requests().iter().all(|r| r.host != ELSEWHERE));
+}
+
+/// The facts the record names: SVG links as written and as animated, `<use>`, image maps,
+/// embedded documents and image inputs lead outside every origin the run may reach; an excluded
+/// word behind a zero-width character or a lookalike letter still reads as what it is; and an
+/// option's label is read beside its text.
+#[tokio::test]
+async fn the_corners_the_record_names_are_read() {
+    let mut s = stack().await;
+    let session = s.open("profile-1", "/lesson/corners", 80).await.unwrap();
+    for (name, role, want) in [
+        ("Svg link", rt::Role::Link, rt::ActCode::OffOriginTarget),
+        ("Animated link", rt::Role::Link, rt::ActCode::OffOriginTarget),
+        ("Play", rt::Role::Button, rt::ActCode::OffOriginTarget),
+        ("Map", rt::Role::Button, rt::ActCode::OffOriginTarget),
+        ("Framed", rt::Role::Button, rt::ActCode::OffOriginTarget),
+        ("Send", rt::Role::Button, rt::ActCode::OffOriginTarget),
+        // Under the standing grant, which covers routine acts only: the runtime reads these as
+        // a payment.
+        ("P\u{200b}ay now", rt::Role::Button, rt::ActCode::GrantNotApplicable),
+        ("\u{420}ay now", rt::Role::Button, rt::ActCode::GrantNotApplicable),
+    ] {
+        let o = s.observe(&session).await;
+        let (n, facts) = node(&o, name);
+        let mut act = click(&session, &o, n);
+        act.expected_role = role as i32;
+        s.grant(&mut act, standing_constraint());
+        let reply = s.act(act).await.unwrap();
+        assert_eq!(rt::ActCode::try_from(reply.code), Ok(want), "{name}: {reply:?} {facts:?}");
+        assert!(!reply.dispatched, "{name}");
+    }
+    // Under a grant, choosing "Continue" chooses the option whose text is "Buy gems".
+    let o = s.observe(&session).await;
+    let mut pick = click(&session, &o, node(&o, "Reward").0);
+    pick.expected_role = rt::Role::Combobox as i32;
+    pick.action = Some(rt::act_request::Action::Select(rt::Select { option: "Continue".into() }));
+    s.grant(&mut pick, task_constraint());
+    let reply = s.act(pick).await.unwrap();
+    refused(&reply, rt::ActCode::GrantNotApplicable);
+    assert_eq!(reply.reason, "in_app_currency", "{reply:?}");
+    assert!(s.fixture.requests().iter().all(|r| r.host != ELSEWHERE), "{:?}", s.fixture.requests());
+}
+
+#[tokio::test]
+async fn a_key_that_would_submit_a_form_is_refused_whatever_allowed_it() {
+    let mut s = stack().await;
+    let session = s.open("profile-1", "/lesson/form", 50).await.unwrap();
+    let press = |s: &Stack, o: &rt::ObserveReply, name: &str, role: rt::Role, key: &str| {
+        let mut act = click(&session, o, node(o, name).0);
+        act.expected_role = role as i32;
+        act.action = Some(rt::act_request::Action::Press(rt::Press { key: key.into() }));
+        s.grant(&mut act, task_constraint());
+        act
+    };
+    // Enter in a field submits through the form's button, Enter or Space on the button submits:
+    // either would send the form with no read-back of it, so each is refused.
+    for (name, role, key) in [
+        ("Your answer", rt::Role::Textbox, "Enter"),
+        ("Check", rt::Role::Button, "Enter"),
+        ("Check", rt::Role::Button, " "),
+    ] {
+        let o = s.observe(&session).await;
+        let reply = s.act(press(&s, &o, name, role, key)).await.unwrap();
+        refused(&reply, rt::ActCode::NodeNotInteractable);
+        assert!(reply.detail.contains("submits the form"), "{reply:?}");
+    }
+    // A key that does not submit still goes in.
+    let o = s.observe(&session).await;
+    assert!(s.act(press(&s, &o, "Your answer", rt::Role::Textbox, "Tab")).await.unwrap().dispatched);
+    assert!(!documents(&s).iter().any(|d| d.contains("/lesson/answer")), "{:?}", documents(&s));
+}
+
+/// Enter or Space on anything that takes no text is that control's click, which is what reads a
+/// form back before a submit: refused whatever allowed it, and recoverably, since the agent can
+/// click instead.
+#[tokio::test]
+async fn an_activation_key_on_a_control_is_refused_and_the_agent_may_click_instead() {
+    let mut s = stack().await;
+    s.fixture.page(LESSON, "/lesson/words", ACTIVATES);
+    let session = s.open("profile-1", "/lesson/words", 50).await.unwrap();
+    for (name, key) in
+        [("Next word", "Enter"), ("Next word", " "), ("Next word", "Space"), ("Hint", "Enter"), ("Slower audio", " ")]
+    {
+        let o = s.observe(&session).await;
+        let mut act = click(&session, &o, node(&o, name).0);
+        act.action = Some(rt::act_request::Action::Press(rt::Press { key: key.into() }));
+        // Approved as a card would approve it: no grant's rule stands in front of the runtime's.
+        act.ticket = Some(s.ticket(&act, None));
+        let reply = s.act(act).await.unwrap();
+        refused(&reply, rt::ActCode::NodeNotInteractable);
+        assert!(reply.recoverable && reply.detail.contains("click it instead"), "{name} {key:?}: {reply:?}");
+    }
+    // A key that activates nothing still goes in.
+    let o = s.observe(&session).await;
+    let mut act = click(&session, &o, node(&o, "Next word").0);
+    act.action = Some(rt::act_request::Action::Press(rt::Press { key: "Tab".into() }));
+    act.ticket = Some(s.ticket(&act, None));
+    assert!(s.act(act).await.unwrap().dispatched);
+    let sent = documents(&s);
+    assert!(!sent.iter().any(|d| d.contains("/lesson/sent") || d.contains("/lesson/2")), "{sent:?}");
+}
+
+/// The form a click could submit is found whatever wraps the node: a button of another form
+/// around it, a form the parser's form pointer gave the button, a button in an open shadow root
+/// it is slotted into, and a select whose option's click reaches the button around it. A node
+/// inside one form whose click submits another could submit two, which no card shows as one.
+#[tokio::test]
+async fn the_form_a_click_could_submit_is_found_whatever_wraps_the_node() {
+    let mut s = stack().await;
+    let hidden = r#"<input type="hidden" name="amount" value="9999">"#;
+    let pages = [
+        (
+            "around",
+            format!(
+                r#"<form id="f" action="/lesson/sent">{hidden}</form>
+<button form="f" role="none"><span role="link">Continue</span></button>"#
+            ),
+            "Continue",
+            1,
+        ),
+        (
+            "pointer",
+            format!(
+                r#"<table><form action="/lesson/sent"><tr><td>{hidden}<button role="none"><span role="link">Continue</span></button></td></tr></form></table>"#
+            ),
+            "Continue",
+            1,
+        ),
+        (
+            "slotted",
+            format!(
+                r#"<div><template shadowrootmode="open"><form action="/lesson/sent">{hidden}<button role="none"><slot></slot></button></form></template><span role="link">Continue</span></div>"#
+            ),
+            "Continue",
+            1,
+        ),
+        (
+            "select",
+            format!(
+                r#"<form action="/lesson/sent">{hidden}<button><select aria-label="Level"><option>Easy</option><option>Hard</option></select></button></form>"#
+            ),
+            "Level",
+            1,
+        ),
+        (
+            "crossed",
+            format!(
+                r#"<form id="f" action="/lesson/sent">{hidden}</form>
+<form id="g"><label>Note <input name="note" value="hello"></label><button form="f" role="none"><span role="link">Save note</span></button></form>"#
+            ),
+            "Save note",
+            2,
+        ),
+        // The button the click presses sends its own name and value: the card shows them.
+        (
+            "named",
+            r#"<form action="/lesson/sent"><input name="amount" value="10"><button name="amount" value="9999">Go</button></form>"#.into(),
+            "Go",
+            1,
+        ),
+    ];
+    for (page, html, name, forms) in pages {
+        s.fixture.page(LESSON, &format!("/lesson/{page}"), &format!("<!doctype html><title>Lesson</title>{html}"));
+        let session = s.open("profile-1", &format!("/lesson/{page}"), 50).await.unwrap();
+        let o = s.observe(&session).await;
+        assert!(node(&o, name).1.submits_form == Some(true), "{page}: the facts say the click submits");
+        let read = s.read_form(&session, &o, name, "").await;
+        assert_eq!(read.forms, forms, "{page}: {read:?}");
+        if forms == 1 {
+            // The hidden amount the submit would send is on the card.
+            let names: Vec<&str> = read.fields.iter().map(|f| f.name.as_str()).collect();
+            assert_eq!(names.first(), Some(&"amount"), "{page}: {names:?}");
+            if page == "named" {
+                let sent: Vec<(&str, &str)> =
+                    read.fields.iter().map(|f| (f.label.as_str(), f.value.as_str())).collect();
+                assert_eq!(sent, [("amount", "10"), ("amount", "9999")], "{page}");
+            }
+        } else {
+            assert!(read.fields.is_empty(), "{page}: two forms are never read as one");
+        }
+        let close = rt::CloseSessionRequest { session_id: session };
+        s.runtime.close_session(with(WORKER, close)).await.unwrap();
+    }
+}
