@@ -120,16 +120,41 @@ pub struct Caller {
     pub unconfirmed: Option<Unconfirmed>,
 }
 
-/// A credential recognised from memory, not yet confirmed live by this call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A credential recognised from memory, not yet confirmed live by this call. Every clone of the
+/// caller shares `confirmed`, so the listener that let the call in can tell, once the call is
+/// answered, whether anything confirmed it (and confirm it itself, if not).
+#[derive(Debug, Clone)]
 pub struct Unconfirmed {
     pub credential_id: Uuid,
     token_sha256: [u8; 32],
+    confirmed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl PartialEq for Unconfirmed {
+    fn eq(&self, other: &Self) -> bool {
+        (self.credential_id, self.token_sha256) == (other.credential_id, other.token_sha256)
+    }
+}
+
+impl Eq for Unconfirmed {}
+
+impl Unconfirmed {
+    /// Whether this call confirmed the credential live (see [`Caller::mark_confirmed`]).
+    pub fn is_confirmed(&self) -> bool {
+        self.confirmed.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 impl Caller {
     pub fn has(&self, scope: Scope) -> bool {
         self.scopes.contains(&scope)
+    }
+
+    /// Notes that a read of the call's own confirmed the credential live.
+    pub fn mark_confirmed(&mut self) {
+        if let Some(u) = self.unconfirmed.take() {
+            u.confirmed.store(true, std::sync::atomic::Ordering::Release);
+        }
     }
 }
 
@@ -275,7 +300,11 @@ impl Credentials {
     /// Confirms a caller recognised from memory against the store: its credential must still
     /// be usable. One that is not is forgotten, and the call refused as an unknown credential.
     pub async fn confirm(&self, caller: &mut Caller) -> Result<(), AuthError> {
-        let Some(u) = caller.unconfirmed else { return Ok(()) };
+        let Some(u) = &caller.unconfirmed else { return Ok(()) };
+        if u.is_confirmed() {
+            caller.unconfirmed = None;
+            return Ok(());
+        }
         let now = OffsetDateTime::now_utc();
         let live =
             self.store.find(u.token_sha256).await?.is_some_and(|c| c.credential_id == u.credential_id && c.usable(now));
@@ -283,14 +312,14 @@ impl Credentials {
             self.forget(caller);
             return Err(AuthError::Unauthenticated(NOT_FOUND));
         }
-        caller.unconfirmed = None;
+        caller.mark_confirmed();
         Ok(())
     }
 
     /// Forgets the credential of a caller recognised from memory, once a read found it revoked;
     /// the caller's next call reads it again, and is refused.
     pub fn forget(&self, caller: &Caller) {
-        if let (Some(u), Some(recent)) = (caller.unconfirmed, &self.recent) {
+        if let (Some(u), Some(recent)) = (&caller.unconfirmed, &self.recent) {
             recent.forget(&u.token_sha256);
         }
     }
@@ -381,24 +410,35 @@ impl Credentials {
             return Err(AuthError::Unauthenticated(MALFORMED));
         }
         let key = digest(token);
-        let remembered = self.recent.as_ref().and_then(|r| r.get(&key)).filter(|c| c.usable(now));
-        let unconfirmed =
-            remembered.as_ref().map(|c| Unconfirmed { credential_id: c.credential_id, token_sha256: key });
-        let credential = match remembered {
-            Some(c) => c,
-            None => {
-                let found = self
-                    .store
-                    .find(key)
-                    .await?
-                    .filter(|c| c.usable(now))
-                    .ok_or(AuthError::Unauthenticated(NOT_FOUND))?;
-                if let Some(recent) = &self.recent {
-                    recent.put(key, &found);
+        if let Some(c) = self.recent.as_ref().and_then(|r| r.get(&key)).filter(|c| c.usable(now)) {
+            let unconfirmed =
+                Unconfirmed { credential_id: c.credential_id, token_sha256: key, confirmed: Arc::default() };
+            match Self::admit(c, metadata, roles, wanted) {
+                Ok(caller) => return Ok(Caller { unconfirmed: Some(unconfirmed), ..caller }),
+                // Refused from memory: the refusal is told only once the credential is read, so a
+                // revoked one hears "unknown", as it would from any replica that never saw it.
+                Err(_) => {
+                    if let Some(recent) = &self.recent {
+                        recent.forget(&key);
+                    }
                 }
-                found
             }
-        };
+        }
+        let found =
+            self.store.find(key).await?.filter(|c| c.usable(now)).ok_or(AuthError::Unauthenticated(NOT_FOUND))?;
+        if let Some(recent) = &self.recent {
+            recent.put(key, &found);
+        }
+        Self::admit(found, metadata, roles, wanted)
+    }
+
+    /// The caller `credential` makes of a call that `roles` may make, with `wanted` scopes.
+    fn admit(
+        credential: Credential,
+        metadata: &MetadataMap,
+        roles: &[Role],
+        wanted: &[Scope],
+    ) -> Result<Caller, AuthError> {
         if !roles.contains(&credential.role) {
             return Err(AuthError::PermissionDenied(format!("the {} role may not make this call", credential.role)));
         }
@@ -420,7 +460,7 @@ impl Credentials {
                 Vec::new(),
             ),
         };
-        Ok(Caller { tenant: credential.tenant, role: credential.role, principal, scopes, unconfirmed })
+        Ok(Caller { tenant: credential.tenant, role: credential.role, principal, scopes, unconfirmed: None })
     }
 }
 
@@ -456,18 +496,40 @@ mod tests {
         let now = OffsetDateTime::now_utc();
         let first = here.authenticate(&bearer(&token), &[Role::Worker], &[], now).await.unwrap();
         assert_eq!(first.unconfirmed, None, "a credential just read needs no confirmation");
-        let mut second = here.authenticate(&bearer(&token), &[Role::Worker], &[], now).await.unwrap();
-        assert_eq!(second.unconfirmed.map(|u| u.credential_id), Some(c.credential_id));
+        let second = here.authenticate(&bearer(&token), &[Role::Worker], &[], now).await.unwrap();
+        let seen = second.unconfirmed.clone().expect("remembered");
+        assert_eq!(seen.credential_id, c.credential_id);
         here.confirm(&mut second.clone()).await.unwrap();
+        assert!(seen.is_confirmed(), "every clone of the caller sees its confirmation");
 
         assert!(elsewhere.revoke("t1", c.credential_id).await.unwrap());
-        let still = here.authenticate(&bearer(&token), &[Role::Worker], &[], now).await.unwrap();
+        let mut still = here.authenticate(&bearer(&token), &[Role::Worker], &[], now).await.unwrap();
         assert!(still.unconfirmed.is_some(), "this process has not read the revocation yet");
-        assert_eq!(here.confirm(&mut second).await, Err(AuthError::Unauthenticated(NOT_FOUND)));
+        assert_eq!(here.confirm(&mut still).await, Err(AuthError::Unauthenticated(NOT_FOUND)));
         assert_eq!(
             here.authenticate(&bearer(&token), &[Role::Worker], &[], now).await,
             Err(AuthError::Unauthenticated(NOT_FOUND)),
             "forgotten, read again, refused"
+        );
+    }
+
+    /// A call refused from memory (another role's, say) is refused only after a read: a revoked
+    /// credential hears "unknown", never what it may not do.
+    #[tokio::test]
+    async fn a_remembered_credential_is_read_before_it_is_refused() {
+        let store = Arc::new(MemoryCredentials::default());
+        let (here, elsewhere) = (Credentials::new(store.clone()).remembering(8), Credentials::new(store));
+        let token = new_token();
+        let c = here.register(&token, "t1", Role::Worker, Some("p1"), None).await.unwrap();
+        let now = OffsetDateTime::now_utc();
+        here.authenticate(&bearer(&token), &[Role::Worker], &[], now).await.unwrap();
+        let live = here.authenticate(&bearer(&token), &[Role::Gateway], &[], now).await;
+        assert!(matches!(live, Err(AuthError::PermissionDenied(_))), "{live:?}");
+        here.authenticate(&bearer(&token), &[Role::Worker], &[], now).await.unwrap();
+        assert!(elsewhere.revoke("t1", c.credential_id).await.unwrap());
+        assert_eq!(
+            here.authenticate(&bearer(&token), &[Role::Gateway], &[], now).await,
+            Err(AuthError::Unauthenticated(NOT_FOUND))
         );
     }
 

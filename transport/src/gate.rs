@@ -242,6 +242,7 @@ where
                 in_span.record("request_id", RequestId::new().0.as_str());
                 return Ok(Status::resource_exhausted(says).into_http());
             }
+            let mut remembered = None;
             if let Some((roles, scopes)) = route(req.uri().path()) {
                 let metadata = tonic::metadata::MetadataMap::from_headers(headers.clone());
                 match credentials.authenticate(&metadata, roles, scopes, time::OffsetDateTime::now_utc()).await {
@@ -255,9 +256,12 @@ where
                             in_span.record("request_id", id.0.as_str());
                             req.extensions_mut().insert(id);
                         }
-                        if let Some(conn) = req.extensions().get::<ConnInfo>() {
+                        if caller.unconfirmed.is_none()
+                            && let Some(conn) = req.extensions().get::<ConnInfo>()
+                        {
                             registry.prove(conn.id);
                         }
+                        remembered = Some(caller.clone());
                         req.extensions_mut().insert(caller);
                     }
                     Err(e) => {
@@ -274,7 +278,19 @@ where
                 in_span.record("request_id", id.0.as_str());
                 req.extensions_mut().insert(id);
             }
+            let conn = req.extensions().get::<ConnInfo>().map(|c| c.id);
             let response = inner.call(req).await?;
+            // A caller let in from memory that nothing in the call confirmed (its body did not
+            // decode, say) is confirmed now: a revoked credential hears "unknown", and only a
+            // confirmed one proves its connection.
+            if let Some(mut caller) = remembered.filter(|c| c.unconfirmed.is_some()) {
+                if let Err(e) = credentials.confirm(&mut caller).await {
+                    return Ok(auth_status(e).into_http());
+                }
+                if let Some(id) = conn {
+                    registry.prove(id);
+                }
+            }
             Ok(callers_fault(response))
         };
         Box::pin(tracing::Instrument::instrument(

@@ -11,25 +11,38 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         &self,
         req: Request<pb::AuthorizeRequest>,
     ) -> Result<Response<pb::AuthorizeReply>, Status> {
-        let (caller, authority) = self.caller(&req, Rpc::Authorize).await?;
+        let (mut caller, authority) = self.caller(&req, Rpc::Authorize).await?;
         let answered = self.authorize_as(&caller, &authority, req.into_inner()).await;
+        if caller.unconfirmed.is_none() {
+            return answered.map(|(reply, _)| reply);
+        }
+        // A credential recognised from memory is confirmed by the call's own read. A decision
+        // answered from the record, or a call refused before the read, confirms it here, so a
+        // revoked caller learns nothing else; one the read refused is forgotten.
         match answered {
-            // A credential recognised from memory is confirmed by the call's read; a call refused
-            // before it (or by it) confirms here, so a revoked caller learns nothing else.
-            Err(e) if caller.unconfirmed.is_some() => {
-                self.credentials.confirm(&mut caller.clone()).await.map_err(transport::auth_status)?;
+            Ok((reply, true)) => {
+                caller.mark_confirmed();
+                Ok(reply)
+            }
+            Err(e) if e.code() == tonic::Code::Unauthenticated => {
+                self.credentials.forget(&caller);
                 Err(e)
             }
-            answered => answered,
+            answered => {
+                self.credentials.confirm(&mut caller).await.map_err(transport::auth_status)?;
+                answered.map(|(reply, _)| reply)
+            }
         }
     }
 
+    /// The call decided for `caller`; with whether the decision came from a read of this call's
+    /// (which confirmed a remembered credential), not from the record of an earlier one.
     async fn authorize_as(
         &self,
         caller: &Caller,
         authority: &Authority<B>,
         r: pb::AuthorizeRequest,
-    ) -> Result<Response<pb::AuthorizeReply>, Status> {
+    ) -> Result<(Response<pb::AuthorizeReply>, bool), Status> {
         let principal = caller.principal.clone();
         // A retry of this call is the same bytes: its digest tells it from a reuse of the id.
         let request_sha256: [u8; 32] = Sha256::digest(prost::Message::encode_to_vec(&r)).into();
@@ -106,7 +119,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         };
         let call = CallKey::new(authority.tenant(), &request.session_id, &request.tool_call_id, &request_sha256);
         let ticket_id = call.id.to_string();
-        let credential = caller.unconfirmed.map(|u| u.credential_id);
+        let credential = caller.unconfirmed.as_ref().map(|u| u.credential_id);
         let authorized = authority.authorize(&request, &view, now, call, credential).await.map_err(status)?;
         let reply = self.answer(&request, &authorized, ticket_id);
         let name = match &reply {
@@ -115,7 +128,8 @@ impl<B: Backend + 'static> AuthorizerService<B> {
             pb::authorize_reply::Decision::Deny(_) => "deny",
         };
         tracing::Span::current().record("decision", name);
-        Ok(Response::new(pb::AuthorizeReply { decision: Some(reply), position: authorized.at.and_then(position) }))
+        let reply = pb::AuthorizeReply { decision: Some(reply), position: authorized.at.and_then(position) };
+        Ok((Response::new(reply), !authorized.replayed))
     }
 
     /// The reply to `request`'s decision: an allow with its constraint and ticket, a card with

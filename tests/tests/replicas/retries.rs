@@ -91,11 +91,11 @@ async fn a_revoked_credential_is_refused_at_the_next_call_through_every_replica(
     let (a, b) = (Replica::start(&db, &[]).await, Replica::start(&db, &[]).await);
     let (mut ca, mut cb) = (a.client().await, b.client().await);
     let grant_id = grant_across(&mut ca, &mut cb, &t, "s1", "p1").await;
-    // Two more worker credentials of the same owner, each seen by both replicas.
+    // Three more worker credentials of the same owner, each seen by both replicas.
     let credentials = Credentials::postgres(db.pool(1));
-    let (w2, w3) = (new_token(), new_token());
+    let (w2, w3, w4) = (new_token(), new_token(), new_token());
     let mut ids = Vec::new();
-    for w in [&w2, &w3] {
+    for w in [&w2, &w3, &w4] {
         ids.push(credentials.register(w, TENANT, Role::Worker, Some("owner"), None).await.unwrap().credential_id);
         for c in [&mut ca, &mut cb] {
             for _ in 0..2 {
@@ -126,9 +126,13 @@ async fn a_revoked_credential_is_refused_at_the_next_call_through_every_replica(
     bad.tool_call_id.clear();
     refused(ca.authorize(Tokens::bearer(&w3, t.sealed(bad))).await);
     refused(cb.authorize(Tokens::bearer(&w3, t.sealed(act("s1", "agent-7")))).await);
+    // A call of another role's, refused from memory, is refused as "unknown" once revoked.
+    let resolve = pb::ResolveApprovalRequest { approval_id: uuid::Uuid::new_v4().to_string(), ..Default::default() };
+    refused(ca.resolve_approval(Tokens::bearer(&w4, resolve.clone())).await);
+    refused(cb.resolve_approval(Tokens::bearer(&w4, resolve)).await);
     // Forgotten once refused: read again, refused at the door.
     for c in [&mut ca, &mut cb] {
-        for w in [&w2, &w3] {
+        for w in [&w2, &w3, &w4] {
             refused(c.authorize(Tokens::bearer(w, t.sealed(act("s1", "agent-7")))).await);
         }
     }
