@@ -5,8 +5,10 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use ledger::{Checkpoint, EventStore, PgStore};
+use ledger::PgStore;
 use projections::audit::{AuditRow, row};
+
+use crate::each_page;
 use projections::worker::{Worker, status};
 use projections::{Projection, verify};
 use time::OffsetDateTime;
@@ -25,20 +27,6 @@ pub struct Filter {
 /// that created it (its request and resolution) as well as its uses and its end.
 pub async fn replay(store: &PgStore, filter: &Filter) -> Result<Vec<AuditRow>> {
     replay_with(store, filter, |_| {}).await
-}
-
-/// The whole log in the global read's order, a page at a time.
-pub(crate) async fn each_page(
-    store: &PgStore,
-    mut f: impl FnMut(&[ledger::RecordedEvent]) -> Result<()>,
-) -> Result<()> {
-    let mut at = Checkpoint::START;
-    loop {
-        let page = store.read_all(at, ledger::READ_PAGE).await?;
-        let Some(last) = page.last() else { return Ok(()) };
-        at = last.checkpoint();
-        f(&page)?;
-    }
 }
 
 /// [`replay`], telling `progress` how many events it has read.

@@ -5,7 +5,7 @@
 use anyhow::Result;
 use ledger::PgStore;
 
-use crate::audit::each_page;
+use crate::each_page;
 
 /// The authorizer's inline state (sessions, profiles, settings, approvals, grants, run
 /// snapshots) against each tenant's log folded in memory. Run it when the tenant is quiet: the

@@ -42,3 +42,18 @@ pub fn redact(url: &str) -> String {
         _ => url.to_owned(),
     }
 }
+
+/// The whole log in the global read's order, a page at a time (audit replay and the authority
+/// check both fold it).
+pub(crate) async fn each_page(
+    store: &ledger::PgStore,
+    mut f: impl FnMut(&[ledger::RecordedEvent]) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut at = ledger::Checkpoint::START;
+    loop {
+        let page = ledger::EventStore::read_all(store, at, ledger::READ_PAGE).await?;
+        let Some(last) = page.last() else { return Ok(()) };
+        at = last.checkpoint();
+        f(&page)?;
+    }
+}
