@@ -282,6 +282,13 @@ impl Recent {
     fn forget(&self, key: &[u8; 32]) {
         self.found.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(key);
     }
+
+    fn forget_id(&self, credential_id: Uuid) {
+        self.found
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|_, c| c.credential_id != credential_id);
+    }
 }
 
 impl Credentials {
@@ -375,11 +382,7 @@ impl Credentials {
         let revoked = self.store.revoke(tenant, credential_id, OffsetDateTime::now_utc()).await?;
         if let Some(recent) = &self.recent {
             // Other processes learn it at their next call's confirmation; this one at once.
-            recent
-                .found
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .retain(|_, c| c.credential_id != credential_id);
+            recent.forget_id(credential_id);
         }
         Ok(revoked)
     }

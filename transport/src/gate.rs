@@ -261,7 +261,7 @@ where
                         {
                             registry.prove(conn.id);
                         }
-                        remembered = Some(caller.clone());
+                        remembered = caller.unconfirmed.is_some().then(|| caller.clone());
                         req.extensions_mut().insert(caller);
                     }
                     Err(e) => {
@@ -283,7 +283,7 @@ where
             // A caller let in from memory that nothing in the call confirmed (its body did not
             // decode, say) is confirmed now: a revoked credential hears "unknown", and only a
             // confirmed one proves its connection.
-            if let Some(mut caller) = remembered.filter(|c| c.unconfirmed.is_some()) {
+            if let Some(mut caller) = remembered {
                 if let Err(e) = credentials.confirm(&mut caller).await {
                     return Ok(auth_status(e).into_http());
                 }
