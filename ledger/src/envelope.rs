@@ -7,7 +7,7 @@ use serde_json::Value;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::error::InvalidInput;
+use crate::invalid::InvalidInput;
 
 /// Bytes of a stream name, tenant id or event type (the events table's CHECKs repeat it).
 pub const MAX_ID_LEN: usize = 200;

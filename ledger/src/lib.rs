@@ -10,6 +10,7 @@ pub mod contract;
 mod envelope;
 mod error;
 pub mod hash;
+mod invalid;
 mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -20,8 +21,9 @@ pub use envelope::{
     MAX_EVENTS_PER_APPEND, MAX_ID_LEN, MAX_TENANT_LEN, Metadata, NewEvent, RecordedEvent, StreamAppend, StreamId,
     TenantId, check_entity_id, entity_stream_sql,
 };
-pub use error::{AppendError, InvalidInput, ReadError};
+pub use error::{AppendError, ReadError};
 pub use hash::{ChainError, verify_stream};
+pub use invalid::InvalidInput;
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PgStore;

@@ -380,7 +380,7 @@ fn sample_standings(config: tokio_postgres::Config) -> (telemetry::HealthCheck, 
         Arc::new(Mutex::new((Health::Failing("not read yet".into()), std::time::Instant::now())));
     let written = Arc::clone(&last);
     let sampler = tokio::spawn(async move {
-        let mut frozen = projections::metrics::FrozenClock::default();
+        let mut frozen = projections::worker::FrozenClock::default();
         let mut client: Option<tokio_postgres::Client> = None;
         let mut failures = 0u32;
         let mut tick = tokio::time::interval(SAMPLE_EVERY);
@@ -398,11 +398,11 @@ fn sample_standings(config: tokio_postgres::Config) -> (telemetry::HealthCheck, 
             let health = match read {
                 Ok(standings) => {
                     failures = 0;
-                    match projections::metrics::sample(&standings, &mut frozen).as_slice() {
+                    match projections::worker::sample(&standings, &mut frozen).as_slice() {
                         [] => Health::Serving,
                         stuck => Health::Failing(format!(
                             "frozen for {}s or more with events waiting: {}",
-                            projections::metrics::FROZEN_AFTER.as_secs(),
+                            projections::worker::FROZEN_AFTER.as_secs(),
                             stuck.join(", ")
                         )),
                     }

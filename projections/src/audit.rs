@@ -9,6 +9,9 @@ use uuid::Uuid;
 
 use crate::{Cells, text_time};
 
+/// The table it keeps, and the projection's name.
+pub const TABLE: &str = "audit_log";
+
 /// One audit row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditRow {
@@ -304,11 +307,7 @@ pub async fn audit_reached(
         .query_one(
             "SELECT COALESCE((SELECT (tx_id, position) >= ($1::text::xid8, $2) FROM projection_checkpoints \
              WHERE projection = $3), false)",
-            &[
-                &at.tx_id.to_string(),
-                &i64::try_from(at.position).unwrap_or(i64::MAX),
-                &crate::Projection::AuditLog.name(),
-            ],
+            &[&at.tx_id.to_string(), &i64::try_from(at.position).unwrap_or(i64::MAX), &TABLE],
         )
         .await?;
     Ok(row.get(0))

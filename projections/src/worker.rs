@@ -220,3 +220,40 @@ impl Worker {
         }
     }
 }
+
+/// Notes a sample of where each projection stands; answers the projections frozen now.
+pub fn sample(standings: &[Standing], frozen_for: &mut FrozenClock) -> Vec<&'static str> {
+    let m = &*crate::metrics::METRICS;
+    let mut frozen = Vec::new();
+    for s in standings {
+        let l = crate::metrics::of(s.projection);
+        m.position.get_or_create(&l).set(i64::try_from(s.checkpoint.position).unwrap_or(i64::MAX));
+        m.lag_events.get_or_create(&l).set(i64::try_from(s.lag_events).unwrap_or(i64::MAX));
+        m.lag_seconds.get_or_create(&l).set(s.lag_seconds);
+        let stuck = frozen_for.note(s);
+        m.frozen.get_or_create(&l).set(i64::from(stuck));
+        if stuck {
+            frozen.push(s.projection.name());
+        }
+    }
+    frozen
+}
+
+/// Since when each projection's checkpoint has stood still with events waiting past it.
+#[derive(Debug, Default)]
+pub struct FrozenClock(std::collections::HashMap<&'static str, (ledger::Checkpoint, std::time::Instant)>);
+
+/// How long a checkpoint may stand still with events waiting before it counts as frozen.
+pub const FROZEN_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl FrozenClock {
+    fn note(&mut self, s: &Standing) -> bool {
+        let now = std::time::Instant::now();
+        let entry = self.0.entry(s.projection.name()).or_insert((s.checkpoint, now));
+        if entry.0 != s.checkpoint || s.lag_events == 0 {
+            *entry = (s.checkpoint, now);
+            return false;
+        }
+        now.duration_since(entry.1) >= FROZEN_AFTER
+    }
+}

@@ -72,6 +72,21 @@ pub fn check_field_id(field: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A sealing key's id: a short name an operator picks (`2026-12`, `k2`).
+pub const MAX_KEY_ID_CHARS: usize = 32;
+/// A seal's MAC: HMAC-SHA256.
+pub const MAC_BYTES: usize = 32;
+/// A dispatch ticket's encoded body: ids, one option or field id, and a constraint fit well
+/// inside.
+pub const MAX_TICKET_BODY_BYTES: usize = 8 * 1024;
+/// An encoded facts body: the element's facts at their budget, the page's URL and title, ids.
+pub const MAX_FACTS_BODY_BYTES: usize = MAX_FACTS_BYTES + 64 * 1024;
+/// A form's read-back, sealed: far above any form a person reviews, within an Authorize's
+/// decode bound. The runtime refuses to seal a larger one.
+pub const MAX_FORM_BODY_BYTES: usize = 64 * 1024;
+/// An encoded record text: the longest text a type may say it types, and ids.
+pub const MAX_TEXT_BODY_BYTES: usize = 4 * MAX_TYPED_CHARS + 4 * 1024;
+
 /// An approve-once token: `apv_` and 24 lowercase hex digits, the one spelling both services
 /// check against.
 pub const APPROVAL_TOKEN_PREFIX: &str = "apv_";
@@ -201,15 +216,15 @@ pub const FIELDS: &[(&str, Rule)] = &[
     ("grant_ledger.v1.AuthorizeRequest.facts", one()),
     ("grant_ledger.v1.AuthorizeRequest.text", one()),
     ("grant_ledger.v1.AuthorizeRequest.form", one()),
-    ("grant_ledger.v1.SealedForm.key_id", text(crate::ticket::MAX_KEY_ID_CHARS)),
-    ("grant_ledger.v1.SealedForm.body", text(crate::ticket::MAX_FORM_BODY_BYTES)),
-    ("grant_ledger.v1.SealedForm.mac", text(crate::ticket::MAC_BYTES)),
-    ("grant_ledger.v1.SealedText.key_id", text(crate::ticket::MAX_KEY_ID_CHARS)),
-    ("grant_ledger.v1.SealedText.body", text(crate::ticket::MAX_TEXT_BODY_BYTES)),
-    ("grant_ledger.v1.SealedText.mac", text(crate::ticket::MAC_BYTES)),
-    ("grant_ledger.v1.SealedFacts.key_id", text(crate::ticket::MAX_KEY_ID_CHARS)),
-    ("grant_ledger.v1.SealedFacts.body", text(crate::ticket::MAX_FACTS_BODY_BYTES)),
-    ("grant_ledger.v1.SealedFacts.mac", text(crate::ticket::MAC_BYTES)),
+    ("grant_ledger.v1.SealedForm.key_id", text(MAX_KEY_ID_CHARS)),
+    ("grant_ledger.v1.SealedForm.body", text(MAX_FORM_BODY_BYTES)),
+    ("grant_ledger.v1.SealedForm.mac", text(MAC_BYTES)),
+    ("grant_ledger.v1.SealedText.key_id", text(MAX_KEY_ID_CHARS)),
+    ("grant_ledger.v1.SealedText.body", text(MAX_TEXT_BODY_BYTES)),
+    ("grant_ledger.v1.SealedText.mac", text(MAC_BYTES)),
+    ("grant_ledger.v1.SealedFacts.key_id", text(MAX_KEY_ID_CHARS)),
+    ("grant_ledger.v1.SealedFacts.body", text(MAX_FACTS_BODY_BYTES)),
+    ("grant_ledger.v1.SealedFacts.mac", text(MAC_BYTES)),
     ("grant_ledger.v1.ResolveApprovalRequest.approval_id", UUID),
     ("grant_ledger.v1.ResolveApprovalRequest.resolution", one()),
     ("grant_ledger.v1.ResolveApprovalRequest.offered_origin", text(MAX_ORIGIN_CHARS)),
@@ -260,9 +275,9 @@ pub const FIELDS: &[(&str, Rule)] = &[
     ("browser_runtime.v1.ActRequest.approval_token", TOKEN),
     ("browser_runtime.v1.ActRequest.wait_for", one()),
     ("browser_runtime.v1.ActRequest.ticket", one()),
-    ("grant_ledger.v1.DispatchTicket.key_id", text(crate::ticket::MAX_KEY_ID_CHARS)),
-    ("grant_ledger.v1.DispatchTicket.body", text(crate::ticket::MAX_BODY_BYTES)),
-    ("grant_ledger.v1.DispatchTicket.mac", text(crate::ticket::MAC_BYTES)),
+    ("grant_ledger.v1.DispatchTicket.key_id", text(MAX_KEY_ID_CHARS)),
+    ("grant_ledger.v1.DispatchTicket.body", text(MAX_TICKET_BODY_BYTES)),
+    ("grant_ledger.v1.DispatchTicket.mac", text(MAC_BYTES)),
     ("browser_runtime.v1.ActRequest.click", one()),
     ("browser_runtime.v1.ActRequest.type", one()),
     ("browser_runtime.v1.ActRequest.select", one()),

@@ -13,23 +13,11 @@ use hmac::{Hmac, Mac};
 use prost::Message;
 use sha2::Sha256;
 
+use crate::limits::MAX_KEY_ID_CHARS;
 use crate::v1::{DispatchTicket, FactsBody, FormBody, SealedFacts, SealedForm, SealedText, TextBody, TicketBody};
 
-/// A key id: a short name an operator picks (`2026-12`, `k2`).
-pub const MAX_KEY_ID_CHARS: usize = 32;
-/// An encoded body: ids, one option or field id, and a constraint fit well inside.
-pub const MAX_BODY_BYTES: usize = 8 * 1024;
 /// The variable that names the keyring file.
 pub const KEYS_FILE_VAR: &str = "TICKET_KEYS_FILE";
-/// An encoded facts body: the element's facts at their budget, the page's URL and title, ids.
-pub const MAX_FACTS_BODY_BYTES: usize = crate::limits::MAX_FACTS_BYTES + 64 * 1024;
-/// An encoded record text: the longest text a type may say it types, and ids.
-/// A form's read-back, sealed: far above any form a person reviews, within an Authorize's
-/// decode bound. The runtime refuses to seal a larger one.
-pub const MAX_FORM_BODY_BYTES: usize = 64 * 1024;
-pub const MAX_TEXT_BODY_BYTES: usize = 4 * crate::limits::MAX_TYPED_CHARS + 4 * 1024;
-/// HMAC-SHA256.
-pub const MAC_BYTES: usize = 32;
 const SECRET_BYTES: usize = 32;
 const LABEL: &[u8] = b"grant-ledger dispatch ticket v1";
 const FACTS_LABEL: &[u8] = b"grant-ledger element facts v1";

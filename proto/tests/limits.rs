@@ -141,7 +141,7 @@ fn the_largest_valid_request_fits_its_decode_limit() {
                 // The facts are held to their own budget by the runtime, and come either plain or
                 // sealed, never both.
                 let facts = ["grant_ledger.v1.AuthorizeRequest.element", "grant_ledger.v1.AuthorizeRequest.facts"];
-                let sealed = proto::ticket::MAX_FACTS_BODY_BYTES + 2 * proto::ticket::MAC_BYTES + 64;
+                let sealed = proto::limits::MAX_FACTS_BODY_BYTES + 2 * proto::limits::MAC_BYTES + 64;
                 (max_size(&input, &facts) + MAX_FACTS_BYTES.max(sealed), MAX_AUTHORIZER_REQUEST_BYTES)
             };
             assert!(size <= limit, "{}: up to {size} bytes, decoded within {limit}", input.full_name());

@@ -61,7 +61,7 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
                     read_ms: i64::try_from(OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000)
                         .unwrap_or(i64::MAX),
                 };
-                if prost::Message::encoded_len(&body) > proto::ticket::MAX_FORM_BODY_BYTES {
+                if prost::Message::encoded_len(&body) > proto::limits::MAX_FORM_BODY_BYTES {
                     return Ok(Response::new(unreviewable("the form is too large for an owner to review on a card")));
                 }
                 (Some(self.config.tickets.seal_form(&body)), Some(review))

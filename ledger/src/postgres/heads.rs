@@ -4,41 +4,23 @@ use std::collections::HashMap;
 
 use deadpool_postgres::GenericClient;
 use time::OffsetDateTime;
-use tokio_postgres::Row;
 
 use crate::envelope::{AppendRequest, ExpectedVersion, StreamAppend, StreamId, TenantId};
 use crate::error::AppendError;
 use crate::hash::{GENESIS, Hashed, truncate_to_micros};
 
-use super::*;
+use super::failure::unavailable;
+use super::rows::{Head, Planned, head_from_row};
+use super::sql::InsertColumns;
+use super::store::PgStore;
 
 pub(super) const HEADS: &str = "SELECT s.id, e.stream_version, e.hash, e.tenant_id \
      FROM unnest($1::text[]) AS s(id) \
      LEFT JOIN LATERAL (SELECT stream_version, hash, tenant_id FROM events \
         WHERE stream_id = s.id ORDER BY stream_version DESC LIMIT 1) e ON true";
 
-/// A stream's newest event as this store last saw it.
-#[derive(Debug, Clone)]
-pub(super) struct Head {
-    pub(super) version: u64,
-    pub(super) hash: [u8; 32],
-    pub(super) tenant: TenantId,
-}
-
 /// Bounded: past this many streams the cache starts over (a miss costs one read).
 pub(super) const HEAD_CACHE_LIMIT: usize = 100_000;
-
-pub(super) fn head_from_row(row: &Row) -> Result<Option<Head>, String> {
-    let version: Option<i64> = row.get(1);
-    let Some(version) = version else { return Ok(None) };
-    let hash: Vec<u8> = row.get(2);
-    let tenant: String = row.get(3);
-    Ok(Some(Head {
-        version: to_u64(version),
-        hash: <[u8; 32]>::try_from(hash.as_slice()).map_err(|_| "stored hash is not 32 bytes".to_owned())?,
-        tenant: TenantId::new(tenant).map_err(|e| e.to_string())?,
-    }))
-}
 
 impl PgStore {
     pub(super) fn cached_head(&self, stream: &StreamId) -> Option<Head> {
@@ -156,5 +138,53 @@ impl PgStore {
             }
         }
         Ok((cols, order))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::Metadata;
+    use crate::postgres::pool;
+    use crate::{ExpectedVersion, NewEvent};
+    use uuid::Uuid;
+
+    /// A store whose pool never connects: enough for the head cache.
+    fn offline_store() -> PgStore {
+        let config: tokio_postgres::Config = "postgres://nobody@127.0.0.1:1/none".parse().expect("config");
+        PgStore::new(pool(config, 1).expect("pool"))
+    }
+
+    #[test]
+    fn a_noted_head_never_moves_the_cache_back() {
+        let store = offline_store();
+        let stream = StreamId::new("grant-t.g").expect("stream");
+        let tenant = TenantId::new("t").expect("tenant");
+        store.note_head(stream.clone(), 5, [5; 32], tenant.clone());
+        store.note_head(stream.clone(), 3, [3; 32], tenant.clone());
+        assert_eq!(store.cached_head(&stream).map(|h| (h.version, h.hash)), Some((5, [5; 32])));
+        store.note_head(stream.clone(), 6, [6; 32], tenant);
+        assert_eq!(store.cached_head(&stream).map(|h| h.version), Some(6));
+    }
+
+    #[test]
+    fn a_guarded_append_needs_its_heads_known() {
+        let store = offline_store();
+        let tenant = TenantId::new("t").expect("tenant");
+        let stream = StreamId::new("grant-t.g").expect("stream");
+        let event = NewEvent {
+            event_id: Uuid::new_v4(),
+            event_type: "test.event".into(),
+            schema_version: 1,
+            payload: serde_json::json!({}),
+            metadata: Metadata::by("t"),
+        };
+        let request = AppendRequest::single(tenant.clone(), stream.clone(), ExpectedVersion::At(2), vec![event]);
+        assert!(matches!(store.known_heads(&request), Err(AppendError::Conflict { .. })), "unknown head");
+        store.note_head(stream.clone(), 1, [1; 32], tenant.clone());
+        assert!(matches!(store.known_heads(&request), Err(AppendError::Conflict { .. })), "head at another version");
+        store.note_head(stream.clone(), 2, [2; 32], tenant);
+        let heads = store.known_heads(&request).expect("known");
+        assert_eq!(heads[&stream].as_ref().map(|h| h.version), Some(2));
     }
 }

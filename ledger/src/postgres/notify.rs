@@ -8,7 +8,8 @@ use futures_util::StreamExt;
 use tokio::sync::watch;
 use tokio_postgres::{AsyncMessage, NoTls};
 
-use super::*;
+/// The channel appends are announced on.
+pub const WAKE_CHANNEL: &str = "grant_ledger_events";
 
 /// The least time between two NOTIFYs: each takes PostgreSQL's global notify lock at commit, and
 /// a wake-up hint needs no finer grain.

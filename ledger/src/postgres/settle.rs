@@ -1,7 +1,7 @@
 //! Settling an append whose commit was lost: looking its event ids up, never a blind retry.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use deadpool_postgres::GenericClient;
@@ -10,14 +10,10 @@ use uuid::Uuid;
 use crate::envelope::{AppendOutcome, AppendRequest, Appended, RecordedEvent};
 use crate::error::{AppendError, ReadError};
 
-use super::*;
-
-/// How many commits that lost their connection were settled each way (operators and tests).
-#[derive(Debug, Default)]
-pub struct SettleCounts {
-    pub stored: AtomicU64,
-    pub not_stored: AtomicU64,
-}
+use super::failure::{unavailable, unavailable_read};
+use super::rows::{decode_row, to_u64};
+use super::sql::COLUMNS;
+use super::store::{PgStore, SettleCounts};
 
 impl PgStore {
     /// Settles an indeterminate append: waits (up to `patience`) until the server process that

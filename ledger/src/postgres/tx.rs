@@ -10,10 +10,11 @@ use uuid::Uuid;
 use crate::envelope::{AppendOutcome, AppendRequest, Appended, StreamId, TenantId};
 use crate::error::AppendError;
 
-use super::*;
-
-/// One event of an append as chained: its id, stream, version and hash.
-pub(super) type Planned = (Uuid, StreamId, u64, [u8; 32]);
+use super::failure::{chain, connection_suspect, insert_error, session_ended, unavailable};
+use super::rows::{Head, parse_xid, to_u64};
+use super::sql::Guard;
+use super::sql::{guarded_insert_sql, insert_sql};
+use super::store::{PgStore, discard};
 
 /// What a [`PgStore::transaction`] decided and, when it appended, where that reached.
 #[derive(Debug)]
@@ -95,31 +96,6 @@ impl Staged {
                 event_ids: self.event_ids.clone(),
             }
         }
-    }
-}
-
-/// An append failure after which the connection may be dead: kept out of the pool. A conflict or
-/// a refused input leaves it healthy, and reconnecting is far dearer than reusing it.
-pub(super) fn connection_suspect(e: &AppendError) -> bool {
-    matches!(e, AppendError::Unavailable(_) | AppendError::Indeterminate { .. })
-}
-
-/// A lost connection, or a server error that ends the session (FATAL, operator intervention
-/// `57P…`, connection exception `08…`): what the statement did may have been committed before
-/// it ended. A cancelled statement (`57014`) was not, and its session lives on.
-pub(super) fn session_ended(e: &tokio_postgres::Error) -> bool {
-    match e.as_db_error() {
-        Some(db) => {
-            let code = db.code().code();
-            matches!(
-                db.parsed_severity(),
-                Some(tokio_postgres::error::Severity::Fatal | tokio_postgres::error::Severity::Panic)
-            ) || code.starts_with("57P")
-                || code.starts_with("08")
-        }
-        // Without a server error the client cannot always tell a lost connection from a local
-        // failure: taken as possibly committed, which costs a settle, never a wrong answer.
-        None => true,
     }
 }
 
