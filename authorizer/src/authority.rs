@@ -18,8 +18,8 @@ use crate::domain::{self, AuthorizeRequest, Command, Decision, DomainError, Gran
 use crate::error::{AuthorityError, StoreError};
 use crate::metrics::AuthorizerMetrics;
 use crate::policy::Policy;
-use crate::state::{self, Loaded};
-use crate::store::{Backend, Consumed, Decide, Need, SessionAt, Transacted, UseOf};
+use crate::state;
+use crate::store::{Backend, Consumed, Decide, Loaded, Need, SessionAt, Transacted, UseOf};
 
 /// How many times a request is decided again after another request changed what it read.
 pub const ATTEMPTS: usize = 8;

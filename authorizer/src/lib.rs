@@ -27,12 +27,11 @@ pub use metrics::AuthorizerMetrics;
 pub use pg::Pause;
 pub use pg::PgGrants;
 pub use state::{
-    GRANT_VERSION_SQL, Loaded, Named, Plan, Writes, decision_id, fold, grant_stream_version, grant_version, load,
-    need_of,
+    GRANT_VERSION_SQL, Named, Plan, Writes, decision_id, fold, grant_stream_version, grant_version, load, need_of,
 };
 pub use store::{
-    Approvals, Backend, Consumed, Decide, Deployment, Grants, Need, Reader, STOP_BATCH, SessionAt, Transacted, UseOf,
-    Versioned,
+    Approvals, Backend, Consumed, Decide, Deployment, Grants, Loaded, Need, Reader, STOP_BATCH, SessionAt, Transacted,
+    UseOf, Versioned,
 };
 
 pub use grant_domain::model as domain;

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use crate::domain::{Approval, Command, Grant, Profile, Session, World, stream_of};
 use crate::error::StoreError;
-use crate::store::{Approvals, Deployment, Grants, Need, Reader, Versioned};
+use crate::store::{Approvals, Deployment, Grants, Loaded, Need, Reader, Versioned};
 
 /// What a command reads.
 pub fn need_of(command: &Command) -> Need<'_> {
@@ -54,14 +54,6 @@ pub(crate) fn decision_event_id(e: &Event, metadata: &Metadata) -> Option<Uuid> 
 /// The decision event's id of the call keyed `call`.
 pub fn decision_id(call: Uuid) -> Uuid {
     Uuid::new_v5(&call, b"decision")
-}
-
-/// A partial world and the stream versions of what it holds.
-#[derive(Debug, Clone)]
-pub struct Loaded {
-    pub tenant: TenantId,
-    pub world: World,
-    versions: HashMap<StreamId, u64>,
 }
 
 /// A grant's stream is [created, use 1..n, ended?]: its version after `uses` uses.

@@ -3,10 +3,11 @@
 //! memory model (`crate::memory`) and PostgreSQL (`crate::pg`) are its two adapters, held to
 //! one contract (`crate::contract`).
 
+use std::collections::HashMap;
 use std::future::Future;
 
 use grant_domain::catalogue::{Event, StandingGrantPinned};
-use ledger::{AppendOutcome, Checkpoint, Metadata, TenantId};
+use ledger::{AppendOutcome, Checkpoint, Metadata, StreamId, TenantId};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -14,7 +15,16 @@ use uuid::Uuid;
 use crate::domain::{Approval, DomainError, Grant, Profile, RunSnapshots, Session, World};
 use crate::error::{AuthorityError, StoreError};
 use crate::scopes::TaskGrantSettings;
-use crate::state::Loaded;
+
+/// A partial world and the stream versions of what it holds: what `crate::state::load` reads
+/// for one request and a backend decides on.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub tenant: TenantId,
+    pub world: World,
+    /// Filled and read by `crate::state`'s loading and planning.
+    pub(crate) versions: HashMap<StreamId, u64>,
+}
 
 /// An entity as stored, with the version of its stream.
 #[derive(Debug, Clone, PartialEq, Eq)]

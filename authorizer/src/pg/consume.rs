@@ -6,8 +6,9 @@ use ledger::postgres::Guard;
 use ledger::{AppendError, Metadata, TenantId};
 use tokio_postgres::IsolationLevel;
 
+use super::PgGrants;
+use super::convert::{db, from_version, unavailable, version};
 use super::write::name_snapshot;
-use super::{PgGrants, db, from_version, unavailable, version};
 use crate::error::StoreError;
 use crate::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
 use crate::state::{grant_stream_version, use_append};

@@ -7,6 +7,7 @@
 //! only after `consume` returns `Allowed`, which it does only once the commit is known.
 
 mod consume;
+mod convert;
 mod read;
 #[cfg(feature = "testing")]
 mod testing;
@@ -27,22 +28,9 @@ use crate::error::{AuthorityError, StoreError};
 use crate::state;
 use crate::store::{Backend, Consumed, Decide, Deployment, Need, Transacted, UseOf};
 
+use convert::{db, json, unavailable, version};
 use read::{GRANT_COLUMNS, PgReader, Prefetched, grant_from_row};
 use write::write_all;
-
-fn unavailable(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(e.to_string())
-}
-
-/// A statement's failure: contention the caller may decide again after, a constraint of the
-/// inline tables, or the store being unavailable.
-fn db(e: tokio_postgres::Error) -> StoreError {
-    match e.as_db_error().map(|d| (d.code().code(), d.message())) {
-        Some(("40001" | "40P01", m)) => StoreError::Contended(m.to_owned()),
-        Some((code, m)) if code.starts_with("23") => StoreError::Projection(format!("{code}: {m}")),
-        _ => unavailable(e),
-    }
-}
 
 #[derive(Debug, Clone)]
 pub struct PgGrants {
@@ -318,20 +306,4 @@ impl Backend for PgGrants {
     fn confirms_credentials(&self) -> bool {
         true
     }
-}
-
-fn json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, StoreError> {
-    serde_json::from_value(value).map_err(|e| StoreError::Projection(format!("inline state unreadable: {e}")))
-}
-
-fn to_json(value: &impl serde::Serialize) -> Result<serde_json::Value, StoreError> {
-    serde_json::to_value(value).map_err(|e| StoreError::Projection(format!("inline state unwritable: {e}")))
-}
-
-fn version(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-fn from_version(v: i64) -> u64 {
-    u64::try_from(v).unwrap_or(0)
 }

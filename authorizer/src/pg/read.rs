@@ -6,7 +6,7 @@ use grant_domain::catalogue::{EndReason, SiteScope, TaskGrantCreated};
 use ledger::{PgStore, TenantId};
 use uuid::Uuid;
 
-use super::{db, from_version, json};
+use super::convert::{db, from_version, json};
 use crate::domain::{Approval, Grant, Profile, RunSnapshots, Session};
 use crate::error::StoreError;
 use crate::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};

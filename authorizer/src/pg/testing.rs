@@ -6,8 +6,9 @@ use ledger::{AppendOutcome, AppendRequest, ExpectedVersion, Metadata, TenantId};
 use tokio_postgres::IsolationLevel;
 use uuid::Uuid;
 
+use super::PgGrants;
+use super::convert::unavailable;
 use super::write::apply_grant_row;
-use super::{PgGrants, unavailable};
 use crate::domain::stream_of;
 use crate::error::StoreError;
 

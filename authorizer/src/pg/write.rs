@@ -6,16 +6,16 @@ use grant_domain::catalogue::{Event, TaskGrantCreated};
 use ledger::postgres::Tx;
 use ledger::{Metadata, TenantId};
 
-use super::{db, to_json, version};
+use super::convert::{db, to_json, version};
 use crate::domain::ApprovalState;
 use crate::error::StoreError;
-use crate::state::{self, Writes};
+use crate::state::Writes;
 
 /// Appends what `events` plan and writes the inline state, inside `tx`.
 pub(super) async fn write_all(
     tx: &mut Tx<'_>,
     tenant: &TenantId,
-    loaded: &state::Loaded,
+    loaded: &crate::store::Loaded,
     metadata: &Metadata,
     events: &[Event],
 ) -> Result<(), StoreError> {

@@ -16,7 +16,7 @@ use crate::constraint::{DispatchConstraint, GrantKind};
 use crate::domain::{Approval, Grant};
 use crate::view::offer_text;
 
-use super::*;
+use super::status::invalid;
 
 /// An id that fits a stream name beside any tenant: the ledger's one rule for entity ids.
 pub(super) fn id(field: &'static str, value: &str) -> Result<String, Status> {
