@@ -245,3 +245,17 @@ pub enum Grant {
     Standing,
     Task(TaskScope),
 }
+
+fn collapse_ws(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The options a selection of `wanted` could choose: by value, or by label or text with white
+/// space collapsed, wherever they lie in the list.
+pub fn choosable<'a>(options: &'a [SelectOption], wanted: &str) -> Vec<&'a SelectOption> {
+    let wanted_c = collapse_ws(wanted);
+    options
+        .iter()
+        .filter(|o| o.value == wanted || [&o.label, &o.text].into_iter().flatten().any(|l| collapse_ws(l) == wanted_c))
+        .collect()
+}

@@ -13,12 +13,14 @@ pub mod facts;
 mod fold_table;
 pub mod paths;
 pub mod readings;
+mod reason;
 pub mod text_shape;
 pub mod vocabulary;
 
 pub use consequence::{Consequence, Named};
-pub use coverage::{NotCovered, Reason, covers};
+pub use coverage::covers;
 pub use facts::{Action, ElementFacts, FieldKind, Grant, LabelSource, PageFacts, SelectOption, TaskScope};
+pub use reason::{NotCovered, Reason};
 
 /// The words a standing grant treats as routine when every label source reads as one of them.
 pub const ROUTINE_WORDS: [&str; 10] =
@@ -113,7 +115,7 @@ pub(crate) fn classify_for(element: &ElementFacts, action: Option<&Action>) -> C
         cache.classify(source, text, &mut matches);
     }
     let options: Vec<&SelectOption> = match action {
-        Some(Action::Select { option }) => coverage::choosable(&element.options, option),
+        Some(Action::Select { option }) => facts::choosable(&element.options, option),
         _ => element.options.iter().collect(),
     };
     for o in options {

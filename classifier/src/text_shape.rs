@@ -2,7 +2,7 @@
 
 use unicode_normalization::UnicodeNormalization;
 
-use crate::coverage::Reason;
+use crate::reason::Reason;
 
 /// The per-action typed-text cap.
 pub const MAX_TEXT_PER_ACTION: usize = 256;

@@ -272,7 +272,7 @@ impl Session {
             ActAction::Select { option } => {
                 // The option is picked here, in the runtime's own copy of the list, by the same
                 // rule the coverage read; only its index reaches the page.
-                let chosen = classifier::coverage::choosable(&live.facts.options, option);
+                let chosen = classifier::facts::choosable(&live.facts.options, option);
                 let index = chosen.first().and_then(|c| live.facts.options.iter().position(|o| std::ptr::eq(o, *c)));
                 let Some(index) = index else {
                     return Sent::NotActed(refuse(

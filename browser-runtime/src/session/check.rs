@@ -259,7 +259,7 @@ fn control_refusal(input: &ActInput, live: &NodeRead) -> Option<ActOutcome> {
     }
     // One option, or none: the owner or the grant allowed a choice, never a guess between two.
     if let ActAction::Select { option } = &input.action {
-        let why = match classifier::coverage::choosable(&live.facts.options, option).len() {
+        let why = match classifier::facts::choosable(&live.facts.options, option).len() {
             1 => None,
             0 => Some("no option has that value or label"),
             _ => Some("more than one option has that value or label: name it by its value"),

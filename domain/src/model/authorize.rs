@@ -42,7 +42,7 @@ pub enum NotCovered {
     /// database's, at the very end of the grant): ask rather than retry.
     GrantSpent,
     /// The classifier's own reason.
-    Classifier(classifier::coverage::Reason),
+    Classifier(classifier::Reason),
 }
 
 impl NotCovered {
@@ -70,14 +70,14 @@ impl NotCovered {
     /// The reason a stored code names (an `approval.requested`'s `not_covered_reason`).
     pub fn from_code(code: &str) -> Option<Self> {
         let own = Self::OWN.into_iter().find(|r| r.code() == code);
-        own.or_else(|| classifier::coverage::Reason::from_code(code).map(Self::Classifier))
+        own.or_else(|| classifier::Reason::from_code(code).map(Self::Classifier))
     }
 
     /// `code` as a metric's label: the code itself when some reason has it (the set is closed),
     /// otherwise `other`.
     pub fn label(code: &str) -> &'static str {
         let own = Self::OWN.into_iter().map(Self::code);
-        own.chain(classifier::coverage::Reason::codes()).find(|c| *c == code).unwrap_or("other")
+        own.chain(classifier::Reason::codes()).find(|c| *c == code).unwrap_or("other")
     }
 
     pub fn code(self) -> &'static str {
@@ -578,7 +578,7 @@ mod not_covered {
             assert_eq!(NotCovered::label(code), code);
             assert_eq!(NotCovered::from_code(code).map(NotCovered::code), Some(code), "a stored code reads back");
         }
-        for code in classifier::coverage::Reason::codes() {
+        for code in classifier::Reason::codes() {
             assert_eq!(NotCovered::from_code(code).map(NotCovered::code), Some(code), "a stored code reads back");
         }
     }
