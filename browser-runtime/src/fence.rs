@@ -271,11 +271,11 @@ impl Handle {
         true
     }
 
-    fn activity(&self) -> u64 {
+    pub(crate) fn activity(&self) -> u64 {
         lock(&self.state).activity
     }
 
-    fn loading(&self) -> bool {
+    pub(crate) fn loading(&self) -> bool {
         lock(&self.state).loading.values().any(|(_, n)| *n > 0)
     }
 
@@ -391,33 +391,13 @@ impl Armed {
         Self { handle, activity, done: false }
     }
 
-    /// Settled, as the fence defines it: the act's document has run [`crate::guard::TURNS`]
-    /// turns of its event loop since the input (the caller's [`crate::guard::after`], a call on
-    /// the tab's own DevTools session), a round trip to the browser has flushed its events, no
-    /// frame is loading, and nothing navigated, loaded, opened a window or asked for a document
-    /// since the last look; each time something did, the document then in the tab runs its turns
-    /// again. Bounded by [`crate::page::BOUND`] from the input; `false` when the bound ended it
-    /// first, which leaves the act's outcome unknown. A navigation a timer starts later is not the
-    /// act's (the record's limits of page script).
-    pub async fn settle(&self, input_sent: Instant) -> bool {
-        let deadline = input_sent + crate::page::BOUND;
-        let mut seen = self.activity;
-        loop {
-            let _ = self.handle.call(None, "Browser.getVersion", json!({})).await;
-            while self.handle.loading() && Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            let now = self.handle.activity();
-            if self.handle.loading() || (now != seen && Instant::now() >= deadline) {
-                return false;
-            }
-            if now == seen {
-                return true;
-            }
-            seen = now;
-            let left = deadline.saturating_duration_since(Instant::now());
-            let _ = tokio::time::timeout(left, crate::guard::after(&self.handle, None)).await;
-        }
+    pub(crate) fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
+    /// The tab's activity count when it was armed.
+    pub(crate) fn activity_at_arming(&self) -> u64 {
+        self.activity
     }
 
     pub fn finish(mut self) -> Report {

@@ -4,14 +4,28 @@
 //! (frames stop every trusted input always; their counts are read too); after the input,
 //! [`after`] waits a few turns of the page's event loop and reports what the guard stopped.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fantoccini::elements::ElementRef;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::fence::{FenceError, Handle, WORLD};
-use crate::page::PageRead;
+use crate::fence::{Armed, FenceError, Handle, WORLD};
+
+/// The longest a page is waited for to settle: after an act's input, or for a read.
+pub const BOUND: Duration = Duration::from_secs(5);
+
+/// The page a read saw. Empty values travel as absent ones.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct PageRead {
+    pub url: String,
+    pub title: String,
+    /// `performance.timeOrigin`: a new document has a new one.
+    pub time_origin: f64,
+    /// Elements and text length: a cheap sign that the DOM changed.
+    pub sig: String,
+}
 
 /// What the guard holds for the act.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,7 +234,7 @@ struct RawAfter {
 /// guard stopped since `held` was armed (which it disarms), in the page and its frames. `Ok(None)`
 /// when a JavaScript dialog is open, which holds every script of the page.
 pub async fn after(h: &Handle, held: Option<&Held>) -> Result<Option<(PageRead, Option<GuardReport>)>, FenceError> {
-    let deadline = tokio::time::Instant::now() + crate::page::BOUND;
+    let deadline = tokio::time::Instant::now() + BOUND;
     let mut arming = held.map(|h| h.arming);
     let result = loop {
         let (session, main) = tab(h)?;
@@ -331,6 +345,35 @@ pub async fn hand_to_owner(h: &Handle) -> Result<(), FenceError> {
         thrown(&r, "Page.addScriptToEvaluateOnNewDocument")?;
     }
     Ok(())
+}
+
+/// Waits until `armed`'s act has settled, as the fence defines it: the act's document has run [`TURNS`]
+/// turns of its event loop since the input (the caller's [`after`], a call on
+/// the tab's own DevTools session), a round trip to the browser has flushed its events, no
+/// frame is loading, and nothing navigated, loaded, opened a window or asked for a document
+/// since the last look; each time something did, the document then in the tab runs its turns
+/// again. Bounded by [`BOUND`] from the input; `false` when the bound ended it
+/// first, which leaves the act's outcome unknown. A navigation a timer starts later is not the
+/// act's (the record's limits of page script).
+pub async fn settle(armed: &Armed, input_sent: Instant) -> bool {
+    let deadline = input_sent + BOUND;
+    let mut seen = armed.activity_at_arming();
+    loop {
+        let _ = armed.handle().call(None, "Browser.getVersion", json!({})).await;
+        while armed.handle().loading() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let now = armed.handle().activity();
+        if armed.handle().loading() || (now != seen && Instant::now() >= deadline) {
+            return false;
+        }
+        if now == seen {
+            return true;
+        }
+        seen = now;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let _ = tokio::time::timeout(left, after(&armed.handle(), None)).await;
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::fence::Handle;
-use crate::guard;
+use crate::guard::{self, BOUND, PageRead};
 
 /// `read.js` after the constants it shares with the Rust side, spelt from them.
 static READ: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
@@ -79,18 +79,6 @@ impl Role {
     pub fn from_code(code: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|r| r.code() == code)
     }
-}
-
-/// The page a read saw. Empty values travel as absent ones.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct PageRead {
-    pub url: String,
-    pub title: String,
-    /// `performance.timeOrigin`: a new document has a new one.
-    pub time_origin: f64,
-    /// Elements and text length: a cheap sign that the DOM changed.
-    pub sig: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -328,10 +316,9 @@ pub async fn form(h: &Handle, snapshot_id: &str, index: usize) -> Result<(PageRe
 }
 
 /// Settled: the document has loaded and neither its DOM nor its resource list has changed for
-/// `QUIET`, or `BOUND` has passed. A navigation during the wait starts it again in the new
+/// `QUIET`, or [`BOUND`] has passed. A navigation during the wait starts it again in the new
 /// document, within the same bound.
 pub const QUIET: Duration = Duration::from_millis(150);
-pub const BOUND: Duration = Duration::from_secs(5);
 
 const SETTLE: &str = r#"
 const [quiet, bound, done] = arguments;

@@ -10,7 +10,7 @@ use tonic::Status;
 use crate::page::{NodeRead, Role as NodeRole};
 use crate::session::{ActAction, ActInput, Code, Observation, SessionError, WaitFor};
 
-use super::MAX_NAME_CHARS;
+use proto::limits::MAX_NAME_CHARS;
 
 pub(super) fn invalid(field: &str, rule: &str) -> Status {
     proto::checked::invalid_argument(field, rule)

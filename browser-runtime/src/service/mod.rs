@@ -22,11 +22,8 @@ mod redeem;
 
 use convert::*;
 pub use convert::{act_input, facts_pb};
+use proto::limits::MAX_STEPS;
 pub use redeem::AuthorizerRedeemer;
-
-/// The longest expected name the contract allows.
-pub const MAX_NAME_CHARS: usize = 120;
-const MAX_STEPS: u32 = 10_000;
 
 type Shared = Arc<tokio::sync::Mutex<Session>>;
 
@@ -306,7 +303,7 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
         if !origins.contains(&start.origin().ascii_serialization()) {
             return Err(invalid("start_url", "is on one of the allowed origins"));
         }
-        if !(1..=MAX_STEPS).contains(&req.max_steps) {
+        if !(1..=MAX_STEPS).contains(&u64::from(req.max_steps)) {
             return Err(invalid("max_steps", &format!("is between 1 and {MAX_STEPS}")));
         }
         let session_id = format!("bs_{}", hex::encode(rand::random::<[u8; 12]>()));

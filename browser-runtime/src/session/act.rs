@@ -10,8 +10,9 @@ use time::OffsetDateTime;
 
 use crate::config::BrowserConfig;
 use crate::fence::{Armed, Handle, Scope};
+use crate::guard::PageRead;
 use crate::guard::{self, GuardMode};
-use crate::page::{self, NodeRead, PageRead, ReadError};
+use crate::page::{self, NodeRead, ReadError};
 use crate::records::RecordStore;
 use crate::ticket::Ticketed;
 
@@ -155,7 +156,7 @@ impl Session {
             Ok(Err(why)) => {
                 // Focusing may have set something off: the fence holds it until settled.
                 if let Some(armed) = armed {
-                    armed.settle(std::time::Instant::now()).await;
+                    guard::settle(armed, std::time::Instant::now()).await;
                 }
                 Ok(Err(refuse(Code::NodeNotInteractable, why)))
             }

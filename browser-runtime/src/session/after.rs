@@ -3,8 +3,8 @@
 
 use crate::config::BrowserConfig;
 use crate::fence::{Armed, FenceError, Handle};
-use crate::guard::{self, GuardMode};
-use crate::page::{self, PageRead, ReadError};
+use crate::guard::{self, GuardMode, PageRead};
+use crate::page::{self, ReadError};
 
 use super::*;
 
@@ -75,10 +75,10 @@ impl Session {
             },
         };
         if let Some(armed) = armed {
-            if !armed.settle(input_sent).await {
+            if !guard::settle(&armed, input_sent).await {
                 outcome.outcome_unknown = true;
                 outcome.changed = true;
-                outcome.detail = format!("the page did not settle within {:?}", page::BOUND);
+                outcome.detail = format!("the page did not settle within {:?}", guard::BOUND);
             }
             let report = armed.finish();
             if !report.refused.is_empty() || report.opened > 0 {
@@ -103,7 +103,7 @@ impl Session {
 
 /// Waits, bounded, until a browser dialog or a modal dialog element is open.
 async fn wait_dialog(client: &fantoccini::Client) -> Result<(), ReadError> {
-    let deadline = tokio::time::Instant::now() + page::BOUND;
+    let deadline = tokio::time::Instant::now() + guard::BOUND;
     loop {
         match client.get_alert_text().await {
             Ok(_) => return Ok(()),

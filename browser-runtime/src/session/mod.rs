@@ -20,7 +20,8 @@ use proto::v1 as gl;
 use crate::browser::{Browser, BrowserError, is_crash};
 use crate::config::BrowserConfig;
 use crate::fence::{FenceError, Handle};
-use crate::page::{self, FormField, NodeRead, PageRead, ReadError, Role};
+use crate::guard::PageRead;
+use crate::page::{self, FormField, NodeRead, ReadError, Role};
 
 /// The closed codes of the tool contract, and the grant refusal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
