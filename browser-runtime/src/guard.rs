@@ -372,7 +372,7 @@ pub async fn settle(armed: &Armed, input_sent: Instant) -> bool {
         }
         seen = now;
         let left = deadline.saturating_duration_since(Instant::now());
-        let _ = tokio::time::timeout(left, after(&armed.handle(), None)).await;
+        let _ = tokio::time::timeout(left, after(armed.handle(), None)).await;
     }
 }
 

@@ -2,7 +2,7 @@
 //! limit, the CSRF check of a browser session's writes, and the per-token rate limit.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -252,6 +252,53 @@ impl RateLimit {
                 format!("at most {} requests a minute per token", self.per_minute),
             )
         })
+    }
+}
+
+/// Streams one token may hold open on one replica, and all of a replica's.
+pub const MAX_STREAMS_PER_TOKEN: usize = 4;
+pub const MAX_STREAMS: usize = 512;
+
+/// The open streams of a replica, by token: a cap that only refuses, like the rate limit.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Streams(Arc<Mutex<(usize, HashMap<uuid::Uuid, usize>)>>);
+
+/// One open stream's place, given back when the stream is dropped.
+pub(crate) struct Slot {
+    streams: Streams,
+    token: uuid::Uuid,
+}
+
+impl Streams {
+    pub(crate) fn open(&self, token: uuid::Uuid) -> Result<Slot, Problem> {
+        let mut open = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mine = open.1.get(&token).copied().unwrap_or(0);
+        if mine >= MAX_STREAMS_PER_TOKEN || open.0 >= MAX_STREAMS {
+            return Err(Problem {
+                retry_after: Some(30),
+                ..Problem::new(
+                    axum::http::StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_streams",
+                    format!("a token holds at most {MAX_STREAMS_PER_TOKEN} event streams here; close one"),
+                )
+            });
+        }
+        open.0 += 1;
+        open.1.insert(token, mine + 1);
+        Ok(Slot { streams: self.clone(), token })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self.streams.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        open.0 = open.0.saturating_sub(1);
+        if let Some(n) = open.1.get_mut(&self.token) {
+            *n -= 1;
+            if *n == 0 {
+                open.1.remove(&self.token);
+            }
+        }
     }
 }
 

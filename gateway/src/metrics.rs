@@ -44,7 +44,7 @@ pub(crate) fn request(method: &axum::http::Method, route: Option<&str>, status: 
         axum::http::Method::OPTIONS => "OPTIONS",
         _ => "other",
     };
-    let route = route.and_then(|r| crate::routes::templates().find(|t| *t == r)).unwrap_or("unmatched");
+    let route = route.map_or("unmatched", route_label);
     let labels = [("method", method), ("route", route), ("status", status_label(status))];
     METRICS.requests.get_or_create(&labels).observe(took.as_secs_f64());
 }
@@ -65,4 +65,23 @@ fn status_label(status: u16) -> &'static str {
         400..=499 => "other_client_error",
         _ => "other_server_error",
     })
+}
+
+/// The most route labels a replica keeps: far above the routes it serves.
+const MAX_ROUTES: usize = 64;
+
+/// A matched route's label, as a `&'static str` the metric family keeps. The router matches only
+/// the templates it was built with, so the set is closed; the cap keeps it bounded regardless.
+fn route_label(route: &str) -> &'static str {
+    static SEEN: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(known) = seen.iter().find(|l| **l == route) {
+        return known;
+    }
+    if seen.len() >= MAX_ROUTES {
+        return "unmatched";
+    }
+    let label: &'static str = Box::leak(route.to_owned().into_boxed_str());
+    seen.push(label);
+    label
 }

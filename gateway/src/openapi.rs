@@ -4,8 +4,8 @@
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
+use crate::docs::Doc;
 use crate::problem::Problem;
-use crate::routes::routes;
 
 /// The statuses every authenticated route may answer, beside its own.
 const REFUSALS: &[(&str, &str)] = &[
@@ -20,12 +20,13 @@ const REFUSALS: &[(&str, &str)] = &[
     ("503", "The authorizer or the database cannot be reached; nothing was written"),
 ];
 
-pub fn document() -> Value {
+/// The document of the routes `docs` describes.
+pub(crate) fn document(docs: impl IntoIterator<Item = Doc>) -> Value {
     let mut generator =
         SchemaSettings::draft2020_12().with(|s| s.definitions_path = "#/components/schemas".into()).into_generator();
     let problem = generator.subschema_for::<Problem>();
     let mut paths = Map::new();
-    for (d, _) in &routes() {
+    for d in docs {
         let mut op = Map::new();
         op.insert("summary".into(), d.summary.into());
         op.insert("operationId".into(), operation_id(d.method, d.path).into());

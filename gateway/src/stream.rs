@@ -9,7 +9,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -21,8 +20,11 @@ use tokio::sync::watch;
 
 use crate::Owner;
 use crate::api::{Approval, Grant};
+use crate::call::{Call, NoQuery, Seg, entity_id};
+use crate::docs::{Doc, doc, schema};
+use crate::guard::Slot;
 use crate::problem::Problem;
-use crate::routes::{Call, EVENTS, NoQuery, Seg, approvals_of, entity_id, grants_of};
+use crate::routes::{approvals_of, grants_of};
 
 /// The longest between two reads with no append announced: minutes left move on their own.
 const TICK: Duration = Duration::from_secs(5);
@@ -32,52 +34,16 @@ const RECHECK: Duration = Duration::from_secs(5);
 const MIN_REFRESH: Duration = Duration::from_secs(1);
 /// A stream ends after this; the client opens another (and is authenticated again).
 pub const STREAM_LIFETIME: Duration = Duration::from_secs(10 * 60);
-/// Streams one token may hold open on one replica, and all of a replica's.
-pub const MAX_STREAMS_PER_TOKEN: usize = 4;
-pub const MAX_STREAMS: usize = 512;
-
-/// The open streams of a replica, by token: a cap that only refuses, like the rate limit.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Streams(Arc<Mutex<(usize, HashMap<uuid::Uuid, usize>)>>);
-
-/// One open stream's place, given back when the stream is dropped.
-struct Slot {
-    streams: Streams,
-    token: uuid::Uuid,
-}
-
-impl Streams {
-    fn open(&self, token: uuid::Uuid) -> Result<Slot, Problem> {
-        let mut open = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mine = open.1.get(&token).copied().unwrap_or(0);
-        if mine >= MAX_STREAMS_PER_TOKEN || open.0 >= MAX_STREAMS {
-            return Err(Problem {
-                retry_after: Some(30),
-                ..Problem::new(
-                    axum::http::StatusCode::TOO_MANY_REQUESTS,
-                    "too_many_streams",
-                    format!("a token holds at most {MAX_STREAMS_PER_TOKEN} event streams here; close one"),
-                )
-            });
-        }
-        open.0 += 1;
-        open.1.insert(token, mine + 1);
-        Ok(Slot { streams: self.clone(), token })
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut open = self.streams.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        open.0 = open.0.saturating_sub(1);
-        if let Some(n) = open.1.get_mut(&self.token) {
-            *n -= 1;
-            if *n == 0 {
-                open.1.remove(&self.token);
-            }
-        }
-    }
-}
+pub(crate) const EVENTS: Doc = Doc {
+    scopes: &[Scope::ApprovalResolve],
+    events: true,
+    ..doc(
+        "get",
+        "/v1/sessions/{session_id}/events",
+        "Server-sent events: approval.pending, approval.resolved, grant.changed, grant.ended, activity.changed",
+        schema::<StreamEvent>,
+    )
+};
 
 /// The `data` of one event: an approval card or a task permission, as the read routes give them.
 #[derive(Debug, Clone, Serialize, JsonSchema)]

@@ -322,7 +322,7 @@ async fn the_form_review_card_on_the_console() {
 #[test]
 fn every_consequence_a_card_names_reads_in_words() {
     for named in classifier::Named::ALL {
-        let words = gateway::console::reason_words(named.code());
+        let words = gateway::api::reason_words(named.code());
         assert!(!words.ends_with(&format!("({}).", named.code())), "{} has no words: {words}", named.code());
     }
 }

@@ -151,7 +151,7 @@ impl Crate {
         }
         let file = self.file_of(&module);
         let Some(item) = rest.first().filter(|s| *s != "*") else { return Some(file) };
-        let Some(source) = self.files.get(&file) else { return None };
+        let source = self.files.get(&file)?;
         if source.defines.contains(item) || depth > 8 {
             return Some(file);
         }
@@ -477,5 +477,5 @@ fn tokenize(text: &str) -> Vec<Token> {
 }
 
 fn raw_string_start(chars: &[char], from: usize) -> bool {
-    chars[from..].iter().skip_while(|&&h| h == '#').next() == Some(&'"')
+    chars[from..].iter().find(|&&h| h != '#') == Some(&'"')
 }

@@ -1,8 +1,61 @@
 //! The owner's task permissions: listed, read and stopped (mounted only while the tenant's flag
 //! is on).
 
-#[allow(clippy::wildcard_imports)] // the routes' own helpers and types
-use super::*;
+use axum::Json;
+use axum::extract::Request;
+use credentials::Scope;
+use proto::v1 as pb;
+use schemars::JsonSchema;
+use time::OffsetDateTime;
+
+use crate::api::{Grant, Grants, Position, Written};
+use crate::call::{Answer, Call, NoQuery, ReadQuery, Seg, entity_id, min_position, status, uuid};
+use crate::docs::{Doc, doc, schema};
+use crate::guard;
+use crate::owners::Owner;
+use crate::problem::Problem;
+
+pub(crate) const LIST_GRANTS: Doc = Doc {
+    scopes: &[Scope::GrantRead],
+    flagged: true,
+    query: Some(schema::<GrantsQuery>),
+    ..doc(
+        "get",
+        "/v1/browser-task-grants",
+        "The owner's task permissions (or one session's), newest first",
+        schema::<Grants>,
+    )
+};
+pub(crate) const GET_GRANT: Doc = Doc {
+    scopes: &[Scope::GrantRead],
+    flagged: true,
+    query: Some(schema::<ReadQuery>),
+    ..doc("get", "/v1/browser-task-grants/{grant_id}", "One task permission", schema::<Grant>)
+};
+pub(crate) const REVOKE_GRANT: Doc = Doc {
+    scopes: &[Scope::GrantWrite],
+    flagged: true,
+    write: true,
+    ..doc(
+        "post",
+        "/v1/browser-task-grants/{grant_id}/revoke",
+        "Stops a task permission; it holds from the next action",
+        schema::<Written>,
+    )
+};
+
+#[derive(Debug, Clone, Default, serde::Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GrantsQuery {
+    /// The chat session whose permissions to list; absent, every one of the owner's.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// Only the active ones.
+    #[serde(default)]
+    pub active_only: Option<bool>,
+    #[serde(default)]
+    pub min_position: Option<String>,
+}
 
 pub(super) async fn list_grants(call: Call) -> Answer<Grants> {
     let owner = call.flagged(&LIST_GRANTS).await?;

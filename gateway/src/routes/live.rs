@@ -1,7 +1,54 @@
 //! The live tab behind a pending card: its picture, and the owner's input once they take it over.
 
-#[allow(clippy::wildcard_imports)] // the routes' own helpers and types
-use super::*;
+use axum::Json;
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use credentials::Scope;
+use proto::v1 as pb;
+use schemars::JsonSchema;
+
+use crate::call::{Call, NoQuery, Seg, status, uuid};
+use crate::docs::{Doc, doc, schema};
+use crate::guard;
+use crate::owners::Owner;
+use crate::problem::Problem;
+
+pub(crate) const LIVE: Doc = Doc {
+    scopes: &[Scope::ApprovalResolve],
+    image: true,
+    query: Some(schema::<LiveQuery>),
+    ..doc(
+        "get",
+        "/v1/approvals/{approval_id}/live",
+        "A PNG of the live browser tab a pending card's session acts in, as it is now; while the page shows a \
+         dialog, JSON {\"dialog\": its text}",
+        |_| schemars::json_schema!({ "type": "string", "contentMediaType": "image/png" }),
+    )
+};
+pub(crate) const LIVE_INPUT: Doc = Doc {
+    scopes: &[Scope::ApprovalResolve],
+    write: true,
+    image: true,
+    body: Some(schema::<LiveInput>),
+    ..doc(
+        "post",
+        "/v1/approvals/{approval_id}/live/input",
+        "The owner's click (with the page its picture showed), text, key, answer to the page's dialog, or done in \
+         the tab of a card they took over; a PNG of the tab after it, or its dialog as JSON (204 once done); while \
+         a dialog is open only an answer naming it is taken",
+        |_| schemars::json_schema!({ "type": "string", "contentMediaType": "image/png" }),
+    )
+};
+
+#[derive(Debug, Clone, Default, serde::Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LiveQuery {
+    /// Any number: a new one makes a browser load the tab anew rather than show the last picture.
+    #[serde(default)]
+    #[allow(dead_code)] // only its shape is checked: the value just changes the URL
+    pub at: Option<u64>,
+}
 
 /// The live tab behind a pending card: only the card's owner sees it, only while it is pending,
 /// and only from a gateway configured with the runtime (otherwise the route is not here).

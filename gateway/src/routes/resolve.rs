@@ -1,8 +1,31 @@
 //! The owner's answer to a card: approve once, approve for the task (repeating the offer), deny,
 //! or take the live tab over.
 
-#[allow(clippy::wildcard_imports)] // the routes' own helpers and types
-use super::*;
+use axum::Json;
+use axum::extract::Request;
+use credentials::Scope;
+use proto::v1 as pb;
+
+use super::live::{card_tab, runtime_problem};
+use crate::api::{Position, Resolution, Resolve, Resolved};
+use crate::call::{Answer, Call, NoQuery, Seg, status, uuid};
+use crate::docs::{Doc, doc, schema};
+use crate::guard;
+use crate::problem::Problem;
+
+pub(crate) const RESOLVE: Doc = Doc {
+    scopes: &[Scope::ApprovalResolve],
+    write: true,
+    body: Some(schema::<Resolve>),
+    ..doc(
+        "post",
+        "/v1/approvals/{approval_id}/resolve",
+        "Answers a card: approve_once, approve_for_task (also needs browser.grant.write, and repeats the offer), \
+         deny, or take_over (denied to the agent, whose run ends, and the owner acts in the live tab); a stale or \
+         mismatched offer is 409 and the card stays pending",
+        schema::<Resolved>,
+    )
+};
 
 pub(super) async fn resolve(call: Call, Seg(approval_id): Seg, req: Request) -> Answer<Resolved> {
     let (owner, _) = call.owner(&RESOLVE).await?;

@@ -1,7 +1,14 @@
 //! Signing in with a one-time link: the page the link opens, and the post that spends it.
 
-#[allow(clippy::wildcard_imports)] // the routes' own helpers and types
-use super::*;
+use axum::extract::Request;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::call::Call;
+use crate::console::escape;
+use crate::guard;
+use crate::owners::Kind;
+use crate::settings::SESSION_COOKIE;
 
 /// The page a sign-in link opens. Opening it spends nothing (a link preview or prefetch cannot
 /// use it up): the button posts the code.
@@ -109,19 +116,4 @@ pub(super) fn same_origin(headers: &HeaderMap, tls: bool) -> bool {
 
 pub(super) fn page(status: StatusCode, title: &str, body: &str) -> Response {
     crate::console::shell(status, title, None, body)
-}
-
-pub(crate) fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }

@@ -1,14 +1,45 @@
 //! The owner's Stop for the agent in a chat session, and Stop everything for all of them: served
 //! whatever the task-grant flag, since they only take authority away.
 
-#[allow(clippy::wildcard_imports)] // the routes' own helpers and types
-use super::*;
+use axum::Json;
+use axum::extract::Request;
+use credentials::Scope;
+use proto::v1 as pb;
+use schemars::JsonSchema;
+
+use super::grants::empty_body;
+use crate::api::{Position, Written};
+use crate::call::{Answer, Call, NoQuery, Seg, entity_id, status};
+use crate::docs::{Doc, doc, schema};
+use crate::problem::Problem;
+
+pub(crate) const STOP_SESSION: Doc = Doc {
+    scopes: &[Scope::ApprovalResolve],
+    write: true,
+    ..doc(
+        "post",
+        "/v1/sessions/{session_id}/stop",
+        "Stops the agent in a chat session: its task permission ends, its waiting cards are denied, the run \
+         acting ends at its next action, and nothing runs until the owner's next message",
+        schema::<Written>,
+    )
+};
+pub(crate) const STOP_EVERYTHING: Doc = Doc {
+    scopes: &[Scope::ApprovalResolve],
+    write: true,
+    ..doc(
+        "post",
+        "/v1/stop-everything",
+        "Stops the agent in every chat of the owner's that is not stopped already, as the stop of one chat does",
+        schema::<Stopped>,
+    )
+};
 
 pub(super) async fn stop_session(call: Call, Seg(session_id): Seg, req: Request) -> Answer<Written> {
     let (owner, _) = call.owner(&STOP_SESSION).await?;
     call.query::<NoQuery>()?;
     entity_id("session_id", &session_id)?;
-    grants::empty_body(req).await?;
+    empty_body(req).await?;
     let req = pb::StopSessionRequest { session_id };
     let reply = call.gateway.authorizer().stop_session(call.grpc(&owner, req)?).await.map_err(status)?;
     Ok(Json(Written { position: Position::from_pb(reply.into_inner().position) }))
@@ -20,7 +51,7 @@ const STOP_CALLS: usize = 100;
 pub(super) async fn stop_everything(call: Call, req: Request) -> Answer<Stopped> {
     let (owner, _) = call.owner(&STOP_EVERYTHING).await?;
     call.query::<NoQuery>()?;
-    grants::empty_body(req).await?;
+    empty_body(req).await?;
     let (mut sessions, mut position) = (0, None);
     for _ in 0..STOP_CALLS {
         let req = call.grpc(&owner, pb::StopEverythingRequest {})?;
