@@ -2,7 +2,7 @@
 //! session's owner and profile, for this run, snapshot, ref and act, not expired. A ticket that
 //! fails any of these is a policy violation (APPROVAL_TOKEN_INVALID, terminal), never a retry.
 
-use classifier::constraint::{DispatchConstraint, GrantKind};
+use classifier::constraint::{DispatchConstraint, GrantKind, WireConstraint};
 use proto::ticket::Keyring;
 use proto::v1 as gl;
 use time::OffsetDateTime;
@@ -108,16 +108,15 @@ pub fn constraint(c: gl::DispatchConstraint) -> Result<DispatchConstraint, Strin
         _ => return Err("its grant kind is neither task nor standing".into()),
     };
     let not_after = OffsetDateTime::parse(&c.not_after, &Rfc3339).map_err(|_| "its end is not an RFC 3339 time")?;
-    let parsed = DispatchConstraint {
+    DispatchConstraint::from_wire(WireConstraint {
         kind,
         origins: c.origins,
         path_prefix: c.path_prefix,
         not_after,
         consequence_ceiling: c.consequence_ceiling,
         max_text_chars: c.max_text_chars,
-    };
-    parsed.validate().map_err(|e| e.to_string())?;
-    Ok(parsed)
+    })
+    .map_err(|e| e.to_string())
 }
 
 /// The body a ticket for exactly this act carries: what the authorizer seals for it. The bench

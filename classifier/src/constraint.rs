@@ -1,12 +1,14 @@
 //! The dispatch constraint the authorizer sends with every grant allow to the browser runtime. The runtime can
 //! only narrow with it: a stale or forged constraint causes nothing worse than a refusal. The
-//! grant kind fixes the consequence ceiling and the per-action text cap, and a constraint whose
-//! fields disagree with its kind is invalid wherever it is read.
+//! grant kind fixes the consequence ceiling and the per-action text cap, so the constraint holds
+//! only its kind; a wire constraint whose ceiling or cap disagrees with its kind is refused where
+//! it is read ([`DispatchConstraint::from_wire`]).
 
 use std::fmt;
 
 use time::OffsetDateTime;
 
+use crate::consequence::Consequence;
 use crate::text_shape::MAX_TEXT_PER_ACTION;
 
 /// [`MAX_TEXT_PER_ACTION`] as the wire's `u32`.
@@ -23,11 +25,11 @@ pub enum GrantKind {
 }
 
 impl GrantKind {
-    /// The most a covered action may do under this kind.
+    /// The most a covered action may do under this kind, as the wire spells it.
     pub fn consequence_ceiling(self) -> &'static str {
         match self {
-            Self::Task => "unknown",
-            Self::Standing => "routine",
+            Self::Task => Consequence::Unknown.code(),
+            Self::Standing => Consequence::Routine.code(),
         }
     }
 
@@ -46,8 +48,6 @@ pub struct DispatchConstraint {
     pub origins: Vec<String>,
     pub path_prefix: String,
     pub not_after: OffsetDateTime,
-    pub consequence_ceiling: String,
-    pub max_text_chars: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,16 +61,45 @@ impl fmt::Display for InvalidConstraint {
 
 impl std::error::Error for InvalidConstraint {}
 
+/// A constraint as the wire carries it: the kind's ceiling and text cap spelt out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireConstraint {
+    pub kind: GrantKind,
+    pub origins: Vec<String>,
+    pub path_prefix: String,
+    pub not_after: OffsetDateTime,
+    pub consequence_ceiling: String,
+    pub max_text_chars: u32,
+}
+
 impl DispatchConstraint {
-    /// Refuses a constraint whose ceiling or text cap disagrees with its kind, or that names no
-    /// origin, a non-HTTPS origin, or a prefix that is not one segment (`/` for standing).
-    pub fn validate(&self) -> Result<(), InvalidConstraint> {
-        if self.consequence_ceiling != self.kind.consequence_ceiling() {
+    /// The most a covered action may do under it: its kind's.
+    pub fn consequence_ceiling(&self) -> &'static str {
+        self.kind.consequence_ceiling()
+    }
+
+    /// Characters one action may type under it: its kind's.
+    pub fn max_text_chars(&self) -> u32 {
+        self.kind.max_text_chars()
+    }
+
+    /// A constraint read from the wire: refused when its ceiling or text cap disagrees with its
+    /// kind, or when it breaks [`DispatchConstraint::validate`].
+    pub fn from_wire(w: WireConstraint) -> Result<Self, InvalidConstraint> {
+        if w.consequence_ceiling != w.kind.consequence_ceiling() {
             return Err(InvalidConstraint("consequence ceiling disagrees with the grant kind"));
         }
-        if self.max_text_chars != self.kind.max_text_chars() {
+        if w.max_text_chars != w.kind.max_text_chars() {
             return Err(InvalidConstraint("text cap disagrees with the grant kind"));
         }
+        let c = Self { kind: w.kind, origins: w.origins, path_prefix: w.path_prefix, not_after: w.not_after };
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Refuses a constraint that names no origin, a non-HTTPS origin, or a prefix that is not
+    /// one segment (`/` for standing).
+    pub fn validate(&self) -> Result<(), InvalidConstraint> {
         if self.origins.is_empty() || self.origins.iter().any(|o| !o.starts_with("https://")) {
             return Err(InvalidConstraint("origins must be https"));
         }
@@ -87,8 +116,8 @@ impl DispatchConstraint {
 mod tests {
     use super::*;
 
-    fn task() -> DispatchConstraint {
-        DispatchConstraint {
+    fn task() -> WireConstraint {
+        WireConstraint {
             kind: GrantKind::Task,
             origins: vec!["https://www.example.org".into()],
             path_prefix: "/lesson".into(),
@@ -100,16 +129,26 @@ mod tests {
 
     #[test]
     fn the_kind_fixes_ceiling_and_cap() {
-        assert_eq!(task().validate(), Ok(()));
-        let wider = DispatchConstraint { consequence_ceiling: "payment".into(), ..task() };
-        assert!(wider.validate().is_err());
-        let more_text = DispatchConstraint { max_text_chars: 4096, ..task() };
-        assert!(more_text.validate().is_err());
+        let read = DispatchConstraint::from_wire(task()).expect("a task constraint as sealed");
+        assert_eq!((read.consequence_ceiling(), read.max_text_chars()), ("unknown", 256));
+        let wider = WireConstraint { consequence_ceiling: "payment".into(), ..task() };
+        assert!(DispatchConstraint::from_wire(wider).is_err());
+        let more_text = WireConstraint { max_text_chars: 4096, ..task() };
+        assert!(DispatchConstraint::from_wire(more_text).is_err());
         let standing_with_text =
-            DispatchConstraint { kind: GrantKind::Standing, consequence_ceiling: "routine".into(), ..task() };
-        assert!(standing_with_text.validate().is_err(), "a standing grant types nothing");
-        assert!(DispatchConstraint { origins: vec![], ..task() }.validate().is_err());
-        assert!(DispatchConstraint { origins: vec!["http://x.example".into()], ..task() }.validate().is_err());
-        assert!(DispatchConstraint { path_prefix: "/a/b".into(), ..task() }.validate().is_err());
+            WireConstraint { kind: GrantKind::Standing, consequence_ceiling: "routine".into(), ..task() };
+        assert!(DispatchConstraint::from_wire(standing_with_text).is_err(), "a standing grant types nothing");
+        let standing = WireConstraint {
+            kind: GrantKind::Standing,
+            consequence_ceiling: "routine".into(),
+            max_text_chars: 0,
+            path_prefix: "/".into(),
+            ..task()
+        };
+        assert!(DispatchConstraint::from_wire(standing).is_ok());
+        assert!(DispatchConstraint::from_wire(WireConstraint { origins: vec![], ..task() }).is_err());
+        let http = WireConstraint { origins: vec!["http://x.example".into()], ..task() };
+        assert!(DispatchConstraint::from_wire(http).is_err());
+        assert!(DispatchConstraint::from_wire(WireConstraint { path_prefix: "/a/b".into(), ..task() }).is_err());
     }
 }

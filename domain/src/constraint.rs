@@ -3,7 +3,7 @@
 
 use time::OffsetDateTime;
 
-pub use classifier::constraint::{DispatchConstraint, GrantKind, InvalidConstraint};
+pub use classifier::constraint::{DispatchConstraint, GrantKind, InvalidConstraint, WireConstraint};
 
 use crate::model::Grant;
 
@@ -15,8 +15,6 @@ pub fn for_task_grant(grant: &Grant) -> DispatchConstraint {
         origins: vec![c.scope.origin.clone()],
         path_prefix: c.scope.path_prefix.clone(),
         not_after: c.expires_at,
-        consequence_ceiling: GrantKind::Task.consequence_ceiling().to_owned(),
-        max_text_chars: GrantKind::Task.max_text_chars(),
     }
 }
 
@@ -27,7 +25,5 @@ pub fn for_standing_grant(origin: &str, not_after: OffsetDateTime) -> DispatchCo
         origins: vec![origin.to_owned()],
         path_prefix: "/".into(),
         not_after,
-        consequence_ceiling: GrantKind::Standing.consequence_ceiling().to_owned(),
-        max_text_chars: GrantKind::Standing.max_text_chars(),
     }
 }

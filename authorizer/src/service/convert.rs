@@ -151,8 +151,8 @@ pub(super) fn constraint(c: &DispatchConstraint) -> pb::DispatchConstraint {
         origins: c.origins.clone(),
         path_prefix: c.path_prefix.clone(),
         not_after: rfc3339(c.not_after),
-        consequence_ceiling: c.consequence_ceiling.clone(),
-        max_text_chars: c.max_text_chars,
+        consequence_ceiling: c.consequence_ceiling().into(),
+        max_text_chars: c.max_text_chars(),
     }
 }
 

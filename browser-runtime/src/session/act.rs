@@ -441,7 +441,7 @@ pub(super) fn covered(
                 let grant = Grant::Task(TaskScope {
                     origin: origin.clone(),
                     path_prefix: c.path_prefix.clone(),
-                    chars_remaining: c.max_text_chars,
+                    chars_remaining: c.max_text_chars(),
                 });
                 match classifier::covers(&grant, action, &live.facts, page) {
                     Ok(()) => return Ok(()),

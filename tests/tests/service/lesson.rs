@@ -47,15 +47,15 @@ async fn lesson_path(served: Served) {
         (c.grant_kind, c.origins.as_slice(), c.path_prefix.as_str()),
         (pb::GrantKind::Task as i32, &["https://www.lesson.test".to_owned()][..], "/lesson")
     );
-    let domain = DispatchConstraint {
+    let domain = DispatchConstraint::from_wire(WireConstraint {
         kind: GrantKind::Task,
         origins: c.origins.clone(),
         path_prefix: c.path_prefix.clone(),
         not_after: time::OffsetDateTime::parse(&c.not_after, &time::format_description::well_known::Rfc3339).unwrap(),
         consequence_ceiling: c.consequence_ceiling.clone(),
         max_text_chars: c.max_text_chars,
-    };
-    assert_eq!(domain.validate(), Ok(()));
+    });
+    assert!(domain.is_ok(), "{domain:?}");
 
     let at = second.position;
     let grants = client
@@ -209,16 +209,16 @@ async fn a_standing_grant_allow_carries_a_valid_constraint() {
     let Some(pb::authorize_reply::Decision::Allow(allow)) = reply.decision else { panic!("{reply:?}") };
     assert_eq!(allow.kind, "standing_grant");
     let c = allow.constraint.expect("every allow carries a constraint");
-    let rebuilt = DispatchConstraint {
+    assert_eq!(c.grant_kind, pb::GrantKind::Standing as i32);
+    let rebuilt = DispatchConstraint::from_wire(WireConstraint {
         kind: GrantKind::Standing,
         origins: c.origins,
         path_prefix: c.path_prefix,
         not_after: time::OffsetDateTime::parse(&c.not_after, &time::format_description::well_known::Rfc3339).unwrap(),
         consequence_ceiling: c.consequence_ceiling,
         max_text_chars: c.max_text_chars,
-    };
-    assert_eq!(c.grant_kind, pb::GrantKind::Standing as i32);
-    rebuilt.validate().expect("the standing grant's constraint validates");
+    })
+    .expect("the standing grant's constraint validates");
     assert_eq!(rebuilt.origins, ["https://www.lesson.test"]);
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use authorizer::PgGrants;
 use authorizer::auth::Rpc;
-use authorizer::constraint::{DispatchConstraint, GrantKind};
+use authorizer::constraint::{DispatchConstraint, GrantKind, WireConstraint};
 use authorizer::domain::Command;
 use authorizer::policy::Policy;
 use authorizer::scopes::{TaskGrantSettings, parse_scopes};
