@@ -14,7 +14,7 @@ use proto::v1 as pb;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 use uuid::Uuid;
 
-use super::{Samples, Scratch, bare};
+use super::{Cpu, Samples, Scratch, bare};
 
 const TENANT: &str = "bench";
 /// Authorizer replicas behind the clients.
@@ -497,11 +497,19 @@ async fn measure(
         bare(pool.clone(), n, Duration::from_millis(300)).await?;
         drive(endpoints, tokens, n, Duration::from_millis(500)).await?;
         let (mut b, mut a, mut c) = (Samples::default(), Samples::default(), Samples::default());
+        let mut cpu = [Cpu::default(); 3];
+        let pids: Vec<u32> = replicas.servers.iter().map(|(_, pid, _)| *pid).collect();
         let before = handling(&replicas.metrics).await;
         for _ in 0..2 {
+            let t = Cpu::now(&pids);
             b.merge(bare(pool.clone(), n, duration / 4).await?);
+            let u = Cpu::now(&pids);
+            cpu[0].add(u.since(t));
             a.merge(drive(endpoints, tokens, n, duration / 4).await?);
+            let v = Cpu::now(&pids);
+            cpu[1].add(v.since(u));
             c.merge(check(endpoints, tokens, n, duration / 8).await?);
+            cpu[2].add(Cpu::now(&pids).since(v));
         }
         let (p50, tput) =
             side_by_side(&mut out, n, ("bare INSERT; COMMIT", &b), ("Authorize (gRPC, consumes a use)", &a))?;
@@ -514,6 +522,16 @@ async fn measure(
         )?;
         let floor = c.percentile(50).as_secs_f64() / b.percentile(50).as_secs_f64().max(1e-9);
         writeln!(ratios, "{n} client(s): health check/bare p50 = {floor:.2}x (the gRPC hop alone)")?;
+        for (name, samples, spent) in
+            [("bare insert", &b, cpu[0]), ("Authorize", &a, cpu[1]), ("health Check", &c, cpu[2])]
+        {
+            let [bench, servers, pg, total] = spent.per_call(samples.latencies.len());
+            writeln!(
+                ratios,
+                "{n} client(s): machine CPU per {name} = {total:.0} µs (bench clients {bench:.0}, replicas \
+                 {servers:.0}, PostgreSQL {pg:.0})"
+            )?;
+        }
         let after = handling(&replicas.metrics).await;
         let calls = (after.1 - before.1).max(1.0);
         writeln!(

@@ -35,6 +35,67 @@ impl Samples {
     }
 }
 
+/// CPU time spent so far by this process (the bench's clients), by the server processes it
+/// started, and by every PostgreSQL process on the machine: read from Linux's `/proc`, zero
+/// where it is not. The difference of two is what one phase cost the machine.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cpu {
+    bench: Duration,
+    servers: Duration,
+    postgres: Duration,
+}
+
+impl Cpu {
+    fn now(servers: &[u32]) -> Self {
+        let of = |pid: &str| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| proc_cpu(&s));
+        let bench = of("self").map(|(_, t)| t).unwrap_or_default();
+        let servers = servers.iter().filter_map(|p| of(&p.to_string())).map(|(_, t)| t).sum();
+        let postgres = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+            .filter_map(|e| of(&e.file_name().to_string_lossy()))
+            .filter(|(name, _)| name == "postgres")
+            .map(|(_, t)| t)
+            .sum();
+        Self { bench, servers, postgres }
+    }
+
+    /// What was spent between `before` and this.
+    fn since(self, before: Self) -> Self {
+        Self {
+            bench: self.bench.saturating_sub(before.bench),
+            servers: self.servers.saturating_sub(before.servers),
+            postgres: self.postgres.saturating_sub(before.postgres),
+        }
+    }
+
+    fn add(&mut self, other: Self) {
+        self.bench += other.bench;
+        self.servers += other.servers;
+        self.postgres += other.postgres;
+    }
+
+    /// Microseconds of each part per call, and their sum, over `calls` calls.
+    fn per_call(self, calls: usize) -> [f64; 4] {
+        let us = |d: Duration| d.as_secs_f64() * 1e6 / calls.max(1) as f64;
+        let parts = [us(self.bench), us(self.servers), us(self.postgres)];
+        [parts[0], parts[1], parts[2], parts.iter().sum()]
+    }
+}
+
+/// A process's name and its user plus system CPU time, from its `/proc/<pid>/stat` line. The
+/// name is in parentheses and may hold spaces; the times are the 14th and 15th fields, in clock
+/// ticks of 1/100 s (`USER_HZ`, 100 on every Linux this runs on).
+fn proc_cpu(stat: &str) -> Option<(String, Duration)> {
+    let (head, rest) = stat.rsplit_once(") ")?;
+    let name = head.split_once(" (")?.1.to_owned();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some((name, Duration::from_millis(ticks * 10)))
+}
+
 fn payload() -> serde_json::Value {
     // About the size of a tool.call.authorized event.
     json!({
@@ -229,3 +290,18 @@ pub mod rebuild;
 
 pub mod act;
 pub mod harness;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_line_gives_the_name_and_both_cpu_times() {
+        // The name may hold spaces and parentheses: only the last `) ` ends it.
+        let line = "4242 (postgres: x (y) z) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 37 0 0 20 0 1 0 5 0 0";
+        assert_eq!(proc_cpu(line), Some(("postgres: x (y) z".to_owned(), Duration::from_millis(2_870))));
+        assert_eq!(proc_cpu("4242 (short) S 1"), None, "too few fields");
+        let me = std::fs::read_to_string("/proc/self/stat").expect("Linux /proc");
+        assert!(proc_cpu(&me).is_some(), "{me}");
+    }
+}
