@@ -20,7 +20,6 @@ pub mod owners;
 pub mod problem;
 mod routes;
 mod settings;
-mod stream;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,9 +32,9 @@ pub use guard::{MAX_STREAMS, MAX_STREAMS_PER_TOKEN, RateLimit};
 pub use owners::{Kind, Owner, OwnerError, Owners};
 pub use problem::Problem;
 pub use settings::{
-    CSRF_HEADER, GRPC_TIMEOUT, MAX_BODY_BYTES, MAX_VIEW_WAITS, REQUEST_TIMEOUT, SESSION_COOKIE, VIEW_WAIT,
+    CSRF_HEADER, GRPC_TIMEOUT, MAX_BODY_BYTES, MAX_VIEW_WAITS, REQUEST_TIMEOUT, SESSION_COOKIE, STREAM_LIFETIME,
+    VIEW_WAIT,
 };
-pub use stream::STREAM_LIFETIME;
 
 /// Serves `gateway` on `listener` (TLS when `tls` is given: HTTP/1.1 over rustls) until
 /// `shutdown`, then lets requests in flight finish.

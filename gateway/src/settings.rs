@@ -18,3 +18,5 @@ pub const GRPC_TIMEOUT: Duration = Duration::from_secs(6);
 pub const MAX_VIEW_WAITS: usize = 32;
 /// The longest a read waits for a view to reach the position it was given.
 pub const VIEW_WAIT: Duration = Duration::from_secs(2);
+/// An event stream ends after this; the client opens another (and is authenticated again).
+pub const STREAM_LIFETIME: Duration = Duration::from_secs(10 * 60);

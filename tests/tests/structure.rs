@@ -1,11 +1,17 @@
 //! The workspace's shape, held by a test: no two files of one crate import each other, directly
 //! or through others. A circle means neither file can be read, changed or moved alone.
 //!
-//! Each `.rs` file under a crate's `src/` is a module. A file depends on another when one of its
-//! paths (`use` trees and paths in code, from `crate::`, `super::`, `self::` or a child module's
-//! name) names an item the other file defines, or a module the other file is. A path through a
-//! `pub use` is followed to the file that defines the item, so a facade that re-exports is not
-//! a dependency of the files that use it. A glob (`use super::*`) depends on the module it reads.
+//! Each crate root (`lib.rs`, `main.rs`, `bin/*.rs`) is read with the files its `mod x;`
+//! declarations name, as the compiler reads them. A file depends on another when one of its paths
+//! (`use` trees and paths in code, from `crate::`, `super::`, `self::` or a child module's name)
+//! names an item the other file defines, or a module the other file is. A path through a
+//! `pub use` is followed to the file that defines the item, so a facade that only re-exports is
+//! not a dependency of the files that use it; a file that re-exports a name and also uses it
+//! depends on its definer. A glob (`use super::*`) depends on the module it reads.
+//!
+//! Not seen: macros (`$crate::` paths, and a `macro_rules!` used by its textual scope), and the
+//! methods of one type written in several files (an inherent `impl` split by seams), which call
+//! each other without naming a path.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -16,14 +22,20 @@ type Module = Vec<String>;
 fn no_two_files_of_a_crate_import_each_other() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut circles = Vec::new();
+    let mut read = 0;
     for krate in crates(&root) {
-        let files = Crate::read(&krate.join("src"));
-        for circle in files.circles() {
-            let names: Vec<String> = circle.iter().map(|m| files.file_name(m)).collect();
-            let krate = krate.file_name().unwrap().to_string_lossy().into_owned();
-            circles.push(format!("{krate}: {}\n{}", names.join(" <-> "), files.explain(&circle)));
+        let src = krate.join("src");
+        for root_file in roots(&src) {
+            let files = Crate::read(&root_file, &|p| std::fs::read_to_string(src.join(p)).ok());
+            read += files.files.len();
+            for circle in files.circles() {
+                let names: Vec<String> = circle.iter().map(|m| files.file_name(m)).collect();
+                let krate = krate.file_name().unwrap().to_string_lossy().into_owned();
+                circles.push(format!("{krate}: {}\n{}", names.join(" <-> "), files.explain(&circle)));
+            }
         }
     }
+    assert!(read > 100, "only {read} source files were read");
     assert!(circles.is_empty(), "files that import each other:\n{}", circles.join("\n"));
 }
 
@@ -52,6 +64,61 @@ fn the_checker_finds_a_circle_and_follows_re_exports() {
         ("p.rs", "pub fn own() {}\n#[cfg(test)]\nmod tests { use super::*; \"crate::q\"; }"),
     ]);
     assert!(test_module.circles().is_empty(), "an inline module's `super` is its own file");
+
+    // A root that re-exports an adapter and uses it, while the adapter uses the root's error.
+    let facade_that_uses = Crate::from_sources(&[
+        ("lib.rs", "mod memory; pub use memory::Memory; pub struct Error; fn new() -> Memory { Memory }"),
+        ("memory.rs", "use crate::Error; pub struct Memory;"),
+    ]);
+    assert_eq!(facade_that_uses.circles().len(), 1, "a re-export its own file uses is a dependency");
+
+    // Groups, aliases and a re-export of a re-export, each reaching `b`, which uses `a`.
+    for a in [
+        "use crate::{x::{self}, b::{thing as other}}; fn f() { other() }",
+        "use crate::hop::Thing; fn f() -> Thing { Thing }",
+    ] {
+        let nested = Crate::from_sources(&[
+            ("lib.rs", "mod a; mod b; mod hop; mod x;"),
+            ("a.rs", a),
+            ("b.rs", "pub fn thing() { crate::a::f(); } pub struct Thing;"),
+            ("hop.rs", "pub use crate::b::Thing;"),
+            ("x.rs", ""),
+        ]);
+        assert_eq!(nested.circles().len(), 1, "{a}");
+    }
+
+    // Literals that hold quotes, and a raw identifier, hide nothing and invent nothing.
+    let literals = Crate::from_sources(&[
+        ("lib.rs", "mod a; mod b;"),
+        (
+            "a.rs",
+            "const Q: char = '\\\\'; const D: char = '\"'; const B: &[u8] = br#\"x\"y\"#; \
+             fn r#type() {} use crate::b::g; pub fn f() { g() }",
+        ),
+        ("b.rs", "pub fn g() { let _ = \"crate::a::f\"; crate::a::f() }"),
+    ]);
+    assert_eq!(literals.circles().len(), 1, "the path after the literals is read");
+
+    // A binary beside a library is a crate of its own: its files are not the library's.
+    let roots_found = roots(Path::new(env!("CARGO_MANIFEST_DIR")).join("src").as_path());
+    assert!(roots_found.iter().any(|r| r.ends_with("lib.rs")) && roots_found.iter().any(|r| r.starts_with("bin/")));
+}
+
+/// A crate folder's roots, relative to `src`: the library, the binary and each `bin/` binary.
+fn roots(src: &Path) -> Vec<String> {
+    let mut found: Vec<String> =
+        ["lib.rs", "main.rs"].into_iter().filter(|r| src.join(r).is_file()).map(String::from).collect();
+    if let Ok(bins) = std::fs::read_dir(src.join("bin")) {
+        let mut bins: Vec<String> = bins
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".rs"))
+            .map(|n| format!("bin/{n}"))
+            .collect();
+        bins.sort();
+        found.extend(bins);
+    }
+    found
 }
 
 fn crates(root: &Path) -> Vec<PathBuf> {
@@ -78,29 +145,47 @@ struct Source {
     imports: BTreeMap<String, (Module, Vec<String>)>,
     /// Every path the file names, with the inline module it sits in.
     paths: Vec<(Module, Vec<String>)>,
+    /// The files it declares (`mod x;` outside any inline module).
+    children: Vec<String>,
 }
 
 impl Crate {
-    fn read(src: &Path) -> Crate {
-        let mut sources = Vec::new();
-        walk(src, &mut |file| {
-            let rel = file.strip_prefix(src).expect("under src").to_string_lossy().into_owned();
-            sources.push((rel, std::fs::read_to_string(file).expect("a source file")));
-        });
-        let borrowed: Vec<(&str, &str)> = sources.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
-        Crate::from_sources(&borrowed)
+    /// The crate rooted at `root` (a path under `src`), following its `mod x;` declarations to
+    /// `x.rs` or `x/mod.rs` beside the declaring file (in its own folder for a non-root file).
+    fn read(root: &str, read: &dyn Fn(&str) -> Option<String>) -> Crate {
+        let mut files = BTreeMap::new();
+        let mut todo = vec![(Vec::new(), root.to_owned())];
+        while let Some((module, path)) = todo.pop() {
+            let text = read(&path).unwrap_or_else(|| panic!("{path} is declared but cannot be read"));
+            let source = Source::parse(&path, &module, &text);
+            let (dir, stem) = path.rsplit_once('/').map_or(("", path.as_str()), |(d, f)| (d, f));
+            let stem = stem.trim_end_matches(".rs");
+            let own_folder = if path == root || stem == "mod" {
+                dir.to_owned()
+            } else if dir.is_empty() {
+                stem.to_owned()
+            } else {
+                format!("{dir}/{stem}")
+            };
+            for child in &source.children {
+                let base = if own_folder.is_empty() { child.clone() } else { format!("{own_folder}/{child}") };
+                let file = [format!("{base}.rs"), format!("{base}/mod.rs")]
+                    .into_iter()
+                    .find(|f| read(f).is_some())
+                    .unwrap_or_else(|| panic!("{path} declares `mod {child};`, found in no file"));
+                let mut m = module.clone();
+                m.push(child.clone());
+                todo.push((m, file));
+            }
+            files.insert(module, source);
+        }
+        Crate { files }
     }
 
+    /// A crate of made-up files, rooted at `lib.rs`.
     fn from_sources(sources: &[(&str, &str)]) -> Crate {
-        let files = sources
-            .iter()
-            .map(|(path, text)| {
-                let module = module_of(path);
-                let source = Source::parse(path, &module, text);
-                (module, source)
-            })
-            .collect();
-        Crate { files }
+        let map: BTreeMap<String, String> = sources.iter().map(|(p, t)| ((*p).to_owned(), (*t).to_owned())).collect();
+        Crate::read("lib.rs", &|p| map.get(p).cloned())
     }
 
     fn file_name(&self, module: &Module) -> String {
@@ -228,29 +313,6 @@ impl Crate {
     }
 }
 
-fn walk(dir: &Path, found: &mut dyn FnMut(&Path)) {
-    let mut entries: Vec<PathBuf> =
-        std::fs::read_dir(dir).expect("a source folder").map(|e| e.unwrap().path()).collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            walk(&path, found);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            found(&path);
-        }
-    }
-}
-
-/// `a/b.rs` and `a/b/mod.rs` are module `a::b`; `lib.rs` and `main.rs` are the root. A binary's
-/// files (`bin/x.rs`) are a crate of their own in Rust, but share this map harmlessly.
-fn module_of(path: &str) -> Module {
-    let mut parts: Vec<String> = path.trim_end_matches(".rs").split('/').map(String::from).collect();
-    if parts.last().is_some_and(|l| l == "mod") || (parts.len() == 1 && (parts[0] == "lib" || parts[0] == "main")) {
-        parts.pop();
-    }
-    parts
-}
-
 #[derive(Debug, Clone, PartialEq)]
 enum Token {
     Ident(String),
@@ -270,6 +332,9 @@ impl Source {
         // The inline modules open at each brace depth, for `super` inside `mod tests { … }`.
         let mut scopes: Vec<(usize, String)> = Vec::new();
         let mut depth = 0usize;
+        // Names the file uses outside its `use` lines, and the re-exports that may be among them.
+        let mut used = BTreeSet::new();
+        let mut re_exports = Vec::new();
         let mut i = 0;
         while i < tokens.len() {
             let at: Module = module.iter().cloned().chain(scopes.iter().map(|(_, n)| n.clone())).collect();
@@ -294,17 +359,26 @@ impl Source {
                             .take_while(|t| **t != Token::Ident("pub".into()))
                             .any(|t| *t == Token::Semi || *t == Token::Close || *t == Token::Open);
                     for (path, name) in leaves {
-                        if let Some(name) = name {
-                            source.imports.insert(name, (at.clone(), path.clone()));
+                        if let Some(name) = &name {
+                            source.imports.insert(name.clone(), (at.clone(), path.clone()));
                         }
-                        if !re_export {
-                            source.paths.push((at.clone(), path));
+                        match name {
+                            Some(name) if re_export => re_exports.push((name, at.clone(), path)),
+                            None if re_export => {}
+                            _ => source.paths.push((at.clone(), path)),
                         }
                     }
                     i = end;
                     continue;
                 }
                 Token::Ident(word) if word == "mod" => {
+                    if let (Some(Token::Ident(name)), Some(Token::Semi), true) =
+                        (tokens.get(i + 1), tokens.get(i + 2), scopes.is_empty())
+                    {
+                        source.children.push(name.clone());
+                        i += 3;
+                        continue;
+                    }
                     if let (Some(Token::Ident(name)), Some(Token::Open)) = (tokens.get(i + 1), tokens.get(i + 2)) {
                         scopes.push((depth, name.clone()));
                         depth += 1;
@@ -320,6 +394,7 @@ impl Source {
                 Token::Ident(first)
                     if tokens.get(i + 1) == Some(&Token::Path) && (i == 0 || tokens[i - 1] != Token::Path) =>
                 {
+                    used.insert(first.clone());
                     let mut path = vec![first.clone()];
                     let mut j = i + 1;
                     while tokens.get(j) == Some(&Token::Path) {
@@ -333,9 +408,18 @@ impl Source {
                     i = j;
                     continue;
                 }
+                Token::Ident(word) => {
+                    used.insert(word.clone());
+                }
                 _ => {}
             }
             i += 1;
+        }
+        // A re-export the file also uses itself is one of its dependencies.
+        for (name, at, path) in re_exports {
+            if used.contains(&name) {
+                source.paths.push((at, path));
+            }
         }
         source
     }
@@ -426,35 +510,50 @@ fn tokenize(text: &str) -> Vec<Token> {
                     i += 1;
                 }
             }
-        } else if c == 'r' && (next == Some('"') || (next == Some('#') && raw_string_start(&chars, i + 1))) {
-            let hashes = chars[i + 1..].iter().take_while(|&&h| h == '#').count();
-            i += 2 + hashes;
-            while i < chars.len()
-                && !(chars[i] == '"' && chars[i + 1..].iter().take(hashes).filter(|&&h| h == '#').count() == hashes)
-            {
+        } else if let Some((skip, raw)) = string_prefix(&chars, i) {
+            // A byte string (`b"…"`) or a raw one (`r#"…"#`, `br"…"`), from its quote or `#`s on.
+            i += skip;
+            if raw {
+                let hashes = chars[i..].iter().take_while(|&&h| h == '#').count();
+                i += hashes + 1;
+                while i < chars.len() && !(chars[i] == '"' && chars[i + 1..].iter().take(hashes).all(|&h| h == '#')) {
+                    i += 1;
+                }
+                i += 1 + hashes;
+            } else {
+                i += 1;
+                while i < chars.len() && chars[i] != '"' {
+                    i += if chars[i] == '\\' { 2 } else { 1 };
+                }
                 i += 1;
             }
-            i += 1 + hashes;
         } else if c == '"' {
             i += 1;
             while i < chars.len() && chars[i] != '"' {
                 i += if chars[i] == '\\' { 2 } else { 1 };
             }
             i += 1;
-        } else if c == '\'' && (chars.get(i + 2) == Some(&'\'') || next == Some('\\')) {
-            // A character literal; a lifetime (`'a`) has no closing quote two places on.
-            i += 2;
+        } else if c == '\'' && next == Some('\\') {
+            // An escaped character (`'\\'`, `'\''`, `'\u{7f}'`): the escaped one, then to the quote.
+            i += 3;
             while i < chars.len() && chars[i] != '\'' {
-                i += if chars[i] == '\\' { 2 } else { 1 };
+                i += 1;
             }
             i += 1;
+        } else if c == '\'' && chars.get(i + 2) == Some(&'\'') {
+            // A character literal; a lifetime (`'a`) has no closing quote two places on.
+            i += 3;
         } else if c.is_alphabetic() || c == '_' {
+            // A raw identifier (`r#type`) is the name after its `r#`.
+            if c == 'r' && next == Some('#') && chars.get(i + 2).is_some_and(|n| n.is_alphabetic() || *n == '_') {
+                i += 2;
+            }
             let start = i;
             while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
                 i += 1;
             }
             let word: String = chars[start..i].iter().collect();
-            // `$crate` is a macro's own crate, and a raw identifier is a name like any other.
+            // `$crate` is a macro's own crate: no file's.
             let macro_crate = start > 0 && chars[start - 1] == '$';
             tokens.push(Token::Ident(if macro_crate { "$crate".into() } else { word }));
         } else {
@@ -476,6 +575,20 @@ fn tokenize(text: &str) -> Vec<Token> {
     tokens
 }
 
-fn raw_string_start(chars: &[char], from: usize) -> bool {
-    chars[from..].iter().find(|&&h| h != '#') == Some(&'"')
+/// The length of the prefix (`b`, `r`, `br`) of a string literal starting at `i`, and whether
+/// it is raw; `None` for anything else, an identifier that merely begins with `b` or `r`
+/// included.
+fn string_prefix(chars: &[char], i: usize) -> Option<(usize, bool)> {
+    if i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_') {
+        return None;
+    }
+    let prefix = match (chars[i], chars.get(i + 1)) {
+        ('b', Some('r')) => 2,
+        ('b' | 'r', _) => 1,
+        _ => return None,
+    };
+    let raw = chars[i..i + prefix].contains(&'r');
+    let quote = chars[i + prefix..].iter().position(|&h| h != '#')? + i + prefix;
+    let hashes = quote - (i + prefix);
+    (chars[quote] == '"' && (raw || hashes == 0)).then_some((prefix, raw))
 }

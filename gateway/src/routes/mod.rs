@@ -19,15 +19,15 @@ use crate::problem::Problem;
 use crate::settings::VIEW_WAIT;
 
 mod approvals;
+mod events;
 mod grants;
 mod live;
 mod resolve;
 mod sign_in;
 mod stop;
 
-pub(crate) use approvals::approvals_of;
 use approvals::{GET_APPROVAL, LIST_APPROVALS, get_approval, list_approvals};
-pub(crate) use grants::grants_of;
+use events::{EVENTS, events};
 use grants::{GET_GRANT, LIST_GRANTS, REVOKE_GRANT, get_grant, list_grants, revoke_grant};
 use live::{LIVE, LIVE_INPUT, live, live_input};
 use resolve::{RESOLVE, resolve};
@@ -78,7 +78,7 @@ pub(crate) fn routes() -> Vec<(Doc, MethodRouter<Gateway>)> {
         on(STOP_SESSION, stop_session),
         on(STOP_EVERYTHING, stop_everything),
         on(ACTIVITY, activity),
-        on(crate::stream::EVENTS, crate::stream::events),
+        on(EVENTS, events),
         on(OPENAPI, openapi),
     ]
 }

@@ -24,7 +24,10 @@ use crate::call::{Call, NoQuery, Seg, entity_id};
 use crate::docs::{Doc, doc, schema};
 use crate::guard::Slot;
 use crate::problem::Problem;
-use crate::routes::{approvals_of, grants_of};
+use crate::settings::STREAM_LIFETIME;
+
+use super::approvals::approvals_of;
+use super::grants::grants_of;
 
 /// The longest between two reads with no append announced: minutes left move on their own.
 const TICK: Duration = Duration::from_secs(5);
@@ -32,8 +35,6 @@ const TICK: Duration = Duration::from_secs(5);
 const RECHECK: Duration = Duration::from_secs(5);
 /// The shortest between two reads, however often the ledger announces appends (any tenant's).
 const MIN_REFRESH: Duration = Duration::from_secs(1);
-/// A stream ends after this; the client opens another (and is authenticated again).
-pub const STREAM_LIFETIME: Duration = Duration::from_secs(10 * 60);
 pub(crate) const EVENTS: Doc = Doc {
     scopes: &[Scope::ApprovalResolve],
     events: true,
@@ -78,7 +79,7 @@ struct Watch {
     queue: VecDeque<Event>,
 }
 
-pub(crate) async fn events(
+pub(super) async fn events(
     call: Call,
     Seg(session_id): Seg,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, Problem> {
