@@ -14,7 +14,7 @@ use proto::v1 as pb;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 use uuid::Uuid;
 
-use super::{Cpu, Samples, Scratch, bare};
+use super::{Cpu, Samples, Scratch, bare, postmaster_of};
 
 const TENANT: &str = "bench";
 /// Authorizer replicas behind the clients.
@@ -499,17 +499,18 @@ async fn measure(
         let (mut b, mut a, mut c) = (Samples::default(), Samples::default(), Samples::default());
         let mut cpu = [Cpu::default(); 3];
         let pids: Vec<u32> = replicas.servers.iter().map(|(_, pid, _)| *pid).collect();
+        let pm = postmaster_of(pool).await;
         let before = handling(&replicas.metrics).await;
         for _ in 0..2 {
-            let t = Cpu::now(&pids);
+            let t = Cpu::now(&pids, pm);
             b.merge(bare(pool.clone(), n, duration / 4).await?);
-            let u = Cpu::now(&pids);
+            let u = Cpu::now(&pids, pm);
             cpu[0].add(u.since(t));
             a.merge(drive(endpoints, tokens, n, duration / 4).await?);
-            let v = Cpu::now(&pids);
+            let v = Cpu::now(&pids, pm);
             cpu[1].add(v.since(u));
             c.merge(check(endpoints, tokens, n, duration / 8).await?);
-            cpu[2].add(Cpu::now(&pids).since(v));
+            cpu[2].add(Cpu::now(&pids, pm).since(v));
         }
         let (p50, tput) =
             side_by_side(&mut out, n, ("bare INSERT; COMMIT", &b), ("Authorize (gRPC, consumes a use)", &a))?;

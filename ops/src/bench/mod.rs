@@ -36,8 +36,10 @@ impl Samples {
 }
 
 /// CPU time spent so far by this process (the bench's clients), by the server processes it
-/// started, and by every PostgreSQL process on the machine: read from Linux's `/proc`, zero
-/// where it is not. The difference of two is what one phase cost the machine.
+/// started, and by one PostgreSQL cluster (its postmaster with the children it reaped, and its
+/// live children): read from Linux's `/proc`, zero where it is not. Each total only grows, a
+/// child's time moving to the postmaster when it exits, so the difference of two is what one phase
+/// cost the machine.
 #[derive(Debug, Clone, Copy, Default)]
 struct Cpu {
     bench: Duration,
@@ -46,19 +48,23 @@ struct Cpu {
 }
 
 impl Cpu {
-    fn now(servers: &[u32]) -> Self {
-        let of = |pid: &str| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| proc_cpu(&s));
-        let bench = of("self").map(|(_, t)| t).unwrap_or_default();
-        let servers = servers.iter().filter_map(|p| of(&p.to_string())).map(|(_, t)| t).sum();
-        let postgres = std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
-            .filter_map(|e| of(&e.file_name().to_string_lossy()))
-            .filter(|(name, _)| name == "postgres")
-            .map(|(_, t)| t)
-            .sum();
+    fn now(servers: &[u32], postmaster: Option<u32>) -> Self {
+        let of = |pid: &str| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| proc_stat(&s));
+        let bench = of("self").map(|s| s.cpu).unwrap_or_default();
+        let servers = servers.iter().filter_map(|p| of(&p.to_string())).map(|s| s.cpu).sum();
+        let postgres = postmaster.map_or(Duration::ZERO, |pm| {
+            let own = of(&pm.to_string()).map(|s| s.cpu + s.reaped).unwrap_or_default();
+            let children: Duration = std::fs::read_dir("/proc")
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+                .filter_map(|e| of(&e.file_name().to_string_lossy()))
+                .filter(|s| s.parent == pm)
+                .map(|s| s.cpu)
+                .sum();
+            own + children
+        });
         Self { bench, servers, postgres }
     }
 
@@ -85,15 +91,36 @@ impl Cpu {
     }
 }
 
-/// A process's name and its user plus system CPU time, from its `/proc/<pid>/stat` line. The
-/// name is in parentheses and may hold spaces; the times are the 14th and 15th fields, in clock
-/// ticks of 1/100 s (`USER_HZ`, 100 on every Linux this runs on).
-fn proc_cpu(stat: &str) -> Option<(String, Duration)> {
+/// The postmaster of the cluster `pool` reaches: the parent of the backend serving it.
+async fn postmaster_of(pool: &Pool) -> Option<u32> {
+    let client = pool.get().await.ok()?;
+    let backend: i32 = client.query_one("SELECT pg_backend_pid()", &[]).await.ok()?.get(0);
+    let stat = std::fs::read_to_string(format!("/proc/{backend}/stat")).ok()?;
+    proc_stat(&stat).map(|s| s.parent)
+}
+
+/// What one `/proc/<pid>/stat` line says of a process.
+#[derive(Debug, PartialEq, Eq)]
+struct ProcStat {
+    name: String,
+    parent: u32,
+    /// Its own user plus system time.
+    cpu: Duration,
+    /// The user plus system time of the children it has waited for.
+    reaped: Duration,
+}
+
+/// Reads a `/proc/<pid>/stat` line. The name is in parentheses and may hold spaces; the parent is
+/// the 4th field and the times the 14th to 17th, in clock ticks of 1/100 s (`USER_HZ`, 100 on
+/// every Linux this runs on).
+fn proc_stat(stat: &str) -> Option<ProcStat> {
     let (head, rest) = stat.rsplit_once(") ")?;
     let name = head.split_once(" (")?.1.to_owned();
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    Some((name, Duration::from_millis(ticks * 10)))
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    let parent = u32::try_from(ticks(1)?).ok()?;
+    let (cpu, reaped) = (ticks(11)? + ticks(12)?, ticks(13)? + ticks(14)?);
+    Some(ProcStat { name, parent, cpu: Duration::from_millis(cpu * 10), reaped: Duration::from_millis(reaped * 10) })
 }
 
 fn payload() -> serde_json::Value {
@@ -296,12 +323,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_stat_line_gives_the_name_and_both_cpu_times() {
+    fn a_stat_line_gives_the_name_the_parent_and_the_cpu_times() {
         // The name may hold spaces and parentheses: only the last `) ` ends it.
-        let line = "4242 (postgres: x (y) z) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 37 0 0 20 0 1 0 5 0 0";
-        assert_eq!(proc_cpu(line), Some(("postgres: x (y) z".to_owned(), Duration::from_millis(2_870))));
-        assert_eq!(proc_cpu("4242 (short) S 1"), None, "too few fields");
+        let line = "4242 (postgres: x (y) z) S 17 4242 4242 0 -1 4194560 100 0 0 0 250 37 4 6 20 0 1 0 5 0 0";
+        let read = ProcStat {
+            name: "postgres: x (y) z".into(),
+            parent: 17,
+            cpu: Duration::from_millis(2_870),
+            reaped: Duration::from_millis(100),
+        };
+        assert_eq!(proc_stat(line), Some(read));
+        assert_eq!(proc_stat("4242 (short) S 1"), None, "too few fields");
         let me = std::fs::read_to_string("/proc/self/stat").expect("Linux /proc");
-        assert!(proc_cpu(&me).is_some(), "{me}");
+        assert!(proc_stat(&me).is_some(), "{me}");
     }
 }
