@@ -15,13 +15,18 @@ use crate::guard::{self, BOUND, PageRead};
 
 /// `read.js` after the constants it shares with the Rust side, spelt from them.
 static READ: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let roles: Vec<String> = Role::ALL.iter().map(|r| format!("'{}'", r.code())).collect();
     format!(
-        "const MAX = {};\nconst MAX_OPTIONS = {};\n{}",
+        "const MAX = {};\nconst MAX_OPTIONS = {};\nconst MAX_NODES = {MAX_NODES};\nconst ROLES = new Set([{}]);\n{}",
         classifier::coverage::MAX_LABEL_CHARS,
         classifier::coverage::MAX_OPTIONS + 1,
+        roles.join(", "),
         include_str!("read.js")
     )
 });
+
+/// The most nodes one read returns; past it the read says there are more.
+pub const MAX_NODES: usize = 10_000;
 
 /// The closed set of roles a node can have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -383,4 +388,24 @@ pub async fn navigation(client: &Client, h: &Handle, before: &PageRead) -> Resul
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     settle(client).await.map_err(ReadError::Driver)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The constants `read.js` shares with the Rust side are spelt once, here: the script itself
+    /// declares none of them (a second `const` would also fail the read in the browser).
+    #[test]
+    fn the_read_takes_its_shared_constants_from_rust() {
+        let script = include_str!("read.js");
+        for name in ["MAX", "MAX_OPTIONS", "MAX_NODES", "ROLES"] {
+            let declared = format!("const {name} =");
+            assert!(!script.contains(&declared), "read.js declares {name} itself");
+            assert_eq!(READ.matches(&declared).count(), 1, "{name} is prepended once");
+        }
+        let roles: Vec<&str> = Role::ALL.iter().map(|r| r.code()).collect();
+        assert!(READ.contains(&format!("const ROLES = new Set(['{}']);", roles.join("', '"))), "{}", &READ[..300]);
+        assert!(READ.contains(&format!("const MAX_NODES = {MAX_NODES};")));
+    }
 }

@@ -14,14 +14,11 @@
 const mode = arguments[0];
 const FORM_ELEMENTS = Object.getOwnPropertyDescriptor(HTMLFormElement.prototype, 'elements').get;
 const FORM_ACTION = Object.getOwnPropertyDescriptor(HTMLFormElement.prototype, 'action').get;
-// MAX (the label cut) and MAX_OPTIONS (one past the options kept) come before this script from
-// the Rust constants (`page::READ`). A form's values are read whole: the runtime redacts.
-const MAX_NODES = 10000;
+// MAX (the label cut), MAX_OPTIONS (one past the options kept), MAX_NODES (the nodes one read
+// returns) and ROLES (the closed set of roles) come before this script from the Rust constants
+// (`page::READ`). A form's values are read whole: the runtime redacts.
 const SVG = 'http://www.w3.org/2000/svg';
 const XLINK = 'http://www.w3.org/1999/xlink';
-const ROLES = new Set([
-  'button', 'link', 'checkbox', 'radio', 'option', 'tab', 'menuitem', 'combobox', 'textbox', 'searchbox', 'listbox',
-]);
 const BLOCK = new Set([
   'address', 'article', 'aside', 'blockquote', 'br', 'dd', 'div', 'dl', 'dt', 'fieldset', 'figcaption', 'figure',
   'footer', 'form', 'h1', 'h2', 'h3', 'h4', 'h5', 'h6', 'header', 'hr', 'li', 'main', 'nav', 'ol', 'p', 'pre',
