@@ -101,6 +101,56 @@ fn tap_click<'a>(snapshot_id: &'a str, node_ref: &'a str) -> Expected<'a> {
     }
 }
 
+/// The same click three ways, `iterations` times after ten to warm: approved (fenced to the run's
+/// origins), under a task grant (its prefix fenced, its coverage read), and plain WebDriver.
+async fn clicks(
+    client: &mut rt::browser_runtime_client::BrowserRuntimeClient<tonic::transport::Channel>,
+    session: &str,
+    keys: &Keyring,
+    tap: &fantoccini::elements::Element,
+    iterations: usize,
+) -> Result<(Samples, Samples, Samples)> {
+    let (mut covered, mut fenced, mut bare) = (Samples::default(), Samples::default(), Samples::default());
+    let mut sequence = 0u64;
+    for i in 0..iterations + 10 {
+        for grant in [false, true] {
+            let o = client
+                .observe(with(rt::ObserveRequest { session_id: session.to_owned(), run_id: String::new() }))
+                .await?
+                .into_inner();
+            let node = o.nodes.iter().find(|n| n.name == "Tap").context("the Tap node")?;
+            sequence += 1;
+            let act = rt::ActRequest {
+                session_id: session.to_owned(),
+                sequence,
+                run_id: "bench".into(),
+                snapshot_id: o.snapshot_id.clone(),
+                r#ref: node.r#ref.clone(),
+                expected_name: "Tap".into(),
+                expected_role: rt::Role::Button as i32,
+                wait_for: rt::WaitFor::None as i32,
+                ticket: Some(ticket(keys, &o.snapshot_id, &node.r#ref, grant, 2 * i + usize::from(grant))),
+                action: Some(rt::act_request::Action::Click(rt::Click {})),
+                ..Default::default()
+            };
+            let t = Instant::now();
+            let reply = client.act(with(act)).await?.into_inner();
+            let took = t.elapsed();
+            anyhow::ensure!(reply.ok, "the click was refused: {reply:?}");
+            if i >= 10 {
+                if grant { fenced.latencies.push(took) } else { covered.latencies.push(took) }
+            }
+        }
+        let t = Instant::now();
+        tap.click().await?;
+        let bare_took = t.elapsed();
+        if i >= 10 {
+            bare.latencies.push(bare_took);
+        }
+    }
+    Ok((covered, fenced, bare))
+}
+
 fn line(name: &str, s: &Samples) -> String {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     format!(
@@ -155,46 +205,7 @@ pub async fn run(iterations: usize, nodes: usize) -> Result<String> {
     plain.client.goto(&format!("https://{HOST}/lesson/bench")).await?;
     let tap = plain.client.find(Locator::Css("#tap")).await?;
 
-    let (mut covered, mut fenced, mut bare) = (Samples::default(), Samples::default(), Samples::default());
-    let mut sequence = 0u64;
-    for i in 0..iterations + 10 {
-        // The same click three ways: approved (fenced to the run's origins), under a task grant
-        // (its prefix fenced, its coverage read), and plain.
-        for grant in [false, true] {
-            let o = client
-                .observe(with(rt::ObserveRequest { session_id: session.clone(), run_id: String::new() }))
-                .await?
-                .into_inner();
-            let node = o.nodes.iter().find(|n| n.name == "Tap").context("the Tap node")?;
-            sequence += 1;
-            let act = rt::ActRequest {
-                session_id: session.clone(),
-                sequence,
-                run_id: "bench".into(),
-                snapshot_id: o.snapshot_id.clone(),
-                r#ref: node.r#ref.clone(),
-                expected_name: "Tap".into(),
-                expected_role: rt::Role::Button as i32,
-                wait_for: rt::WaitFor::None as i32,
-                ticket: Some(ticket(&keys, &o.snapshot_id, &node.r#ref, grant, 2 * i + usize::from(grant))),
-                action: Some(rt::act_request::Action::Click(rt::Click {})),
-                ..Default::default()
-            };
-            let t = Instant::now();
-            let reply = client.act(with(act)).await?.into_inner();
-            let took = t.elapsed();
-            anyhow::ensure!(reply.ok, "the click was refused: {reply:?}");
-            if i >= 10 {
-                if grant { fenced.latencies.push(took) } else { covered.latencies.push(took) }
-            }
-        }
-        let t = Instant::now();
-        tap.click().await?;
-        let bare_took = t.elapsed();
-        if i >= 10 {
-            bare.latencies.push(bare_took);
-        }
-    }
+    let (covered, fenced, bare) = clicks(&mut client, &session, &keys, &tap, iterations).await?;
     // A ticket's seal (the authorizer's part) and check (the runtime's), on their own.
     let mut sealed = Samples::default();
     for i in 0..iterations.max(1000) {

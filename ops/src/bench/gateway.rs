@@ -290,96 +290,121 @@ async fn run_on(
     connections: &[usize],
     duration: Duration,
 ) -> Result<String> {
-    let lesson = authorizer::scopes::settings(Some("true"), Some("https://www.lesson.test/lesson"))?;
-    let wanted = crate::serve::DeploymentSettings {
-        settings: lesson,
-        standing: None,
-        policy_version: Some(authorizer::policy::Policy::empty().version),
-    };
-    crate::serve::apply_settings(db_url, TENANT, wanted).await?;
-    let pool = ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?;
-    let credentials = Credentials::postgres(pool.clone());
-    let (worker, gateway_token, profiles) = (new_token(), new_token(), new_token());
-    credentials.register(&worker, TENANT, Role::Worker, Some(OWNER), None).await?;
-    credentials.register(&gateway_token, TENANT, Role::Gateway, None, None).await?;
-    credentials.register(&profiles, TENANT, Role::Profiles, None, None).await?;
-    let scopes = [Scope::ApprovalResolve, Scope::GrantRead, Scope::GrantWrite];
-    let (_, owner_token) = gateway::Owners::new(pool).create(TENANT, OWNER, &scopes, Duration::from_secs(3600)).await?;
+    let stack = Stack::start(config, db_url).await?;
+    measure(&stack, connections, duration).await
+}
 
-    let dir = std::env::temp_dir().join(format!("grantctl-bench-gw-{}", Uuid::new_v4().simple()));
-    let pki = crate::tls::DevPki::generate()?;
-    pki.write(&dir)?;
-    let (ca, cert, key) = crate::tls::DevPki::paths(&dir);
-    let keys_file = dir.join("ticket-keys");
-    let key_line = proto::ticket::Keyring::line("bench", rand::random());
-    std::fs::write(&keys_file, &key_line)?;
-    let creds_file = dir.join("gateway-credentials");
-    std::fs::write(&creds_file, format!("{TENANT} {gateway_token}\n"))?;
-    let free = || -> Result<u16> { Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()) };
-    let (authorizer_port, gateway_port) = (free()?, free()?);
-    let path = |p: &std::path::Path| p.display().to_string();
-    let _authorizer = super::spawn_serving(
-        &["serve", "authorizer"],
-        &[
-            ("DATABASE_URL", db_url.to_owned()),
-            ("AUTHORIZER_LISTEN", format!("127.0.0.1:{authorizer_port}")),
-            // Ports of their own: a stack already running on this machine holds the defaults.
-            ("AUTHORIZER_METRICS_LISTEN", "127.0.0.1:0".into()),
-            ("AUTHORIZER_TLS_CERT", path(&cert)),
-            ("AUTHORIZER_TLS_KEY", path(&key)),
-            (proto::ticket::KEYS_FILE_VAR, path(&keys_file)),
-        ],
-    )
-    .await?;
-    let _gateway = super::spawn_serving(
-        &["serve", "gateway"],
-        &[
-            ("DATABASE_URL", db_url.to_owned()),
-            ("GATEWAY_LISTEN", format!("127.0.0.1:{gateway_port}")),
-            ("GATEWAY_METRICS_LISTEN", "127.0.0.1:0".into()),
-            ("GATEWAY_TLS_CERT", path(&cert)),
-            ("GATEWAY_TLS_KEY", path(&key)),
-            ("GATEWAY_AUTHORIZER_URL", format!("https://localhost:{authorizer_port}")),
-            ("GATEWAY_AUTHORIZER_CA", path(&ca)),
-            ("GATEWAY_CREDENTIALS_FILE", path(&creds_file)),
-            ("GATEWAY_RATE_PER_MINUTE", "1000000".into()),
-        ],
-    )
-    .await?;
-    let ca_pem = std::fs::read_to_string(&ca)?;
-    std::fs::remove_dir_all(&dir)?;
+/// The authorizer and gateway serving the bench, the fixture's credentials, and the listed
+/// session with its active grant. The children end when it is dropped.
+struct Stack {
+    fixture: Fixture,
+    endpoint: String,
+    gateway_port: u16,
+    _authorizer: tokio::process::Child,
+    _gateway: tokio::process::Child,
+}
 
-    let endpoint = format!("https://localhost:{authorizer_port}");
-    let fixture = Fixture {
-        ca_pem,
-        gateway_token,
-        owner_token,
-        worker,
-        profiles,
-        keys: Arc::new(proto::ticket::Keyring::parse(&key_line).map_err(anyhow::Error::msg)?),
-        listed: String::new(),
-        cards: Arc::default(),
-    };
-    let mut setup = fixture.grpc(&endpoint).await?;
-    let claim = pb::ProfileEventRequest {
-        profile_id: "p".into(),
-        event: pb::ProfileEvent::Created as i32,
-        owner_principal_id: OWNER.into(),
-    };
-    setup.record_profile_event(bearer(claim, &fixture.profiles)).await?;
-    // The listed session: one active grant, then three pending cards it did not cover.
-    let listed = fixture.session(&mut setup).await?;
-    let (first, offer) = fixture.card(&mut setup, &listed).await?;
-    let offer = offer.context("the lesson scope is offered")?;
-    let grant = pb::ResolveApprovalRequest {
-        approval_id: first,
-        resolution: pb::Resolution::ApproveForTask as i32,
-        offered_origin: offer.origin,
-        offered_path_prefix: offer.path_prefix,
-    };
-    setup.resolve_approval(fixture.as_gateway(grant)).await?;
-    let fixture = Fixture { listed, ..fixture };
+impl Stack {
+    async fn start(config: tokio_postgres::Config, db_url: &str) -> Result<Self> {
+        let lesson = authorizer::scopes::settings(Some("true"), Some("https://www.lesson.test/lesson"))?;
+        let wanted = crate::serve::DeploymentSettings {
+            settings: lesson,
+            standing: None,
+            policy_version: Some(authorizer::policy::Policy::empty().version),
+        };
+        crate::serve::apply_settings(db_url, TENANT, wanted).await?;
+        let pool = ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?;
+        let credentials = Credentials::postgres(pool.clone());
+        let (worker, gateway_token, profiles) = (new_token(), new_token(), new_token());
+        credentials.register(&worker, TENANT, Role::Worker, Some(OWNER), None).await?;
+        credentials.register(&gateway_token, TENANT, Role::Gateway, None, None).await?;
+        credentials.register(&profiles, TENANT, Role::Profiles, None, None).await?;
+        let scopes = [Scope::ApprovalResolve, Scope::GrantRead, Scope::GrantWrite];
+        let (_, owner_token) =
+            gateway::Owners::new(pool).create(TENANT, OWNER, &scopes, Duration::from_secs(3600)).await?;
 
+        let dir = std::env::temp_dir().join(format!("grantctl-bench-gw-{}", Uuid::new_v4().simple()));
+        let pki = crate::tls::DevPki::generate()?;
+        pki.write(&dir)?;
+        let (ca, cert, key) = crate::tls::DevPki::paths(&dir);
+        let keys_file = dir.join("ticket-keys");
+        let key_line = proto::ticket::Keyring::line("bench", rand::random());
+        std::fs::write(&keys_file, &key_line)?;
+        let creds_file = dir.join("gateway-credentials");
+        std::fs::write(&creds_file, format!("{TENANT} {gateway_token}\n"))?;
+        let free = || -> Result<u16> { Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()) };
+        let (authorizer_port, gateway_port) = (free()?, free()?);
+        let path = |p: &std::path::Path| p.display().to_string();
+        let _authorizer = super::spawn_serving(
+            &["serve", "authorizer"],
+            &[
+                ("DATABASE_URL", db_url.to_owned()),
+                ("AUTHORIZER_LISTEN", format!("127.0.0.1:{authorizer_port}")),
+                // Ports of their own: a stack already running on this machine holds the defaults.
+                ("AUTHORIZER_METRICS_LISTEN", "127.0.0.1:0".into()),
+                ("AUTHORIZER_TLS_CERT", path(&cert)),
+                ("AUTHORIZER_TLS_KEY", path(&key)),
+                (proto::ticket::KEYS_FILE_VAR, path(&keys_file)),
+            ],
+        )
+        .await?;
+        let _gateway = super::spawn_serving(
+            &["serve", "gateway"],
+            &[
+                ("DATABASE_URL", db_url.to_owned()),
+                ("GATEWAY_LISTEN", format!("127.0.0.1:{gateway_port}")),
+                ("GATEWAY_METRICS_LISTEN", "127.0.0.1:0".into()),
+                ("GATEWAY_TLS_CERT", path(&cert)),
+                ("GATEWAY_TLS_KEY", path(&key)),
+                ("GATEWAY_AUTHORIZER_URL", format!("https://localhost:{authorizer_port}")),
+                ("GATEWAY_AUTHORIZER_CA", path(&ca)),
+                ("GATEWAY_CREDENTIALS_FILE", path(&creds_file)),
+                ("GATEWAY_RATE_PER_MINUTE", "1000000".into()),
+            ],
+        )
+        .await?;
+        let ca_pem = std::fs::read_to_string(&ca)?;
+        std::fs::remove_dir_all(&dir)?;
+
+        let endpoint = format!("https://localhost:{authorizer_port}");
+        let fixture = Fixture {
+            ca_pem,
+            gateway_token,
+            owner_token,
+            worker,
+            profiles,
+            keys: Arc::new(proto::ticket::Keyring::parse(&key_line).map_err(anyhow::Error::msg)?),
+            listed: String::new(),
+            cards: Arc::default(),
+        };
+        let mut setup = fixture.grpc(&endpoint).await?;
+        let claim = pb::ProfileEventRequest {
+            profile_id: "p".into(),
+            event: pb::ProfileEvent::Created as i32,
+            owner_principal_id: OWNER.into(),
+        };
+        setup.record_profile_event(bearer(claim, &fixture.profiles)).await?;
+        // The listed session: one active grant, then three pending cards it did not cover.
+        let listed = fixture.session(&mut setup).await?;
+        let (first, offer) = fixture.card(&mut setup, &listed).await?;
+        let offer = offer.context("the lesson scope is offered")?;
+        let grant = pb::ResolveApprovalRequest {
+            approval_id: first,
+            resolution: pb::Resolution::ApproveForTask as i32,
+            offered_origin: offer.origin,
+            offered_path_prefix: offer.path_prefix,
+        };
+        setup.resolve_approval(fixture.as_gateway(grant)).await?;
+        let fixture = Fixture { listed, ..fixture };
+        Ok(Self { fixture, endpoint, gateway_port, _authorizer, _gateway })
+    }
+}
+
+/// Each route through gRPC and through the gateway, side by side, at each connection count.
+async fn measure(stack: &Stack, connections: &[usize], duration: Duration) -> Result<String> {
+    let Stack { fixture, endpoint, gateway_port, .. } = stack;
+    let (endpoint, gateway_port) = (endpoint.as_str(), *gateway_port);
+    let mut setup = fixture.grpc(endpoint).await?;
     let slice = duration / (2 * SLICES);
     let mut out = String::from(
         "| connections | route | gRPC p50 / p99 µs | gateway p50 / p99 µs | gRPC/s | gateway/s | p50 ratio | throughput ratio |\n\
@@ -389,7 +414,7 @@ async fn run_on(
         let mut grpc = Vec::new();
         let mut http = Vec::new();
         for _ in 0..n {
-            grpc.push(Client::Grpc(fixture.grpc(&endpoint).await?));
+            grpc.push(Client::Grpc(fixture.grpc(endpoint).await?));
             http.push(Client::Http(Http::connect(gateway_port, &fixture.ca_pem).await?));
         }
         let mut list_pace = 0.0_f64;
@@ -406,11 +431,11 @@ async fn run_on(
                     }
                     v
                 };
-                make_cards(&fixture, &endpoint, &sessions, want).await?;
+                make_cards(fixture, endpoint, &sessions, want).await?;
             }
             // Warm both paths, then measure.
-            round(&mut grpc, &mut http, route, &fixture, Duration::from_millis(50)).await?;
-            let (g, h) = round(&mut grpc, &mut http, route, &fixture, slice).await?;
+            round(&mut grpc, &mut http, route, fixture, Duration::from_millis(50)).await?;
+            let (g, h) = round(&mut grpc, &mut http, route, fixture, slice).await?;
             if route == Route::ListPending {
                 list_pace = g.throughput().max(h.throughput());
             }
