@@ -1,8 +1,11 @@
 //! The authority: the pure domain over a storage backend, per request. Each command reads what
 //! it needs from the backend's inline state (locking it), decides with the pure domain, and
 //! appends with the stream versions it read; an authorization reads one snapshot, and a
-//! task-grant allow is final only once the backend's atomic use committed it. Nothing is kept in
-//! the process between requests, so any number of replicas serve any tenant.
+//! task-grant allow is final only once the backend's atomic use committed it. Nothing a decision
+//! rests on is kept in the process between requests, so any number of replicas serve any tenant:
+//! a backend's remembered read of a session (`Backend::remembered`) may decide only an allow,
+//! and that allow is used only if the statement making the use finds every version the read saw
+//! (and the caller's credential) still so at its own snapshot.
 //!
 //! It knows its storage only through the port (`crate::store`): PostgreSQL (`PgGrants`) and the
 //! memory model (`MemoryGrants`) are interchangeable behind it.
@@ -195,9 +198,10 @@ impl<B: Backend> Authority<B> {
     /// the first recorded and spends nothing; the same key with another digest is refused
     /// (`TOOL_CALL_REUSED`) and writes nothing.
     ///
-    /// `credential`: the caller's credential recognised from memory, which the read confirms
-    /// live before anything is decided (`StoreError::CallerRefused` when it is not); only for a
-    /// backend that [`Backend::confirms_credentials`].
+    /// `credential`: the caller's credential recognised from memory, which the fresh read
+    /// confirms live before anything is decided (`StoreError::CallerRefused` when it is not), and
+    /// an allow on a remembered read confirms in the statement making its use, before anything is
+    /// answered; only for a backend that [`Backend::confirms_credentials`].
     pub async fn authorize(
         &self,
         req: &AuthorizeRequest,
@@ -333,15 +337,23 @@ impl<B: Backend> Authority<B> {
                 _ => None,
             };
             let standing = w.standing.as_ref().map(|s| s.expires_at);
-            let session_version = l.session_version(&req.session_id);
-            let profile = profile_of(w, &req.session_id);
-            // A task-grant use is recorded by the atomic use, below.
-            let record = match auth.decision {
-                Decision::Allow { kind: AuthorizationKind::BrowserTaskGrant, .. } => vec![],
-                _ => auth.events.clone(),
+            let decided = Decided {
+                session_version: l.session_version(&req.session_id),
+                profile: profile_of(w, &req.session_id),
+                grant,
+                standing,
+                auth,
             };
-            Ok((record, (auth, grant, standing, session_version, profile)))
+            // A task-grant use is recorded by the atomic use, below.
+            let record = match decided.auth.decision {
+                Decision::Allow { kind: AuthorizationKind::BrowserTaskGrant, .. } => vec![],
+                _ => decided.auth.events.clone(),
+            };
+            Ok((record, decided))
         };
+        if let Some(done) = self.on_remembered(req, now, call, credential, &metadata, &decide).await? {
+            return Ok(done);
+        }
         let mut spent = false;
         for _ in 0..ATTEMPTS {
             let need = Need::Authorize { session: &req.session_id, credential };
@@ -355,71 +367,36 @@ impl<B: Backend> Authority<B> {
                     }
                 },
             };
-            let (auth, grant, standing, session_version, profile) = t.value;
-            let Decision::Allow {
-                kind: AuthorizationKind::BrowserTaskGrant,
-                grant_id: Some(grant_id),
-                typed_chars,
-                ..
-            } = auth.decision
-            else {
+            let d = t.value;
+            let Some(u) = d.task_use(&req.session_id, now) else {
                 // A deny records nothing, so nothing collides: a call decided before (a card or an
                 // allow, or this id with other arguments) is looked up here, on the deny path only.
                 // After the owner's Stop nothing decided before is handed out again.
-                let stopped = matches!(auth.decision, Decision::Deny(domain::Denial::SessionStopped));
+                let stopped = matches!(d.auth.decision, Decision::Deny(domain::Denial::SessionStopped));
                 if let (Some(c), true, false) = (call, t.events.is_empty(), stopped)
                     && let Some(done) = self.replayed(req, c, now).await?
                 {
                     return Ok(done);
                 }
-                let standing_until = match auth.decision {
-                    Decision::Allow { kind: AuthorizationKind::StandingGrant, .. } => standing,
+                let standing_until = match d.auth.decision {
+                    Decision::Allow { kind: AuthorizationKind::StandingGrant, .. } => d.standing,
                     _ => None,
                 };
                 return Ok(Authorized {
-                    decision: auth.decision,
+                    decision: d.auth.decision,
                     events: t.events,
                     at: t.at,
-                    grant,
+                    grant: d.grant,
                     standing_until,
-                    profile,
+                    profile: d.profile,
                     decided_at: now,
                     replayed: false,
                 });
             };
-            let Some(Event::ToolCallAuthorized(template)) = auth.events.first().cloned() else {
-                return Err(StoreError::Projection("a task-grant allow without its use event".into()).into());
-            };
-            let use_event = |ordinal| {
-                Event::ToolCallAuthorized(ToolCallAuthorized { use_ordinal: Some(ordinal), ..template.clone() })
-            };
-            let u = UseOf {
-                grant_id,
-                typed_chars,
-                now,
-                session: Some(SessionAt { session_id: &req.session_id, version: session_version }),
-                read_used: grant.as_ref().map(|g| g.actions_used),
-            };
-            match self.backend().consume(&self.tenant, &metadata, u, use_event).await {
+            let use_event = d.use_event()?;
+            match self.backend().consume(&self.tenant, &metadata, u, &use_event).await {
                 Ok(Consumed::Allowed { ordinal, outcome }) => {
-                    let decision = Decision::Allow {
-                        kind: AuthorizationKind::BrowserTaskGrant,
-                        grant_id: Some(grant_id),
-                        use_ordinal: Some(ordinal),
-                        typed_chars,
-                    };
-                    let used = use_event(ordinal);
-                    let at = Some(outcome.checkpoint());
-                    return Ok(Authorized {
-                        decision,
-                        events: vec![used],
-                        at,
-                        grant,
-                        standing_until: None,
-                        profile,
-                        decided_at: now,
-                        replayed: false,
-                    });
+                    return Ok(d.allowed(u, ordinal, &outcome, &use_event, now));
                 }
                 // The row moved since the read: decide again from a fresh one.
                 Ok(Consumed::Refused) => {
@@ -439,6 +416,39 @@ impl<B: Backend> Authority<B> {
         }
         // Every fresh read allowed what the row refused: asking the owner is always safe.
         self.ask_spent(req, view, now, approval_id, call, &metadata).await
+    }
+
+    /// A task-grant allow decided on the backend's remembered read of the session, used only
+    /// while everything that read saw is still so (`Backend::consume_remembered`). `None`: no
+    /// remembered read, a decision other than such an allow (never trusted from memory), or
+    /// something moved since: decide on a fresh read.
+    async fn on_remembered(
+        &self,
+        req: &AuthorizeRequest,
+        now: OffsetDateTime,
+        call: Option<CallKey>,
+        credential: Option<Uuid>,
+        metadata: &Metadata,
+        decide: &Decide<'_, Decided>,
+    ) -> Result<Option<Authorized>, AuthorityError> {
+        let Some(read) = self.backend().remembered(&self.tenant, &req.session_id) else {
+            return Ok(None);
+        };
+        let Ok((record, d)) = decide(&read) else {
+            return Ok(None);
+        };
+        let (Some(u), true) = (d.task_use(&req.session_id, now), record.is_empty()) else {
+            return Ok(None);
+        };
+        let use_event = d.use_event()?;
+        match self.backend().consume_remembered(&self.tenant, metadata, u, &read, credential, &use_event).await {
+            Ok(Consumed::Allowed { ordinal, outcome }) => Ok(Some(d.allowed(u, ordinal, &outcome, &use_event, now))),
+            Ok(Consumed::Refused) => {
+                self.metrics().retried("remembered");
+                Ok(None)
+            }
+            Err(e) => self.settle(req, call, now, e.into()).await,
+        }
     }
 
     /// The caller's own session, under the policy in force, with the card's view from the
@@ -545,6 +555,72 @@ impl<B: Backend> Authority<B> {
             }
         }
         failed.map_or(Ok(recorded), Err)
+    }
+}
+
+/// A decision on a read, with what its answer and its use need from that read.
+struct Decided {
+    auth: domain::Authorization,
+    /// The grant an allow uses, as read.
+    grant: Option<Grant>,
+    /// Until when the pinned standing grant runs.
+    standing: Option<OffsetDateTime>,
+    session_version: u64,
+    profile: Option<String>,
+}
+
+impl Decided {
+    /// The use a task-grant allow asks of its grant, held to the session as read.
+    fn task_use<'a>(&self, session_id: &'a str, now: OffsetDateTime) -> Option<UseOf<'a>> {
+        let Decision::Allow {
+            kind: AuthorizationKind::BrowserTaskGrant, grant_id: Some(grant_id), typed_chars, ..
+        } = self.auth.decision
+        else {
+            return None;
+        };
+        Some(UseOf {
+            grant_id,
+            typed_chars,
+            now,
+            session: Some(SessionAt { session_id, version: self.session_version }),
+            read_used: self.grant.as_ref().map(|g| g.actions_used),
+        })
+    }
+
+    /// The use event of a task-grant allow, for any ordinal.
+    fn use_event(&self) -> Result<impl Fn(u32) -> Event + Send + Sync + use<>, AuthorityError> {
+        let Some(Event::ToolCallAuthorized(template)) = self.auth.events.first().cloned() else {
+            return Err(StoreError::Projection("a task-grant allow without its use event".into()).into());
+        };
+        Ok(move |ordinal| {
+            Event::ToolCallAuthorized(ToolCallAuthorized { use_ordinal: Some(ordinal), ..template.clone() })
+        })
+    }
+
+    /// The answer once use `ordinal` committed.
+    fn allowed(
+        self,
+        u: UseOf<'_>,
+        ordinal: u32,
+        outcome: &ledger::AppendOutcome,
+        use_event: &impl Fn(u32) -> Event,
+        now: OffsetDateTime,
+    ) -> Authorized {
+        Authorized {
+            decision: Decision::Allow {
+                kind: AuthorizationKind::BrowserTaskGrant,
+                grant_id: Some(u.grant_id),
+                use_ordinal: Some(ordinal),
+                typed_chars: u.typed_chars,
+            },
+            events: vec![use_event(ordinal)],
+            at: Some(outcome.checkpoint()),
+            grant: self.grant,
+            standing_until: None,
+            profile: self.profile,
+            decided_at: now,
+            replayed: false,
+        }
     }
 }
 

@@ -5,7 +5,9 @@
 //! PostgreSQL (`PgGrants`) and the memory model (`MemoryGrants`) are its adapters, held to one
 //! contract suite (`contract`, behind the `contract` feature). The domain's modules are
 //! re-exported under their old paths (`authorizer::domain` is `grant_domain::model`); storage and
-//! transport sit here, at the edge. It must never hold a decision's state between requests.
+//! transport sit here, at the edge. It never holds a decision's state between requests: a
+//! remembered read of a session (`pg/reads.rs`) only proposes an allow, whose use re-checks every
+//! version that read saw in the statement that makes it.
 
 pub mod auth;
 mod authority;

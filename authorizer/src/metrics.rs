@@ -114,7 +114,8 @@ impl AuthorizerMetrics {
         }
     }
 
-    /// A decision made again: `what` is `command` or `authorize`.
+    /// A decision made again: `what` is `command`, `authorize`, or `remembered` (an allow decided
+    /// on a remembered read whose use found something moved since).
     pub(crate) fn retried(&self, what: &'static str) {
         self.retries.get_or_create(&[("what", what)]).inc();
     }

@@ -1,8 +1,9 @@
 //! The authority's inline state, read per request. A request names what it needs (`Need`); the
 //! shared `load` reads exactly that through a backend's `Reader` into a partial `World` with the
 //! stream version of each entity read; the pure domain decides on it; `Plan` says which
-//! entities the events change and the versions the append expects. Nothing is kept between
-//! requests, so replicas never disagree and start-up does not grow with the log.
+//! entities the events change and the versions the append expects. Nothing a decision rests on is
+//! kept between requests (a remembered read is re-checked by its use: `pg/remember.rs`), so
+//! replicas never disagree and start-up does not grow with the log.
 
 use std::collections::{BTreeSet, HashMap};
 

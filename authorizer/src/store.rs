@@ -225,4 +225,28 @@ pub trait Backend: Send + Sync {
     fn confirms_credentials(&self) -> bool {
         false
     }
+
+    /// What this process last read for an authorization in `session` (`Need::Authorize`), kept
+    /// so the session's next allow can skip the read. Never believed on its own: an allow decided
+    /// on it is made only through [`Backend::consume_remembered`], which holds every version it
+    /// was read at; any other decision on it is thrown away and made on a fresh read.
+    fn remembered(&self, _tenant: &TenantId, _session: &str) -> Option<std::sync::Arc<Loaded>> {
+        None
+    }
+
+    /// [`Backend::consume`] for an allow decided on `read` (from [`Backend::remembered`]): made
+    /// only while the session, the settings, each profile read and the grant's count are still at
+    /// the versions in `read`, and, with `credential`, while that credential is live, all in the
+    /// statement that makes the use. `Refused` when anything moved: decide again on a fresh read.
+    fn consume_remembered(
+        &self,
+        _tenant: &TenantId,
+        _metadata: &Metadata,
+        _u: UseOf<'_>,
+        _read: &Loaded,
+        _credential: Option<Uuid>,
+        _use_event: impl Fn(u32) -> Event + Send + Sync,
+    ) -> impl Future<Output = Result<Consumed, StoreError>> + Send {
+        std::future::ready(Ok(Consumed::Refused))
+    }
 }

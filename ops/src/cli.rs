@@ -387,6 +387,10 @@ pub(crate) enum BenchCmd {
         /// measurement; 0: not measured.
         #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
         scrape_ms: u64,
+        /// Send each client's calls to the replicas in turn (a load balancer's round robin per
+        /// call), not every call of a client to one replica.
+        #[arg(long)]
+        spread: bool,
     },
     /// Every projection rebuilt from a generated ledger, beside a plain COPY of the same events.
     Rebuild {

@@ -287,7 +287,7 @@ async fn bench(database: &Option<String>, command: BenchCmd) -> Result<()> {
             let url = database_url(database)?;
             println!("{}", ops::bench::gateway::run(&url, &connections, Duration::from_secs_f64(seconds)).await?);
         }
-        BenchCmd::Authorize { clients, seconds, with_projections, log_events, flood, scrape_ms } => {
+        BenchCmd::Authorize { clients, seconds, with_projections, log_events, flood, scrape_ms, spread } => {
             if clients.is_empty() || clients.contains(&0) || !seconds.is_finite() || seconds <= 0.0 {
                 bail!("--clients takes positive counts and --seconds a positive number");
             }
@@ -303,6 +303,7 @@ async fn bench(database: &Option<String>, command: BenchCmd) -> Result<()> {
                         log_events,
                         flood,
                         scrape_every: (scrape_ms > 0).then(|| Duration::from_millis(scrape_ms)),
+                        spread,
                     },
                 )
                 .await?

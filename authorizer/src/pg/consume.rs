@@ -8,6 +8,7 @@ use tokio_postgres::IsolationLevel;
 
 use super::PgGrants;
 use super::convert::{db, from_version, unavailable, version};
+use super::reads::Used;
 use super::write::name_snapshot;
 use crate::error::StoreError;
 use crate::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
@@ -53,10 +54,12 @@ impl PgGrants {
             if let Some((session, run, snapshot)) = &named {
                 params.extend([*session as &(dyn tokio_postgres::types::ToSql + Sync), *run, *snapshot]);
             }
-            let guard = Guard { sql: CONSUME_NEXT, then: named.map(|_| NAME_SNAPSHOT_APPENDED), params: &params };
+            let guard =
+                Guard { sql: &CONSUME_NEXT, then: named.map(|_| NAME_SNAPSHOT_APPENDED.as_str()), params: &params };
             match self.store.append_guarded(&request, guard).await {
                 Ok(Some(outcome)) => {
                     self.one_statement_uses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.reads.used(tenant, session_id, Used { grant_id, ordinal, chars: typed_chars }, false);
                     return Ok(Consumed::Allowed { ordinal, outcome });
                 }
                 // The row or the stream moved since the read, or the use no longer fits.
@@ -114,14 +117,17 @@ impl PgGrants {
             })
             .await?;
         match (done.value, done.outcome) {
-            (Some(ordinal), Some(outcome)) => Ok(Consumed::Allowed { ordinal, outcome }),
+            (Some(ordinal), Some(outcome)) => {
+                self.reads.used(tenant, session_id, Used { grant_id, ordinal, chars: typed_chars }, false);
+                Ok(Consumed::Allowed { ordinal, outcome })
+            }
             _ => Ok(Consumed::Refused),
         }
     }
 }
 
 /// The (session, run, snapshot) a use event names, whose snapshot row the use writes.
-fn named_snapshot(event: &Event) -> Option<(&String, &String, &String)> {
+pub(super) fn named_snapshot(event: &Event) -> Option<(&String, &String, &String)> {
     match event {
         Event::ToolCallAuthorized(ToolCallAuthorized { session_id, run_id, snapshot_id: Some(s), .. }) => {
             Some((session_id, run_id, s))
@@ -147,7 +153,11 @@ const CONSUME: &str = "WITH held AS (SELECT 1 FROM authority_sessions WHERE tena
 /// decision read (`$4`) and the use fits, the session row held at the version read. A row
 /// another use holds locked is skipped, not waited for: that use will move it, so this one
 /// goes straight to the queue of the transactional use rather than queueing twice.
-const CONSUME_NEXT: &str = "WITH held AS (SELECT 1 FROM authority_sessions WHERE tenant_id = $6 AND session_id = $7 \
+pub(super) static CONSUME_NEXT: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("{CONSUME_NEXT_UPDATE} RETURNING actions_used"));
+
+/// [`CONSUME_NEXT`] up to its `RETURNING`, so a stricter use can add conditions of its own.
+pub(super) const CONSUME_NEXT_UPDATE: &str = "WITH held AS (SELECT 1 FROM authority_sessions WHERE tenant_id = $6 AND session_id = $7 \
        AND version = $8 FOR SHARE), \
      free AS (SELECT grant_id FROM active_task_grants WHERE tenant_id = $6 AND grant_id = $1 \
        AND actions_used = $4 FOR UPDATE SKIP LOCKED) \
@@ -155,13 +165,20 @@ const CONSUME_NEXT: &str = "WITH held AS (SELECT 1 FROM authority_sessions WHERE
        WHERE tenant_id = $6 AND grant_id = $1 AND grant_id IN (SELECT grant_id FROM free) \
        AND ended_at IS NULL AND actions_used = $4 \
        AND chars_used + $2 <= $5 AND expires_at > $3 AND expires_at > statement_timestamp() \
-       AND ($7::text IS NULL OR EXISTS (SELECT 1 FROM held)) \
-     RETURNING actions_used";
+       AND ($7::text IS NULL OR EXISTS (SELECT 1 FROM held))";
 
-/// [`name_snapshot`] for the use the same statement appended (`$9` session, `$10` run, `$11`
-/// snapshot).
-const NAME_SNAPSHOT_APPENDED: &str = "INSERT INTO run_snapshots AS r (tenant_id, session_id, run_id, snapshot_id, \
-       tx_id, position) SELECT $6, $9, $10, $11, a.tx_id, a.global_position FROM appended a \
-     ON CONFLICT (tenant_id, session_id, run_id, snapshot_id) \
-     DO UPDATE SET tx_id = excluded.tx_id, position = excluded.position \
-     WHERE (excluded.tx_id, excluded.position) < (r.tx_id, r.position)";
+/// [`name_snapshot`] for the use the same statement appended: the session, run and snapshot in
+/// parameters `$first`, `$first + 1` and `$first + 2`.
+pub(super) fn name_snapshot_appended(first: usize) -> String {
+    let (session, run, snapshot) = (first, first + 1, first + 2);
+    format!(
+        "INSERT INTO run_snapshots AS r (tenant_id, session_id, run_id, snapshot_id, tx_id, position) \
+         SELECT $6, ${session}, ${run}, ${snapshot}, a.tx_id, a.global_position FROM appended a \
+         ON CONFLICT (tenant_id, session_id, run_id, snapshot_id) \
+         DO UPDATE SET tx_id = excluded.tx_id, position = excluded.position \
+         WHERE (excluded.tx_id, excluded.position) < (r.tx_id, r.position)"
+    )
+}
+
+/// [`name_snapshot_appended`] after [`CONSUME_NEXT`]'s eight parameters.
+static NAME_SNAPSHOT_APPENDED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| name_snapshot_appended(9));

@@ -3,12 +3,16 @@
 //! the same transaction (`write`), and the atomic use of a task grant (`consume`).
 //!
 //! An authorization reads everything in one statement and opens a transaction only for what it
-//! decides to write; every other command reads and writes in one transaction. Dispatch may happen
-//! only after `consume` returns `Allowed`, which it does only once the commit is known.
+//! decides to write, or, for a session's next allow, decides on the read it remembers and makes
+//! the use in one statement that re-checks that read (`reads`, `remember`); every other command
+//! reads and writes in one transaction. Dispatch may happen only after `consume` or
+//! `consume_remembered` returns `Allowed`, which each does only once the commit is known.
 
 mod consume;
 mod convert;
 mod read;
+mod reads;
+mod remember;
 #[cfg(feature = "testing")]
 mod testing;
 mod write;
@@ -37,6 +41,11 @@ pub struct PgGrants {
     store: PgStore,
     /// Uses made by the one-statement path (operators and tests: the fast path is taken).
     one_statement_uses: Arc<std::sync::atomic::AtomicU64>,
+    /// Each session's last authorization read, for its next allow (`remember`, `reads`).
+    reads: Arc<reads::Reads>,
+    /// Uses made on a remembered read, and tries on one that were refused.
+    remembered_uses: Arc<std::sync::atomic::AtomicU64>,
+    remembered_refusals: Arc<std::sync::atomic::AtomicU64>,
     #[cfg(feature = "testing")]
     pause: Arc<PauseSlot>,
 }
@@ -63,6 +72,9 @@ impl PgGrants {
         Self {
             store,
             one_statement_uses: Arc::default(),
+            reads: Arc::default(),
+            remembered_uses: Arc::default(),
+            remembered_refusals: Arc::default(),
             #[cfg(feature = "testing")]
             pause: Arc::default(),
         }
@@ -124,6 +136,7 @@ impl PgGrants {
             drop(client);
             // The read confirmed the credential (or refused the call above).
             let loaded = state::load(&mut rows, tenant, Need::Authorize { session, credential: None }).await?;
+            self.reads.put(tenant, session, &loaded);
             let (events, value) = decide(&loaded)?;
             if events.is_empty() {
                 return Ok(Transacted { value, events, at: None });
@@ -305,5 +318,21 @@ impl Backend for PgGrants {
 
     fn confirms_credentials(&self) -> bool {
         true
+    }
+
+    fn remembered(&self, tenant: &TenantId, session: &str) -> Option<Arc<crate::store::Loaded>> {
+        PgGrants::remembered(self, tenant, session)
+    }
+
+    async fn consume_remembered(
+        &self,
+        tenant: &TenantId,
+        metadata: &Metadata,
+        u: UseOf<'_>,
+        read: &crate::store::Loaded,
+        credential: Option<Uuid>,
+        use_event: impl Fn(u32) -> Event + Send + Sync,
+    ) -> Result<Consumed, StoreError> {
+        PgGrants::consume_remembered(self, tenant, metadata, u, read, credential, use_event).await
     }
 }

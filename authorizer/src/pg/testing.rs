@@ -1,5 +1,5 @@
 //! Hooks for tests and tools, behind the `testing` feature: grant events written as they are,
-//! and a grant's inline row read directly.
+//! a grant's inline row read directly, and the remembered reads forgotten.
 
 use grant_domain::catalogue::Event;
 use ledger::{AppendOutcome, AppendRequest, ExpectedVersion, Metadata, TenantId};
@@ -13,6 +13,12 @@ use crate::domain::stream_of;
 use crate::error::StoreError;
 
 impl PgGrants {
+    /// Forgets every remembered read, so the next authorization of each session is decided on a
+    /// fresh one: how a test puts a change between that read and its use.
+    pub fn forget_reads(&self) {
+        self.reads.clear();
+    }
+
     /// Appends grant events as they are, each stream unchecked, and applies them to the grant
     /// rows, in one transaction: for tests and tools that write a grant's events directly. The
     /// authority itself decides through [`PgGrants::transact`].

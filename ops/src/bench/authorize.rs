@@ -143,23 +143,40 @@ async fn fresh_grant(client: &mut AuthorizerClient<Channel>, tokens: &Tokens) ->
     Ok(session)
 }
 
-/// Timed authorize-and-consume calls from `clients` clients for `duration`.
-async fn drive(endpoints: &[String], tokens: &Tokens, clients: usize, duration: Duration) -> Result<Samples> {
+/// Timed authorize-and-consume calls from `clients` clients for `duration`; with `spread`, each
+/// client's calls go to the replicas in turn.
+async fn drive(
+    endpoints: &[String],
+    spread: bool,
+    tokens: &Tokens,
+    clients: usize,
+    duration: Duration,
+) -> Result<Samples> {
     let start = Instant::now();
     let deadline = start + duration;
     let tasks: Vec<_> = (0..clients)
         .map(|i| {
-            let (endpoint, tokens) = (endpoints[i % endpoints.len()].clone(), tokens.clone());
+            let targets: Vec<String> = if spread {
+                endpoints.iter().cycle().skip(i).take(endpoints.len()).cloned().collect()
+            } else {
+                vec![endpoints[i % endpoints.len()].clone()]
+            };
+            let tokens = tokens.clone();
             tokio::spawn(async move {
-                let mut client = AuthorizerClient::new(tokens.connect(&endpoint).await?);
+                let mut clients = Vec::new();
+                for endpoint in &targets {
+                    clients.push(AuthorizerClient::new(tokens.connect(endpoint).await?));
+                }
                 let mut latencies = Vec::new();
-                let mut session = fresh_grant(&mut client, &tokens).await?;
+                let mut session = fresh_grant(&mut clients[0], &tokens).await?;
                 let mut used = 0;
                 while Instant::now() < deadline {
                     if used == authorizer::limits::MAX_ACTIONS {
-                        session = fresh_grant(&mut client, &tokens).await?;
+                        session = fresh_grant(&mut clients[0], &tokens).await?;
                         used = 0;
                     }
+                    let n = clients.len();
+                    let client = &mut clients[used as usize % n];
                     // Sealed before the clock starts: a worker gets the facts sealed from Observe.
                     let request = tokens.worker(act(&tokens.keys, &session));
                     let t = Instant::now();
@@ -297,6 +314,8 @@ pub struct Extras {
     pub flood: usize,
     /// Scrape every replica's metrics this often in a second measurement beside a quiet one.
     pub scrape_every: Option<Duration>,
+    /// Each client's calls go to the replicas in turn, not all to one.
+    pub spread: bool,
 }
 
 pub async fn run(url: &str, clients: &[usize], duration: Duration, extras: Extras) -> Result<String> {
@@ -316,13 +335,7 @@ async fn run_on(
 ) -> Result<String> {
     let Extras { with_projections, log_events, .. } = extras;
     // The settings are recorded once, as an operator does; the replicas serve them.
-    let lesson = authorizer::scopes::settings(Some("true"), Some("https://www.lesson.test/lesson"))?;
-    let wanted = crate::serve::DeploymentSettings {
-        settings: lesson,
-        standing: None,
-        policy_version: Some(authorizer::policy::Policy::empty().version),
-    };
-    crate::serve::apply_settings(db_url, TENANT, wanted).await?;
+    super::lesson_settings(db_url, TENANT).await?;
     if log_events > 0 {
         fill_log(&config, log_events).await?;
     }
@@ -408,8 +421,9 @@ async fn run_on(
         workers.start_kill()?;
         let _ = workers.wait().await;
     }
+    let turn = if extras.spread { "per call" } else { "per client" };
     Ok(format!(
-        "{out}\n{ratios}{REPLICAS} replicas, round robin, {log_events} events in the log before they started; \
+        "{out}\n{ratios}{REPLICAS} replicas, round robin {turn}, {log_events} events in the log before they started; \
          peak RSS (VmHWM) each: {rss}\n{lag}"
     ))
 }
@@ -495,7 +509,7 @@ async fn measure(
     let mut ratios = String::new();
     for &n in clients {
         bare(pool.clone(), n, Duration::from_millis(300)).await?;
-        drive(endpoints, tokens, n, Duration::from_millis(500)).await?;
+        drive(endpoints, extras.spread, tokens, n, Duration::from_millis(500)).await?;
         let (mut b, mut a, mut c) = (Samples::default(), Samples::default(), Samples::default());
         let mut cpu = [Cpu::default(); 3];
         let pids: Vec<u32> = replicas.servers.iter().map(|(_, pid, _)| *pid).collect();
@@ -506,7 +520,7 @@ async fn measure(
             b.merge(bare(pool.clone(), n, duration / 4).await?);
             let u = Cpu::now(&pids, pm);
             cpu[0].add(u.since(t));
-            a.merge(drive(endpoints, tokens, n, duration / 4).await?);
+            a.merge(drive(endpoints, extras.spread, tokens, n, duration / 4).await?);
             let v = Cpu::now(&pids, pm);
             cpu[1].add(v.since(u));
             c.merge(check(endpoints, tokens, n, duration / 8).await?);
@@ -544,9 +558,9 @@ async fn measure(
             // Quiet and scraped halves alternate, so the machine's noise falls on both.
             let (mut quiet, mut scraped) = (Samples::default(), Samples::default());
             for _ in 0..2 {
-                quiet.merge(drive(endpoints, tokens, n, duration / 4).await?);
+                quiet.merge(drive(endpoints, extras.spread, tokens, n, duration / 4).await?);
                 let scraper = tokio::spawn(scrape(replicas.metrics.clone(), every));
-                scraped.merge(drive(endpoints, tokens, n, duration / 4).await?);
+                scraped.merge(drive(endpoints, extras.spread, tokens, n, duration / 4).await?);
                 scraper.abort();
             }
             let quiet = ("Authorize, no scraper", &quiet);
@@ -559,7 +573,7 @@ async fn measure(
         }
         if extras.flood > 0 {
             let held = flood_replicas(endpoints, extras.flood).await;
-            let f = drive(endpoints, tokens, n, duration / 2).await?;
+            let f = drive(endpoints, extras.spread, tokens, n, duration / 2).await?;
             writeln!(
                 out,
                 "| {n} | Authorize, just after {held} idle connections and a slow handshake opened | {} | {} | {:.0} |",

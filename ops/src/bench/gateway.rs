@@ -306,13 +306,7 @@ struct Stack {
 
 impl Stack {
     async fn start(config: tokio_postgres::Config, db_url: &str) -> Result<Self> {
-        let lesson = authorizer::scopes::settings(Some("true"), Some("https://www.lesson.test/lesson"))?;
-        let wanted = crate::serve::DeploymentSettings {
-            settings: lesson,
-            standing: None,
-            policy_version: Some(authorizer::policy::Policy::empty().version),
-        };
-        crate::serve::apply_settings(db_url, TENANT, wanted).await?;
+        super::lesson_settings(db_url, TENANT).await?;
         let pool = ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?;
         let credentials = Credentials::postgres(pool.clone());
         let (worker, gateway_token, profiles) = (new_token(), new_token(), new_token());

@@ -285,6 +285,19 @@ async fn run_append(config: tokio_postgres::Config, writers: &[usize], duration:
     Ok(format!("{out}\n{ratios}"))
 }
 
+/// Records `tenant`'s settings as an operator does, once: task grants on, the lesson's scope, the
+/// empty policy in force. The benches' replicas serve them.
+async fn lesson_settings(db_url: &str, tenant: &str) -> Result<()> {
+    let lesson = authorizer::scopes::settings(Some("true"), Some("https://www.lesson.test/lesson"))?;
+    let wanted = crate::serve::DeploymentSettings {
+        settings: lesson,
+        standing: None,
+        policy_version: Some(authorizer::policy::Policy::empty().version),
+    };
+    crate::serve::apply_settings(db_url, tenant, wanted).await?;
+    Ok(())
+}
+
 /// This binary run as `args` with `env`, once it prints that it is serving (within 30 s);
 /// killed when dropped.
 pub(crate) async fn spawn_serving(args: &[&str], env: &[(&str, String)]) -> Result<tokio::process::Child> {

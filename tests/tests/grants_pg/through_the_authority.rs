@@ -118,7 +118,7 @@ async fn a_call_retried_after_its_commit_died_spends_one_use() {
 /// (the authorize read found the grant stream's head), recorded with its ordinal and its
 /// snapshot named, and the chain stays whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sequential_uses_are_made_in_one_statement() {
+async fn sequential_uses_are_made_in_one_statement_each() {
     let db = TestDb::new().await;
     let authority = Authority::new(PgGrants::new(db.store(4)), Policy::empty(), tenant());
     let settings = TaskGrantSettings { enabled: true, scopes: parse_scopes("https://www.lesson.test/lesson").unwrap() };
@@ -134,7 +134,9 @@ async fn sequential_uses_are_made_in_one_statement() {
             "{decision:?}"
         );
     }
-    assert_eq!(authority.backend().one_statement_uses(), 5, "every use took the one-statement path");
+    let grants = authority.backend();
+    // The first on a fresh read, the next four on the read the first one made, moved along.
+    assert_eq!((grants.one_statement_uses(), grants.remembered_uses()), (1, 4), "every use took one statement");
     check_consistent(authority.backend(), grant_id, &Round::default()).await;
     let client = db.client().await;
     let named: i64 = client
@@ -143,6 +145,106 @@ async fn sequential_uses_are_made_in_one_statement() {
         .unwrap()
         .get(0);
     assert_eq!(named, 5, "each use named its snapshot in the same statement");
+}
+
+/// A session's next allow is decided on the read the replica remembers only while everything
+/// that read saw still holds. A profile moved, the settings changed (even to something that still
+/// covers the act), the session moved: each time the remembered use is refused and the call is
+/// decided on a fresh read, which is what it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remembered_read_is_used_only_while_all_it_saw_still_holds() {
+    let db = TestDb::new().await;
+    let authority = Authority::new(PgGrants::new(db.store(4)), Policy::empty(), tenant());
+    let lesson = |scopes: &str| TaskGrantSettings { enabled: true, scopes: parse_scopes(scopes).unwrap() };
+    authority.execute(Command::ChangeSettings(lesson("https://www.lesson.test/lesson")), "operator").await.unwrap();
+    let now = OffsetDateTime::now_utc();
+    let grant_id = session_with_grant(&authority, "s1", now).await;
+    let grants = authority.backend();
+    let decide = async || authority.authorize_uncalled(&request("s1", "hola"), now, Uuid::new_v4()).await.unwrap().0;
+    let mut ordinal = 0;
+    let mut allowed = async |remembered: bool| {
+        let before = grants.remembered_uses();
+        let decision = decide().await;
+        ordinal += 1;
+        assert!(matches!(decision, Decision::Allow { use_ordinal: Some(o), .. } if o == ordinal), "{decision:?}");
+        assert_eq!(grants.remembered_uses() - before, u64::from(remembered), "use {ordinal} on a remembered read");
+    };
+    allowed(false).await;
+    allowed(true).await;
+
+    // The profile's row moves. No profile event does that and leaves the grant running (each
+    // ends the grants on the profile), so the row is moved by hand: the guard is a second line.
+    // After a refused use the session pauses one call before its memory is tried again.
+    let client = db.client().await;
+    let moved = client
+        .execute("UPDATE authority_profiles SET version = version + 1 WHERE tenant_id = 'tenant-1'", &[])
+        .await
+        .unwrap();
+    assert_eq!(moved, 1);
+    allowed(false).await;
+    allowed(false).await;
+    allowed(true).await;
+
+    // The settings change to a wider set that still covers the act.
+    let wider = lesson("https://www.lesson.test/lesson, https://www.other.test/docs");
+    authority.execute(Command::ChangeSettings(wider), "operator").await.unwrap();
+    allowed(false).await;
+    allowed(false).await;
+    allowed(true).await;
+
+    // A message that is not the owner's moves the session: the fresh read asks.
+    let said = SessionMessageRecorded { session_id: "s1".into(), message_id: "m9".into(), author: Author::Other };
+    authority.execute(Command::RecordMessage(said), "worker").await.unwrap();
+    let before = grants.remembered_uses();
+    let decision = decide().await;
+    assert!(matches!(&decision, Decision::RequireApproval { .. }), "{decision:?}");
+    assert_eq!(grants.remembered_uses(), before);
+    let used: i32 = client
+        .query_one("SELECT actions_used FROM active_task_grants WHERE grant_id = $1", &[&grant_id])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(used, 8, "no use after the message");
+}
+
+/// A credential a replica recognised from memory is confirmed by the statement that makes a use
+/// on a remembered read: once it is revoked, the next call is refused and spends nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_credential_spends_nothing_on_a_remembered_read() {
+    use authorizer::CallKey;
+    use credentials::{Credentials, Role, new_token};
+    let db = TestDb::new().await;
+    let authority = Authority::new(PgGrants::new(db.store(4)), Policy::empty(), tenant());
+    let settings = TaskGrantSettings { enabled: true, scopes: parse_scopes("https://www.lesson.test/lesson").unwrap() };
+    authority.execute(Command::ChangeSettings(settings), "operator").await.unwrap();
+    let now = OffsetDateTime::now_utc();
+    let grant_id = session_with_grant(&authority, "s1", now).await;
+    let credentials = Credentials::postgres(db.pool(1));
+    let id =
+        credentials.register(&new_token(), "tenant-1", Role::Worker, Some("owner"), None).await.unwrap().credential_id;
+    let req = request("s1", "hola");
+    let view = |_: &[SiteScope]| req.view.clone();
+    let call = |n: u8| {
+        let key = CallKey::new(&tenant(), "s1", &format!("call-{n}"), &[n; 32]);
+        authority.authorize(&req, &view, now, key, Some(id))
+    };
+    for n in 1..=2 {
+        let a = call(n).await.unwrap();
+        assert!(matches!(a.decision, Decision::Allow { use_ordinal: Some(o), .. } if o == u32::from(n)), "{a:?}");
+    }
+    assert_eq!(authority.backend().remembered_uses(), 1, "the second use on the read the first made");
+    assert!(credentials.revoke("tenant-1", id).await.unwrap());
+    let refused = call(3).await.unwrap_err();
+    assert!(matches!(refused, authorizer::AuthorityError::Store(authorizer::StoreError::CallerRefused)), "{refused:?}");
+    assert_eq!(authority.backend().remembered_uses(), 1);
+    let used: i32 = db
+        .client()
+        .await
+        .query_one("SELECT actions_used FROM active_task_grants WHERE grant_id = $1", &[&grant_id])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(used, 2, "nothing spent by the revoked credential");
 }
 
 /// A card decided on a read from before the owner's Stop and written while the Stop runs is

@@ -5,12 +5,26 @@ use super::*;
 
 /// A message that is not the owner's, recorded through replica B after A's decision read the
 /// session and before A's use: the use finds the session moved on, A decides again, and the card
-/// asks, the owner being no longer newest.
+/// asks, the owner being no longer newest. Both when A decides on the read it remembers from its
+/// last allow and when it reads afresh.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_recorded_between_the_read_and_the_use_refuses_the_use() {
+    message_between_read_and_use(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_recorded_between_a_fresh_read_and_the_use_refuses_the_use() {
+    message_between_read_and_use(false).await;
+}
+
+async fn message_between_read_and_use(remembered: bool) {
     use authorizer::domain::Decision as Decided;
     let db = TestDb::new().await;
     let (a, b, req, grant_id) = in_process_pair(&db).await;
+    if !remembered {
+        a.backend().forget_reads();
+    }
+    let (from_memory, refusals) = (a.backend().remembered_uses(), a.backend().remembered_refusals());
     let pause = Arc::new(authorizer::Pause::default());
     a.backend().pause_next_use(Arc::clone(&pause));
     let waiting = {
@@ -28,6 +42,9 @@ async fn a_message_recorded_between_the_read_and_the_use_refuses_the_use() {
         "{decision:?}"
     );
     assert_eq!(actions_used(&db, grant_id).await, 1, "only the use before the message");
+    assert_eq!(a.backend().remembered_uses(), from_memory, "nothing used from memory");
+    let refused = a.backend().remembered_refusals() - refusals;
+    assert_eq!(refused, u64::from(remembered), "the use paused was the one on the remembered read");
 }
 
 /// The other order: a use already under way holds the session, so a message recorded through B
