@@ -77,6 +77,21 @@ async fn session_with_grant(authority: &Authority<PgGrants>, session: &str, now:
     grant_id
 }
 
+/// An authority with the lesson's scope configured and session `s1` holding a task grant.
+async fn lesson_grant(db: &TestDb) -> (Authority<PgGrants>, Uuid, OffsetDateTime) {
+    let authority = Authority::new(PgGrants::new(db.store(4)), Policy::empty(), tenant());
+    let settings = TaskGrantSettings { enabled: true, scopes: parse_scopes("https://www.lesson.test/lesson").unwrap() };
+    authority.execute(Command::ChangeSettings(settings), "operator").await.unwrap();
+    let now = OffsetDateTime::now_utc();
+    let grant_id = session_with_grant(&authority, "s1", now).await;
+    (authority, grant_id, now)
+}
+
+async fn actions_used(db: &TestDb, grant_id: Uuid) -> i32 {
+    let q = "SELECT actions_used FROM active_task_grants WHERE grant_id = $1";
+    db.client().await.query_one(q, &[&grant_id]).await.unwrap().get(0)
+}
+
 /// A call whose use died in its COMMIT, sent again with the same call key through another
 /// replica, spends exactly one use; sent a third time (its reply lost, say) it spends nothing
 /// and answers the same ordinal.
@@ -120,11 +135,7 @@ async fn a_call_retried_after_its_commit_died_spends_one_use() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sequential_uses_are_made_in_one_statement_each() {
     let db = TestDb::new().await;
-    let authority = Authority::new(PgGrants::new(db.store(4)), Policy::empty(), tenant());
-    let settings = TaskGrantSettings { enabled: true, scopes: parse_scopes("https://www.lesson.test/lesson").unwrap() };
-    authority.execute(Command::ChangeSettings(settings), "operator").await.unwrap();
-    let now = OffsetDateTime::now_utc();
-    let grant_id = session_with_grant(&authority, "s1", now).await;
+    let (authority, grant_id, now) = lesson_grant(&db).await;
     for n in 1..=5u32 {
         let mut req = request("s1", "hola");
         req.snapshot = Some((format!("snap-{n}"), "e1".into()));
@@ -154,11 +165,8 @@ async fn sequential_uses_are_made_in_one_statement_each() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remembered_read_is_used_only_while_all_it_saw_still_holds() {
     let db = TestDb::new().await;
-    let authority = Authority::new(PgGrants::new(db.store(4)), Policy::empty(), tenant());
+    let (authority, grant_id, now) = lesson_grant(&db).await;
     let lesson = |scopes: &str| TaskGrantSettings { enabled: true, scopes: parse_scopes(scopes).unwrap() };
-    authority.execute(Command::ChangeSettings(lesson("https://www.lesson.test/lesson")), "operator").await.unwrap();
-    let now = OffsetDateTime::now_utc();
-    let grant_id = session_with_grant(&authority, "s1", now).await;
     let grants = authority.backend();
     let decide = async || authority.authorize_uncalled(&request("s1", "hola"), now, Uuid::new_v4()).await.unwrap().0;
     let mut ordinal = 0;
@@ -199,12 +207,7 @@ async fn a_remembered_read_is_used_only_while_all_it_saw_still_holds() {
     let decision = decide().await;
     assert!(matches!(&decision, Decision::RequireApproval { .. }), "{decision:?}");
     assert_eq!(grants.remembered_uses(), before);
-    let used: i32 = client
-        .query_one("SELECT actions_used FROM active_task_grants WHERE grant_id = $1", &[&grant_id])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(used, 8, "no use after the message");
+    assert_eq!(actions_used(&db, grant_id).await, 8, "no use after the message");
 }
 
 /// A credential a replica recognised from memory is confirmed by the statement that makes a use
@@ -214,11 +217,7 @@ async fn a_revoked_credential_spends_nothing_on_a_remembered_read() {
     use authorizer::CallKey;
     use credentials::{Credentials, Role, new_token};
     let db = TestDb::new().await;
-    let authority = Authority::new(PgGrants::new(db.store(4)), Policy::empty(), tenant());
-    let settings = TaskGrantSettings { enabled: true, scopes: parse_scopes("https://www.lesson.test/lesson").unwrap() };
-    authority.execute(Command::ChangeSettings(settings), "operator").await.unwrap();
-    let now = OffsetDateTime::now_utc();
-    let grant_id = session_with_grant(&authority, "s1", now).await;
+    let (authority, grant_id, now) = lesson_grant(&db).await;
     let credentials = Credentials::postgres(db.pool(1));
     let id =
         credentials.register(&new_token(), "tenant-1", Role::Worker, Some("owner"), None).await.unwrap().credential_id;
@@ -237,14 +236,7 @@ async fn a_revoked_credential_spends_nothing_on_a_remembered_read() {
     let refused = call(3).await.unwrap_err();
     assert!(matches!(refused, authorizer::AuthorityError::Store(authorizer::StoreError::CallerRefused)), "{refused:?}");
     assert_eq!(authority.backend().remembered_uses(), 1);
-    let used: i32 = db
-        .client()
-        .await
-        .query_one("SELECT actions_used FROM active_task_grants WHERE grant_id = $1", &[&grant_id])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(used, 2, "nothing spent by the revoked credential");
+    assert_eq!(actions_used(&db, grant_id).await, 2, "nothing spent by the revoked credential");
 }
 
 /// A card decided on a read from before the owner's Stop and written while the Stop runs is
