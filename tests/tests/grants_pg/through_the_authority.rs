@@ -210,6 +210,30 @@ async fn a_remembered_read_is_used_only_while_all_it_saw_still_holds() {
     assert_eq!(actions_used(&db, grant_id).await, 8, "no use after the message");
 }
 
+/// One session's calls spread over two replicas in turn: each replica's remembered read is stale
+/// every time (the other's use came between), so every try from memory is refused and the call
+/// decided afresh; the uses still come one by one, each answered once, and the refused tries
+/// thin out as the session's pause grows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_spread_over_two_replicas_use_the_grant_one_by_one() {
+    let db = TestDb::new().await;
+    let (a, grant_id, now) = lesson_grant(&db).await;
+    let b = Authority::new(PgGrants::new(db.store(4)), Policy::empty(), tenant());
+    let req = request("s1", "hola");
+    for n in 1..=40u32 {
+        let replica = if n % 2 == 1 { &a } else { &b };
+        let (decision, _) = replica.authorize_uncalled(&req, now, Uuid::new_v4()).await.unwrap();
+        assert!(matches!(decision, Decision::Allow { use_ordinal: Some(o), .. } if o == n), "{decision:?}");
+    }
+    assert_eq!(actions_used(&db, grant_id).await, 40);
+    for replica in [&a, &b] {
+        let grants = replica.backend();
+        assert_eq!(grants.remembered_uses(), 0, "never a use on a stale read");
+        // 19 tries from memory per replica without the pause; with it, at calls 2, 4, 8, 16.
+        assert!((1..=5).contains(&grants.remembered_refusals()), "{}", grants.remembered_refusals());
+    }
+}
+
 /// A credential a replica recognised from memory is confirmed by the statement that makes a use
 /// on a remembered read: once it is revoked, the next call is refused and spends nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
