@@ -82,6 +82,9 @@ impl<B: Backend + 'static> AuthorizerService<B> {
     ) -> Result<Response<pb::AwaitApprovalReply>, Status> {
         let (caller, authority) = self.caller(&req, Rpc::AwaitApproval).await?;
         let principal = caller.principal;
+        // A wait may outlast the credential: it is read again before an answer after one.
+        let metadata = req.metadata().clone();
+        let mut waited = false;
         let r = req.into_inner();
         let session_id = id("session_id", &r.session_id)?;
         let approval_id = uuid("approval_id", &r.approval_id)?;
@@ -113,6 +116,10 @@ impl<B: Backend + 'static> AuthorizerService<B> {
             let Some((state, unspent, grant, stopped)) = seen else {
                 return Err(Status::not_found("approval not found"));
             };
+            let done = stopped || state != ApprovalState::Pending || tokio::time::Instant::now() >= deadline;
+            if done && waited {
+                self.still_live(&metadata, Rpc::AwaitApproval).await?;
+            }
             // The owner stopped the agent here: the worker ends its run, whatever the card says.
             if stopped {
                 return Ok(Response::new(pb::AwaitApprovalReply {
@@ -139,6 +146,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
             }
             // The owner answers in seconds; a look every quarter second costs one keyed read.
             tokio::time::sleep(std::time::Duration::from_millis(250).min(deadline - tokio::time::Instant::now())).await;
+            waited = true;
         }
     }
 }

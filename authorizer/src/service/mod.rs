@@ -163,6 +163,19 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         Ok((caller, authority))
     }
 
+    /// The caller's credential read again from the store: for a call that waited, before it
+    /// answers (a revocation or expiry during the wait refuses the answer).
+    async fn still_live(&self, metadata: &tonic::metadata::MetadataMap, rpc: Rpc) -> Result<(), Status> {
+        let now = OffsetDateTime::now_utc();
+        // Recognised from memory, it is read by `confirm`; otherwise `authenticate` read it.
+        let mut again = self
+            .credentials
+            .authenticate(metadata, rpc.roles(), rpc.scopes(), now)
+            .await
+            .map_err(transport::auth_status)?;
+        self.credentials.confirm(&mut again).await.map_err(transport::auth_status)
+    }
+
     async fn write(
         &self,
         authority: &Authority<B>,

@@ -268,3 +268,43 @@ async fn only_the_gateway_records_the_owners_messages() {
     client.record_message(with_role(Role::Worker, "owner", said(false))).await.unwrap();
     client.record_message(with_role(Role::Gateway, "owner", said(true))).await.unwrap();
 }
+
+/// A worker whose credential runs out while it waits for the owner's answer is not given the
+/// answer, nor the approve-once token: a wait reads its credential again before it answers. The
+/// wait starts well inside the credential's two seconds; should the machine stall past them, the
+/// wait is refused at its start instead, as it must be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_that_runs_out_during_a_wait_gets_no_answer() {
+    use tests::bearer;
+    let db = TestDb::new().await;
+    let Served { mut client, credentials, _stop, .. } = start_on_postgres(&db, 4).await;
+    let s = scene(&mut client).await;
+    let short = credentials::new_token();
+    let until = time::OffsetDateTime::now_utc() + time::Duration::seconds(2);
+    credentials.register(&short, TENANT, Role::Worker, Some("owner"), Some(until)).await.unwrap();
+    let wait = |wait_ms| pb::AwaitApprovalRequest {
+        session_id: "s1".into(),
+        approval_id: s.pending.approval_id.clone(),
+        wait_ms,
+    };
+    let waiting = |request: Request<pb::AwaitApprovalRequest>| {
+        let mut client = client.clone();
+        tokio::spawn(async move { client.await_approval(request).await })
+    };
+    let (expiring, live) = (waiting(bearer(&short, wait(20_000))), waiting(owner(wait(20_000))));
+    // The owner answers once the credential has run out.
+    let left = until - time::OffsetDateTime::now_utc() + time::Duration::milliseconds(100);
+    tokio::time::sleep(left.try_into().unwrap_or_default()).await;
+    let once = pb::ResolveApprovalRequest {
+        approval_id: s.pending.approval_id.clone(),
+        resolution: pb::Resolution::ApproveOnce as i32,
+        ..Default::default()
+    };
+    client.resolve_approval(owner(once)).await.unwrap();
+    let refused = expiring.await.unwrap().unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
+    // The owner's own worker, waiting beside it and still live, is given the answer and its token.
+    let answer = live.await.unwrap().unwrap().into_inner();
+    assert_eq!(answer.status, "APPROVED");
+    assert!(!answer.approval_token.is_empty());
+}
