@@ -81,6 +81,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         req: Request<pb::AwaitApprovalRequest>,
     ) -> Result<Response<pb::AwaitApprovalReply>, Status> {
         let (caller, authority) = self.caller(&req, Rpc::AwaitApproval).await?;
+        let caller_was = caller.clone();
         let principal = caller.principal;
         // A wait may outlast the credential: it is read again before an answer after one.
         let metadata = req.metadata().clone();
@@ -118,7 +119,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
             };
             let done = stopped || state != ApprovalState::Pending || tokio::time::Instant::now() >= deadline;
             if done && waited {
-                self.still_live(&metadata, Rpc::AwaitApproval).await?;
+                self.still_live(&metadata, &caller_was, Rpc::AwaitApproval).await?;
             }
             // The owner stopped the agent here: the worker ends its run, whatever the card says.
             if stopped {
@@ -128,7 +129,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
                     grant_id: String::new(),
                 }));
             }
-            if state != ApprovalState::Pending || tokio::time::Instant::now() >= deadline {
+            if done {
                 // The token is handed out only while its record stands unspent, and found under
                 // whichever key of the ring issued it.
                 let approval_token = unspent

@@ -164,8 +164,9 @@ impl<B: Backend + 'static> AuthorizerService<B> {
     }
 
     /// The caller's credential read again from the store: for a call that waited, before it
-    /// answers (a revocation or expiry during the wait refuses the answer).
-    async fn still_live(&self, metadata: &tonic::metadata::MetadataMap, rpc: Rpc) -> Result<(), Status> {
+    /// answers (a revocation or expiry during the wait refuses the answer). It must name the same
+    /// tenant and principal as when the call began.
+    async fn still_live(&self, metadata: &tonic::metadata::MetadataMap, was: &Caller, rpc: Rpc) -> Result<(), Status> {
         let now = OffsetDateTime::now_utc();
         // Recognised from memory, it is read by `confirm`; otherwise `authenticate` read it.
         let mut again = self
@@ -173,7 +174,11 @@ impl<B: Backend + 'static> AuthorizerService<B> {
             .authenticate(metadata, rpc.roles(), rpc.scopes(), now)
             .await
             .map_err(transport::auth_status)?;
-        self.credentials.confirm(&mut again).await.map_err(transport::auth_status)
+        self.credentials.confirm(&mut again).await.map_err(transport::auth_status)?;
+        if (again.tenant.as_str(), again.principal.as_str()) != (was.tenant.as_str(), was.principal.as_str()) {
+            return Err(transport::auth_status(Credentials::refused()));
+        }
+        Ok(())
     }
 
     async fn write(

@@ -269,10 +269,10 @@ async fn only_the_gateway_records_the_owners_messages() {
     client.record_message(with_role(Role::Gateway, "owner", said(true))).await.unwrap();
 }
 
-/// A worker whose credential runs out while it waits for the owner's answer is not given the
-/// answer, nor the approve-once token: a wait reads its credential again before it answers. The
-/// wait starts well inside the credential's two seconds; should the machine stall past them, the
-/// wait is refused at its start instead, as it must be.
+/// A worker whose credential runs out or is revoked while it waits for the owner's answer is not
+/// given the answer, nor the approve-once token: a wait reads its credential again before it
+/// answers. Both waits are seen still waiting once the first credential has run out, and the
+/// second is revoked only then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_credential_that_runs_out_during_a_wait_gets_no_answer() {
     use tests::bearer;
@@ -291,18 +291,28 @@ async fn a_credential_that_runs_out_during_a_wait_gets_no_answer() {
         let mut client = client.clone();
         tokio::spawn(async move { client.await_approval(request).await })
     };
-    let (expiring, live) = (waiting(bearer(&short, wait(20_000))), waiting(owner(wait(20_000))));
+    let revocable = credentials::new_token();
+    let id = credentials.register(&revocable, TENANT, Role::Worker, Some("owner"), None).await.unwrap().credential_id;
+    let (expiring, revoked, live) = (
+        waiting(bearer(&short, wait(20_000))),
+        waiting(bearer(&revocable, wait(20_000))),
+        waiting(owner(wait(20_000))),
+    );
     // The owner answers once the credential has run out.
     let left = until - time::OffsetDateTime::now_utc() + time::Duration::milliseconds(100);
     tokio::time::sleep(left.try_into().unwrap_or_default()).await;
+    assert!(!expiring.is_finished() && !revoked.is_finished(), "both still wait: the start let them in");
+    assert!(credentials.revoke(TENANT, id).await.unwrap());
     let once = pb::ResolveApprovalRequest {
         approval_id: s.pending.approval_id.clone(),
         resolution: pb::Resolution::ApproveOnce as i32,
         ..Default::default()
     };
     client.resolve_approval(owner(once)).await.unwrap();
-    let refused = expiring.await.unwrap().unwrap_err();
-    assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
+    for waiter in [expiring, revoked] {
+        let refused = waiter.await.unwrap().unwrap_err();
+        assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
+    }
     // The owner's own worker, waiting beside it and still live, is given the answer and its token.
     let answer = live.await.unwrap().unwrap().into_inner();
     assert_eq!(answer.status, "APPROVED");
