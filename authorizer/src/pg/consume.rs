@@ -3,7 +3,7 @@
 
 use grant_domain::catalogue::{Event, ToolCallAuthorized};
 use ledger::postgres::Guard;
-use ledger::{AppendError, Metadata, TenantId};
+use ledger::{AppendError, AppendOutcome, Metadata, TenantId};
 use tokio_postgres::IsolationLevel;
 
 use super::PgGrants;
@@ -43,28 +43,14 @@ impl PgGrants {
             session.map_or((None, None), |s| (Some(s.session_id), Some(version(s.version))));
         let stream = crate::domain::entity_stream(tenant, "grant", &grant_id)?;
         if let Some(used) = read_used.filter(|&n| n < MAX_ACTIONS) {
-            let ordinal = used + 1;
-            let event = use_event(ordinal);
-            let request = use_append(tenant, metadata, &event, ordinal)?;
-            let used = i32::try_from(used).unwrap_or(i32::MAX);
-            let t = tenant.as_str();
-            let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-                vec![&grant_id, &chars, &now, &used, &max_chars, &t, &session_id, &session_version];
-            let named = named_snapshot(&event);
-            if let Some((session, run, snapshot)) = &named {
-                params.extend([*session as &(dyn tokio_postgres::types::ToSql + Sync), *run, *snapshot]);
-            }
-            let guard =
-                Guard { sql: &CONSUME_NEXT, then: named.map(|_| NAME_SNAPSHOT_APPENDED.as_str()), params: &params };
-            match self.store.append_guarded(&request, guard).await {
-                Ok(Some(outcome)) => {
-                    self.one_statement_uses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    self.reads.used(tenant, session_id, Used { grant_id, ordinal, chars: typed_chars }, false);
-                    return Ok(Consumed::Allowed { ordinal, outcome });
-                }
-                // The row or the stream moved since the read, or the use no longer fits.
-                Ok(None) | Err(AppendError::Conflict { .. }) => {}
-                Err(e) => return Err(e.into()),
+            let next = OneStatement { sql: &CONSUME_NEXT, then: &NAME_SNAPSHOT_APPENDED, extra: &[] };
+            // None: the row or the stream moved since the read, or the use no longer fits.
+            if let Some((ordinal, outcome)) =
+                self.in_one_statement(tenant, metadata, &u, used, next, &use_event).await?
+            {
+                self.one_statement_uses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.reads.used(tenant, session_id, Used { grant_id, ordinal, chars: typed_chars }, false);
+                return Ok(Consumed::Allowed { ordinal, outcome });
             }
         }
         // Expiry by both clocks: the deciding replica's and the database's, so a replica whose
@@ -126,8 +112,55 @@ impl PgGrants {
     }
 }
 
+/// A one-statement use's SQL: [`CONSUME_NEXT`] or a stricter form of it whose `extra` parameters
+/// follow its eight, and the statement naming the run's snapshot with the three after those.
+pub(super) struct OneStatement<'a> {
+    pub(super) sql: &'a str,
+    pub(super) then: &'a str,
+    pub(super) extra: &'a [&'a (dyn tokio_postgres::types::ToSql + Sync)],
+}
+
+impl PgGrants {
+    /// Use `used + 1` of `u`'s grant as one statement, with no BEGIN or COMMIT
+    /// (`PgStore::append_guarded`): the grant row updated only while it holds `used`, and the
+    /// event inserted by the same statement. `None`: the statement's guard found nothing, or the
+    /// grant's stream moved.
+    pub(super) async fn in_one_statement(
+        &self,
+        tenant: &TenantId,
+        metadata: &Metadata,
+        u: &UseOf<'_>,
+        used: u32,
+        one: OneStatement<'_>,
+        use_event: &(impl Fn(u32) -> Event + Send + Sync),
+    ) -> Result<Option<(u32, AppendOutcome)>, StoreError> {
+        let ordinal = used + 1;
+        let event = use_event(ordinal);
+        let request = use_append(tenant, metadata, &event, ordinal)?;
+        let chars = i32::try_from(u.typed_chars).unwrap_or(i32::MAX);
+        let max_chars = i32::try_from(MAX_TYPED_CHARS).unwrap_or(i32::MAX);
+        let used = i32::try_from(used).unwrap_or(i32::MAX);
+        let (session_id, session_version) =
+            u.session.map_or((None, None), |s| (Some(s.session_id), Some(version(s.version))));
+        let t = tenant.as_str();
+        let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+            vec![&u.grant_id, &chars, &u.now, &used, &max_chars, &t, &session_id, &session_version];
+        params.extend_from_slice(one.extra);
+        let named = named_snapshot(&event);
+        if let Some((session, run, snapshot)) = &named {
+            params.extend([*session as &(dyn tokio_postgres::types::ToSql + Sync), *run, *snapshot]);
+        }
+        let guard = Guard { sql: one.sql, then: named.map(|_| one.then), params: &params };
+        match self.store.append_guarded(&request, guard).await {
+            Ok(Some(outcome)) => Ok(Some((ordinal, outcome))),
+            Ok(None) | Err(AppendError::Conflict { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
 /// The (session, run, snapshot) a use event names, whose snapshot row the use writes.
-pub(super) fn named_snapshot(event: &Event) -> Option<(&String, &String, &String)> {
+fn named_snapshot(event: &Event) -> Option<(&String, &String, &String)> {
     match event {
         Event::ToolCallAuthorized(ToolCallAuthorized { session_id, run_id, snapshot_id: Some(s), .. }) => {
             Some((session_id, run_id, s))

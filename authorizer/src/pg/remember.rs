@@ -8,17 +8,15 @@
 use std::sync::{Arc, LazyLock};
 
 use grant_domain::catalogue::Event;
-use ledger::postgres::Guard;
-use ledger::{AppendError, Metadata, TenantId};
+use ledger::{Metadata, TenantId};
 use uuid::Uuid;
 
 use super::PgGrants;
-use super::consume::{CONSUME_NEXT_UPDATE, name_snapshot_appended, named_snapshot};
+use super::consume::{CONSUME_NEXT_UPDATE, OneStatement, name_snapshot_appended};
 use super::convert::version;
 use super::reads::Used;
 use crate::error::StoreError;
 use crate::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};
-use crate::state::use_append;
 use crate::store::{Consumed, Loaded, UseOf};
 
 /// What a remembered read must still hold for its allow to be used, beyond `CONSUME_NEXT`'s
@@ -73,7 +71,7 @@ impl PgGrants {
         credential: Option<Uuid>,
         use_event: impl Fn(u32) -> Event + Send + Sync,
     ) -> Result<Consumed, StoreError> {
-        let UseOf { grant_id, typed_chars, now, session, read_used } = u;
+        let UseOf { grant_id, typed_chars, session, read_used, .. } = u;
         let (Some(session), Some(used)) = (session, read_used.filter(|&n| n < MAX_ACTIONS)) else {
             return Ok(Consumed::Refused);
         };
@@ -101,50 +99,23 @@ impl PgGrants {
         let settings = version(read.version(&crate::domain::deployment_stream(tenant)?));
         #[cfg(feature = "testing")]
         self.paused().await;
-        let ordinal = used + 1;
-        let event = use_event(ordinal);
-        let request = use_append(tenant, metadata, &event, ordinal)?;
-        let chars = i32::try_from(typed_chars).unwrap_or(i32::MAX);
-        let max_chars = i32::try_from(MAX_TYPED_CHARS).unwrap_or(i32::MAX);
-        let used = i32::try_from(used).unwrap_or(i32::MAX);
-        let (t, session_id, session_version) =
-            (tenant.as_str(), Some(session.session_id), Some(version(session.version)));
-        let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
-            &grant_id,
-            &chars,
-            &now,
-            &used,
-            &max_chars,
-            &t,
-            &session_id,
-            &session_version,
-            &credential,
-            &settings,
-            &profiles[0].0,
-            &profiles[0].1,
-            &profiles[1].0,
-            &profiles[1].1,
-        ];
-        let named = named_snapshot(&event);
-        if let Some((session, run, snapshot)) = &named {
-            params.extend([*session as &(dyn tokio_postgres::types::ToSql + Sync), *run, *snapshot]);
-        }
-        let guard =
-            Guard { sql: &CONSUME_REMEMBERED, then: named.map(|_| NAME_SNAPSHOT_REMEMBERED.as_str()), params: &params };
-        match self.store.append_guarded(&request, guard).await {
-            Ok(Some(outcome)) => {
+        let extra: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+            [&credential, &settings, &profiles[0].0, &profiles[0].1, &profiles[1].0, &profiles[1].1];
+        let strict = OneStatement { sql: &CONSUME_REMEMBERED, then: &NAME_SNAPSHOT_REMEMBERED, extra: &extra };
+        match self.in_one_statement(tenant, metadata, &u, used, strict, &use_event).await {
+            Ok(Some((ordinal, outcome))) => {
                 self.remembered_uses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let used = Used { grant_id, ordinal, chars: typed_chars };
                 self.reads.used(tenant, Some(session.session_id), used, true);
                 Ok(Consumed::Allowed { ordinal, outcome })
             }
-            Ok(None) | Err(AppendError::Conflict { .. }) => {
+            Ok(None) => {
                 self.refused(tenant, session.session_id);
                 Ok(Consumed::Refused)
             }
             Err(e) => {
                 self.reads.refused(tenant, session.session_id);
-                Err(e.into())
+                Err(e)
             }
         }
     }
