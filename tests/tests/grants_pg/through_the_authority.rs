@@ -129,6 +129,67 @@ async fn a_call_retried_after_its_commit_died_spends_one_use() {
     assert_eq!(grants.usage(&tenant(), grant_id).await.unwrap().unwrap().0, 1, "one use in all");
 }
 
+/// The same as [`a_call_retried_after_its_commit_died_spends_one_use`], for a use made on the
+/// replica's remembered read: the statement that died is the remembered one (it alone checks
+/// the settings' version), nothing of it stays, the replica forgets the read, and the retries
+/// through either replica spend exactly one use between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remembered_use_whose_commit_died_is_retried_once() {
+    use authorizer::CallKey;
+    let db = TestDb::new().await;
+    let (authority, grant_id, now) = lesson_grant(&db).await;
+    let authority = Arc::new(authority);
+    let req = request("s1", "gato");
+    let view = |_: &[SiteScope]| req.view.clone();
+    let first = authority.authorize(&req, &view, now, CallKey::new(&tenant(), "s1", "c1", &[1; 32]), None);
+    assert!(matches!(first.await.unwrap().decision, Decision::Allow { use_ordinal: Some(1), .. }));
+    assert!(authority.backend().remembered(&tenant(), "s1").is_some(), "the first use left its read remembered");
+    let admin = db.client().await;
+    hold_use_commits(&admin).await;
+    let call = CallKey::new(&tenant(), "s1", "c2", &[2; 32]);
+    let second = {
+        let (authority, req) = (Arc::clone(&authority), req.clone());
+        tokio::spawn(async move { authority.authorize(&req, &|_| req.view.clone(), now, call, None).await })
+    };
+    let held: String = poll_held_use(&admin).await;
+    assert!(held.contains("authority_settings"), "the held use is the remembered statement: {held}");
+    assert_eq!(kill_held_commit(&admin).await, 1);
+    assert!(second.await.unwrap().is_err(), "a use whose commit died is not an allow");
+    admin.batch_execute("DROP TRIGGER hold_commit ON events").await.unwrap();
+    assert_eq!(actions_used(&db, grant_id).await, 1, "nothing of the dead use stays");
+    assert_eq!(authority.backend().remembered_uses(), 0);
+    let other = Authority::new(PgGrants::new(db.store(4)), Policy::empty(), tenant());
+    let mut ordinals = Vec::new();
+    for replica in [&other, &*authority, &other] {
+        let a = replica.authorize(&req, &|_| req.view.clone(), now, call, None).await.unwrap();
+        let Decision::Allow { use_ordinal, .. } = a.decision else { panic!("{:?}", a.decision) };
+        ordinals.push(use_ordinal);
+    }
+    assert_eq!(ordinals, [Some(2), Some(2), Some(2)]);
+    assert_eq!(actions_used(&db, grant_id).await, 2, "one use for the call in all");
+    check_consistent(authority.backend(), grant_id, &Round::default()).await;
+}
+
+/// The statement of the use sitting in its held COMMIT (see `hold_use_commits`).
+async fn poll_held_use(admin: &tokio_postgres::Client) -> String {
+    tests::poll_until(
+        "a use held at its commit",
+        std::time::Duration::from_secs(20),
+        std::time::Duration::from_millis(10),
+        || async {
+            admin
+                .query_opt(
+                    "SELECT query FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .map(|r| r.get::<_, String>(0))
+        },
+    )
+    .await
+}
+
 /// One act after another on one grant: each use after the read is made in one statement
 /// (the authorize read found the grant stream's head), recorded with its ordinal and its
 /// snapshot named, and the chain stays whole.

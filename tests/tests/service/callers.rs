@@ -272,12 +272,25 @@ async fn only_the_gateway_records_the_owners_messages() {
 /// A worker whose credential runs out or is revoked while it waits for the owner's answer is not
 /// given the answer, nor the approve-once token: a wait reads its credential again before it
 /// answers. Both waits are seen still waiting once the first credential has run out, and the
-/// second is revoked only then.
+/// second is revoked only then, through another handle on the store (as another replica would).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_credential_that_runs_out_during_a_wait_gets_no_answer() {
-    use tests::bearer;
     let db = TestDb::new().await;
-    let Served { mut client, credentials, _stop, .. } = start_on_postgres(&db, 4).await;
+    runs_out_during_a_wait(&db, Credentials::postgres(db.pool(2))).await;
+}
+
+/// The same with the credentials remembered, as a served replica has them: the memory that let
+/// the waits in does not answer for them after the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remembered_credential_that_runs_out_during_a_wait_gets_no_answer() {
+    let db = TestDb::new().await;
+    runs_out_during_a_wait(&db, Credentials::postgres(db.pool(2)).remembering(16)).await;
+}
+
+async fn runs_out_during_a_wait(db: &TestDb, credentials: Credentials) {
+    use tests::bearer;
+    let Served { mut client, credentials, _stop, .. } = start(PgGrants::new(db.store(4)), credentials).await;
+    let elsewhere = Credentials::postgres(db.pool(1));
     let s = scene(&mut client).await;
     let short = credentials::new_token();
     let until = time::OffsetDateTime::now_utc() + time::Duration::seconds(2);
@@ -302,7 +315,7 @@ async fn a_credential_that_runs_out_during_a_wait_gets_no_answer() {
     let left = until - time::OffsetDateTime::now_utc() + time::Duration::milliseconds(100);
     tokio::time::sleep(left.try_into().unwrap_or_default()).await;
     assert!(!expiring.is_finished() && !revoked.is_finished(), "both still wait: the start let them in");
-    assert!(credentials.revoke(TENANT, id).await.unwrap());
+    assert!(elsewhere.revoke(TENANT, id).await.unwrap());
     let once = pb::ResolveApprovalRequest {
         approval_id: s.pending.approval_id.clone(),
         resolution: pb::Resolution::ApproveOnce as i32,
