@@ -40,6 +40,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0007_sessions_by_principal.sql",
         sql: include_str!("../../migrations/0007_sessions_by_principal.sql"),
     },
+    Migration {
+        version: 8,
+        name: "0008_grants_by_tenant_and_id.sql",
+        sql: include_str!("../../migrations/0008_grants_by_tenant_and_id.sql"),
+    },
 ];
 
 /// Shared by every runner of this schema: the ASCII of "grantmig".

@@ -171,7 +171,7 @@ fn named_snapshot(event: &Event) -> Option<(&String, &String, &String)> {
 
 /// A use: the conditional `UPDATE` of the grant row (holding the session row at the version the
 /// decision read), returning the grant stream's head.
-const CONSUME: &str = "WITH held AS (SELECT 1 FROM authority_sessions WHERE tenant_id = $6 AND session_id = $7 \
+pub(super) const CONSUME: &str = "WITH held AS (SELECT 1 FROM authority_sessions WHERE tenant_id = $6 AND session_id = $7 \
        AND version = $8 FOR SHARE), \
      used AS (UPDATE active_task_grants SET actions_used = actions_used + 1, chars_used = chars_used + $2 \
        WHERE tenant_id = $6 AND grant_id = $1 AND ended_at IS NULL AND actions_used < $4 \
@@ -193,7 +193,7 @@ pub(super) static CONSUME_NEXT: std::sync::LazyLock<String> =
 pub(super) const CONSUME_NEXT_UPDATE: &str = "WITH held AS (SELECT 1 FROM authority_sessions WHERE tenant_id = $6 AND session_id = $7 \
        AND version = $8 FOR SHARE), \
      free AS (SELECT grant_id FROM active_task_grants WHERE tenant_id = $6 AND grant_id = $1 \
-       AND actions_used = $4 FOR UPDATE SKIP LOCKED) \
+       AND ended_at IS NULL AND actions_used = $4 FOR UPDATE SKIP LOCKED) \
      UPDATE active_task_grants SET actions_used = actions_used + 1, chars_used = chars_used + $2 \
        WHERE tenant_id = $6 AND grant_id = $1 AND grant_id IN (SELECT grant_id FROM free) \
        AND ended_at IS NULL AND actions_used = $4 \

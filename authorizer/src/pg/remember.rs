@@ -33,7 +33,7 @@ const STILL_AS_READ: &str = "($9::uuid IS NULL OR EXISTS (SELECT 1 FROM credenti
        WHERE p.tenant_id = $6 AND p.profile_id = $13 AND p.version > 0), 0) = $14)";
 
 /// `CONSUME_NEXT` with [`STILL_AS_READ`] added to its conditions.
-static CONSUME_REMEMBERED: LazyLock<String> =
+pub(super) static CONSUME_REMEMBERED: LazyLock<String> =
     LazyLock::new(|| format!("{CONSUME_NEXT_UPDATE} AND {STILL_AS_READ} RETURNING actions_used"));
 
 /// The snapshot a remembered use names, after [`CONSUME_REMEMBERED`]'s fourteen parameters.

@@ -54,6 +54,12 @@ impl PgGrants {
         Ok(done.value)
     }
 
+    /// The statements that make a use, each its guard alone (no event insert around it): for tests
+    /// of their plans.
+    pub fn use_statements() -> [&'static str; 3] {
+        [super::consume::CONSUME, &super::consume::CONSUME_NEXT, &super::remember::CONSUME_REMEMBERED]
+    }
+
     /// The inline row of a grant: (actions_used, chars_used, end_reason).
     pub async fn usage(
         &self,

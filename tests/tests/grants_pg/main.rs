@@ -476,3 +476,33 @@ async fn a_token_redeemed_by_many_at_once_is_redeemed_once() {
         .count();
     assert_eq!(redeemed, 1, "recorded once");
 }
+
+/// Each statement that makes a use finds its grant through an index on (tenant, id), even in the
+/// plan a connection makes on a young table without statistics, which it keeps while the table
+/// grows: never through a tenant-led index, which would read every running grant of the tenant
+/// on each use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_use_finds_its_grant_by_tenant_and_id_in_a_plan_made_before_statistics() {
+    let db = TestDb::new().await;
+    let grants = PgGrants::new(db.store(2));
+    for n in 0..3 {
+        new_grant(&grants, &format!("s{n}")).await;
+    }
+    let client = db.client().await;
+    client.batch_execute("SET plan_cache_mode = force_generic_plan").await.unwrap();
+    for (n, sql) in PgGrants::use_statements().into_iter().enumerate() {
+        let params = (1..=40).rev().find(|p| sql.contains(&format!("${p}"))).unwrap();
+        client.batch_execute(&format!("PREPARE use_{n} AS {sql}")).await.unwrap();
+        let nulls = vec!["NULL"; params].join(", ");
+        let rows = client.query(&format!("EXPLAIN EXECUTE use_{n}({nulls})"), &[]).await.unwrap();
+        let plan: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        let plan = plan.join("\n");
+        let scans: Vec<&str> =
+            plan.lines().filter(|l| l.contains("Scan") && l.contains(" on active_task_grants")).collect();
+        assert!(!scans.is_empty(), "{plan}");
+        assert!(
+            scans.iter().all(|l| l.contains("Index Scan using active_task_grants_running ")),
+            "statement {n} scans the grants by another way:\n{plan}"
+        );
+    }
+}
