@@ -13,12 +13,6 @@ mod cli;
 #[allow(clippy::wildcard_imports)] // every subcommand's type, used by `run` alone
 use cli::*;
 
-/// Every service allocates on each call (gRPC, TLS, the PostgreSQL client, JSON); glibc's
-/// malloc and free were a fifth of a replica's CPU, mimalloc's thread-local lists cost less
-/// (docs/performance.md).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn database_url(cli: &Option<String>) -> Result<String> {
     match cli {
         Some(url) => Ok(url.clone()),

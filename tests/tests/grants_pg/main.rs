@@ -500,9 +500,14 @@ async fn a_use_finds_its_grant_by_tenant_and_id_in_a_plan_made_before_statistics
         let scans: Vec<&str> =
             plan.lines().filter(|l| l.contains("Scan") && l.contains(" on active_task_grants")).collect();
         assert!(!scans.is_empty(), "{plan}");
+        // Either index keyed by (tenant, id); the next line of each scan is its condition.
+        let by_key = ["Index Scan using active_task_grants_running ", "Index Scan using active_task_grants_pkey "];
         assert!(
-            scans.iter().all(|l| l.contains("Index Scan using active_task_grants_running ")),
+            scans.iter().all(|l| by_key.iter().any(|k| l.contains(k))),
             "statement {n} scans the grants by another way:\n{plan}"
         );
+        let conditions =
+            plan.lines().filter(|l| l.contains("Index Cond: ((tenant_id = $6) AND (grant_id = $1))")).count();
+        assert_eq!(conditions, scans.len(), "statement {n}: each scan of the grants by tenant and id:\n{plan}");
     }
 }
