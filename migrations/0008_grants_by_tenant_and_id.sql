@@ -1,10 +1,12 @@
--- A use finds its running grant by tenant and id. The primary key (tenant_id, grant_id) matches
--- that, but a plan made before the table has statistics (every connection's first, on a young
--- database, kept while the table grows) costs it the same as the tenant-led partial indexes,
--- whose `ended_at IS NULL` the use also says, and may take one of those: then each use reads
--- every running grant of the tenant. This index holds the same key over running grants only, so
--- it matches all a use's lookup says and is the one taken. A use's UPDATE changes no indexed
--- column: it stays a HOT update.
--- Built inside the migration's transaction (not CONCURRENTLY): writes to the table wait while it
--- builds, which on a large table is worth a quiet moment.
+-- A use finds its running grant by tenant and id. The services force generic plans, so each
+-- connection plans a statement once, on first use, and keeps the plan while the table grows
+-- until an ANALYZE replans it. On a young table without statistics the primary key
+-- (tenant_id, grant_id) costs the same as the tenant-led indexes, and the use's plans took
+-- `active_task_grants_principal` and `active_task_grants_profile` with the tenant alone as their
+-- condition: every use read every running grant of its tenant. This index holds the key over
+-- running grants only; with the use's row lock saying `ended_at IS NULL` as its UPDATE does, it
+-- matches all the lookup says and is cheaper than either (held by a test that plans each use
+-- statement on a young table). A use changes no indexed column: its UPDATE stays HOT-eligible.
+-- Built inside the migration run's transaction (not CONCURRENTLY): writes to the table wait until
+-- that transaction commits, which on a large table is worth a quiet moment.
 CREATE UNIQUE INDEX active_task_grants_running ON active_task_grants (tenant_id, grant_id) WHERE ended_at IS NULL;
