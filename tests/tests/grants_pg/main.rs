@@ -500,7 +500,7 @@ async fn a_use_finds_its_grant_by_tenant_and_id_in_a_plan_made_before_statistics
         let scans: Vec<&str> =
             plan.lines().filter(|l| l.contains("Scan") && l.contains(" on active_task_grants")).collect();
         assert!(!scans.is_empty(), "{plan}");
-        // Either index keyed by (tenant, id); the next line of each scan is its condition.
+        // Either index keyed by (tenant, id), and as many conditions on both as scans.
         let by_key = ["Index Scan using active_task_grants_running ", "Index Scan using active_task_grants_pkey "];
         assert!(
             scans.iter().all(|l| by_key.iter().any(|k| l.contains(k))),

@@ -130,9 +130,9 @@ async fn a_call_retried_after_its_commit_died_spends_one_use() {
 }
 
 /// The same as [`a_call_retried_after_its_commit_died_spends_one_use`], for a use made on the
-/// replica's remembered read: the statement that died is the remembered one (it alone checks
-/// the caller's credential and the settings' version), nothing of it stays, the replica forgets the read, and the retries
-/// through it and another replica spend exactly one use between them.
+/// replica's remembered read: the statement that died is the remembered one (it alone checks the
+/// caller's credential and the settings' version), nothing of it stays, the replica forgets the
+/// read, and the retries through it and another replica spend exactly one use between them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remembered_use_whose_commit_died_is_retried_once() {
     use authorizer::CallKey;
@@ -166,7 +166,7 @@ async fn a_remembered_use_whose_commit_died_is_retried_once() {
     let other = Authority::new(PgGrants::new(db.store(4)), Policy::empty(), tenant());
     let mut ordinals = Vec::new();
     for replica in [&*authority, &other, &*authority] {
-        let a = replica.authorize(&req, &|_| req.view.clone(), now, call, None).await.unwrap();
+        let a = replica.authorize(&req, &view, now, call, None).await.unwrap();
         let Decision::Allow { use_ordinal, .. } = a.decision else { panic!("{:?}", a.decision) };
         ordinals.push(use_ordinal);
     }
