@@ -5,7 +5,7 @@
 
 use proto::runtime::{Node, ObserveReply, Role};
 
-use crate::tools::{CLICKABLE, FIELDS};
+use crate::tools::{CLICKABLE, FIELDS, SHOWN_ONLY};
 
 /// The values one step's prompt is rendered with.
 #[derive(Debug, Clone)]
@@ -56,7 +56,7 @@ UNTRUSTED_SNAPSHOT>>>";
 
 fn role_name(role: i32) -> &'static str {
     let role = Role::try_from(role).unwrap_or(Role::Unspecified);
-    CLICKABLE.iter().chain(FIELDS.iter()).find(|(_, r)| *r == role).map_or("unknown", |(n, _)| *n)
+    CLICKABLE.iter().chain(FIELDS.iter()).chain(SHOWN_ONLY.iter()).find(|(_, r)| *r == role).map_or("unknown", |(n, _)| *n)
 }
 
 /// A page string as the model reads it: a JSON string, with the line and paragraph separators

@@ -25,13 +25,18 @@ pub const CLICKABLE: [(&str, Role); 8] = [
     ("combobox", Role::Combobox),
 ];
 
-/// The fields a type or a select names.
-pub const FIELDS: [(&str, Role); 4] = [
+/// The fields a type or a select names (a number input is a spin button to the platform, and
+/// typed into as a text box is).
+pub const FIELDS: [(&str, Role); 5] = [
     ("textbox", Role::Textbox),
     ("searchbox", Role::Searchbox),
     ("combobox", Role::Combobox),
     ("listbox", Role::Listbox),
+    ("spinbutton", Role::Spinbutton),
 ];
+
+/// Roles a snapshot lists that no tool acts on: shown so the model sees the page as it is.
+pub const SHOWN_ONLY: [(&str, Role); 1] = [("slider", Role::Slider)];
 
 /// The keys a key press may name and the scroll steps: the classifier's, which the runtime and
 /// the authorizer hold every act to (never a letter or digit, never a free distance).

@@ -275,19 +275,38 @@ pub async fn after(h: &Handle, held: Option<&Held>) -> Result<Option<(PageRead, 
 /// top document: the page can neither see the call nor replace what it uses. Returns the
 /// DevTools result object (by value, or as a remote object).
 pub async fn call_in_world(h: &Handle, script: &str, args: &[Value], by_value: bool) -> Result<Value, FenceError> {
+    let args = args.iter().map(|a| json!({ "value": a })).collect();
+    let world = world(h).await?;
+    call_in(h, &world, script, args, by_value).await
+}
+
+/// The tab's session and the guard's isolated world in its top document.
+pub(crate) async fn world(h: &Handle) -> Result<(String, i64), FenceError> {
     let (session, main) = tab(h)?;
     let ctx = context(h, &session, &main).await?;
+    Ok((session, ctx))
+}
+
+/// [`call_in_world`] with DevTools call arguments as they are (`{"value": …}` or
+/// `{"objectId": …}`), in a world already looked up.
+pub(crate) async fn call_in(
+    h: &Handle,
+    (session, ctx): &(String, i64),
+    script: &str,
+    args: Vec<Value>,
+    by_value: bool,
+) -> Result<Value, FenceError> {
     let params = json!({
         "functionDeclaration": format!("function () {{\n{script}\n}}"),
         "executionContextId": ctx,
-        "arguments": args.iter().map(|a| json!({ "value": a })).collect::<Vec<_>>(),
+        "arguments": args,
         "returnByValue": by_value,
         "objectGroup": READ_GROUP,
     });
-    let answer = h.call_within(Some(&session), "Runtime.callFunctionOn", params, READ_BOUND).await;
+    let answer = h.call_within(Some(session), "Runtime.callFunctionOn", params, READ_BOUND).await;
     if matches!(answer, Err(FenceError::Endpoint(_))) {
         // A read that ran past its bound still runs: stop it.
-        h.send(Some(&session), "Runtime.terminateExecution", json!({}));
+        h.send(Some(session), "Runtime.terminateExecution", json!({}));
     }
     let mut r = answer?;
     thrown(&r, "Runtime.callFunctionOn")?;
@@ -295,9 +314,9 @@ pub async fn call_in_world(h: &Handle, script: &str, args: &[Value], by_value: b
 }
 
 /// The remote objects a read hands out, released together by [`release_reads`].
-const READ_GROUP: &str = "grant-ledger-read";
+pub(crate) const READ_GROUP: &str = "grant-ledger-read";
 /// How long one read may take: a page of deeply nested controls takes seconds.
-const READ_BOUND: Duration = Duration::from_secs(15);
+pub(crate) const READ_BOUND: Duration = Duration::from_secs(15);
 
 /// Releases every remote object the reads handed out.
 pub fn release_reads(h: &Handle) {
@@ -309,6 +328,11 @@ pub fn release_reads(h: &Handle) {
 /// The WebDriver element of a remote object in the tab's top document, named as chromedriver
 /// names it; `None` when the object is not a node. The object is released.
 pub async fn element_of(h: &Handle, object: &Value) -> Result<Option<ElementRef>, FenceError> {
+    Ok(element_node(h, object).await?.map(|(el, _)| el))
+}
+
+/// [`element_of`], with the element's backend node id.
+pub async fn element_node(h: &Handle, object: &Value) -> Result<Option<(ElementRef, i64)>, FenceError> {
     let Some(id) = object["objectId"].as_str() else { return Ok(None) };
     let (session, main) = tab(h)?;
     let described = h.call(Some(&session), "DOM.describeNode", json!({ "objectId": id })).await;
@@ -316,7 +340,7 @@ pub async fn element_of(h: &Handle, object: &Value) -> Result<Option<ElementRef>
     let Some(node) = described?["node"]["backendNodeId"].as_i64() else { return Ok(None) };
     let tree = h.call(Some(&session), "Page.getFrameTree", json!({})).await?;
     let loader = tree["frameTree"]["frame"]["loaderId"].as_str().unwrap_or_default().to_owned();
-    Ok(Some(ElementRef::from(format!("f.{main}.d.{loader}.e.{node}"))))
+    Ok(Some((ElementRef::from(format!("f.{main}.d.{loader}.e.{node}")), node)))
 }
 
 /// Calls `function` (a declaration) on remote object `object`; by value or as a remote object.

@@ -1,5 +1,6 @@
-//! The runtime's reads of the live page: one script round trip (`read.js`) for a whole snapshot
-//! or for one element, and the settle wait after an act.
+//! The runtime's reads of the live page: the browser's accessibility tree for roles and names
+//! (`platform`), one script round trip (`read.js`) for everything else of a whole snapshot or of
+//! one element, and the settle wait after an act.
 
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use serde_json::{Value, json};
 
 use crate::fence::Handle;
 use crate::guard::{self, BOUND, PageRead};
+use crate::platform;
 
 /// `read.js` after the constants it shares with the Rust side, spelt from them.
 static READ: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
@@ -42,16 +44,20 @@ pub enum Role {
     Textbox,
     Searchbox,
     Listbox,
+    /// A number input, as the platform names it: typed into like a text box.
+    SpinButton,
+    /// A range input: listed, and no tool acts on it.
+    Slider,
 }
 
 impl Role {
     /// The roles the tool contract's click takes: a field is typed into or chosen from, never
     /// clicked.
     pub fn clickable(self) -> bool {
-        !matches!(self, Self::Textbox | Self::Searchbox | Self::Listbox)
+        !matches!(self, Self::Textbox | Self::Searchbox | Self::Listbox | Self::SpinButton | Self::Slider)
     }
 
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 13] = [
         Self::Button,
         Self::Link,
         Self::Checkbox,
@@ -63,6 +69,8 @@ impl Role {
         Self::Textbox,
         Self::Searchbox,
         Self::Listbox,
+        Self::SpinButton,
+        Self::Slider,
     ];
 
     pub fn code(self) -> &'static str {
@@ -78,6 +86,8 @@ impl Role {
             Self::Textbox => "textbox",
             Self::Searchbox => "searchbox",
             Self::Listbox => "listbox",
+            Self::SpinButton => "spinbutton",
+            Self::Slider => "slider",
         }
     }
 
@@ -110,6 +120,8 @@ pub struct NodeRead {
     pub option_count: usize,
     /// The keys that would submit the element's form.
     pub submit_keys: Vec<String>,
+    /// Its place among the elements the page's read keeps for the snapshot.
+    pub slot: usize,
 }
 
 #[derive(Deserialize, Default)]
@@ -139,6 +151,8 @@ struct RawFact {
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct RawNode {
+    /// Its place among the elements the accessibility tree exposed, when it is one of them.
+    ax: Option<usize>,
     role: String,
     fact: RawFact,
     visible: bool,
@@ -220,7 +234,7 @@ fn shape(e: impl std::fmt::Display) -> ReadError {
     ReadError::Shape(e.to_string())
 }
 
-fn node(raw: RawNode) -> NodeRead {
+fn node(raw: RawNode, slot: usize) -> NodeRead {
     let f = raw.fact;
     let facts = ElementFacts {
         role: f.role,
@@ -252,17 +266,67 @@ fn node(raw: RawNode) -> NodeRead {
         facts,
         option_count: f.option_count,
         submit_keys: raw.submit_keys,
+        slot,
     }
 }
 
-/// Every node of the page's flat tree, in one script call in the guard's isolated world; that
-/// world keeps the nodes' elements under `snapshot_id` for the act that names one, out of the
-/// page's sight.
+/// The node as the tree shows it: its role and name, the name cut as every label source is.
+fn show(mut n: NodeRead, (role, name): (Option<Role>, String)) -> NodeRead {
+    if let Some(role) = role {
+        role.code().clone_into(&mut n.facts.role);
+    }
+    n.role = role;
+    let cut: String = name.chars().take(classifier::coverage::MAX_LABEL_CHARS).collect();
+    if cut.len() < name.len() {
+        n.facts.truncated = true;
+    }
+    n.facts.name = Some(cut.clone()).filter(|c| !c.is_empty());
+    n.name = cut;
+    n
+}
+
+/// Every node of the page: the accessibility tree read first, the elements it exposes under a
+/// role of the closed set passed to one script call in the guard's isolated world, which lists
+/// them and whatever else it takes for interactive; that world keeps the nodes' elements under
+/// `snapshot_id` for the act that names one, out of the page's sight.
 pub async fn snapshot(h: &Handle, snapshot_id: &str) -> Result<(PageRead, Vec<NodeRead>, bool), ReadError> {
-    let v = guard::call_in_world(h, &READ, &[json!("observe"), json!(snapshot_id)], true).await?;
-    let json = v["value"].as_str().ok_or_else(|| shape("the snapshot is not a JSON string"))?;
-    let raw: RawSnapshot = serde_json::from_str(json).map_err(shape)?;
-    Ok((raw.page, raw.nodes.into_iter().map(node).collect(), raw.more))
+    let read = async {
+        let world = guard::world(h).await?;
+        let tree = platform::tree(h, &world.0).await?;
+        let exposed = platform::listed(&tree);
+        let ids: Vec<i64> = exposed.iter().map(|(id, _, _)| *id).collect();
+        let objects = platform::resolve(h, &world, &ids).await;
+        let mut args = vec![json!({ "value": "observe" }), json!({ "value": snapshot_id })];
+        // The script's `ax` is a place among the elements passed, which skip any that left.
+        let mut passed = Vec::with_capacity(objects.len());
+        for (i, object) in objects.into_iter().enumerate() {
+            if let Some(object) = object {
+                args.push(json!({ "objectId": object }));
+                passed.push(i);
+            }
+        }
+        let reply = guard::call_in(h, &world, &READ, args, false).await?;
+        let (json, own) = split(h, &reply).await?;
+        let raw: RawSnapshot = serde_json::from_str(&json).map_err(shape)?;
+        let mut own = platform::backend_ids(h, &world.0, &own).await?.into_iter();
+        let mut nodes = Vec::with_capacity(raw.nodes.len());
+        for (slot, raw) in raw.nodes.into_iter().enumerate() {
+            let ax = raw.ax.and_then(|k| passed.get(k)).map(|i| &exposed[*i]);
+            let n = node(raw, slot);
+            let shown = match ax {
+                Some((_, role, name)) => Some((Some(*role), name.clone())),
+                None => {
+                    let id = own.next().flatten();
+                    platform::shown(n.role, &n.name, id.and_then(|id| tree.nodes.get(&id)))
+                }
+            };
+            nodes.extend(shown.map(|s| show(n, s)));
+        }
+        Ok((raw.page, nodes, raw.more))
+    };
+    let read = read.await;
+    guard::release_reads(h);
+    read
 }
 
 /// The read's `[json, elements]` reply as a remote object: the JSON, and the second item.
@@ -274,19 +338,25 @@ async fn split(h: &Handle, reply: &Value) -> Result<(String, Value), ReadError> 
     Ok((json, second?))
 }
 
-/// Node `index` of `snapshot_id` read again in the live page, with the live URL, and its element
-/// for the act: `None` when the page no longer holds that snapshot or the node left the document.
+/// Node `slot` of `snapshot_id` read again in the live page, with the live URL, its role and
+/// name from the live accessibility tree, and its element for the act: `None` when the page no
+/// longer holds that snapshot or the node left the document.
 pub async fn reread(
     h: &Handle,
     snapshot_id: &str,
-    index: usize,
+    slot: usize,
 ) -> Result<(PageRead, Option<(NodeRead, ElementRef)>), ReadError> {
     let read = async {
-        let reply = guard::call_in_world(h, &READ, &[json!("one"), json!(snapshot_id), json!(index)], false).await?;
+        let reply = guard::call_in_world(h, &READ, &[json!("one"), json!(snapshot_id), json!(slot)], false).await?;
         let (json, el) = split(h, &reply).await?;
         let raw: RawOne = serde_json::from_str(&json).map_err(shape)?;
-        let el = guard::element_of(h, &el).await?;
-        Ok((raw.page, raw.node.zip(el).map(|(n, el)| (node(n), el))))
+        let Some((el, backend)) = guard::element_node(h, &el).await? else { return Ok((raw.page, None)) };
+        let Some(n) = raw.node.map(|n| node(n, slot)) else { return Ok((raw.page, None)) };
+        let session = h.tab().map(|(s, _)| s).unwrap_or_default();
+        let tree = platform::one(h, &session, backend).await?;
+        // A node the tree now hides keeps its place with no role: the act meets ROLE_MISMATCH.
+        let shown = platform::shown(n.role, &n.name, tree.as_ref()).unwrap_or((None, n.name.clone()));
+        Ok((raw.page, Some((show(n, shown), el))))
     };
     let read = read.await;
     guard::release_reads(h);

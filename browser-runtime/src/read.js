@@ -1,10 +1,15 @@
 // The runtime's one read of a page, sent with every observe and every act so that both read the
 // same way. It runs in the guard's isolated world (called over DevTools), where the page's script
 // can neither see it nor replace the built-ins it uses. `arguments[0]` is "observe" (every node of
-// the flat tree, kept in this world under the snapshot id `arguments[1]`), "one" (node
-// `arguments[2]` of snapshot `arguments[1]`, read again and returned with its element for the act)
-// or "form" (the fields of that node's form). The facts travel as one JSON string without empty
-// values: far cheaper than an object graph.
+// the flat tree, kept in this world under the snapshot id `arguments[1]`; the arguments after
+// those are the elements the browser's accessibility tree exposes under a role of the closed
+// set), "one" (node `arguments[2]` of snapshot `arguments[1]`, read again and returned with its
+// element for the act) or "form" (the fields of that node's form). The facts travel as one JSON
+// string without empty values: far cheaper than an object graph.
+//
+// Roles and names shown to the model are the accessibility tree's (`platform.rs`); `roleOf` and
+// the name computed here serve the elements the tree exposes under another role, and the
+// classifier reads every label source below separately whatever the name is.
 //
 // Deny-biased on purpose: hidden text counts as text, a label source longer than MAX is carried
 // cut with a mark, and anything that could send the click elsewhere is a navigation target.
@@ -25,7 +30,21 @@ const BLOCK = new Set([
   'section', 'table', 'td', 'th', 'tr', 'ul',
 ]);
 const BUTTON_INPUTS = new Set(['button', 'submit', 'reset', 'image']);
+// ARIA 1.2's roles (abstract ones excluded): the first of these in a `role` attribute is the
+// element's role; tokens outside it are skipped, and with none left the element keeps its own.
+const ARIA_ROLES = new Set(('alert alertdialog application article banner blockquote button caption cell checkbox code ' +
+  'columnheader combobox comment complementary contentinfo definition deletion dialog directory document emphasis ' +
+  'feed figure form generic grid gridcell group heading img insertion link list listbox listitem log main mark ' +
+  'marquee math menu menubar menuitem menuitemcheckbox menuitemradio meter navigation none note option paragraph ' +
+  'presentation progressbar radio radiogroup region row rowgroup rowheader scrollbar search searchbox separator ' +
+  'slider spinbutton status strong subscript superscript suggestion switch tab table tablist tabpanel term textbox ' +
+  'time timer toolbar tooltip tree treegrid treeitem').split(' '));
+// The elements an author may attach a shadow root to: a shadow root on any other element is the
+// browser's own (a date input's spin buttons), whose parts are the control's, not nodes.
+const AUTHOR_HOSTS = new Set(['article', 'aside', 'blockquote', 'body', 'div', 'footer', 'h1', 'h2', 'h3', 'h4', 'h5',
+  'h6', 'header', 'main', 'nav', 'p', 'section', 'span']);
 const TEXT_INPUTS = new Set(['', 'text', 'email', 'tel', 'url', 'number', 'password']);
+const GET_STYLE = window.getComputedStyle;
 const IDENTITY = /\b(name|given-name|family-name|additional-name|honorific-prefix|honorific-suffix|nickname|username|bday|bday-day|bday-month|bday-year|sex|street-address|address-line1|address-line2|address-line3|postal-code|country|country-name|tel|tel-national|email)\b/;
 
 // Built-ins are read from their prototypes: a form's named controls shadow the form's own
@@ -122,9 +141,22 @@ function hiddenElement(n) {
   if (hasAttr(n, 'hidden') || attr(n, 'aria-hidden') === 'true') return true;
   return CHECK_VISIBILITY ? !CHECK_VISIBILITY.call(n, { visibilityProperty: true }) : false;
 }
+// The text CSS generates before and after an element (`content: "Pay "`): quoted strings only,
+// as `attr()` is already resolved in the computed value and counters carry no words.
+function generated(n, which) {
+  const c = GET_STYLE(n, which).content;
+  if (!c || c === 'none' || c === 'normal') return '';
+  let out = '';
+  for (const m of c.matchAll(/"((?:[^"\\]|\\.)*)"/g)) out += m[1].replace(/\\(.)/g, '$1');
+  return out;
+}
 function flatText(root, shown) {
   const out = [];
   let len = 0;
+  // As a label source, what CSS adds counts as text: it is shown, and the accessible name reads it.
+  const pseudo = (n, which) => {
+    if (!shown) out.push(generated(n, which));
+  };
   const walk = (n) => {
     if (len > MAX * 4) return;
     if (nodeType(n) === 3) {
@@ -138,10 +170,14 @@ function flatText(root, shown) {
     if (shown && hiddenElement(n)) return;
     const block = BLOCK.has(t);
     if (block) out.push(' ');
+    pseudo(n, '::before');
     for (const c of flatChildren(n)) walk(c);
+    pseudo(n, '::after');
     if (block) out.push(' ');
   };
+  if (nodeType(root) === 1) pseudo(root, '::before');
   for (const c of flatChildren(root)) walk(c);
+  if (nodeType(root) === 1) pseudo(root, '::after');
   return collapse(out.join(''));
 }
 
@@ -215,8 +251,9 @@ function submitKeys(el) {
 }
 
 function roleOf(el) {
-  const explicit = (attr(el, 'role') || '').trim().split(/\s+/)[0].toLowerCase();
-  if (explicit) return ROLES.has(explicit) ? explicit : null;
+  const explicit = (attr(el, 'role') || '').trim().toLowerCase().split(/\s+/).find((r) => ARIA_ROLES.has(r));
+  // `none` and `presentation` yield to a focusable or interactive element's own role, as ARIA says.
+  if (explicit && explicit !== 'none' && explicit !== 'presentation') return ROLES.has(explicit) ? explicit : null;
   const t = local(el);
   if (isLink(el)) return 'link';
   if (ns(el) !== 'http://www.w3.org/1999/xhtml') return null;
@@ -226,6 +263,8 @@ function roleOf(el) {
     if (BUTTON_INPUTS.has(ty) || ty === 'file') return 'button';
     if (ty === 'checkbox' || ty === 'radio') return ty;
     if (ty === 'search') return 'searchbox';
+    if (ty === 'number') return 'spinbutton';
+    if (ty === 'range') return 'slider';
     if (TEXT_INPUTS.has(ty)) return 'textbox';
     return null;
   }
@@ -261,7 +300,7 @@ function kindOf(el, role) {
   if (t === 'select') return 'select';
   if (editable(el)) return 'editable_region';
   if (role === 'checkbox' || role === 'radio' || role === 'option') return 'custom_choice';
-  if (role === 'textbox' || role === 'searchbox' || role === 'combobox' || role === 'listbox') return 'other';
+  if (role === 'textbox' || role === 'searchbox' || role === 'combobox' || role === 'listbox' || role === 'spinbutton' || role === 'slider') return 'other';
   return 'none';
 }
 
@@ -473,25 +512,58 @@ const compact = function (k, v) {
 // nor a later snapshot can replace them (what page script does to built-ins before this read is the
 // limit named above).
 const slot = (id) => Symbol.for('grant-ledger.snapshot.' + id);
+// A part of a control the browser built in a shadow root of its own (a date input's spin
+// buttons): the control is the node, as the page's own script sees it.
+function inBrowsersTree(n) {
+  for (let r = rootOf(n); r instanceof ShadowRoot; r = rootOf(HOST.call(r))) {
+    const host = local(HOST.call(r));
+    if (!AUTHOR_HOSTS.has(host) && !host.includes('-')) return true;
+  }
+  return false;
+}
 if (mode === 'observe') {
+  // The elements the accessibility tree exposes under a role of the closed set, each with its
+  // place among the arguments: the runtime names them as the tree does.
+  const exposed = new Map();
+  for (let i = 2; i < arguments.length; i++) exposed.set(arguments[i], i - 2);
   const els = [];
   const nodes = [];
+  // Listed on the runtime's own reading alone: the runtime asks the tree how it shows these.
+  const own = [];
+  const listed = new Set();
+  const add = (n) => {
+    const d = describe(n);
+    const ax = exposed.get(n);
+    if (ax === undefined) own.push(n);
+    else d.ax = ax;
+    listed.add(n);
+    els.push(d.el);
+    delete d.el;
+    nodes.push(d);
+  };
+  // A select's options are chosen through the select, within its limits: never nodes of their own.
+  const option = (n) => local(n) === 'option';
   // A document between navigations can have no root element yet: it has no nodes.
   const stack = [document.documentElement];
   while (stack.length && nodes.length < MAX_NODES) {
     const n = stack.pop();
     if (!n || nodeType(n) !== 1) continue;
-    if (roleOf(n) && local(n) !== 'option' && visible(n)) {
-      const d = describe(n);
-      els.push(d.el);
-      delete d.el;
-      nodes.push(d);
-    }
+    if (!option(n) && (exposed.has(n) || (roleOf(n) && visible(n)))) add(n);
     const kids = flatChildren(n);
     for (let i = kids.length - 1; i >= 0; i--) stack.push(kids[i]);
   }
+  // What the tree exposes beyond the walk's reach (inside a closed shadow root), in its order.
+  let more = stack.length > 0;
+  for (const n of exposed.keys()) {
+    if (listed.has(n) || option(n) || ROOT.call(n, { composed: true }) !== document || inBrowsersTree(n)) continue;
+    if (nodes.length >= MAX_NODES) {
+      more = true;
+      break;
+    }
+    add(n);
+  }
   Object.defineProperty(window, slot(arguments[1]), { value: Object.freeze(els) });
-  return JSON.stringify({ page, nodes, more: stack.length > 0 }, compact);
+  return [JSON.stringify({ page, nodes, more }, compact), own];
 }
 const kept = window[slot(arguments[1])];
 const el = Array.isArray(kept) ? kept[arguments[2]] : null;

@@ -295,15 +295,28 @@ impl<B: Backend + 'static> Stack<B> {
     /// A snapshot with the run's record values sealed beside it.
     pub async fn observe_run(&mut self, session: &str, run: &str) -> rt::ObserveReply {
         let req = rt::ObserveRequest { session_id: session.into(), run_id: run.into() };
-        self.runtime.observe(with(WORKER, req)).await.expect("observe").into_inner()
+        let o = self.runtime.observe(with(WORKER, req)).await.expect("observe").into_inner();
+        self.agrees(session, &o).await;
+        o
     }
 
+    /// Every snapshot the suite takes is held to the browser's own accessibility tree, read
+    /// right after it.
     pub async fn observe(&mut self, session: &str) -> rt::ObserveReply {
-        self.runtime
-            .observe(with(WORKER, rt::ObserveRequest { session_id: session.into(), run_id: String::new() }))
-            .await
-            .expect("observe")
-            .into_inner()
+        self.observe_run(session, "").await
+    }
+
+    /// The snapshot against the page's tree as Chromium reports it (`platform::agree`).
+    pub async fn agrees(&self, session: &str, o: &rt::ObserveReply) {
+        // The browser's own error page is no site's; a capped read lists only the first nodes.
+        if !o.url.starts_with("https://") || o.nodes.len() >= browser_runtime::page::MAX_NODES {
+            return;
+        }
+        let h = self.served.devtools(session).await.expect("a running browser");
+        let tree = crate::platform::read(&h).await;
+        if let Err(e) = crate::platform::agree(&tree, o) {
+            panic!("the snapshot of {} disagrees with the accessibility tree: {e}", o.url);
+        }
     }
 
     /// Sends `req`, numbered as the session's next act unless it carries a sequence, with a

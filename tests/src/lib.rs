@@ -7,6 +7,7 @@ pub mod console;
 pub mod gateway;
 pub mod http;
 pub mod lesson;
+pub mod platform;
 
 /// The dispatch-ticket keyring every test service shares: a fixed key, never a deployment's.
 pub const TICKET_KEYS: &str = "test 7468652074657374207375697465207469636b6574206b65793a20333220622e";

@@ -62,6 +62,8 @@ pub(super) fn node_role(r: NodeRole) -> pb::Role {
         NodeRole::Textbox => pb::Role::Textbox,
         NodeRole::Searchbox => pb::Role::Searchbox,
         NodeRole::Listbox => pb::Role::Listbox,
+        NodeRole::SpinButton => pb::Role::Spinbutton,
+        NodeRole::Slider => pb::Role::Slider,
     }
 }
 

@@ -275,6 +275,15 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
         guard.driver_pid()
     }
 
+    /// The DevTools connection of a session's browser, for tests that read the page as the
+    /// browser shows it, beside the runtime.
+    #[cfg(feature = "fixture")]
+    pub async fn devtools(&self, session_id: &str) -> Option<crate::fence::Handle> {
+        let e = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(session_id).cloned()?;
+        let guard = e.session.lock().await;
+        guard.devtools()
+    }
+
     /// The ids of the open sessions, for an operator's look (and the tests').
     pub fn session_ids(&self) -> Vec<String> {
         self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).keys().cloned().collect()

@@ -449,6 +449,12 @@ impl Session {
         self.browser.as_ref().map(Browser::driver_pid)
     }
 
+    /// The running browser's DevTools connection.
+    #[cfg(feature = "fixture")]
+    pub fn devtools(&self) -> Option<Handle> {
+        self.browser.as_ref().map(|b| b.fence.handle())
+    }
+
     /// The session's browser, started again (clean, at the start page) if an earlier restart
     /// failed.
     async fn client(&mut self, config: &BrowserConfig) -> Result<fantoccini::Client, SessionError> {
@@ -557,11 +563,12 @@ impl Session {
         }
     }
 
-    /// The node `node_ref` names in the newest snapshot, with its index.
+    /// The node `node_ref` names in the newest snapshot, with its place among the elements the
+    /// page's read keeps.
     fn node(&self, snapshot_id: &str, node_ref: &str) -> Result<(usize, &NodeRead), Code> {
         let snapshot = self.snapshot.as_ref().filter(|s| s.id == snapshot_id).ok_or(Code::StaleSnapshot)?;
         let index: usize = node_ref.strip_prefix('n').and_then(|d| d.parse().ok()).ok_or(Code::RefNotFound)?;
-        snapshot.nodes.get(index).map(|n| (index, n)).ok_or(Code::RefNotFound)
+        snapshot.nodes.get(index).map(|n| (n.slot, n)).ok_or(Code::RefNotFound)
     }
 
     /// Every field of the form that owns the node, read from the live page.

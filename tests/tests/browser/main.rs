@@ -256,4 +256,5 @@ const ACTIVATES: &str = r#"<!doctype html><title>Words</title>
 
 mod browsers;
 mod dispatch;
+mod names;
 mod pages;

@@ -128,7 +128,7 @@ async fn the_corners_the_record_names_are_read() {
         ("Svg link", rt::Role::Link, rt::ActCode::OffOriginTarget),
         ("Animated link", rt::Role::Link, rt::ActCode::OffOriginTarget),
         ("Play", rt::Role::Button, rt::ActCode::OffOriginTarget),
-        ("Map", rt::Role::Button, rt::ActCode::OffOriginTarget),
+        ("Map Zone", rt::Role::Button, rt::ActCode::OffOriginTarget),
         ("Framed", rt::Role::Button, rt::ActCode::OffOriginTarget),
         ("Send", rt::Role::Button, rt::ActCode::OffOriginTarget),
         // Under the standing grant, which covers routine acts only: the runtime reads these as
