@@ -17,6 +17,7 @@ pub mod page;
 pub mod platform;
 pub mod records;
 pub mod review;
+pub mod role;
 pub mod service;
 pub mod session;
 pub mod ticket;

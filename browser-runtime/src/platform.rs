@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::fence::{FenceError, Handle};
 use crate::guard;
-use crate::page::Role;
+use crate::role::Role;
 
 /// One DOM node as the accessibility tree shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
