@@ -56,7 +56,12 @@ UNTRUSTED_SNAPSHOT>>>";
 
 fn role_name(role: i32) -> &'static str {
     let role = Role::try_from(role).unwrap_or(Role::Unspecified);
-    CLICKABLE.iter().chain(FIELDS.iter()).chain(SHOWN_ONLY.iter()).find(|(_, r)| *r == role).map_or("unknown", |(n, _)| *n)
+    CLICKABLE
+        .iter()
+        .chain(FIELDS.iter())
+        .chain(SHOWN_ONLY.iter())
+        .find(|(_, r)| *r == role)
+        .map_or("unknown", |(n, _)| *n)
 }
 
 /// A page string as the model reads it: a JSON string, with the line and paragraph separators

@@ -100,7 +100,11 @@ pub async fn resolve(h: &Handle, (session, ctx): &(String, i64), ids: &[i64]) ->
         let params = json!({ "backendNodeId": id, "executionContextId": ctx, "objectGroup": guard::READ_GROUP });
         h.call(Some(session), "DOM.resolveNode", params)
     });
-    join_all(asks).await.into_iter().map(|r| r.ok().and_then(|v| v["object"]["objectId"].as_str().map(str::to_owned))).collect()
+    join_all(asks)
+        .await
+        .into_iter()
+        .map(|r| r.ok().and_then(|v| v["object"]["objectId"].as_str().map(str::to_owned)))
+        .collect()
 }
 
 /// The backend node id of every item of a remote array of nodes, in order.
@@ -153,9 +157,13 @@ mod tests {
 
     #[test]
     fn the_tree_decides_where_it_lists_and_hides() {
-        let cases: [(Option<Exposed>, Option<(Option<Role>, &str)>); 6] = [
+        type Case = (Option<Exposed>, Option<(Option<Role>, &'static str)>);
+        let cases: [Case; 6] = [
             (Some(node("button", "Delete account", false)), Some((Some(Role::Button), "Delete account"))),
-            (Some(node("spinbutton", "Flash the screen times", false)), Some((Some(Role::SpinButton), "Flash the screen times"))),
+            (
+                Some(node("spinbutton", "Flash the screen times", false)),
+                Some((Some(Role::SpinButton), "Flash the screen times")),
+            ),
             // A summary is a disclosure triangle to Chromium: listed as the runtime reads it.
             (Some(node("DisclosureTriangle", "More", false)), Some((Some(Role::Link), "More"))),
             (Some(node("generic", "", false)), Some((Some(Role::Link), "own"))),

@@ -27,10 +27,7 @@ impl TreeNode {
     /// Exposed under a role the snapshot lists (a select's options are chosen through the
     /// select, and a browser-made control's parts are the control's: neither is a node).
     pub fn listed(&self) -> bool {
-        !self.ignored
-            && Role::from_code(&self.role).is_some()
-            && self.tag != "OPTION"
-            && !self.browsers_part
+        !self.ignored && Role::from_code(&self.role).is_some() && self.tag != "OPTION" && !self.browsers_part
     }
 }
 
@@ -119,9 +116,9 @@ pub fn agree(tree: &[TreeNode], o: &rt::ObserveReply) -> Result<(), String> {
     }
     // What is left the runtime listed on its own reading.
     for ((role, name), _) in listed.iter().filter(|(_, left)| **left > 0) {
-        let other = tree.iter().any(|t| {
-            !t.ignored && Role::from_code(&t.role).is_none() && (cut(&t.name) == *name || t.name.is_empty())
-        });
+        let other = tree
+            .iter()
+            .any(|t| !t.ignored && Role::from_code(&t.role).is_none() && (cut(&t.name) == *name || t.name.is_empty()));
         if !other {
             return Err(format!("{role} {name:?} is listed, and the tree exposes no such element"));
         }

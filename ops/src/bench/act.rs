@@ -226,6 +226,17 @@ pub async fn run(iterations: usize, nodes: usize) -> Result<String> {
             read.latencies.push(t.elapsed());
         }
     }
+    // The accessibility tree alone: the part of the read the browser spends naming the nodes.
+    let mut tree = Samples::default();
+    let h = plain.fence.handle();
+    let (session, _) = h.tab().context("the plain browser's tab")?;
+    for i in 0..iterations.min(100) + 3 {
+        let t = Instant::now();
+        browser_runtime::platform::tree(&h, &session).await?;
+        if i >= 3 {
+            tree.latencies.push(t.elapsed());
+        }
+    }
     plain.close().await;
 
     let big = client.open_session(with(open("/lesson/big", "bench-2"))).await?.into_inner().session_id;
@@ -251,7 +262,7 @@ pub async fn run(iterations: usize, nodes: usize) -> Result<String> {
     Ok(format!(
         "{}\n{}\n{}\n  approved: p50 {:.2}x, p99 {:.2}x the plain click (goal: at most 1.5x)\n  \
          task grant: p50 {:.2}x, p99 {:.2}x (goal: at most 1.5x)\n{}  \
-         ({:.1} µs, {:.3}% of the approved act's p50; goal: under 5%)\n{}  ({seen} nodes; goal: p50 under 50 ms)\n{}",
+         ({:.1} µs, {:.3}% of the approved act's p50; goal: under 5%)\n{}  ({seen} nodes; goal: p50 under 50 ms)\n{}\n{}",
         line("act: click, approved", &covered),
         line("act: click, task grant", &fenced),
         line("plain WebDriver element click", &bare),
@@ -264,5 +275,6 @@ pub async fn run(iterations: usize, nodes: usize) -> Result<String> {
         share * 100.0,
         line(&format!("observe, {nodes}-node page"), &observe),
         line("  of which the page read alone", &read),
+        line("  the accessibility tree alone", &tree),
     ))
 }
