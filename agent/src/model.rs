@@ -7,8 +7,6 @@ use std::future::Future;
 use proto::runtime::ObserveReply;
 use serde_json::{Value, json};
 
-use crate::tools::{CLICKABLE, FIELDS};
-
 /// What a model is shown for one step.
 #[derive(Debug, Clone, Copy)]
 pub struct View<'a> {
@@ -152,8 +150,7 @@ pub fn escalate(reason: &str) -> Turn {
 pub fn on_named(view: View<'_>, tool: &str, name: &str, consequential: bool, extra: Value) -> Turn {
     let Some(o) = view.snapshot else { return escalate("no_grounded_action") };
     let Some(node) = o.nodes.iter().find(|n| n.name == name) else { return escalate("no_grounded_action") };
-    let role =
-        CLICKABLE.iter().chain(FIELDS.iter()).find(|(_, r)| *r as i32 == node.role).map_or("button", |(n, _)| *n);
+    let role = proto::runtime::Role::try_from(node.role).ok().and_then(crate::tools::role_name).unwrap_or("button");
     let mut args = json!({
         "snapshot_id": o.snapshot_id, "ref": node.r#ref, "expected_role": role,
         "expected_name": node.name, "consequential": consequential,

@@ -205,7 +205,7 @@ impl Rules {
         if shown.role != t.role || shown.name != t.name {
             return Err(("name_mismatch", format!("{} is printed with another role or name", t.node_ref)));
         }
-        let role = tools::CLICKABLE.iter().chain(tools::FIELDS.iter()).find(|(_, r)| *r == t.role).map(|(n, _)| *n);
+        let role = tools::role_name(t.role);
         // The name as the prompt prints it: a JSON string, so a quote or a newline in it cannot
         // make the line say something else.
         let name = crate::prompt::quoted(&t.name);

@@ -25,17 +25,26 @@ pub const CLICKABLE: [(&str, Role); 8] = [
     ("combobox", Role::Combobox),
 ];
 
-/// The fields a type or a select names (a number input is a spin button to the platform, and
-/// typed into as a text box is).
-pub const FIELDS: [(&str, Role); 5] = [
+/// The fields a type or a select names.
+pub const FIELDS: [(&str, Role); 4] = [
     ("textbox", Role::Textbox),
     ("searchbox", Role::Searchbox),
     ("combobox", Role::Combobox),
     ("listbox", Role::Listbox),
-    ("spinbutton", Role::Spinbutton),
 ];
 
-/// Roles a snapshot lists that no tool acts on: shown so the model sees the page as it is.
+/// A number input: a spin button to the platform, typed into as a text box is, never selected
+/// from.
+pub const NUMBER: [(&str, Role); 1] = [("spinbutton", Role::Spinbutton)];
+
+/// A role as the snapshot prints it and the schemas spell it.
+pub fn role_name(role: Role) -> Option<&'static str> {
+    let all = CLICKABLE.iter().chain(FIELDS.iter()).chain(NUMBER.iter()).chain(SHOWN_ONLY.iter());
+    all.into_iter().find(|(_, r)| *r == role).map(|(n, _)| *n)
+}
+
+/// Roles a snapshot lists that no tool but scroll acts on: shown so the model sees the page as
+/// it is.
 pub const SHOWN_ONLY: [(&str, Role); 1] = [("slider", Role::Slider)];
 
 /// The keys a key press may name and the scroll steps: the classifier's, which the runtime and
@@ -87,6 +96,7 @@ fn target(roles: &[(&str, Role)], extra: Value) -> Value {
 /// Every tool, in the order the model is shown them.
 pub fn tools() -> Vec<Tool> {
     let field_roles: Vec<(&str, Role)> = FIELDS.to_vec();
+    let typed_roles: Vec<(&str, Role)> = [FIELDS.as_slice(), NUMBER.as_slice()].concat();
     vec![
         Tool {
             name: "snapshot",
@@ -102,7 +112,7 @@ pub fn tools() -> Vec<Tool> {
             name: "type",
             description: "Type the value of one task-record field into one field, naming the value by its field id. You never see or write the value itself.",
             input_schema: target(
-                &field_roles,
+                &typed_roles,
                 json!({ "field_id": { "type": "string", "pattern": FIELD_ID, "description": "A task-record field id from the list you were given." } }),
             ),
         },
@@ -132,7 +142,7 @@ pub fn tools() -> Vec<Tool> {
         Tool {
             name: "request_approval",
             description: "Ask the owner to approve one consequential action on one node of the current snapshot: a click, or the act the runtime answered APPROVAL_REQUIRED for. Returns an approval token for exactly that element and action, or a rejection.",
-            input_schema: target(&[CLICKABLE.as_slice(), FIELDS.as_slice()].concat(), json!({})),
+            input_schema: target(&[CLICKABLE.as_slice(), FIELDS.as_slice(), NUMBER.as_slice()].concat(), json!({})),
         },
         Tool {
             name: "escalate",

@@ -252,7 +252,7 @@ pub async fn snapshot(h: &Handle, snapshot_id: &str) -> Result<(PageRead, Vec<No
                 Some((_, role, name)) => Some((Some(*role), name.clone())),
                 None => {
                     let id = own.next().flatten();
-                    platform::shown(n.role, &n.name, id.and_then(|id| tree.nodes.get(&id)))
+                    platform::shown(n.role, id.and_then(|id| tree.nodes.get(&id)))
                 }
             };
             nodes.extend(shown.map(|s| show(n, s)));
@@ -290,7 +290,7 @@ pub async fn reread(
         let session = h.tab().map(|(s, _)| s).unwrap_or_default();
         let tree = platform::one(h, &session, backend).await?;
         // A node the tree now hides keeps its place with no role: the act meets ROLE_MISMATCH.
-        let shown = platform::shown(n.role, &n.name, tree.as_ref()).unwrap_or((None, n.name.clone()));
+        let shown = platform::shown(n.role, tree.as_ref()).unwrap_or((None, n.name.clone()));
         Ok((raw.page, Some((show(n, shown), el))))
     };
     let read = read.await;

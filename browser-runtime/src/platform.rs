@@ -7,12 +7,17 @@
 //! One rule joins the two ([`shown`]): the tree decides the role and name of every element it
 //! exposes under a role of the closed set; an element the runtime's read takes for interactive
 //! but the tree exposes under another role stays listed (deny-biased: it can then be refused,
-//! never silently missing) with the runtime's role and the tree's name; an element the tree
-//! hides (`aria-hidden`, not rendered) is not listed.
+//! never silently missing) with the runtime's role and the tree's name, empty where the tree
+//! gives none (an unnamed node no tool can name); an element the tree hides (`aria-hidden`, not
+//! rendered), or has no node for, is not listed: no screen reader would announce it either.
 //!
-//! A name is the tree's with runs of HTML white space made one space and its ends trimmed, as
-//! ARIA's flat string is announced: `<label>Your answer <input></label>` is "Your answer", not
-//! "Your answer ". Nothing else is changed; a no-break or zero-width space stays.
+//! A name is the tree's with each run of white space made one space and its ends trimmed, as
+//! the name is announced: `<label>Your answer <input></label>` is "Your answer", not "Your
+//! answer ", and a no-break space reads as the space it shows. Nothing else is changed: a
+//! zero-width or format character stays, for the classifier and the owner to see through.
+//!
+//! Only the top document is read: the runtime acts there alone, and a frame's document is an
+//! embedded target outside every origin (`read.js`), so its controls are not nodes.
 
 use std::collections::HashMap;
 
@@ -47,10 +52,10 @@ pub struct Tree {
     pub nodes: HashMap<i64, Exposed>,
 }
 
-/// `name` with each run of HTML white space one space, and none at either end.
+/// `name` with each run of white space (Unicode's, as the old read's `\s`) one space, and none at
+/// either end.
 pub fn flat(name: &str) -> String {
-    let html_space = |c: char| matches!(c, ' ' | '\t' | '\n' | '\x0c' | '\r');
-    name.split(html_space).filter(|w| !w.is_empty()).collect::<Vec<_>>().join(" ")
+    name.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 fn exposed(v: &Value) -> Option<(i64, Exposed)> {
@@ -128,16 +133,12 @@ pub async fn backend_ids(h: &Handle, session: &str, array: &Value) -> Result<Vec
 }
 
 /// The role and name a node the runtime's read listed shows, given its tree node: the tree's
-/// role and name for a role of the closed set; the runtime's role with the tree's name (the
-/// runtime's where the tree gives none) for an element the tree exposes under another role;
-/// `None`, not listed, where the tree hides it or has no node for it.
-pub fn shown(own_role: Option<Role>, own_name: &str, tree: Option<&Exposed>) -> Option<(Option<Role>, String)> {
+/// role and name for a role of the closed set; the runtime's role with the tree's name for an
+/// element the tree exposes under another role; `None`, not listed, where the tree hides it or
+/// has no node for it.
+pub fn shown(own_role: Option<Role>, tree: Option<&Exposed>) -> Option<(Option<Role>, String)> {
     let node = tree.filter(|n| !n.ignored)?;
-    if let Some(role) = node.listed_role() {
-        return Some((Some(role), node.name.clone()));
-    }
-    let name = if node.name.is_empty() { own_name.to_owned() } else { node.name.clone() };
-    Some((own_role, name))
+    Some((node.listed_role().or(own_role), node.name.clone()))
 }
 
 #[cfg(test)]
@@ -149,10 +150,10 @@ mod tests {
     }
 
     #[test]
-    fn only_html_white_space_is_flattened() {
+    fn white_space_is_flattened_and_nothing_else() {
         assert_eq!(flat("  Your answer \n"), "Your answer");
         assert_eq!(flat("a\t\r\n\x0cb"), "a b");
-        assert_eq!(flat("a\u{a0}b\u{200b}"), "a\u{a0}b\u{200b}");
+        assert_eq!(flat("Pay\u{a0}now\u{200b}"), "Pay now\u{200b}");
     }
 
     #[test]
@@ -166,12 +167,13 @@ mod tests {
             ),
             // A summary is a disclosure triangle to Chromium: listed as the runtime reads it.
             (Some(node("DisclosureTriangle", "More", false)), Some((Some(Role::Link), "More"))),
-            (Some(node("generic", "", false)), Some((Some(Role::Link), "own"))),
+            // An editable region is a generic container to Chromium, with no name of its own.
+            (Some(node("generic", "", false)), Some((Some(Role::Link), ""))),
             (Some(node("textbox", "Secret", true)), None),
             (None, None),
         ];
         for (tree, expect) in cases {
-            let got = shown(Some(Role::Link), "own", tree.as_ref());
+            let got = shown(Some(Role::Link), tree.as_ref());
             assert_eq!(got, expect.map(|(r, n)| (r, n.to_owned())), "{tree:?}");
         }
     }

@@ -22,6 +22,12 @@ pub enum Role {
 }
 
 impl Role {
+    /// Whether any tool but scroll acts on it: a slider is shown so the page reads as it is, and
+    /// no record value or key is meant for one.
+    pub fn actionable(self) -> bool {
+        self != Self::Slider
+    }
+
     /// The roles the tool contract's click takes: a field is typed into or chosen from, never
     /// clicked.
     pub fn clickable(self) -> bool {

@@ -36,6 +36,8 @@ fn role_noun(role: &str, kind: FieldKind) -> &'static str {
         "menuitem" => "a menu item",
         "combobox" | "listbox" => "a list",
         "textbox" | "searchbox" => "a text field",
+        "spinbutton" => "a number field",
+        "slider" => "a slider",
         _ => "an element",
     }
 }

@@ -92,15 +92,12 @@ pub fn role_code(node: &rt::Node) -> String {
 /// A name as the snapshot carries it: HTML white space flattened, as ARIA's flat string, and cut
 /// where every label source is cut.
 pub fn cut(name: &str) -> String {
-    let html_space = |c: char| matches!(c, ' ' | '\t' | '\n' | '\x0c' | '\r');
-    let flat = name.split(html_space).filter(|w| !w.is_empty()).collect::<Vec<_>>().join(" ");
-    flat.chars().take(classifier::coverage::MAX_LABEL_CHARS).collect()
+    browser_runtime::platform::flat(name).chars().take(classifier::coverage::MAX_LABEL_CHARS).collect()
 }
 
 /// The snapshot agrees with the tree: every node the tree exposes under a role of the set is
 /// listed with the tree's role and name, and every other listed node is an element the tree
-/// exposes under another role, listed with the tree's name (the runtime's where the tree has
-/// none).
+/// exposes under another role, listed with the tree's name.
 pub fn agree(tree: &[TreeNode], o: &rt::ObserveReply) -> Result<(), String> {
     let mut listed: HashMap<(String, String), i64> = HashMap::new();
     for n in &o.nodes {
@@ -114,14 +111,18 @@ pub fn agree(tree: &[TreeNode], o: &rt::ObserveReply) -> Result<(), String> {
             .ok_or_else(|| format!("the tree's {key:?} is not listed as such (or fewer times than the tree has it)"))?;
         *left -= 1;
     }
-    // What is left the runtime listed on its own reading.
-    for ((role, name), _) in listed.iter().filter(|(_, left)| **left > 0) {
-        let other = tree
-            .iter()
-            .any(|t| !t.ignored && Role::from_code(&t.role).is_none() && (cut(&t.name) == *name || t.name.is_empty()));
-        if !other {
-            return Err(format!("{role} {name:?} is listed, and the tree exposes no such element"));
+    // What is left the runtime listed on its own reading: each an element the tree exposes under
+    // another role, with the tree's name.
+    let mut others: HashMap<String, i64> = HashMap::new();
+    for t in tree.iter().filter(|t| !t.ignored && !t.listed() && !t.tag.is_empty() && !t.tag.starts_with('#')) {
+        *others.entry(cut(&t.name)).or_default() += 1;
+    }
+    for ((role, name), left) in listed.iter().filter(|(_, left)| **left > 0) {
+        let have = others.entry(name.clone()).or_default();
+        if *have < *left {
+            return Err(format!("{role} {name:?} is listed {left} more times than the tree exposes such an element"));
         }
+        *have -= left;
     }
     Ok(())
 }

@@ -78,9 +78,18 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         };
         // The tool contract's click takes no field: the runtime refuses one, so no card is asked.
         if matches!(action, Action::Click)
-            && element.as_ref().is_some_and(|e| matches!(e.role.as_str(), "textbox" | "searchbox" | "listbox"))
+            && element.as_ref().is_some_and(|e| {
+                matches!(e.role.as_str(), "textbox" | "searchbox" | "listbox" | "spinbutton" | "slider")
+            })
         {
-            return Err(invalid("action.kind", "a click takes no textbox, searchbox or listbox: type or select"));
+            return Err(invalid(
+                "action.kind",
+                "a click takes no textbox, searchbox, listbox, spinbutton or slider: type or select",
+            ));
+        }
+        // A slider is shown, never acted on: the runtime refuses any act but a scroll from one.
+        if !matches!(action, Action::Scroll { .. }) && element.as_ref().is_some_and(|e| e.role == "slider") {
+            return Err(invalid("action.kind", "no act but a scroll takes a slider"));
         }
         let snapshot = match (r.snapshot_id.is_empty(), r.node_ref.is_empty()) {
             (false, false) => Some((id("snapshot_id", &r.snapshot_id)?, id("node_ref", &r.node_ref)?)),

@@ -212,7 +212,11 @@ pub fn act_input(req: pb::ActRequest) -> Result<ActInput, Status> {
         Err(_) => return Err(invalid("wait_for", "is settle, navigation, dialog or none")),
     };
     use pb::act_request::Action as A;
-    let action = match req.action.ok_or_else(|| invalid("action", "is required"))? {
+    let action = req.action.ok_or_else(|| invalid("action", "is required"))?;
+    if !expected_role.actionable() && !matches!(action, A::Scroll(_)) {
+        return Err(invalid("expected_role", "no tool acts on a slider"));
+    }
+    let action = match action {
         A::Click(_) if !expected_role.clickable() => {
             return Err(invalid(
                 "expected_role",

@@ -32,6 +32,8 @@ const NAMES: &str = r#"<!doctype html><html><head><title>Names</title>
 <input type="range" id="range" aria-label="Volume">
 <label aria-hidden="true">Secret <input id="aria-hidden" type="text"></label>
 <button id="swap" class="swap">item</button>
+<button id="nbsp">Later&nbsp;on</button>
+<div id="editable" contenteditable="true">Draft</div>
 <script>
 customElements.define('slot-host', class extends HTMLElement {
   constructor() { super(); this.attachShadow({ mode: 'open' }).innerHTML = '<button id="slotted"><slot></slot> item</button>'; }
@@ -82,6 +84,7 @@ async fn each_node_has_the_role_and_name_the_accessibility_tree_gives() {
         "number",
         "range",
         "swap",
+        "nbsp",
     ] {
         let t = case(id);
         assert!(t.listed(), "#{id} is exposed under a role of the set: {t:?}");
@@ -108,6 +111,20 @@ async fn each_node_has_the_role_and_name_the_accessibility_tree_gives() {
     // A label the platform hides hides its input.
     assert!(!case("aria-hidden").listed(), "{:?}", case("aria-hidden"));
     assert!(o.nodes.iter().all(|n| !n.name.contains("Secret")), "{:?}", o.nodes);
+
+    // A no-break space is the space it shows.
+    assert!(o.nodes.iter().any(|n| n.name == "Later on"), "{:?}", o.nodes);
+    // An editable region Chromium exposes under no role of the set: listed on the runtime's
+    // reading, as a text box, with the tree's name (none).
+    assert!(!case("editable").listed(), "{:?}", case("editable"));
+    let textboxes: Vec<_> = o.nodes.iter().filter(|n| n.role == rt::Role::Textbox as i32).collect();
+    assert!(textboxes.iter().any(|n| n.name == case("editable").name), "{textboxes:?}");
+
+    // A slider is shown, and no tool but scroll acts on it.
+    let slider = o.nodes.iter().find(|n| n.role == rt::Role::Slider as i32).expect("the range input");
+    let mut typed = click(&session, &o, slider);
+    typed.action = Some(rt::act_request::Action::Type(rt::Type { field_id: "word".into() }));
+    assert_eq!(s.act(typed).await.unwrap_err().code(), Code::InvalidArgument);
 
     // What CSS adds reaches the classifier even where the name is the aria-label.
     let (_, facts) = node(&o, "Continue");
