@@ -40,7 +40,9 @@ impl FenceError {
     pub fn document_gone(&self) -> bool {
         matches!(self, Self::Refused { message, .. }
             if message.contains("context was destroyed") || message.contains("Cannot find context")
-                || message.contains("Inspected target navigated"))
+                || message.contains("Inspected target navigated")
+                // A read's elements were resolved in the document that was there a moment ago.
+                || message.contains("should belong to the same JavaScript world"))
     }
 }
 

@@ -227,7 +227,13 @@ fn show(mut n: NodeRead, (role, name): (Option<Role>, String)) -> NodeRead {
 pub async fn snapshot(h: &Handle, snapshot_id: &str) -> Result<(PageRead, Vec<NodeRead>, bool), ReadError> {
     let read = async {
         let world = guard::world(h).await?;
-        let tree = platform::tree(h, &world.0).await?;
+        let frame = h.tab().map(|(_, frame)| frame).unwrap_or_default();
+        let mut tree = platform::tree(h, &world.0, &frame).await?;
+        // Another document's tree names nothing here: every node is then named one by one.
+        let whole = platform::is_documents(h, &world.0, &tree).await?;
+        if !whole {
+            tree = platform::Tree::default();
+        }
         let exposed = platform::listed(&tree);
         let ids: Vec<i64> = exposed.iter().map(|(id, _, _)| *id).collect();
         let objects = platform::resolve(h, &world, &ids).await;
@@ -243,7 +249,12 @@ pub async fn snapshot(h: &Handle, snapshot_id: &str) -> Result<(PageRead, Vec<No
         let reply = guard::call_in(h, &world, &READ, args, false).await?;
         let (json, own) = split(h, &reply).await?;
         let raw: RawSnapshot = serde_json::from_str(&json).map_err(shape)?;
-        let mut own = platform::backend_ids(h, &world.0, &own).await?.into_iter();
+        let own = platform::backend_ids(h, &world.0, &own).await?;
+        if !whole {
+            let ids: Vec<i64> = own.iter().flatten().copied().collect();
+            tree.nodes = platform::each(h, &world.0, &ids).await?;
+        }
+        let mut own = own.into_iter();
         let mut nodes = Vec::with_capacity(raw.nodes.len());
         for (slot, raw) in raw.nodes.into_iter().enumerate() {
             let ax = raw.ax.and_then(|k| passed.get(k)).map(|i| &exposed[*i]);

@@ -65,9 +65,11 @@ fn exposed(v: &Value) -> Option<(i64, Exposed)> {
     Some((id, Exposed { role: text("role").to_owned(), name: flat(text("name")), ignored }))
 }
 
-/// The whole tree of the tab's top document, in one call.
-pub async fn tree(h: &Handle, session: &str) -> Result<Tree, FenceError> {
-    let r = h.call_within(Some(session), "Accessibility.getFullAXTree", json!({}), guard::READ_BOUND).await?;
+/// The whole tree of the tab's top document (`frame`, named: without it Chromium may answer with
+/// another document's tree, such as a page a speculation rule fetched), in one call.
+pub async fn tree(h: &Handle, session: &str, frame: &str) -> Result<Tree, FenceError> {
+    let params = json!({ "frameId": frame });
+    let r = h.call_within(Some(session), "Accessibility.getFullAXTree", params, guard::READ_BOUND).await?;
     let mut tree = Tree::default();
     for (id, node) in r["nodes"].as_array().into_iter().flatten().filter_map(exposed) {
         // A DOM node has one tree node; the first is kept should the tree repeat one.
@@ -77,6 +79,27 @@ pub async fn tree(h: &Handle, session: &str) -> Result<Tree, FenceError> {
         }
     }
     Ok(tree)
+}
+
+/// Whether `tree` is the tab's current document's: its root is the document's node. With a
+/// speculation rule on the page, Chromium has been seen answering with another document's tree.
+pub async fn is_documents(h: &Handle, session: &str, tree: &Tree) -> Result<bool, FenceError> {
+    let doc = h.call(Some(session), "DOM.getDocument", json!({ "depth": 0 })).await?;
+    let root = doc["root"]["backendNodeId"].as_i64();
+    Ok(root.is_some() && tree.order.first().copied() == root)
+}
+
+/// Each node of the live tree, asked one by one, all at once: the way to name nodes when the
+/// whole tree came back as another document's.
+pub async fn each(h: &Handle, session: &str, ids: &[i64]) -> Result<HashMap<i64, Exposed>, FenceError> {
+    let asks = ids.iter().map(|id| one(h, session, *id));
+    let mut out = HashMap::new();
+    for (id, node) in ids.iter().zip(join_all(asks).await) {
+        if let Some(node) = node? {
+            out.insert(*id, node);
+        }
+    }
+    Ok(out)
 }
 
 /// One node of the live tree: `None` when the tree has no node for it.

@@ -53,14 +53,23 @@ fn walk(node: &Value, in_browsers: bool, out: &mut HashMap<i64, Dom>) {
     }
 }
 
-/// The tab's top document's tree, each node with its element.
-pub async fn read(h: &Handle) -> Vec<TreeNode> {
-    let (session, _) = h.tab().expect("a tab is attached");
+/// The tab's top document's tree, each node with its element; `None` when Chromium answers with
+/// another document's tree (seen with a speculation rule on the page: the runtime then names
+/// each node one by one, and the whole-tree check has nothing to hold it to).
+pub async fn read(h: &Handle) -> Option<Vec<TreeNode>> {
+    let (session, frame) = h.tab().expect("a tab is attached");
     let doc = h.call(Some(&session), "DOM.getDocument", json!({ "depth": -1, "pierce": true })).await.expect("DOM");
     let mut dom = HashMap::new();
     walk(&doc["root"], false, &mut dom);
-    let tree = h.call(Some(&session), "Accessibility.getFullAXTree", json!({})).await.expect("the tree");
-    tree["nodes"]
+    // The top document's, named: unnamed, Chromium may answer with a document a speculation rule
+    // fetched.
+    let params = json!({ "frameId": frame });
+    let tree = h.call(Some(&session), "Accessibility.getFullAXTree", params).await.expect("the tree");
+    let root = tree["nodes"][0]["backendDOMNodeId"].as_i64();
+    if root.is_none() || root != doc["root"]["backendNodeId"].as_i64() {
+        return None;
+    }
+    let nodes = tree["nodes"]
         .as_array()
         .into_iter()
         .flatten()
@@ -75,7 +84,8 @@ pub async fn read(h: &Handle) -> Vec<TreeNode> {
                 browsers_part: d.browsers_part,
             })
         })
-        .collect()
+        .collect();
+    Some(nodes)
 }
 
 /// The tree node of the element with `id`.

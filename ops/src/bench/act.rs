@@ -229,10 +229,10 @@ pub async fn run(iterations: usize, nodes: usize) -> Result<String> {
     // The accessibility tree alone: the part of the read the browser spends naming the nodes.
     let mut tree = Samples::default();
     let h = plain.fence.handle();
-    let (session, _) = h.tab().context("the plain browser's tab")?;
+    let (session, frame) = h.tab().context("the plain browser's tab")?;
     for i in 0..iterations.min(100) + 3 {
         let t = Instant::now();
-        browser_runtime::platform::tree(&h, &session).await?;
+        browser_runtime::platform::tree(&h, &session, &frame).await?;
         if i >= 3 {
             tree.latencies.push(t.elapsed());
         }

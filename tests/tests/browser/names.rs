@@ -66,7 +66,7 @@ async fn each_node_has_the_role_and_name_the_accessibility_tree_gives() {
     let session = s.open("profile-1", "/lesson/names", 50).await.unwrap();
     let o = s.observe(&session).await;
     let h = s.served.devtools(&session).await.expect("a running browser");
-    let tree = platform::read(&h).await;
+    let tree = platform::read(&h).await.expect("the page's own tree");
 
     // Each case as the platform answers it, and where that answer differs from a naive read.
     let case = |id: &str| platform::by_id(&tree, id);
