@@ -199,6 +199,8 @@ const AUTO_ATTACH: fn() -> Value = || json!({ "autoAttach": true, "waitForDebugg
 const GUARD: &str = include_str!("guard.js");
 /// Run after the guard in each document once the owner has the tab: its frames stop nothing.
 pub(crate) const OWNER_HAS_TAB: &str = "globalThis.__grantLedgerGuard && globalThis.__grantLedgerGuard.ownerHasTab();";
+/// The largest DevTools message read: Chromium's own limit on a reply is 256 MiB.
+const MAX_REPLY: usize = 256 << 20;
 /// The isolated world the guard lives in, in every document.
 pub const WORLD: &str = "grant-ledger";
 
@@ -206,7 +208,15 @@ impl Fence {
     /// Connects to the browser at `address` (`host:port`) and intercepts from now on.
     pub async fn connect(address: &str) -> Result<Self, FenceError> {
         let url = browser_socket(address).await?;
-        let (ws, _) = tokio_tungstenite::connect_async(url).await.map_err(|e| FenceError::Endpoint(e.to_string()))?;
+        // A page's accessibility tree comes back whole, each name repeated in its text nodes: a
+        // page of a few megabytes makes a reply past tungstenite's 16 MiB default, which would end
+        // the connection the fence holds. The browser's own bound on a reply is the one kept.
+        let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+            .max_message_size(Some(MAX_REPLY))
+            .max_frame_size(Some(MAX_REPLY));
+        let (ws, _) = tokio_tungstenite::connect_async_with_config(url, Some(config), true)
+            .await
+            .map_err(|e| FenceError::Endpoint(e.to_string()))?;
         let (mut sink, mut stream) = ws.split();
         let (out, mut rx) = mpsc::unbounded_channel::<String>();
         let state = Arc::new(Mutex::new(State::default()));

@@ -234,9 +234,11 @@ pub async fn snapshot(h: &Handle, snapshot_id: &str) -> Result<(PageRead, Vec<No
         if !whole {
             tree = platform::Tree::default();
         }
-        let exposed = platform::listed(&tree);
+        // The script lists at most MAX_NODES, and takes each exposed element as an argument.
+        let mut exposed = platform::listed(&tree);
+        exposed.truncate(MAX_NODES);
         let ids: Vec<i64> = exposed.iter().map(|(id, _, _)| *id).collect();
-        let objects = platform::resolve(h, &world, &ids).await;
+        let objects = platform::resolve(h, &world, &ids).await?;
         let mut args = vec![json!({ "value": "observe" }), json!({ "value": snapshot_id })];
         // The script's `ax` is a place among the elements passed, which skip any that left.
         let mut passed = Vec::with_capacity(objects.len());
@@ -298,7 +300,7 @@ pub async fn reread(
         let raw: RawOne = serde_json::from_str(&json).map_err(shape)?;
         let Some((el, backend)) = guard::element_node(h, &el).await? else { return Ok((raw.page, None)) };
         let Some(n) = raw.node.map(|n| node(n, slot)) else { return Ok((raw.page, None)) };
-        let session = h.tab().map(|(s, _)| s).unwrap_or_default();
+        let (session, _) = h.tab().ok_or_else(|| shape("no tab is attached"))?;
         let tree = platform::one(h, &session, backend).await?;
         // A node the tree now hides keeps its place with no role: the act meets ROLE_MISMATCH.
         let shown = platform::shown(n.role, tree.as_ref()).unwrap_or((None, n.name.clone()));

@@ -70,8 +70,9 @@ fn exposed(v: &Value) -> Option<(i64, Exposed)> {
 pub async fn tree(h: &Handle, session: &str, frame: &str) -> Result<Tree, FenceError> {
     let params = json!({ "frameId": frame });
     let r = h.call_within(Some(session), "Accessibility.getFullAXTree", params, guard::READ_BOUND).await?;
+    let nodes = r["nodes"].as_array().ok_or_else(|| shape("Accessibility.getFullAXTree"))?;
     let mut tree = Tree::default();
-    for (id, node) in r["nodes"].as_array().into_iter().flatten().filter_map(exposed) {
+    for (id, node) in nodes.iter().filter_map(exposed) {
         // A DOM node has one tree node; the first is kept should the tree repeat one.
         if let std::collections::hash_map::Entry::Vacant(e) = tree.nodes.entry(id) {
             tree.order.push(id);
@@ -95,7 +96,7 @@ pub async fn each(h: &Handle, session: &str, ids: &[i64]) -> Result<HashMap<i64,
     let asks = ids.iter().map(|id| one(h, session, *id));
     let mut out = HashMap::new();
     for (id, node) in ids.iter().zip(join_all(asks).await) {
-        if let Some(node) = node? {
+        if let Some(node) = gone(node)?.flatten() {
             out.insert(*id, node);
         }
     }
@@ -121,23 +122,46 @@ pub fn listed(tree: &Tree) -> Vec<(i64, Role, String)> {
         .collect()
 }
 
+/// A reply the browser cannot have made.
+fn shape(method: &str) -> FenceError {
+    FenceError::Refused { method: method.to_owned(), message: "the reply has an unexpected shape".into() }
+}
+
+/// A node the browser no longer knows (it left the document between two calls): absent, not a
+/// failed read. Anything else (a dialog, a call past its bound, a closed connection) fails it.
+fn gone<T>(r: Result<T, FenceError>) -> Result<Option<T>, FenceError> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(FenceError::Refused { message, .. })
+            if message.contains("No node") || message.contains("find node") || message.contains("not found") =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Each node as a remote object in the guard's world (in its read group), all asked at once;
 /// `None` for a node that left the document meanwhile.
-pub async fn resolve(h: &Handle, (session, ctx): &(String, i64), ids: &[i64]) -> Vec<Option<String>> {
+pub async fn resolve(
+    h: &Handle,
+    (session, ctx): &(String, i64),
+    ids: &[i64],
+) -> Result<Vec<Option<String>>, FenceError> {
     let asks = ids.iter().map(|id| {
         let params = json!({ "backendNodeId": id, "executionContextId": ctx, "objectGroup": guard::READ_GROUP });
         h.call(Some(session), "DOM.resolveNode", params)
     });
-    join_all(asks)
-        .await
-        .into_iter()
-        .map(|r| r.ok().and_then(|v| v["object"]["objectId"].as_str().map(str::to_owned)))
-        .collect()
+    let mut out = Vec::with_capacity(ids.len());
+    for r in join_all(asks).await {
+        out.push(gone(r)?.and_then(|v| v["object"]["objectId"].as_str().map(str::to_owned)));
+    }
+    Ok(out)
 }
 
 /// The backend node id of every item of a remote array of nodes, in order.
 pub async fn backend_ids(h: &Handle, session: &str, array: &Value) -> Result<Vec<Option<i64>>, FenceError> {
-    let Some(id) = array["objectId"].as_str() else { return Ok(Vec::new()) };
+    let Some(id) = array["objectId"].as_str() else { return Err(shape("the read's own elements")) };
     let r = h.call(Some(session), "Runtime.getProperties", json!({ "objectId": id, "ownProperties": true })).await?;
     let mut items: Vec<(usize, String)> = r["result"]
         .as_array()
@@ -150,7 +174,7 @@ pub async fn backend_ids(h: &Handle, session: &str, array: &Value) -> Result<Vec
     let described = join_all(asks).await;
     let mut out = vec![None; items.last().map_or(0, |(i, _)| i + 1)];
     for ((i, _), d) in items.iter().zip(described) {
-        out[*i] = d.ok().and_then(|d| d["node"]["backendNodeId"].as_i64());
+        out[*i] = gone(d)?.and_then(|d| d["node"]["backendNodeId"].as_i64());
     }
     Ok(out)
 }

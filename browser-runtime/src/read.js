@@ -141,13 +141,18 @@ function hiddenElement(n) {
   if (hasAttr(n, 'hidden') || attr(n, 'aria-hidden') === 'true') return true;
   return CHECK_VISIBILITY ? !CHECK_VISIBILITY.call(n, { visibilityProperty: true }) : false;
 }
-// The text CSS generates before and after an element (`content: "Pay "`): quoted strings only,
-// as `attr()` is already resolved in the computed value and counters carry no words.
+// The text CSS generates before and after an element (`content: "Pay "`): its quoted strings,
+// escapes read as CSS reads them (`\A ` is a line break), as `attr()` is already resolved in the
+// computed value. A counter drawn with a page's own symbols is not read: ADR-0129 accepts that a
+// label drawn with CSS can defeat name matching.
+const CSS_ESCAPE = /\\(?:([0-9a-fA-F]{1,6})[ \t\n]?|([^0-9a-fA-F]))/g;
 function generated(n, which) {
   const c = GET_STYLE(n, which).content;
   if (!c || c === 'none' || c === 'normal') return '';
   let out = '';
-  for (const m of c.matchAll(/"((?:[^"\\]|\\.)*)"/g)) out += m[1].replace(/\\(.)/g, '$1');
+  for (const m of c.matchAll(/"((?:[^"\\]|\\[^])*)"/g)) {
+    out += m[1].replace(CSS_ESCAPE, (_, hex, ch) => (hex ? String.fromCodePoint(Math.min(parseInt(hex, 16), 0x10ffff) || 0xfffd) : ch));
+  }
   return out;
 }
 function flatText(root, shown) {
@@ -155,7 +160,10 @@ function flatText(root, shown) {
   let len = 0;
   // As a label source, what CSS adds counts as text: it is shown, and the accessible name reads it.
   const pseudo = (n, which) => {
-    if (!shown) out.push(generated(n, which));
+    if (shown || len > MAX * 4) return;
+    const g = generated(n, which);
+    out.push(g);
+    len += g.length;
   };
   const walk = (n) => {
     if (len > MAX * 4) return;

@@ -14,6 +14,7 @@ const NAMES: &str = r#"<!doctype html><html><head><title>Names</title>
 .gone { display: none }
 .swap::before { content: "Keep " }
 .swapped::before { content: "Delete " }
+.escaped::after { content: "Remove\A account"; white-space: pre }
 </style></head><body>
 <label><input type="checkbox" id="embedded">Flash the screen <input type="number" value="3" aria-label="count"> times</label>
 <button id="before" class="pay">order</button>
@@ -33,6 +34,7 @@ const NAMES: &str = r#"<!doctype html><html><head><title>Names</title>
 <label aria-hidden="true">Secret <input id="aria-hidden" type="text"></label>
 <button id="swap" class="swap">item</button>
 <button id="nbsp">Later&nbsp;on</button>
+<button id="escaped" class="escaped" aria-label="Next">Go</button>
 <div id="editable" contenteditable="true">Draft</div>
 <script>
 customElements.define('slot-host', class extends HTMLElement {
@@ -126,9 +128,12 @@ async fn each_node_has_the_role_and_name_the_accessibility_tree_gives() {
     typed.action = Some(rt::act_request::Action::Type(rt::Type { field_id: "word".into() }));
     assert_eq!(s.act(typed).await.unwrap_err().code(), Code::InvalidArgument);
 
-    // What CSS adds reaches the classifier even where the name is the aria-label.
+    // What CSS adds reaches the classifier even where the name is the aria-label, its escapes
+    // read as CSS reads them (`\A` a line break, not a letter).
     let (_, facts) = node(&o, "Continue");
     assert!(facts.visible_text.contains("now"), "{facts:?}");
+    let (_, facts) = node(&o, "Next");
+    assert!(facts.visible_text.contains("Remove account"), "{facts:?}");
     let (_, facts) = node(&o, &case("before").name.clone());
     assert!(facts.name.contains("Pay"), "{facts:?}");
 }
