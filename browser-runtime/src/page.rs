@@ -227,7 +227,7 @@ fn show(mut n: NodeRead, (role, name): (Option<Role>, String)) -> NodeRead {
 pub async fn snapshot(h: &Handle, snapshot_id: &str) -> Result<(PageRead, Vec<NodeRead>, bool), ReadError> {
     let read = async {
         let world = guard::world(h).await?;
-        let frame = h.tab().map(|(_, frame)| frame).unwrap_or_default();
+        let (_, frame) = h.tab().ok_or_else(|| shape("no tab is attached"))?;
         let mut tree = platform::tree(h, &world.0, &frame).await?;
         // Another document's tree names nothing here: every node is then named one by one.
         let whole = platform::is_documents(h, &world.0, &tree).await?;
