@@ -10,8 +10,10 @@ use ledger::PgStore;
 use ops::pgcluster::{self, Durability};
 
 mod cli;
-#[allow(clippy::wildcard_imports)] // every subcommand's type, used by `run` alone
-use cli::*;
+use cli::{
+    AgentCmd, AuditCmd, BenchCmd, Cli, Cmd, CredentialsCmd, DbCmd, DemoCmd, OwnerTokenCmd, OwnersCmd, ProfilesCmd,
+    ProjectionsCmd, ServeCmd, SettingsCmd, TicketsCmd, TlsCmd,
+};
 
 fn database_url(cli: &Option<String>) -> Result<String> {
     match cli {

@@ -9,9 +9,12 @@
 //! not a dependency of the files that use it; a file that re-exports a name and also uses it
 //! depends on its definer. A glob (`use super::*`) depends on the module it reads.
 //!
-//! Not seen: macros (`$crate::` paths, and a `macro_rules!` used by its textual scope), and the
-//! methods of one type written in several files (an inherent `impl` split by seams), which call
-//! each other without naming a path.
+//! The methods of one type written in several files (an inherent `impl` split by seams) are
+//! seen too: `self.m(…)` and `Self::m(…)` inside an `impl T`, and `T::m(…)` anywhere, depend on
+//! the file whose inherent `impl T` defines `m`.
+//!
+//! Not seen: macros (`$crate::` paths, and a `macro_rules!` used by its textual scope), and
+//! methods called on a value other than `self` (`store.m()`), whose type a tokenizer cannot know.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -99,6 +102,26 @@ fn the_checker_finds_a_circle_and_follows_re_exports() {
     ]);
     assert_eq!(literals.circles().len(), 1, "the path after the literals is read");
 
+    // One type's methods in two files that call each other: a circle no path names.
+    let split = Crate::from_sources(&[
+        ("lib.rs", "mod a; mod b; pub struct Service;"),
+        ("a.rs", "use crate::Service; impl Service { pub fn outer(&self) { self.inner() } }"),
+        (
+            "b.rs",
+            "use crate::Service;\nimpl<S: Into<u8>> crate::Service where S: Copy { pub(crate) fn inner(&self) { Self::outer(self) } }",
+        ),
+    ]);
+    assert_eq!(split.circles().len(), 1, "a split `impl` whose halves call each other is a circle");
+    let one_way = Crate::from_sources(&[
+        ("lib.rs", "mod a; mod b; pub struct Service;"),
+        ("a.rs", "use crate::Service; impl Service { pub fn outer(&self) { self.inner() } }"),
+        (
+            "b.rs",
+            "use crate::Service; impl Service { fn inner(&self) {} }\nimpl std::fmt::Debug for Service { fn outer(&self) {} }",
+        ),
+    ]);
+    assert!(one_way.circles().is_empty(), "calls one way, and a trait's method of the same name, are no circle");
+
     // A binary beside a library is a crate of its own: its files are not the library's.
     let roots_found = roots(Path::new(env!("CARGO_MANIFEST_DIR")).join("src").as_path());
     assert!(roots_found.iter().any(|r| r.ends_with("lib.rs")) && roots_found.iter().any(|r| r.starts_with("bin/")));
@@ -147,6 +170,11 @@ struct Source {
     paths: Vec<(Module, Vec<String>)>,
     /// The files it declares (`mod x;` outside any inline module).
     children: Vec<String>,
+    /// The methods its inherent `impl` blocks define, as (type, method).
+    methods: BTreeSet<(String, String)>,
+    /// The methods it calls on a type's own inherent `impl`s: `self.m(…)` and `Self::m` inside
+    /// an `impl T`, and `T::m` anywhere.
+    calls: Vec<(String, String)>,
 }
 
 impl Crate {
@@ -258,6 +286,19 @@ impl Crate {
                         targets.entry(t).or_insert_with(|| path.join("::"));
                     }
                 }
+                // One type's `impl` split over files: a call to a method another file defines.
+                for call in &source.calls {
+                    if source.methods.contains(call) {
+                        continue;
+                    }
+                    for (other, o) in &self.files {
+                        if other != module && o.methods.contains(call) {
+                            targets
+                                .entry(other.clone())
+                                .or_insert_with(|| format!("{}::{} (split impl)", call.0, call.1));
+                        }
+                    }
+                }
                 (module.clone(), targets)
             })
             .collect()
@@ -322,6 +363,10 @@ enum Token {
     Comma,
     Semi,
     Star,
+    Dot,
+    Paren,
+    Lt,
+    Gt,
     Other,
 }
 
@@ -331,6 +376,8 @@ impl Source {
         let mut source = Source { path: path.to_string(), ..Source::default() };
         // The inline modules open at each brace depth, for `super` inside `mod tests { … }`.
         let mut scopes: Vec<(usize, String)> = Vec::new();
+        // The `impl` blocks open: the depth each opened at, its type, and whether it is inherent.
+        let mut impls: Vec<(usize, String, bool)> = Vec::new();
         let mut depth = 0usize;
         // Names the file uses outside its `use` lines, and the re-exports that may be among them.
         let mut used = BTreeSet::new();
@@ -344,6 +391,25 @@ impl Source {
                     depth = depth.saturating_sub(1);
                     if scopes.last().is_some_and(|(d, _)| *d == depth) {
                         scopes.pop();
+                    }
+                    if impls.last().is_some_and(|(d, _, _)| *d == depth) {
+                        impls.pop();
+                    }
+                }
+                Token::Ident(word) if word == "impl" && tokens.get(i + 1) != Some(&Token::Paren) => {
+                    if let Some((open, ty, inherent)) = impl_header(&tokens[i + 1..]) {
+                        impls.push((depth, ty, inherent));
+                        i += 1 + open;
+                        continue;
+                    }
+                }
+                Token::Ident(word)
+                    if word == "self"
+                        && tokens.get(i + 1) == Some(&Token::Dot)
+                        && tokens.get(i + 3) == Some(&Token::Paren) =>
+                {
+                    if let (Some((_, ty, _)), Some(Token::Ident(method))) = (impls.last(), tokens.get(i + 2)) {
+                        source.calls.push((ty.clone(), method.clone()));
                     }
                 }
                 Token::Ident(word) if word == "use" => {
@@ -389,6 +455,12 @@ impl Source {
                 Token::Ident(word) if is_item_keyword(word) => {
                     if let Some(Token::Ident(name)) = tokens.get(i + 1) {
                         source.defines.insert(name.clone());
+                        if let Some((d, ty, true)) = impls.last()
+                            && word == "fn"
+                            && depth == d + 1
+                        {
+                            source.methods.insert((ty.clone(), name.clone()));
+                        }
                     }
                 }
                 Token::Ident(first)
@@ -403,6 +475,12 @@ impl Source {
                             _ => break,
                         }
                         j += 2;
+                    }
+                    if let [.., ty, method] = path.as_slice() {
+                        let ty = if ty == "Self" { impls.last().map(|(_, t, _)| t.clone()) } else { Some(ty.clone()) };
+                        if let Some(ty) = ty.filter(|_| tokens.get(j) == Some(&Token::Paren)) {
+                            source.calls.push((ty, method.clone()));
+                        }
                     }
                     source.paths.push((at, path));
                     i = j;
@@ -423,6 +501,31 @@ impl Source {
         }
         source
     }
+}
+
+/// An `impl` header (the tokens after `impl`): where its body opens, the type it is for, and
+/// whether it is inherent (no `for`).
+fn impl_header(tokens: &[Token]) -> Option<(usize, String, bool)> {
+    let mut angles = 0usize;
+    let mut ty = None;
+    let mut inherent = true;
+    let mut bounds = false;
+    for (k, t) in tokens.iter().enumerate() {
+        match t {
+            Token::Lt => angles += 1,
+            Token::Gt => angles = angles.saturating_sub(1),
+            Token::Open if angles == 0 => return ty.map(|ty| (k, ty, inherent)),
+            Token::Semi | Token::Close => return None,
+            Token::Ident(w) if angles == 0 && w == "for" => {
+                inherent = false;
+                ty = None;
+            }
+            Token::Ident(w) if angles == 0 && w == "where" => bounds = true,
+            Token::Ident(w) if angles == 0 && !bounds && w != "dyn" && w != "mut" => ty = Some(w.clone()),
+            _ => {}
+        }
+    }
+    None
 }
 
 fn is_item_keyword(word: &str) -> bool {
@@ -567,6 +670,11 @@ fn tokenize(text: &str) -> Vec<Token> {
                 (',', _) => Token::Comma,
                 (';', _) => Token::Semi,
                 ('*', _) => Token::Star,
+                ('.', _) => Token::Dot,
+                ('(', _) => Token::Paren,
+                ('<', _) => Token::Lt,
+                // `->` and `=>` close no generics.
+                ('>', _) if i == 0 || !matches!(chars[i - 1], '-' | '=') => Token::Gt,
                 _ => Token::Other,
             });
             i += 1;

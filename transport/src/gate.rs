@@ -2,8 +2,10 @@
 //! is read, the call's span and metrics; and what each service serves beside its own (health that
 //! follows a check, reflection, the request id).
 
-#[allow(clippy::wildcard_imports)] // the listener's own types and imports
-use super::*;
+use super::{
+    AuthError, Code, ConnInfo, Context, Credentials, Duration, ErrorDetails, Limits, Pin, Poll, Registry, Role, Scope,
+    Status, StatusExt,
+};
 
 /// tonic answers a request body that ends inside a frame, or holds no message, as INTERNAL
 /// before any codec sees it; it is the caller's malformed request.

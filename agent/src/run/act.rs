@@ -1,8 +1,13 @@
 //! One act of a run: the form read back, the act authorized (its ticket carried to the runtime)
 //! or asked of the owner and awaited, and dispatched.
 
-#[allow(clippy::wildcard_imports)] // the run's own types and imports
-use super::*;
+use proto::runtime::{self as rt};
+use proto::v1::{self as pb, authorize_reply::Decision};
+
+use crate::rules::End;
+use crate::tools::{Act, Target};
+
+use super::state::{RunError, State};
 
 impl State<'_> {
     /// The form a click on `target` could submit, whatever its role, read back from the live

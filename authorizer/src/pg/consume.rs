@@ -6,8 +6,8 @@ use ledger::postgres::Guard;
 use ledger::{AppendError, AppendOutcome, Metadata, TenantId};
 use tokio_postgres::IsolationLevel;
 
-use super::PgGrants;
 use super::convert::{db, from_version, unavailable, version};
+use super::grants::PgGrants;
 use super::reads::Used;
 use super::write::name_snapshot;
 use crate::error::StoreError;

@@ -11,9 +11,9 @@ use grant_domain::catalogue::Event;
 use ledger::{Metadata, TenantId};
 use uuid::Uuid;
 
-use super::PgGrants;
 use super::consume::{CONSUME_NEXT_UPDATE, OneStatement, name_snapshot_appended};
 use super::convert::version;
+use super::grants::PgGrants;
 use super::reads::Used;
 use crate::error::StoreError;
 use crate::limits::{MAX_ACTIONS, MAX_TYPED_CHARS};

@@ -6,8 +6,8 @@ use ledger::{AppendOutcome, AppendRequest, ExpectedVersion, Metadata, TenantId};
 use tokio_postgres::IsolationLevel;
 use uuid::Uuid;
 
-use super::PgGrants;
 use super::convert::unavailable;
+use super::grants::PgGrants;
 use super::write::apply_grant_row;
 use crate::domain::stream_of;
 use crate::error::StoreError;

@@ -1,8 +1,23 @@
 //! The owner's answer to a card (`ResolveApproval`) and the worker's bounded wait for it
 //! (`AwaitApproval`), with the approve-once token each hands out.
 
-#[allow(clippy::wildcard_imports)] // the service's own helpers and types
-use super::*;
+use grant_domain::catalogue::{Event, Resolution, SiteScope};
+use proto::v1 as pb;
+
+use crate::auth::Rpc;
+use credentials::Scope;
+use time::OffsetDateTime;
+use tonic::{Code, Request, Response, Status};
+use uuid::Uuid;
+
+use crate::domain::{ApprovalState, Command, Versions};
+use crate::store::Backend;
+use crate::store::Need;
+
+use super::CALLER_NOT_PERMITTED;
+use super::convert::{id, position, token_digest, uuid};
+use super::shared::{AuthorizerService, MAX_APPROVAL_WAIT_MS, own_session};
+use super::status::{invalid, status, with_reason};
 
 impl<B: Backend + 'static> AuthorizerService<B> {
     pub(super) async fn resolve_call(

@@ -2,8 +2,26 @@
 //! every field checked), decided once per tool call, and the decision answered (an allow sealed
 //! into its one dispatch ticket).
 
-#[allow(clippy::wildcard_imports)] // the service's own helpers and types
-use super::*;
+use classifier::{Action, PageFacts};
+use grant_domain::catalogue::{ActionView, Event, SiteScope};
+use proto::v1 as pb;
+
+use crate::auth::Rpc;
+use credentials::Caller;
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+use tonic::{Request, Response, Status};
+
+use crate::authority::{Authority, CallKey};
+use crate::constraint::{self as dispatch};
+use crate::domain::{AuthorizeRequest, Decision, RunContext, Versions};
+use crate::store::Backend;
+use crate::view::approval_view_in_session;
+
+use super::convert::{action_of, constraint, element, id, offer, opt, position, view_pb};
+use super::shared::AuthorizerService;
+use super::status::{invalid, status};
+use super::{facts, ticket};
 use crate::authority::Authorized;
 
 impl<B: Backend + 'static> AuthorizerService<B> {

@@ -10,212 +10,46 @@ mod authorize;
 mod convert;
 mod facts;
 mod redeem;
+mod shared;
 mod status;
 mod ticket;
 
 use std::future::Future;
 use std::sync::Arc;
 
-use classifier::{Action, PageFacts};
 use grant_domain::catalogue::{
-    ActionView, Author, AuthorizationKind, BoundAction, Event, Resolution, SessionCreated, SessionMessageRecorded,
-    SessionToolCalled, SignInPhase, SiteScope, Surface, TokenBinding,
+    Author, Event, SessionCreated, SessionMessageRecorded, SessionToolCalled, SignInPhase, Surface,
 };
-use proto::ticket::Keyring;
 use proto::v1 as pb;
 
 use crate::auth::Rpc;
-use credentials::{Caller, Credentials, Role, Scope};
-use sha2::{Digest, Sha256};
+use credentials::Role;
 use time::OffsetDateTime;
 use tokio::net::TcpListener;
 use tonic::{Code, Request, Response, Status};
 use transport::Gate;
-use uuid::Uuid;
 
-use crate::authority::{Authority, CallKey};
-use crate::constraint::{self as dispatch};
 use crate::domain;
-use crate::domain::{ApprovalState, AuthorizeRequest, Command, Decision, Grant, RunContext, Versions, World};
+use crate::domain::{ApprovalState, Command};
 use crate::store::Backend;
 use crate::store::Need;
-use crate::view::approval_view_in_session;
 
+use convert::{approval, grant, id, opt, position, uuid};
 pub use facts::{FACTS_INVALID, FACTS_LIFETIME, FACTS_NOT_SEALED};
+pub use shared::{AuthorizerService, MAX_APPROVAL_WAIT_MS};
+use shared::{grant_routes_mounted, own_session, seen, visible_to};
 pub use status::CONCURRENT_CHANGE;
+use status::{invalid, status, with_reason};
 pub use ticket::TICKET_LIFETIME;
-#[allow(clippy::wildcard_imports)] // the module's own files, split along their seams
-use {convert::*, status::*};
 
 /// The `ErrorInfo` reason of a call refused to its caller's credential (role, tenant or scope),
 /// beside the domain's own refusals such as `APPROVAL_TOKEN_INVALID`: the gate's, spelt once.
 pub use transport::CALLER_NOT_PERMITTED;
 
-/// A grant is the principal's to see while its chat exists: deleting the session takes its grants
-/// off every list and get (their end, `revoked`, stays in the log).
-fn visible_to(w: &World, g: &Grant, principal: &str) -> bool {
-    g.created.principal_id == principal && w.sessions.get(&g.created.session_id).is_some_and(|s| !s.deleted)
-}
-
-/// The gRPC face of the authority, for every tenant: each call acts in its credential's tenant.
-#[derive(Debug)]
-pub struct AuthorizerService<B> {
-    authority: Arc<Authority<B>>,
-    credentials: Credentials,
-    /// Seals every allow's dispatch ticket, and opens the runtime's sealed facts.
-    tickets: Arc<Keyring>,
-    refusals: Arc<facts::Refusals>,
-    /// What the gate records of every call, when the operator serves metrics.
-    gate_metrics: Option<transport::GateMetrics>,
-    /// What gRPC health follows, when set (otherwise SERVING while the server runs).
-    health_check: Option<telemetry::HealthCheck>,
-    /// Only the `testing` feature sets it: the domain's own tests speak facts in the clear.
-    accept_unsealed: bool,
-}
-
-impl<B> Clone for AuthorizerService<B> {
-    fn clone(&self) -> Self {
-        Self {
-            authority: Arc::clone(&self.authority),
-            credentials: self.credentials.clone(),
-            tickets: Arc::clone(&self.tickets),
-            refusals: Arc::clone(&self.refusals),
-            gate_metrics: self.gate_metrics.clone(),
-            health_check: self.health_check.clone(),
-            accept_unsealed: self.accept_unsealed,
-        }
-    }
-}
-
 impl<B: Backend + 'static> AuthorizerService<B> {
-    pub fn new(authority: Arc<Authority<B>>, credentials: Credentials, tickets: Arc<Keyring>) -> Self {
-        let refusals = Arc::new(facts::Refusals::new(authority.metrics().clone()));
-        Self {
-            authority,
-            credentials,
-            tickets,
-            refusals,
-            gate_metrics: None,
-            health_check: None,
-            accept_unsealed: false,
-        }
-    }
-
-    /// Records every call the server's gate sees (method, status, time; refused callers) in
-    /// `metrics`.
-    #[must_use]
-    pub fn with_gate_metrics(self, metrics: transport::GateMetrics) -> Self {
-        Self { gate_metrics: Some(metrics), ..self }
-    }
-
-    /// gRPC health follows `check` (the database answering), as `/healthz` does.
-    #[must_use]
-    pub fn with_health_check(self, check: telemetry::HealthCheck) -> Self {
-        Self { health_check: Some(check), ..self }
-    }
-
-    /// Decides on facts sent in the clear too: for tests of the decisions, which have no runtime.
-    #[cfg(feature = "testing")]
-    #[must_use]
-    pub fn accepting_unsealed_facts(self) -> Self {
-        Self { accept_unsealed: true, ..self }
-    }
-
-    /// `Authorize` calls whose facts were refused (unsealed, forged, expired, another owner's or
-    /// snapshot's) since this service started.
-    /// The authority served, for tests that read what it recorded.
-    #[cfg(feature = "testing")]
-    pub fn authority(&self) -> &Arc<Authority<B>> {
-        &self.authority
-    }
-
-    pub fn facts_refused(&self) -> u64 {
-        self.refusals.count()
-    }
-
     pub fn into_server(self) -> pb::authorizer_server::AuthorizerServer<Self> {
         pb::authorizer_server::AuthorizerServer::new(self)
     }
-
-    /// The authenticated caller of `rpc`, whose role must be the one the call belongs to, and the
-    /// authority of its credential's tenant. A credential recognised from memory is confirmed live
-    /// here, except for `Authorize` on a backend whose read confirms it (see `authorize_call`).
-    async fn caller<T>(&self, req: &Request<T>, rpc: Rpc) -> Result<(Caller, Authority<B>), Status> {
-        // Over a socket the gate authenticated the caller from the headers, before the body was
-        // read; a service called without it (in-process) authenticates here.
-        let gated = req.extensions().get::<Caller>().filter(|c| rpc.roles().contains(&c.role)).cloned();
-        let mut caller = match gated {
-            Some(c) => c,
-            None => self
-                .credentials
-                .authenticate(req.metadata(), rpc.roles(), rpc.scopes(), OffsetDateTime::now_utc())
-                .await
-                .map_err(transport::auth_status)?,
-        };
-        if !(rpc == Rpc::Authorize && self.authority.backend().confirms_credentials()) {
-            self.credentials.confirm(&mut caller).await.map_err(transport::auth_status)?;
-        }
-        tracing::debug!(role = %caller.role, principal = %caller.principal, tenant = %caller.tenant, "authenticated");
-        let tenant = domain::tenant_id(&caller.tenant).map_err(|e| {
-            with_reason(Code::PermissionDenied, CALLER_NOT_PERMITTED, format!("the credential's tenant: {e}"))
-        })?;
-        let authority = self.authority.for_tenant(tenant);
-        Ok((caller, authority))
-    }
-
-    /// The caller's credential read again from the store: for a call that waited, before it
-    /// answers (a revocation or expiry during the wait refuses the answer). It must name the same
-    /// tenant and principal as when the call began.
-    async fn still_live(&self, metadata: &tonic::metadata::MetadataMap, was: &Caller, rpc: Rpc) -> Result<(), Status> {
-        let now = OffsetDateTime::now_utc();
-        // Recognised from memory, it is read by `confirm`; otherwise `authenticate` read it.
-        let mut again = self
-            .credentials
-            .authenticate(metadata, rpc.roles(), rpc.scopes(), now)
-            .await
-            .map_err(transport::auth_status)?;
-        self.credentials.confirm(&mut again).await.map_err(transport::auth_status)?;
-        if (again.tenant.as_str(), again.principal.as_str()) != (was.tenant.as_str(), was.principal.as_str()) {
-            return Err(transport::auth_status(Credentials::refused()));
-        }
-        Ok(())
-    }
-
-    async fn write(
-        &self,
-        authority: &Authority<B>,
-        command: Command,
-        principal: &str,
-    ) -> Result<Response<pb::WriteReply>, Status> {
-        let (_, at) = authority.execute_at(command, principal).await.map_err(status)?;
-        Ok(Response::new(pb::WriteReply { position: at.and_then(position) }))
-    }
-}
-
-/// The longest an AwaitApproval waits for the owner.
-pub const MAX_APPROVAL_WAIT_MS: u32 = 20_000;
-
-/// Reads come from the inline tables every write updated before it returned, so a position a
-/// write answered is always seen; the field stays for clients that send it.
-fn seen(_min: Option<pb::Position>) {}
-
-/// The task-grant calls exist only with the tenant's recorded flag on: with it off they answer
-/// as a route that is not mounted, to any authenticated caller of the right role.
-async fn grant_routes_mounted<B: Backend>(authority: &Authority<B>) -> Result<(), Status> {
-    if authority.read(Need::Deployment { grants: false }, |w| w.settings.enabled).await.map_err(status)? {
-        Ok(())
-    } else {
-        Err(Status::unimplemented("task grants are not enabled on this deployment"))
-    }
-}
-
-/// The session, if it is this principal's and not deleted.
-async fn own_session<B: Backend>(authority: &Authority<B>, session_id: &str, principal: &str) -> Result<(), Status> {
-    let owns = authority
-        .read(Need::Session(session_id), |w| w.session_of(session_id, principal).is_ok())
-        .await
-        .map_err(status)?;
-    if owns { Ok(()) } else { Err(Status::not_found("session not found")) }
 }
 
 #[tonic::async_trait]

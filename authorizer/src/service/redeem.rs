@@ -1,8 +1,22 @@
 //! `RedeemToken`: the runtime spends an approve-once token on exactly the act its card recorded,
 //! and gets that act's one dispatch ticket.
 
-#[allow(clippy::wildcard_imports)] // the service's own helpers and types
-use super::*;
+use classifier::Action;
+use grant_domain::catalogue::{AuthorizationKind, BoundAction, Event, TokenBinding};
+use proto::v1 as pb;
+
+use crate::auth::Rpc;
+use time::OffsetDateTime;
+use tonic::{Code, Request, Response, Status};
+
+use crate::domain::Command;
+use crate::store::Backend;
+use crate::store::Need;
+
+use super::convert::{action_of, id, position, token_digest};
+use super::shared::AuthorizerService;
+use super::status::{invalid, status};
+use super::ticket;
 
 impl<B: Backend + 'static> AuthorizerService<B> {
     pub(super) async fn redeem_call(

@@ -1,8 +1,16 @@
 //! `ReadForm`: the form a click could submit, read back from the live page beside the task
 //! record and sealed for the card.
 
-#[allow(clippy::wildcard_imports)] // the service's own helpers and types
-use super::*;
+use proto::runtime as pb;
+use proto::v1 as gl;
+use time::OffsetDateTime;
+use tonic::{Request, Response, Status};
+
+use crate::session::{FormReadBack, Redeem};
+
+use super::convert::{id, session_status};
+
+use super::shared::{BrowserRuntime, MAX_FORM_ROWS, Timer, record_status};
 
 impl<R: Redeem + 'static> BrowserRuntime<R> {
     pub(super) async fn read_form_call(

@@ -1,8 +1,14 @@
 //! The owner's own calls, through the gateway: a look at the tab a card was asked in, taking it
 //! over, and their input to it once taken.
 
-#[allow(clippy::wildcard_imports)] // the service's own helpers and types
-use super::*;
+use proto::runtime as pb;
+use tonic::{Request, Response, Status};
+
+use crate::session::{OwnerInput, Redeem};
+
+use super::convert::{invalid, session_status};
+
+use super::shared::{BrowserRuntime, note_open};
 
 impl<R: Redeem + 'static> BrowserRuntime<R> {
     pub(super) async fn live_view_call(

@@ -16,7 +16,10 @@ use crate::page::{self, NodeRead, ReadError};
 use crate::records::RecordStore;
 use crate::ticket::Ticketed;
 
-use super::*;
+use super::{
+    ActAction, ActInput, ActOutcome, Allow, Code, ReadBack, Redeem, RedeemError, Redemption, Session, SessionError,
+    key_text, not_acted, origin_of,
+};
 
 impl Session {
     /// Re-checks the act against the live page and, only if nothing refuses, dispatches it.

@@ -6,7 +6,7 @@ use crate::fence::{Armed, FenceError, Handle};
 use crate::guard::{self, GuardMode, PageRead};
 use crate::page::{self, ReadError};
 
-use super::*;
+use super::{ActOutcome, Session, WaitFor, origin_of};
 
 impl Session {
     /// What the act did: its wait, the page after it and what the guard stopped meanwhile, and

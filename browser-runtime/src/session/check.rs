@@ -7,8 +7,7 @@ use proto::ticket::Keyring;
 use time::OffsetDateTime;
 
 use super::act::{Allowed, Live, Seen, covered, refused};
-#[allow(clippy::wildcard_imports)] // the session's own types
-use super::*;
+use super::{ActAction, ActInput, ActOutcome, Code, Session, SessionError, origin_of};
 use crate::config::BrowserConfig;
 use crate::page::{self, NodeRead, ReadError, Role};
 use crate::records::{RecordError, RecordStore};

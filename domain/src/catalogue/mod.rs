@@ -13,8 +13,17 @@ mod events;
 mod tests;
 mod values;
 
-pub use events::*;
-pub use values::*;
+pub use events::{
+    ApprovalExpired, ApprovalRequested, ApprovalResolved, ApprovalTokenIssued, ApprovalTokenRedeemed,
+    DeploymentPolicyChanged, DeploymentScopesChanged, ProfileClaimed, ProfileDeleted, ProfileGenerationAdvanced,
+    ProfileRevoked, RunCompleted, RunEscalated, RunRefused, RunStarted, SessionCreated, SessionDeleted,
+    SessionMessageRecorded, SessionStopped, SessionToolCalled, StandingGrantPinned, StandingGrantUnpinned,
+    TaskGrantCreated, TaskGrantEnded, ToolCallAuthorized,
+};
+pub use values::{
+    ActionView, ApprovalStatus, Author, AuthorizationKind, BoundAction, EndReason, FormReview, FormRow, FormStatus,
+    Offer, Resolution, SignInPhase, SiteScope, Surface, TokenBinding, text_digest,
+};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {

@@ -13,7 +13,7 @@ use crate::limits::{APPROVAL_TTL, GRANT_MINUTES, MAX_ACTIONS, MAX_TYPED_CHARS};
 use crate::policy::{ActionKind, Policy, Verdict};
 use crate::scopes::scope_for;
 
-use super::*;
+use super::world::{Session, Versions, World, stored};
 
 /// Why the session's task grant did not cover an act, or no grant applied: one spelling each,
 /// the card's reason.

@@ -13,14 +13,9 @@ use uuid::Uuid;
 use crate::limits::{GRANT_DURATION, MAX_ACTIONS, MAX_TYPED_CHARS};
 use crate::scopes::TaskGrantSettings;
 
-use super::*;
-
-/// The versions an authorization runs under; a task grant pins both.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Versions {
-    pub agent: String,
-    pub policy: String,
-}
+use super::authorize::{STANDING_GRANT_DURATION, StandingPin, session_ineligible};
+use super::error::{Conflict, DomainError};
+use super::world::{ApprovalState, Session, Versions, World, stored};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {

@@ -7,7 +7,14 @@ mod decide;
 mod error;
 mod world;
 
-pub use authorize::*;
-pub use decide::*;
-pub use error::*;
-pub use world::*;
+pub use authorize::{
+    Authorization, AuthorizeRequest, Decision, Denial, FACTS_NOT_THIS_SESSION, FORM_NOT_READ_BACK,
+    KEY_CLICKS_OR_SUBMITS, NotCovered, PROFILE_NOT_OWNED, RunContext, SESSION_STOPPED, STANDING_GRANT_DURATION,
+    StandingPin, authorize, offer_for, request_approval,
+};
+pub use decide::{Command, RunEvent, decide};
+pub use error::{Conflict, DomainError};
+pub use world::{
+    Approval, ApprovalState, Grant, Profile, RunSnapshots, Session, Versions, World, deployment_stream, entity_stream,
+    stored, stream_of, tenant_id,
+};

@@ -15,7 +15,7 @@ use uuid::Uuid;
 use crate::limits::MAX_TENANT_LEN;
 use crate::scopes::TaskGrantSettings;
 
-use super::*;
+use super::error::DomainError;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Session {
@@ -392,4 +392,11 @@ impl World {
             _ => Ok(()),
         }
     }
+}
+
+/// The versions an authorization runs under; a task grant pins both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versions {
+    pub agent: String,
+    pub policy: String,
 }

@@ -13,6 +13,7 @@
 //! coalesced NOTIFY, so no append holds PostgreSQL's global notify lock at commit, and a
 //! listener turns other processes' NOTIFYs back into wake-ups.
 
+mod event_store;
 mod failure;
 mod heads;
 mod notify;

@@ -283,10 +283,4 @@ impl PgStore {
         }
         self.wake();
     }
-
-    /// Wakes this process's readers and, through the notifier, other processes'.
-    pub(super) fn wake(&self) {
-        self.local.send_modify(|n| *n += 1);
-        self.wake.send_modify(|n| *n += 1);
-    }
 }

@@ -1,8 +1,7 @@
 //! `grantctl serve gateway`: the owner's HTTP gateway and console, its links to the authorizer
 //! and the browser runtime read from the environment.
 
-#[allow(clippy::wildcard_imports)] // the serve commands' shared configuration and imports
-use super::*;
+use super::{Context, MetricsListen, Result, SocketAddr, Transport, bail, migrate_retrying, transport};
 
 /// Everything `grantctl serve gateway` reads from its environment.
 #[derive(Debug)]
