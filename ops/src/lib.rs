@@ -13,6 +13,7 @@ pub mod migrate;
 pub mod observe;
 pub mod pgcluster;
 pub mod serve;
+pub mod settings;
 pub mod status;
 pub mod tls;
 

@@ -54,28 +54,27 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Serve { service: ServeCmd::Authorizer { insecure_loopback } } => {
             // Parsed once, here; nothing reads the environment after start-up.
-            let config = ops::serve::AuthorizerConfig::parse(|k| std::env::var(k).ok(), insecure_loopback)?;
+            let config = ops::serve::AuthorizerConfig::parse(ops::settings::env, insecure_loopback)?;
             let url = database_url(&cli.database_url)?;
             ops::serve::authorizer(config, url).await?;
         }
         Cmd::Serve { service: ServeCmd::Runtime { insecure_loopback } } => {
-            let config = ops::serve::RuntimeServeConfig::parse(|k| std::env::var(k).ok(), insecure_loopback)?;
+            let config = ops::serve::RuntimeServeConfig::parse(ops::settings::env, insecure_loopback)?;
             let url = database_url(&cli.database_url)?;
             ops::serve::runtime(config, url).await?;
         }
         Cmd::Serve { service: ServeCmd::Gateway { insecure_loopback } } => {
-            let config = ops::serve::GatewayConfig::parse(|k| std::env::var(k).ok(), insecure_loopback)?;
+            let config = ops::serve::GatewayConfig::parse(ops::settings::env, insecure_loopback)?;
             let url = database_url(&cli.database_url)?;
             ops::serve::gateway(config, url).await?;
         }
         Cmd::Owners { command } => owners_command(&database_url(&cli.database_url)?, command).await?,
         Cmd::Demo { command: DemoCmd::Site { dir } } => ops::demo::site(&dir).await?,
         Cmd::Demo { command: DemoCmd::Run { dir, owner } } => {
-            println!("{}", ops::demo::run(&dir, &owner, |k| std::env::var(k).ok()).await?);
+            println!("{}", ops::demo::run(&dir, &owner, ops::settings::env).await?);
         }
         Cmd::Agent { command: AgentCmd::Run { task, script, model_url, model } } => {
-            let outcome =
-                ops::agent::run(&task, script.as_deref(), model_url.zip(model), |k| std::env::var(k).ok()).await?;
+            let outcome = ops::agent::run(&task, script.as_deref(), model_url.zip(model), ops::settings::env).await?;
             println!("{outcome}");
         }
         Cmd::Agent { command: AgentCmd::Tools } => {
@@ -86,7 +85,7 @@ async fn run(cli: Cli) -> Result<()> {
             println!("{}", serde_json::to_string_pretty(&tools)?);
         }
         Cmd::Settings { command: SettingsCmd::Apply { tenant } } => {
-            let wanted = ops::serve::DeploymentSettings::parse(|k| std::env::var(k).ok())?;
+            let wanted = ops::serve::DeploymentSettings::parse(ops::settings::env)?;
             let url = database_url(&cli.database_url)?;
             let recorded = ops::serve::apply_settings(&url, &tenant, wanted).await?;
             if recorded.is_empty() {
@@ -98,11 +97,8 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Serve { service: ServeCmd::Projections } => {
             let url = database_url(&cli.database_url)?;
             ops::migrate::run(&mut ops::connect(&url).await?).await?;
-            let metrics = telemetry::MetricsListen::parse(
-                |k| std::env::var(k).ok(),
-                "PROJECTIONS",
-                ops::observe::PROJECTIONS_METRICS,
-            )?;
+            let metrics =
+                telemetry::MetricsListen::parse(ops::settings::env, "PROJECTIONS", ops::observe::PROJECTIONS_METRICS)?;
             ops::audit::serve(url.parse().context("DATABASE_URL is not a valid PostgreSQL URL")?, metrics).await?;
         }
         Cmd::Projections { command } => {
@@ -141,7 +137,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Status => {
             let url = database_url(&cli.database_url)?;
             let config: tokio_postgres::Config = url.parse().context("DATABASE_URL is not a valid PostgreSQL URL")?;
-            let services = ops::status::services(|k| std::env::var(k).ok());
+            let services = ops::status::services(ops::settings::env);
             print!("{}", ops::status::report(&config, &services).await?);
         }
         Cmd::Classify => {
