@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod model;
 pub mod openai;
 pub mod prompt;
+pub mod reason;
 pub mod rules;
 pub mod run;
 pub mod tools;

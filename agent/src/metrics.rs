@@ -25,23 +25,6 @@ static METRICS: LazyLock<HarnessMetrics> = LazyLock::new(|| HarnessMetrics {
 
 const STEP_BUCKETS: [f64; 8] = [1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 100.0];
 
-/// The reasons the harness itself ends a run with, beside the model's own ([`ESCALATIONS`]).
-///
-/// [`ESCALATIONS`]: crate::tools::ESCALATIONS
-pub const HARNESS_ENDS: [&str; 11] = [
-    "approval_timeout",
-    "budget_exhausted",
-    "name_mismatch",
-    "no_progress",
-    "policy_denied",
-    "repeated_snapshot",
-    "taken_over",
-    "terminal_refusal",
-    "page_error",
-    "service_error",
-    "stopped_by_owner",
-];
-
 /// Registers the harness's metrics in `registry` (once per process).
 pub fn register(registry: &mut Registry) {
     let m = &*METRICS;
@@ -60,9 +43,7 @@ pub(crate) fn ended(end: &End, steps: u32, counts: &std::collections::HashMap<&'
         End::Done { .. } => m.runs.get_or_create(&[("end", "done")]).inc(),
         End::Escalated { reason, .. } => {
             m.runs.get_or_create(&[("end", "escalated")]).inc();
-            let known = crate::tools::ESCALATIONS.into_iter().chain(HARNESS_ENDS);
-            let label = known.into_iter().find(|r| r == reason).unwrap_or("other");
-            m.escalations.get_or_create(&[("reason", label)]).inc()
+            m.escalations.get_or_create(&[("reason", reason.code())]).inc()
         }
     };
     for (rule, n) in counts {

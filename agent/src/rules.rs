@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use proto::runtime::{ActReply, ObserveReply, Role};
 use sha2::{Digest, Sha256};
 
+use crate::reason::Reason;
 use crate::tools::{self, Call, Target};
 
 /// How a run ended.
@@ -16,13 +17,13 @@ pub enum End {
     Done { reference: String },
     /// The model escalated, or a rule did: the record's reason (`ambiguous_target`, …,
     /// `repeated_snapshot`, `no_progress`, `budget_exhausted`, `terminal_refusal`).
-    Escalated { reason: String, detail: String },
+    Escalated { reason: Reason, detail: String },
 }
 
 /// What a page alone ends a run with, read by code rather than left to the model: a sign-in
 /// or one-time-code field (`auth_required`: authentication is never the agent's), or a page
 /// whose title says it is an error (`page_error`: nothing this run did should lead there).
-pub fn page_stops(o: &ObserveReply) -> Option<(&'static str, &'static str)> {
+pub fn page_stops(o: &ObserveReply) -> Option<(Reason, &'static str)> {
     use proto::v1::FieldKind as K;
     let secret = o
         .facts
@@ -30,7 +31,7 @@ pub fn page_stops(o: &ObserveReply) -> Option<(&'static str, &'static str)> {
         .filter_map(|f| f.element.as_ref())
         .any(|e| matches!(e.field_kind.and_then(|k| K::try_from(k).ok()), Some(K::Password | K::OneTimeCode)));
     if secret {
-        return Some(("auth_required", "the page asks for a password or a one-time code"));
+        return Some((Reason::AuthRequired, "the page asks for a password or a one-time code"));
     }
     let title = o.title.to_lowercase();
     let words: Vec<&str> = title.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
@@ -39,19 +40,19 @@ pub fn page_stops(o: &ObserveReply) -> Option<(&'static str, &'static str)> {
     });
     let named =
         ["error", "not found", "something went wrong", "forbidden", "unavailable"].iter().any(|p| title.contains(p));
-    (status || named).then_some(("page_error", "the page reads as an error the run did not expect"))
+    (status || named).then_some((Reason::PageError, "the page reads as an error the run did not expect"))
 }
 
 impl End {
-    pub fn escalated(reason: &str, detail: impl Into<String>) -> Self {
-        Self::Escalated { reason: reason.to_owned(), detail: detail.into() }
+    pub fn escalated(reason: Reason, detail: impl Into<String>) -> Self {
+        Self::Escalated { reason, detail: detail.into() }
     }
 
     /// The reason's name, for events and counts.
     pub fn reason(&self) -> &str {
         match self {
             Self::Done { .. } => "done",
-            Self::Escalated { reason, .. } => reason,
+            Self::Escalated { reason, .. } => reason.code(),
         }
     }
 }
@@ -116,7 +117,8 @@ impl Rules {
 
     /// Whether the budget is spent: checked before the model is asked for another turn.
     pub fn exhausted(&self) -> Option<End> {
-        (self.steps >= self.max_steps).then(|| End::escalated("budget_exhausted", format!("{} steps", self.max_steps)))
+        (self.steps >= self.max_steps)
+            .then(|| End::escalated(Reason::BudgetExhausted, format!("{} steps", self.max_steps)))
     }
 
     /// One more enforcement of `rule`, in the run's counts.
@@ -129,7 +131,7 @@ impl Rules {
     fn ungrounded(&mut self, rule: &'static str, reason: String) -> Verdict {
         if rule == "name_mismatch" {
             self.count(rule);
-            return Verdict::End(End::escalated("name_mismatch", reason));
+            return Verdict::End(End::escalated(Reason::NameMismatch, reason));
         }
         self.refuse(rule, reason)
     }
@@ -144,7 +146,7 @@ impl Rules {
     pub fn turn(&mut self, calls: &[(String, serde_json::Value)], evidence: &str) -> Verdict {
         self.steps += 1;
         if self.steps > self.max_steps {
-            return Verdict::End(End::escalated("budget_exhausted", format!("{} steps", self.max_steps)));
+            return Verdict::End(End::escalated(Reason::BudgetExhausted, format!("{} steps", self.max_steps)));
         }
         let [(name, args)] = calls else {
             return self.refuse(
@@ -157,7 +159,7 @@ impl Rules {
             Err(e) => return self.refuse("schema", e.to_string()),
         };
         match &call {
-            Call::Escalate { reason, detail, .. } => return Verdict::End(End::escalated(reason, detail.clone())),
+            Call::Escalate { reason, detail, .. } => return Verdict::End(End::escalated(*reason, detail.clone())),
             Call::Act { target, act } => {
                 if let crate::tools::Act::Type { field_id } = act
                     && !self.field_ids.iter().any(|f| f == field_id)
@@ -257,10 +259,10 @@ impl Rules {
         *seen += 1;
         self.current = Some((o.snapshot_id.clone(), nodes));
         if *seen >= 3 {
-            return Err(End::escalated("repeated_snapshot", "the same page was observed three times"));
+            return Err(End::escalated(Reason::RepeatedSnapshot, "the same page was observed three times"));
         }
         if let Some((reason, detail)) = page_stops(o) {
-            self.count(reason);
+            self.count(reason.code());
             return Err(End::escalated(reason, detail));
         }
         Ok(())
@@ -287,7 +289,7 @@ impl Rules {
             self.count("consequential_disagreement");
         }
         if !reply.ok && !reply.recoverable {
-            return Err(End::escalated("terminal_refusal", reply.code_name.clone()));
+            return Err(End::escalated(Reason::TerminalRefusal, reply.code_name.clone()));
         }
         // Filling a field changes its value, not the page the runtime compares: only an act meant
         // to move the page counts towards "changed nothing twice".
@@ -296,7 +298,7 @@ impl Rules {
         if reply.ok && !reply.changed && moves {
             self.unchanged += 1;
             if self.unchanged >= 2 {
-                return Err(End::escalated("no_progress", "two actions in a row changed nothing"));
+                return Err(End::escalated(Reason::NoProgress, "two actions in a row changed nothing"));
             }
         } else if reply.ok {
             self.unchanged = 0;

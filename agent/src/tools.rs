@@ -5,6 +5,10 @@
 use proto::runtime::Role;
 use serde_json::{Value, json};
 
+use proto::ids::Id;
+
+use crate::reason::Reason;
+
 /// One tool as the model sees it.
 #[derive(Debug, Clone)]
 pub struct Tool {
@@ -51,22 +55,12 @@ pub const SHOWN_ONLY: [(&str, Role); 1] = [("slider", Role::Slider)];
 /// the authorizer hold every act to (never a letter or digit, never a free distance).
 pub use classifier::coverage::{KEYS, SCROLL_STEPS};
 
-/// The reasons a model may escalate with, each ending the run under its name.
-pub const ESCALATIONS: [&str; 8] = [
-    "ambiguous_target",
-    "no_grounded_action",
-    "unmapped_field",
-    "unexpected_form_state",
-    "suspected_injection",
-    "auth_required",
-    "approval_rejected",
-    "uncertain",
-];
-
-const SNAPSHOT_ID: &str = "^snap_[0-9a-f]{12}$";
-const REF: &str = "^n[0-9]{1,4}$";
-const TOKEN: &str = "^apv_[0-9a-f]{24}$";
-const FIELD_ID: &str = "^[A-Za-z0-9_.-]{1,120}$";
+// The ids' patterns are the wire's own (`proto::ids`), so the schema a model is shown and the
+// services' checks take the same ids.
+const SNAPSHOT_ID: &str = Id::SnapshotId.pattern();
+const REF: &str = Id::Ref.pattern();
+const TOKEN: &str = Id::ApprovalToken.pattern();
+const FIELD_ID: &str = Id::FieldId.pattern();
 
 fn target(roles: &[(&str, Role)], extra: Value) -> Value {
     let names: Vec<&str> = roles.iter().map(|(n, _)| *n).collect();
@@ -150,7 +144,7 @@ pub fn tools() -> Vec<Tool> {
             input_schema: json!({
                 "type": "object", "additionalProperties": false, "required": ["reason"],
                 "properties": {
-                    "reason": { "type": "string", "enum": ESCALATIONS },
+                    "reason": { "type": "string", "enum": Reason::MODEL.map(Reason::code) },
                     "refs": { "type": "array", "maxItems": 8, "items": { "type": "string", "pattern": REF },
                         "description": "The refs the reason concerns (both, for ambiguous_target; where it appeared, for suspected_injection)." },
                     "detail": { "type": "string", "maxLength": 200, "description": "What you were looking for. Never quote page text at length." }
@@ -188,7 +182,7 @@ pub enum Call {
     Screenshot,
     Act { target: Target, act: Act },
     RequestApproval { target: Target },
-    Escalate { reason: String, refs: Vec<String>, detail: String },
+    Escalate { reason: Reason, refs: Vec<String>, detail: String },
 }
 
 /// Why a call was refused before the runtime, as the model is shown it.
@@ -200,15 +194,7 @@ pub struct Invalid {
 }
 
 fn matches(pattern: &str, s: &str) -> bool {
-    // The four patterns above, checked by hand: a prefix and a run of characters of one class.
-    let (prefix, class, lengths): (&str, fn(u8) -> bool, std::ops::RangeInclusive<usize>) = match pattern {
-        SNAPSHOT_ID => ("snap_", |b| matches!(b, b'0'..=b'9' | b'a'..=b'f'), 12..=12),
-        REF => ("n", |b| b.is_ascii_digit(), 1..=4),
-        TOKEN => ("apv_", |b| matches!(b, b'0'..=b'9' | b'a'..=b'f'), 24..=24),
-        FIELD_ID => ("", |b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'), 1..=120),
-        _ => return false,
-    };
-    s.strip_prefix(prefix).is_some_and(|rest| lengths.contains(&rest.len()) && rest.bytes().all(class))
+    Id::ALL.into_iter().find(|id| id.pattern() == pattern).is_some_and(|id| id.holds(s))
 }
 
 /// Checks `arguments` of a call to tool `name` against its schema.
@@ -262,7 +248,8 @@ pub fn check(name: &str, arguments: &Value) -> Result<Call, Invalid> {
         }
         "request_approval" => Call::RequestApproval { target: target()? },
         _ => Call::Escalate {
-            reason: text("reason"),
+            reason: Reason::from_model(&text("reason"))
+                .ok_or_else(|| bad("reason is not one the contract names".into()))?,
             refs: args
                 .get("refs")
                 .and_then(Value::as_array)
@@ -396,7 +383,7 @@ mod tests {
     fn an_escalation_names_a_known_reason() {
         let ok = check("escalate", &json!({ "reason": "ambiguous_target", "refs": ["n1", "n2"] })).unwrap();
         assert!(
-            matches!(ok, Call::Escalate { ref reason, ref refs, .. } if reason == "ambiguous_target" && refs.len() == 2)
+            matches!(ok, Call::Escalate { ref reason, ref refs, .. } if *reason == Reason::AmbiguousTarget && refs.len() == 2)
         );
         assert!(check("escalate", &json!({ "reason": "bored" })).is_err());
         assert!(check("escalate", &json!({ "reason": "uncertain", "refs": ["body > div"] })).is_err());

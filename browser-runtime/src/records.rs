@@ -75,7 +75,7 @@ impl RecordStore {
             .unwrap_or_default()
             .into_iter()
             .filter(|(f, v)| {
-                check_field_id(f).is_ok() && typeable(v) && v.chars().count() <= proto::limits::MAX_TYPED_CHARS
+                check_field_id(f).is_ok() && typeable(v) && v.chars().count() <= proto::limits::MAX_TEXT_ACT_CHARS
             })
             .collect();
         fields.sort();

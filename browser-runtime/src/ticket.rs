@@ -10,9 +10,49 @@ use time::format_description::well_known::Rfc3339;
 
 use crate::session::ActAction;
 
-/// Why a ticket that was fine but for its age is refused: the one refusal the agent may cure, by
-/// authorizing the act again.
-pub const EXPIRED: &str = "the ticket has expired: authorize the act again";
+/// Why a ticket is refused. Whether authorizing again may cure it is the variant's, not a
+/// comparison of words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// Fine in every way but its age: the one refusal the agent may cure, by authorizing again.
+    #[error("the ticket has expired: authorize the act again")]
+    Expired,
+    /// Dispatched already: a ticket allows one act.
+    #[error("the ticket was dispatched already")]
+    Spent,
+    /// Sealed for something else, or not by a key of the ring: a policy violation.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Refusal {
+    /// Whether authorizing the act again may cure it (APPROVAL_REQUIRED); otherwise terminal
+    /// (APPROVAL_TOKEN_INVALID).
+    pub fn retryable(&self) -> bool {
+        matches!(self, Refusal::Expired)
+    }
+
+    /// The closed label the refusal is counted under.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Refusal::Expired => "expired",
+            Refusal::Spent => "spent",
+            Refusal::Invalid(_) => "invalid",
+        }
+    }
+}
+
+impl From<String> for Refusal {
+    fn from(why: String) -> Self {
+        Refusal::Invalid(why)
+    }
+}
+
+impl From<&str> for Refusal {
+    fn from(why: &str) -> Self {
+        Refusal::Invalid(why.to_owned())
+    }
+}
 
 /// What a checked ticket allows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,7 +82,7 @@ pub struct Expected<'a> {
 }
 
 /// The ticket's allowance if it was sealed for exactly `expected`; otherwise why not.
-pub fn check(keys: &Keyring, ticket: &gl::DispatchTicket, expected: &Expected<'_>) -> Result<Ticketed, String> {
+pub fn check(keys: &Keyring, ticket: &gl::DispatchTicket, expected: &Expected<'_>) -> Result<Ticketed, Refusal> {
     let body = keys.open(expected.tenant, ticket).map_err(|e| e.to_string())?;
     let bound = [
         ("owner", body.principal_id.as_str(), expected.principal),
@@ -55,7 +95,7 @@ pub fn check(keys: &Keyring, ticket: &gl::DispatchTicket, expected: &Expected<'_
         ("page origin", &body.page_origin, expected.page_origin),
     ];
     if let Some((what, _, _)) = bound.iter().find(|(_, got, want)| got != want) {
-        return Err(format!("the ticket was issued for another {what}"));
+        return Err(format!("the ticket was issued for another {what}").into());
     }
     let action = body.action.as_ref().ok_or("the ticket names no act")?;
     same_act(keys, expected.tenant, action, expected.action, expected.text)?;
@@ -74,7 +114,7 @@ pub fn check(keys: &Keyring, ticket: &gl::DispatchTicket, expected: &Expected<'_
     // Last: only a ticket that fits in every other way is one that authorizing again renews.
     let now_ms = expected.now.unix_timestamp_nanos() / 1_000_000;
     if i128::from(body.not_after_ms) <= now_ms {
-        return Err(EXPIRED.into());
+        return Err(Refusal::Expired);
     }
     Ok(Ticketed { ticket_id: body.ticket_id, constraint })
 }

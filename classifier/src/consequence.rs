@@ -57,6 +57,30 @@ impl Named {
     ];
 
     /// The stable snake_case code.
+    /// What the owner reads for it: why a task permission does not cover the act.
+    pub fn owner_words(self) -> &'static str {
+        match self {
+            Self::Payment | Self::PaymentField | Self::Currency | Self::InAppCurrency | Self::MoneyMovement => {
+                "it looks like a payment or moves money"
+            }
+            Self::Purchase | Self::Subscription => "it looks like a purchase or a subscription",
+            Self::Authentication | Self::CredentialField | Self::OneTimeCodeField => {
+                "it signs in or asks for a password or code"
+            }
+            Self::SignOut => "it signs out",
+            Self::AccountRecovery | Self::AccountChange => "it changes your account",
+            Self::SettingsChange => "it changes settings",
+            Self::Permission => "it grants a permission",
+            Self::IdentityField => "it asks for personal details",
+            Self::LegalAcceptance => "it accepts terms or an agreement",
+            Self::Message => "it sends a message",
+            Self::Publication => "it publishes or posts something",
+            Self::Deletion => "it deletes something",
+            Self::FileTransfer => "it uploads or downloads a file",
+            Self::Administration => "it is an administrative action",
+        }
+    }
+
     pub fn code(self) -> &'static str {
         match self {
             Self::CredentialField => "credential_field",

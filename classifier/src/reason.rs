@@ -76,6 +76,33 @@ impl Reason {
         named.chain(Self::PLAIN).find(|r| r.code() == code)
     }
 
+    /// What the owner reads for it: why a task permission does not cover the act.
+    pub fn owner_words(self) -> &'static str {
+        match self {
+            Self::NamedConsequence(n) => n.owner_words(),
+            Self::Download | Self::FileInput => "it uploads or downloads a file",
+            Self::PageOutsideScope | Self::TargetOutsideScope => "it is outside the site area the permission covers",
+            Self::PageSensitiveSegment | Self::TargetSensitiveSegment => {
+                "it is on a part of the site kept for you alone"
+            }
+            Self::PageUnparseable => "the page's address could not be read",
+            Self::Disabled => "the control is disabled",
+            Self::Unnamed => "the control has no name to show you",
+            Self::LabelTruncated | Self::FactsMissing | Self::TooManyOptions | Self::TooManyChoices => {
+                "the page could not be read whole"
+            }
+            Self::FieldKindNotCovered => "the permission does not cover this kind of field",
+            Self::KeyOnChoiceControl | Self::KeyNotAllowed => "the permission does not cover this key",
+            Self::OptionNotFound => "the option is not in the list",
+            Self::NotRoutine => "it is not a routine step",
+            Self::TextTooLong | Self::TextExceedsRemaining => "the text is longer than the permission allows",
+            Self::TextControlCharacter | Self::TextAddress | Self::TextDigitRun | Self::TextCredentialShaped => {
+                "the text looks like an address, a number or a secret"
+            }
+            Self::ScrollNotAStep => "the scroll is not one of the fixed steps",
+        }
+    }
+
     /// The stable code. A named consequence reports the consequence's own code.
     pub fn code(self) -> &'static str {
         match self {

@@ -328,55 +328,13 @@ pub fn rfc3339(t: OffsetDateTime) -> String {
     t.format(&Rfc3339).unwrap_or_default()
 }
 
-/// What an owner reads for a code that says why a task permission did not cover an act.
+/// What an owner reads for a code that says why a task permission did not cover an act: the
+/// words the domain keeps beside the code; an unknown code is shown as it is.
 pub fn reason_words(code: &str) -> String {
-    let words = match code {
-        "payment" | "payment_field" | "currency" | "in_app_currency" | "money_movement" => {
-            "it looks like a payment or moves money"
-        }
-        "purchase" | "subscription" => "it looks like a purchase or a subscription",
-        "authentication" | "credential_field" | "one_time_code_field" => "it signs in or asks for a password or code",
-        "sign_out" => "it signs out",
-        "account_recovery" | "account_change" => "it changes your account",
-        "settings_change" => "it changes settings",
-        "permission" => "it grants a permission",
-        "identity_field" => "it asks for personal details",
-        "legal_acceptance" => "it accepts terms or an agreement",
-        "message" => "it sends a message",
-        "publication" => "it publishes or posts something",
-        "deletion" => "it deletes something",
-        "file_transfer" | "file_input" | "download" => "it uploads or downloads a file",
-        "administration" => "it is an administrative action",
-        "page_outside_scope" | "target_outside_scope" => "it is outside the site area the permission covers",
-        "page_sensitive_segment" | "target_sensitive_segment" => "it is on a part of the site kept for you alone",
-        "page_unparseable" => "the page's address could not be read",
-        "element_disabled" => "the control is disabled",
-        "element_unnamed" => "the control has no name to show you",
-        "label_truncated" | "facts_missing" | "too_many_options" | "too_many_choices" => {
-            "the page could not be read whole"
-        }
-        "field_kind_not_covered" => "the permission does not cover this kind of field",
-        "key_on_choice_control" | "key_not_allowed" => "the permission does not cover this key",
-        "option_not_found" => "the option is not in the list",
-        "not_routine" => "it is not a routine step",
-        "text_too_long" | "text_exceeds_remaining" => "the text is longer than the permission allows",
-        "text_control_character" | "text_address" | "text_digit_run" | "text_credential_shaped" => {
-            "the text looks like an address, a number or a secret"
-        }
-        "scroll_not_a_step" => "the scroll is not one of the fixed steps",
-        "grant_expired" => "the permission's time ran out",
-        "grant_exhausted" | "grant_spent" => "the permission's actions or characters are used up",
-        "scope_removed" | "task_grants_disabled" => "task permissions are no longer offered for this site",
-        "profile_revoked" | "profile_changed" | "pin_mismatch" => "the browser profile changed",
-        "agent_changed" => "the agent changed since you allowed it",
-        "policy_changed" => "the rules changed since you allowed it",
-        "policy_escalation" => "a rule sends this kind of action to you",
-        "session_deleted" | "session_not_found" | "session_not_eligible" => "this chat cannot hold a permission",
-        "owner_not_newest" | "turn_not_browser_only" => "you wrote in the chat since you allowed it",
-        "run_not_eligible" => "this run cannot use the permission",
-        _ => return format!("Your task permission does not cover this ({code})."),
-    };
-    format!("Your task permission does not cover this: {words}.")
+    match grant_domain::model::NotCovered::from_code(code) {
+        Some(reason) => format!("Your task permission does not cover this: {}.", reason.owner_words()),
+        None => format!("Your task permission does not cover this ({code})."),
+    }
 }
 
 #[cfg(test)]

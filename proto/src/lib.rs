@@ -9,6 +9,7 @@
 
 pub mod checked;
 pub mod facts;
+pub mod ids;
 pub mod limits;
 pub mod ticket;
 

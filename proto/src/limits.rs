@@ -48,7 +48,7 @@ pub const MAX_TOOL_CHARS: usize = 200;
 /// Text a type action says it types. A grant covers far less (the classifier's per-act cap and
 /// the grant's budget), but a longer record value may still be typed once with the owner's
 /// approval.
-pub const MAX_TYPED_CHARS: usize = 16_384;
+pub const MAX_TEXT_ACT_CHARS: usize = 16_384;
 /// The label sources of one kind an element carries (label elements, aria-labelledby targets).
 pub const MAX_LABEL_SOURCES: usize = 64;
 /// Navigation targets of one element (its link or form, those inside it, its label's control).
@@ -66,10 +66,7 @@ pub const MAX_FIELD_ID_LEN: usize = 120;
 /// The one rule for a record field's id: checked by the runtime (at the request and again at the
 /// read) and by the authorizer (a type's `action.field_id`), so an id one takes the other takes.
 pub fn check_field_id(field: &str) -> Result<(), String> {
-    if field.is_empty() || field.len() > MAX_FIELD_ID_LEN || field.chars().any(char::is_control) {
-        return Err(format!("is 1-{MAX_FIELD_ID_LEN} bytes without control characters"));
-    }
-    Ok(())
+    crate::ids::Id::FieldId.check(field)
 }
 
 /// A sealing key's id: a short name an operator picks (`2026-12`, `k2`).
@@ -85,15 +82,13 @@ pub const MAX_FACTS_BODY_BYTES: usize = MAX_FACTS_BYTES + 64 * 1024;
 /// decode bound. The runtime refuses to seal a larger one.
 pub const MAX_FORM_BODY_BYTES: usize = 64 * 1024;
 /// An encoded record text: the longest text a type may say it types, and ids.
-pub const MAX_TEXT_BODY_BYTES: usize = 4 * MAX_TYPED_CHARS + 4 * 1024;
+pub const MAX_TEXT_BODY_BYTES: usize = 4 * MAX_TEXT_ACT_CHARS + 4 * 1024;
 
 /// An approve-once token: `apv_` and 24 lowercase hex digits, the one spelling both services
 /// check against.
 pub const APPROVAL_TOKEN_PREFIX: &str = "apv_";
 pub const APPROVAL_TOKEN_HEX: usize = 24;
 pub const APPROVAL_TOKEN_LEN: usize = APPROVAL_TOKEN_PREFIX.len() + APPROVAL_TOKEN_HEX;
-/// What an approval-token field holds, for refusals.
-pub const APPROVAL_TOKEN_FORMAT: &str = "apv_ and 24 lowercase hex digits";
 
 /// A new approval token from 96 random bits.
 pub fn approval_token(random: [u8; APPROVAL_TOKEN_HEX / 2]) -> String {
@@ -102,9 +97,7 @@ pub fn approval_token(random: [u8; APPROVAL_TOKEN_HEX / 2]) -> String {
 
 /// Whether `token` is an approval token's shape.
 pub fn is_approval_token(token: &str) -> bool {
-    token.strip_prefix(APPROVAL_TOKEN_PREFIX).is_some_and(|h| {
-        h.len() == APPROVAL_TOKEN_HEX && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
+    crate::ids::Id::ApprovalToken.holds(token)
 }
 
 /// The most one element's facts take encoded: the runtime drops options past it (and marks the
@@ -194,7 +187,7 @@ pub const FIELDS: &[(&str, Rule)] = &[
     ("grant_ledger.v1.ElementFacts.nav_targets_carried", one()),
     ("grant_ledger.v1.ElementFacts.submits_form", one()),
     ("grant_ledger.v1.Action.kind", one()),
-    ("grant_ledger.v1.Action.text", text(MAX_TYPED_CHARS)),
+    ("grant_ledger.v1.Action.text", text(MAX_TEXT_ACT_CHARS)),
     ("grant_ledger.v1.Action.key", KEY),
     ("grant_ledger.v1.Action.option", LABEL),
     ("grant_ledger.v1.Action.scroll_by", SCROLL),

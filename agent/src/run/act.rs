@@ -4,6 +4,7 @@
 use proto::runtime::{self as rt};
 use proto::v1::{self as pb, authorize_reply::Decision};
 
+use crate::reason::Reason;
 use crate::rules::End;
 use crate::tools::{Act, Target};
 
@@ -46,7 +47,7 @@ impl State<'_> {
         };
         if let Some(detail) = unreviewable {
             self.rules.count("form_unreviewable");
-            return Ok(Err(Stop::End(End::escalated("unexpected_form_state", detail))));
+            return Ok(Err(Stop::End(End::escalated(Reason::UnexpectedFormState, detail))));
         }
         let rows = reply.review.as_ref().map(|r| r.rows.as_slice()).unwrap_or_default();
         let mismatched: Vec<String> = rows
@@ -118,7 +119,7 @@ impl State<'_> {
         }
         if !mismatched.is_empty() && !matches!(decision, Some(Decision::RequireApproval(_))) {
             let detail = format!("the form differs from the task record in {}", mismatched.join(", "));
-            return Ok(Err(Stop::End(End::escalated("unexpected_form_state", detail))));
+            return Ok(Err(Stop::End(End::escalated(Reason::UnexpectedFormState, detail))));
         }
         Ok(Ok(decision))
     }
@@ -205,7 +206,7 @@ impl State<'_> {
                     self.note("approval not needed".into(), "this act needs no approval: act without a token".into());
                     return Ok(None);
                 }
-                Ok(Some(Decision::Deny(d))) => return Ok(Some(End::escalated("policy_denied", d.code))),
+                Ok(Some(Decision::Deny(d))) => return Ok(Some(End::escalated(Reason::PolicyDenied, d.code))),
                 Ok(None) => return Err(RunError::Authorizer(tonic::Status::internal("no decision"))),
             },
         };
@@ -244,12 +245,12 @@ impl State<'_> {
                 );
                 Ok(None)
             }
-            "PENDING" => Ok(Some(End::escalated("approval_timeout", "the owner did not answer in time"))),
+            "PENDING" => Ok(Some(End::escalated(Reason::ApprovalTimeout, "the owner did not answer in time"))),
             proto::AWAIT_STOPPED => Ok(Some(stopped())),
             // The owner acts in the live tab: nothing more of the run's.
-            "TAKEN_OVER" => Ok(Some(End::escalated("taken_over", "the owner took the live tab over"))),
+            "TAKEN_OVER" => Ok(Some(End::escalated(Reason::TakenOver, "the owner took the live tab over"))),
             // Never retry a rejected approval.
-            _ => Ok(Some(End::escalated("approval_rejected", got.status))),
+            _ => Ok(Some(End::escalated(Reason::ApprovalRejected, got.status))),
         }
     }
 }
@@ -257,7 +258,7 @@ impl State<'_> {
 /// The owner pressed Stop for the agent in this session: the run ends, and no act is decided for
 /// the session until the owner writes again.
 fn stopped() -> End {
-    End::escalated("stopped_by_owner", "the owner stopped the agent")
+    End::escalated(Reason::StoppedByOwner, "the owner stopped the agent")
 }
 
 /// A form read back for a card: sealed by the runtime, and the labels of the fields that differ

@@ -11,6 +11,7 @@ use proto::v1::{self as pb};
 
 use crate::model::{Model, View};
 use crate::prompt::{self, Step};
+use crate::reason::Reason;
 use crate::rules::{End, Rules, Verdict};
 use crate::tools::Call;
 
@@ -91,17 +92,17 @@ pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) ->
         Ok(end) => end,
         // The owner took the tab over while the run was not waiting on a card: the run is over.
         Err(RunError::Runtime(s)) if s.code() == tonic::Code::Aborted => {
-            End::escalated("taken_over", "the owner took the live tab over")
+            End::escalated(Reason::TakenOver, "the owner took the live tab over")
         }
         Err(e) => {
-            let _ = s.record(pb::RunEventKind::Escalated, "service_error").await;
-            crate::metrics::ended(&End::escalated("service_error", ""), s.rules.steps(), &s.rules.counts);
+            let _ = s.record(pb::RunEventKind::Escalated, Reason::ServiceError.code()).await;
+            crate::metrics::ended(&End::escalated(Reason::ServiceError, ""), s.rules.steps(), &s.rules.counts);
             return Err(e);
         }
     };
     match &end {
         End::Done { reference } => s.record(pb::RunEventKind::Completed, reference).await?,
-        End::Escalated { reason, .. } => s.record(pb::RunEventKind::Escalated, reason).await?,
+        End::Escalated { reason, .. } => s.record(pb::RunEventKind::Escalated, reason.code()).await?,
     }
     s.time.total = started.elapsed();
     crate::metrics::ended(&end, s.rules.steps(), &s.rules.counts);
@@ -190,7 +191,7 @@ impl State<'_> {
                 self.note("screenshot".into(), "screenshot taken".into());
                 Ok(None)
             }
-            Call::Escalate { reason, detail, .. } => Ok(Some(End::escalated(&reason, detail))),
+            Call::Escalate { reason, detail, .. } => Ok(Some(End::escalated(reason, detail))),
             Call::RequestApproval { target } => self.request_approval(target).await,
             Call::Act { target, act } => self.act(target, act).await,
         }

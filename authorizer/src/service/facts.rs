@@ -161,7 +161,7 @@ pub(super) fn sealed_text(
         return Err(refusals.refuse(FACTS_INVALID, "the text is too old: observe again".into()));
     }
     let chars = usize::try_from(body.chars).unwrap_or(usize::MAX);
-    if chars > proto::limits::MAX_TYPED_CHARS || body.digest.len() != 32 {
+    if chars > proto::limits::MAX_TEXT_ACT_CHARS || body.digest.len() != 32 {
         return Err(refusals.refuse(FACTS_INVALID, "the sealed text is longer than a type may be".into()));
     }
     // A value's text and shape must agree with its digest (a runtime's bug, never the worker's).

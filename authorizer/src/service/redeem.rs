@@ -26,9 +26,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         let (caller, authority) = self.caller(&req, Rpc::RedeemToken).await?;
         let principal = caller.principal;
         let r = req.into_inner();
-        if !proto::limits::is_approval_token(&r.approval_token) {
-            return Err(invalid("approval_token", &format!("is {}", proto::limits::APPROVAL_TOKEN_FORMAT)));
-        }
+        proto::ids::Id::ApprovalToken.check(&r.approval_token).map_err(|why| invalid("approval_token", &why))?;
         let (action, field_id) = action_of(r.action)?;
         let mut asked = BoundAction {
             element_role: r.element_role,

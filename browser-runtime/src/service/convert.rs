@@ -2,6 +2,7 @@
 //! each snapshot's nodes and facts, sealed for the authorizer, on the way out.
 
 use classifier::coverage::MAX_LABEL_CHARS;
+use proto::ids::Id;
 use proto::runtime as pb;
 use proto::v1 as gl;
 use time::OffsetDateTime;
@@ -180,20 +181,8 @@ pub(super) fn observation_pb(o: Observation, by: &Reader<'_>) -> pb::ObserveRepl
 
 /// The act the request describes, or the first field that is not well formed.
 pub fn act_input(req: pb::ActRequest) -> Result<ActInput, Status> {
-    let snapshot_ok = req
-        .snapshot_id
-        .strip_prefix("snap_")
-        .is_some_and(|h| h.len() == 12 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
-    if !snapshot_ok {
-        return Err(invalid("snapshot_id", "is snap_ and 12 lowercase hex digits"));
-    }
-    let ref_ok = req
-        .r#ref
-        .strip_prefix('n')
-        .is_some_and(|d| (1..=4).contains(&d.len()) && d.bytes().all(|b| b.is_ascii_digit()));
-    if !ref_ok {
-        return Err(invalid("ref", "is n and 1-4 digits"));
-    }
+    Id::SnapshotId.check(&req.snapshot_id).map_err(|why| invalid("snapshot_id", &why))?;
+    Id::Ref.check(&req.r#ref).map_err(|why| invalid("ref", &why))?;
     let n = req.expected_name.chars().count();
     if n == 0 || n > MAX_NAME_CHARS {
         return Err(invalid("expected_name", &format!("is 1-{MAX_NAME_CHARS} characters")));
@@ -201,8 +190,10 @@ pub fn act_input(req: pb::ActRequest) -> Result<ActInput, Status> {
     let expected_role = role_from_pb(req.expected_role)?;
     let approval_token = match req.approval_token.as_str() {
         "" => None,
-        t if proto::limits::is_approval_token(t) => Some(t.to_owned()),
-        _ => return Err(invalid("approval_token", &format!("is {}", proto::limits::APPROVAL_TOKEN_FORMAT))),
+        t => {
+            Id::ApprovalToken.check(t).map_err(|why| invalid("approval_token", &why))?;
+            Some(t.to_owned())
+        }
     };
     let wait_for = match pb::WaitFor::try_from(req.wait_for) {
         Ok(pb::WaitFor::Unspecified | pb::WaitFor::Settle) => WaitFor::Settle,

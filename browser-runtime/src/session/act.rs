@@ -232,7 +232,7 @@ impl Session {
             Ok(t) => match self.check_ticket(allow.tickets, &t, input, seen, text, now_utc()) {
                 Ok(checked) if checked.constraint.is_none() => Ok(Ok(checked)),
                 Ok(_) => Ok(Err(refuse(Code::ApprovalTokenInvalid, "the token redeemed for a grant's ticket".into()))),
-                Err(why) => Ok(Err(refuse(Code::ApprovalTokenInvalid, why))),
+                Err(why) => Ok(Err(refuse(Code::ApprovalTokenInvalid, why.to_string()))),
             },
             Err(RedeemError::Invalid(m)) => Ok(Err(refuse(Code::ApprovalTokenInvalid, m))),
             Err(RedeemError::Unavailable(m)) => {

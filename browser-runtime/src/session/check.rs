@@ -11,7 +11,7 @@ use super::{ActAction, ActInput, ActOutcome, Code, Session, SessionError, origin
 use crate::config::BrowserConfig;
 use crate::page::{self, NodeRead, ReadError, Role};
 use crate::records::{RecordError, RecordStore};
-use crate::ticket::{self, Expected, Ticketed};
+use crate::ticket::{self, Expected, Refusal, Ticketed};
 
 impl Session {
     /// The act's claim against the snapshot: within the budget, a ref of the newest snapshot,
@@ -122,8 +122,10 @@ impl Session {
             (Some(t), _) => match self.check_ticket(tickets, t, input, seen, text.as_deref(), now) {
                 Ok(t) => Some(t),
                 // Only its age kept it from fitting: authorizing again cures that.
-                Err(why) if why == ticket::EXPIRED => return Ok(Err(refuse(Code::ApprovalRequired, why))),
-                Err(why) => return Ok(Err(refuse(Code::ApprovalTokenInvalid, why))),
+                Err(why) => {
+                    let code = if why.retryable() { Code::ApprovalRequired } else { Code::ApprovalTokenInvalid };
+                    return Ok(Err(refuse(code, why.to_string())));
+                }
             },
             (None, Some(_)) => None,
             (None, None) => {
@@ -192,7 +194,7 @@ impl Session {
         seen: &Seen,
         text: Option<&str>,
         now: OffsetDateTime,
-    ) -> Result<Ticketed, String> {
+    ) -> Result<Ticketed, Refusal> {
         let expected = Expected {
             tenant: &self.tenant,
             principal: &self.principal,
@@ -207,14 +209,15 @@ impl Session {
             page_origin: &seen.origin,
             now,
         };
-        let refused = |why: &'static str| crate::metrics::METRICS.tickets_refused.get_or_create(&[("why", why)]).inc();
+        let refused =
+            |why: &Refusal| crate::metrics::METRICS.tickets_refused.get_or_create(&[("why", why.label())]).inc();
         let checked = ticket::check(tickets, t, &expected).inspect_err(|why| {
-            refused(if why == ticket::EXPIRED { "expired" } else { "invalid" });
+            refused(why);
             tracing::warn!(run = %input.run_id, node = %input.node_ref, %why, "a dispatch ticket was refused");
         })?;
         if self.spent.contains(&checked.ticket_id) {
-            refused("spent");
-            return Err("the ticket was dispatched already".into());
+            refused(&Refusal::Spent);
+            return Err(Refusal::Spent);
         }
         Ok(checked)
     }

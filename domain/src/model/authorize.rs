@@ -80,6 +80,26 @@ impl NotCovered {
         own.chain(classifier::Reason::codes()).find(|c| *c == code).unwrap_or("other")
     }
 
+    /// What the owner reads for it, on the card: why the task permission does not cover the act.
+    pub fn owner_words(self) -> &'static str {
+        match self {
+            Self::GrantExpired => "the permission's time ran out",
+            Self::GrantExhausted | Self::GrantSpent => "the permission's actions or characters are used up",
+            Self::ScopeRemoved | Self::TaskGrantsDisabled => "task permissions are no longer offered for this site",
+            Self::ProfileRevoked | Self::ProfileChanged | Self::PinMismatch => "the browser profile changed",
+            Self::AgentChanged => "the agent changed since you allowed it",
+            Self::PolicyChanged => "the rules changed since you allowed it",
+            Self::PolicyEscalation => "a rule sends this kind of action to you",
+            Self::SessionDeleted | Self::SessionNotFound | Self::SessionNotEligible => {
+                "this chat cannot hold a permission"
+            }
+            Self::OwnerNotNewest | Self::TurnNotBrowserOnly => "you wrote in the chat since you allowed it",
+            Self::RunNotEligible => "this run cannot use the permission",
+            Self::NoTaskGrant => "there is no task permission in this chat",
+            Self::Classifier(r) => r.owner_words(),
+        }
+    }
+
     pub fn code(self) -> &'static str {
         match self {
             Self::SessionNotFound => "session_not_found",
