@@ -114,9 +114,9 @@ impl RuntimeConfig {
         let authorizer = match (get("RUNTIME_AUTHORIZER_URL"), get("RUNTIME_AUTHORIZER_TOKEN")) {
             (None, None) => None,
             (Some(url), Some(token)) => {
-                if !(url.starts_with("https://") || url.starts_with("http://127.0.0.1:")) {
+                if !authorizer_url_ok(&url) {
                     return refuse(format!(
-                        "RUNTIME_AUTHORIZER_URL={url:?} must be https (or http://127.0.0.1:port for development)"
+                        "RUNTIME_AUTHORIZER_URL={url:?} must be https://host:port, or http:// on a loopback address only"
                     ));
                 }
                 let ca_pem = match get("RUNTIME_AUTHORIZER_CA") {
@@ -231,6 +231,27 @@ fn spki_of(der: &[u8]) -> Option<&[u8]> {
     (tag == SEQUENCE).then_some(whole)
 }
 
+/// `https://host:port`, or plain `http://` to a loopback address; never a URL with user info
+/// (`http://127.0.0.1:1@elsewhere` names another host). Parsed, not matched by prefix.
+fn authorizer_url_ok(url: &str) -> bool {
+    let Ok(parsed) = url.parse::<tonic::transport::Uri>() else { return false };
+    let Some(authority) = parsed.authority() else { return false };
+    if authority.as_str().contains('@') {
+        return false;
+    }
+    let loopback = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback());
+    match parsed.scheme_str() {
+        Some("https") => true,
+        Some("http") => loopback,
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,6 +265,18 @@ mod tests {
         assert!(parse_extra_args(r#"["--user-data-dir=/tmp/x"]"#).is_err());
         assert!(parse_extra_args(r#"["--ignore-certificate-errors"]"#).is_err());
         assert!(parse_extra_args(r#"["--ignore-certificate-errors-spki-list=abc"]"#).is_ok());
+    }
+
+    #[test]
+    fn the_authorizer_is_reached_over_tls_or_on_loopback_alone() {
+        for ok in ["https://authz.example:443", "http://127.0.0.1:50051", "http://[::1]:50051"] {
+            assert!(authorizer_url_ok(ok), "{ok}");
+        }
+        for bad in
+            ["http://127.0.0.1:1@evil.test:80", "https://user@authz.example", "http://authz.example:80", "ftp://x"]
+        {
+            assert!(!authorizer_url_ok(bad), "{bad}");
+        }
     }
 
     #[test]

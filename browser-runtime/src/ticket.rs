@@ -1,6 +1,7 @@
 //! The authorizer's dispatch ticket, checked here on its own: sealed for this tenant, for this
 //! session's owner and profile, for this run, snapshot, ref and act, not expired. A ticket that
-//! fails any of these is a policy violation (APPROVAL_TOKEN_INVALID, terminal), never a retry.
+//! fails any of these but its age is a policy violation (APPROVAL_TOKEN_INVALID, terminal);
+//! one only expired is cured by authorizing again ([`Refusal::retryable`]).
 
 use classifier::constraint::{DispatchConstraint, GrantKind, WireConstraint};
 use proto::ticket::Keyring;

@@ -56,7 +56,6 @@ impl Named {
         Self::Administration,
     ];
 
-    /// The stable snake_case code.
     /// What the owner reads for it: why a task permission does not cover the act.
     pub fn owner_words(self) -> &'static str {
         match self {
@@ -81,6 +80,7 @@ impl Named {
         }
     }
 
+    /// The stable snake_case code.
     pub fn code(self) -> &'static str {
         match self {
             Self::CredentialField => "credential_field",

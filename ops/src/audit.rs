@@ -228,11 +228,8 @@ pub async fn projections_verify(config: &tokio_postgres::Config, name: Option<&s
         Some("active_task_grants") => vec![verify::active_task_grants(&mut client).await?],
         Some("authority") => vec![],
         Some(n) => {
-            let p = Projection::from_name(n).with_context(|| {
-                format!(
-                    "no projection {n:?}: audit_log, grant_list, pending_approvals, active_task_grants or authority"
-                )
-            })?;
+            let p = Projection::from_name(n)
+                .with_context(|| format!("no projection {n:?}: audit_log, active_task_grants or authority"))?;
             vec![verify::projection(&mut client, p).await?]
         }
     };
@@ -294,8 +291,7 @@ impl Progress {
 
 /// `grantctl projections rebuild NAME`, with progress on standard error.
 pub async fn rebuild(config: &tokio_postgres::Config, name: &str) -> Result<String> {
-    let projection = Projection::from_name(name)
-        .with_context(|| format!("no projection {name:?}: audit_log, grant_list or pending_approvals"))?;
+    let projection = Projection::from_name(name).with_context(|| format!("no projection {name:?}: audit_log"))?;
     let mut client = crate::connect_config(config).await?;
     let total: i64 = client.query_one("SELECT count(*) FROM events", &[]).await?.get(0);
     let store = PgStore::new(ledger::postgres::pool(config.clone(), 2).map_err(anyhow::Error::msg)?);

@@ -103,30 +103,25 @@ pub(crate) enum Cmd {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum ServeCmd {
-    /// The authorizer gRPC service, for every tenant. Configured by AUTHORIZER_LISTEN,
-    /// AUTHORIZER_TLS_CERT, AUTHORIZER_TLS_KEY, POLICY_FILE, SWEEP_INTERVAL_SECONDS,
-    /// AUTHORIZER_DB_POOL; settings
-    /// are recorded per tenant with `grantctl settings apply`.
+    /// The authorizer gRPC service, for every tenant. Its settings (AUTHORIZER_*, POLICY_FILE, …)
+    /// are in docs/configuration.md; a tenant's are recorded with `grantctl settings apply`.
     Authorizer {
         /// Serve plaintext on a loopback address instead of TLS: local development only.
         #[arg(long)]
         insecure_loopback: bool,
     },
-    /// A worker per async projection (audit_log, grant_list, pending_approvals) until Ctrl-C,
-    /// with metrics and health on PROJECTIONS_METRICS_LISTEN (default 127.0.0.1:9404).
+    /// A worker per async projection (audit_log) until Ctrl-C, with metrics and health on
+    /// PROJECTIONS_METRICS_LISTEN (default 127.0.0.1:9404).
     Projections,
-    /// The browser runtime gRPC service. Configured by RUNTIME_LISTEN, RUNTIME_TLS_CERT,
-    /// RUNTIME_TLS_KEY, BROWSER_CHROMEDRIVER, BROWSER_CHROMIUM, BROWSER_EXTRA_ARGS (a JSON array),
-    /// BROWSER_CA_BUNDLE, BROWSER_POOL_SIZE, RUNTIME_AUTHORIZER_URL, RUNTIME_AUTHORIZER_CA,
-    /// RUNTIME_AUTHORIZER_TOKEN and TASK_RECORDS_DIR; callers' credentials are in DATABASE_URL.
+    /// The browser runtime gRPC service. Its settings (RUNTIME_*, BROWSER_*, TASK_RECORDS_DIR,
+    /// TICKET_KEYS_FILE) are in docs/configuration.md; callers' credentials are in DATABASE_URL.
     Runtime {
         /// Serve plaintext on a loopback address instead of TLS: local development only.
         #[arg(long)]
         insecure_loopback: bool,
     },
-    /// The owner's HTTP gateway. Configured by GATEWAY_LISTEN, GATEWAY_TLS_CERT, GATEWAY_TLS_KEY,
-    /// GATEWAY_AUTHORIZER_URL, GATEWAY_AUTHORIZER_CA, GATEWAY_CREDENTIALS_FILE and
-    /// GATEWAY_RATE_PER_MINUTE; owner tokens are in DATABASE_URL.
+    /// The owner's HTTP gateway. Its settings (GATEWAY_*) are in docs/configuration.md; owner
+    /// tokens are in DATABASE_URL.
     Gateway {
         /// Serve plaintext on a loopback address instead of TLS: local development only.
         #[arg(long)]

@@ -45,6 +45,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0008_grants_by_tenant_and_id.sql",
         sql: include_str!("../../migrations/0008_grants_by_tenant_and_id.sql"),
     },
+    Migration {
+        version: 9,
+        name: "0009_one_read_model.sql",
+        sql: include_str!("../../migrations/0009_one_read_model.sql"),
+    },
 ];
 
 /// Shared by every runner of this schema: the ASCII of "grantmig".

@@ -38,6 +38,16 @@ impl Reader {
         Reader::Script,
     ];
 
+    fn intro(self) -> Option<&'static str> {
+        match self {
+            Reader::Settings => Some(
+                "These are recorded in the ledger for a tenant, so every replica serves the same ones. \
+                 The authorizer refuses to start with any of them in its environment.",
+            ),
+            _ => None,
+        }
+    }
+
     fn heading(self) -> &'static str {
         match self {
             Reader::Every => "Every command",
@@ -69,7 +79,7 @@ pub const SETTINGS: &[Setting] = &[
         "PG_BINDIR",
         Every,
         None,
-        "Where PostgreSQL's server binaries are, for the local cluster. Unset, Debian's newest `/usr/lib/postgresql/*/bin`.",
+        "Where PostgreSQL's server binaries are, for the local cluster. Unset, `pg_config --bindir`, then Debian's newest `/usr/lib/postgresql/*/bin`.",
     ),
     s(
         "RUST_LOG",
@@ -87,7 +97,7 @@ pub const SETTINGS: &[Setting] = &[
         "TICKET_KEYS_FILE",
         Every,
         None,
-        "Required by the authorizer and the runtime: the dispatch-ticket keyring, one `<key id> <64 hex digits>` line a key (`grantctl tickets keygen --id K`). Mode 0600, never in the database. The first key seals; any listed key verifies. To rotate: add the new key second and restart every service; move it first and restart again; drop the old one ten minutes later.",
+        "Required by the authorizer and the runtime: the dispatch-ticket keyring, one line per key, `<key id> <64 hex digits>` (`grantctl tickets keygen --id K`). Mode 0600, never in the database. The first key seals; any listed key verifies. To rotate: add the new key second and restart every service; move it first and restart again; drop the old one ten minutes later.",
     ),
     s("AUTHORIZER_LISTEN", Authorizer, Some("127.0.0.1:50051"), "The gRPC address."),
     s(
@@ -112,16 +122,10 @@ pub const SETTINGS: &[Setting] = &[
         "The operator's policy: JSON rules `{id, effect, actions?, consequences?, origins?}`, effect one of `require_approval`, `advisory_escalation`, `deny`, `hardline`; the strongest match wins; a misspelling stops start-up. Unset: every act asks. `settings apply` records it; a replica running another policy answers UNAVAILABLE.",
     ),
     s(
-        "GRANT_LEDGER_TENANT",
-        Settings,
-        Some("default"),
-        "The tenant `scripts/run` applies settings for. The authorizer refuses to start with it set.",
-    ),
-    s(
         "BROWSER_TASK_GRANTS_ENABLED",
         Settings,
         Some("false"),
-        "Whether an owner may allow a whole task. Turning it off ends every grant. The authorizer refuses to start with it set.",
+        "Whether an owner may allow a whole task. Turning it off ends every grant.",
     ),
     s(
         "BROWSER_TASK_GRANT_SCOPES",
@@ -154,7 +158,7 @@ pub const SETTINGS: &[Setting] = &[
         "RUNTIME_AUTHORIZER_URL",
         Runtime,
         None,
-        "Where approval tokens are redeemed: `https://host:port`, or `http://` on loopback only. Set with its token.",
+        "Where approval tokens are redeemed: `https://host:port`, or `http://` on loopback only. Set together with `RUNTIME_AUTHORIZER_TOKEN`.",
     ),
     s("RUNTIME_AUTHORIZER_CA", Runtime, None, "The CA (PEM) the authorizer's certificate is checked against."),
     s("RUNTIME_AUTHORIZER_TOKEN", Runtime, None, "The `runtime` credential of the tenant it serves."),
@@ -172,7 +176,12 @@ pub const SETTINGS: &[Setting] = &[
         None,
         "Certificates (PEM) to trust, such as an inspecting proxy's. The trusted certificate must be in the chain the server presents.",
     ),
-    s("BROWSER_POOL_SIZE", Runtime, Some("4"), "Chromiums at once."),
+    s(
+        "BROWSER_POOL_SIZE",
+        Runtime,
+        Some("4"),
+        "How many Chromiums run at once, 1 to 64: one per open browser session. Past it, opening a session is refused until one closes.",
+    ),
     s(
         "BROWSER_CALL_TIMEOUT_SECONDS",
         Runtime,
@@ -223,7 +232,7 @@ pub const SETTINGS: &[Setting] = &[
         "GATEWAY_CREDENTIALS_FILE",
         Gateway,
         None,
-        "Required: lines `<tenant> <glc_ token>`, each served tenant's `gateway` credential.",
+        "Required: one line per served tenant, `<tenant> <token>`, the token of that tenant's `gateway` credential (`grantctl credentials create`, starting `glc_`).",
     ),
     s("GATEWAY_RATE_PER_MINUTE", Gateway, Some("600"), "Requests per owner token per replica."),
     s(
@@ -250,6 +259,12 @@ pub const SETTINGS: &[Setting] = &[
         None,
         "`demo run` only: the tenant's `gateway` credential, to record the owner's first message.",
     ),
+    s(
+        "GRANT_LEDGER_TENANT",
+        Script,
+        Some("default"),
+        "The tenant `scripts/run` records settings for and makes credentials in. The authorizer refuses to start with it set.",
+    ),
     s("GRANT_LEDGER_OWNER", Script, Some("owner"), "The owner `scripts/run` makes a sign-in link for."),
 ];
 
@@ -270,7 +285,12 @@ pub fn markdown() -> String {
          For commands and flags, run `grantctl --help`.\n",
     );
     for reader in Reader::ALL {
-        out.push_str(&format!("\n## {}\n\n| variable | default | meaning |\n|---|---|---|\n", reader.heading()));
+        out.push_str(&format!("\n## {}\n\n", reader.heading()));
+        if let Some(intro) = reader.intro() {
+            out.push_str(intro);
+            out.push_str("\n\n");
+        }
+        out.push_str("| variable | default | meaning |\n|---|---|---|\n");
         for s in SETTINGS.iter().filter(|s| s.read_by == reader) {
             let default = s.default.map_or_else(|| "unset".to_owned(), |d| format!("`{d}`"));
             out.push_str(&format!("| `{}` | {default} | {} |\n", s.name, s.meaning));

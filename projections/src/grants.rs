@@ -1,5 +1,6 @@
-//! The task-grant list behind the owner's routes: status, actions and characters used, expiry,
-//! end reason. One pure step per event ([`change`]) drives both the table and the replay.
+//! Every task grant as the log says it is: actions and characters used, expiry, end reason. One
+//! pure step per event ([`change`]); `verify` holds the authorizer's inline `active_task_grants`
+//! to its replay. The owner's routes read that inline table, through the authorizer.
 
 use std::collections::BTreeMap;
 
@@ -28,8 +29,8 @@ pub struct GrantRow {
 
 impl GrantRow {
     /// A row selected as `tenant_id, grant_id, principal_id, session_id, origin, path_prefix,
-    /// created_at, expires_at, actions_used, chars_used, end_reason`: from `grant_list` or from
-    /// the authorizer's inline `active_task_grants`.
+    /// created_at, expires_at, actions_used, chars_used, end_reason`: from the authorizer's
+    /// inline `active_task_grants`.
     pub fn from_row(r: &tokio_postgres::Row) -> Self {
         Self {
             tenant_id: r.get(0),
@@ -123,94 +124,4 @@ pub fn replay(events: &[RecordedEvent]) -> Result<BTreeMap<(String, Uuid), Grant
         }
     }
     Ok(rows)
-}
-
-/// Writes `events`' rows into `table` (the live table or a rebuild's next one), inside `tx`.
-pub(crate) async fn apply(
-    tx: &tokio_postgres::Transaction<'_>,
-    table: &str,
-    events: &[ledger::RecordedEvent],
-) -> Result<(), crate::Error> {
-    // The batch folded first: grants created in it are inserted whole; the others get
-    // one update each with their summed uses and their end.
-    let mut created = std::collections::BTreeMap::new();
-    let mut deltas: std::collections::BTreeMap<(String, uuid::Uuid), (i32, i32, Option<String>)> =
-        std::collections::BTreeMap::new();
-    for e in events {
-        match change(e)? {
-            Some(Change::Created(r)) => {
-                created.insert((r.tenant_id.clone(), r.grant_id), r);
-            }
-            Some(Change::Used { tenant_id, grant_id, chars }) => {
-                match created.get_mut(&(tenant_id.clone(), grant_id)) {
-                    Some(r) => {
-                        r.actions_used += 1;
-                        r.chars_used += chars;
-                    }
-                    None => {
-                        let d = deltas.entry((tenant_id, grant_id)).or_default();
-                        d.0 += 1;
-                        d.1 += i32::try_from(chars).unwrap_or(i32::MAX);
-                    }
-                }
-            }
-            Some(Change::Ended { tenant_id, grant_id, reason }) => {
-                match created.get_mut(&(tenant_id.clone(), grant_id)) {
-                    Some(r) => r.end_reason = Some(reason),
-                    None => deltas.entry((tenant_id, grant_id)).or_default().2 = Some(reason),
-                }
-            }
-            None => {}
-        }
-    }
-    if !created.is_empty() {
-        let rows: Vec<&GrantRow> = created.values().collect();
-        let text = |f: &dyn Fn(&GrantRow) -> String| rows.iter().map(|r| f(r)).collect::<Vec<_>>();
-        let ids: Vec<uuid::Uuid> = rows.iter().map(|r| r.grant_id).collect();
-        let created_at: Vec<OffsetDateTime> = rows.iter().map(|r| r.created_at).collect();
-        let expires_at: Vec<OffsetDateTime> = rows.iter().map(|r| r.expires_at).collect();
-        let used: Vec<i32> = rows.iter().map(|r| i32::try_from(r.actions_used).unwrap_or(i32::MAX)).collect();
-        let chars: Vec<i32> = rows.iter().map(|r| i32::try_from(r.chars_used).unwrap_or(i32::MAX)).collect();
-        let ends: Vec<Option<String>> = rows.iter().map(|r| r.end_reason.clone()).collect();
-        tx.execute(
-            &format!(
-                "INSERT INTO {table} (tenant_id, grant_id, principal_id, session_id, origin, path_prefix, \
-                     created_at, expires_at, actions_used, chars_used, end_reason) \
-                     SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[], \
-                     $6::text[], $7::timestamptz[], $8::timestamptz[], $9::int4[], $10::int4[], $11::text[])"
-            ),
-            &[
-                &text(&|r| r.tenant_id.clone()),
-                &ids,
-                &text(&|r| r.principal_id.clone()),
-                &text(&|r| r.session_id.clone()),
-                &text(&|r| r.origin.clone()),
-                &text(&|r| r.path_prefix.clone()),
-                &created_at,
-                &expires_at,
-                &used,
-                &chars,
-                &ends,
-            ],
-        )
-        .await?;
-    }
-    if !deltas.is_empty() {
-        let tenants: Vec<&str> = deltas.keys().map(|(t, _)| t.as_str()).collect();
-        let ids: Vec<uuid::Uuid> = deltas.keys().map(|(_, g)| *g).collect();
-        let used: Vec<i32> = deltas.values().map(|d| d.0).collect();
-        let chars: Vec<i32> = deltas.values().map(|d| d.1).collect();
-        let ends: Vec<Option<&str>> = deltas.values().map(|d| d.2.as_deref()).collect();
-        tx.execute(
-            &format!(
-                "UPDATE {table} g SET actions_used = g.actions_used + d.n, chars_used = g.chars_used + d.c, \
-                     end_reason = COALESCE(d.r, g.end_reason) \
-                     FROM unnest($1::text[], $2::uuid[], $3::int4[], $4::int4[], $5::text[]) AS d(t, id, n, c, r) \
-                     WHERE g.tenant_id = d.t AND g.grant_id = d.id"
-            ),
-            &[&tenants, &ids, &used, &chars, &ends],
-        )
-        .await?;
-    }
-    Ok(())
 }

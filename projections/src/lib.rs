@@ -1,6 +1,8 @@
-//! The read side: projections of the ledger's global log into the views people read (the audit
-//! log, the task-grant list), the workers that keep them current exactly once, and `verify`,
-//! which replays the log in memory and diffs every view against it.
+//! The read side: projections of the ledger's global log into the view people read (the audit
+//! log, with each chat's activity), the workers that keep it current exactly once, and `verify`,
+//! which replays the log in memory and diffs every view against it, the authorizer's inline
+//! tables included. Grants and waiting cards have one read model, the authorizer's inline
+//! tables; no projection repeats them.
 //!
 //! Depends on `ledger` and the domain's event catalogue; knows nothing of gRPC or WebDriver.
 //! Each projection's apply step and its replay share one pure function per event, so a rebuild
@@ -11,7 +13,6 @@ mod cells;
 mod error;
 pub mod grants;
 pub mod metrics;
-pub mod pending;
 mod projection;
 pub mod rebuild;
 pub mod verify;

@@ -4,27 +4,23 @@
 use ledger::RecordedEvent;
 use tokio_postgres::{GenericClient, Transaction};
 
+use crate::audit;
 use crate::cells::Cells;
 use crate::error::Error;
-use crate::{audit, grants, pending};
 
 /// The async projections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Projection {
     AuditLog,
-    GrantList,
-    PendingApprovals,
 }
 
 impl Projection {
-    pub const ALL: [Self; 3] = [Self::AuditLog, Self::GrantList, Self::PendingApprovals];
+    pub const ALL: [Self; 1] = [Self::AuditLog];
 
     /// Its name, which is also its table's.
     pub fn name(self) -> &'static str {
         match self {
             Self::AuditLog => audit::TABLE,
-            Self::GrantList => "grant_list",
-            Self::PendingApprovals => "pending_approvals",
         }
     }
 
@@ -47,17 +43,6 @@ impl Projection {
                  FROM audit_log WHERE session_id IS NOT NULL; \
                  GRANT SELECT ON session_activity TO grant_ledger_service;"
             }
-            Self::GrantList => {
-                "CREATE OR REPLACE VIEW grant_list_status AS \
-                 SELECT tenant_id, grant_id, principal_id, session_id, origin, path_prefix, created_at, expires_at, \
-                 actions_used, chars_used, end_reason, \
-                 CASE WHEN end_reason IS NOT NULL THEN 'ended' WHEN expires_at <= now() THEN 'expired' \
-                 ELSE 'active' END AS status, \
-                 GREATEST(0, CEIL(EXTRACT(EPOCH FROM expires_at - now()) / 60))::integer AS minutes_left \
-                 FROM grant_list; \
-                 GRANT SELECT ON grant_list_status TO grant_ledger_service;"
-            }
-            Self::PendingApprovals => "",
         }
     }
 
@@ -65,8 +50,6 @@ impl Projection {
     pub(crate) fn privileges(self) -> &'static str {
         match self {
             Self::AuditLog => "SELECT, INSERT",
-            Self::GrantList => "SELECT, INSERT, UPDATE",
-            Self::PendingApprovals => "SELECT, INSERT, DELETE",
         }
     }
 
@@ -83,8 +66,6 @@ impl Projection {
     fn index(self) -> u8 {
         match self {
             Self::AuditLog => 1,
-            Self::GrantList => 2,
-            Self::PendingApprovals => 3,
         }
     }
 
@@ -103,8 +84,6 @@ impl Projection {
     ) -> Result<(), Error> {
         match self {
             Self::AuditLog => audit::apply(tx, table, events).await,
-            Self::GrantList => grants::apply(tx, table, events).await,
-            Self::PendingApprovals => pending::apply(tx, table, events).await,
         }
     }
 
@@ -116,8 +95,6 @@ impl Projection {
                 rows.sort_by(|a, b| (&a.tenant_id, a.global_position).cmp(&(&b.tenant_id, b.global_position)));
                 rows.iter().map(audit::AuditRow::cells).collect()
             }
-            Self::GrantList => grants::replay(events)?.values().map(grants::GrantRow::cells).collect(),
-            Self::PendingApprovals => pending::replay(events)?.values().map(pending::PendingRow::cells).collect(),
         })
     }
 
@@ -148,40 +125,6 @@ impl Projection {
                             approval_id: r.get(9),
                             authorization: r.get(10),
                             summary: r.get(11),
-                        }
-                        .cells()
-                    })
-                    .collect()
-            }
-            Self::GrantList => {
-                let rows = client
-                    .query(
-                        "SELECT tenant_id, grant_id, principal_id, session_id, origin, path_prefix, created_at, \
-                         expires_at, actions_used, chars_used, end_reason FROM grant_list \
-                         ORDER BY grant_list.tenant_id COLLATE \"C\", grant_list.grant_id",
-                        &[],
-                    )
-                    .await?;
-                rows.iter().map(|r| grants::GrantRow::from_row(r).cells()).collect()
-            }
-            Self::PendingApprovals => {
-                let rows = client
-                    .query(
-                        "SELECT tenant_id, approval_id, session_id, requested_at, expires_at, summary \
-                         FROM pending_approvals \
-                         ORDER BY pending_approvals.tenant_id COLLATE \"C\", pending_approvals.approval_id",
-                        &[],
-                    )
-                    .await?;
-                rows.iter()
-                    .map(|r| {
-                        pending::PendingRow {
-                            tenant_id: r.get(0),
-                            approval_id: r.get(1),
-                            session_id: r.get(2),
-                            requested_at: r.get(3),
-                            expires_at: r.get(4),
-                            summary: r.get(5),
                         }
                         .cells()
                     })

@@ -3,7 +3,30 @@
 //! tool schemas, the runtime's and the authorizer's request checks, and any other front end
 //! (an MCP server) take the pattern and the check from here, so an id one accepts the others do.
 
-use crate::limits::{APPROVAL_TOKEN_HEX, APPROVAL_TOKEN_PREFIX, MAX_FIELD_ID_LEN};
+/// A task-record field id, the one rule both services hold a type's `field_id` to.
+pub const MAX_FIELD_ID_LEN: usize = 120;
+
+/// The one rule for a record field's id: checked by the runtime (at the request and again at the
+/// read) and by the authorizer (a type's `action.field_id`), so an id one takes the other takes.
+pub fn check_field_id(field: &str) -> Result<(), String> {
+    Id::FieldId.check(field)
+}
+
+/// An approve-once token: `apv_` and 24 lowercase hex digits, the one spelling both services
+/// check against.
+pub const APPROVAL_TOKEN_PREFIX: &str = "apv_";
+pub const APPROVAL_TOKEN_HEX: usize = 24;
+pub const APPROVAL_TOKEN_LEN: usize = APPROVAL_TOKEN_PREFIX.len() + APPROVAL_TOKEN_HEX;
+
+/// A new approval token from 96 random bits.
+pub fn approval_token(random: [u8; APPROVAL_TOKEN_HEX / 2]) -> String {
+    format!("{APPROVAL_TOKEN_PREFIX}{}", hex::encode(random))
+}
+
+/// Whether `token` is an approval token's shape.
+pub fn is_approval_token(token: &str) -> bool {
+    Id::ApprovalToken.holds(token)
+}
 
 /// One kind of id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

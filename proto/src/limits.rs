@@ -60,14 +60,11 @@ pub const MAX_ORIGINS: usize = 16;
 /// The harness step budget.
 pub const MAX_STEPS: u64 = 10_000;
 
-/// A task-record field id, the one rule both services hold a type's `field_id` to.
-pub const MAX_FIELD_ID_LEN: usize = 120;
-
-/// The one rule for a record field's id: checked by the runtime (at the request and again at the
-/// read) and by the authorizer (a type's `action.field_id`), so an id one takes the other takes.
-pub fn check_field_id(field: &str) -> Result<(), String> {
-    crate::ids::Id::FieldId.check(field)
-}
+// The ids' formats are `ids.rs`'s; their lengths are named here too, beside every other limit.
+pub use crate::ids::{
+    APPROVAL_TOKEN_HEX, APPROVAL_TOKEN_LEN, APPROVAL_TOKEN_PREFIX, MAX_FIELD_ID_LEN, approval_token, check_field_id,
+    is_approval_token,
+};
 
 /// A sealing key's id: a short name an operator picks (`2026-12`, `k2`).
 pub const MAX_KEY_ID_CHARS: usize = 32;
@@ -83,22 +80,6 @@ pub const MAX_FACTS_BODY_BYTES: usize = MAX_FACTS_BYTES + 64 * 1024;
 pub const MAX_FORM_BODY_BYTES: usize = 64 * 1024;
 /// An encoded record text: the longest text a type may say it types, and ids.
 pub const MAX_TEXT_BODY_BYTES: usize = 4 * MAX_TEXT_ACT_CHARS + 4 * 1024;
-
-/// An approve-once token: `apv_` and 24 lowercase hex digits, the one spelling both services
-/// check against.
-pub const APPROVAL_TOKEN_PREFIX: &str = "apv_";
-pub const APPROVAL_TOKEN_HEX: usize = 24;
-pub const APPROVAL_TOKEN_LEN: usize = APPROVAL_TOKEN_PREFIX.len() + APPROVAL_TOKEN_HEX;
-
-/// A new approval token from 96 random bits.
-pub fn approval_token(random: [u8; APPROVAL_TOKEN_HEX / 2]) -> String {
-    format!("{APPROVAL_TOKEN_PREFIX}{}", hex::encode(random))
-}
-
-/// Whether `token` is an approval token's shape.
-pub fn is_approval_token(token: &str) -> bool {
-    crate::ids::Id::ApprovalToken.holds(token)
-}
 
 /// The most one element's facts take encoded: the runtime drops options past it (and marks the
 /// facts cut, so nothing covers the element), since a select's options alone could reach

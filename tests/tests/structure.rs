@@ -121,6 +121,21 @@ fn the_checker_finds_a_circle_and_follows_re_exports() {
         ),
     ]);
     assert!(one_way.circles().is_empty(), "calls one way, and a trait's method of the same name, are no circle");
+    // The calling method takes and returns `impl Trait`, calls with a turbofish, and its impl
+    // has a higher-ranked bound: still the same type's methods, still a circle.
+    let hidden = Crate::from_sources(&[
+        ("lib.rs", "mod a; mod b; pub struct Service<F>(F);"),
+        (
+            "a.rs",
+            "use crate::Service;\n#[cfg(unix)]\nimpl<F> Service<F> where F: for<'x> Fn(&'x u8) {\n\
+             pub fn outer(&self, r: impl AsRef<str>) -> impl Iterator<Item = u8> { self.inner::<u8>(); None.into_iter() } }",
+        ),
+        (
+            "b.rs",
+            "use crate::Service; impl<F> Service<F> { pub(crate) fn inner<T>(&self) { Self::outer(self, \"\"); } }",
+        ),
+    ]);
+    assert_eq!(hidden.circles().len(), 1, "`impl Trait` in a signature is not an impl block");
 
     // A binary beside a library is a crate of its own: its files are not the library's.
     let roots_found = roots(Path::new(env!("CARGO_MANIFEST_DIR")).join("src").as_path());
@@ -367,6 +382,7 @@ enum Token {
     Paren,
     Lt,
     Gt,
+    CloseBracket,
     Other,
 }
 
@@ -396,17 +412,23 @@ impl Source {
                         impls.pop();
                     }
                 }
-                Token::Ident(word) if word == "impl" && tokens.get(i + 1) != Some(&Token::Paren) => {
-                    if let Some((open, ty, inherent)) = impl_header(&tokens[i + 1..]) {
+                // An item's `impl`, not `impl Trait` in a signature: it starts an item.
+                Token::Ident(word)
+                    if word == "impl"
+                        && (i == 0
+                            || matches!(&tokens[i - 1], Token::Open | Token::Close | Token::Semi | Token::CloseBracket)
+                            || matches!(&tokens[i - 1], Token::Ident(w) if w == "unsafe" || w == "default")) =>
+                {
+                    // The header's paths are read as any others (the loop goes on through them).
+                    if let Some((_, ty, inherent)) = impl_header(&tokens[i + 1..]) {
                         impls.push((depth, ty, inherent));
-                        i += 1 + open;
-                        continue;
                     }
                 }
                 Token::Ident(word)
+                    // `self.m(…)`, or with a turbofish `self.m::<T>(…)`.
                     if word == "self"
                         && tokens.get(i + 1) == Some(&Token::Dot)
-                        && tokens.get(i + 3) == Some(&Token::Paren) =>
+                        && matches!(tokens.get(i + 3), Some(Token::Paren | Token::Path)) =>
                 {
                     if let (Some((_, ty, _)), Some(Token::Ident(method))) = (impls.last(), tokens.get(i + 2)) {
                         source.calls.push((ty.clone(), method.clone()));
@@ -478,7 +500,8 @@ impl Source {
                     }
                     if let [.., ty, method] = path.as_slice() {
                         let ty = if ty == "Self" { impls.last().map(|(_, t, _)| t.clone()) } else { Some(ty.clone()) };
-                        if let Some(ty) = ty.filter(|_| tokens.get(j) == Some(&Token::Paren)) {
+                        let called = matches!(tokens.get(j), Some(Token::Paren | Token::Path));
+                        if let Some(ty) = ty.filter(|_| called) {
                             source.calls.push((ty, method.clone()));
                         }
                     }
@@ -516,7 +539,8 @@ fn impl_header(tokens: &[Token]) -> Option<(usize, String, bool)> {
             Token::Gt => angles = angles.saturating_sub(1),
             Token::Open if angles == 0 => return ty.map(|ty| (k, ty, inherent)),
             Token::Semi | Token::Close => return None,
-            Token::Ident(w) if angles == 0 && w == "for" => {
+            // `for` of a trait impl; `for<'a>` is a bound's lifetime, in a `where` clause.
+            Token::Ident(w) if angles == 0 && w == "for" && tokens.get(k + 1) != Some(&Token::Lt) && !bounds => {
                 inherent = false;
                 ty = None;
             }
@@ -673,6 +697,7 @@ fn tokenize(text: &str) -> Vec<Token> {
                 ('.', _) => Token::Dot,
                 ('(', _) => Token::Paren,
                 ('<', _) => Token::Lt,
+                (']', _) => Token::CloseBracket,
                 // `->` and `=>` close no generics.
                 ('>', _) if i == 0 || !matches!(chars[i - 1], '-' | '=') => Token::Gt,
                 _ => Token::Other,
@@ -699,4 +724,18 @@ fn string_prefix(chars: &[char], i: usize) -> Option<(usize, bool)> {
     let quote = chars[i + prefix..].iter().position(|&h| h != '#')? + i + prefix;
     let hashes = quote - (i + prefix);
     (chars[quote] == '"' && (raw || hashes == 0)).then_some((prefix, raw))
+}
+
+/// The map names every crate: in its bird's-eye view, and with a code-map section of its own.
+#[test]
+fn the_architecture_map_names_every_crate() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let map = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let (view, code_map) = map.split_once("## Code map").expect("a `## Code map` heading");
+    let missing: Vec<String> = crates(&root)
+        .iter()
+        .map(|c| c.file_name().unwrap().to_string_lossy().into_owned())
+        .filter(|name| !view.contains(&format!("`{name}`")) || !code_map.contains(&format!("### `{name}/`")))
+        .collect();
+    assert!(missing.is_empty(), "ARCHITECTURE.md does not map these crates: {missing:?}");
 }

@@ -63,7 +63,7 @@ pub struct TaskFile {
     pub approval_wait_seconds: u64,
 }
 
-pub(super) fn default_wait() -> u64 {
+fn default_wait() -> u64 {
     20
 }
 

@@ -31,15 +31,15 @@ pub struct PgGrants {
     pub(super) remembered_uses: Arc<std::sync::atomic::AtomicU64>,
     pub(super) remembered_refusals: Arc<std::sync::atomic::AtomicU64>,
     #[cfg(feature = "testing")]
-    pub(super) pause: Arc<PauseSlot>,
+    pause: Arc<PauseSlot>,
 }
 
 /// Where a test leaves a [`Pause`]; a use only takes the lock when one was left.
 #[cfg(feature = "testing")]
 #[derive(Debug, Default)]
-pub(super) struct PauseSlot {
-    pub(super) set: std::sync::atomic::AtomicBool,
-    pub(super) pause: std::sync::Mutex<Option<Arc<Pause>>>,
+struct PauseSlot {
+    set: std::sync::atomic::AtomicBool,
+    pause: std::sync::Mutex<Option<Arc<Pause>>>,
 }
 
 /// A fault hook for tests: the next use stops after its decision and before its statement,

@@ -2,23 +2,24 @@
 //! its dispatch ticket against the live node), then the fence and guard armed, a token redeemed for
 //! its ticket, and the input sent (what the act did is read back in `after.rs`).
 
+use classifier::FieldKind;
 use classifier::constraint::{DispatchConstraint, GrantKind};
-use classifier::{Action, FieldKind, Grant, PageFacts, TaskScope};
 use fantoccini::elements::{Element, ElementRef};
 use serde_json::json;
 use time::OffsetDateTime;
 
 use crate::config::BrowserConfig;
 use crate::fence::{Armed, Handle, Scope};
-use crate::guard::PageRead;
 use crate::guard::{self, GuardMode};
 use crate::page::{self, NodeRead, ReadError};
 use crate::records::RecordStore;
 use crate::ticket::Ticketed;
 
+use super::check::{Allowed, Live, Seen, refused};
+
 use super::{
     ActAction, ActInput, ActOutcome, Allow, Code, ReadBack, Redeem, RedeemError, Redemption, Session, SessionError,
-    key_text, not_acted, origin_of,
+    key_text, not_acted,
 };
 
 impl Session {
@@ -379,91 +380,6 @@ fn guard_mode(action: &ActAction, live: &NodeRead) -> Option<GuardMode> {
     }
 }
 
-/// What a ticket's decision must have read of the live node and page: the role and name as the
-/// snapshot's facts carry them, and the page's origin.
-pub(super) struct Seen {
-    pub(super) role: String,
-    pub(super) name: String,
-    pub(super) origin: String,
-}
-
-impl Seen {
-    pub(super) fn of(live: &Live) -> Self {
-        let carried = crate::service::facts_pb(&live.node);
-        Self { role: carried.role, name: carried.name, origin: origin_of(&live.page.url).unwrap_or_default() }
-    }
-}
-
 pub(super) fn now_utc() -> OffsetDateTime {
     OffsetDateTime::now_utc()
-}
-
-/// What the act's checks let through: the text a type types, and the ticket that allowed it
-/// (none yet when a token is to be redeemed for it).
-pub(super) struct Allowed {
-    pub(super) text: Option<String>,
-    pub(super) ticketed: Option<Ticketed>,
-}
-
-/// The live page and node an act was checked against, and the browser it runs in.
-pub(super) struct Live {
-    pub(super) client: fantoccini::Client,
-    pub(super) devtools: Handle,
-    pub(super) page: PageRead,
-    pub(super) node: NodeRead,
-    pub(super) element: ElementRef,
-}
-
-/// A refusal of `input`: nothing was dispatched.
-pub(super) fn refused(input: &ActInput, code: Code, detail: String) -> ActOutcome {
-    ActOutcome {
-        code,
-        detail,
-        snapshot_id: input.snapshot_id.clone(),
-        changed: false,
-        dispatched: false,
-        outcome_unknown: false,
-        reason: None,
-        consequential: None,
-        recoverable: code.recoverable(),
-    }
-}
-
-/// The classifier's coverage under the constraint: a task grant on one of its origins with its
-/// per-action text cap; a standing grant on one of its origins.
-pub(super) fn covered(
-    c: &DispatchConstraint,
-    action: &Action,
-    live: &NodeRead,
-    page: &PageFacts,
-) -> Result<(), classifier::NotCovered> {
-    match c.kind {
-        GrantKind::Task => {
-            let mut last = None;
-            for origin in &c.origins {
-                let grant = Grant::Task(TaskScope {
-                    origin: origin.clone(),
-                    path_prefix: c.path_prefix.clone(),
-                    chars_remaining: c.max_text_chars(),
-                });
-                match classifier::covers(&grant, action, &live.facts, page) {
-                    Ok(()) => return Ok(()),
-                    Err(e) => last = Some(e),
-                }
-            }
-            Err(last.unwrap_or(classifier::NotCovered {
-                reason: classifier::Reason::PageOutsideScope,
-                detail: "the constraint names no origin".into(),
-            }))
-        }
-        GrantKind::Standing => {
-            if !origin_of(&page.url).is_some_and(|o| c.origins.contains(&o)) {
-                return Err(classifier::NotCovered {
-                    reason: classifier::Reason::PageOutsideScope,
-                    detail: "the page is not on the standing grant's origin".into(),
-                });
-            }
-            classifier::covers(&Grant::Standing, action, &live.facts, page)
-        }
-    }
 }

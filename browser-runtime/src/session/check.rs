@@ -2,11 +2,15 @@
 //! page re-read, the action against the live node (its grant, record value and ticket), and a
 //! dispatch ticket opened and matched.
 
-use classifier::{Action, Consequence, FieldKind, PageFacts};
+use classifier::constraint::{DispatchConstraint, GrantKind};
+use classifier::{Action, Consequence, FieldKind, Grant, PageFacts, TaskScope};
+use fantoccini::elements::ElementRef;
+
+use crate::fence::Handle;
+use crate::guard::PageRead;
 use proto::ticket::Keyring;
 use time::OffsetDateTime;
 
-use super::act::{Allowed, Live, Seen, covered, refused};
 use super::{ActAction, ActInput, ActOutcome, Code, Session, SessionError, origin_of};
 use crate::config::BrowserConfig;
 use crate::page::{self, NodeRead, ReadError, Role};
@@ -293,4 +297,89 @@ fn control_refusal(input: &ActInput, live: &NodeRead) -> Option<ActOutcome> {
         ));
     }
     None
+}
+
+/// What a ticket's decision must have read of the live node and page: the role and name as the
+/// snapshot's facts carry them, and the page's origin.
+pub(super) struct Seen {
+    pub(super) role: String,
+    pub(super) name: String,
+    pub(super) origin: String,
+}
+
+impl Seen {
+    pub(super) fn of(live: &Live) -> Self {
+        let carried = crate::service::facts_pb(&live.node);
+        Self { role: carried.role, name: carried.name, origin: origin_of(&live.page.url).unwrap_or_default() }
+    }
+}
+
+/// What the act's checks let through: the text a type types, and the ticket that allowed it
+/// (none yet when a token is to be redeemed for it).
+pub(super) struct Allowed {
+    pub(super) text: Option<String>,
+    pub(super) ticketed: Option<Ticketed>,
+}
+
+/// The live page and node an act was checked against, and the browser it runs in.
+pub(super) struct Live {
+    pub(super) client: fantoccini::Client,
+    pub(super) devtools: Handle,
+    pub(super) page: PageRead,
+    pub(super) node: NodeRead,
+    pub(super) element: ElementRef,
+}
+
+/// A refusal of `input`: nothing was dispatched.
+pub(super) fn refused(input: &ActInput, code: Code, detail: String) -> ActOutcome {
+    ActOutcome {
+        code,
+        detail,
+        snapshot_id: input.snapshot_id.clone(),
+        changed: false,
+        dispatched: false,
+        outcome_unknown: false,
+        reason: None,
+        consequential: None,
+        recoverable: code.recoverable(),
+    }
+}
+
+/// The classifier's coverage under the constraint: a task grant on one of its origins with its
+/// per-action text cap; a standing grant on one of its origins.
+pub(super) fn covered(
+    c: &DispatchConstraint,
+    action: &Action,
+    live: &NodeRead,
+    page: &PageFacts,
+) -> Result<(), classifier::NotCovered> {
+    match c.kind {
+        GrantKind::Task => {
+            let mut last = None;
+            for origin in &c.origins {
+                let grant = Grant::Task(TaskScope {
+                    origin: origin.clone(),
+                    path_prefix: c.path_prefix.clone(),
+                    chars_remaining: c.max_text_chars(),
+                });
+                match classifier::covers(&grant, action, &live.facts, page) {
+                    Ok(()) => return Ok(()),
+                    Err(e) => last = Some(e),
+                }
+            }
+            Err(last.unwrap_or(classifier::NotCovered {
+                reason: classifier::Reason::PageOutsideScope,
+                detail: "the constraint names no origin".into(),
+            }))
+        }
+        GrantKind::Standing => {
+            if !origin_of(&page.url).is_some_and(|o| c.origins.contains(&o)) {
+                return Err(classifier::NotCovered {
+                    reason: classifier::Reason::PageOutsideScope,
+                    detail: "the page is not on the standing grant's origin".into(),
+                });
+            }
+            classifier::covers(&Grant::Standing, action, &live.facts, page)
+        }
+    }
 }
