@@ -739,3 +739,37 @@ fn the_architecture_map_names_every_crate() {
         .collect();
     assert!(missing.is_empty(), "ARCHITECTURE.md does not map these crates: {missing:?}");
 }
+
+/// Every test binary that starts Chromium through the kit (`tests::browser`, `tests::console`)
+/// runs in nextest's `browser` group, in every profile: Chromium on two cores is the bound.
+#[test]
+fn every_test_that_starts_chromium_is_in_the_browser_group() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let config = std::fs::read_to_string(root.join("../.config/nextest.toml")).expect(".config/nextest.toml");
+    let filters: Vec<&str> = config
+        .split("[[profile.")
+        .filter(|block| block.contains("test-group = \"browser\""))
+        .filter_map(|block| block.lines().find(|l| l.starts_with("filter = ")))
+        .collect();
+    assert!(filters.len() >= 2, "a browser filter in each profile: {filters:?}");
+    let mut starts = Vec::new();
+    for entry in std::fs::read_dir(root.join("tests")).expect("tests/tests").flatten() {
+        let path = entry.path();
+        let (binary, files): (String, Vec<PathBuf>) = if path.is_dir() {
+            let files = std::fs::read_dir(&path).unwrap().flatten().map(|e| e.path()).collect();
+            (entry.file_name().to_string_lossy().into_owned(), files)
+        } else {
+            (path.file_stem().unwrap().to_string_lossy().into_owned(), vec![path.clone()])
+        };
+        let text: String = files.iter().filter_map(|f| std::fs::read_to_string(f).ok()).collect();
+        // This file names the modules; it starts nothing.
+        if binary != "structure" && (text.contains("tests::browser") || text.contains("tests::console")) {
+            starts.push(binary);
+        }
+    }
+    assert!(starts.len() >= 5, "only {starts:?} start Chromium");
+    for filter in filters {
+        let missing: Vec<&String> = starts.iter().filter(|b| !filter.contains(&format!("binary({b})"))).collect();
+        assert!(missing.is_empty(), "these start Chromium but are not in the browser group ({filter}): {missing:?}");
+    }
+}
