@@ -94,11 +94,6 @@ pub(crate) enum Cmd {
         #[command(subcommand)]
         command: DbCmd,
     },
-    /// Benchmarks.
-    Bench {
-        #[command(subcommand)]
-        command: BenchCmd,
-    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -354,75 +349,5 @@ pub(crate) enum DbCmd {
     Url {
         #[arg(long, default_value = ".pgdata/main")]
         dir: PathBuf,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub(crate) enum BenchCmd {
-    /// Authorize-and-consume over loopback gRPC against a bare insert-and-commit, side by side.
-    Authorize {
-        #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
-        clients: Vec<usize>,
-        /// Seconds per client count, split between the two kinds.
-        #[arg(long, default_value_t = 8.0)]
-        seconds: f64,
-        /// Also run the projection workers beside the server and report their lag (they share
-        /// the machine's cores, so the ratios are then not comparable with runs without them).
-        #[arg(long)]
-        with_projections: bool,
-        /// Filler events written to the log before the replicas start (not chains anyone
-        /// reads): start-up time and memory must not grow with it.
-        #[arg(long, default_value_t = 0, conflicts_with = "with_projections")]
-        log_events: u64,
-        /// After each quiet round, open this many idle connections (and one slow handshake) to
-        /// each replica and measure again beside it.
-        #[arg(long, default_value_t = 0)]
-        flood: usize,
-        /// Also measure with every replica's /metrics scraped this often (ms), beside a quiet
-        /// measurement; 0: not measured.
-        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
-        scrape_ms: u64,
-        /// Send each client's calls to the replicas in turn (a load balancer's round robin per
-        /// call), not every call of a client to one replica.
-        #[arg(long)]
-        spread: bool,
-    },
-    /// Every projection rebuilt from a generated ledger, beside a plain COPY of the same events.
-    Rebuild {
-        #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1_000..=20_000_000))]
-        events: u64,
-    },
-    /// A covered click through the browser runtime beside a plain WebDriver click on the same
-    /// fixture page, and observe on a large page (needs Chromium and chromedriver; no database).
-    Act {
-        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(10..=100_000))]
-        iterations: u64,
-        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=9_000))]
-        nodes: u64,
-    },
-    /// The agent harness's own work for one step (the snapshot taken in, the prompt, the answer
-    /// checked), without the model, the runtime or the authorizer.
-    Harness {
-        #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(10..=1_000_000))]
-        iterations: u64,
-        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=9_000))]
-        nodes: u64,
-    },
-    /// The gateway's routes (list grants, list pending approvals, resolve) beside the gRPC call
-    /// each wraps, over TLS, at each connection count.
-    Gateway {
-        #[arg(long, value_delimiter = ',', default_value = "1,32")]
-        connections: Vec<usize>,
-        /// Seconds per route and connection count, split between the two kinds.
-        #[arg(long, default_value_t = 8.0)]
-        seconds: f64,
-    },
-    /// Ledger append against a bare insert-and-commit, side by side.
-    Append {
-        #[arg(long, value_delimiter = ',', default_value = "1,32")]
-        writers: Vec<usize>,
-        /// Seconds per writer count, split between the two kinds.
-        #[arg(long, default_value_t = 8.0)]
-        seconds: f64,
     },
 }

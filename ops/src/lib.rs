@@ -1,11 +1,11 @@
-//! Operations: the `grantctl` command's pieces (migrations, the local PostgreSQL cluster,
-//! benchmarks, the classifier's JSON-lines front end). This crate may use every other crate of the workspace; none may use it
+//! Operations: the `grantctl` command's pieces (migrations, the local PostgreSQL cluster, the
+//! services, settings, audits, the classifier's JSON-lines front end). Benchmarks are the `bench`
+//! crate's. This crate may use every other crate of the workspace; none may use it
 //! except `tests`.
 
 pub mod agent;
 pub mod audit;
 pub mod authority;
-pub mod bench;
 pub mod check;
 pub mod classify;
 pub mod demo;

@@ -11,7 +11,7 @@ use ops::pgcluster::{self, Durability};
 
 mod cli;
 use cli::{
-    AgentCmd, AuditCmd, BenchCmd, Cli, Cmd, CredentialsCmd, DbCmd, DemoCmd, OwnerTokenCmd, OwnersCmd, ProfilesCmd,
+    AgentCmd, AuditCmd, Cli, Cmd, CredentialsCmd, DbCmd, DemoCmd, OwnerTokenCmd, OwnersCmd, ProfilesCmd,
     ProjectionsCmd, ServeCmd, SettingsCmd, TicketsCmd, TlsCmd,
 };
 
@@ -154,7 +154,6 @@ async fn run(cli: Cli) -> Result<()> {
                 None => bail!("no cluster is running in {}", dir.display()),
             },
         },
-        Cmd::Bench { command } => bench(&cli.database_url, command).await?,
     }
     Ok(())
 }
@@ -270,59 +269,6 @@ async fn credentials_command(url: &str, command: CredentialsCmd) -> Result<()> {
                 let principal = c.principal.as_deref().unwrap_or("-");
                 println!("{} {} {principal} {state} expires {expires}", c.credential_id, c.role);
             }
-        }
-    }
-    Ok(())
-}
-
-/// `grantctl bench …`.
-async fn bench(database: &Option<String>, command: BenchCmd) -> Result<()> {
-    match command {
-        BenchCmd::Gateway { connections, seconds } => {
-            if connections.is_empty() || connections.contains(&0) || !seconds.is_finite() || seconds <= 0.0 {
-                bail!("--connections takes positive counts and --seconds a positive number");
-            }
-            let url = database_url(database)?;
-            println!("{}", ops::bench::gateway::run(&url, &connections, Duration::from_secs_f64(seconds)).await?);
-        }
-        BenchCmd::Authorize { clients, seconds, with_projections, log_events, flood, scrape_ms, spread } => {
-            if clients.is_empty() || clients.contains(&0) || !seconds.is_finite() || seconds <= 0.0 {
-                bail!("--clients takes positive counts and --seconds a positive number");
-            }
-            let url = database_url(database)?;
-            println!(
-                "{}",
-                ops::bench::authorize::run(
-                    &url,
-                    &clients,
-                    Duration::from_secs_f64(seconds),
-                    ops::bench::authorize::Extras {
-                        with_projections,
-                        log_events,
-                        flood,
-                        scrape_every: (scrape_ms > 0).then(|| Duration::from_millis(scrape_ms)),
-                        spread,
-                    },
-                )
-                .await?
-            );
-        }
-        BenchCmd::Harness { iterations, nodes } => {
-            println!("{}", ops::bench::harness::run(usize::try_from(iterations)?, usize::try_from(nodes)?)?);
-        }
-        BenchCmd::Act { iterations, nodes } => {
-            println!("{}", ops::bench::act::run(usize::try_from(iterations)?, usize::try_from(nodes)?).await?);
-        }
-        BenchCmd::Rebuild { events } => {
-            let url = database_url(database)?;
-            println!("{}", ops::bench::rebuild::run(&url, events).await?);
-        }
-        BenchCmd::Append { writers, seconds } => {
-            if writers.is_empty() || writers.contains(&0) || !seconds.is_finite() || seconds <= 0.0 {
-                bail!("--writers takes positive counts and --seconds a positive number");
-            }
-            let url = database_url(database)?;
-            println!("{}", ops::bench::append(&url, &writers, Duration::from_secs_f64(seconds)).await?);
         }
     }
     Ok(())

@@ -148,7 +148,7 @@ fn server_errors(exposition: &str) -> Vec<String> {
 }
 
 /// `GET path` on a metrics listener: its status and body, within two seconds.
-pub(crate) async fn get(addr: SocketAddr, path: &str) -> Result<(u16, String)> {
+pub async fn get(addr: SocketAddr, path: &str) -> Result<(u16, String)> {
     let asked = async {
         let mut stream = tokio::net::TcpStream::connect(addr).await?;
         stream

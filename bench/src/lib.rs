@@ -1,5 +1,9 @@
-//! `grantctl bench append`: ledger appends against a bare one-row insert-and-commit on the same
+//! The benchmarks behind `grantctl-bench`, each a figure beside its floor in one run, and
+//! `grantctl-bench append`: ledger appends against a bare one-row insert-and-commit on the same
 //! database, interleaved in the same run so the machine's noise hits both alike.
+//!
+//! Not built on the test kit (`tests`): the kit turns on the authorizer's test hooks, and cargo
+//! would unify them into a `grantctl` built in the same command as this crate.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -134,6 +138,16 @@ fn payload() -> serde_json::Value {
     })
 }
 
+/// The latencies every task recorded, and the time since `start`: one run's samples.
+async fn gather(start: Instant, tasks: Vec<tokio::task::JoinHandle<Result<Vec<Duration>>>>) -> Result<Samples> {
+    let mut samples = Samples::default();
+    for t in tasks {
+        samples.latencies.extend(t.await??);
+    }
+    samples.elapsed = start.elapsed();
+    Ok(samples)
+}
+
 /// Runs `op` from `writers` tasks until `duration` has passed; each task records its latencies.
 async fn drive<F, Fut>(writers: usize, duration: Duration, op: F) -> Result<Samples>
 where
@@ -159,12 +173,7 @@ where
             })
         })
         .collect();
-    let mut samples = Samples::default();
-    for t in tasks {
-        samples.latencies.extend(t.await??);
-    }
-    samples.elapsed = start.elapsed();
-    Ok(samples)
+    gather(start, tasks).await
 }
 
 async fn bare(pool: Pool, writers: usize, duration: Duration) -> Result<Samples> {
@@ -220,7 +229,7 @@ struct Scratch {
 
 impl Scratch {
     async fn create(url: &str) -> Result<Self> {
-        let admin = crate::connect(url).await?;
+        let admin = ops::connect(url).await?;
         let name = format!("grantctl_bench_{}", Uuid::new_v4().simple());
         admin.batch_execute(&format!("CREATE DATABASE {name}")).await.context("creating the scratch database")?;
         let mut config: tokio_postgres::Config = url.parse()?;
@@ -228,7 +237,7 @@ impl Scratch {
         let scratch = Self { admin, name, config };
         let (mut client, connection) = scratch.config.connect(tokio_postgres::NoTls).await?;
         tokio::spawn(connection);
-        crate::migrate::run(&mut client).await?;
+        ops::migrate::run(&mut client).await?;
         client
             .batch_execute(
                 "CREATE TABLE bench_bare (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, payload jsonb NOT NULL)",
@@ -289,19 +298,19 @@ async fn run_append(config: tokio_postgres::Config, writers: &[usize], duration:
 /// empty policy in force. The benches' replicas serve them.
 async fn lesson_settings(db_url: &str, tenant: &str) -> Result<()> {
     let lesson = authorizer::scopes::settings(Some("true"), Some("https://www.lesson.test/lesson"))?;
-    let wanted = crate::serve::DeploymentSettings {
+    let wanted = ops::serve::DeploymentSettings {
         settings: lesson,
         standing: None,
         policy_version: Some(authorizer::policy::Policy::empty().version),
     };
-    crate::serve::apply_settings(db_url, tenant, wanted).await?;
+    ops::serve::apply_settings(db_url, tenant, wanted).await?;
     Ok(())
 }
 
-/// This binary run as `args` with `env`, once it prints that it is serving (within 30 s);
-/// killed when dropped.
+/// `grantctl` (built beside this binary) run as `args` with `env`, once it prints that it is
+/// serving (within 30 s); killed when dropped.
 pub(crate) async fn spawn_serving(args: &[&str], env: &[(&str, String)]) -> Result<tokio::process::Child> {
-    let mut command = tokio::process::Command::new(std::env::current_exe()?);
+    let mut command = tokio::process::Command::new(grantctl()?);
     command.args(args).env("RUST_LOG", "warn").stdout(std::process::Stdio::piped()).kill_on_drop(true);
     for (k, v) in env {
         command.env(k, v);
@@ -320,6 +329,17 @@ pub(crate) async fn spawn_serving(args: &[&str], env: &[(&str, String)]) -> Resu
     .await
     .with_context(|| format!("{args:?} did not start within 30 s"))??;
     Ok(child)
+}
+
+/// The `grantctl` binary beside this one: the services a bench measures run as in production.
+pub(crate) fn grantctl() -> Result<std::path::PathBuf> {
+    let path = std::env::current_exe()?.with_file_name("grantctl");
+    anyhow::ensure!(
+        path.is_file(),
+        "{} is missing: build it beside the bench (cargo build --release -p ops -p bench)",
+        path.display()
+    );
+    Ok(path)
 }
 
 pub mod authorize;

@@ -1,4 +1,4 @@
-//! `grantctl bench rebuild`: a ledger of `events` events across many tenants and grants, every
+//! `grantctl-bench rebuild`: a ledger of `events` events across many tenants and grants, every
 //! projection rebuilt from it, side by side with a plain sequential read of the same events
 //! (`COPY … TO STDOUT`) in the same run.
 

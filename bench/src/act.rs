@@ -1,4 +1,4 @@
-//! `grantctl bench act`: a covered click through the runtime (the snapshot check, the live
+//! `grantctl-bench act`: a covered click through the runtime (the snapshot check, the live
 //! re-read, the dispatch ticket's check, the classifier's coverage under the ticket's
 //! constraint, dispatch) under a standing and under a task grant, beside a plain WebDriver click
 //! on the same fixture page, interleaved in one run; the seal and check of one ticket alone; and

@@ -1,4 +1,4 @@
-//! `grantctl bench gateway`: the owner's routes through the gateway beside the gRPC call each
+//! `grantctl-bench gateway`: the owner's routes through the gateway beside the gRPC call each
 //! wraps, in the same run, against one authorizer and one gateway process of their own, both over
 //! TLS as in production. Each client holds one keep-alive connection (HTTP/1.1 to the gateway, or
 //! its own HTTP/2 channel to the authorizer); the two kinds alternate in short slices so that the
@@ -318,9 +318,9 @@ impl Stack {
             gateway::Owners::new(pool).create(TENANT, OWNER, &scopes, Duration::from_secs(3600)).await?;
 
         let dir = std::env::temp_dir().join(format!("grantctl-bench-gw-{}", Uuid::new_v4().simple()));
-        let pki = crate::tls::DevPki::generate()?;
+        let pki = ops::tls::DevPki::generate()?;
         pki.write(&dir)?;
-        let (ca, cert, key) = crate::tls::DevPki::paths(&dir);
+        let (ca, cert, key) = ops::tls::DevPki::paths(&dir);
         let keys_file = dir.join("ticket-keys");
         let key_line = proto::ticket::Keyring::line("bench", rand::random());
         std::fs::write(&keys_file, &key_line)?;

@@ -1,4 +1,4 @@
-//! `grantctl bench harness`: the harness's own work for one step, without the model, the
+//! `grantctl-bench harness`: the harness's own work for one step, without the model, the
 //! runtime or the authorizer: a snapshot taken in (the repeated-page digest, the page's own
 //! stops), the step's prompt rendered, and the model's answer checked against its schema and the
 //! rules (grounded target, evidence line). On a page of `nodes` interactive nodes.

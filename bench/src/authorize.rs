@@ -1,4 +1,4 @@
-//! `grantctl bench authorize`: authorize-and-consume over loopback gRPC against a server process
+//! `grantctl-bench authorize`: authorize-and-consume over loopback gRPC against a server process
 //! of its own, side by side with a bare insert-and-commit on the same database.
 
 use std::fmt::Write as _;
@@ -192,12 +192,7 @@ async fn drive(
             })
         })
         .collect();
-    let mut samples = Samples::default();
-    for t in tasks {
-        samples.latencies.extend(t.await??);
-    }
-    samples.elapsed = start.elapsed();
-    Ok(samples)
+    super::gather(start, tasks).await
 }
 
 /// Timed gRPC health checks from `clients` clients for `duration`: the same TLS connection and
@@ -221,12 +216,7 @@ async fn check(endpoints: &[String], tokens: &Tokens, clients: usize, duration: 
             })
         })
         .collect();
-    let mut samples = Samples::default();
-    for t in tasks {
-        samples.latencies.extend(t.await??);
-    }
-    samples.elapsed = start.elapsed();
-    Ok(samples)
+    super::gather(start, tasks).await
 }
 
 /// Opens `per_replica` silent TCP connections to each replica and one client sending a TLS
@@ -249,7 +239,7 @@ async fn scrape(replicas: Vec<std::net::SocketAddr>, every: Duration) {
     loop {
         tick.tick().await;
         for r in &replicas {
-            let _ = crate::status::get(*r, "/metrics").await;
+            let _ = ops::status::get(*r, "/metrics").await;
         }
     }
 }
@@ -259,7 +249,7 @@ async fn scrape(replicas: Vec<std::net::SocketAddr>, every: Duration) {
 async fn handling(replicas: &[std::net::SocketAddr]) -> (f64, f64) {
     let mut total = (0.0, 0.0);
     for r in replicas {
-        let Ok((_, text)) = crate::status::get(*r, "/metrics").await else { continue };
+        let Ok((_, text)) = ops::status::get(*r, "/metrics").await else { continue };
         for line in text.lines().filter(|l| l.contains("grpc_method=\"Authorize\"")) {
             let value = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
             if line.starts_with("grpc_server_handling_seconds_sum") {
@@ -344,7 +334,7 @@ async fn run_on(
     // lag sampled every 100 ms.
     let mut workers = match with_projections {
         true => Some(
-            tokio::process::Command::new(std::env::current_exe()?)
+            tokio::process::Command::new(super::grantctl()?)
                 .args(["serve", "projections"])
                 .env("DATABASE_URL", db_url)
                 .env("PROJECTIONS_METRICS_LISTEN", "127.0.0.1:0")
@@ -364,7 +354,7 @@ async fn run_on(
             if !sampling.load(Ordering::Relaxed) {
                 return Ok(lags);
             }
-            let client = crate::connect_config(&config).await?;
+            let client = ops::connect_config(&config).await?;
             while sampling.load(Ordering::Relaxed) {
                 if let Ok(s) = projections::worker::status(&client).await {
                     lags.push(s.iter().map(|s| s.lag_seconds).fold(0.0, f64::max));
@@ -431,7 +421,7 @@ async fn run_on(
 /// Writes `log_events` filler rows of other tenants' streams, in bulk: nothing the authorizer
 /// reads at start-up or per request, which is the point.
 async fn fill_log(config: &tokio_postgres::Config, log_events: u64) -> Result<()> {
-    let client = crate::connect_config(config).await?;
+    let client = ops::connect_config(config).await?;
     let started = Instant::now();
     client
         .execute(
@@ -461,9 +451,9 @@ struct Replicas {
 async fn start_replicas(db_url: &str) -> Result<(String, String, Replicas)> {
     // TLS as in production: its cost is part of the call.
     let pki_dir = std::env::temp_dir().join(format!("grantctl-bench-{}", Uuid::new_v4().simple()));
-    let pki = crate::tls::DevPki::generate()?;
+    let pki = ops::tls::DevPki::generate()?;
     pki.write(&pki_dir)?;
-    let (_, cert, key) = crate::tls::DevPki::paths(&pki_dir);
+    let (_, cert, key) = ops::tls::DevPki::paths(&pki_dir);
     let keys = pki_dir.join("ticket-keys");
     let key_line = proto::ticket::Keyring::line("bench", rand::random());
     std::fs::write(&keys, &key_line)?;
