@@ -449,14 +449,7 @@ struct Replicas {
 /// Starts [`REPLICAS`] servers on `db_url` with a throwaway CA and ticket keyring; answers the
 /// keyring's line, the CA's certificate and the replicas.
 async fn start_replicas(db_url: &str) -> Result<(String, String, Replicas)> {
-    // TLS as in production: its cost is part of the call.
-    let pki_dir = std::env::temp_dir().join(format!("grantctl-bench-{}", Uuid::new_v4().simple()));
-    let pki = ops::tls::DevPki::generate()?;
-    pki.write(&pki_dir)?;
-    let (_, cert, key) = ops::tls::DevPki::paths(&pki_dir);
-    let keys = pki_dir.join("ticket-keys");
-    let key_line = proto::ticket::Keyring::line("bench", rand::random());
-    std::fs::write(&keys, &key_line)?;
+    let super::Pki { dir: pki_dir, cert, key, keys_file: keys, key_line, ca_pem, .. } = super::Pki::new("authorize")?;
     // Two replicas on one database, the clients spread over them round robin.
     let mut r = Replicas { servers: Vec::new(), endpoints: Vec::new(), metrics: Vec::new() };
     for _ in 0..REPLICAS {
@@ -482,7 +475,7 @@ async fn start_replicas(db_url: &str) -> Result<(String, String, Replicas)> {
         r.metrics.push(metrics_at);
     }
     std::fs::remove_dir_all(&pki_dir)?;
-    Ok((key_line, pki.ca_cert, r))
+    Ok((key_line, ca_pem, r))
 }
 
 /// The side-by-side measurements at each client count: the table's rows and the ratios.

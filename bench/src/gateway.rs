@@ -317,13 +317,7 @@ impl Stack {
         let (_, owner_token) =
             gateway::Owners::new(pool).create(TENANT, OWNER, &scopes, Duration::from_secs(3600)).await?;
 
-        let dir = std::env::temp_dir().join(format!("grantctl-bench-gw-{}", Uuid::new_v4().simple()));
-        let pki = ops::tls::DevPki::generate()?;
-        pki.write(&dir)?;
-        let (ca, cert, key) = ops::tls::DevPki::paths(&dir);
-        let keys_file = dir.join("ticket-keys");
-        let key_line = proto::ticket::Keyring::line("bench", rand::random());
-        std::fs::write(&keys_file, &key_line)?;
+        let super::Pki { dir, ca, cert, key, keys_file, key_line, .. } = super::Pki::new("gateway")?;
         let creds_file = dir.join("gateway-credentials");
         std::fs::write(&creds_file, format!("{TENANT} {gateway_token}\n"))?;
         let free = || -> Result<u16> { Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()) };

@@ -307,6 +307,32 @@ async fn lesson_settings(db_url: &str, tenant: &str) -> Result<()> {
     Ok(())
 }
 
+/// A throwaway CA with a loopback certificate and a ticket keyring, in a new folder named after
+/// `what`: TLS as in production, its cost part of every call.
+pub(crate) struct Pki {
+    pub(crate) dir: std::path::PathBuf,
+    pub(crate) ca: std::path::PathBuf,
+    pub(crate) cert: std::path::PathBuf,
+    pub(crate) key: std::path::PathBuf,
+    pub(crate) keys_file: std::path::PathBuf,
+    pub(crate) key_line: String,
+    /// The CA's certificate, PEM: what a client trusts.
+    pub(crate) ca_pem: String,
+}
+
+impl Pki {
+    pub(crate) fn new(what: &str) -> Result<Self> {
+        let dir = std::env::temp_dir().join(format!("grantctl-bench-{what}-{}", Uuid::new_v4().simple()));
+        let pki = ops::tls::DevPki::generate()?;
+        pki.write(&dir)?;
+        let (ca, cert, key) = ops::tls::DevPki::paths(&dir);
+        let keys_file = dir.join("ticket-keys");
+        let key_line = proto::ticket::Keyring::line("bench", rand::random());
+        std::fs::write(&keys_file, &key_line)?;
+        Ok(Self { dir, ca, cert, key, keys_file, key_line, ca_pem: pki.ca_cert })
+    }
+}
+
 /// `grantctl` (built beside this binary) run as `args` with `env`, once it prints that it is
 /// serving (within 30 s); killed when dropped.
 pub(crate) async fn spawn_serving(args: &[&str], env: &[(&str, String)]) -> Result<tokio::process::Child> {

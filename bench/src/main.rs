@@ -153,18 +153,5 @@ async fn run(database: &Option<String>, command: BenchCmd) -> Result<()> {
 fn main() -> ExitCode {
     telemetry::init_logs();
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("grantctl-bench: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(&cli.database_url, cli.command)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("grantctl-bench: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    ops::run_main("grantctl-bench", run(&cli.database_url, cli.command))
 }

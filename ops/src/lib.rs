@@ -19,6 +19,25 @@ pub mod tls;
 
 use anyhow::{Context, Result};
 
+/// A binary's `main`: `work` on a multi-threaded runtime; an error printed with its chain, after
+/// `name`, and the exit status failed.
+pub fn run_main(name: &str, work: impl std::future::Future<Output = Result<()>>) -> std::process::ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("{name}: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(work) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// Connects one client and drives its connection in the background.
 pub async fn connect(url: &str) -> Result<tokio_postgres::Client> {
     let config: tokio_postgres::Config = url.parse().context("DATABASE_URL is not a valid PostgreSQL URL")?;

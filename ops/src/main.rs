@@ -278,18 +278,5 @@ fn main() -> ExitCode {
     // RUST_LOG when set, otherwise info; JSON lines unless standard error is a terminal.
     telemetry::init_logs();
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("grantctl: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("grantctl: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    ops::run_main("grantctl", run(cli))
 }
