@@ -317,7 +317,7 @@ impl Stack {
         let (_, owner_token) =
             gateway::Owners::new(pool).create(TENANT, OWNER, &scopes, Duration::from_secs(3600)).await?;
 
-        let super::Pki { dir, ca, cert, key, keys_file, key_line, .. } = super::Pki::new("gateway")?;
+        let super::Pki { dir, ca, cert, key, keys_file, key_line, ca_pem } = super::Pki::new("gateway")?;
         let creds_file = dir.join("gateway-credentials");
         std::fs::write(&creds_file, format!("{TENANT} {gateway_token}\n"))?;
         let free = || -> Result<u16> { Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()) };
@@ -351,7 +351,6 @@ impl Stack {
             ],
         )
         .await?;
-        let ca_pem = std::fs::read_to_string(&ca)?;
         std::fs::remove_dir_all(&dir)?;
 
         let endpoint = format!("https://localhost:{authorizer_port}");

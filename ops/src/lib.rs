@@ -1,7 +1,7 @@
 //! Operations: the `grantctl` command's pieces (migrations, the local PostgreSQL cluster, the
 //! services, settings, audits, the classifier's JSON-lines front end). Benchmarks are the `bench`
 //! crate's. This crate may use every other crate of the workspace; none may use it
-//! except `tests`.
+//! except `bench` and `tests`.
 
 pub mod agent;
 pub mod audit;

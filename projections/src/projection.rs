@@ -63,6 +63,8 @@ impl Projection {
         0x676c_7262_0000 + i64::from(self.index())
     }
 
+    /// Its place in the lock keys. 2 and 3 were the retired `grant_list` and `pending_approvals`:
+    /// never reuse them, so an old worker still running can never hold a new projection's lock.
     fn index(self) -> u8 {
         match self {
             Self::AuditLog => 1,

@@ -283,7 +283,7 @@ async fn a_worker_lags_behind_an_open_transaction_and_never_skips() {
     assert_eq!(rows.len(), 2, "both, once each");
 }
 
-/// Rebuild under live load: while authorizations run and the live workers apply, both views are
+/// Rebuild under live load: while authorizations run and the live workers apply, every view is
 /// rebuilt blue/green; every authorization is allowed, and after the workers catch up every view
 /// equals the replay of the log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -440,8 +440,15 @@ async fn a_stale_projection_is_refused_until_rebuilt() {
     client.execute("UPDATE projection_checkpoints SET version = 0 WHERE projection = 'audit_log'", &[]).await.unwrap();
     let err = projections::worker::ensure_current(&client).await.unwrap_err().to_string();
     assert!(err.contains("grantctl projections rebuild audit_log"), "{err}");
+    // New events, readable, that a worker of this build would write if it took stale rows.
     lesson(&a, "s2", 1).await;
+    let more = event_count(&db).await;
+    ledger::contract::read_until(&store, ledger::Checkpoint::START, |r| r.len() as u64 >= more).await;
+    let rows_before: i64 = client.query_one("SELECT count(*) FROM audit_log", &[]).await.unwrap().get(0);
     assert_eq!(w.step(&mut client).await.unwrap(), 0, "nothing written onto another version's rows");
+    let rows_after: i64 = client.query_one("SELECT count(*) FROM audit_log", &[]).await.unwrap().get(0);
+    assert_eq!(rows_after, rows_before, "no row written");
+    assert!(rows_before < i64::try_from(more).unwrap(), "the new events were there to write");
     projections::rebuild::rebuild(&mut client, &store, Projection::AuditLog, 100, |_| {}).await.unwrap();
     projections::worker::ensure_current(&client).await.expect("current after the rebuild");
     assert!(verify::projection(&mut client, Projection::AuditLog).await.unwrap().ok());
@@ -513,13 +520,19 @@ async fn workers_page_across_a_transaction_id_digit_boundary() {
         assert!(attempt < 3, "other sessions took ids past {boundary} before this test's first transaction");
     }
     let events = event_count(&db).await;
-    for (p, batch) in Projection::ALL.into_iter().zip([1, 2, 7]) {
-        let mut w = Worker::new(p, db.config.clone(), store.clone());
+    for batch in [1, 2, 7] {
+        // Each batch size builds the view from the start of the log.
+        db.client()
+            .await
+            .batch_execute("DELETE FROM audit_log; DELETE FROM projection_checkpoints WHERE projection = 'audit_log'")
+            .await
+            .unwrap();
+        let mut w = Worker::new(Projection::AuditLog, db.config.clone(), store.clone());
         w.batch = batch;
         let mut client = w.connect().await;
         catch_up(&w, client.as_mut().unwrap(), events).await;
-    }
-    for r in verify_all(&db).await {
-        assert!(r.ok(), "{r}");
+        for r in verify_all(&db).await {
+            assert!(r.ok(), "batch {batch}: {r}");
+        }
     }
 }
