@@ -226,6 +226,16 @@ pub struct Resolved {
     pub position: Option<Position>,
 }
 
+/// Whether a task permission still covers acts: its one home for the owner's routes and stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GrantStatus {
+    /// Within its time, with uses left, not ended.
+    Active,
+    /// Ended, or past its time though the sweep has not yet ended it.
+    Ended,
+}
+
 /// A task permission.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct Grant {
@@ -239,8 +249,7 @@ pub struct Grant {
     pub max_actions: u32,
     pub chars_used: u32,
     pub max_typed_chars: u32,
-    /// `active` or `ended`.
-    pub status: String,
+    pub status: GrantStatus,
     /// `expired`, `exhausted`, `revoked`, `superseded`, `profile_changed`, …
     #[serde(skip_serializing_if = "Option::is_none")]
     pub end_reason: Option<String>,
@@ -267,7 +276,7 @@ impl Grant {
             max_actions: g.max_actions,
             chars_used: g.chars_used,
             max_typed_chars: g.max_typed_chars,
-            status: if ended { "ended" } else { "active" }.into(),
+            status: if ended { GrantStatus::Ended } else { GrantStatus::Active },
             end_reason: Some(g.end_reason).filter(|r| !r.is_empty()).or_else(|| ended.then(|| "expired".into())),
             minutes_left,
         }
@@ -358,13 +367,13 @@ mod tests {
             ..Default::default()
         };
         let live = Grant::from_pb(g(now + time::Duration::seconds(61), ""), now);
-        assert_eq!((live.status.as_str(), live.minutes_left, live.end_reason), ("active", 2, None));
+        assert_eq!((live.status, live.minutes_left, live.end_reason), (GrantStatus::Active, 2, None));
         let past = Grant::from_pb(g(now - time::Duration::seconds(1), ""), now);
         assert_eq!(
-            (past.status.as_str(), past.minutes_left, past.end_reason.as_deref()),
-            ("ended", 0, Some("expired"))
+            (past.status, past.minutes_left, past.end_reason.as_deref()),
+            (GrantStatus::Ended, 0, Some("expired"))
         );
         let revoked = Grant::from_pb(g(now + time::Duration::minutes(5), "revoked"), now);
-        assert_eq!((revoked.status.as_str(), revoked.end_reason.as_deref()), ("ended", Some("revoked")));
+        assert_eq!((revoked.status, revoked.end_reason.as_deref()), (GrantStatus::Ended, Some("revoked")));
     }
 }

@@ -19,7 +19,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::Owner;
-use crate::api::{Approval, Grant};
+use crate::api::{Approval, Grant, GrantStatus};
 use crate::call::{Call, NoQuery, Seg, entity_id};
 use crate::docs::{Doc, doc, schema};
 use crate::guard::Slot;
@@ -173,10 +173,10 @@ impl Watch {
         };
         for g in grants {
             let before = self.grants.insert(g.grant_id.clone(), g.clone());
-            let ended = g.status == "ended";
+            let ended = g.status == GrantStatus::Ended;
             let name = match &before {
                 Some(b) if *b == g => continue,
-                Some(b) if ended && b.status != "ended" => "grant.ended",
+                Some(b) if ended && b.status != GrantStatus::Ended => "grant.ended",
                 None if !ended => "grant.changed",
                 Some(_) if !ended => "grant.changed",
                 _ => continue,

@@ -8,7 +8,7 @@ use proto::v1 as pb;
 use schemars::JsonSchema;
 use time::OffsetDateTime;
 
-use crate::api::{Grant, Grants, Position, Written};
+use crate::api::{Grant, GrantStatus, Grants, Position, Written};
 use crate::call::{Answer, Call, NoQuery, ReadQuery, Seg, entity_id, min_position, status, uuid};
 use crate::docs::{Doc, doc, schema};
 use crate::guard;
@@ -104,7 +104,7 @@ pub(crate) async fn grants_of(
     let grants = reply.into_inner().grants.into_iter().map(|g| Grant::from_pb(g, now));
     // A grant past its expiry that the sweep has not yet ended is shown ended, and so is no
     // longer active.
-    Ok(grants.filter(|g| !active_only || g.status == "active").collect())
+    Ok(grants.filter(|g| !active_only || g.status == GrantStatus::Active).collect())
 }
 
 pub(super) async fn get_grant(call: Call, grant_id: Result<Seg, Problem>) -> Answer<Grant> {
