@@ -47,7 +47,50 @@ pub fn method_paths(service: &str) -> Vec<String> {
 pub const DENY_SESSION_STOPPED: &str = "session_stopped";
 
 /// `AwaitApproval`'s status when the owner stopped the agent in the session: the run ends.
-pub const AWAIT_STOPPED: &str = "STOPPED";
+pub const AWAIT_STOPPED: &str = ApprovalStatus::Stopped.code();
+
+/// A card's status as `Approval.status` spells it on the wire. Readers parse it here once and
+/// branch on the variant; the authorizer writes the domain's codes, held to these by a test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ApprovalStatus {
+    /// Waiting for the owner.
+    Pending,
+    Approved,
+    Denied,
+    /// Not answered in time.
+    Expired,
+    /// The owner took the live tab over.
+    TakenOver,
+    /// `AwaitApproval` only: the owner stopped the agent in the session.
+    Stopped,
+}
+
+impl ApprovalStatus {
+    pub const ALL: [ApprovalStatus; 6] = [
+        ApprovalStatus::Pending,
+        ApprovalStatus::Approved,
+        ApprovalStatus::Denied,
+        ApprovalStatus::Expired,
+        ApprovalStatus::TakenOver,
+        ApprovalStatus::Stopped,
+    ];
+
+    pub const fn code(self) -> &'static str {
+        match self {
+            ApprovalStatus::Pending => "PENDING",
+            ApprovalStatus::Approved => "APPROVED",
+            ApprovalStatus::Denied => "DENIED",
+            ApprovalStatus::Expired => "EXPIRED",
+            ApprovalStatus::TakenOver => "TAKEN_OVER",
+            ApprovalStatus::Stopped => "STOPPED",
+        }
+    }
+
+    /// The status `code` names; `None` for a code this build does not know.
+    pub fn from_code(code: &str) -> Option<ApprovalStatus> {
+        ApprovalStatus::ALL.into_iter().find(|s| s.code() == code)
+    }
+}
 
 #[cfg(test)]
 mod tests {

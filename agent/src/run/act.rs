@@ -4,6 +4,8 @@
 use proto::runtime::{self as rt};
 use proto::v1::{self as pb, authorize_reply::Decision};
 
+use proto::ApprovalStatus;
+
 use crate::reason::Reason;
 use crate::rules::End;
 use crate::tools::{Act, Target};
@@ -223,12 +225,14 @@ impl State<'_> {
             let got = timed!(self.time.owner, self.clients.authorizer.await_approval(self.clients.req(req)).await)
                 .map_err(RunError::Authorizer)?;
             let got = got.into_inner();
-            if got.status != "PENDING" || tokio::time::Instant::now() >= deadline {
+            if ApprovalStatus::from_code(&got.status) != Some(ApprovalStatus::Pending)
+                || tokio::time::Instant::now() >= deadline
+            {
                 break got;
             }
         };
-        match got.status.as_str() {
-            "APPROVED" if !got.approval_token.is_empty() => {
+        match ApprovalStatus::from_code(&got.status) {
+            Some(ApprovalStatus::Approved) if !got.approval_token.is_empty() => {
                 let result = format!(
                     "APPROVED: approval_token {} for the {verb} of ref {}",
                     got.approval_token, target.node_ref
@@ -238,17 +242,21 @@ impl State<'_> {
             }
             // Allowed for the task, its own act already spent or past its token's life: the
             // grant decides the next act.
-            "APPROVED" if !got.grant_id.is_empty() => {
+            Some(ApprovalStatus::Approved) if !got.grant_id.is_empty() => {
                 self.note(
                     "allowed for this task by the owner".into(),
                     format!("APPROVED for this task: {verb} again without a token"),
                 );
                 Ok(None)
             }
-            "PENDING" => Ok(Some(End::escalated(Reason::ApprovalTimeout, "the owner did not answer in time"))),
-            proto::AWAIT_STOPPED => Ok(Some(stopped())),
+            Some(ApprovalStatus::Pending) => {
+                Ok(Some(End::escalated(Reason::ApprovalTimeout, "the owner did not answer in time")))
+            }
+            Some(ApprovalStatus::Stopped) => Ok(Some(stopped())),
             // The owner acts in the live tab: nothing more of the run's.
-            "TAKEN_OVER" => Ok(Some(End::escalated(Reason::TakenOver, "the owner took the live tab over"))),
+            Some(ApprovalStatus::TakenOver) => {
+                Ok(Some(End::escalated(Reason::TakenOver, "the owner took the live tab over")))
+            }
             // Never retry a rejected approval.
             _ => Ok(Some(End::escalated(Reason::ApprovalRejected, got.status))),
         }

@@ -194,3 +194,24 @@ pub(super) fn grant(g: &Grant) -> pb::TaskGrant {
 pub(super) fn token_digest(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
+
+#[cfg(test)]
+mod tests {
+    use grant_domain::catalogue::Resolution;
+    use proto::ApprovalStatus;
+
+    use crate::domain::ApprovalState;
+
+    /// Every status the authorizer writes is one the wire's readers parse.
+    #[test]
+    fn every_card_status_written_is_one_readers_know() {
+        let resolutions = [Resolution::ApproveOnce, Resolution::ApproveForTask, Resolution::Deny, Resolution::TakeOver];
+        let states = [ApprovalState::Pending, ApprovalState::Expired]
+            .into_iter()
+            .chain(resolutions.map(ApprovalState::Resolved));
+        for state in states {
+            assert!(ApprovalStatus::from_code(state.code()).is_some(), "{state:?} is written as {}", state.code());
+        }
+        assert_eq!(ApprovalStatus::from_code(proto::AWAIT_STOPPED), Some(ApprovalStatus::Stopped));
+    }
+}

@@ -2,6 +2,7 @@
 
 use axum::Json;
 use credentials::Scope;
+use proto::ApprovalStatus;
 use proto::v1 as pb;
 use schemars::JsonSchema;
 
@@ -44,7 +45,7 @@ pub(crate) async fn approvals_of(
     let req = pb::ListApprovalsRequest { session_id: session_id.into(), pending_only, min_position: min };
     let reply = call.gateway.authorizer().list_approvals(call.grpc(owner, req)?).await.map_err(status)?;
     let mut approvals: Vec<Approval> = reply.into_inner().approvals.into_iter().map(Approval::from).collect();
-    approvals.sort_by_key(|a| a.status != "PENDING");
+    approvals.sort_by_key(|a| ApprovalStatus::from_code(&a.status) != Some(ApprovalStatus::Pending));
     Ok(approvals)
 }
 

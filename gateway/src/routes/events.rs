@@ -14,6 +14,7 @@ use std::time::Duration;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use credentials::Scope;
 use futures_util::Stream;
+use proto::ApprovalStatus;
 use schemars::JsonSchema;
 use serde::Serialize;
 use tokio::sync::watch;
@@ -150,10 +151,11 @@ impl Watch {
         let approvals = approvals_of(&self.call, &self.owner, &self.session_id, false, None).await?;
         for a in approvals {
             let before = self.approvals.insert(a.approval_id.clone(), a.status.clone());
-            let pending = a.status == "PENDING";
+            let is_pending = |s: &str| ApprovalStatus::from_code(s) == Some(ApprovalStatus::Pending);
+            let pending = is_pending(&a.status);
             let name = match before.as_deref() {
                 None if pending => "approval.pending",
-                Some("PENDING") if !pending => "approval.resolved",
+                Some(b) if is_pending(b) && !pending => "approval.resolved",
                 _ => continue,
             };
             self.push(name, &StreamEvent::Approval(Box::new(a)));

@@ -5,6 +5,7 @@ use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use credentials::Scope;
+use proto::ApprovalStatus;
 use proto::v1 as pb;
 use schemars::JsonSchema;
 
@@ -56,7 +57,8 @@ pub(super) async fn live(call: Call, Seg(approval_id): Seg) -> Result<Response, 
     let (owner, _) = call.owner(&LIVE).await?;
     call.query::<LiveQuery>()?;
     uuid("approval_id", &approval_id)?;
-    let (mut runtime, tab) = card_tab(&call, &owner, approval_id, &["PENDING", "TAKEN_OVER"]).await?;
+    let (mut runtime, tab) =
+        card_tab(&call, &owner, approval_id, &[ApprovalStatus::Pending, ApprovalStatus::TakenOver]).await?;
     let req = proto::runtime::LiveViewRequest { browser_profile_id: tab.profile, snapshot_id: tab.snapshot };
     let view = runtime.live_view(call.grpc(&owner, req)?).await.map_err(runtime_problem)?.into_inner();
     Ok(shown(view))
@@ -102,7 +104,7 @@ pub(super) async fn live_input(call: Call, Seg(approval_id): Seg, req: Request) 
         }
         _ => return Err(Problem::invalid("input", "is exactly one of click, text, key, answer or done: true")),
     };
-    let (mut runtime, tab) = card_tab(&call, &owner, approval_id, &["TAKEN_OVER"]).await?;
+    let (mut runtime, tab) = card_tab(&call, &owner, approval_id, &[ApprovalStatus::TakenOver]).await?;
     let req = proto::runtime::LiveInputRequest {
         browser_profile_id: tab.profile,
         snapshot_id: tab.snapshot,
@@ -150,12 +152,12 @@ pub(super) async fn card_tab(
     call: &Call,
     owner: &Owner,
     approval_id: String,
-    statuses: &[&str],
+    statuses: &[ApprovalStatus],
 ) -> Result<(RuntimeClient, Tab), Problem> {
     let Some(runtime) = call.gateway.runtime() else { return Err(Problem::not_found()) };
     let req = pb::GetApprovalRequest { approval_id, min_position: None };
     let card = call.gateway.authorizer().get_approval(call.grpc(owner, req)?).await.map_err(status)?.into_inner();
-    if !statuses.contains(&card.status.as_str()) {
+    if !ApprovalStatus::from_code(&card.status).is_some_and(|s| statuses.contains(&s)) {
         return Err(Problem::new(StatusCode::CONFLICT, "not_pending", "the card is answered: its tab is not shown"));
     }
     if card.browser_profile_id.is_empty() || card.snapshot_id.is_empty() {

@@ -4,6 +4,7 @@
 use axum::Json;
 use axum::extract::Request;
 use credentials::Scope;
+use proto::ApprovalStatus;
 use proto::v1 as pb;
 
 use super::live::{card_tab, runtime_problem};
@@ -61,7 +62,7 @@ pub(super) async fn resolve(call: Call, Seg(approval_id): Seg, req: Request) -> 
     // Taking over marks the tab first, so that from the answer on nothing of the agent's reaches
     // it: the owner meant to act there even if the card cannot be answered any more.
     let taken = if resolution == pb::Resolution::TakeOver {
-        let (mut runtime, tab) = card_tab(&call, &owner, approval_id.clone(), &["PENDING"]).await?;
+        let (mut runtime, tab) = card_tab(&call, &owner, approval_id.clone(), &[ApprovalStatus::Pending]).await?;
         let req = proto::runtime::TakeOverRequest {
             browser_profile_id: tab.profile.clone(),
             snapshot_id: tab.snapshot.clone(),
