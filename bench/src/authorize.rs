@@ -85,17 +85,7 @@ fn plain_act(session: &str) -> pb::AuthorizeRequest {
         tool_call_id: format!("call-{}", Uuid::new_v4().simple()),
         turn_tool_calls: vec!["browser.act".into()],
         agent_version: "bench".into(),
-        element: Some(pb::ElementFacts {
-            role: "button".into(),
-            name: "el gato".into(),
-            visible_text: "el gato".into(),
-            field_kind: Some(pb::FieldKind::None as i32),
-            download: Some(false),
-            disabled: Some(false),
-            truncated: Some(false),
-            nav_targets_carried: true,
-            ..Default::default()
-        }),
+        element: Some(super::button("el gato")),
         page_url: "https://www.lesson.test/lesson/unit-1".into(),
         action: Some(pb::Action { kind: pb::ActionKind::Click as i32, ..Default::default() }),
         // Named, as a worker names them: every allow then carries its sealed dispatch ticket.

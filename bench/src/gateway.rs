@@ -118,17 +118,7 @@ impl Fixture {
             page_url: "https://www.lesson.test/lesson/unit-1".into(),
             page_title: "Unit 1".into(),
             // Named "Next" (a routine button): asks, and is offered the lesson scope.
-            element: Some(pb::ElementFacts {
-                role: "button".into(),
-                name: "Next".into(),
-                visible_text: "Next".into(),
-                field_kind: Some(pb::FieldKind::None as i32),
-                download: Some(false),
-                disabled: Some(false),
-                truncated: Some(false),
-                nav_targets_carried: true,
-                ..Default::default()
-            }),
+            element: Some(super::button("Next")),
             read_ms,
         }));
         let reply = c.authorize(bearer(r, &self.worker)).await?.into_inner();

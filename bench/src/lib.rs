@@ -307,6 +307,22 @@ async fn lesson_settings(db_url: &str, tenant: &str) -> Result<()> {
     Ok(())
 }
 
+/// The facts of an enabled, routine button named `name`, as a runtime reads them.
+pub(crate) fn button(name: &str) -> proto::v1::ElementFacts {
+    use proto::v1 as pb;
+    pb::ElementFacts {
+        role: "button".into(),
+        name: name.into(),
+        visible_text: name.into(),
+        field_kind: Some(pb::FieldKind::None as i32),
+        download: Some(false),
+        disabled: Some(false),
+        truncated: Some(false),
+        nav_targets_carried: true,
+        ..Default::default()
+    }
+}
+
 /// A throwaway CA with a loopback certificate and a ticket keyring, in a new folder named after
 /// `what`: TLS as in production, its cost part of every call.
 pub(crate) struct Pki {

@@ -28,7 +28,10 @@ pub use rustls::ServerConfig;
 
 mod gate;
 
-pub use gate::*;
+pub use gate::{
+    CALLER_NOT_PERMITTED, Gate, GateMetrics, HEALTH_EVERY, MAX_HEALTH_REQUEST_BYTES, REQUEST_ID_HEADER, RequestId,
+    Route, STANDARD_PATHS, auth_status, follow_health, open_to_all, reflection,
+};
 
 use credentials::{AuthError, Credentials, Role, Scope};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
