@@ -214,7 +214,7 @@ impl State<'_> {
         };
         // Waited for in bounded calls, until the owner answers or `approval_wait` runs out.
         let deadline = tokio::time::Instant::now() + self.task.approval_wait;
-        let got = loop {
+        let (status, got) = loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let wait = u32::try_from(left.as_millis()).unwrap_or(u32::MAX).min(20_000);
             let req = pb::AwaitApprovalRequest {
@@ -225,13 +225,12 @@ impl State<'_> {
             let got = timed!(self.time.owner, self.clients.authorizer.await_approval(self.clients.req(req)).await)
                 .map_err(RunError::Authorizer)?;
             let got = got.into_inner();
-            if ApprovalStatus::from_code(&got.status) != Some(ApprovalStatus::Pending)
-                || tokio::time::Instant::now() >= deadline
-            {
-                break got;
+            let status = ApprovalStatus::from_code(&got.status);
+            if status != Some(ApprovalStatus::Pending) || tokio::time::Instant::now() >= deadline {
+                break (status, got);
             }
         };
-        match ApprovalStatus::from_code(&got.status) {
+        match status {
             Some(ApprovalStatus::Approved) if !got.approval_token.is_empty() => {
                 let result = format!(
                     "APPROVED: approval_token {} for the {verb} of ref {}",
