@@ -381,8 +381,11 @@ fn standing_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateT
 
 /// The offer an approval for `req` carries: only with the flag on, only where a grant made from
 /// it could ever apply — an eligible session, a describable element on a field a grant may act
-/// on, a page inside a configured scope with no sensitive segment. The scope is the configured
-/// entry, never one taken from the page.
+/// on, a page inside a configured scope with no sensitive segment — and only when that grant
+/// would cover this very act. A card for what the permission never covers (a named consequence
+/// such as a purchase, a sensitive field or path, a target off the scope) offers no permission:
+/// the owner can allow it once, never for the task. The scope is the configured entry, never one
+/// taken from the page.
 pub fn offer_for(world: &World, req: &AuthorizeRequest) -> Option<Offer> {
     if !world.settings.enabled || !req.view.describable {
         return None;
@@ -402,7 +405,14 @@ pub fn offer_for(world: &World, req: &AuthorizeRequest) -> Option<Offer> {
     if location.segments.iter().any(|s| classifier::paths::sensitive_segment(s).is_some()) {
         return None;
     }
-    scope_for(&world.settings.scopes, &req.page.url).map(|scope| Offer {
+    let scope = scope_for(&world.settings.scopes, &req.page.url)?;
+    let fresh = TaskScope {
+        origin: scope.origin.clone(),
+        path_prefix: scope.path_prefix.clone(),
+        chars_remaining: MAX_TYPED_CHARS,
+    };
+    classifier::covers(&classifier::Grant::Task(fresh), &req.action, &req.element, &req.page).ok()?;
+    Some(Offer {
         scope: scope.clone(),
         minutes: GRANT_MINUTES,
         max_actions: MAX_ACTIONS,

@@ -24,12 +24,13 @@ fn every_end_reason_is_reached_once_per_grant() {
     let mut w = given();
     let g = allow_for_task(&mut w, t0());
     record(&when(&mut w, Command::RevokeGrant { grant_id: g, principal_id: "owner".into() }).unwrap());
-    // superseded: a second "Allow for this task" in the same session.
+    // superseded: a second "Allow for this task" in the same session, on a card the running grant
+    // did not cover (a turn that also called a tool of another kind) but a new one would.
     let mut w = given();
     allow_for_task(&mut w, t0());
-    let Decision::RequireApproval { approval_id, .. } =
-        run(&mut w, &Policy::empty(), &tile("Buy gems"), later).decision
-    else {
+    let mut mixed = tile("x");
+    mixed.turn_tool_calls.push("mail.send".into());
+    let Decision::RequireApproval { approval_id, .. } = run(&mut w, &Policy::empty(), &mixed, later).decision else {
         panic!()
     };
     record(

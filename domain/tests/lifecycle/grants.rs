@@ -355,3 +355,44 @@ fn offers_are_made_only_where_a_grant_could_apply() {
     .unwrap();
     assert_eq!(offer(&mut revoked, &tile("el gato")), None, "a revoked profile");
 }
+
+/// A card for what a task permission never covers offers none: the owner may allow the act once,
+/// never for the task. "Allow for this task" on it is refused and writes nothing.
+#[test]
+fn a_card_the_permission_could_never_cover_offers_no_task() {
+    let link = |name: &str, target: &str| ElementFacts {
+        role: "link".into(),
+        nav_targets: vec![target.into()],
+        ..button(name)
+    };
+    let payment = ElementFacts { role: "textbox".into(), field_kind: FieldKind::Payment, ..button("Card number") };
+    let cases = [
+        ("a purchase", tile("Upgrade to premium")),
+        ("a payment field", act("s1", payment, Action::Click)),
+        ("a settings link", act("s1", link("Preferences", "https://www.lesson.test/lesson/settings"), Action::Click)),
+        ("a scope exit", act("s1", link("Learn more", "https://www.lesson.test/learn"), Action::Click)),
+    ];
+    for (what, req) in cases {
+        let mut world = given();
+        let Decision::RequireApproval { approval_id, offer, .. } =
+            run(&mut world, &Policy::empty(), &req, t0()).decision
+        else {
+            panic!("{what}: a card")
+        };
+        assert_eq!(offer, None, "{what}: no task offer");
+        let before = world.clone();
+        let err =
+            when(&mut world, resolve(approval_id, Resolution::ApproveForTask, Some(scope()), Uuid::new_v4(), t0()));
+        assert!(matches!(err, Err(DomainError::Conflict { code: Conflict::NoOffer, .. })), "{what}: {err:?}");
+        assert_eq!(world, before, "{what}: nothing written");
+        // Once is still the owner's to give.
+        when(&mut world, resolve(approval_id, Resolution::ApproveOnce, None, Uuid::new_v4(), t0())).unwrap();
+    }
+    // A routine button on the same page is still offered the task.
+    let mut world = given();
+    let Decision::RequireApproval { offer, .. } = run(&mut world, &Policy::empty(), &tile("Next"), t0()).decision
+    else {
+        panic!("a card")
+    };
+    assert!(offer.is_some(), "a routine act is offered the task");
+}

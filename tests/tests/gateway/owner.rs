@@ -225,3 +225,28 @@ async fn the_worker_awaits_the_owners_answer_and_takes_the_token() {
     let d = authorizer.await_approval(tests::bearer(&worker, in_s2)).await.unwrap().into_inner();
     assert_eq!((d.status.as_str(), d.approval_token.as_str()), ("DENIED", ""));
 }
+
+/// A purchase's card offers no task permission, through the API as in the domain: "Allow for
+/// this task" on it is 409 and writes nothing; "Allow once" is still the owner's to give.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purchase_card_offers_no_task_and_refuses_one() {
+    let s = GatewayStack::start(10_000).await;
+    let (_, owner) = s.token(ON, "owner-a", ALL).await;
+    s.session(ON, "owner-a", "s1").await;
+    let card = match s.act(ON, "owner-a", "s1", "Upgrade to premium").await {
+        Decision::RequireApproval(r) => {
+            assert!(r.offer.is_none(), "a purchase is never offered the task: {r:?}");
+            r.approval_id
+        }
+        other => panic!("expected a card, got {other:?}"),
+    };
+    let read = s.call(1, "GET", &format!("/v1/approvals/{card}")).bearer(&owner).send().await;
+    assert_eq!((read.status, read.json()["offer"].clone()), (200, serde_json::Value::Null), "{read:?}");
+    let before = s.events().await;
+    let path = format!("/v1/approvals/{card}/resolve");
+    let r = s.call(0, "POST", &path).bearer(&owner).json(&for_task("https://www.lesson.test", "/lesson")).send().await;
+    assert_eq!(r.status, 409, "{r:?}");
+    assert_eq!(s.events().await, before, "nothing written");
+    let once = s.call(0, "POST", &path).bearer(&owner).json(&json!({ "resolution": "approve_once" })).send().await;
+    assert_eq!(once.status, 200, "{once:?}");
+}
