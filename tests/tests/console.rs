@@ -129,6 +129,23 @@ async fn the_lesson_through_the_console() {
     for why in ["looks like a payment", "changes your account", "outside the site area the permission covers"] {
         assert!(cards.contains(why), "no card says {why:?}:\n{cards}");
     }
+    // None of them offers the task: each allows its one act, and says so.
+    assert!(!cards.contains("Allow for this task"), "a card the permission never covers offers it:\n{cards}");
+    let mut labels = Vec::new();
+    for b in owner.client.find_all(fantoccini::Locator::Css("#cards button")).await.unwrap() {
+        labels.push(b.text().await.unwrap());
+    }
+    for name in ["Account settings", "Partner site"] {
+        assert!(
+            labels.iter().any(|l| l.starts_with("Press ") && l.contains(name) && l.ends_with(" once")),
+            "no button says it presses {name:?} once: {labels:?}"
+        );
+    }
+    // The name in the button is the website's, quoted and marked as such.
+    let named = owner.client.find_all(fantoccini::Locator::Css("#cards button q.site")).await.unwrap();
+    assert_eq!(named.len(), 3, "each one-act button quotes its element's name");
+    let primary = owner.client.find_all(fantoccini::Locator::Css("#cards button.primary")).await.unwrap();
+    assert!(primary.is_empty(), "a button is the default on a card for one act");
     owner.shot("tg3-cards-say-why").await;
 
     // The payment's label, markup and script included, is quoted text on the card and ran nowhere.

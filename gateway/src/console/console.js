@@ -117,7 +117,7 @@ function card(a) {
 
   const buttons = el('div', { class: 'choices' });
   const answer = (label, body, cls) => {
-    const b = el('button', { type: 'button', class: cls || '' }, label);
+    const b = el('button', { type: 'button', class: cls || '' }, ...[].concat(label));
     b.addEventListener('click', () => resolve(a, body, buttons));
     buttons.append(b);
     return b;
@@ -127,7 +127,13 @@ function card(a) {
     answer('Reject and escalate', { resolution: 'deny' });
     answer('Take over', { resolution: 'take_over' });
   } else {
-    answer('Allow once', { resolution: 'approve_once' });
+    // With no task permission on offer the card is for this one act alone, and its button says
+    // exactly what happens once, the element's name quoted as the website's; nothing on such a
+    // card is the default.
+    const once = !a.offer && v.action_kind === 'click' && v.element_name
+      ? ['Press ', fromSite(v.element_name), ' once']
+      : 'Allow once';
+    answer(once, { resolution: 'approve_once' });
     if (a.offer) {
       const o = a.offer;
       section.append(

@@ -176,12 +176,13 @@ async fn the_gateway_needs_the_owner_and_the_owners_scopes() {
         req.metadata_mut().insert("x-owner-scopes", scopes.parse().unwrap());
         req
     };
-    let offer = s.pending.offer.clone().unwrap();
+    // The pending card is a payment's, offered no task: the scopes are refused before the offer is
+    // read, so the lesson's scope stands in.
     let for_task = pb::ResolveApprovalRequest {
         approval_id: s.pending.approval_id.clone(),
         resolution: pb::Resolution::ApproveForTask as i32,
-        offered_origin: offer.origin,
-        offered_path_prefix: offer.path_prefix,
+        offered_origin: "https://www.lesson.test".into(),
+        offered_path_prefix: "/lesson".into(),
     };
     let err = client.resolve_approval(with_scopes("approval.resolve", for_task.clone())).await.unwrap_err();
     assert_eq!(err.code(), Code::PermissionDenied, "approve_for_task needs browser.grant.write too");
