@@ -1,7 +1,7 @@
 //! The request fence below the DOM. While any act runs and settles, every document request in
 //! any frame, and every hyperlink-auditing ping or beacon, whose URL is outside the act's scope
-//! (a task grant's origin and prefix with no sensitive segment, a standing grant's origin, an
-//! approved act's run origins) is refused, including a new
+//! (a task grant's origin and prefix with no sensitive segment; for an approved or standing-grant
+//! act, its own page and the destinations its card named) is refused, including a new
 //! window's first navigation, which it issues before its frame exists. Page script cannot see
 //! into a closed shadow root, so no fact can list what a submit button there would do; the fence
 //! holds whatever the act sets off.
@@ -48,24 +48,27 @@ impl FenceError {
 
 /// Where documents may go while the fence is armed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Scope {
-    pub origins: Vec<String>,
-    /// One path segment every document must be under; `None`: any path of the origins.
-    pub path_prefix: Option<String>,
-    /// Whether a sensitive path segment (account, settings, payment…) may be reached.
-    pub sensitive: bool,
+pub enum Scope {
+    /// A task grant's reach: one of its origins, inside its one-segment prefix, no sensitive
+    /// segment.
+    Prefix { origins: Vec<String>, path_prefix: String },
+    /// Exactly these places and no other: an approved or standing-grant act's own page and the
+    /// destinations its facts named (what its card showed). A place is an origin and a path; the
+    /// query and fragment are the page's to set (a GET form writes its fields there).
+    Places(Vec<classifier::paths::Location>),
 }
 
 impl Scope {
-    /// On one of the origins, inside the prefix if there is one, with no sensitive path segment
-    /// unless the scope allows them.
+    /// Whether a document or ping to `url` may go.
     pub fn admits(&self, url: &str) -> bool {
         let Ok(there) = classifier::paths::location(url) else { return false };
-        let placed = self.origins.iter().any(|o| match &self.path_prefix {
-            Some(prefix) => classifier::paths::inside(&there, o, prefix),
-            None => classifier::paths::on_origin(&there, o),
-        });
-        placed && (self.sensitive || classifier::paths::first_sensitive(&there).is_none())
+        match self {
+            Self::Prefix { origins, path_prefix } => {
+                origins.iter().any(|o| classifier::paths::inside(&there, o, path_prefix))
+                    && classifier::paths::first_sensitive(&there).is_none()
+            }
+            Self::Places(places) => places.iter().any(|p| p.origin == there.origin && p.segments == there.segments),
+        }
     }
 }
 
@@ -559,11 +562,7 @@ mod tests {
 
     #[test]
     fn the_scope_admits_its_prefix_only() {
-        let scope = Scope {
-            origins: vec!["https://www.lesson.test".into()],
-            path_prefix: Some("/lesson".into()),
-            sensitive: false,
-        };
+        let scope = Scope::Prefix { origins: vec!["https://www.lesson.test".into()], path_prefix: "/lesson".into() };
         assert!(scope.admits("https://www.lesson.test/lesson/2?x=1"));
         for url in [
             "https://www.lesson.test/account",
@@ -579,16 +578,33 @@ mod tests {
     }
 
     #[test]
-    fn an_origin_scope_admits_any_path_and_sensitive_ones_only_when_allowed() {
-        let standing = Scope { origins: vec!["https://www.lesson.test".into()], path_prefix: None, sensitive: false };
-        let approved = Scope { sensitive: true, ..standing.clone() };
-        for scope in [&standing, &approved] {
-            assert!(scope.admits("https://www.lesson.test/anything/at/all"));
-            assert!(!scope.admits("https://www.elsewhere.test/lesson"));
-            assert!(!scope.admits("https://www.lesson.test:8443/lesson"), "another port is another origin");
-            assert!(!scope.admits("http://www.lesson.test/lesson"));
+    fn a_places_scope_admits_its_places_and_nothing_else() {
+        let at = |u: &str| classifier::paths::location(u).unwrap();
+        let scope = Scope::Places(vec![
+            at("https://www.lesson.test/lesson/1"),
+            at("https://www.lesson.test/account/delete"),
+        ]);
+        for url in [
+            "https://www.lesson.test/lesson/1",
+            "https://www.lesson.test/lesson/1/?step=2#top",
+            // A place the card named is the owner's to allow, sensitive or not.
+            "https://www.lesson.test/account/delete",
+            "https://www.lesson.test/lesson/%2e%2e/account/delete",
+        ] {
+            assert!(scope.admits(url), "{url}");
         }
-        assert!(!standing.admits("https://www.lesson.test/account/settings"));
-        assert!(approved.admits("https://www.lesson.test/account/settings"), "the owner saw the act");
+        for url in [
+            "https://www.lesson.test/lesson/2",
+            "https://www.lesson.test/lesson",
+            "https://www.lesson.test/lesson/1/next",
+            "https://www.lesson.test:8443/lesson/1",
+            "http://www.lesson.test/lesson/1",
+            "https://www.elsewhere.test/lesson/1",
+            "https://www.lesson.test/account",
+            "about:blank",
+        ] {
+            assert!(!scope.admits(url), "{url}");
+        }
+        assert!(!Scope::Places(vec![]).admits("https://www.lesson.test/lesson/1"));
     }
 }

@@ -105,7 +105,8 @@ impl Fixture {
         Ok(Self { port, hosts: hosts.iter().map(|h| (*h).to_owned()).collect(), ca_bundle, pages, log, task })
     }
 
-    /// Serves `html` at `host` and `path`; `redirect:<url>` redirects there instead.
+    /// Serves `html` at `host` and `path`; `redirect:<url>` redirects there instead (302), and
+    /// `redirect307:<url>` too, keeping the method and body.
     pub fn page(&self, host: &str, path: &str, html: &str) {
         lock(&self.pages).insert((host.to_owned(), path.to_owned()), html.to_owned());
     }
@@ -180,9 +181,10 @@ async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
         lock(log).push(entry);
         // A page set as `redirect:<url>` answers with a redirect there.
         let (status, location, body) = match page {
-            Some(html) => match html.strip_prefix("redirect:") {
-                Some(to) => ("302 Found", format!("Location: {to}\r\n"), String::new()),
-                None => ("200 OK", String::new(), html),
+            Some(html) => match (html.strip_prefix("redirect:"), html.strip_prefix("redirect307:")) {
+                (Some(to), _) => ("302 Found", format!("Location: {to}\r\n"), String::new()),
+                (_, Some(to)) => ("307 Temporary Redirect", format!("Location: {to}\r\n"), String::new()),
+                _ => ("200 OK", String::new(), html),
             },
             None => ("404 Not Found", String::new(), "<!doctype html><title>Not found</title><p>Not found".to_owned()),
         };

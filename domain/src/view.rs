@@ -4,7 +4,7 @@
 //! website; the summary holds only server-authored words and trusted values. The view never
 //! holds an element reference, page revision, query string, fragment, cookie or credential.
 
-use crate::catalogue::{ActionView, SiteScope};
+use crate::catalogue::{ActionView, Destination, DestinationKind, SiteScope};
 use classifier::{Action, ElementFacts, FieldKind, PageFacts};
 use sha2::{Digest, Sha256};
 
@@ -135,11 +135,78 @@ pub fn approval_view_in_session(
     };
     view.detail = detail;
     view.detail_digest = digest;
+    if let Some(here) = &location {
+        view.destinations = destinations(element, here, &page.url, scopes);
+    }
+    let consequence = classifier::classify(element, page);
+    (view.reads_as, view.cannot_undo) = match consequence {
+        // "it looks like a purchase…": the sentence starts with it.
+        classifier::Consequence::Named(named) => (format!("I{}.", &named.owner_words()[1..]), true),
+        _ => (
+            "It looks like an ordinary step: no payment, purchase, account change, message or deletion.".to_owned(),
+            false,
+        ),
+    };
     view.action_summary = match action {
         Action::Scroll { .. } => format!("Scroll the page{on}"),
         _ => format!("{} {}{on}", verb(action), role_noun(&element.role, element.field_kind)),
     };
     view
+}
+
+/// Where `element` leads from the page at `here`: each navigation target the runtime read, once,
+/// with what kind of place it is. These are the only places the act's fence lets it reach
+/// besides its own page.
+fn destinations(
+    element: &ElementFacts,
+    here: &classifier::paths::Location,
+    page_url: &str,
+    scopes: &[SiteScope],
+) -> Vec<Destination> {
+    let scope = crate::scopes::scope_for(scopes, page_url);
+    let mut out: Vec<Destination> = Vec::new();
+    for target in &element.nav_targets {
+        let destination = match classifier::paths::location(target) {
+            Err(_) => Destination {
+                origin: String::new(),
+                path: String::new(),
+                kind: DestinationKind::Anywhere,
+                segment: None,
+                words: "An address that is not a secure web page: it can go anywhere.".into(),
+            },
+            Ok(there) => {
+                let path = format!("/{}", there.segments.join("/"));
+                let host = there.host_unicode.clone();
+                let sensitive = classifier::paths::first_sensitive(&there).map(|(s, n)| (s.to_owned(), n));
+                let (kind, words) = if there.origin != here.origin {
+                    (DestinationKind::AnotherSite, format!("Another website: {host}."))
+                } else if let Some((_, named)) = &sensitive {
+                    (
+                        DestinationKind::SensitiveArea,
+                        format!("A sensitive area of this website: {}.", named.owner_words()),
+                    )
+                } else if there.segments == here.segments {
+                    (DestinationKind::SamePage, "This same page.".to_owned())
+                } else if let Some(scope) =
+                    scope.filter(|s| !classifier::paths::inside(&there, &s.origin, &s.path_prefix))
+                {
+                    let host = here.origin.trim_start_matches("https://");
+                    (
+                        DestinationKind::LeavesScope,
+                        format!("Another page of this website, outside {host}{}.", scope.path_prefix),
+                    )
+                } else {
+                    (DestinationKind::SameSite, "Another page of this website.".to_owned())
+                };
+                let segment = sensitive.filter(|_| kind == DestinationKind::SensitiveArea).map(|(s, _)| s);
+                Destination { origin: there.origin, path, kind, segment, words }
+            }
+        };
+        if !out.contains(&destination) {
+            out.push(destination);
+        }
+    }
+    out
 }
 
 /// The offer's words: what the owner grants, and no more promise than the system keeps. Excluded
@@ -177,6 +244,102 @@ mod tests {
 
     fn all_text(v: &ActionView) -> String {
         serde_json::to_string(v).unwrap()
+    }
+
+    /// Each kind of place a link can lead, in the words the owner reads; the query never shows.
+    #[test]
+    fn a_card_says_where_each_destination_lies() {
+        let cases = [
+            ("https://www.example.org/lesson/unit-3?again=1", DestinationKind::SamePage, "This same page."),
+            ("https://www.example.org/lesson/unit-4", DestinationKind::SameSite, "Another page of this website."),
+            (
+                "https://www.example.org/stories/today",
+                DestinationKind::LeavesScope,
+                "Another page of this website, outside www.example.org/lesson.",
+            ),
+            (
+                "https://www.example.org/lesson/account/delete",
+                DestinationKind::SensitiveArea,
+                "A sensitive area of this website: it changes your account.",
+            ),
+            (
+                "https://www.elsewhere.example/lesson/unit-4",
+                DestinationKind::AnotherSite,
+                "Another website: www.elsewhere.example.",
+            ),
+            (
+                "javascript:location='/account'",
+                DestinationKind::Anywhere,
+                "An address that is not a secure web page: it can go anywhere.",
+            ),
+        ];
+        for (target, kind, words) in cases {
+            let link = ElementFacts {
+                role: "link".into(),
+                nav_targets: vec![target.into()],
+                ..el("Go", "Go", FieldKind::None)
+            };
+            let v = approval_view_in_session(Some(&link), &page(), None, &Action::Click, &scopes());
+            assert_eq!(v.destinations.len(), 1, "{target}");
+            assert_eq!((v.destinations[0].kind, v.destinations[0].words.as_str()), (kind, words), "{target}");
+            assert!(!all_text(&v).contains("again=1"), "{target}: the query leaked");
+        }
+        let v = approval_view_in_session(
+            Some(&ElementFacts {
+                role: "link".into(),
+                nav_targets: vec!["https://www.example.org/lesson/account/x".into()],
+                ..el("Go", "Go", FieldKind::None)
+            }),
+            &page(),
+            None,
+            &Action::Click,
+            &scopes(),
+        );
+        assert_eq!(v.destinations[0].segment.as_deref(), Some("account"));
+        assert_eq!(v.destinations[0].path, "/lesson/account/x");
+        // Twice the same place is shown once; no target, no destination.
+        let twice = ElementFacts {
+            nav_targets: vec![
+                "https://www.example.org/lesson/unit-4".into(),
+                "https://www.example.org/lesson/unit-4?x".into(),
+            ],
+            ..el("Go", "Go", FieldKind::None)
+        };
+        assert_eq!(
+            approval_view_in_session(Some(&twice), &page(), None, &Action::Click, &scopes()).destinations.len(),
+            1
+        );
+        let button = el("Go", "Go", FieldKind::None);
+        assert!(
+            approval_view_in_session(Some(&button), &page(), None, &Action::Click, &scopes()).destinations.is_empty()
+        );
+    }
+
+    /// What the act reads as: a named consequence in the owner's words, which cannot be undone
+    /// from here; anything else an ordinary step.
+    #[test]
+    fn a_card_says_what_the_act_reads_as() {
+        let v = approval_view_in_session(
+            Some(&el("Upgrade to premium", "Upgrade to premium", FieldKind::None)),
+            &page(),
+            None,
+            &Action::Click,
+            &scopes(),
+        );
+        assert_eq!(v.reads_as, "It looks like a purchase or a subscription.");
+        assert!(v.cannot_undo);
+        let v = approval_view_in_session(
+            Some(&el("Next", "Next", FieldKind::None)),
+            &page(),
+            None,
+            &Action::Click,
+            &scopes(),
+        );
+        assert!(v.reads_as.starts_with("It looks like an ordinary step"), "{}", v.reads_as);
+        assert!(!v.cannot_undo);
+        for named in classifier::Named::ALL {
+            assert!(named.owner_words().starts_with("it "), "{named:?}: the card's sentence starts with it");
+        }
     }
 
     #[test]

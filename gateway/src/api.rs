@@ -64,6 +64,28 @@ pub struct ApprovalView {
     /// A form's button: the form read back from the live page beside the task record.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub form: Option<Vec<FormRow>>,
+    /// Where the act leads, as the runtime read it: besides its own page, the only places it
+    /// may reach.
+    pub destinations: Vec<Destination>,
+    /// Server-authored: what the act reads as, in the owner's words.
+    pub reads_as: String,
+    /// A consequence was named: the act may not be undone from here.
+    pub cannot_undo: bool,
+}
+
+/// One place an act leads to.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Destination {
+    /// `https://host[:port]`; empty for an address that is not HTTPS.
+    pub origin: String,
+    /// From the website: the path, without query or fragment.
+    pub path: String,
+    /// `same_page`, `same_site`, `leaves_scope`, `sensitive_area`, `another_site`, `anywhere`.
+    pub kind: String,
+    /// From the website: the sensitive segment, for `sensitive_area`.
+    pub segment: String,
+    /// Server-authored words for the owner.
+    pub words: String,
 }
 
 /// One field of a form's read-back.
@@ -154,6 +176,13 @@ impl From<pb::Approval> for Approval {
                         })
                         .collect()
                 }),
+                destinations: v
+                    .destinations
+                    .into_iter()
+                    .map(|d| Destination { origin: d.origin, path: d.path, kind: d.kind, segment: d.segment, words: d.words })
+                    .collect(),
+                reads_as: v.reads_as,
+                cannot_undo: v.cannot_undo,
             }),
             offer: a.offer.map(|o| Offer {
                 origin: o.origin,

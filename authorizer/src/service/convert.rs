@@ -99,6 +99,19 @@ pub(super) fn view_pb(v: &ActionView) -> pb::ApprovalView {
         detail_digest: s(&v.detail_digest),
         action_summary: v.action_summary.clone(),
         form: v.form.as_ref().map(form_pb),
+        destinations: v
+            .destinations
+            .iter()
+            .map(|d| pb::Destination {
+                origin: d.origin.clone(),
+                path: d.path.clone(),
+                kind: d.kind.code().to_owned(),
+                segment: d.segment.clone().unwrap_or_default(),
+                words: d.words.clone(),
+            })
+            .collect(),
+        reads_as: v.reads_as.clone(),
+        cannot_undo: v.cannot_undo,
     }
 }
 

@@ -81,8 +81,11 @@ impl Session {
         let Live { client, devtools, page: live_page, node: live, element } = checked;
 
         // The fence holds every document, ping and beacon of every act to where its allow
-        // reaches, while the act runs and settles, and closes any window it opens.
-        let scope = self.fence_scope(ticketed.as_ref().and_then(|t| t.constraint.as_ref()));
+        // reaches, while the act runs and settles, and closes any window it opens. A token's
+        // ticket has no constraint: its act is held to its page and its card's destinations,
+        // which the redemption binds (the card was made from the snapshot this live node matches).
+        let scope =
+            self.fence_scope(ticketed.as_ref().and_then(|t| t.constraint.as_ref()), &live_page.url, &live);
         let armed = self.browser.as_ref().map(|b| Armed::new(b.fence.handle(), scope));
 
         // The click guard or the focus check, armed on the element the read covered: a click's
@@ -340,19 +343,26 @@ impl Session {
 }
 
 impl Session {
-    /// Where an act's documents may go: a task grant's prefix on its origin, a standing grant's
-    /// origin, and for an approval the run's origins (the owner saw the act, so a sensitive path
-    /// it leads to is theirs to allow). A grant's reach never passes the run's origins.
-    fn fence_scope(&self, constraint: Option<&DispatchConstraint>) -> Scope {
+    /// Where an act's documents may go. A task grant reaches its prefix on its origins, as the
+    /// record's fence has it. Anything else (an approval, a standing grant) reaches only the page
+    /// it is on and the destinations its facts named, which are what its card showed: a
+    /// redirect, a handler's navigation or a beacon anywhere else is refused. Nothing passes the
+    /// run's origins.
+    fn fence_scope(&self, constraint: Option<&DispatchConstraint>, page_url: &str, live: &NodeRead) -> Scope {
         let on_run = |origins: &[String]| -> Vec<String> {
             origins.iter().filter(|o| self.allowed_origins.contains(o)).cloned().collect()
         };
         match constraint {
             Some(c) if c.kind == GrantKind::Task => {
-                Scope { origins: on_run(&c.origins), path_prefix: Some(c.path_prefix.clone()), sensitive: false }
+                Scope::Prefix { origins: on_run(&c.origins), path_prefix: c.path_prefix.clone() }
             }
-            Some(c) => Scope { origins: on_run(&c.origins), path_prefix: None, sensitive: false },
-            None => Scope { origins: self.allowed_origins.clone(), path_prefix: None, sensitive: true },
+            _ => Scope::Places(
+                std::iter::once(page_url)
+                    .chain(live.facts.nav_targets.iter().map(String::as_str))
+                    .filter_map(|u| classifier::paths::location(u).ok())
+                    .filter(|l| self.allowed_origins.contains(&l.origin))
+                    .collect(),
+            ),
         }
     }
 }

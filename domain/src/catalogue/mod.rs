@@ -21,8 +21,8 @@ pub use events::{
     TaskGrantCreated, TaskGrantEnded, ToolCallAuthorized,
 };
 pub use values::{
-    ActionView, ApprovalStatus, Author, AuthorizationKind, BoundAction, EndReason, FormReview, FormRow, FormStatus,
-    Offer, Resolution, SignInPhase, SiteScope, Surface, TokenBinding, text_digest,
+    ActionView, ApprovalStatus, Author, AuthorizationKind, BoundAction, Destination, DestinationKind, EndReason,
+    FormReview, FormRow, FormStatus, Offer, Resolution, SignInPhase, SiteScope, Surface, TokenBinding, text_digest,
 };
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -150,3 +150,10 @@ fn unknown_and_newer_are_errors() {
         Err(DecodeError::Malformed { .. })
     ));
 }
+
+#[test]
+fn a_destination_kind_is_stored_as_its_code() {
+    for kind in super::DestinationKind::ALL {
+        assert_eq!(serde_json::to_value(kind).unwrap(), serde_json::json!(kind.code()));
+    }
+}

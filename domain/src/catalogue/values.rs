@@ -192,6 +192,67 @@ pub struct ActionView {
     /// A form's button: the form read back from the live page beside the task record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub form: Option<FormReview>,
+    /// Where the act leads, from the navigation targets the runtime read: the only places its
+    /// fence lets it reach besides its own page.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub destinations: Vec<Destination>,
+    /// What the classifier read the act as, in the owner's words (server-authored).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reads_as: String,
+    /// A consequence was named: the act may not be undone from here.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cannot_undo: bool,
+}
+
+/// One place an act leads to, as its card shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Destination {
+    /// `https://host[:port]`; empty for an address that is not HTTPS.
+    pub origin: String,
+    /// From the website: the path, decoded, without query or fragment.
+    pub path: String,
+    pub kind: DestinationKind,
+    /// From the website: the sensitive segment, for [`DestinationKind::SensitiveArea`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment: Option<String>,
+    /// Server-authored words for the owner.
+    pub words: String,
+}
+
+/// Where a destination lies, seen from the page the act is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DestinationKind {
+    /// The page itself (a form that posts back, a reload).
+    SamePage,
+    /// Another page of the same site, inside the permission's scope when there is one.
+    SameSite,
+    /// The same site, outside the configured scope the page is in.
+    LeavesScope,
+    /// A path segment that names an account, settings, payment or other sensitive area.
+    SensitiveArea,
+    /// Another origin.
+    AnotherSite,
+    /// Not an HTTPS address (`javascript:`, `http:`): it can go anywhere.
+    Anywhere,
+}
+
+impl DestinationKind {
+    pub const ALL: [Self; 6] =
+        [Self::SamePage, Self::SameSite, Self::LeavesScope, Self::SensitiveArea, Self::AnotherSite, Self::Anywhere];
+
+    /// The stable snake_case code, as stored.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::SamePage => "same_page",
+            Self::SameSite => "same_site",
+            Self::LeavesScope => "leaves_scope",
+            Self::SensitiveArea => "sensitive_area",
+            Self::AnotherSite => "another_site",
+            Self::Anywhere => "anywhere",
+        }
+    }
 }
 
 /// A form as the runtime read it back before a submit, each field beside the task record.

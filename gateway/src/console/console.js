@@ -106,12 +106,22 @@ function card(a) {
   if (v.dialog_name) fact('In the dialog', fromSite(v.dialog_name));
   fact('Page', (v.page_origin || '') + (v.page_path || ''));
   if (v.page_title) fact('Page title', fromSite(v.page_title));
+  // Where the act leads: the only places, besides this page, the browser may load while it runs.
+  if ((v.destinations || []).length) {
+    const list = el('ul', { class: 'destinations' });
+    for (const d of v.destinations) {
+      list.append(el('li', { class: 'to-' + d.kind }, d.words, d.origin ? ' ' : '', d.origin ? el('span', { class: 'where' }, d.origin, fromSite(d.path)) : null));
+    }
+    fact('Leads to', list);
+  }
+  if (v.reads_as) fact('What it looks like', v.reads_as);
   if (v.detail) fact(detailLabel(v.action_kind), v.action_kind === 'type' ? v.detail : fromSite(v.detail));
 
   const section = el('article', { class: 'card', 'aria-labelledby': title.id }, title, facts);
   if (!v.describable) {
     section.append(el('p', { class: 'warn' }, 'The page could not be read whole: look at it yourself before you allow this.'));
   }
+  if (v.cannot_undo) section.append(el('p', { class: 'warn' }, 'This may not be undone from here.'));
   if (a.reason_text) section.append(el('p', { class: 'reason' }, a.reason_text));
   if (v.form) section.append(formTable(v.form), liveTab(a));
 

@@ -73,12 +73,13 @@ async fn the_fence_holds_documents_the_facts_could_not_show() {
         s.runtime.close_session(with(WORKER, rt::CloseSessionRequest { session_id: session })).await.unwrap();
     }
     let session = s.open("profile-1", "/lesson/hostile", 50).await.unwrap();
-    // An act the owner approved is fenced to the run's origins only: the same control goes
-    // where it goes.
+    // An act the owner approved is fenced to its page and the destinations its card showed:
+    // this control's card showed none, so where it goes is refused too.
     let o = s.observe(&session).await;
     let reply = s.act(click(&session, &o, node(&o, "Next word").0)).await.unwrap();
-    assert!(reply.ok && !reply.outcome_unknown, "{reply:?}");
-    assert!(documents(&s).contains(&format!("GET {LESSON}/account/settings")));
+    assert!(reply.dispatched && reply.outcome_unknown, "{reply:?}");
+    assert!(reply.detail.contains("fence refused"), "{reply:?}");
+    assert!(!documents(&s).contains(&format!("GET {LESSON}/account/settings")));
 }
 
 #[tokio::test]

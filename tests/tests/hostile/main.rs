@@ -5,6 +5,7 @@
 //! control's state (unchanged). Two tests pin the documented limits of page script.
 
 use proto::runtime as rt;
+use proto::v1 as pb;
 use tests::browser::{ELSEWHERE, LESSON, Stack, click, node, task_constraint};
 
 /// A check box the page wants the act to toggle instead of the button.
@@ -314,4 +315,5 @@ fn corners() -> Vec<(&'static str, &'static str, &'static str, Option<&'static s
 
 mod arrivals;
 mod clicks;
+mod escapes;
 mod reads;
