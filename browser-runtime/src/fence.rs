@@ -580,10 +580,8 @@ mod tests {
     #[test]
     fn a_places_scope_admits_its_places_and_nothing_else() {
         let at = |u: &str| classifier::paths::location(u).unwrap();
-        let scope = Scope::Places(vec![
-            at("https://www.lesson.test/lesson/1"),
-            at("https://www.lesson.test/account/delete"),
-        ]);
+        let scope =
+            Scope::Places(vec![at("https://www.lesson.test/lesson/1"), at("https://www.lesson.test/account/delete")]);
         for url in [
             "https://www.lesson.test/lesson/1",
             "https://www.lesson.test/lesson/1/?step=2#top",

@@ -179,7 +179,13 @@ impl From<pb::Approval> for Approval {
                 destinations: v
                     .destinations
                     .into_iter()
-                    .map(|d| Destination { origin: d.origin, path: d.path, kind: d.kind, segment: d.segment, words: d.words })
+                    .map(|d| Destination {
+                        origin: d.origin,
+                        path: d.path,
+                        kind: d.kind,
+                        segment: d.segment,
+                        words: d.words,
+                    })
                     .collect(),
                 reads_as: v.reads_as,
                 cannot_undo: v.cannot_undo,

@@ -117,6 +117,11 @@ async fn the_lesson_through_the_console() {
     let running = l.run("run-2", model).await;
     let card = owner.read_until("#cards", "a card after Stop", |t| t.contains("Allow for this task")).await;
     assert!(card.contains("Next") && !card.contains("does not cover"), "no permission is active to explain: {card}");
+    // The card says where the act leads and what it looks like, from what the runtime read.
+    for said in ["Leads to", "Another page of this website.", "/lesson/", "It looks like an ordinary step"] {
+        assert!(card.contains(said), "the card does not say {said:?}: {card}");
+    }
+    assert!(!card.contains("may not be undone"), "{card}");
     owner.shot("tg2-card-after-stop").await;
     owner.press("#cards", "Allow for this task").await;
     let outcome = running.await.unwrap();
@@ -128,6 +133,10 @@ async fn the_lesson_through_the_console() {
         .await;
     for why in ["looks like a payment", "changes your account", "outside the site area the permission covers"] {
         assert!(cards.contains(why), "no card says {why:?}:\n{cards}");
+    }
+    // Where each leads, and that a named consequence may not be undone.
+    for said in ["Another website: www.elsewhere.test.", "https://www.elsewhere.test", "This may not be undone from here."] {
+        assert!(cards.contains(said), "no card says {said:?}:\n{cards}");
     }
     // None of them offers the task: each allows its one act, and says so.
     assert!(!cards.contains("Allow for this task"), "a card the permission never covers offers it:\n{cards}");

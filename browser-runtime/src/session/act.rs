@@ -84,8 +84,7 @@ impl Session {
         // reaches, while the act runs and settles, and closes any window it opens. A token's
         // ticket has no constraint: its act is held to its page and its card's destinations,
         // which the redemption binds (the card was made from the snapshot this live node matches).
-        let scope =
-            self.fence_scope(ticketed.as_ref().and_then(|t| t.constraint.as_ref()), &live_page.url, &live);
+        let scope = self.fence_scope(ticketed.as_ref().and_then(|t| t.constraint.as_ref()), &live_page.url, &live);
         let armed = self.browser.as_ref().map(|b| Armed::new(b.fence.handle(), scope));
 
         // The click guard or the focus check, armed on the element the read covered: a click's

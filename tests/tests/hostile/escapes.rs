@@ -16,7 +16,8 @@ enum Way {
 
 /// Each way out, one page each.
 fn escapes() -> Vec<(&'static str, Way)> {
-    const FORM: &str = r#"<form id="f" action="/account/delete" method="post"><input type="hidden" name="a" value="1"></form>"#;
+    const FORM: &str =
+        r#"<form id="f" action="/account/delete" method="post"><input type="hidden" name="a" value="1"></form>"#;
     let relay = |extra: &str, escape| Way::Relay { extra: extra.to_owned(), escape };
     vec![
         ("/lesson/e-302", Way::Named(r#"<a href="/lesson/r302">Continue</a>"#)),
@@ -41,7 +42,10 @@ fn escapes() -> Vec<(&'static str, Way)> {
         ),
         (
             "/lesson/e-form-owner",
-            relay(&format!(r#"{FORM}<button id="b" form="f" hidden>x</button>"#), "document.getElementById('b').click()"),
+            relay(
+                &format!(r#"{FORM}<button id="b" form="f" hidden>x</button>"#),
+                "document.getElementById('b').click()",
+            ),
         ),
         (
             "/lesson/e-image",
@@ -63,7 +67,9 @@ fn escapes() -> Vec<(&'static str, Way)> {
         (
             "/lesson/e-details",
             relay(
-                &format!(r#"{FORM}<details id="d" ontoggle="document.getElementById('f').submit()"><summary>x</summary></details>"#),
+                &format!(
+                    r#"{FORM}<details id="d" ontoggle="document.getElementById('f').submit()"><summary>x</summary></details>"#
+                ),
                 "document.getElementById('d').open = true",
             ),
         ),
@@ -144,7 +150,8 @@ async fn an_act_approved_once_goes_only_where_its_card_said() {
 /// A standing grant covers a routine button, which names no destination: its act stays on its page.
 #[tokio::test]
 async fn a_standing_grant_act_stays_on_its_page() {
-    let relays = escapes().into_iter().filter(|(_, w)| matches!(w, Way::Relay { .. })).map(|(p, _)| p).collect::<Vec<_>>();
+    let relays =
+        escapes().into_iter().filter(|(_, w)| matches!(w, Way::Relay { .. })).map(|(p, _)| p).collect::<Vec<_>>();
     let pages = pages("button").into_iter().filter(|(p, _)| relays.contains(p)).collect();
     every_escape_is_fenced(pages, Some(tests::browser::standing_constraint())).await;
 }
