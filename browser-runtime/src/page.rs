@@ -122,6 +122,10 @@ pub struct FormField {
     /// (`review::sensitive`).
     pub value: String,
     pub checked: bool,
+    /// The field's language: its nearest `lang` attribute, the document's included (`en-GB`).
+    pub lang: String,
+    /// The field's placeholder (`DD/MM/YYYY`): how the page asks for a date to be written.
+    pub hint: String,
 }
 
 #[derive(Deserialize)]

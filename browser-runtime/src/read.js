@@ -616,7 +616,17 @@ if (mode === 'form') {
     const label = d ? d.fact.labels.join(' ') || d.fact.aria_label || d.fact.placeholder || e.name || '' : e.name || '';
     let value = t === 'select' ? Array.from(e.selectedOptions).map((o) => o.text).join(', ') : String(e.value || '');
     // Sensitive values travel to the runtime whole (its digest binds them) and are redacted there.
-    fields.push({ label: collapse(label), name: e.name || '', kind, value, checked: !!e.checked });
+    // How the page writes a date here: the field's language and placeholder.
+    let lang = '';
+    for (const a of [e, ...ancestors(e)]) {
+      const l = GET_ATTR.call(a, 'lang');
+      if (l !== null) {
+        lang = String(l);
+        break;
+      }
+    }
+    const hint = d ? d.fact.placeholder || '' : '';
+    fields.push({ label: collapse(label), name: e.name || '', kind, value, checked: !!e.checked, lang, hint });
     fieldEls.push(e);
   }
   // The fields' elements, in the same order, so the runtime can say which it typed into.

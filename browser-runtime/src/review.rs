@@ -50,10 +50,10 @@ pub fn row(read: &ReadBack, record: Option<&str>) -> FormRow {
     if sensitive(f.kind) {
         return FormRow { status: FormStatus::Redacted as i32, ..row };
     }
-    match compare(&value, record) {
+    match compare(&value, record, DateOrder::stated(f)) {
         Compared::Same => FormRow { status: FormStatus::Match as i32, ..row },
         Compared::Normalised(rule) => {
-            FormRow { status: FormStatus::MatchNormalised as i32, normalisation: rule.into(), ..row }
+            FormRow { status: FormStatus::MatchNormalised as i32, normalisation: rule, ..row }
         }
         Compared::Differs => FormRow { status: FormStatus::Mismatch as i32, ..row },
     }
@@ -84,35 +84,88 @@ fn shown_value(f: &FormField) -> String {
 #[derive(Debug, PartialEq, Eq)]
 enum Compared {
     Same,
-    Normalised(&'static str),
+    /// Equal under this rule, named for the owner.
+    Normalised(String),
     Differs,
 }
 
+/// How the page says a date in a field is written, and where it says so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum DateOrder {
+    DayFirst(String),
+    MonthFirst(String),
+    /// Nothing says: a date both ways could read (03/04) matches neither.
+    Unstated,
+}
+
+impl DateOrder {
+    /// The field's placeholder first (`DD/MM/YYYY`), then its language (`lang="en-GB"`). A language
+    /// is read only where its whole region writes dates one way; `en` alone says nothing.
+    fn stated(f: &FormField) -> Self {
+        let hint: String = f.hint.chars().filter(|c| !c.is_whitespace()).collect::<String>().to_ascii_uppercase();
+        if hint.contains("DD/MM") {
+            return Self::DayFirst("as the field's placeholder asks".into());
+        }
+        if hint.contains("MM/DD") {
+            return Self::MonthFirst("as the field's placeholder asks".into());
+        }
+        let lang = f.lang.trim().to_ascii_lowercase().replace('_', "-");
+        let primary = lang.split('-').next().unwrap_or_default();
+        let said =
+            |order: fn(String) -> Self| order(format!("as the page's language ({}) writes dates", f.lang.trim()));
+        const MONTH_FIRST: [&str; 3] = ["en-us", "es-us", "en-ph"];
+        const DAY_FIRST_ENGLISH: [&str; 7] = ["en-gb", "en-au", "en-nz", "en-ie", "en-in", "en-za", "en-sg"];
+        const DAY_FIRST: [&str; 20] = [
+            "fr", "de", "es", "it", "pt", "nl", "ru", "pl", "da", "nb", "nn", "no", "fi", "el", "tr", "cs", "sk", "ro",
+            "uk", "id",
+        ];
+        if MONTH_FIRST.iter().any(|m| lang == *m || lang.starts_with(&format!("{m}-"))) {
+            said(Self::MonthFirst)
+        } else if DAY_FIRST_ENGLISH.iter().any(|d| lang == *d || lang.starts_with(&format!("{d}-"))) {
+            said(Self::DayFirst)
+        } else if primary != "en" && DAY_FIRST.contains(&primary) {
+            said(Self::DayFirst)
+        } else {
+            Self::Unstated
+        }
+    }
+}
+
 /// The page's value against the record's: equal, equal under one named rule, or different.
-fn compare(page: &str, record: &str) -> Compared {
+fn compare(page: &str, record: &str, order: DateOrder) -> Compared {
     if page == record {
         return Compared::Same;
     }
     let spaced = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
     if spaced(page) == spaced(record) {
-        return Compared::Normalised("spacing");
+        return Compared::Normalised("spacing".into());
     }
     // Letter case only where no digit is: a code with digits may be case-sensitive.
     let has_digit = |s: &str| s.chars().any(|c| c.is_ascii_digit());
     if !has_digit(page) && !has_digit(record) && spaced(page).to_lowercase() == spaced(record).to_lowercase() {
-        return Compared::Normalised("letter case");
+        return Compared::Normalised("letter case".into());
     }
-    // Only where the date cannot be read as MM/DD too (the day past 12, or day and month equal).
-    if let (Some(p), Some(r)) = (day_month_year(page), iso_date(record))
-        && p == r
-        && (p.2 > 12 || p.1 == p.2)
-    {
-        return Compared::Normalised("DD/MM/YYYY");
+    // A slashed date against the record's YYYY-MM-DD: read one way where only one reading is a
+    // date or both readings agree, otherwise the way the field or page says it writes dates.
+    if let (Some((a, b, year)), Some(r)) = (slashed_date(page), iso_date(record)) {
+        let day_first = (year, b, a);
+        let month_first = (year, a, b);
+        let plausible = |(_, m, d): (u32, u32, u32)| (1..=12).contains(&m) && (1..=31).contains(&d);
+        let rule = match order {
+            _ if !plausible(r) => None,
+            _ if a == b && day_first == r => Some("DD/MM/YYYY".to_owned()),
+            _ if day_first == r && !plausible(month_first) => Some("DD/MM/YYYY".to_owned()),
+            _ if month_first == r && !plausible(day_first) => Some("MM/DD/YYYY".to_owned()),
+            DateOrder::DayFirst(why) if day_first == r => Some(format!("DD/MM/YYYY, {why}")),
+            DateOrder::MonthFirst(why) if month_first == r => Some(format!("MM/DD/YYYY, {why}")),
+            _ => None,
+        };
+        return rule.map_or(Compared::Differs, Compared::Normalised);
     }
     if let (Some(p), Some(r)) = (number(page), number(record))
         && p == r
     {
-        return Compared::Normalised("number");
+        return Compared::Normalised("number".into());
     }
     Compared::Differs
 }
@@ -123,10 +176,10 @@ fn iso_date(s: &str) -> Option<(u32, u32, u32)> {
     Some((y, m, d))
 }
 
-/// `DD/MM/YYYY` as (year, month, day).
-fn day_month_year(s: &str) -> Option<(u32, u32, u32)> {
-    let [d, m, y] = date_parts(s, '/', [2, 2, 4])?;
-    Some((y, m, d))
+/// `NN/NN/YYYY` as its two leading numbers and the year.
+fn slashed_date(s: &str) -> Option<(u32, u32, u32)> {
+    let [a, b, y] = date_parts(s, '/', [2, 2, 4])?;
+    Some((a, b, y))
 }
 
 /// Three numbers split by `sep`, of exactly these widths in digits.
@@ -169,7 +222,14 @@ mod tests {
 
     fn read(kind: FieldKind, value: &str, typed: Option<&str>) -> ReadBack {
         ReadBack {
-            field: FormField { label: "Field".into(), name: "f".into(), kind, value: value.into(), checked: false },
+            field: FormField {
+                label: "Field".into(),
+                name: "f".into(),
+                kind,
+                value: value.into(),
+                checked: false,
+                ..FormField::default()
+            },
             typed_field_id: typed.map(str::to_owned),
             typed_run: typed.map(|_| "run-1".to_owned()),
         }
@@ -185,11 +245,13 @@ mod tests {
         assert_eq!(status("Ada  Lovelace ", "Ada Lovelace"), (FormStatus::MatchNormalised, "spacing".into()));
         assert_eq!(status("ADA@EXAMPLE.TEST", "ada@example.test"), (FormStatus::MatchNormalised, "letter case".into()));
         assert_eq!(status("23/04/2026", "2026-04-23"), (FormStatus::MatchNormalised, "DD/MM/YYYY".into()));
+        assert_eq!(status("04/23/2026", "2026-04-23"), (FormStatus::MatchNormalised, "MM/DD/YYYY".into()));
         assert_eq!(status("28,500.00", "28500"), (FormStatus::MatchNormalised, "number".into()));
         for (page, record) in [
             ("04/03/2026", "2026-04-03"),
-            // Could be 4 March: not called a match.
+            // Could be 4 March, and nothing says which: not called a match.
             ("03/04/2026", "2026-04-03"),
+            ("13/13/2026", "2026-13-13"),
             ("28500.01", "28500"),
             ("Bob", "Ada"),
             ("1e3", "1000"),
@@ -205,6 +267,41 @@ mod tests {
         let untouched = row(&read(FieldKind::Text, "250.00", None), None);
         assert_eq!(FormStatus::try_from(untouched.status), Ok(FormStatus::Untouched));
         assert_eq!((untouched.value.as_str(), untouched.record_value.as_str()), ("250.00", ""));
+    }
+
+    /// The seed's own example: `03/04/2026` on a page that writes dates day first is the record's
+    /// `2026-04-03`, and the row says which reading made it so.
+    #[test]
+    fn an_ambiguous_date_is_read_the_way_the_field_or_page_says() {
+        let status = |lang: &str, hint: &str, value: &str| {
+            let mut r = read(FieldKind::Text, value, Some("f"));
+            (r.field.lang, r.field.hint) = (lang.into(), hint.into());
+            let row = row(&r, Some("2026-04-03"));
+            (FormStatus::try_from(row.status).unwrap(), row.normalisation)
+        };
+        let matched = |rule: &str| (FormStatus::MatchNormalised, rule.to_owned());
+        assert_eq!(
+            status("en-GB", "", "03/04/2026"),
+            matched("DD/MM/YYYY, as the page's language (en-GB) writes dates")
+        );
+        assert_eq!(status("fr", "", "03/04/2026"), matched("DD/MM/YYYY, as the page's language (fr) writes dates"));
+        assert_eq!(status("", "dd / mm / yyyy", "03/04/2026"), matched("DD/MM/YYYY, as the field's placeholder asks"));
+        assert_eq!(
+            status("en-US", "", "04/03/2026"),
+            matched("MM/DD/YYYY, as the page's language (en-US) writes dates")
+        );
+        // The placeholder outranks the language.
+        assert_eq!(status("en-US", "DD/MM/YYYY", "03/04/2026"), matched("DD/MM/YYYY, as the field's placeholder asks"));
+        for (lang, hint, value) in [
+            ("en-US", "", "03/04/2026"),
+            ("en-GB", "", "04/03/2026"),
+            ("en", "", "03/04/2026"),
+            ("", "", "03/04/2026"),
+            ("ja", "", "03/04/2026"),
+            ("en-GB", "MM/DD/YYYY", "03/04/2026"),
+        ] {
+            assert_eq!(status(lang, hint, value).0, FormStatus::Mismatch, "{lang:?} {hint:?} {value}");
+        }
     }
 
     #[test]

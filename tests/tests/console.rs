@@ -135,7 +135,9 @@ async fn the_lesson_through_the_console() {
         assert!(cards.contains(why), "no card says {why:?}:\n{cards}");
     }
     // Where each leads, and that a named consequence may not be undone.
-    for said in ["Another website: www.elsewhere.test.", "https://www.elsewhere.test", "This may not be undone from here."] {
+    for said in
+        ["Another website: www.elsewhere.test.", "https://www.elsewhere.test", "This may not be undone from here."]
+    {
         assert!(cards.contains(said), "no card says {said:?}:\n{cards}");
     }
     // None of them offers the task: each allows its one act, and says so.
@@ -261,7 +263,7 @@ async fn the_form_review_card_on_the_console() {
         "Ada Lovelace",
         "Matches the task",
         "LONDON",
-        "Matches after letter case",
+        "Matches (normalised: letter case)",
         "Excess (voluntary)",
         "250.00",
         "Not filled by the agent: the page’s own value",

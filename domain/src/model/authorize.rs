@@ -2,8 +2,8 @@
 //! session's task grant, the standing grant, and else an approval card.
 
 use crate::catalogue::{
-    ActionView, ApprovalRequested, Author, AuthorizationKind, BoundAction, EndReason, Event, FormReview, Offer,
-    Surface, TokenBinding, ToolCallAuthorized,
+    ActionView, ApprovalRequested, Author, AuthorizationKind, BoundAction, EndReason, Event, FormReview, FormStatus,
+    Offer, Surface, TokenBinding, ToolCallAuthorized,
 };
 use classifier::{Action, Consequence, ElementFacts, Named, PageFacts, TaskScope};
 use time::OffsetDateTime;
@@ -41,12 +41,15 @@ pub enum NotCovered {
     /// The grant's row kept refusing the use a fresh read allowed (a replica's clock behind the
     /// database's, at the very end of the grant): ask rather than retry.
     GrantSpent,
+    /// The form a submit sends holds a value that differs from the task record, or one nobody
+    /// typed (a page default, autofill, a leftover): the seed's `unexpected_form_state`.
+    UnexpectedFormState,
     /// The classifier's own reason.
     Classifier(classifier::Reason),
 }
 
 impl NotCovered {
-    const OWN: [Self; 18] = [
+    const OWN: [Self; 19] = [
         Self::SessionNotFound,
         Self::NoTaskGrant,
         Self::GrantExpired,
@@ -65,6 +68,7 @@ impl NotCovered {
         Self::TurnNotBrowserOnly,
         Self::PolicyEscalation,
         Self::GrantSpent,
+        Self::UnexpectedFormState,
     ];
 
     /// The reason a stored code names (an `approval.requested`'s `not_covered_reason`).
@@ -96,6 +100,9 @@ impl NotCovered {
             Self::OwnerNotNewest | Self::TurnNotBrowserOnly => "you wrote in the chat since you allowed it",
             Self::RunNotEligible => "this run cannot use the permission",
             Self::NoTaskGrant => "there is no task permission in this chat",
+            Self::UnexpectedFormState => {
+                "the form holds a value that differs from your task, or one the agent never typed"
+            }
             Self::Classifier(r) => r.owner_words(),
         }
     }
@@ -120,6 +127,7 @@ impl NotCovered {
             Self::TurnNotBrowserOnly => "turn_not_browser_only",
             Self::PolicyEscalation => "policy_escalation",
             Self::GrantSpent => "grant_spent",
+            Self::UnexpectedFormState => "unexpected_form_state",
             Self::Classifier(r) => r.code(),
         }
     }
@@ -340,7 +348,30 @@ fn task_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateTime)
     };
     classifier::covers(&classifier::Grant::Task(scope), &req.action, &req.element, &req.page)
         .map_err(|e| refusal(NotCovered::Classifier(e.reason)))?;
+    // A submit goes on the grant's allow only with its form read back, holding what the task
+    // typed and nothing else: anything more comes to the owner as a form card.
+    if submits(req) && !req.form.as_ref().is_some_and(form_as_task) {
+        return Err(refusal(NotCovered::UnexpectedFormState));
+    }
     Ok(grant_id)
+}
+
+/// Whether the act's click could submit a form (a select clicks its option, and that click
+/// reaches whatever acts on one around it).
+fn submits(req: &AuthorizeRequest) -> bool {
+    req.element.submits_form && matches!(req.action, Action::Click | Action::Check | Action::Select { .. })
+}
+
+/// Every field of the form is what the task typed, or holds nothing: no value that differs from
+/// the record, and no untouched field with content (a pre-filled amount, a ticked box, a list's
+/// chosen option, a hidden input: it is sent too). A button's own name and value, which the
+/// submit sends as what was pressed, are not counted.
+fn form_as_task(form: &FormReview) -> bool {
+    form.rows.iter().all(|r| match r.status {
+        FormStatus::Match | FormStatus::MatchNormalised => true,
+        FormStatus::Mismatch | FormStatus::Redacted => false,
+        FormStatus::Untouched => r.kind == "none" || r.value.is_empty() || r.value == "not checked",
+    })
 }
 
 /// The codes of [`Denial`]'s variants.
@@ -352,10 +383,7 @@ pub const SESSION_STOPPED: &str = "session_stopped";
 
 /// A card for this act would have to show a form it does not carry.
 fn form_unread(req: &AuthorizeRequest) -> bool {
-    // A select clicks its option, and that click reaches whatever acts on one around it.
-    req.form.is_none()
-        && req.element.submits_form
-        && matches!(req.action, Action::Click | Action::Check | Action::Select { .. })
+    req.form.is_none() && submits(req)
 }
 
 /// An operator's standing-grant pin: which grant, on which browser profile.
@@ -596,14 +624,15 @@ mod not_covered {
             NotCovered::TurnNotBrowserOnly => 15,
             NotCovered::PolicyEscalation => 16,
             NotCovered::GrantSpent => 17,
+            NotCovered::UnexpectedFormState => 18,
         };
         let mut listed: Vec<usize> = NotCovered::OWN.into_iter().map(number).collect();
         listed.sort_unstable();
-        assert_eq!(listed, (0..18).collect::<Vec<_>>());
+        assert_eq!(listed, (0..19).collect::<Vec<_>>());
         let mut codes: Vec<&str> = NotCovered::OWN.into_iter().map(NotCovered::code).collect();
         codes.sort_unstable();
         codes.dedup();
-        assert_eq!(codes.len(), 18, "each own reason has a code of its own");
+        assert_eq!(codes.len(), 19, "each own reason has a code of its own");
         for code in codes {
             assert_eq!(NotCovered::label(code), code);
             assert_eq!(NotCovered::from_code(code).map(NotCovered::code), Some(code), "a stored code reads back");

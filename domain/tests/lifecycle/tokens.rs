@@ -197,10 +197,47 @@ fn a_card_for_a_click_that_submits_a_form_needs_its_read_back() {
     // A key is not a click: its own refusal is the runtime's.
     let key = AuthorizeRequest { action: Action::Press { key: "Tab".into() }, ..submit(None) };
     assert!(matches!(run(&mut world, &Policy::empty(), &key, t0()).decision, Decision::RequireApproval { .. }));
-    // Covered by the task's grant: allowed with no card and no read-back.
+    // Under the task's grant, a submit needs its read-back too, and goes on the grant's allow
+    // only when the form holds what the task typed and nothing else (seed 004, rule 7).
     allow_for_task(&mut world, t0());
     let mut tile_in_form = tile("el gato");
     tile_in_form.element.submits_form = true;
-    let covered = run(&mut world, &Policy::empty(), &tile_in_form, t0());
+    let unread = run(&mut world, &Policy::empty(), &tile_in_form, t0());
+    assert_eq!(unread.decision, Decision::Deny(Denial::FormNotReadBack));
+    assert!(unread.events.is_empty(), "nothing is written: {:?}", unread.events);
+    use grant_domain::catalogue::{FormRow, FormStatus};
+    let row = |status: FormStatus, kind: &str, value: &str| FormRow {
+        label: "Field".into(),
+        kind: kind.into(),
+        value: value.into(),
+        record_field_id: None,
+        record_value: None,
+        status,
+        normalisation: None,
+    };
+    let with_rows = |rows: Vec<FormRow>| AuthorizeRequest {
+        form: Some(FormReview { rows, digest: format!("hmac-sha256:{}", "ab".repeat(32)) }),
+        ..tile_in_form.clone()
+    };
+    let as_task = with_rows(vec![
+        row(FormStatus::Match, "text", "Ada"),
+        row(FormStatus::MatchNormalised, "text", "03/04/2026"),
+        row(FormStatus::Untouched, "text", ""),
+        row(FormStatus::Untouched, "checkbox", "not checked"),
+        row(FormStatus::Untouched, "none", "save"),
+    ]);
+    let covered = run(&mut world, &Policy::empty(), &as_task, t0());
     assert!(matches!(covered.decision, Decision::Allow { .. }), "{:?}", covered.decision);
+    for (what, odd) in [
+        ("a value that differs from the task", row(FormStatus::Mismatch, "text", "Bob")),
+        ("a pre-filled amount", row(FormStatus::Untouched, "text", "250.00")),
+        ("a pre-ticked box", row(FormStatus::Untouched, "checkbox", "checked")),
+        ("a hidden input", row(FormStatus::Untouched, "other", "amount=1000")),
+        ("a sensitive field", row(FormStatus::Redacted, "password", "[REDACTED]")),
+    ] {
+        let req = with_rows(vec![row(FormStatus::Match, "text", "Ada"), odd]);
+        let out = run(&mut world, &Policy::empty(), &req, t0());
+        let Decision::RequireApproval { reason, .. } = out.decision else { panic!("{what}: {:?}", out.decision) };
+        assert_eq!(reason.map(|r| r.code()), Some("unexpected_form_state"), "{what}");
+    }
 }

@@ -69,7 +69,7 @@ function formTable(rows) {
   for (const r of rows) {
     const status =
       r.status === 'match_normalised'
-        ? 'Matches after ' + (r.normalisation || 'normalising')
+        ? 'Matches (normalised: ' + (r.normalisation || 'a rule') + ')'
         : ROW_STATUS[r.status] || 'Unknown';
     body.append(
       el(
