@@ -121,9 +121,9 @@ impl DateOrder {
         ];
         if MONTH_FIRST.iter().any(|m| lang == *m || lang.starts_with(&format!("{m}-"))) {
             said(Self::MonthFirst)
-        } else if DAY_FIRST_ENGLISH.iter().any(|d| lang == *d || lang.starts_with(&format!("{d}-"))) {
-            said(Self::DayFirst)
-        } else if primary != "en" && DAY_FIRST.contains(&primary) {
+        } else if DAY_FIRST_ENGLISH.iter().any(|d| lang == *d || lang.starts_with(&format!("{d}-")))
+            || DAY_FIRST.contains(&primary)
+        {
             said(Self::DayFirst)
         } else {
             Self::Unstated

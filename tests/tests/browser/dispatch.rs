@@ -416,3 +416,39 @@ async fn a_sequence_is_required_and_a_replay_under_a_grant_dispatches_nothing() 
     assert_eq!(replay.code(), Code::AlreadyExists, "{replay:?}");
     assert_eq!(documents(&s).iter().filter(|d| d.ends_with("/lesson/2")).count(), 1, "{:?}", documents(&s));
 }
+
+/// Seed 004's own row: the page writes the record's `2026-04-03` as `03/04/2026`, and a page that
+/// says it writes dates day first (`lang="en-GB"`) makes that a match, named on the row. The same
+/// page with no language says nothing, and the row is a mismatch.
+#[tokio::test]
+async fn the_seeds_date_matches_after_its_named_normalisation() {
+    let mut s = stack().await;
+    s.record("run-1", &[("effective", "2026-04-03")]);
+    let page = |lang: &str| {
+        format!(
+            r#"<!doctype html><html{lang}><title>Endorsement</title><form action="/lesson/2" method="post">
+<label>Effective date <input name="effective"
+ oninput="const m = /^(\d{{4}})-(\d{{2}})-(\d{{2}})$/.exec(this.value); if (m) this.value = m[3] + '/' + m[2] + '/' + m[1]"></label>
+<button>Submit endorsement</button></form>"#
+        )
+    };
+    s.fixture.page(LESSON, "/lesson/gb", &page(r#" lang="en-GB""#));
+    s.fixture.page(LESSON, "/lesson/unsaid", &page(""));
+    for (path, status, rule) in [
+        ("/lesson/gb", pb::FormStatus::MatchNormalised, "DD/MM/YYYY, as the page's language (en-GB) writes dates"),
+        ("/lesson/unsaid", pb::FormStatus::Mismatch, ""),
+    ] {
+        let session = s.open("profile-1", path, 50).await.unwrap();
+        let o = s.observe_run(&session, "run-1").await;
+        let mut act = click(&session, &o, node(&o, "Effective date").0);
+        act.expected_role = rt::Role::Textbox as i32;
+        act.action = Some(rt::act_request::Action::Type(rt::Type { field_id: "effective".into() }));
+        assert!(s.act(act).await.unwrap().ok);
+        let o = s.observe_run(&session, "run-1").await;
+        let form = s.read_form(&session, &o, "Submit endorsement", "run-1").await;
+        let row = &form.review.expect("a review beside the record").rows[0];
+        assert_eq!(row.value, "03/04/2026", "{path}");
+        assert_eq!((pb::FormStatus::try_from(row.status), row.normalisation.as_str()), (Ok(status), rule), "{path}");
+        s.runtime.close_session(with(WORKER, rt::CloseSessionRequest { session_id: session })).await.unwrap();
+    }
+}

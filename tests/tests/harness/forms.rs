@@ -76,8 +76,9 @@ async fn a_form_is_filled_under_the_task_permission_and_its_submit_card_shows_th
 }
 
 /// A form that differs from the record is never sent on a grant's allow: here the submit is an
-/// unremarkable "Next step" the task permission covers, and the run ends before it is sent. (Only
-/// the owner can let such a form go, on the card that shows the mismatch: the console's test.)
+/// unremarkable "Next step" the task permission would cover, and it comes to the owner as a card
+/// that says why (`unexpected_form_state`); the model escalates, and nothing is sent. (Only the
+/// owner can let such a form go, on the card that shows the mismatch: the console's test.)
 #[tokio::test]
 async fn a_form_that_differs_from_the_record_is_never_sent_on_a_grant() {
     let mut s = Stack::start(1).await;
@@ -111,15 +112,21 @@ async fn a_form_that_differs_from_the_record_is_never_sent_on_a_grant() {
         .then(|v| on_named(v, "request_approval", "City", false, json!({})))
         .then(|v| with_token(v, "type", "City", false, json!({ "field_id": "city" })))
         .then(|_| snapshot())
-        .then(|v| on_named(v, "click", "Next step", false, json!({})));
+        .then(|v| on_named(v, "click", "Next step", false, json!({})))
+        .then(|_| escalate("unexpected_form_state"));
     let outcome = run(&mut clients, &task, &mut model).await.unwrap();
     answering.await.unwrap();
     assert_eq!(outcome.end.reason(), "unexpected_form_state", "{:?}", outcome.log);
     assert_eq!(outcome.counts.get("form_mismatch"), Some(&1));
-    // Only the type's card was ever asked, and nothing was submitted.
+    // The submit's card says why the permission does not cover it, and nothing was submitted.
     let list = pb::ListApprovalsRequest { session_id: "s1".into(), pending_only: false, min_position: None };
     let cards = s.authorizer.list_approvals(with(GATEWAY, list)).await.unwrap().into_inner().approvals;
-    assert_eq!(cards.len(), 1, "{cards:?}");
+    assert_eq!(cards.len(), 2, "{cards:?}");
+    let submit = cards
+        .iter()
+        .find(|c| c.view.as_ref().is_some_and(|v| v.element_name == "Next step"))
+        .expect("the submit's card");
+    assert_eq!(submit.reason, "unexpected_form_state", "{submit:?}");
     assert!(!s.fixture.requests().iter().any(|r| r.path() == "/lesson/unit-4"));
     let story = run_events(&s).await;
     assert_eq!(story.last().map(String::as_str), Some("run.escalated"), "{story:?}");
