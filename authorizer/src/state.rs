@@ -11,7 +11,7 @@ use grant_domain::catalogue::Event;
 use ledger::{AppendRequest, ExpectedVersion, MAX_EVENTS_PER_APPEND, Metadata, StreamAppend, StreamId, TenantId};
 use uuid::Uuid;
 
-use crate::domain::{Approval, Command, Grant, Profile, Session, World, stream_of};
+use crate::domain::{Approval, Command, Grant, Profile, RunEvent, Session, World, stream_of};
 use crate::error::StoreError;
 use crate::store::{Approvals, Deployment, Grants, Loaded, Need, Reader, Versioned};
 
@@ -23,6 +23,8 @@ pub fn need_of(command: &Command) -> Need<'_> {
         }
         Command::RecordMessage(m) => Need::Session(&m.session_id),
         Command::RecordToolCall(c) => Need::Session(&c.session_id),
+        // A run's end withdraws its waiting cards: it reads them as a Stop does.
+        Command::RecordRun(r @ (RunEvent::Escalated(_) | RunEvent::Completed(_))) => Need::SessionStop(r.session_id()),
         Command::RecordRun(r) => Need::Session(r.session_id()),
         Command::DeleteSession { session_id, .. } => Need::SessionGrant(session_id),
         Command::ClaimProfile { profile_id, .. }

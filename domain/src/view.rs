@@ -142,10 +142,7 @@ pub fn approval_view_in_session(
     (view.reads_as, view.cannot_undo) = match consequence {
         // "it looks like a purchase…": the sentence starts with it.
         classifier::Consequence::Named(named) => (format!("I{}.", &named.owner_words()[1..]), true),
-        _ => (
-            "It looks like an ordinary step: no payment, purchase, account change, message or deletion.".to_owned(),
-            false,
-        ),
+        _ => ("Its labels name no payment, purchase, account change, message or deletion.".to_owned(), false),
     };
     view.action_summary = match action {
         Action::Scroll { .. } => format!("Scroll the page{on}"),
@@ -316,7 +313,7 @@ mod tests {
     }
 
     /// What the act reads as: a named consequence in the owner's words, which cannot be undone
-    /// from here; anything else an ordinary step.
+    /// from here; anything else says its labels name none.
     #[test]
     fn a_card_says_what_the_act_reads_as() {
         let v = approval_view_in_session(
@@ -335,7 +332,7 @@ mod tests {
             &Action::Click,
             &scopes(),
         );
-        assert!(v.reads_as.starts_with("It looks like an ordinary step"), "{}", v.reads_as);
+        assert_eq!(v.reads_as, "Its labels name no payment, purchase, account change, message or deletion.");
         assert!(!v.cannot_undo);
         for named in classifier::Named::ALL {
             assert!(named.owner_words().starts_with("it "), "{named:?}: the card's sentence starts with it");

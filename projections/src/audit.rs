@@ -128,6 +128,9 @@ pub fn row(recorded: &RecordedEvent) -> Result<AuditRow, DecodeError> {
                 (Resolution::ApproveForTask, ApprovalStatus::Approved) => "Allowed for this task".to_owned(),
                 (Resolution::ApproveOnce, ApprovalStatus::Approved) => "Allowed once".to_owned(),
                 (Resolution::TakeOver, _) => "Taken over: the owner acts in the live tab".to_owned(),
+                (Resolution::Withdrawn, _) => {
+                    "Withdrawn: the agent stopped waiting, and the action will not run".to_owned()
+                }
                 _ => "Denied".to_owned(),
             }
         }

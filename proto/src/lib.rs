@@ -63,16 +63,19 @@ pub enum ApprovalStatus {
     TakenOver,
     /// `AwaitApproval` only: the owner stopped the agent in the session.
     Stopped,
+    /// The run that asked ended: nobody waits for the card, and its act will not run.
+    Withdrawn,
 }
 
 impl ApprovalStatus {
-    pub const ALL: [ApprovalStatus; 6] = [
+    pub const ALL: [ApprovalStatus; 7] = [
         ApprovalStatus::Pending,
         ApprovalStatus::Approved,
         ApprovalStatus::Denied,
         ApprovalStatus::Expired,
         ApprovalStatus::TakenOver,
         ApprovalStatus::Stopped,
+        ApprovalStatus::Withdrawn,
     ];
 
     pub const fn code(self) -> &'static str {
@@ -83,6 +86,7 @@ impl ApprovalStatus {
             ApprovalStatus::Expired => "EXPIRED",
             ApprovalStatus::TakenOver => "TAKEN_OVER",
             ApprovalStatus::Stopped => "STOPPED",
+            ApprovalStatus::Withdrawn => "WITHDRAWN",
         }
     }
 

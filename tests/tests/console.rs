@@ -113,19 +113,18 @@ async fn the_lesson_through_the_console() {
         .then(|v| on_named(v, "click", PAY, false, json!({})))
         .then(|v| on_named(v, "click", "Account settings", false, json!({})))
         .then(|v| on_named(v, "click", "Partner site", false, json!({})))
-        .then(|_| escalate("uncertain"));
+        // The run waits on the last: its cards stay live while it waits.
+        .then(|v| on_named(v, "request_approval", "Partner site", false, json!({})));
     let running = l.run("run-2", model).await;
     let card = owner.read_until("#cards", "a card after Stop", |t| t.contains("Allow for this task")).await;
     assert!(card.contains("Next") && !card.contains("does not cover"), "no permission is active to explain: {card}");
     // The card says where the act leads and what it looks like, from what the runtime read.
-    for said in ["Leads to", "Another page of this website.", "/lesson/", "It looks like an ordinary step"] {
+    for said in ["Leads to", "Another page of this website.", "/lesson/", "Its labels name no payment"] {
         assert!(card.contains(said), "the card does not say {said:?}: {card}");
     }
-    assert!(!card.contains("may not be undone"), "{card}");
+    assert!(!card.contains("undo"), "{card}");
     owner.shot("tg2-card-after-stop").await;
     owner.press("#cards", "Allow for this task").await;
-    let outcome = running.await.unwrap();
-    assert_eq!(outcome.end.reason(), "uncertain", "{}", outcome.log.join("\n"));
     let cards = owner
         .read_until("#cards", "three cards that say why", |t| {
             t.matches("Your task permission does not cover this").count() == 3
@@ -136,7 +135,7 @@ async fn the_lesson_through_the_console() {
     }
     // Where each leads, and that a named consequence may not be undone.
     for said in
-        ["Another website: www.elsewhere.test.", "https://www.elsewhere.test", "This may not be undone from here."]
+        ["Another website: www.elsewhere.test.", "https://www.elsewhere.test", "You may not be able to undo this."]
     {
         assert!(cards.contains(said), "no card says {said:?}:\n{cards}");
     }
@@ -200,12 +199,47 @@ async fn the_lesson_through_the_console() {
     owner.read_until("#banner", "the banner to go", str::is_empty).await;
     owner.read_until("#cards", "no card waiting", |t| t == "Nothing is waiting for you.").await;
     owner.shot("stop-everything").await;
+    let outcome = running.await.unwrap();
+    assert_eq!(outcome.end.reason(), "stopped_by_owner", "the waiting run meets the stop: {}", outcome.log.join("\n"));
     let model = Scripted::new().then(|_| snapshot()).then(|v| on_named(v, "click", "Next", false, json!({})));
     let outcome = l.run("run-3", model).await.await.unwrap();
     assert_eq!(outcome.end.reason(), "stopped_by_owner", "{}", outcome.log.join("\n"));
     assert_eq!(owner.text("#cards").await, "Nothing is waiting for you.", "a stopped chat raises no card");
     owner.read_until("#activity", "the stop in the activity", |t| t.contains("Agent stopped by the owner")).await;
     owner.shot("stopped-run-ended").await;
+
+    // A card lives as long as its run waits: when the run ends, the card is withdrawn at once,
+    // shows why, has no buttons, and an answer to it is refused and writes nothing.
+    l.stack.owner_says("s1").await;
+    let model = Scripted::new()
+        .then(|_| snapshot())
+        .then(|v| on_named(v, "click", "Next", false, json!({})))
+        .then(|_| escalate("uncertain"));
+    let outcome = l.run("run-4", model).await.await.unwrap();
+    assert_eq!(outcome.end.reason(), "uncertain", "{}", outcome.log.join("\n"));
+    let withdrawn = owner.read_until("#cards", "the card withdrawn", |t| t.contains("Withdrawn")).await;
+    assert!(withdrawn.contains("This action will not run."), "{withdrawn}");
+    let buttons = owner.client.find_all(fantoccini::Locator::Css("#cards button")).await.unwrap();
+    assert!(buttons.is_empty(), "a withdrawn card has no buttons");
+    owner.shot("card-withdrawn").await;
+    let list = proto::v1::ListApprovalsRequest { session_id: "s1".into(), pending_only: false, min_position: None };
+    let cards = l.stack.authorizer.list_approvals(with(GATEWAY, list)).await.unwrap().into_inner().approvals;
+    let card = cards.iter().find(|c| c.status == "WITHDRAWN").expect("the withdrawn card");
+    let count =
+        || async { l.db.client().await.query_one("SELECT count(*) FROM events", &[]).await.unwrap().get::<_, i64>(0) };
+    let before = count().await;
+    let status = owner
+        .client
+        .execute(
+            "return fetch('/v1/approvals/' + arguments[0] + '/resolve', { method: 'POST', \
+             credentials: 'same-origin', headers: { 'content-type': 'application/json', 'x-csrf-token': \
+             state.csrf }, body: JSON.stringify({ resolution: 'approve_once' }) }).then((r) => r.status);",
+            vec![json!(card.approval_id)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, json!(409), "an answer to a withdrawn card");
+    assert_eq!(count().await, before, "the refused answer wrote nothing");
     owner.close().await;
 }
 

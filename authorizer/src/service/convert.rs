@@ -218,10 +218,9 @@ mod tests {
     /// Every status the authorizer writes is one the wire's readers parse.
     #[test]
     fn every_card_status_written_is_one_readers_know() {
-        let resolutions = [Resolution::ApproveOnce, Resolution::ApproveForTask, Resolution::Deny, Resolution::TakeOver];
         let states = [ApprovalState::Pending, ApprovalState::Expired]
             .into_iter()
-            .chain(resolutions.map(ApprovalState::Resolved));
+            .chain(Resolution::ALL.map(ApprovalState::Resolved));
         for state in states {
             assert!(ApprovalStatus::from_code(state.code()).is_some(), "{state:?} is written as {}", state.code());
         }

@@ -34,6 +34,9 @@ pub enum Resolution {
     Deny,
     /// The owner acts in the live tab: the agent's act is refused and its run ends.
     TakeOver,
+    /// Nobody waits for the card any more: the run that asked ended (it escalated, gave up
+    /// waiting or finished). Written with the run's end, never by the owner; the act will not run.
+    Withdrawn,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,7 +57,7 @@ impl ApprovalStatus {
 }
 
 impl Resolution {
-    pub const ALL: [Self; 4] = [Self::ApproveOnce, Self::ApproveForTask, Self::Deny, Self::TakeOver];
+    pub const ALL: [Self; 5] = [Self::ApproveOnce, Self::ApproveForTask, Self::Deny, Self::TakeOver, Self::Withdrawn];
 
     /// The stored spelling (a test holds it to the event payload's).
     pub const fn code(self) -> &'static str {
@@ -63,6 +66,7 @@ impl Resolution {
             Self::ApproveForTask => "approve_for_task",
             Self::Deny => "deny",
             Self::TakeOver => "take_over",
+            Self::Withdrawn => "withdrawn",
         }
     }
 
@@ -70,7 +74,7 @@ impl Resolution {
     pub const fn status(self) -> ApprovalStatus {
         match self {
             Self::ApproveOnce | Self::ApproveForTask => ApprovalStatus::Approved,
-            Self::Deny | Self::TakeOver => ApprovalStatus::Denied,
+            Self::Deny | Self::TakeOver | Self::Withdrawn => ApprovalStatus::Denied,
         }
     }
 }

@@ -140,7 +140,19 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
         Command::RecordRun(run) => {
             let session = world.sessions.get(run.session_id()).filter(|s| !s.deleted);
             session.ok_or_else(|| DomainError::not_found("session", run.session_id()))?;
-            Ok(vec![run.into_event()])
+            // A run that ends waits for nothing: its waiting cards are withdrawn in the same
+            // write, so no approval or grant can be made from them on any replica.
+            let ended = match &run {
+                RunEvent::Escalated(e) => Some(e.run_id.clone()),
+                RunEvent::Completed(e) => Some(e.run_id.clone()),
+                RunEvent::Started(_) | RunEvent::Refused(_) => None,
+            };
+            let session_id = run.session_id().to_owned();
+            let mut events = vec![run.into_event()];
+            if let Some(run_id) = ended {
+                events.extend(withdraw(world, &session_id, &run_id));
+            }
+            Ok(events)
         }
         Command::RecordMessage(message) => {
             let session = world.sessions.get(&message.session_id).filter(|s| !s.deleted);
@@ -256,6 +268,27 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
 
 /// The owner's Stop of one session: its pending cards denied, its grant revoked, and the stop
 /// recorded once (a second Stop records only what the first left).
+/// The `approval.resolved` events that withdraw every card `run_id` of `session_id` still waits
+/// on, in id order.
+fn withdraw(world: &World, session_id: &str, run_id: &str) -> Vec<Event> {
+    let mut pending: Vec<Uuid> = world
+        .approvals
+        .values()
+        .filter(|a| a.requested.session_id == session_id && a.requested.run_id == run_id)
+        .filter(|a| a.state == ApprovalState::Pending)
+        .map(|a| a.requested.approval_id)
+        .collect();
+    pending.sort();
+    let resolution = Resolution::Withdrawn;
+    let status = resolution.status();
+    pending
+        .into_iter()
+        .map(|approval_id| {
+            Event::ApprovalResolved(ApprovalResolved { approval_id, resolution, status, grant_id: None })
+        })
+        .collect()
+}
+
 fn stop(world: &World, session: &Session, now: OffsetDateTime) -> Vec<Event> {
     let session_id = &session.created.session_id;
     let mut pending: Vec<Uuid> = world
@@ -414,6 +447,12 @@ fn resolve(
     versions: &Versions,
     now: OffsetDateTime,
 ) -> Result<Vec<Event>, DomainError> {
+    if resolution == Resolution::Withdrawn {
+        return Err(DomainError::Invalid {
+            field: "resolution",
+            reason: "a card is withdrawn by its run's end, never by an answer".into(),
+        });
+    }
     let approval = world.approvals.get(&approval_id).ok_or_else(|| DomainError::not_found("approval", approval_id))?;
     let session = world
         .sessions

@@ -65,11 +65,13 @@ pub enum ApprovalState {
 
 impl ApprovalState {
     /// The one spelling clients see: `PENDING`, `APPROVED`, `DENIED`, `TAKEN_OVER` (denied to the
-    /// agent, the owner acting in the live tab) or `EXPIRED`.
+    /// agent, the owner acting in the live tab), `WITHDRAWN` (the run that asked ended) or
+    /// `EXPIRED`.
     pub const fn code(self) -> &'static str {
         match self {
             Self::Pending => "PENDING",
             Self::Resolved(Resolution::TakeOver) => "TAKEN_OVER",
+            Self::Resolved(Resolution::Withdrawn) => "WITHDRAWN",
             Self::Resolved(r) => r.status().code(),
             Self::Expired => "EXPIRED",
         }

@@ -241,3 +241,45 @@ fn a_card_for_a_click_that_submits_a_form_needs_its_read_back() {
         assert_eq!(reason.map(|r| r.code()), Some("unexpected_form_state"), "{what}");
     }
 }
+
+/// A card lives as long as its run waits: the run's end withdraws its waiting cards in the same
+/// write, and neither an answer nor a grant can be made from one after.
+#[test]
+fn a_runs_end_withdraws_its_waiting_cards_and_no_answer_lands_after() {
+    use grant_domain::catalogue::RunEscalated;
+    use grant_domain::model::RunEvent;
+    let mut world = given();
+    let card = |world: &mut World, run_id: &str| {
+        let req = AuthorizeRequest { run_id: run_id.into(), ..tile("el gato") };
+        let Decision::RequireApproval { approval_id, .. } = run(world, &Policy::empty(), &req, t0()).decision else {
+            panic!("a card")
+        };
+        approval_id
+    };
+    let mine = card(&mut world, "run-1");
+    let other = card(&mut world, "run-2");
+    let end = RunEvent::Escalated(RunEscalated {
+        session_id: "s1".into(),
+        run_id: "run-1".into(),
+        reason: "approval_timeout".into(),
+    });
+    let events = when(&mut world, Command::RecordRun(end)).unwrap();
+    let withdrawn: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ApprovalResolved(r) => Some((r.approval_id, r.resolution)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(withdrawn, vec![(mine, Resolution::Withdrawn)], "only the ended run's card: {events:?}");
+    assert_eq!(world.approvals[&mine].state.code(), "WITHDRAWN");
+    assert_eq!(world.approvals[&other].state, ApprovalState::Pending, "another run's card still waits");
+    for resolution in [Resolution::ApproveOnce, Resolution::ApproveForTask, Resolution::Deny] {
+        let refused = when(&mut world, resolve(mine, resolution, Some(scope()), Uuid::new_v4(), t0()));
+        assert!(matches!(refused, Err(DomainError::Conflict { .. })), "{resolution:?}: {refused:?}");
+    }
+    assert!(world.grants.is_empty(), "no grant was made from the withdrawn card");
+    // Nobody answers with a withdrawal.
+    let answered = when(&mut world, resolve(other, Resolution::Withdrawn, None, Uuid::new_v4(), t0()));
+    assert!(matches!(answered, Err(DomainError::Invalid { .. })), "{answered:?}");
+}

@@ -110,9 +110,12 @@ function card(a) {
   if ((v.destinations || []).length) {
     const list = el('ul', { class: 'destinations' });
     for (const d of v.destinations) {
-      list.append(el('li', { class: 'to-' + d.kind }, d.words, d.origin ? ' ' : '', d.origin ? el('span', { class: 'where' }, d.origin, fromSite(d.path)) : null));
+      list.append(el('li', { class: 'to-' + d.kind }, d.words, d.origin ? ' ' : '', d.origin ? el('span', { class: 'where' }, d.origin + ' ', fromSite(d.path)) : null));
     }
     fact('Leads to', list);
+  } else if (v.describable && (v.action_kind === 'click' || v.action_kind === 'check')) {
+    // The runtime lets such an act load nothing but this page while it runs.
+    fact('Leads to', 'Nowhere else: while it runs, the browser may only reload this page.');
   }
   if (v.reads_as) fact('What it looks like', v.reads_as);
   if (v.detail) fact(detailLabel(v.action_kind), v.action_kind === 'type' ? v.detail : fromSite(v.detail));
@@ -121,7 +124,8 @@ function card(a) {
   if (!v.describable) {
     section.append(el('p', { class: 'warn' }, 'The page could not be read whole: look at it yourself before you allow this.'));
   }
-  if (v.cannot_undo) section.append(el('p', { class: 'warn' }, 'This may not be undone from here.'));
+  if (v.cannot_undo) section.append(el('p', { class: 'warn' }, 'You may not be able to undo this.'));
+  section.append(el('p', { class: 'expiry', 'data-expires': a.expires_at }, expiryWords(a.expires_at)));
   if (a.reason_text) section.append(el('p', { class: 'reason' }, a.reason_text));
   if (v.form) section.append(formTable(v.form), liveTab(a));
 
@@ -374,10 +378,33 @@ async function resolve(a, body, buttons) {
   }
 }
 
+// How long a card still waits, in words: it is answered, withdrawn or expired after that.
+function expiryWords(expiresAt) {
+  const left = Date.parse(expiresAt) - Date.now();
+  if (!(left > 0)) return 'This card has expired: the action will not run.';
+  const minutes = Math.floor(left / 60000);
+  return minutes < 1 ? 'Less than a minute left to answer.' : 'About ' + minutes + (minutes === 1 ? ' minute' : ' minutes') + ' left to answer.';
+}
+
+// A card whose run stopped waiting: it says so, and nothing on it answers.
+function withdrawnCard(a) {
+  const v = a.view || {};
+  const title = el('h3', { id: 'card-' + a.approval_id }, v.action_summary || 'The agent asked to act');
+  return el(
+    'article',
+    { class: 'card withdrawn', 'aria-labelledby': title.id },
+    title,
+    el('p', { class: 'reason' }, 'Withdrawn: the agent stopped waiting for your answer. This action will not run.'),
+  );
+}
+
 function renderCards() {
   const box = $('cards');
-  const pending = [...state.cards.values()].filter((a) => a.status === 'PENDING');
-  box.replaceChildren(...(pending.length ? pending.map(card) : [el('p', { class: 'empty' }, 'Nothing is waiting for you.')]));
+  const live = (a) => Date.parse(a.expires_at) > Date.now();
+  const pending = [...state.cards.values()].filter((a) => a.status === 'PENDING' && live(a));
+  const withdrawn = [...state.cards.values()].filter((a) => a.status === 'WITHDRAWN' && live(a));
+  const shown = [...pending.map(card), ...withdrawn.map(withdrawnCard)];
+  box.replaceChildren(...(shown.length ? shown : [el('p', { class: 'empty' }, 'Nothing is waiting for you.')]));
   for (const a of pending) if (!state.shown.has(a.approval_id)) state.shown.set(a.approval_id, performance.now());
   document.title = (pending.length ? '(' + pending.length + ') ' : '') + 'Chat ' + session + ' · grant-ledger';
 }
@@ -486,6 +513,16 @@ function exportActivity() {
   a.remove();
 }
 
+// Each card's time left, kept current; a card whose time ran out leaves the list.
+function tick() {
+  let ended = false;
+  for (const p of document.querySelectorAll('#cards .expiry')) {
+    p.textContent = expiryWords(p.dataset.expires);
+    if (!(Date.parse(p.dataset.expires) > Date.now())) ended = true;
+  }
+  if (ended) renderCards();
+}
+
 function listen() {
   const events = new EventSource(base + '/events');
   const approval = (e) => {
@@ -533,6 +570,7 @@ async function start() {
   listen();
   loadActivity();
   resumeTakeover();
+  setInterval(tick, 15000);
 }
 
 start();
