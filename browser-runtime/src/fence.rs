@@ -53,9 +53,31 @@ pub enum Scope {
     /// segment.
     Prefix { origins: Vec<String>, path_prefix: String },
     /// Exactly these places and no other: an approved or standing-grant act's own page and the
-    /// destinations its facts named (what its card showed). A place is an origin and a path; the
-    /// query and fragment are the page's to set (a GET form writes its fields there).
-    Places(Vec<classifier::paths::Location>),
+    /// destinations its facts named (what its card showed).
+    Places(Vec<Place>),
+}
+
+/// An HTTPS origin and a path, the path compared as the browser sends it (its dot segments
+/// resolved, its escapes kept: `/a%2F..%2Fb` is not `/b` to a server that routes it raw), a
+/// trailing slash aside. The query and fragment are the page's to set (a GET form writes its
+/// fields there).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    origin: String,
+    path: String,
+}
+
+impl Place {
+    /// The place `url` names, if it is an HTTPS location.
+    pub fn of(url: &str) -> Option<Self> {
+        let there = classifier::paths::location(url).ok()?;
+        let parsed = url::Url::parse(url.trim()).ok()?;
+        Some(Self { origin: there.origin, path: parsed.path().trim_end_matches('/').to_owned() })
+    }
+
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
 }
 
 impl Scope {
@@ -67,7 +89,7 @@ impl Scope {
                 origins.iter().any(|o| classifier::paths::inside(&there, o, path_prefix))
                     && classifier::paths::first_sensitive(&there).is_none()
             }
-            Self::Places(places) => places.iter().any(|p| p.origin == there.origin && p.segments == there.segments),
+            Self::Places(places) => Place::of(url).is_some_and(|here| places.contains(&here)),
         }
     }
 }
@@ -579,15 +601,15 @@ mod tests {
 
     #[test]
     fn a_places_scope_admits_its_places_and_nothing_else() {
-        let at = |u: &str| classifier::paths::location(u).unwrap();
+        let at = |u: &str| Place::of(u).unwrap();
         let scope =
             Scope::Places(vec![at("https://www.lesson.test/lesson/1"), at("https://www.lesson.test/account/delete")]);
         for url in [
             "https://www.lesson.test/lesson/1",
             "https://www.lesson.test/lesson/1/?step=2#top",
+            "https://www.lesson.test/lesson/2/../1",
             // A place the card named is the owner's to allow, sensitive or not.
             "https://www.lesson.test/account/delete",
-            "https://www.lesson.test/lesson/%2e%2e/account/delete",
         ] {
             assert!(scope.admits(url), "{url}");
         }
@@ -599,6 +621,10 @@ mod tests {
             "http://www.lesson.test/lesson/1",
             "https://www.elsewhere.test/lesson/1",
             "https://www.lesson.test/account",
+            // Escapes a server may route raw are other places.
+            "https://www.lesson.test/account%2F..%2Flesson%2F1",
+            "https://www.lesson.test/lesson%2F1",
+            "https://www.lesson.test/lesson//1",
             "about:blank",
         ] {
             assert!(!scope.admits(url), "{url}");

@@ -126,6 +126,9 @@ pub struct FormField {
     pub lang: String,
     /// The field's placeholder (`DD/MM/YYYY`): how the page asks for a date to be written.
     pub hint: String,
+    /// A control whose submitted value no read can see (a form-associated custom element): no
+    /// card can show the form whole.
+    pub opaque: bool,
 }
 
 #[derive(Deserialize)]

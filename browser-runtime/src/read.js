@@ -611,6 +611,12 @@ if (mode === 'form') {
       fieldEls.push(e);
       continue;
     }
+    // A form-associated custom element submits what its internals hold, which no read can see.
+    if (t !== 'input' && t !== 'select' && t !== 'textarea') {
+      fields.push({ label: e.name || '', name: e.name || '', kind: 'other', value: '', checked: false, opaque: true });
+      fieldEls.push(e);
+      continue;
+    }
     const d = e.type === 'hidden' ? null : describe(e);
     const kind = d ? d.fact.field_kind : 'other';
     const label = d ? d.fact.labels.join(' ') || d.fact.aria_label || d.fact.placeholder || e.name || '' : e.name || '';

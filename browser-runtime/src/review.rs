@@ -3,6 +3,7 @@
 //! the record) and from nothing the worker or the model says.
 
 use classifier::FieldKind;
+use classifier::coverage::normalisation as rule;
 use proto::v1::{FormRow, FormStatus};
 
 use crate::page::FormField;
@@ -138,12 +139,12 @@ fn compare(page: &str, record: &str, order: DateOrder) -> Compared {
     }
     let spaced = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
     if spaced(page) == spaced(record) {
-        return Compared::Normalised("spacing".into());
+        return Compared::Normalised(rule::SPACING.into());
     }
     // Letter case only where no digit is: a code with digits may be case-sensitive.
     let has_digit = |s: &str| s.chars().any(|c| c.is_ascii_digit());
     if !has_digit(page) && !has_digit(record) && spaced(page).to_lowercase() == spaced(record).to_lowercase() {
-        return Compared::Normalised("letter case".into());
+        return Compared::Normalised(rule::LETTER_CASE.into());
     }
     // A slashed date against the record's YYYY-MM-DD: read one way where only one reading is a
     // date or both readings agree, otherwise the way the field or page says it writes dates.
@@ -153,11 +154,11 @@ fn compare(page: &str, record: &str, order: DateOrder) -> Compared {
         let plausible = |(_, m, d): (u32, u32, u32)| (1..=12).contains(&m) && (1..=31).contains(&d);
         let rule = match order {
             _ if !plausible(r) => None,
-            _ if a == b && day_first == r => Some("DD/MM/YYYY".to_owned()),
-            _ if day_first == r && !plausible(month_first) => Some("DD/MM/YYYY".to_owned()),
-            _ if month_first == r && !plausible(day_first) => Some("MM/DD/YYYY".to_owned()),
-            DateOrder::DayFirst(why) if day_first == r => Some(format!("DD/MM/YYYY, {why}")),
-            DateOrder::MonthFirst(why) if month_first == r => Some(format!("MM/DD/YYYY, {why}")),
+            _ if a == b && day_first == r => Some(rule::DAY_FIRST.to_owned()),
+            _ if day_first == r && !plausible(month_first) => Some(rule::DAY_FIRST.to_owned()),
+            _ if month_first == r && !plausible(day_first) => Some(rule::MONTH_FIRST.to_owned()),
+            DateOrder::DayFirst(why) if day_first == r => Some(format!("{}, {why}", rule::DAY_FIRST)),
+            DateOrder::MonthFirst(why) if month_first == r => Some(format!("{}, {why}", rule::MONTH_FIRST)),
             _ => None,
         };
         return rule.map_or(Compared::Differs, Compared::Normalised);
@@ -165,7 +166,7 @@ fn compare(page: &str, record: &str, order: DateOrder) -> Compared {
     if let (Some(p), Some(r)) = (number(page), number(record))
         && p == r
     {
-        return Compared::Normalised("number".into());
+        return Compared::Normalised(rule::NUMBER.into());
     }
     Compared::Differs
 }

@@ -61,6 +61,9 @@ pub struct Ticketed {
     pub ticket_id: String,
     /// The grant's constraint; `None` for an approval the owner gave for this very act.
     pub constraint: Option<DispatchConstraint>,
+    /// The keyed digest of the form the decision read back, for an act that could submit one:
+    /// the live form must digest the same when the act is sent.
+    pub form_digest: Option<Vec<u8>>,
 }
 
 /// What the act in hand is, for the ticket to match.
@@ -117,7 +120,8 @@ pub fn check(keys: &Keyring, ticket: &gl::DispatchTicket, expected: &Expected<'_
     if i128::from(body.not_after_ms) <= now_ms {
         return Err(Refusal::Expired);
     }
-    Ok(Ticketed { ticket_id: body.ticket_id, constraint })
+    let form_digest = Some(action.form_digest.clone()).filter(|d| !d.is_empty());
+    Ok(Ticketed { ticket_id: body.ticket_id, constraint, form_digest })
 }
 
 /// The act the ticket names is the act in hand: its kind, its argument, and for a type the text
@@ -130,7 +134,8 @@ fn same_act(
     text: Option<&str>,
 ) -> Result<(), String> {
     let here = ticket_action(act, None);
-    let same_but_text = gl::TicketAction { text_sha256: bound.text_sha256.clone(), ..here };
+    let same_but_text =
+        gl::TicketAction { text_sha256: bound.text_sha256.clone(), form_digest: bound.form_digest.clone(), ..here };
     if *bound != same_but_text {
         return Err("the ticket was issued for another act".into());
     }

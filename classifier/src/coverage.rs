@@ -236,3 +236,17 @@ fn targets_inside(element: &ElementFacts, scope: &TaskScope) -> Result<(), NotCo
     }
     Ok(())
 }
+
+/// The names of the normalisations a form's read-back may match a field under, one source for
+/// the runtime that applies them and the domain that judges them.
+pub mod normalisation {
+    pub const SPACING: &str = "spacing";
+    pub const LETTER_CASE: &str = "letter case";
+    pub const NUMBER: &str = "number";
+    /// A slashed date only one reading makes a date.
+    pub const DAY_FIRST: &str = "DD/MM/YYYY";
+    pub const MONTH_FIRST: &str = "MM/DD/YYYY";
+    /// The rules that rest on nothing the page says. A date read the way the page or the field
+    /// claims to write dates is named with the claim, and a grant never sends it unseen.
+    pub const PAGE_FREE: [&str; 5] = [SPACING, LETTER_CASE, NUMBER, DAY_FIRST, MONTH_FIRST];
+}

@@ -96,7 +96,8 @@ pub fn approval_view_in_session(
         element.or(scroll.then_some(&page_itself)).filter(|e| non_empty(e.name.as_deref()).is_some() || scroll);
     let mut view = ActionView {
         action_kind: action.kind().to_owned(),
-        describable: described.is_some() && location.is_some(),
+        // Facts cut on their way (more targets than carried) cannot show every destination.
+        describable: described.is_some() && location.is_some() && !described.is_some_and(|e| e.facts_missing),
         page_origin: origin,
         page_path: path,
         page_title: non_empty(page_title),
@@ -142,6 +143,10 @@ pub fn approval_view_in_session(
     (view.reads_as, view.cannot_undo) = match consequence {
         // "it looks like a purchase…": the sentence starts with it.
         classifier::Consequence::Named(named) => (format!("I{}.", &named.owner_words()[1..]), true),
+        // The labels name nothing, but the page itself is in a sensitive area.
+        _ if let Some((_, named)) = location.as_ref().and_then(classifier::paths::first_sensitive) => {
+            (format!("The page is in a sensitive area of the website: {}.", named.owner_words()), true)
+        }
         _ => ("Its labels name no payment, purchase, account change, message or deletion.".to_owned(), false),
     };
     view.action_summary = match action {
@@ -172,8 +177,10 @@ fn destinations(
                 words: "An address that is not a secure web page: it can go anywhere.".into(),
             },
             Ok(there) => {
-                let path = format!("/{}", there.segments.join("/"));
-                let host = there.host_unicode.clone();
+                // The path as the browser sends it, escapes kept: a decoded `%3F` would read as a
+                // query. The host in its ASCII form: a lookalike letter shows as punycode.
+                let path = url::Url::parse(target.trim()).map(|u| u.path().to_owned()).unwrap_or_default();
+                let host = there.origin.trim_start_matches("https://").to_owned();
                 let sensitive = classifier::paths::first_sensitive(&there).map(|(s, n)| (s.to_owned(), n));
                 let (kind, words) = if there.origin != here.origin {
                     (DestinationKind::AnotherSite, format!("Another website: {host}."))
@@ -334,6 +341,17 @@ mod tests {
         );
         assert_eq!(v.reads_as, "Its labels name no payment, purchase, account change, message or deletion.");
         assert!(!v.cannot_undo);
+        // Labels that name nothing, on a page in a sensitive area.
+        let on_account = PageFacts { url: "https://www.example.org/account/delete".into() };
+        let v = approval_view_in_session(
+            Some(&el("Yes", "Yes", FieldKind::None)),
+            &on_account,
+            None,
+            &Action::Click,
+            &scopes(),
+        );
+        assert_eq!(v.reads_as, "The page is in a sensitive area of the website: it changes your account.");
+        assert!(v.cannot_undo);
         for named in classifier::Named::ALL {
             assert!(named.owner_words().starts_with("it "), "{named:?}: the card's sentence starts with it");
         }

@@ -356,6 +356,34 @@ impl<B: Backend + 'static> Stack<B> {
         req.ticket = Some(self.ticket(req, Some(constraint)));
     }
 
+    /// Puts on `req` the ticket of a grant allow under `constraint` for a click that submits a
+    /// form: it binds the form as the page holds it now, read back as the harness reads it.
+    pub async fn grant_submit(&mut self, req: &mut rt::ActRequest, constraint: pb::DispatchConstraint) {
+        let digest = self.form_digest(req).await;
+        self.grant_form(req, constraint, digest);
+    }
+
+    /// The keyed digest of the form `req`'s click could submit, read back now beside its run's
+    /// record.
+    pub async fn form_digest(&mut self, req: &rt::ActRequest) -> Vec<u8> {
+        let read = rt::ReadFormRequest {
+            session_id: req.session_id.clone(),
+            snapshot_id: req.snapshot_id.clone(),
+            r#ref: req.r#ref.clone(),
+            run_id: req.run_id.clone(),
+        };
+        let form = self.runtime.read_form(with(WORKER, read)).await.expect("read form").into_inner();
+        form.review.expect("a form beside the run's record").digest
+    }
+
+    /// Puts on `req` a grant's ticket under `constraint` that binds the form digest `digest`.
+    pub fn grant_form(&self, req: &mut rt::ActRequest, constraint: pb::DispatchConstraint, digest: Vec<u8>) {
+        let ticket = self.ticket(req, Some(constraint));
+        let mut body = self.keys.open(TENANT, &ticket).expect("the kit's own ticket");
+        body.action.as_mut().expect("an act").form_digest = digest;
+        req.ticket = Some(self.keys.seal(&body));
+    }
+
     /// The ticket the authorizer would seal for `req`: an approval's without a constraint, a
     /// grant's with one. It reads the record value a type types, as the authorizer was shown it.
     pub fn ticket(&self, req: &rt::ActRequest, constraint: Option<pb::DispatchConstraint>) -> pb::DispatchTicket {

@@ -82,11 +82,10 @@ fn action(a: &BoundAction) -> pb::TicketAction {
         K::Scroll => t.scroll_by = argument.parse().unwrap_or_default(),
         K::Click | K::Check | K::Unspecified => {}
     }
-    t.text_sha256 = a
-        .text_sha256
-        .as_deref()
-        .and_then(|d| d.split_once(':').map(|(_, hex)| hex))
-        .and_then(|h| hex::decode(h).ok())
-        .unwrap_or_default();
+    let bytes = |d: Option<&str>| {
+        d.and_then(|d| d.split_once(':').map(|(_, hex)| hex)).and_then(|h| hex::decode(h).ok()).unwrap_or_default()
+    };
+    t.text_sha256 = bytes(a.text_sha256.as_deref());
+    t.form_digest = bytes(a.form_sha256.as_deref());
     t
 }

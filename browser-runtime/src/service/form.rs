@@ -48,6 +48,11 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
                     unreviewable: why.into(),
                     ..Default::default()
                 };
+                if fields.iter().any(|r| r.field.opaque) {
+                    return Ok(Response::new(unreviewable(
+                        "the form holds a control whose value the runtime cannot read, which no card can show",
+                    )));
+                }
                 if fields.len() > MAX_FORM_ROWS {
                     return Ok(Response::new(unreviewable(
                         "the form has more fields than an owner can review on a card",

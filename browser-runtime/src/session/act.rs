@@ -9,7 +9,7 @@ use serde_json::json;
 use time::OffsetDateTime;
 
 use crate::config::BrowserConfig;
-use crate::fence::{Armed, Handle, Scope};
+use crate::fence::{Armed, Handle, Place, Scope};
 use crate::guard::{self, GuardMode};
 use crate::page::{self, NodeRead, ReadError};
 use crate::records::RecordStore;
@@ -103,6 +103,24 @@ impl Session {
             }};
         }
 
+        // A grant's ticket for an act that could submit a form is spent only on the form its
+        // decision read back: a field the page changed or added since is the owner's to see.
+        if let Some(t) = ticketed.as_ref().filter(|t| t.constraint.is_some()) {
+            let could_submit = live.facts.submits_form || t.form_digest.is_some();
+            if could_submit {
+                match self.live_form(input, allow.tickets, &devtools, config).await {
+                    Ok(Ok(now)) if now == t.form_digest => {}
+                    Ok(Ok(_)) => released!(Ok(refused(
+                        input,
+                        Code::StaleSnapshot,
+                        "the form is not the one the decision read back: observe and read it again".into()
+                    ))),
+                    Ok(Err(refusal)) => released!(Ok(refusal)),
+                    Err(e) => released!(Err(e)),
+                }
+            }
+        }
+
         // The token is redeemed last, once nothing else can refuse: a redeemed approval is spent.
         // Its ticket is the owner's approval of this act: checked like any other.
         if let Some(token) = &input.approval_token {
@@ -173,6 +191,47 @@ impl Session {
         }
     }
 
+    /// The keyed digest of the form a click, check or select could submit, as the page holds it
+    /// now (`None` when it submits none); a refusal when it could submit more than one, which no
+    /// card or read-back can show, or the node is gone. Read for every such act whatever the
+    /// node's role: a decision that read no form is never spent on a submit.
+    async fn live_form(
+        &mut self,
+        input: &ActInput,
+        tickets: &proto::ticket::Keyring,
+        devtools: &Handle,
+        config: &BrowserConfig,
+    ) -> Result<Result<Option<Vec<u8>>, ActOutcome>, SessionError> {
+        let refuse = |code: Code, detail: String| refused(input, code, detail);
+        let (ActAction::Click | ActAction::Check | ActAction::Select { .. }, Ok((index, _))) =
+            (&input.action, self.node(&input.snapshot_id, &input.node_ref))
+        else {
+            return Ok(Ok(None));
+        };
+        match page::form(devtools, &input.snapshot_id, index).await {
+            Ok((_, page::FormRead::Form(fields))) if fields.iter().any(|(f, _)| f.opaque) => Ok(Err(refuse(
+                Code::NodeNotInteractable,
+                "the form holds a control whose value the runtime cannot read, which no card can show".into(),
+            ))),
+            Ok((_, page::FormRead::Form(fields))) => {
+                let read: Vec<ReadBack> = fields
+                    .into_iter()
+                    .map(|(field, _)| ReadBack { field, typed_field_id: None, typed_run: None })
+                    .collect();
+                Ok(Ok(Some(crate::review::digest(tickets, &self.tenant, &read))))
+            }
+            Ok((_, page::FormRead::NoForm)) => Ok(Ok(None)),
+            Ok((_, page::FormRead::Several(_))) => Ok(Err(refuse(
+                Code::NodeNotInteractable,
+                "a click here could submit more than one form, which no card can show".into(),
+            ))),
+            Ok((_, page::FormRead::Gone)) => {
+                Ok(Err(refuse(Code::StaleSnapshot, "the node is gone: observe again".into())))
+            }
+            Err(e) => Err(self.read_failed(e, config).await),
+        }
+    }
+
     /// The approve-once `token` redeemed at the authorizer for this very act, and the ticket it
     /// gives checked as any other: a refusal when the token does not fit.
     #[allow(clippy::too_many_arguments)] // the act, what the live page says, and the keys
@@ -187,35 +246,9 @@ impl Session {
         config: &BrowserConfig,
     ) -> Result<Result<Ticketed, ActOutcome>, SessionError> {
         let refuse = |code: Code, detail: String| refused(input, code, detail);
-        // The form a click could submit, as the page holds it now: a card that showed the form
-        // is redeemed only while it still holds exactly what the owner read. Read for every act
-        // that clicks (a select clicks its option, and the click reaches whatever acts on one
-        // around it), whatever the node's role and whatever the card showed: a card that showed
-        // no form is never spent on a submit.
-        let form_digest = match (&input.action, self.node(&input.snapshot_id, &input.node_ref)) {
-            (ActAction::Click | ActAction::Check | ActAction::Select { .. }, Ok((index, _))) => {
-                match page::form(devtools, &input.snapshot_id, index).await {
-                    Ok((_, page::FormRead::Form(fields))) => {
-                        let read: Vec<ReadBack> = fields
-                            .into_iter()
-                            .map(|(field, _)| ReadBack { field, typed_field_id: None, typed_run: None })
-                            .collect();
-                        Some(crate::review::digest(allow.tickets, &self.tenant, &read))
-                    }
-                    Ok((_, page::FormRead::NoForm)) => None,
-                    Ok((_, page::FormRead::Several(_))) => {
-                        return Ok(Err(refuse(
-                            Code::NodeNotInteractable,
-                            "a click here could submit more than one form, which no card can show".into(),
-                        )));
-                    }
-                    Ok((_, page::FormRead::Gone)) => {
-                        return Ok(Err(refuse(Code::StaleSnapshot, "the node is gone: observe again".into())));
-                    }
-                    Err(e) => return Err(self.read_failed(e, config).await),
-                }
-            }
-            _ => None,
+        let form_digest = match self.live_form(input, allow.tickets, devtools, config).await? {
+            Ok(d) => d,
+            Err(refusal) => return Ok(Err(refusal)),
         };
         let redemption = Redemption {
             form_digest,
@@ -355,13 +388,19 @@ impl Session {
             Some(c) if c.kind == GrantKind::Task => {
                 Scope::Prefix { origins: on_run(&c.origins), path_prefix: c.path_prefix.clone() }
             }
-            _ => Scope::Places(
-                std::iter::once(page_url)
-                    .chain(live.facts.nav_targets.iter().map(String::as_str))
-                    .filter_map(|u| classifier::paths::location(u).ok())
-                    .filter(|l| self.allowed_origins.contains(&l.origin))
-                    .collect(),
-            ),
+            // The destinations as the authorizer was sent them: where the facts were cut, the
+            // card could not show them all, and the act reaches none.
+            _ => {
+                let carried = crate::service::facts_pb(live);
+                let targets = if carried.nav_targets_carried { carried.nav_targets } else { Vec::new() };
+                Scope::Places(
+                    std::iter::once(page_url.to_owned())
+                        .chain(targets)
+                        .filter_map(|u| Place::of(&u))
+                        .filter(|p| self.allowed_origins.iter().any(|o| o == p.origin()))
+                        .collect(),
+                )
+            }
         }
     }
 }

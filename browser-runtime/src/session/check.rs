@@ -123,7 +123,15 @@ impl Session {
         // Nothing is dispatched that the authorizer did not allow: a ticket sealed for this very
         // act, or a token the owner approved it with (redeemed for its ticket last).
         let ticketed = match (&input.ticket, &input.approval_token) {
-            (Some(t), _) => match self.check_ticket(tickets, t, input, seen, text.as_deref(), now) {
+            // One allow per act: a grant's ticket beside a token would arm the grant's fence for
+            // what the owner approved alone.
+            (Some(_), Some(_)) => {
+                return Ok(Err(refuse(
+                    Code::ApprovalTokenInvalid,
+                    "an act carries a ticket or an approval token, not both".into(),
+                )));
+            }
+            (Some(t), None) => match self.check_ticket(tickets, t, input, seen, text.as_deref(), now) {
                 Ok(t) => Some(t),
                 // Only its age kept it from fitting: authorizing again cures that.
                 Err(why) => {

@@ -368,7 +368,12 @@ fn submits(req: &AuthorizeRequest) -> bool {
 /// submit sends as what was pressed, are not counted.
 fn form_as_task(form: &FormReview) -> bool {
     form.rows.iter().all(|r| match r.status {
-        FormStatus::Match | FormStatus::MatchNormalised => true,
+        FormStatus::Match => true,
+        // Only a rule that rests on nothing the page says: a date read the way the page or the
+        // field claims to write dates is the owner's to check on a card.
+        FormStatus::MatchNormalised => {
+            r.normalisation.as_deref().is_some_and(|n| classifier::coverage::normalisation::PAGE_FREE.contains(&n))
+        }
         FormStatus::Mismatch | FormStatus::Redacted => false,
         FormStatus::Untouched => r.kind == "none" || r.value.is_empty() || r.value == "not checked",
     })

@@ -221,7 +221,7 @@ fn a_card_for_a_click_that_submits_a_form_needs_its_read_back() {
     };
     let as_task = with_rows(vec![
         row(FormStatus::Match, "text", "Ada"),
-        row(FormStatus::MatchNormalised, "text", "03/04/2026"),
+        FormRow { normalisation: Some("DD/MM/YYYY".into()), ..row(FormStatus::MatchNormalised, "text", "23/04/2026") },
         row(FormStatus::Untouched, "text", ""),
         row(FormStatus::Untouched, "checkbox", "not checked"),
         row(FormStatus::Untouched, "none", "save"),
@@ -234,6 +234,13 @@ fn a_card_for_a_click_that_submits_a_form_needs_its_read_back() {
         ("a pre-ticked box", row(FormStatus::Untouched, "checkbox", "checked")),
         ("a hidden input", row(FormStatus::Untouched, "other", "amount=1000")),
         ("a sensitive field", row(FormStatus::Redacted, "password", "[REDACTED]")),
+        (
+            "a date read the way the page says",
+            FormRow {
+                normalisation: Some("DD/MM/YYYY, as the page's language (en-GB) writes dates".into()),
+                ..row(FormStatus::MatchNormalised, "text", "03/04/2026")
+            },
+        ),
     ] {
         let req = with_rows(vec![row(FormStatus::Match, "text", "Ada"), odd]);
         let out = run(&mut world, &Policy::empty(), &req, t0());

@@ -489,7 +489,8 @@ function renderActivity() {
         ' ',
         r.authorization ? el('strong', {}, r.authorization + ': ') : null,
         r.summary,
-        r.event_type === 'approval.resolved' ? ' (by ' + r.principal + ')' : null,
+        // A withdrawal is the run's end, not anyone's answer.
+        r.event_type === 'approval.resolved' && !r.summary.startsWith('Withdrawn') ? ' (by ' + r.principal + ')' : null,
       ),
     ),
   );

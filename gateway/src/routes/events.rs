@@ -17,6 +17,8 @@ use futures_util::Stream;
 use proto::ApprovalStatus;
 use schemars::JsonSchema;
 use serde::Serialize;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
 use tokio::sync::watch;
 
 use crate::Owner;
@@ -153,8 +155,13 @@ impl Watch {
             let before = self.approvals.insert(a.approval_id.clone(), a.status.clone());
             let is_pending = |s: &str| ApprovalStatus::from_code(s) == Some(ApprovalStatus::Pending);
             let pending = is_pending(&a.status);
+            // A card withdrawn before this stream saw it waiting still says so while it would
+            // have waited.
+            let withdrawn = ApprovalStatus::from_code(&a.status) == Some(ApprovalStatus::Withdrawn)
+                && OffsetDateTime::parse(&a.expires_at, &Rfc3339).is_ok_and(|t| t > OffsetDateTime::now_utc());
             let name = match before.as_deref() {
                 None if pending => "approval.pending",
+                None if withdrawn => "approval.resolved",
                 Some(b) if is_pending(b) && !pending => "approval.resolved",
                 _ => continue,
             };

@@ -153,6 +153,9 @@ async fn typed_values_come_from_the_record_and_are_never_returned() {
     s.record("run-1", &[("answer", "el gato")]);
     let session = s.open("profile-1", "/lesson/form", 50).await.unwrap();
     let o = s.observe(&session).await;
+    // The form as it is before anything is typed: a decision read back here is stale once a
+    // field changes.
+    let before = s.form_digest(&click(&session, &o, node(&o, "Check").0)).await;
     let (field, facts) = node(&o, "Your answer");
     assert_eq!(facts.field_kind, Some(pb::FieldKind::Text as i32));
     let mut act = click(&session, &o, field);
@@ -185,8 +188,18 @@ async fn typed_values_come_from_the_record_and_are_never_returned() {
 
     let o = s.observe(&session).await;
     let mut submit = click(&session, &o, node(&o, "Check").0);
-    s.grant(&mut submit, task_constraint());
     submit.wait_for = rt::WaitFor::Navigation as i32;
+    // A grant's ticket for a submit binds the form its decision read back: one read before
+    // the form changed is refused, and nothing is sent.
+    let mut early = submit.clone();
+    s.grant_form(&mut early, task_constraint(), before);
+    let refused = s.act(early).await.unwrap();
+    assert!(!refused.dispatched && refused.code == rt::ActCode::StaleSnapshot as i32, "{refused:?}");
+    assert!(s.fixture.requests().iter().all(|r| r.method != "POST"), "a form sent on another form's ticket");
+    let o = s.observe(&session).await;
+    let mut submit = click(&session, &o, node(&o, "Check").0);
+    submit.wait_for = rt::WaitFor::Navigation as i32;
+    s.grant_submit(&mut submit, task_constraint()).await;
     assert!(s.act(submit).await.unwrap().ok);
     let posted: Vec<_> = s.fixture.requests().into_iter().filter(|r| r.method == "POST").collect();
     assert_eq!(posted.len(), 1, "{posted:?}");
