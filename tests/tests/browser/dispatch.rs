@@ -465,3 +465,32 @@ async fn the_seeds_date_matches_after_its_named_normalisation() {
         s.runtime.close_session(with(WORKER, rt::CloseSessionRequest { session_id: session })).await.unwrap();
     }
 }
+
+/// A form-associated custom element submits what its internals hold, which no read can see: its
+/// form is never reviewable, so no card or grant can send it.
+#[tokio::test]
+async fn a_form_with_a_control_no_read_can_see_is_unreviewable() {
+    let mut s = stack().await;
+    s.record("run-1", &[("answer", "el gato")]);
+    s.fixture.page(
+        LESSON,
+        "/lesson/opaque",
+        r#"<!doctype html><title>Opaque</title><form action="/lesson/2" method="post">
+<label>Answer <input name="answer"></label><amount-box name="amount"></amount-box><button>Save answers</button></form>
+<script>customElements.define('amount-box', class extends HTMLElement {
+  static formAssociated = true;
+  constructor() { super(); this.i = this.attachInternals(); this.i.setFormValue('1000'); }
+});</script>"#,
+    );
+    let session = s.open("profile-1", "/lesson/opaque", 50).await.unwrap();
+    let o = s.observe_run(&session, "run-1").await;
+    let form = s.read_form(&session, &o, "Save answers", "run-1").await;
+    assert!(form.unreviewable.contains("cannot read"), "{form:?}");
+    assert!(form.sealed.is_none() && form.review.is_none(), "nothing to put on a card: {form:?}");
+    // Nor does a grant's ticket send it, whatever form it names.
+    let mut submit = click(&session, &o, node(&o, "Save answers").0);
+    s.grant_form(&mut submit, task_constraint(), vec![0; 32]);
+    let reply = s.act(submit).await.unwrap();
+    assert!(!reply.dispatched, "{reply:?}");
+    assert!(s.fixture.requests().iter().all(|r| r.method != "POST"), "the form was sent");
+}

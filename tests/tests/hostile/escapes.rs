@@ -82,6 +82,8 @@ fn escapes() -> Vec<(&'static str, Way)> {
         ),
         ("/lesson/e-beacon", relay("", "navigator.sendBeacon('/account/delete', 'a=1')")),
         ("/lesson/e-window", relay("", "window.open('/account/delete')")),
+        // Not sensitive, inside the lesson, and still a place the card never named.
+        ("/lesson/e-unnamed", relay("", "location.assign('/lesson/3')")),
     ]
 }
 
@@ -136,7 +138,12 @@ async fn every_escape_is_fenced(pages: Vec<(&'static str, String)>, allow: Optio
             missed.push(format!("{path}: {reply:?}"));
         }
         close(&mut s, session).await;
-        let reached: Vec<_> = s.fixture.requests().into_iter().filter(|r| r.path().starts_with("/account")).collect();
+        let reached: Vec<_> = s
+            .fixture
+            .requests()
+            .into_iter()
+            .filter(|r| r.path().starts_with("/account") || r.path() == "/lesson/3")
+            .collect();
         assert!(reached.is_empty(), "{path}: the site saw {reached:?}");
     }
     assert!(missed.is_empty(), "not fenced:\n{}", missed.join("\n"));
