@@ -63,8 +63,10 @@ pub struct TaskFile {
     pub approval_wait_seconds: u64,
 }
 
+/// As long as a card lives (the authorizer's ten minutes): a run waits for its owner as long as
+/// the owner can answer.
 fn default_wait() -> u64 {
-    20
+    600
 }
 
 /// How a run went.

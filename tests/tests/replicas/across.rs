@@ -246,3 +246,52 @@ async fn a_thousand_authorizations_over_four_replicas_under_kills_never_pass_200
     let (ok, said) = ops::authority::authority_verify(&db.config).await.unwrap();
     assert!(ok, "{said}");
 }
+
+/// A card lives as long as its run waits. The run's end, recorded through one replica, withdraws
+/// the card in the same write: a wait on another replica returns WITHDRAWN, and the owner's
+/// answer through that replica is refused and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_end_withdraws_its_card_on_every_replica() {
+    let db = TestDb::new().await;
+    let t = Tokens::register(&db, TENANT).await;
+    apply_settings(&db.url(), TENANT, lesson()).await.unwrap();
+    let (a, b) = (Replica::start(&db, &[]).await, Replica::start(&db, &[]).await);
+    let (mut ca, mut cb) = (a.client().await, b.client().await);
+    t.claim(&mut ca, "p1").await;
+    let create = pb::CreateSessionRequest {
+        session_id: "s1".into(),
+        browser_profile_id: "p1".into(),
+        surface: pb::Surface::Interactive as i32,
+        ..Default::default()
+    };
+    ca.create_session(t.session(create)).await.unwrap();
+    let Decision::RequireApproval(card) = decide(&mut ca, &t, act("s1", "agent-7")).await else { panic!("asks") };
+    let wait =
+        pb::AwaitApprovalRequest { session_id: "s1".into(), approval_id: card.approval_id.clone(), wait_ms: 20_000 };
+    let mut waiter = cb.clone();
+    let waiting = {
+        let req = t.worker(wait);
+        tokio::spawn(async move { waiter.await_approval(req).await })
+    };
+    let end = pb::RecordRunRequest {
+        session_id: "s1".into(),
+        run_id: "run".into(),
+        kind: pb::RunEventKind::Escalated as i32,
+        detail: "approval_timeout".into(),
+    };
+    ca.record_run(t.worker(end)).await.unwrap();
+    let seen = waiting.await.unwrap().unwrap().into_inner();
+    assert_eq!(seen.status, "WITHDRAWN", "{seen:?}");
+    assert!(seen.approval_token.is_empty());
+    let before = events_of(&db).await;
+    let resolve = pb::ResolveApprovalRequest {
+        approval_id: card.approval_id.clone(),
+        resolution: pb::Resolution::ApproveOnce as i32,
+        ..Default::default()
+    };
+    let refused = cb.resolve_approval(t.owner(resolve)).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert_eq!(events_of(&db).await, before, "the refused answer wrote nothing");
+    let read = pb::GetApprovalRequest { approval_id: card.approval_id, min_position: None };
+    assert_eq!(cb.get_approval(t.owner(read)).await.unwrap().into_inner().status, "WITHDRAWN");
+}
