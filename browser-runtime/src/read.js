@@ -620,7 +620,13 @@ if (mode === 'form') {
     const d = e.type === 'hidden' ? null : describe(e);
     const kind = d ? d.fact.field_kind : 'other';
     const label = d ? d.fact.labels.join(' ') || d.fact.aria_label || d.fact.placeholder || e.name || '' : e.name || '';
-    let value = t === 'select' ? Array.from(e.selectedOptions).map((o) => o.text).join(', ') : String(e.value || '');
+    // A select shows its options' text and submits their values: both are read, so the card
+    // shows what is sent and the digest binds it.
+    const chosen = (o) => {
+      const text = collapse(o.text || o.label || '');
+      return !text || text === o.value ? o.value : text + ' (' + o.value + ')';
+    };
+    let value = t === 'select' ? Array.from(e.selectedOptions).map(chosen).join(', ') : String(e.value || '');
     // Sensitive values travel to the runtime whole (its digest binds them) and are redacted there.
     // How the page writes a date here: the field's language and placeholder.
     let lang = '';

@@ -375,7 +375,10 @@ fn form_as_task(form: &FormReview) -> bool {
             r.normalisation.as_deref().is_some_and(|n| classifier::coverage::normalisation::PAGE_FREE.contains(&n))
         }
         FormStatus::Mismatch | FormStatus::Redacted => false,
-        FormStatus::Untouched => r.kind == "none" || r.value.is_empty() || r.value == "not checked",
+        FormStatus::Untouched => {
+            let unticked = matches!(r.kind.as_str(), "checkbox" | "radio") && r.value == "not checked";
+            r.kind == "none" || r.value.is_empty() || unticked
+        }
     })
 }
 
@@ -410,6 +413,8 @@ fn standing_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateT
     now < pin.expires_at
         && profile == Some(pin.profile_id.as_str())
         && classifier::covers(&classifier::Grant::Standing, &req.action, &req.element, &req.page).is_ok()
+        // Seed 004's rule 7 holds under any grant: a submit goes only with what the task typed.
+        && (!submits(req) || req.form.as_ref().is_some_and(form_as_task))
 }
 
 /// The offer an approval for `req` carries: only with the flag on, only where a grant made from

@@ -233,6 +233,7 @@ fn a_card_for_a_click_that_submits_a_form_needs_its_read_back() {
         ("a pre-filled amount", row(FormStatus::Untouched, "text", "250.00")),
         ("a pre-ticked box", row(FormStatus::Untouched, "checkbox", "checked")),
         ("a hidden input", row(FormStatus::Untouched, "other", "amount=1000")),
+        ("a text field that says it is not checked", row(FormStatus::Untouched, "text", "not checked")),
         ("a sensitive field", row(FormStatus::Redacted, "password", "[REDACTED]")),
         (
             "a date read the way the page says",

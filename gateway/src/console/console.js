@@ -115,7 +115,7 @@ function card(a) {
     fact('Leads to', list);
   } else if (v.describable && (v.action_kind === 'click' || v.action_kind === 'check')) {
     // The runtime lets such an act load nothing but this page while it runs.
-    fact('Leads to', 'Nowhere else: while it runs, the browser may only reload this page.');
+    fact('Leads to', 'No other page: while it runs, the browser may load nothing but this page’s address.');
   }
   if (v.reads_as) fact('What it looks like', v.reads_as);
   if (v.detail) fact(detailLabel(v.action_kind), v.action_kind === 'type' ? v.detail : fromSite(v.detail));
