@@ -112,18 +112,7 @@ async fn what_one_replica_records_the_others_next_authorization_obeys() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_travels_across_replicas_and_its_token_is_redeemed_once() {
     let db = TestDb::new().await;
-    let t = Tokens::register(&db, TENANT).await;
-    apply_settings(&db.url(), TENANT, lesson()).await.unwrap();
-    let (a, b) = (Replica::start(&db, &[]).await, Replica::start(&db, &[]).await);
-    let (mut ca, mut cb) = (a.client().await, b.client().await);
-    t.claim(&mut ca, "p1").await;
-    let create = pb::CreateSessionRequest {
-        session_id: "s1".into(),
-        browser_profile_id: "p1".into(),
-        surface: pb::Surface::Interactive as i32,
-        ..Default::default()
-    };
-    ca.create_session(t.session(create)).await.unwrap();
+    let (t, _replicas, mut ca, mut cb) = s1_on_two_replicas(&db).await;
     let mut m = act("s1", "agent-7");
     m.snapshot_id = "snap_0123456789ab".into();
     m.node_ref = "n7".into();
@@ -253,18 +242,7 @@ async fn a_thousand_authorizations_over_four_replicas_under_kills_never_pass_200
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runs_end_withdraws_its_card_on_every_replica() {
     let db = TestDb::new().await;
-    let t = Tokens::register(&db, TENANT).await;
-    apply_settings(&db.url(), TENANT, lesson()).await.unwrap();
-    let (a, b) = (Replica::start(&db, &[]).await, Replica::start(&db, &[]).await);
-    let (mut ca, mut cb) = (a.client().await, b.client().await);
-    t.claim(&mut ca, "p1").await;
-    let create = pb::CreateSessionRequest {
-        session_id: "s1".into(),
-        browser_profile_id: "p1".into(),
-        surface: pb::Surface::Interactive as i32,
-        ..Default::default()
-    };
-    ca.create_session(t.session(create)).await.unwrap();
+    let (t, _replicas, mut ca, mut cb) = s1_on_two_replicas(&db).await;
     let Decision::RequireApproval(card) = decide(&mut ca, &t, act("s1", "agent-7")).await else { panic!("asks") };
     let wait =
         pb::AwaitApprovalRequest { session_id: "s1".into(), approval_id: card.approval_id.clone(), wait_ms: 20_000 };
@@ -294,4 +272,24 @@ async fn a_runs_end_withdraws_its_card_on_every_replica() {
     assert_eq!(events_of(&db).await, before, "the refused answer wrote nothing");
     let read = pb::GetApprovalRequest { approval_id: card.approval_id, min_position: None };
     assert_eq!(cb.get_approval(t.owner(read)).await.unwrap().into_inner().status, "WITHDRAWN");
+}
+
+/// Two replicas on `db`, the lesson's settings, and the owner's session `s1` on profile `p1`
+/// created through the first: the tokens, the replicas (stopped when dropped) and a client of each.
+async fn s1_on_two_replicas(
+    db: &TestDb,
+) -> (Tokens, (Replica, Replica), AuthorizerClient<Channel>, AuthorizerClient<Channel>) {
+    let t = Tokens::register(db, TENANT).await;
+    apply_settings(&db.url(), TENANT, lesson()).await.unwrap();
+    let (a, b) = (Replica::start(db, &[]).await, Replica::start(db, &[]).await);
+    let (mut ca, cb) = (a.client().await, b.client().await);
+    t.claim(&mut ca, "p1").await;
+    let create = pb::CreateSessionRequest {
+        session_id: "s1".into(),
+        browser_profile_id: "p1".into(),
+        surface: pb::Surface::Interactive as i32,
+        ..Default::default()
+    };
+    ca.create_session(t.session(create)).await.unwrap();
+    (t, (a, b), ca, cb)
 }
