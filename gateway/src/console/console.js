@@ -64,7 +64,25 @@ const ROW_STATUS = {
   redacted: 'Hidden: a sensitive field',
 };
 
-function formTable(rows) {
+// The read-back in two sections, as the seed's card has it: the fields the agent filled, then the
+// fields it never touched that hold a value (a page default, autofill, a leftover), counted.
+function formReview(rows) {
+  const untouched = rows.filter((r) => r.status === 'untouched' && r.value !== '' && r.value !== 'not checked');
+  const filled = rows.filter((r) => !untouched.includes(r));
+  const parts = [formTable(filled, 'The form as the page holds it now, beside your task')];
+  if (untouched.length) {
+    parts.push(
+      formTable(
+        untouched,
+        untouched.length + (untouched.length === 1 ? ' field' : ' fields') +
+          ' the agent never filled, which the form will send as they are',
+      ),
+    );
+  }
+  return el('div', { class: 'form-sections' }, ...parts);
+}
+
+function formTable(rows, caption) {
   const body = el('tbody');
   for (const r of rows) {
     const status =
@@ -85,7 +103,7 @@ function formTable(rows) {
   return el(
     'table',
     { class: 'form-review' },
-    el('caption', {}, 'The form as the page holds it now, beside your task'),
+    el('caption', {}, caption),
     el(
       'thead',
       {},
@@ -127,7 +145,7 @@ function card(a) {
   if (v.cannot_undo) section.append(el('p', { class: 'warn' }, 'You may not be able to undo this.'));
   section.append(el('p', { class: 'expiry', 'data-expires': a.expires_at }, expiryWords(a.expires_at)));
   if (a.reason_text) section.append(el('p', { class: 'reason' }, a.reason_text));
-  if (v.form) section.append(formTable(v.form), liveTab(a));
+  if (v.form) section.append(formReview(v.form), liveTab(a));
 
   const buttons = el('div', { class: 'choices' });
   const answer = (label, body, cls) => {
