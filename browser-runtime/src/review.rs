@@ -26,8 +26,9 @@ fn cut(s: &str) -> String {
 
 /// One row of the diff: `record` is the value, in the reading run's record, of the field the
 /// runtime typed into this one (`None` when it never typed into it, or typed for another run or
-/// a field this record does not have: then the row is a mismatch).
-pub fn row(read: &ReadBack, record: Option<&str>) -> FormRow {
+/// a field this record does not have: then the row is a mismatch). `chosen`: the runtime set this
+/// box or list for the reading run.
+pub fn row(read: &ReadBack, record: Option<&str>, chosen: bool) -> FormRow {
     let f = &read.field;
     let value = shown_value(f);
     let hidden = sensitive(f.kind)
@@ -40,7 +41,8 @@ pub fn row(read: &ReadBack, record: Option<&str>) -> FormRow {
         ..Default::default()
     };
     let Some(field_id) = &read.typed_field_id else {
-        return FormRow { status: FormStatus::Untouched as i32, ..base };
+        let status = if chosen { FormStatus::Chosen } else { FormStatus::Untouched };
+        return FormRow { status: status as i32, ..base };
     };
     let Some(record) = record else {
         // Typed, but not from this run's record: nothing the owner's record says it should be.
@@ -223,6 +225,7 @@ mod tests {
 
     fn read(kind: FieldKind, value: &str, typed: Option<&str>) -> ReadBack {
         ReadBack {
+            chosen_run: None,
             field: FormField {
                 label: "Field".into(),
                 name: "f".into(),
@@ -239,7 +242,7 @@ mod tests {
     #[test]
     fn each_field_is_a_match_a_named_normalisation_a_mismatch_or_untouched() {
         let status = |value: &str, record: &str| {
-            let r = row(&read(FieldKind::Text, value, Some("f")), Some(record));
+            let r = row(&read(FieldKind::Text, value, Some("f")), Some(record), false);
             (FormStatus::try_from(r.status).unwrap(), r.normalisation)
         };
         assert_eq!(status("Ada", "Ada"), (FormStatus::Match, String::new()));
@@ -263,9 +266,12 @@ mod tests {
             assert_eq!(status(page, record).0, FormStatus::Mismatch, "{page} / {record}");
         }
         // Typed, but the reading run's record has no such value: never a page default.
-        let stray = row(&read(FieldKind::Text, "Ada", Some("f")), None);
+        let stray = row(&read(FieldKind::Text, "Ada", Some("f")), None, false);
         assert_eq!(FormStatus::try_from(stray.status), Ok(FormStatus::Mismatch));
-        let untouched = row(&read(FieldKind::Text, "250.00", None), None);
+        // A box the runtime ticked for this run is the agent's own choice, not a page default.
+        let ticked = row(&read(FieldKind::Checkbox, "on", None), None, true);
+        assert_eq!(FormStatus::try_from(ticked.status), Ok(FormStatus::Chosen));
+        let untouched = row(&read(FieldKind::Text, "250.00", None), None, false);
         assert_eq!(FormStatus::try_from(untouched.status), Ok(FormStatus::Untouched));
         assert_eq!((untouched.value.as_str(), untouched.record_value.as_str()), ("250.00", ""));
     }
@@ -277,7 +283,7 @@ mod tests {
         let status = |lang: &str, hint: &str, value: &str| {
             let mut r = read(FieldKind::Text, value, Some("f"));
             (r.field.lang, r.field.hint) = (lang.into(), hint.into());
-            let row = row(&r, Some("2026-04-03"));
+            let row = row(&r, Some("2026-04-03"), false);
             (FormStatus::try_from(row.status).unwrap(), row.normalisation)
         };
         let matched = |rule: &str| (FormStatus::MatchNormalised, rule.to_owned());
@@ -307,12 +313,12 @@ mod tests {
 
     #[test]
     fn a_sensitive_field_or_secret_shaped_value_is_never_shown() {
-        let r = row(&read(FieldKind::Password, "hunter2-Secret!", Some("pw")), Some("hunter2-Secret!"));
+        let r = row(&read(FieldKind::Password, "hunter2-Secret!", Some("pw")), Some("hunter2-Secret!"), false);
         assert_eq!(FormStatus::try_from(r.status), Ok(FormStatus::Redacted));
         assert_eq!((r.value.as_str(), r.record_value.as_str()), (REDACTED, REDACTED));
         let key = "sk_live_4eC39HqLyjWDarjtT1zdp7dc";
-        let r = row(&read(FieldKind::Text, key, Some("k")), Some(key));
+        let r = row(&read(FieldKind::Text, key, Some("k")), Some(key), false);
         assert_eq!((r.value.as_str(), r.record_value.as_str()), (REDACTED, REDACTED));
-        assert_eq!(row(&read(FieldKind::Text, key, None), None).value, REDACTED);
+        assert_eq!(row(&read(FieldKind::Text, key, None), None, false).value, REDACTED);
     }
 }

@@ -98,8 +98,8 @@ pub struct FormRow {
     /// The task-record field typed into it and its value; empty for an untouched field.
     pub record_field_id: String,
     pub record_value: String,
-    /// `match`, `match_normalised`, `mismatch`, `untouched` (a page default to review) or
-    /// `redacted`.
+    /// `match`, `match_normalised`, `mismatch`, `untouched` (a page default to review),
+    /// `redacted` or `chosen` (a box or list the agent set in this run).
     pub status: String,
     /// For `match_normalised`: the rule.
     pub normalisation: String,
@@ -165,6 +165,7 @@ impl From<pb::Approval> for Approval {
                                 Ok(pb::FormStatus::Mismatch) => "mismatch",
                                 Ok(pb::FormStatus::Untouched) => "untouched",
                                 Ok(pb::FormStatus::Redacted) => "redacted",
+                                Ok(pb::FormStatus::Chosen) => "chosen",
                                 _ => "unknown",
                             }
                             .into(),

@@ -133,6 +133,7 @@ fn form_pb(f: &grant_domain::catalogue::FormReview) -> pb::FormReview {
                     S::MatchNormalised => pb::FormStatus::MatchNormalised,
                     S::Mismatch => pb::FormStatus::Mismatch,
                     S::Untouched => pb::FormStatus::Untouched,
+                    S::Chosen => pb::FormStatus::Chosen,
                     S::Redacted => pb::FormStatus::Redacted,
                 } as i32,
                 normalisation: s(&r.normalisation),

@@ -242,6 +242,7 @@ pub(super) fn sealed_form(
                 Ok(pb::FormStatus::Mismatch) => FormStatus::Mismatch,
                 Ok(pb::FormStatus::Untouched) => FormStatus::Untouched,
                 Ok(pb::FormStatus::Redacted) => FormStatus::Redacted,
+                Ok(pb::FormStatus::Chosen) => FormStatus::Chosen,
                 _ => return Err(super::status::invalid("form", "a row has no status")),
             };
             let kind = pb::FieldKind::try_from(row.kind)

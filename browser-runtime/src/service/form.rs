@@ -59,7 +59,10 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
                     )));
                 }
                 let review = gl::FormReview {
-                    rows: fields.iter().map(|r| crate::review::row(r, value_of(r))).collect(),
+                    rows: fields
+                        .iter()
+                        .map(|r| crate::review::row(r, value_of(r), r.chosen_run.as_deref() == Some(run.as_str())))
+                        .collect(),
                     digest: crate::review::digest(&self.config.tickets, &tenant, &fields),
                 };
                 let body = gl::FormBody {

@@ -216,7 +216,7 @@ impl Session {
             Ok((_, page::FormRead::Form(fields))) => {
                 let read: Vec<ReadBack> = fields
                     .into_iter()
-                    .map(|(field, _)| ReadBack { field, typed_field_id: None, typed_run: None })
+                    .map(|(field, _)| ReadBack { field, typed_field_id: None, typed_run: None, chosen_run: None })
                     .collect();
                 Ok(Ok(Some(crate::review::digest(tickets, &self.tenant, &read))))
             }
@@ -360,6 +360,13 @@ impl Session {
                     .map(|_| ())
             }
         };
+        // A box, radio button or list the act set is the agent's own choice on a read-back.
+        let chooses = matches!(input.action, ActAction::Check | ActAction::Select { .. })
+            || (matches!(input.action, ActAction::Click)
+                && matches!(live.facts.field_kind, FieldKind::Checkbox | FieldKind::Radio | FieldKind::CustomChoice));
+        if sent.is_ok() && chooses {
+            self.chosen.insert(element.clone(), input.run_id.clone());
+        }
         match sent {
             Ok(()) => Sent::Done,
             Err(e) if e.is_stale_element_reference() => {

@@ -260,6 +260,8 @@ pub struct ReadBack {
     /// The record field the runtime typed into it, and the run it typed for.
     pub typed_field_id: Option<String>,
     pub typed_run: Option<String>,
+    /// The run the runtime set this box, radio button or list for (a check, a select, a click).
+    pub chosen_run: Option<String>,
 }
 
 /// Where approval tokens are redeemed: the authorizer, for exactly this run, snapshot, ref and
@@ -339,6 +341,8 @@ pub struct Session {
     snapshot: Option<Snapshot>,
     /// Elements the runtime typed into, with the run and the record field it typed.
     typed: HashMap<ElementRef, (String, String)>,
+    /// Boxes, radio buttons and lists the runtime set, with the run it set them for.
+    chosen: HashMap<ElementRef, String>,
     /// Tickets dispatched: each at most once.
     spent: HashSet<String>,
     /// The newest act's own reading of the live node's consequence, when it got that far.
@@ -392,6 +396,7 @@ impl Session {
             browser: None,
             snapshot: None,
             typed: HashMap::new(),
+            chosen: HashMap::new(),
             spent: HashSet::new(),
             read_consequential: std::cell::Cell::new(None),
         }
@@ -429,6 +434,7 @@ impl Session {
         self.browser = Some(browser);
         self.snapshot = None;
         self.typed.clear();
+        self.chosen.clear();
         Ok(())
     }
 
@@ -596,8 +602,10 @@ impl Session {
         let read = fields
             .into_iter()
             .map(|(field, el)| {
-                let typed = el.and_then(|el| self.typed.get(&el).cloned());
+                let typed = el.as_ref().and_then(|el| self.typed.get(el).cloned());
+                let chosen_run = el.as_ref().and_then(|el| self.chosen.get(el).cloned());
                 ReadBack {
+                    chosen_run,
                     typed_run: typed.as_ref().map(|(run, _)| run.clone()),
                     typed_field_id: typed.map(|(_, f)| f),
                     field,

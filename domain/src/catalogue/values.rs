@@ -295,6 +295,8 @@ pub enum FormStatus {
     Untouched,
     /// A sensitive field: neither value is shown.
     Redacted,
+    /// A box, radio button or list the agent set in this run, by an act its authorization allowed.
+    Chosen,
 }
 
 /// The run, observation, node and act an approval token is valid for.

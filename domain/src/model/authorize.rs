@@ -368,7 +368,7 @@ fn submits(req: &AuthorizeRequest) -> bool {
 /// submit sends as what was pressed, are not counted.
 fn form_as_task(form: &FormReview) -> bool {
     form.rows.iter().all(|r| match r.status {
-        FormStatus::Match => true,
+        FormStatus::Match | FormStatus::Chosen => true,
         // Only a rule that rests on nothing the page says: a date read the way the page or the
         // field claims to write dates is the owner's to check on a card.
         FormStatus::MatchNormalised => {

@@ -225,6 +225,7 @@ fn a_card_for_a_click_that_submits_a_form_needs_its_read_back() {
         row(FormStatus::Untouched, "text", ""),
         row(FormStatus::Untouched, "checkbox", "not checked"),
         row(FormStatus::Untouched, "none", "save"),
+        row(FormStatus::Chosen, "checkbox", "checked"),
     ]);
     let covered = run(&mut world, &Policy::empty(), &as_task, t0());
     assert!(matches!(covered.decision, Decision::Allow { .. }), "{:?}", covered.decision);

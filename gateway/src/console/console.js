@@ -62,6 +62,7 @@ const ROW_STATUS = {
   mismatch: 'Differs from the task',
   untouched: 'Not filled by the agent: the page’s own value',
   redacted: 'Hidden: a sensitive field',
+  chosen: 'Set by the agent in this task',
 };
 
 // The read-back in two sections, as the seed's card has it: the fields the agent filled, then the

@@ -494,3 +494,44 @@ async fn a_form_with_a_control_no_read_can_see_is_unreviewable() {
     assert!(!reply.dispatched, "{reply:?}");
     assert!(s.fixture.requests().iter().all(|r| r.method != "POST"), "the form was sent");
 }
+
+/// A box or list the agent set is its own act on the read-back ("chosen"), never a page
+/// default; a box the page ticked stays untouched.
+#[tokio::test]
+async fn a_box_the_agent_ticked_reads_back_as_its_own_choice() {
+    let mut s = stack().await;
+    s.record("run-1", &[("answer", "el gato")]);
+    s.fixture.page(
+        LESSON,
+        "/lesson/choices",
+        r#"<!doctype html><title>Choices</title><form action="/lesson/2" method="post">
+<label><input type="checkbox" name="daily"> Daily practice</label>
+<label><input type="checkbox" name="news" checked> Lesson news</label>
+<label for="lv">Level</label> <select id="lv" name="level"><option value="1">Easy</option><option value="2">Hard</option></select>
+<button>Save answers</button></form>"#,
+    );
+    let session = s.open("profile-1", "/lesson/choices", 50).await.unwrap();
+    let o = s.observe_run(&session, "run-1").await;
+    let mut tick = click(&session, &o, node(&o, "Daily practice").0);
+    tick.expected_role = rt::Role::Checkbox as i32;
+    tick.action = Some(rt::act_request::Action::Check(rt::Check {}));
+    assert!(s.act(tick).await.unwrap().ok);
+    let o = s.observe_run(&session, "run-1").await;
+    let mut pick = click(&session, &o, node(&o, "Level").0);
+    pick.expected_role = rt::Role::Combobox as i32;
+    pick.action = Some(rt::act_request::Action::Select(rt::Select { option: "2".into() }));
+    assert!(s.act(pick).await.unwrap().ok);
+    let o = s.observe_run(&session, "run-1").await;
+    let form = s.read_form(&session, &o, "Save answers", "run-1").await;
+    let rows: Vec<(String, String, i32)> =
+        form.review.expect("a review").rows.into_iter().map(|r| (r.label, r.value, r.status)).collect();
+    use pb::FormStatus as F;
+    assert_eq!(
+        rows,
+        vec![
+            ("Daily practice".into(), "checked".into(), F::Chosen as i32),
+            ("Lesson news".into(), "checked".into(), F::Untouched as i32),
+            ("Level".into(), "Hard (2)".into(), F::Chosen as i32),
+        ]
+    );
+}
