@@ -17,6 +17,11 @@ pub fn sensitive(kind: FieldKind) -> bool {
     kind.is_secret() || kind == FieldKind::Identity
 }
 
+/// Why a form with an opaque control (`FormField::opaque`) is never reviewed, nor sent on a
+/// decision: what it submits cannot be read.
+pub const UNREADABLE_CONTROL: &str =
+    "the form holds a control whose value the runtime cannot read, which no card can show";
+
 /// Texts on a card are cut here: the authorizer takes none longer (the digest binds the whole).
 const MAX_SHOWN: usize = classifier::coverage::MAX_LABEL_CHARS;
 

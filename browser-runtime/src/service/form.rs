@@ -49,9 +49,7 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
                     ..Default::default()
                 };
                 if fields.iter().any(|r| r.field.opaque) {
-                    return Ok(Response::new(unreviewable(
-                        "the form holds a control whose value the runtime cannot read, which no card can show",
-                    )));
+                    return Ok(Response::new(unreviewable(crate::review::UNREADABLE_CONTROL)));
                 }
                 if fields.len() > MAX_FORM_ROWS {
                     return Ok(Response::new(unreviewable(

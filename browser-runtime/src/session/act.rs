@@ -84,7 +84,7 @@ impl Session {
         // reaches, while the act runs and settles, and closes any window it opens. A token's
         // ticket has no constraint: its act is held to its page and its card's destinations,
         // which the redemption binds (the card was made from the snapshot this live node matches).
-        let scope = self.fence_scope(ticketed.as_ref().and_then(|t| t.constraint.as_ref()), &live_page.url, &live);
+        let scope = self.fence_scope(ticketed.as_ref().and_then(|t| t.constraint.as_ref()), &live_page.url, &seen);
         let armed = self.browser.as_ref().map(|b| Armed::new(b.fence.handle(), scope));
 
         // The click guard or the focus check, armed on the element the read covered: a click's
@@ -209,10 +209,9 @@ impl Session {
             return Ok(Ok(None));
         };
         match page::form(devtools, &input.snapshot_id, index).await {
-            Ok((_, page::FormRead::Form(fields))) if fields.iter().any(|(f, _)| f.opaque) => Ok(Err(refuse(
-                Code::NodeNotInteractable,
-                "the form holds a control whose value the runtime cannot read, which no card can show".into(),
-            ))),
+            Ok((_, page::FormRead::Form(fields))) if fields.iter().any(|(f, _)| f.opaque) => {
+                Ok(Err(refuse(Code::NodeNotInteractable, crate::review::UNREADABLE_CONTROL.into())))
+            }
             Ok((_, page::FormRead::Form(fields))) => {
                 let read: Vec<ReadBack> = fields
                     .into_iter()
@@ -387,7 +386,7 @@ impl Session {
     /// it is on and the destinations its facts named, which are what its card showed: a
     /// redirect, a handler's navigation or a beacon anywhere else is refused. Nothing passes the
     /// run's origins.
-    fn fence_scope(&self, constraint: Option<&DispatchConstraint>, page_url: &str, live: &NodeRead) -> Scope {
+    fn fence_scope(&self, constraint: Option<&DispatchConstraint>, page_url: &str, seen: &Seen) -> Scope {
         let on_run = |origins: &[String]| -> Vec<String> {
             origins.iter().filter(|o| self.allowed_origins.contains(o)).cloned().collect()
         };
@@ -395,19 +394,13 @@ impl Session {
             Some(c) if c.kind == GrantKind::Task => {
                 Scope::Prefix { origins: on_run(&c.origins), path_prefix: c.path_prefix.clone() }
             }
-            // The destinations as the authorizer was sent them: where the facts were cut, the
-            // card could not show them all, and the act reaches none.
-            _ => {
-                let carried = crate::service::facts_pb(live);
-                let targets = if carried.nav_targets_carried { carried.nav_targets } else { Vec::new() };
-                Scope::Places(
-                    std::iter::once(page_url.to_owned())
-                        .chain(targets)
-                        .filter_map(|u| Place::of(&u))
-                        .filter(|p| self.allowed_origins.iter().any(|o| o == p.origin()))
-                        .collect(),
-                )
-            }
+            _ => Scope::Places(
+                std::iter::once(page_url)
+                    .chain(seen.destinations.iter().map(String::as_str))
+                    .filter_map(Place::of)
+                    .filter(|p| self.allowed_origins.iter().any(|o| o == p.origin()))
+                    .collect(),
+            ),
         }
     }
 }

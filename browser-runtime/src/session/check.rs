@@ -313,12 +313,21 @@ pub(super) struct Seen {
     pub(super) role: String,
     pub(super) name: String,
     pub(super) origin: String,
+    /// The navigation targets as the authorizer was sent them, which its card shows; none when
+    /// they were cut on the way, since the card could not show them all.
+    pub(super) destinations: Vec<String>,
 }
 
 impl Seen {
     pub(super) fn of(live: &Live) -> Self {
         let carried = crate::service::facts_pb(&live.node);
-        Self { role: carried.role, name: carried.name, origin: origin_of(&live.page.url).unwrap_or_default() }
+        let destinations = if carried.nav_targets_carried { carried.nav_targets } else { Vec::new() };
+        Self {
+            role: carried.role,
+            name: carried.name,
+            origin: origin_of(&live.page.url).unwrap_or_default(),
+            destinations,
+        }
     }
 }
 

@@ -214,7 +214,8 @@ pub struct ActionView {
 pub struct Destination {
     /// `https://host[:port]`; empty for an address that is not HTTPS.
     pub origin: String,
-    /// From the website: the path, decoded, without query or fragment.
+    /// From the website: the path as the browser sends it (escapes kept), without query or
+    /// fragment.
     pub path: String,
     pub kind: DestinationKind,
     /// From the website: the sensitive segment, for [`DestinationKind::SensitiveArea`].

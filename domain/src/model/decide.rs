@@ -15,7 +15,7 @@ use crate::scopes::TaskGrantSettings;
 
 use super::authorize::{STANDING_GRANT_DURATION, StandingPin, session_ineligible};
 use super::error::{Conflict, DomainError};
-use super::world::{ApprovalState, Session, Versions, World, stored};
+use super::world::{Approval, ApprovalState, Session, Versions, World, stored};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
@@ -266,20 +266,16 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
     }
 }
 
-/// The owner's Stop of one session: its pending cards denied, its grant revoked, and the stop
-/// recorded once (a second Stop records only what the first left).
-/// The `approval.resolved` events that withdraw every card `run_id` of `session_id` still waits
-/// on, in id order.
-fn withdraw(world: &World, session_id: &str, run_id: &str) -> Vec<Event> {
+/// `resolution` for every pending card that `which` picks, in id order: one `approval.resolved`
+/// each.
+fn resolve_pending(world: &World, which: impl Fn(&Approval) -> bool, resolution: Resolution) -> Vec<Event> {
     let mut pending: Vec<Uuid> = world
         .approvals
         .values()
-        .filter(|a| a.requested.session_id == session_id && a.requested.run_id == run_id)
-        .filter(|a| a.state == ApprovalState::Pending)
+        .filter(|a| a.state == ApprovalState::Pending && which(a))
         .map(|a| a.requested.approval_id)
         .collect();
     pending.sort();
-    let resolution = Resolution::Withdrawn;
     let status = resolution.status();
     pending
         .into_iter()
@@ -289,24 +285,18 @@ fn withdraw(world: &World, session_id: &str, run_id: &str) -> Vec<Event> {
         .collect()
 }
 
+/// Every card `run_id` of `session_id` still waits on, withdrawn.
+fn withdraw(world: &World, session_id: &str, run_id: &str) -> Vec<Event> {
+    let of_run = |a: &Approval| a.requested.session_id == session_id && a.requested.run_id == run_id;
+    resolve_pending(world, of_run, Resolution::Withdrawn)
+}
+
+/// The owner's Stop of one session: its pending cards denied, its grant revoked, and the stop
+/// recorded once (a second Stop records only what the first left).
 fn stop(world: &World, session: &Session, now: OffsetDateTime) -> Vec<Event> {
     let session_id = &session.created.session_id;
-    let mut pending: Vec<Uuid> = world
-        .approvals
-        .values()
-        .filter(|a| &a.requested.session_id == session_id)
-        .filter(|a| a.state == ApprovalState::Pending && a.requested.expires_at > now)
-        .map(|a| a.requested.approval_id)
-        .collect();
-    pending.sort();
-    let mut events: Vec<Event> = pending
-        .into_iter()
-        .map(|approval_id| {
-            let resolution = Resolution::Deny;
-            let status = resolution.status();
-            Event::ApprovalResolved(ApprovalResolved { approval_id, resolution, status, grant_id: None })
-        })
-        .collect();
+    let live = |a: &Approval| &a.requested.session_id == session_id && a.requested.expires_at > now;
+    let mut events = resolve_pending(world, live, Resolution::Deny);
     events.extend(session.active_grant.and_then(|g| world.end(g, EndReason::Revoked)));
     if !session.stopped {
         events.push(Event::SessionStopped(SessionStopped { session_id: session_id.clone(), stopped_at: stored(now) }));

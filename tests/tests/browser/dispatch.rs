@@ -476,7 +476,7 @@ async fn a_form_with_a_control_no_read_can_see_is_unreviewable() {
         LESSON,
         "/lesson/opaque",
         r#"<!doctype html><title>Opaque</title><form action="/lesson/2" method="post">
-<label>Answer <input name="answer"></label><amount-box name="amount"></amount-box><button>Save answers</button></form>
+<label>Answer <input name="answer"></label><amount-box name="amount"></amount-box><button>Next step</button></form>
 <script>customElements.define('amount-box', class extends HTMLElement {
   static formAssociated = true;
   constructor() { super(); this.i = this.attachInternals(); this.i.setFormValue('1000'); }
@@ -484,14 +484,14 @@ async fn a_form_with_a_control_no_read_can_see_is_unreviewable() {
     );
     let session = s.open("profile-1", "/lesson/opaque", 50).await.unwrap();
     let o = s.observe_run(&session, "run-1").await;
-    let form = s.read_form(&session, &o, "Save answers", "run-1").await;
+    let form = s.read_form(&session, &o, "Next step", "run-1").await;
     assert!(form.unreviewable.contains("cannot read"), "{form:?}");
     assert!(form.sealed.is_none() && form.review.is_none(), "nothing to put on a card: {form:?}");
     // Nor does a grant's ticket send it, whatever form it names.
-    let mut submit = click(&session, &o, node(&o, "Save answers").0);
+    let mut submit = click(&session, &o, node(&o, "Next step").0);
     s.grant_form(&mut submit, task_constraint(), vec![0; 32]);
     let reply = s.act(submit).await.unwrap();
-    assert!(!reply.dispatched, "{reply:?}");
+    assert!(!reply.dispatched && reply.detail.contains("cannot read"), "{reply:?}");
     assert!(s.fixture.requests().iter().all(|r| r.method != "POST"), "the form was sent");
 }
 
