@@ -457,6 +457,9 @@ async fn the_owner_takes_the_live_tab_over() {
     // The console sends the owner's inputs one after another, in order: the text lands before the
     // owner's click reaches the frame (the guard stops only the agent's there), whose alert
     // shows on the console as the website's text, and OK answers it.
+    // As a person would, the owner clicks once the picture is there: a picture that failed to
+    // load (the machine busy) is hidden until the next one, and a click then lands beside it.
+    owner.image_loaded("#takeover-tab", "the tab after the text").await;
     owner.click_at("#takeover-tab", 0.5, 0.2).await;
     let said = owner.read_until("#takeover-dialog", "the page's alert", |t| t.contains("amigo")).await;
     assert!(said.contains("The page shows a dialog: Hola <b>amigo</b>"), "{said}");
