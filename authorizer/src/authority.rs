@@ -146,6 +146,17 @@ impl<B: Backend> Authority<B> {
         Ok(t.value)
     }
 
+    /// [`Authority::read`], answering from the read with the stream versions it was read at.
+    pub(crate) async fn read_loaded<T: Send>(
+        &self,
+        need: Need<'_>,
+        f: impl Fn(&crate::store::Loaded) -> T + Sync,
+    ) -> Result<T, AuthorityError> {
+        let t =
+            self.backend().transact(&self.tenant, &Metadata::default(), need, false, &|l| Ok((vec![], f(l)))).await?;
+        Ok(t.value)
+    }
+
     /// The tenant's whole state as the backend holds it.
     pub async fn world(&self) -> Result<World, AuthorityError> {
         Ok(self.backend().dump(&self.tenant).await?)

@@ -30,6 +30,7 @@ pub async fn run_all<B: Backend>(backend: &B) {
     ending_an_ended_grant_is_contended(backend).await;
     due_tenants_are_those_with_something_past_its_time(backend).await;
     a_principal_stop_reads_their_live_sessions_only(backend).await;
+    an_approvals_mark_moves_with_its_answer_and_its_sessions_stop(backend).await;
 }
 
 /// A tenant no other case uses.
@@ -348,4 +349,54 @@ pub async fn a_principal_stop_reads_their_live_sessions_only<B: Backend>(backend
         .expect("a read");
     assert_eq!(read.value.0, ["s0", "s1"], "live sessions of the principal, no one else's");
     assert_eq!(read.value.1, Some(grant_id), "each with its active grant");
+}
+
+/// The mark a replica's waits are woken by moves when the approval is answered and when its
+/// session is stopped, not when another session moves; an approval not stored, or stored in
+/// another tenant, has none.
+pub async fn an_approvals_mark_moves_with_its_answer_and_its_sessions_stop<B: Backend>(backend: &B) {
+    use grant_domain::catalogue::{ActionView, ApprovalRequested, ApprovalResolved, Resolution, SessionStopped};
+    let (tenant, other) = (&fresh_tenant(), fresh_tenant());
+    let now = OffsetDateTime::now_utc();
+    session_with_grant(backend, tenant, now + Duration::minutes(30)).await;
+    let by = Metadata::by(OWNER);
+    let new = Need::NewSession { session: "s2", profile: Some(PROFILE) };
+    append(backend, tenant, &by, new, vec![session_created(tenant, "s2")]).await.expect("a session created");
+    let approval_id = Uuid::new_v4();
+    let asked = Event::ApprovalRequested(ApprovalRequested {
+        approval_id,
+        session_id: "s1".into(),
+        run_id: "r1".into(),
+        view: ActionView {
+            action_kind: "click".into(),
+            action_summary: "Click a button".into(),
+            ..ActionView::default()
+        },
+        offer: None,
+        not_covered_reason: None,
+        expires_at: now + Duration::minutes(10),
+        binding: None,
+        agent_version: "agent-1".into(),
+    });
+    append(backend, tenant, &by, Need::Session("s1"), vec![asked]).await.expect("a card asked");
+    let keys = [(tenant.clone(), approval_id), (other, approval_id), (tenant.clone(), Uuid::new_v4())];
+    let mark = || async { backend.approval_marks(&keys).await.expect("the store answers") };
+    let first = mark().await;
+    assert_eq!(first.len(), 1, "only the stored approval, in its own tenant: {first:?}");
+    let at = |m: &crate::store::Marks| m.get(&keys[0]).copied().expect("the approval's mark");
+    let stopped = Event::SessionStopped(SessionStopped { session_id: "s2".into(), stopped_at: now });
+    append(backend, tenant, &by, Need::Session("s2"), vec![stopped]).await.expect("another session stopped");
+    assert_eq!(at(&mark().await), at(&first), "another session moving leaves it");
+    let resolved = Event::ApprovalResolved(ApprovalResolved {
+        approval_id,
+        resolution: Resolution::Deny,
+        status: Resolution::Deny.status(),
+        grant_id: None,
+    });
+    append(backend, tenant, &by, Need::Approval(approval_id), vec![resolved]).await.expect("the card answered");
+    let answered = at(&mark().await);
+    assert!(answered.0 > at(&first).0, "the answer moves the approval's part");
+    let stopped = Event::SessionStopped(SessionStopped { session_id: "s1".into(), stopped_at: now });
+    append(backend, tenant, &by, Need::Session("s1"), vec![stopped]).await.expect("its session stopped");
+    assert!(at(&mark().await).1 > answered.1, "its session's stop moves the session's part");
 }

@@ -32,8 +32,8 @@ pub use state::{
     GRANT_VERSION_SQL, Named, Plan, Writes, decision_id, fold, grant_stream_version, grant_version, load, need_of,
 };
 pub use store::{
-    Approvals, Backend, Consumed, Decide, Deployment, Grants, Loaded, Need, Reader, STOP_BATCH, SessionAt, Transacted,
-    UseOf, Versioned,
+    Approvals, Backend, Consumed, Decide, Deployment, Grants, Loaded, Marks, Need, Reader, STOP_BATCH, SessionAt,
+    Transacted, UseOf, Versioned,
 };
 
 pub use grant_domain::model as domain;

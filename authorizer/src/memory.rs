@@ -237,6 +237,23 @@ impl Backend for MemoryGrants {
         Ok(found.filter(|e| &e.tenant_id == tenant))
     }
 
+    async fn approval_marks(&self, keys: &[(TenantId, Uuid)]) -> Result<crate::store::Marks, StoreError> {
+        let tenants = self.tenants.lock().await;
+        let mut marks = HashMap::new();
+        for (tenant, id) in keys {
+            let Some(state) = tenants.get(tenant) else { continue };
+            let Some(a) = state.world.approvals.get(id) else { continue };
+            let r = MemoryReader { state, tenant };
+            let marked = (r.version("approval", id), r.version("session", &a.requested.session_id));
+            marks.insert((tenant.clone(), *id), marked);
+        }
+        Ok(marks)
+    }
+
+    fn wake_ups(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.store.wake_ups()
+    }
+
     async fn due_tenants(&self, now: OffsetDateTime) -> Result<Vec<TenantId>, StoreError> {
         let tenants = self.tenants.lock().await;
         let mut due: Vec<TenantId> = tenants

@@ -78,6 +78,11 @@ impl Loaded {
         Self { tenant: tenant.clone(), world: World::default(), versions: HashMap::new() }
     }
 
+    /// The version `category`'s entity `id` was read at; 0 when it was not read.
+    pub(crate) fn version_of(&self, category: &str, id: &dyn std::fmt::Display) -> u64 {
+        self.stream(category, id).ok().and_then(|s| self.versions.get(&s).copied()).unwrap_or(0)
+    }
+
     fn stream(&self, category: &str, id: &dyn std::fmt::Display) -> Result<StreamId, StoreError> {
         Ok(crate::domain::entity_stream(&self.tenant, category, id)?)
     }

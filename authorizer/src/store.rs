@@ -88,6 +88,9 @@ pub trait Reader: Send {
     ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 }
 
+/// Each awaited approval's version and its session's, by tenant and approval id.
+pub type Marks = HashMap<(TenantId, Uuid), (u64, u64)>;
+
 /// What one request reads.
 #[derive(Debug, Clone, Copy)]
 pub enum Need<'a> {
@@ -219,6 +222,15 @@ pub trait Backend: Send + Sync {
 
     /// Tenants with a grant or a pending approval past its expiry, in tenant order.
     fn due_tenants(&self, now: OffsetDateTime) -> impl Future<Output = Result<Vec<TenantId>, StoreError>> + Send;
+
+    /// For each awaited approval, a mark that moves whenever its answer may have: the approval's
+    /// version and its session's (a Stop moves the session). One read serves every wait a replica
+    /// holds, so a held wait makes no read of its own. An approval not stored is left out.
+    fn approval_marks(&self, keys: &[(TenantId, Uuid)]) -> impl Future<Output = Result<Marks, StoreError>> + Send;
+
+    /// Moves after each append this backend learns of: its own, and other processes' where the
+    /// store hears of them.
+    fn wake_ups(&self) -> tokio::sync::watch::Receiver<u64>;
 
     /// Whether `Need::Authorize`'s read can confirm a caller's credential itself (it lives in the
     /// same store); otherwise the caller confirms it before the call.

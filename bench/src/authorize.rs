@@ -16,19 +16,19 @@ use uuid::Uuid;
 
 use super::{Cpu, Samples, Scratch, bare, postmaster_of};
 
-const TENANT: &str = "bench";
+pub(crate) const TENANT: &str = "bench";
 /// Authorizer replicas behind the clients.
 const REPLICAS: usize = 2;
 
 /// The bench's credentials: the worker that authorizes, the gateway that resolves the card.
 #[derive(Debug, Clone)]
-struct Tokens {
-    worker: String,
-    gateway: String,
-    profiles: String,
-    ca_pem: String,
+pub(crate) struct Tokens {
+    pub(crate) worker: String,
+    pub(crate) gateway: String,
+    pub(crate) profiles: String,
+    pub(crate) ca_pem: String,
     /// The runtime's part: the facts a worker carries come sealed by it.
-    keys: std::sync::Arc<proto::ticket::Keyring>,
+    pub(crate) keys: std::sync::Arc<proto::ticket::Keyring>,
 }
 
 impl Tokens {
@@ -38,11 +38,11 @@ impl Tokens {
         r
     }
 
-    fn worker<T>(&self, m: T) -> tonic::Request<T> {
+    pub(crate) fn worker<T>(&self, m: T) -> tonic::Request<T> {
         Self::bearer(m, &self.worker)
     }
 
-    fn profiles<T>(&self, m: T) -> tonic::Request<T> {
+    pub(crate) fn profiles<T>(&self, m: T) -> tonic::Request<T> {
         Self::bearer(m, &self.profiles)
     }
 
@@ -53,14 +53,14 @@ impl Tokens {
         r
     }
 
-    async fn connect(&self, endpoint: &str) -> Result<Channel> {
+    pub(crate) async fn connect(&self, endpoint: &str) -> Result<Channel> {
         let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&self.ca_pem)).domain_name("localhost");
         Ok(Channel::from_shared(endpoint.to_owned())?.tls_config(tls)?.connect().await?)
     }
 }
 
 /// A click as a worker sends it, with the facts sealed as the runtime on profile `p` seals them.
-fn act(keys: &proto::ticket::Keyring, session: &str) -> pb::AuthorizeRequest {
+pub(crate) fn act(keys: &proto::ticket::Keyring, session: &str) -> pb::AuthorizeRequest {
     let mut r = plain_act(session);
     let read_ms = i64::try_from(time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000).unwrap_or_default();
     r.facts = Some(keys.seal_facts(&pb::FactsBody {
@@ -135,7 +135,7 @@ async fn fresh_grant(client: &mut AuthorizerClient<Channel>, tokens: &Tokens) ->
 
 /// Timed authorize-and-consume calls from `clients` clients for `duration`; with `spread`, each
 /// client's calls go to the replicas in turn.
-async fn drive(
+pub(crate) async fn drive(
     endpoints: &[String],
     spread: bool,
     tokens: &Tokens,
@@ -429,16 +429,16 @@ async fn fill_log(config: &tokio_postgres::Config, log_events: u64) -> Result<()
 }
 
 /// The replicas the clients call, each a `grantctl serve authorizer` of its own.
-struct Replicas {
+pub(crate) struct Replicas {
     /// Each server, its pid and how long it took to serve.
-    servers: Vec<(tokio::process::Child, u32, Duration)>,
-    endpoints: Vec<String>,
-    metrics: Vec<std::net::SocketAddr>,
+    pub(crate) servers: Vec<(tokio::process::Child, u32, Duration)>,
+    pub(crate) endpoints: Vec<String>,
+    pub(crate) metrics: Vec<std::net::SocketAddr>,
 }
 
 /// Starts [`REPLICAS`] servers on `db_url` with a throwaway CA and ticket keyring; answers the
 /// keyring's line, the CA's certificate and the replicas.
-async fn start_replicas(db_url: &str) -> Result<(String, String, Replicas)> {
+pub(crate) async fn start_replicas(db_url: &str) -> Result<(String, String, Replicas)> {
     let super::Pki { dir: pki_dir, cert, key, keys_file: keys, key_line, ca_pem, .. } = super::Pki::new("authorize")?;
     // Two replicas on one database, the clients spread over them round robin.
     let mut r = Replicas { servers: Vec::new(), endpoints: Vec::new(), metrics: Vec::new() };

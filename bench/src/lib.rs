@@ -392,6 +392,7 @@ pub mod rebuild;
 
 pub mod act;
 pub mod harness;
+pub mod waits;
 
 #[cfg(test)]
 mod tests {

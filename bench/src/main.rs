@@ -80,6 +80,17 @@ enum BenchCmd {
         #[arg(long, default_value_t = 8.0)]
         seconds: f64,
     },
+    /// Another client's Authorize while this many workers' waits for an owner's answer are held
+    /// open over two replicas, beside the same client with none, and each wait's cost.
+    Waits {
+        #[arg(long, value_delimiter = ',', default_value = "500,5000")]
+        waits: Vec<usize>,
+        #[arg(long, default_value_t = 1)]
+        clients: usize,
+        /// Seconds per wait count, half with the waits held and half without.
+        #[arg(long, default_value_t = 8.0)]
+        seconds: f64,
+    },
     /// Ledger append against a bare insert-and-commit, side by side.
     Append {
         #[arg(long, value_delimiter = ',', default_value = "1,32")]
@@ -138,6 +149,13 @@ async fn run(database: &Option<String>, command: BenchCmd) -> Result<()> {
         BenchCmd::Rebuild { events } => {
             let url = database_url(database)?;
             println!("{}", bench::rebuild::run(&url, events).await?);
+        }
+        BenchCmd::Waits { waits, clients, seconds } => {
+            if waits.is_empty() || waits.contains(&0) || clients == 0 || !seconds.is_finite() || seconds <= 0.0 {
+                bail!("--waits and --clients take positive counts and --seconds a positive number");
+            }
+            let url = database_url(database)?;
+            println!("{}", bench::waits::run(&url, &waits, clients, Duration::from_secs_f64(seconds)).await?);
         }
         BenchCmd::Append { writers, seconds } => {
             if writers.is_empty() || writers.contains(&0) || !seconds.is_finite() || seconds <= 0.0 {

@@ -60,6 +60,14 @@ impl Backend for UnchargedText {
     async fn due_tenants(&self, now: OffsetDateTime) -> Result<Vec<TenantId>, StoreError> {
         self.0.due_tenants(now).await
     }
+
+    async fn approval_marks(&self, keys: &[(TenantId, Uuid)]) -> Result<authorizer::Marks, StoreError> {
+        self.0.approval_marks(keys).await
+    }
+
+    fn wake_ups(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.0.wake_ups()
+    }
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! `PgGrants`, the authority's PostgreSQL backend: its state, and the reads and writes every
 //! command shares. A leaf of the adapter: `consume` and `remember` add the use on top of it.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use grant_domain::catalogue::{AuthorizationKind, Event};
@@ -8,13 +9,14 @@ use ledger::postgres::SettleCounts;
 use ledger::{Metadata, PgStore, TenantId};
 use time::OffsetDateTime;
 use tokio_postgres::IsolationLevel;
+use uuid::Uuid;
 
 use crate::domain::{Approval, RunSnapshots, Session, World};
 use crate::error::{AuthorityError, StoreError};
 use crate::state;
 use crate::store::{Decide, Deployment, Need, Transacted};
 
-use super::convert::{db, json, unavailable, version};
+use super::convert::{db, from_version, json, unavailable, version};
 use super::read::{GRANT_COLUMNS, PgReader, Prefetched, grant_from_row};
 use super::write::write_all;
 
@@ -246,6 +248,33 @@ impl PgGrants {
     }
 
     /// Tenants with a grant past its expiry or a pending approval past its own.
+    /// Each stored approval's version and its session's, for the replica's waits, in one read.
+    pub async fn approval_marks(&self, keys: &[(TenantId, Uuid)]) -> Result<crate::store::Marks, StoreError> {
+        if keys.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let tenants: Vec<&str> = keys.iter().map(|(t, _)| t.as_str()).collect();
+        let ids: Vec<Uuid> = keys.iter().map(|(_, a)| *a).collect();
+        let client = self.store.pool().get().await.map_err(unavailable)?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT a.tenant_id, a.approval_id, a.version, COALESCE(s.version, 0) \
+                 FROM unnest($1::text[], $2::uuid[]) AS k(tenant_id, approval_id) \
+                 JOIN authority_approvals a ON a.tenant_id = k.tenant_id AND a.approval_id = k.approval_id \
+                 LEFT JOIN authority_sessions s ON s.tenant_id = a.tenant_id AND s.session_id = a.session_id",
+            )
+            .await
+            .map_err(db)?;
+        let rows = client.query(&stmt, &[&tenants, &ids]).await.map_err(db)?;
+        rows.iter()
+            .map(|r| {
+                let tenant = TenantId::new(r.get::<_, String>(0))
+                    .map_err(|e| StoreError::Projection(format!("a stored tenant id: {}", e.reason)))?;
+                Ok(((tenant, r.get(1)), (from_version(r.get(2)), from_version(r.get(3)))))
+            })
+            .collect()
+    }
+
     pub async fn due_tenants(&self, now: OffsetDateTime) -> Result<Vec<TenantId>, StoreError> {
         let client = self.store.pool().get().await.map_err(unavailable)?;
         let rows = client

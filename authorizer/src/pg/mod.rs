@@ -69,6 +69,14 @@ impl Backend for PgGrants {
         PgGrants::due_tenants(self, now).await
     }
 
+    async fn approval_marks(&self, keys: &[(TenantId, Uuid)]) -> Result<crate::store::Marks, StoreError> {
+        PgGrants::approval_marks(self, keys).await
+    }
+
+    fn wake_ups(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.store().wake_ups()
+    }
+
     fn confirms_credentials(&self) -> bool {
         true
     }

@@ -107,61 +107,80 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         if r.wait_ms > MAX_APPROVAL_WAIT_MS {
             return Err(invalid("wait_ms", &format!("is at most {MAX_APPROVAL_WAIT_MS}")));
         }
-        own_session(&authority, &session_id, &principal).await?;
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(u64::from(r.wait_ms));
         let tenant = authority.tenant().as_str().to_owned();
+        let pending = || {
+            let status = ApprovalState::Pending.code().into();
+            Response::new(pb::AwaitApprovalReply { status, approval_token: String::new(), grant_id: String::new() })
+        };
+        // Held before the first read, so an answer given after that read always wakes the wait.
+        let mut waiting = self.waits.hold(&self.authority, (authority.tenant().clone(), approval_id));
+        // A renewed wait on a card this principal's read found pending, with nothing moved
+        // since, starts waiting without a read: a held wait costs the database nothing.
+        let mut read_now = !waiting.known_pending(&session_id, &principal);
+        if read_now {
+            own_session(&authority, &session_id, &principal).await?;
+        }
         loop {
-            let seen = authority
-                .read(Need::Approval(approval_id), |w| {
-                    let a = w.approvals.get(&approval_id).filter(|a| a.requested.session_id == session_id)?;
-                    let grant = w
-                        .grants
-                        .values()
-                        .find(|g| g.created.approval_id == approval_id)
-                        .map(|g| g.created.grant_id.to_string());
-                    // A token is handed out only while it could still be redeemed: never after a
-                    // Stop since the card was asked.
-                    let live = a.requested.expires_at > OffsetDateTime::now_utc();
-                    let session = w.sessions.get(&session_id);
-                    let void = session.is_some_and(|s| s.stopped_since(&a.requested));
-                    let unspent = a.token_sha256.clone().filter(|_| !a.token_redeemed && live && !void);
-                    Some((a.state, unspent, grant, session.is_some_and(|s| s.stopped)))
-                })
-                .await
-                .map_err(status)?;
-            let Some((state, unspent, grant, stopped)) = seen else {
-                return Err(Status::not_found("approval not found"));
-            };
-            let done = stopped || state != ApprovalState::Pending || tokio::time::Instant::now() >= deadline;
-            if done && waited {
-                self.still_live(&metadata, &caller_was, Rpc::AwaitApproval).await?;
-            }
-            // The owner stopped the agent here: the worker ends its run, whatever the card says.
-            if stopped {
-                return Ok(Response::new(pb::AwaitApprovalReply {
-                    status: proto::AWAIT_STOPPED.into(),
-                    approval_token: String::new(),
-                    grant_id: String::new(),
-                }));
-            }
-            if done {
-                // The token is handed out only while its record stands unspent, and found under
-                // whichever key of the ring issued it.
-                let approval_token = unspent
-                    .and_then(|digest| {
-                        self.tickets
-                            .approval_tokens(&tenant, approval_id.as_bytes())
-                            .find(|t| token_digest(t) == digest)
+            if read_now {
+                let seen = authority
+                    .read_loaded(Need::Approval(approval_id), |l| {
+                        let w = &l.world;
+                        let a = w.approvals.get(&approval_id).filter(|a| a.requested.session_id == session_id)?;
+                        let grant = w
+                            .grants
+                            .values()
+                            .find(|g| g.created.approval_id == approval_id)
+                            .map(|g| g.created.grant_id.to_string());
+                        // A token is handed out only while it could still be redeemed: never after
+                        // a Stop since the card was asked.
+                        let live = a.requested.expires_at > OffsetDateTime::now_utc();
+                        let session = w.sessions.get(&session_id);
+                        let void = session.is_some_and(|s| s.stopped_since(&a.requested));
+                        let unspent = a.token_sha256.clone().filter(|_| !a.token_redeemed && live && !void);
+                        let mark = (l.version_of("approval", &approval_id), l.version_of("session", &session_id));
+                        Some((a.state, unspent, grant, session.is_some_and(|s| s.stopped), mark))
                     })
-                    .unwrap_or_default();
-                return Ok(Response::new(pb::AwaitApprovalReply {
-                    status: state.code().into(),
-                    approval_token,
-                    grant_id: grant.unwrap_or_default(),
-                }));
+                    .await
+                    .map_err(status)?;
+                let Some((state, unspent, grant, stopped, mark)) = seen else {
+                    return Err(Status::not_found("approval not found"));
+                };
+                if stopped || state != ApprovalState::Pending {
+                    if waited {
+                        self.still_live(&metadata, &caller_was, Rpc::AwaitApproval).await?;
+                    }
+                    // The owner stopped the agent here: the worker ends its run, whatever the card says.
+                    if stopped {
+                        return Ok(Response::new(pb::AwaitApprovalReply {
+                            status: proto::AWAIT_STOPPED.into(),
+                            approval_token: String::new(),
+                            grant_id: String::new(),
+                        }));
+                    }
+                    // The token is handed out only while its record stands unspent, and found under
+                    // whichever key of the ring issued it.
+                    let approval_token = unspent
+                        .and_then(|digest| {
+                            self.tickets
+                                .approval_tokens(&tenant, approval_id.as_bytes())
+                                .find(|t| token_digest(t) == digest)
+                        })
+                        .unwrap_or_default();
+                    return Ok(Response::new(pb::AwaitApprovalReply {
+                        status: state.code().into(),
+                        approval_token,
+                        grant_id: grant.unwrap_or_default(),
+                    }));
+                }
+                waiting.pending_at(mark, &session_id, &principal);
             }
-            // The owner answers in seconds; a look every quarter second costs one keyed read.
-            tokio::time::sleep(std::time::Duration::from_millis(250).min(deadline - tokio::time::Instant::now())).await;
+            // Woken only when this approval or its session changed: a held wait makes no reads.
+            // Still pending at the deadline, the answer says so and hands nothing out.
+            tokio::select! {
+                () = waiting.moved() => read_now = true,
+                () = tokio::time::sleep_until(deadline) => return Ok(pending()),
+            }
             waited = true;
         }
     }

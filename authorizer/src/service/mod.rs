@@ -13,6 +13,7 @@ mod redeem;
 mod shared;
 mod status;
 mod ticket;
+mod waits;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -42,6 +42,8 @@ pub struct AuthorizerService<B> {
     pub(super) health_check: Option<telemetry::HealthCheck>,
     /// Only the `testing` feature sets it: the domain's own tests speak facts in the clear.
     pub(super) accept_unsealed: bool,
+    /// The owners' answers this replica's callers wait for.
+    pub(super) waits: Arc<super::waits::Waits>,
 }
 
 impl<B> Clone for AuthorizerService<B> {
@@ -54,6 +56,7 @@ impl<B> Clone for AuthorizerService<B> {
             gate_metrics: self.gate_metrics.clone(),
             health_check: self.health_check.clone(),
             accept_unsealed: self.accept_unsealed,
+            waits: Arc::clone(&self.waits),
         }
     }
 }
@@ -69,6 +72,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
             gate_metrics: None,
             health_check: None,
             accept_unsealed: false,
+            waits: Arc::default(),
         }
     }
 

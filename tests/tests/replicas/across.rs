@@ -274,6 +274,62 @@ async fn a_runs_end_withdraws_its_card_on_every_replica() {
     assert_eq!(cb.get_approval(t.owner(read)).await.unwrap().into_inner().status, "WITHDRAWN");
 }
 
+/// Workers wait for twenty cards on one replica. The log moving for another session answers none
+/// of them; the owner's answer through the other replica ends exactly its own card's wait. A
+/// renewed wait starts without a read of its own, and still checks who asks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_waits_end_on_their_own_answer_only() {
+    let db = TestDb::new().await;
+    let (t, _replicas, mut ca, mut cb) = s1_on_two_replicas(&db).await;
+    let mut cards = Vec::new();
+    for _ in 0..20 {
+        let Decision::RequireApproval(card) = decide(&mut ca, &t, act("s1", "agent-7")).await else { panic!("asks") };
+        cards.push(card.approval_id);
+    }
+    let wait = |approval: &str, wait_ms| pb::AwaitApprovalRequest {
+        session_id: "s1".into(),
+        approval_id: approval.into(),
+        wait_ms,
+    };
+    // A first look at each finds it pending; the waits that follow are renewals.
+    for card in &cards {
+        let seen = cb.await_approval(t.worker(wait(card, 0))).await.unwrap().into_inner();
+        assert_eq!(seen.status, "PENDING", "{seen:?}");
+    }
+    let mut waits: Vec<_> = cards
+        .iter()
+        .map(|card| {
+            let (mut waiter, req) = (cb.clone(), t.worker(wait(card, 20_000)));
+            tokio::spawn(async move { waiter.await_approval(req).await })
+        })
+        .collect();
+    // Another worker of the tenant cannot ride on what the owner's worker read: not its session.
+    let intruder = new_token();
+    let credentials = Credentials::postgres(db.pool(1));
+    credentials.register(&intruder, TENANT, Role::Worker, Some("intruder"), None).await.unwrap();
+    let refused = cb.await_approval(Request::new(wait(&cards[0], 0))).await;
+    assert!(refused.is_err(), "a call with no credential is refused");
+    let refused = cb.await_approval(tests::bearer(&intruder, wait(&cards[0], 0))).await.unwrap_err();
+    assert_eq!(refused.code(), Code::NotFound, "{refused:?}");
+    // Another session's acts move the log; no wait ends for them.
+    grant_across(&mut ca, &mut cb, &t, "s2", "p2").await;
+    for _ in 0..5 {
+        assert!(matches!(decide(&mut ca, &t, act("s2", "agent-7")).await, Decision::Allow(_)));
+    }
+    let resolve = pb::ResolveApprovalRequest {
+        approval_id: cards[7].clone(),
+        resolution: pb::Resolution::ApproveOnce as i32,
+        ..Default::default()
+    };
+    ca.resolve_approval(t.owner(resolve)).await.unwrap();
+    let answered = waits.remove(7).await.unwrap().unwrap().into_inner();
+    assert_eq!(answered.status, "APPROVED", "{answered:?}");
+    assert!(waits.iter().all(|w| !w.is_finished()), "the other nineteen still wait");
+    for w in waits {
+        w.abort();
+    }
+}
+
 /// Two replicas on `db`, the lesson's settings, and the owner's session `s1` on profile `p1`
 /// created through the first: the tokens, the replicas (stopped when dropped) and a client of each.
 async fn s1_on_two_replicas(
