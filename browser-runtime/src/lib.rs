@@ -14,6 +14,7 @@ pub mod fixture;
 pub mod guard;
 pub mod metrics;
 pub mod page;
+pub mod picture;
 pub mod platform;
 pub mod records;
 pub mod review;

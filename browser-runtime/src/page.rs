@@ -17,7 +17,7 @@ use crate::platform;
 pub use crate::role::Role;
 
 /// `read.js` after the constants it shares with the Rust side, spelt from them.
-static READ: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+pub(crate) static READ: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     let roles: Vec<String> = Role::ALL.iter().map(|r| format!("'{}'", r.code())).collect();
     format!(
         "const MAX = {};\nconst MAX_OPTIONS = {};\nconst MAX_NODES = {MAX_NODES};\nconst ROLES = new Set([{}]);\n{}",

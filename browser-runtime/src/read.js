@@ -573,6 +573,41 @@ if (mode === 'observe') {
   Object.defineProperty(window, slot(arguments[1]), { value: Object.freeze(els) });
   return [JSON.stringify({ page, nodes, more }, compact), own];
 }
+if (mode === 'picture') {
+  // What a picture of the viewport paints over and outlines: every field with its box, kind and
+  // value (the runtime decides which a card would redact), and node `arguments[2]` of snapshot
+  // `arguments[1]` (-1: none). Boxes are in CSS pixels of the viewport.
+  const box = (e) => {
+    const r = RECT.call(e);
+    return [r.left, r.top, r.width, r.height];
+  };
+  const shown = (b) => b[2] > 0 && b[3] > 0 && b[0] < innerWidth && b[1] < innerHeight && b[0] + b[2] > 0 && b[1] + b[3] > 0;
+  const fields = [];
+  const stack = [document.documentElement];
+  let walked = 0;
+  while (stack.length && walked++ < MAX_NODES * 10) {
+    const n = stack.pop();
+    if (!n || nodeType(n) !== 1) continue;
+    const t = local(n);
+    const region = editable(n) && !(parentOf(n) && editable(parentOf(n)));
+    if ((t === 'input' && n.type !== 'hidden') || t === 'textarea' || t === 'select' || region) {
+      const b = box(n);
+      if (shown(b)) {
+        const value = t === 'input' || t === 'textarea' ? String(n.value || '') : t === 'select' ? '' : flatText(n);
+        fields.push({ box: b, kind: kindOf(n, roleOf(n)), value: value.slice(0, MAX) });
+      }
+    }
+    const kids = flatChildren(n);
+    for (let i = kids.length - 1; i >= 0; i--) stack.push(kids[i]);
+  }
+  let target = null;
+  const kept = window[slot(arguments[1])];
+  const el = arguments[2] >= 0 && Array.isArray(kept) ? kept[arguments[2]] : null;
+  if (el && ROOT.call(el, { composed: true }) === document) target = box(el);
+  // Past the walk's bound, or under a closed shadow root, fields may be missed: said, never guessed.
+  const whole = stack.length === 0;
+  return [JSON.stringify({ page, width: innerWidth, height: innerHeight, fields, target, asked: !!el, whole }), null];
+}
 const kept = window[slot(arguments[1])];
 const el = Array.isArray(kept) ? kept[arguments[2]] : null;
 // Gone, or moved into another document (a frame, a document the page made): not this page's.

@@ -268,6 +268,7 @@ pub const FIELDS: &[(&str, Rule)] = &[
     ("browser_runtime.v1.TakeOverRequest.snapshot_id", ID),
     ("browser_runtime.v1.TakeOverRequest.release", one()),
     ("browser_runtime.v1.LiveViewRequest.snapshot_id", ID),
+    ("browser_runtime.v1.LiveViewRequest.node_ref", ID),
     ("browser_runtime.v1.LiveInputRequest.snapshot_id", ID),
     ("browser_runtime.v1.LiveInputRequest.browser_profile_id", ID),
     ("browser_runtime.v1.LiveInputRequest.click", one()),

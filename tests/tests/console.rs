@@ -160,7 +160,7 @@ async fn the_lesson_through_the_console() {
 
     // The payment's label, markup and script included, is quoted text on the card and ran nowhere.
     assert!(cards.contains(PAY), "{cards}");
-    let imgs = owner.client.find_all(fantoccini::Locator::Css("#cards img")).await.unwrap();
+    let imgs = owner.client.find_all(fantoccini::Locator::Css("#cards img:not(.live)")).await.unwrap();
     assert!(imgs.is_empty(), "the label's markup became an element");
     assert!(!owner.client.title().await.unwrap().contains("pwned"));
     let quoted = owner.client.find(fantoccini::Locator::Css("#cards q.site")).await.unwrap();
@@ -311,7 +311,15 @@ async fn the_form_review_card_on_the_console() {
     // Beside the rows, the tab itself as the browser shows it now, read from the runtime.
     let (width, height) = owner.image_loaded("#cards img.live", "the live tab's picture").await;
     assert!(width >= 200 && height >= 100, "{width}x{height}");
-    assert!(owner.text("#cards figcaption").await.contains("The browser tab now"));
+    let caption = owner.text("#cards figcaption").await;
+    assert!(caption.contains("The browser tab now"), "{caption}");
+    // The submit button is outlined in it, and the owner is told what the marks mean.
+    owner.read_until("#cards figcaption", "the picture's words", |t| t.contains("outlined in orange")).await;
+    owner
+        .client
+        .execute("document.querySelector('#cards img.live').scrollIntoView({ block: 'center' })", vec![])
+        .await
+        .unwrap();
     owner.shot("form-review-card-with-its-tab").await;
     // Only the card's owner sees the tab, only while the card is pending, and only through the
     // gateway: the runtime refuses the worker's credential for it.
@@ -322,11 +330,14 @@ async fn the_form_review_card_on_the_console() {
     let shown = tests::http::Call::new(l.gateway, "GET", &live).bearer(&mine).send().await;
     assert_eq!((shown.status, shown.header("content-type")), (200, Some("image/png")), "{shown:?}");
     assert_eq!(shown.header("cache-control"), Some("no-store"));
+    // The submit button is outlined in it, and the private fields painted over.
+    assert_eq!((shown.header("x-live-element"), shown.header("x-live-masked")), (Some("outlined"), Some("yes")));
     let theirs = tests::http::Call::new(l.gateway, "GET", &live).bearer(&stranger).send().await;
     assert_eq!(theirs.status, 404, "another owner's card is not there: {theirs:?}");
     let view = proto::runtime::LiveViewRequest {
         browser_profile_id: "profile-1".into(),
         snapshot_id: cards[0].snapshot_id.clone(),
+        node_ref: String::new(),
     };
     let refused = l.stack.runtime.live_view(with(WORKER, view.clone())).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");

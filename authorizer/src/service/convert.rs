@@ -183,6 +183,7 @@ pub(super) fn approval(a: &Approval) -> pb::Approval {
         expires_at: rfc3339(r.expires_at),
         browser_profile_id: String::new(),
         snapshot_id: String::new(),
+        node_ref: String::new(),
     }
 }
 

@@ -238,10 +238,11 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
                 let a = w.approvals.get(&approval_id)?;
                 let session = &w.sessions.get(&a.requested.session_id)?.created;
                 let profile = session.browser_profile_id.clone().unwrap_or_default();
-                let snapshot = a.requested.binding.as_ref().map(|b| b.snapshot_id.clone()).unwrap_or_default();
+                let binding = a.requested.binding.as_ref();
                 (session.principal_id == principal).then(|| pb::Approval {
                     browser_profile_id: profile,
-                    snapshot_id: snapshot,
+                    snapshot_id: binding.map(|b| b.snapshot_id.clone()).unwrap_or_default(),
+                    node_ref: binding.map(|b| b.node_ref.clone()).unwrap_or_default(),
                     ..approval(a)
                 })
             })

@@ -4,7 +4,8 @@
 use proto::runtime as pb;
 use tonic::{Request, Response, Status};
 
-use crate::session::{OwnerInput, Redeem};
+use crate::picture::Element;
+use crate::session::{OwnerInput, Picture, Redeem};
 
 use super::convert::{invalid, session_status};
 
@@ -16,8 +17,15 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
         req: Request<pb::LiveViewRequest>,
     ) -> Result<Response<pb::LiveViewReply>, Status> {
         let owner = self.owner(&req).await?;
-        let mut s = self.owners_tab(&owner, &req.get_ref().browser_profile_id, &req.get_ref().snapshot_id).await?;
-        let view = bounded!(self, s, s.live_view(&self.config.browser)).map_err(session_status)?;
+        let r = req.get_ref();
+        let mut s = self.owners_tab(&owner, &r.browser_profile_id, &r.snapshot_id).await?;
+        // Once taken over the tab is the owner's: they see what they type, unmasked.
+        let picture = if s.taken_over {
+            Picture::TakenOver
+        } else {
+            Picture::Card { snapshot_id: &r.snapshot_id, node_ref: Some(r.node_ref.as_str()).filter(|n| !n.is_empty()) }
+        };
+        let view = bounded!(self, s, s.live_view(picture, &self.config.browser)).map_err(session_status)?;
         Ok(Response::new(live_reply(view)))
     }
 
@@ -71,7 +79,7 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
             Some(Input::Done(false)) | None => return Err(invalid("input", "is a click, text, a key or done")),
         };
         bounded!(self, s, s.owner_input(input, expected, &self.config.browser)).map_err(session_status)?;
-        let view = bounded!(self, s, s.live_view(&self.config.browser)).map_err(session_status)?;
+        let view = bounded!(self, s, s.live_view(Picture::TakenOver, &self.config.browser)).map_err(session_status)?;
         Ok(Response::new(live_reply(view)))
     }
 }
@@ -82,5 +90,12 @@ fn live_reply(view: crate::session::LiveView) -> pb::LiveViewReply {
         png: view.png,
         dialog_open: view.dialog.is_some(),
         dialog: view.dialog.unwrap_or_default(),
+        element: match view.element {
+            Element::None => pb::PictureElement::None,
+            Element::Outlined => pb::PictureElement::Outlined,
+            Element::NotInView => pb::PictureElement::NotInView,
+            Element::Gone => pb::PictureElement::Gone,
+        } as i32,
+        masked: view.masked,
     }
 }

@@ -7,7 +7,7 @@ mod after;
 mod check;
 mod owner;
 
-pub use owner::LiveView;
+pub use owner::{LiveView, Picture};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -4,6 +4,8 @@
 
 use super::{OwnerInput, Session, SessionError, key_text};
 use crate::config::BrowserConfig;
+use crate::picture;
+use crate::picture::Element;
 
 /// The tab as its owner sees it now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,6 +16,18 @@ pub struct LiveView {
     pub png: Vec<u8>,
     /// The dialog the page shows, if one is open: its text as [`dialog_text`] shows it.
     pub dialog: Option<String>,
+    /// Where the card's element is in the picture.
+    pub element: Element,
+    /// Fields a card redacts are painted over.
+    pub masked: bool,
+}
+
+/// What the picture of a card's tab shows: the card's element (its snapshot and ref) outlined,
+/// and the fields a card redacts painted over; or, for a tab the owner took over, the page as is.
+#[derive(Debug, Clone, Copy)]
+pub enum Picture<'a> {
+    Card { snapshot_id: &'a str, node_ref: Option<&'a str> },
+    TakenOver,
 }
 
 /// The page a URL shows the owner: origin and path.
@@ -50,17 +64,36 @@ impl Session {
 
     /// The tab as its owner sees it: the page's origin and path and a screenshot, or the dialog
     /// the page shows.
-    pub async fn live_view(&mut self, config: &BrowserConfig) -> Result<LiveView, SessionError> {
+    pub async fn live_view(&mut self, picture: Picture<'_>, config: &BrowserConfig) -> Result<LiveView, SessionError> {
         if let Some(text) = self.dialog(config).await? {
-            return Ok(LiveView { page: String::new(), png: Vec::new(), dialog: Some(text) });
+            let (png, element, masked) = (Vec::new(), Element::None, false);
+            return Ok(LiveView { page: String::new(), png, dialog: Some(text), element, masked });
         }
         let client = self.client(config).await?;
         let url = match client.current_url().await {
             Ok(u) => u,
             Err(e) => return Err(self.failed(e, config).await),
         };
+        let Picture::Card { snapshot_id, node_ref } = picture else {
+            let png = self.screenshot(config).await?;
+            return Ok(LiveView { page: page_of(&url), png, dialog: None, element: Element::None, masked: false });
+        };
+        // The card's element, while the tab still shows the snapshot it was named in.
+        let slot = node_ref.and_then(|r| self.node(snapshot_id, r).ok().map(|(slot, _)| slot));
+        let (_, devtools) = self.running(config).await?;
+        // Read before and after the picture: a field that moved between them is masked where
+        // it was and where it is.
+        let before = picture::read(&devtools, snapshot_id, slot).await;
         let png = self.screenshot(config).await?;
-        Ok(LiveView { page: page_of(&url), png, dialog: None })
+        let after = picture::read(&devtools, snapshot_id, slot).await;
+        let (before, after) = match (before, after) {
+            (Ok(b), Ok(a)) => (b, a),
+            (Err(e), _) | (_, Err(e)) => return Err(self.read_failed(e, config).await),
+        };
+        let (png, element) = picture::draw(&png, &[&before, &after], slot.is_some())
+            .map_err(|e| SessionError::PageRefused(format!("no picture of this page: {e}")))?;
+        let element = if node_ref.is_some() && slot.is_none() { Element::Gone } else { element };
+        Ok(LiveView { page: page_of(&url), png, dialog: None, element, masked: true })
     }
 
     /// The owner's click at (`x`, `y`) of the tab's viewport (the screenshot's pixels), text typed

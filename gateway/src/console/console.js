@@ -146,7 +146,8 @@ function card(a) {
   if (v.cannot_undo) section.append(el('p', { class: 'warn' }, 'You may not be able to undo this.'));
   section.append(el('p', { class: 'expiry', 'data-expires': a.expires_at }, expiryWords(a.expires_at)));
   if (a.reason_text) section.append(el('p', { class: 'reason' }, a.reason_text));
-  if (v.form) section.append(formReview(v.form), liveTab(a));
+  if (v.form) section.append(formReview(v.form));
+  section.append(liveTab(a));
 
   const buttons = el('div', { class: 'choices' });
   const answer = (label, body, cls) => {
@@ -195,30 +196,45 @@ function card(a) {
 // agent made): read from the runtime through the gateway while the card is pending.
 function liveTab(a) {
   const img = el('img', { class: 'live', alt: 'The browser tab as it is now' });
-  const page = el('span', { class: 'live-page' });
-  const caption = el('figcaption', {}, 'The browser tab now, as the browser shows it', page, '. ');
+  img.hidden = true;
+  const page = el('span', { class: 'live-page' }, ': loading…');
+  const note = el('span', { class: 'live-note' });
+  const caption = el('figcaption', {}, 'The browser tab now, as the browser shows it', page, '. ', note);
   const again = el('button', { type: 'button', class: 'refresh' }, 'Show it again');
-  again.addEventListener('click', () => showPicture(a.approval_id, img, page));
+  again.addEventListener('click', () => showPicture(a.approval_id, img, page, undefined, note));
   caption.append(again);
-  showPicture(a.approval_id, img, page);
+  showPicture(a.approval_id, img, page, undefined, note);
   return el('figure', { class: 'live-tab' }, img, caption);
 }
+
+// What the picture marks, in the owner's words: the act's element, and the private fields covered.
+const ELEMENT_WORDS = {
+  outlined: 'The agent would act on the part outlined in orange. ',
+  'not-in-view': 'What the agent would act on is outside the part of the page shown here. ',
+  gone: 'What the agent asked to act on is no longer on the page. ',
+};
 
 // The live picture of a card's tab into `img`, and the page it shows (its origin and path, which
 // the runtime read) into `page`: the owner sees which site the picture is of. While the page shows
 // a dialog (alert, confirm, prompt) there is no picture: its text goes to `dialog`, quoted as the
 // website's. Answers what it shows: the picture's page ('' when none) and the dialog's text (null
 // when none).
-async function showPicture(approvalId, img, page, dialog) {
+async function showPicture(approvalId, img, page, dialog, note) {
   try {
     const r = await fetch('/v1/approvals/' + encodeURIComponent(approvalId) + '/live?at=' + Date.now(), {
       credentials: 'same-origin',
     });
     if (!r.ok) throw new Error(r.status);
-    return await shownIn(r, img, page, dialog);
+    const shown = await shownIn(r, img, page, dialog);
+    if (note) {
+      const covered = r.headers.get('x-live-masked') === 'yes' ? 'Passwords, card numbers and other private fields are covered. ' : '';
+      note.textContent = shown.dialog === null ? (ELEMENT_WORDS[r.headers.get('x-live-element')] || '') + covered : '';
+    }
+    return shown;
   } catch (e) {
     img.hidden = true;
     page.textContent = ': it cannot be shown now';
+    if (note) note.textContent = '';
     return { page: '', dialog: null };
   }
 }

@@ -22,8 +22,10 @@ pub(crate) const LIVE: Doc = Doc {
     ..doc(
         "get",
         "/v1/approvals/{approval_id}/live",
-        "A PNG of the live browser tab a pending card's session acts in, as it is now; while the page shows a \
-         dialog, JSON {\"dialog\": its text}",
+        "A PNG of the live browser tab a pending card's session acts in, as it is now: the card's element \
+         outlined and the rest dimmed (x-live-element: outlined, not-in-view, gone or none), and every field \
+         a card redacts painted over (x-live-masked: yes; no once the owner took the tab over); while the \
+         page shows a dialog, JSON {\"dialog\": its text}",
         |_| schemars::json_schema!({ "type": "string", "contentMediaType": "image/png" }),
     )
 };
@@ -59,7 +61,11 @@ pub(super) async fn live(call: Call, Seg(approval_id): Seg) -> Result<Response, 
     uuid("approval_id", &approval_id)?;
     let (mut runtime, tab) =
         card_tab(&call, &owner, approval_id, &[ApprovalStatus::Pending, ApprovalStatus::TakenOver]).await?;
-    let req = proto::runtime::LiveViewRequest { browser_profile_id: tab.profile, snapshot_id: tab.snapshot };
+    let req = proto::runtime::LiveViewRequest {
+        browser_profile_id: tab.profile,
+        snapshot_id: tab.snapshot,
+        node_ref: tab.node_ref,
+    };
     let view = runtime.live_view(call.grpc(&owner, req)?).await.map_err(runtime_problem)?.into_inner();
     Ok(shown(view))
 }
@@ -118,7 +124,18 @@ pub(super) async fn live_input(call: Call, Seg(approval_id): Seg, req: Request) 
 /// The tab's picture, or, while the page shows a dialog, its text as JSON.
 fn shown(view: proto::runtime::LiveViewReply) -> Response {
     if !view.dialog_open {
-        return png(view.png, &view.page);
+        let element = match proto::runtime::PictureElement::try_from(view.element) {
+            Ok(proto::runtime::PictureElement::Outlined) => "outlined",
+            Ok(proto::runtime::PictureElement::NotInView) => "not-in-view",
+            Ok(proto::runtime::PictureElement::Gone) => "gone",
+            _ => "none",
+        };
+        let mut shown = png(view.png, &view.page);
+        let headers = shown.headers_mut();
+        headers.insert(header::HeaderName::from_static("x-live-element"), HeaderValue::from_static(element));
+        let masked = if view.masked { "yes" } else { "no" };
+        headers.insert(header::HeaderName::from_static("x-live-masked"), HeaderValue::from_static(masked));
+        return shown;
     }
     let headers = [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))];
     (headers, Json(LiveDialog { dialog: view.dialog })).into_response()
@@ -163,13 +180,15 @@ pub(super) async fn card_tab(
     if card.browser_profile_id.is_empty() || card.snapshot_id.is_empty() {
         return Err(Problem::new(StatusCode::CONFLICT, "no_live_tab", "this card names no browser tab"));
     }
-    Ok((runtime, Tab { profile: card.browser_profile_id, snapshot: card.snapshot_id }))
+    Ok((runtime, Tab { profile: card.browser_profile_id, snapshot: card.snapshot_id, node_ref: card.node_ref }))
 }
 
-/// The tab a card was asked in: its session's browser profile and the card's snapshot.
+/// The tab a card was asked in: its session's browser profile, the card's snapshot and the act's
+/// element in it.
 pub(super) struct Tab {
     pub(super) profile: String,
     pub(super) snapshot: String,
+    pub(super) node_ref: String,
 }
 
 pub(super) fn runtime_problem(s: tonic::Status) -> Problem {

@@ -299,3 +299,62 @@ async fn the_form_a_click_could_submit_is_found_whatever_wraps_the_node() {
         s.runtime.close_session(with(WORKER, close)).await.unwrap();
     }
 }
+
+/// Fields at fixed places: a password and a key the page filled in, a name, and a button.
+const PRIVATE: &str = r#"<!doctype html><title>Private</title>
+<style>
+body { margin: 0; background: #fff; }
+input, button { position: absolute; left: 0; width: 200px; height: 30px; border: 0; padding: 0; margin: 0; background: #fff; font: 20px monospace; }
+#pw { top: 0; } #key { top: 50px; } #name { top: 100px; } button { top: 150px; width: 120px; background: #fff; }
+</style>
+<input id="pw" type="password" value="hunter2hunter2" aria-label="Password">
+<input id="key" value="sk_live_4eC39HqLyjWDarjtT1zdp7dc" aria-label="API key">
+<input id="name" value="Ada" aria-label="Name">
+<button>Continue</button>"#;
+
+/// The picture of a card's tab paints over every field a card redacts, in its pixels (a password,
+/// credential-shaped text), and outlines the card's element with the rest dimmed.
+#[tokio::test]
+async fn a_cards_picture_masks_what_the_card_redacts_and_outlines_its_element() {
+    let mut s = stack().await;
+    s.fixture.page(LESSON, "/lesson/private", PRIVATE);
+    let session = s.open("profile-1", "/lesson/private", 50).await.unwrap();
+    let o = s.observe(&session).await;
+    let (button, _) = node(&o, "Continue");
+    let view = |node_ref: &str| rt::LiveViewRequest {
+        browser_profile_id: "profile-1".into(),
+        snapshot_id: o.snapshot_id.clone(),
+        node_ref: node_ref.into(),
+    };
+    let pixels = |png: &[u8]| {
+        let mut decoder = png::Decoder::new(std::io::Cursor::new(png.to_vec()));
+        decoder.set_transformations(png::Transformations::normalize_to_color8());
+        let mut reader = decoder.read_info().unwrap();
+        let mut data = vec![0; reader.output_buffer_size().unwrap()];
+        let info = reader.next_frame(&mut data).unwrap();
+        let channels = info.color_type.samples();
+        move |x: usize, y: usize| {
+            let i = (y * info.width as usize + x) * channels;
+            data[i..i + 3].to_vec()
+        }
+    };
+    const MASK: [u8; 3] = [95, 99, 104];
+    let plain = s.runtime.live_view(with(GATEWAY, view(""))).await.unwrap().into_inner();
+    assert!(plain.masked, "a card's picture is masked");
+    assert_eq!(plain.element, rt::PictureElement::None as i32);
+    let at = pixels(&plain.png);
+    assert_eq!(at(150, 15), MASK, "the password field is painted over");
+    assert_eq!(at(150, 65), MASK, "the credential-shaped text is painted over");
+    assert_eq!(at(150, 115), [255, 255, 255], "an ordinary field is as the page shows it");
+
+    let outlined = s.runtime.live_view(with(GATEWAY, view(&button.r#ref))).await.unwrap().into_inner();
+    assert_eq!(outlined.element, rt::PictureElement::Outlined as i32);
+    let at = pixels(&outlined.png);
+    assert_eq!(at(150, 15), MASK, "still painted over");
+    assert_eq!(at(115, 152), [255, 255, 255], "the card’s element as it is");
+    assert_eq!(at(60, 147), [255, 122, 0], "a ring around it");
+    assert_eq!(at(150, 115), [191, 191, 191], "the rest of the page dimmed");
+    // A ref the snapshot does not hold outlines nothing, and says so.
+    let gone = s.runtime.live_view(with(GATEWAY, view("n999"))).await.unwrap().into_inner();
+    assert_eq!(gone.element, rt::PictureElement::Gone as i32);
+}
