@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use credentials::{Credentials, Role, new_token};
 use pb::authorizer_client::AuthorizerClient;
 use proto::v1 as pb;
@@ -56,41 +56,53 @@ async fn run_on(
     let pids: Vec<u32> = replicas.servers.iter().map(|(_, pid, _)| *pid).collect();
     let pm = postmaster_of(&pool).await;
     let mut out = String::from(
-        "| waits held | Authorize p50 µs | p99 µs | per second | replicas' RSS MiB | database connections | \
+        "| waits held | Authorize p50 µs | p99 µs | per second | replicas' RSS MiB | database connections open (busy) | \
          machine CPU while idle, ms/s |\n|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let mut notes = String::new();
+    // The waiting workers run apart from the measured client, as other processes would: their
+    // replies never queue ahead of its calls in one runtime.
+    let holders_runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
     for &n in waits {
-        let cards = open_cards(&endpoints[0], &tokens, n).await?;
+        let cards = Arc::new(open_cards(&endpoints[0], &tokens, n).await?);
         drive(endpoints, false, &tokens, clients, Duration::from_millis(500)).await?;
         // No waits: the client alone, and what the replicas hold at rest.
-        let mut quiet = Samples::default();
-        quiet.merge(drive(endpoints, false, &tokens, clients, duration / 4).await?);
-        let rest = Held::read(&pool, db_name, &pids, pm).await?;
-        // The waits, each a worker's AwaitApproval of its own card, renewed every 20 s.
-        let started = Arc::new(AtomicUsize::new(0));
-        let holders = hold(endpoints, &tokens, &cards, Arc::clone(&started)).await?;
-        while started.load(Ordering::Relaxed) < n {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        // Quiet and held rounds alternate, so the machine's drift falls on both alike.
+        let (mut quiet, mut busy) = (Samples::default(), Samples::default());
+        let (mut rest, mut held) = (None, None);
+        for _ in 0..2 {
+            quiet.merge(drive(endpoints, false, &tokens, clients, duration / 4).await?);
+            rest.get_or_insert(Held::read(&pool, db_name, &pids, pm).await?);
+            // The waits, each a worker's AwaitApproval of its own card, renewed every 20 s.
+            let started = Arc::new(AtomicUsize::new(0));
+            let holding = hold(endpoints.clone(), tokens.clone(), Arc::clone(&cards), Arc::clone(&started));
+            let holders = holders_runtime.spawn(holding).await??;
+            while started.load(Ordering::Relaxed) < n {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            // Every wait has made its first read once the database has been idle for a while.
+            quiet_database(&pool, db_name).await?;
+            drive(endpoints, false, &tokens, clients, Duration::from_millis(500)).await?;
+            held.get_or_insert(Held::read(&pool, db_name, &pids, pm).await?);
+            busy.merge(drive(endpoints, false, &tokens, clients, duration / 4).await?);
+            for h in holders {
+                h.abort();
+            }
+            // The replicas drop the cancelled waits; what follows is quiet again.
+            quiet_database(&pool, db_name).await?;
+            drive(endpoints, false, &tokens, clients, Duration::from_millis(500)).await?;
         }
-        // Every wait has made its first read once the replicas have answered a call after them.
-        drive(endpoints, false, &tokens, clients, Duration::from_millis(500)).await?;
-        let held = Held::read(&pool, db_name, &pids, pm).await?;
-        let mut busy = Samples::default();
-        busy.merge(drive(endpoints, false, &tokens, clients, duration / 2).await?);
-        for h in holders {
-            h.abort();
-        }
-        quiet.merge(drive(endpoints, false, &tokens, clients, duration / 4).await?);
+        let (rest, held) = (rest.context("measured")?, held.context("measured")?);
         for (label, s, h) in [(0, &quiet, &rest), (n, &busy, &held)] {
             writeln!(
                 out,
-                "| {label} | {} | {} | {:.0} | {:.1} | {} | {:.1} |",
+                "| {label} | {} | {} | {:.0} | {:.1} | {} ({}) | {:.1} |",
                 s.percentile(50).as_micros(),
                 s.percentile(99).as_micros(),
                 s.throughput(),
                 h.rss_kib as f64 / 1024.0,
                 h.connections,
+                h.busy,
                 h.idle_cpu_ms_per_s,
             )?;
         }
@@ -98,13 +110,15 @@ async fn run_on(
         writeln!(
             notes,
             "{n} waits: Authorize p50 = {:.2}x, p99 = {:.2}x the same client with none; per wait: {:.1} KiB of the \
-             replicas' memory, {:.3} database connections",
+             replicas' memory, {:.3} busy database connections, {:.1} µs of machine CPU a second",
             ratio(50),
             ratio(99),
             (held.rss_kib as f64 - rest.rss_kib as f64) / n as f64,
-            (held.connections as f64 - rest.connections as f64) / n as f64,
+            (held.busy as f64 - rest.busy as f64) / n as f64,
+            (held.idle_cpu_ms_per_s - rest.idle_cpu_ms_per_s) * 1e3 / n as f64,
         )?;
     }
+    holders_runtime.shutdown_background();
     for (server, _, _) in &mut replicas.servers {
         server.start_kill()?;
         let _ = server.wait().await;
@@ -115,10 +129,31 @@ async fn run_on(
     ))
 }
 
+/// Returns once no connection to `db` but this one has been busy for half a second.
+async fn quiet_database(pool: &deadpool_postgres::Pool, db: &str) -> Result<()> {
+    let mut idle_for = 0;
+    while idle_for < 5 {
+        let client = pool.get().await?;
+        let busy: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND state <> 'idle' \
+                 AND pid <> pg_backend_pid()",
+                &[&db],
+            )
+            .await?
+            .get(0);
+        idle_for = if busy == 0 { idle_for + 1 } else { 0 };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
 /// What the replicas and the database hold at one moment, and what the machine spends idle.
 struct Held {
     rss_kib: u64,
+    /// Open (the replicas' pools keep what a burst opened) and busy at that moment.
     connections: i64,
+    busy: i64,
     idle_cpu_ms_per_s: f64,
 }
 
@@ -126,7 +161,13 @@ impl Held {
     async fn read(pool: &deadpool_postgres::Pool, db: &str, pids: &[u32], pm: Option<u32>) -> Result<Self> {
         let rss_kib = pids.iter().filter_map(|p| rss_kib(*p)).sum();
         let client = pool.get().await?;
-        let row = client.query_one("SELECT count(*) FROM pg_stat_activity WHERE datname = $1", &[&db]).await?;
+        let row = client
+            .query_one(
+                "SELECT count(*), count(*) FILTER (WHERE state <> 'idle' AND pid <> pg_backend_pid()) \
+                 FROM pg_stat_activity WHERE datname = $1",
+                &[&db],
+            )
+            .await?;
         drop(client);
         // Nothing else runs: what the replicas and PostgreSQL spend now is the held waits' cost.
         let before = Cpu::now(pids, pm);
@@ -134,7 +175,7 @@ impl Held {
         tokio::time::sleep(window).await;
         let spent = Cpu::now(pids, pm).since(before);
         let idle_cpu_ms_per_s = (spent.servers + spent.postgres).as_secs_f64() * 1e3 / window.as_secs_f64();
-        Ok(Self { rss_kib, connections: row.get(0), idle_cpu_ms_per_s })
+        Ok(Self { rss_kib, connections: row.get(0), busy: row.get(1), idle_cpu_ms_per_s })
     }
 }
 
@@ -180,9 +221,9 @@ async fn open_cards(endpoint: &str, tokens: &Tokens, n: usize) -> Result<Vec<(St
 /// One task per card waiting for its answer until aborted, the connections spread over the
 /// replicas; `started` counts the waits sent.
 async fn hold(
-    endpoints: &[String],
-    tokens: &Tokens,
-    cards: &[(String, String)],
+    endpoints: Vec<String>,
+    tokens: Tokens,
+    cards: Arc<Vec<(String, String)>>,
     started: Arc<AtomicUsize>,
 ) -> Result<Vec<tokio::task::JoinHandle<Result<()>>>> {
     let mut tasks = Vec::with_capacity(cards.len());
@@ -196,10 +237,14 @@ async fn hold(
                 wait_ms: authorizer::service::MAX_APPROVAL_WAIT_MS,
             };
             let started = Arc::clone(&started);
+            // Independent workers renew at independent moments: the first wait is of any length.
+            let first_wait = rand::random_range(1..=request.wait_ms);
             tasks.push(tokio::spawn(async move {
                 let mut first = true;
                 loop {
-                    let call = client.await_approval(tokens.worker(request.clone()));
+                    let wait_ms = if first { first_wait } else { request.wait_ms };
+                    let call =
+                        client.await_approval(tokens.worker(pb::AwaitApprovalRequest { wait_ms, ..request.clone() }));
                     if std::mem::take(&mut first) {
                         started.fetch_add(1, Ordering::Relaxed);
                     }

@@ -258,10 +258,13 @@ impl PgGrants {
         let client = self.store.pool().get().await.map_err(unavailable)?;
         let stmt = client
             .prepare_cached(
-                "SELECT a.tenant_id, a.approval_id, a.version, COALESCE(s.version, 0) \
+                // One key lookup per wait (LATERAL): never a scan of every approval's state.
+                "SELECT k.tenant_id, k.approval_id, a.version, \
+                 COALESCE((SELECT s.version FROM authority_sessions s \
+                           WHERE s.tenant_id = k.tenant_id AND s.session_id = a.session_id), 0) \
                  FROM unnest($1::text[], $2::uuid[]) AS k(tenant_id, approval_id) \
-                 JOIN authority_approvals a ON a.tenant_id = k.tenant_id AND a.approval_id = k.approval_id \
-                 LEFT JOIN authority_sessions s ON s.tenant_id = a.tenant_id AND s.session_id = a.session_id",
+                 CROSS JOIN LATERAL (SELECT a.version, a.session_id FROM authority_approvals a \
+                                     WHERE a.tenant_id = k.tenant_id AND a.approval_id = k.approval_id) a",
             )
             .await
             .map_err(db)?;
