@@ -81,6 +81,8 @@ struct RawFact {
     disabled: bool,
     truncated: bool,
     submits_form: bool,
+    opens_window: bool,
+    submit_method: String,
 }
 
 #[derive(Deserialize, Default)]
@@ -197,6 +199,8 @@ fn node(raw: RawNode, slot: usize) -> NodeRead {
         disabled: f.disabled,
         truncated: f.truncated,
         submits_form: f.submits_form,
+        opens_window: f.opens_window,
+        submit_method: f.submit_method,
         facts_missing: false,
     };
     NodeRead {

@@ -19,6 +19,8 @@
 const mode = arguments[0];
 const FORM_ELEMENTS = Object.getOwnPropertyDescriptor(HTMLFormElement.prototype, 'elements').get;
 const FORM_ACTION = Object.getOwnPropertyDescriptor(HTMLFormElement.prototype, 'action').get;
+const FORM_METHOD = Object.getOwnPropertyDescriptor(HTMLFormElement.prototype, 'method').get;
+const FORM_TARGET = Object.getOwnPropertyDescriptor(HTMLFormElement.prototype, 'target').get;
 // MAX (the label cut), MAX_OPTIONS (one past the options kept), MAX_NODES (the nodes one read
 // returns) and ROLES (the closed set of roles) come before this script from the Rust constants
 // (`page::READ`). A form's values are read whole: the runtime redacts.
@@ -399,7 +401,21 @@ function describe(el) {
   // link and submit control inside it. Anything embedded leads outside every origin.
   const targets = new Set();
   let download = false;
+  // A browsing context other than this one: a new window or tab (in a top document `_top` and
+  // `_parent` are this one). Without its own target a link or form takes the page's base target.
+  let opensWindow = false;
+  const methods = new Set();
+  const elsewhere = (n, own) => {
+    let t = own;
+    if (t === null || t === undefined || t === '') {
+      const base = document.querySelector('base[target]');
+      t = base ? attr(base, 'target') : '';
+    }
+    t = String(t || '').trim().toLowerCase();
+    if (t !== '' && t !== '_self' && t !== '_top' && t !== '_parent') opensWindow = true;
+  };
   const linkTargets = (a) => {
+    elsewhere(a, attr(a, 'target'));
     if (ns(a) === SVG) {
       const h = a.href;
       for (const v of [h && h.baseVal, h && h.animVal]) if (v !== undefined && v !== null) targets.add(new URL(v, a.baseURI).href);
@@ -416,6 +432,10 @@ function describe(el) {
     // Enter in a field submits through the default button, with its formaction.
     const d = isSubmit(n) ? null : defaultButton(f);
     if (d && hasAttr(d, 'formaction')) targets.add(d.formAction);
+    // How it is sent and where it opens: the submitter's own formmethod and formtarget first.
+    const s = isSubmit(n) ? n : d;
+    methods.add(s && hasAttr(s, 'formmethod') ? s.formMethod : FORM_METHOD.call(f));
+    elsewhere(f, s && hasAttr(s, 'formtarget') ? attr(s, 'formtarget') : FORM_TARGET.call(f));
   };
   for (const a of [el, ...ancestors(el)]) if (isLink(a)) linkTargets(a);
   formTargets(el);
@@ -484,6 +504,9 @@ function describe(el) {
     download,
     disabled: disabledOf(el),
     submits_form: clickForms(el).length > 0,
+    opens_window: opensWindow,
+    // Of several forms, the method that sends the most: a body over an address, either over a dialog.
+    submit_method: methods.has('post') ? 'post' : methods.has('get') ? 'get' : methods.has('dialog') ? 'dialog' : '',
   };
   fact.truncated = long;
   return {

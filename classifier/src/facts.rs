@@ -109,6 +109,9 @@ pub struct SelectOption {
     pub group_label: Option<String>,
 }
 
+/// The ways a form is sent, as the page's `method` and `formmethod` read once normalised.
+pub const SUBMIT_METHODS: [&str; 3] = ["get", "post", "dialog"];
+
 /// Secret-free facts about one element, each label source kept apart.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(Deserialize), serde(default, deny_unknown_fields))]
@@ -142,6 +145,12 @@ pub struct ElementFacts {
     /// A click on it could submit a form (its own, a label's control's, or one inside it): an
     /// approval card for such a click must show the form read back.
     pub submits_form: bool,
+    /// Activating it opens a new window or tab (a link's or form's `target`, a `formtarget`, the
+    /// page's `<base target>`): shown on the card, never a coverage fact.
+    pub opens_window: bool,
+    /// How the form a click would submit is sent: one of [`SUBMIT_METHODS`], or empty when the
+    /// click submits none. Shown on the card, never a coverage fact.
+    pub submit_method: String,
     /// A fact the rules read (navigation targets, download, disabled, truncation) was not
     /// carried by whoever sent these facts: nothing is covered.
     pub facts_missing: bool,

@@ -19,7 +19,9 @@ pub mod vocabulary;
 
 pub use consequence::{Consequence, Named};
 pub use coverage::covers;
-pub use facts::{Action, ElementFacts, FieldKind, Grant, LabelSource, PageFacts, SelectOption, TaskScope};
+pub use facts::{
+    Action, ElementFacts, FieldKind, Grant, LabelSource, PageFacts, SUBMIT_METHODS, SelectOption, TaskScope,
+};
 pub use reason::{NotCovered, Reason};
 
 /// The words a standing grant treats as routine when every label source reads as one of them.

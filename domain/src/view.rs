@@ -139,6 +139,21 @@ pub fn approval_view_in_session(
     if let Some(here) = &location {
         view.destinations = destinations(element, here, &page.url, scopes);
     }
+    // What a press or a click sets off: the form it sends and how, and whether a new window opens.
+    let activates = matches!(action, Action::Click | Action::Check)
+        || matches!(action, Action::Press { key } if key == "Enter" || key == " " || key == "Space");
+    if activates {
+        view.new_window = element.opens_window;
+        if element.submits_form || matches!(action, Action::Press { .. }) {
+            view.sends = match element.submit_method.as_str() {
+                "post" => "The form's fields, in the body of the request (POST).",
+                "get" => "The form's fields, in the page's address (GET).",
+                "dialog" => "Nothing: the form closes a dialog on this page.",
+                _ => "",
+            }
+            .to_owned();
+        }
+    }
     let consequence = classifier::classify(element, page);
     (view.reads_as, view.cannot_undo) = match consequence {
         // "it looks like a purchase…": the sentence starts with it.
@@ -317,6 +332,33 @@ mod tests {
         assert!(
             approval_view_in_session(Some(&button), &page(), None, &Action::Click, &scopes()).destinations.is_empty()
         );
+    }
+
+    /// A submit says how it sends its form, and any act that opens a new window says so; typing
+    /// into a field of the same form says neither.
+    #[test]
+    fn a_card_says_how_a_form_is_sent_and_when_a_window_opens() {
+        let submit = |method: &str, window: bool| ElementFacts {
+            nav_targets: vec!["https://www.example.org/lesson/unit-4".into()],
+            submits_form: true,
+            submit_method: method.into(),
+            opens_window: window,
+            ..el("Send", "Send", FieldKind::None)
+        };
+        let view = |e: &ElementFacts, a: &Action| approval_view_in_session(Some(e), &page(), None, a, &scopes());
+        let posted = view(&submit("post", false), &Action::Click);
+        assert_eq!(posted.sends, "The form's fields, in the body of the request (POST).");
+        assert!(!posted.new_window);
+        let got = view(&submit("get", true), &Action::Click);
+        assert_eq!(got.sends, "The form's fields, in the page's address (GET).");
+        assert!(got.new_window);
+        let entered = view(&submit("post", false), &Action::Press { key: "Enter".into() });
+        assert_eq!(entered.sends, posted.sends, "Enter sends the form as the click would");
+        let typed = view(&submit("post", true), &Action::Type { text: "x".into() });
+        assert_eq!((typed.sends.as_str(), typed.new_window), ("", false), "typing sends nothing");
+        let link = ElementFacts { role: "link".into(), opens_window: true, ..submit("", true) };
+        let opened = view(&ElementFacts { submits_form: false, ..link }, &Action::Click);
+        assert_eq!((opened.sends.as_str(), opened.new_window), ("", true));
     }
 
     /// What the act reads as: a named consequence in the owner's words, which cannot be undone

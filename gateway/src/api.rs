@@ -71,6 +71,11 @@ pub struct ApprovalView {
     pub reads_as: String,
     /// A consequence was named: the act may not be undone from here.
     pub cannot_undo: bool,
+    /// Server-authored: how the act sends the form it submits (POST, GET, a dialog); empty when
+    /// it submits none.
+    pub sends: String,
+    /// The act opens a new window or tab.
+    pub new_window: bool,
 }
 
 /// One place an act leads to.
@@ -190,6 +195,8 @@ impl From<pb::Approval> for Approval {
                     .collect(),
                 reads_as: v.reads_as,
                 cannot_undo: v.cannot_undo,
+                sends: v.sends,
+                new_window: v.new_window,
             }),
             offer: a.offer.map(|o| Offer {
                 origin: o.origin,

@@ -95,6 +95,8 @@ pub fn element_facts(e: pb::ElementFacts) -> Result<ElementFacts, UnknownFieldKi
         // Not a coverage fact: absent spares no check, since the runtime reads the form again
         // whenever an approval is spent on a click.
         submits_form: e.submits_form.unwrap_or(false),
+        opens_window: e.opens_window,
+        submit_method: e.submit_method,
         facts_missing: !e.nav_targets_carried
             || e.field_kind.is_none()
             || e.download.is_none()
@@ -142,6 +144,8 @@ pub fn carried(f: &ElementFacts, cut: &dyn Fn(&str) -> String, target: &dyn Fn(&
         truncated: Some(f.truncated),
         nav_targets_carried: true,
         submits_form: Some(f.submits_form),
+        opens_window: f.opens_window,
+        submit_method: f.submit_method.clone(),
     }
 }
 
@@ -169,6 +173,8 @@ mod tests {
             disabled: false,
             truncated: false,
             submits_form: true,
+            opens_window: true,
+            submit_method: "post".into(),
             facts_missing: false,
         }
     }

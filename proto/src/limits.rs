@@ -6,6 +6,7 @@
 //! has them: names and ids 120, label sources 1,024 (the runtime's cut), keys and scroll steps
 //! the classifier's closed sets.
 
+use classifier::SUBMIT_METHODS;
 use classifier::coverage::{KEYS, MAX_LABEL_CHARS, MAX_OPTIONS, SCROLL_STEPS};
 
 /// What one field may hold.
@@ -112,6 +113,7 @@ const LABEL: Rule = text(MAX_LABEL_CHARS);
 const URL: Rule = text(MAX_URL_CHARS);
 const WORD: Rule = text(MAX_WORD_CHARS);
 const KEY: Rule = Rule { max_len: MAX_WORD_CHARS, max_items: 1, allowed: Allowed::Strs(KEYS) };
+const METHOD: Rule = Rule { max_len: MAX_WORD_CHARS, max_items: 1, allowed: Allowed::Strs(&SUBMIT_METHODS) };
 const SCROLL: Rule = Rule { max_len: 0, max_items: 1, allowed: Allowed::Ints(&SCROLL_STEPS) };
 const TOKEN: Rule = text(APPROVAL_TOKEN_LEN);
 /// A UUID in its 36-character form.
@@ -167,6 +169,8 @@ pub const FIELDS: &[(&str, Rule)] = &[
     ("grant_ledger.v1.ElementFacts.truncated", one()),
     ("grant_ledger.v1.ElementFacts.nav_targets_carried", one()),
     ("grant_ledger.v1.ElementFacts.submits_form", one()),
+    ("grant_ledger.v1.ElementFacts.opens_window", one()),
+    ("grant_ledger.v1.ElementFacts.submit_method", METHOD),
     ("grant_ledger.v1.Action.kind", one()),
     ("grant_ledger.v1.Action.text", text(MAX_TEXT_ACT_CHARS)),
     ("grant_ledger.v1.Action.key", KEY),

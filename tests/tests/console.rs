@@ -303,6 +303,8 @@ async fn the_form_review_card_on_the_console() {
         "Not filled by the agent: the page’s own value",
         // Seed 004: the untouched fields with a value are a section of their own, counted.
         "1 field the agent never filled, which the form will send as they are",
+        // How the submit sends the form: its fields in the address, as the request log shows.
+        "The form's fields, in the page's address (GET).",
         "Reject and escalate",
     ] {
         assert!(card.contains(said), "the form card does not say {said:?}:\n{card}");

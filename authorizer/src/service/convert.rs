@@ -112,6 +112,8 @@ pub(super) fn view_pb(v: &ActionView) -> pb::ApprovalView {
             .collect(),
         reads_as: v.reads_as.clone(),
         cannot_undo: v.cannot_undo,
+        sends: v.sends.clone(),
+        new_window: v.new_window,
     }
 }
 

@@ -206,6 +206,12 @@ pub struct ActionView {
     /// A consequence was named: the act may not be undone from here.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cannot_undo: bool,
+    /// How the act sends the form it submits, in the owner's words (server-authored).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sends: String,
+    /// The act opens a new window or tab.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub new_window: bool,
 }
 
 /// One place an act leads to, as its card shows it.

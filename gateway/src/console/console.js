@@ -136,6 +136,8 @@ function card(a) {
     // The runtime lets such an act load nothing but this page while it runs.
     fact('Leads to', 'No other page: while it runs, the browser may load nothing but this page’s address.');
   }
+  if (v.sends) fact('Sends', v.sends);
+  if (v.new_window) fact('Opens', 'A new window or tab.');
   if (v.reads_as) fact('What it looks like', v.reads_as);
   if (v.detail) fact(detailLabel(v.action_kind), v.action_kind === 'type' ? v.detail : fromSite(v.detail));
 

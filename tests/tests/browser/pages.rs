@@ -358,3 +358,38 @@ async fn a_cards_picture_masks_what_the_card_redacts_and_outlines_its_element() 
     let gone = s.runtime.live_view(with(GATEWAY, view("n999"))).await.unwrap().into_inner();
     assert_eq!(gone.element, rt::PictureElement::Gone as i32);
 }
+
+const WINDOWS: &str = r#"<!doctype html><title>Windows</title>
+<a href="/lesson/2" target="_blank">Glossary</a>
+<a href="/lesson/3" target="_self">Next</a>
+<form action="/lesson/answer" method="post"><input name="method" value="shadowed">
+<button>Send answer</button><button formmethod="get" formtarget="help">Ask for help</button></form>
+<form action="/lesson/look" target="_blank"><button>Look up</button></form>"#;
+
+const BASED: &str = r#"<!doctype html><title>Based</title><base target="_blank">
+<a href="/lesson/2">Onward</a>"#;
+
+/// The read names how each submit sends its form and which acts open a new window: a link's or
+/// form's target, a button's formmethod and formtarget, the page's base target. A control named
+/// `method` does not hide the form's own.
+#[tokio::test]
+async fn the_read_names_how_a_form_is_sent_and_what_opens_a_window() {
+    let mut s = stack().await;
+    s.fixture.page(LESSON, "/lesson/windows", WINDOWS);
+    s.fixture.page(LESSON, "/lesson/based", BASED);
+    let session = s.open("profile-1", "/lesson/windows", 50).await.unwrap();
+    let o = s.observe(&session).await;
+    for (name, window, method) in [
+        ("Glossary", true, ""),
+        ("Next", false, ""),
+        ("Send answer", false, "post"),
+        ("Ask for help", true, "get"),
+        ("Look up", true, "get"),
+    ] {
+        let (_, facts) = node(&o, name);
+        assert_eq!((facts.opens_window, facts.submit_method.as_str()), (window, method), "{name}");
+    }
+    let session = s.open("profile-2", "/lesson/based", 50).await.unwrap();
+    let o = s.observe(&session).await;
+    assert!(node(&o, "Onward").1.opens_window, "the page's base target opens a new window");
+}
