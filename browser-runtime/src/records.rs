@@ -49,16 +49,37 @@ pub fn typeable(value: &str) -> bool {
 /// text without control characters (`first name`, `billing/zip`).
 pub use proto::limits::{MAX_FIELD_ID_LEN, check_field_id};
 
+/// The record's own setting beside its fields: the language its owner writes dates in (`en-GB`),
+/// by which a form's dates are read where the page says nothing. Keys beginning with `$` are the
+/// record's settings, never fields.
+pub const LOCALE_KEY: &str = "$locale";
+
+fn setting(key: &str) -> bool {
+    key.starts_with('$')
+}
+
 impl RecordStore {
     pub fn new(dir: PathBuf) -> Self {
         Self { dir }
     }
 
+    /// The record's `$locale`, when it has one that reads as a language tag.
+    pub fn locale(&self, tenant: &str, owner: &str, run: &str) -> Result<Option<String>, RecordError> {
+        let record = self.record(tenant, owner, run)?.unwrap_or_default();
+        let tag = |t: &&String| {
+            (2..=35).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        Ok(record.get(LOCALE_KEY).filter(tag).cloned())
+    }
+
     pub fn value(&self, tenant: &str, owner: &str, run: &str, field: &str) -> Result<String, RecordError> {
         check_field_id(field).map_err(|why| RecordError::Invalid(format!("field_id {why}")))?;
         let record = self.record(tenant, owner, run)?.unwrap_or_default();
-        let value =
-            record.get(field).cloned().ok_or_else(|| RecordError::NoField { run: run.into(), field: field.into() })?;
+        let value = record
+            .get(field)
+            .filter(|_| !setting(field))
+            .cloned()
+            .ok_or_else(|| RecordError::NoField { run: run.into(), field: field.into() })?;
         if !typeable(&value) {
             return Err(RecordError::Invalid(format!(
                 "the value of field {field:?} holds control or key characters and is not typed"
@@ -75,7 +96,10 @@ impl RecordStore {
             .unwrap_or_default()
             .into_iter()
             .filter(|(f, v)| {
-                check_field_id(f).is_ok() && typeable(v) && v.chars().count() <= proto::limits::MAX_TEXT_ACT_CHARS
+                !setting(f)
+                    && check_field_id(f).is_ok()
+                    && typeable(v)
+                    && v.chars().count() <= proto::limits::MAX_TEXT_ACT_CHARS
             })
             .collect();
         fields.sort();
@@ -125,6 +149,20 @@ mod tests {
             let read: classifier::FieldKind = serde_json::from_value(serde_json::json!(kind.code())).unwrap();
             assert_eq!(read, kind);
         }
+    }
+
+    #[test]
+    fn the_records_locale_is_a_setting_not_a_field() {
+        let dir = std::env::temp_dir().join(format!("records-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("t").join("owner")).unwrap();
+        std::fs::write(dir.join("t/owner/run1.json"), r#"{"$locale": "en-GB", "date": "03/04/2026"}"#).unwrap();
+        std::fs::write(dir.join("t/owner/run2.json"), r#"{"$locale": "en GB; x"}"#).unwrap();
+        let store = RecordStore::new(dir.clone());
+        assert_eq!(store.locale("t", "owner", "run1"), Ok(Some("en-GB".into())));
+        assert_eq!(store.locale("t", "owner", "run2"), Ok(None), "not a language tag");
+        assert_eq!(store.fields("t", "owner", "run1"), Ok(vec![("date".into(), "03/04/2026".into())]));
+        assert!(matches!(store.value("t", "owner", "run1", LOCALE_KEY), Err(RecordError::NoField { .. })));
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

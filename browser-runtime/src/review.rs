@@ -33,7 +33,7 @@ fn cut(s: &str) -> String {
 /// runtime typed into this one (`None` when it never typed into it, or typed for another run or
 /// a field this record does not have: then the row is a mismatch). `chosen`: the runtime set this
 /// box or list for the reading run.
-pub fn row(read: &ReadBack, record: Option<&str>, chosen: bool) -> FormRow {
+pub fn row(read: &ReadBack, record: Option<&str>, chosen: bool, record_locale: Option<&str>) -> FormRow {
     let f = &read.field;
     let value = shown_value(f);
     let hidden = sensitive(f.kind)
@@ -58,7 +58,8 @@ pub fn row(read: &ReadBack, record: Option<&str>, chosen: bool) -> FormRow {
     if sensitive(f.kind) {
         return FormRow { status: FormStatus::Redacted as i32, ..row };
     }
-    match compare(&value, record, DateOrder::stated(f)) {
+    let record_order = DateOrder::of_language(record_locale.unwrap_or_default(), "your task record's language");
+    match compare(&value, record, DateOrder::stated(f, record_locale), &record_order) {
         Compared::Same => FormRow { status: FormStatus::Match as i32, ..row },
         Compared::Normalised(rule) => {
             FormRow { status: FormStatus::MatchNormalised as i32, normalisation: rule, ..row }
@@ -107,9 +108,10 @@ enum DateOrder {
 }
 
 impl DateOrder {
-    /// The field's placeholder first (`DD/MM/YYYY`), then its language (`lang="en-GB"`). A language
-    /// is read only where its whole region writes dates one way; `en` alone says nothing.
-    fn stated(f: &FormField) -> Self {
+    /// The field's placeholder first (`DD/MM/YYYY`), then its language (`lang="en-GB"`), then the
+    /// task record's (`$locale`). A language is read only where its whole region writes dates one
+    /// way; `en` alone says nothing.
+    fn stated(f: &FormField, record_locale: Option<&str>) -> Self {
         let hint: String = f.hint.chars().filter(|c| !c.is_whitespace()).collect::<String>().to_ascii_uppercase();
         if hint.contains("DD/MM") {
             return Self::DayFirst("as the field's placeholder asks".into());
@@ -117,10 +119,18 @@ impl DateOrder {
         if hint.contains("MM/DD") {
             return Self::MonthFirst("as the field's placeholder asks".into());
         }
-        let lang = f.lang.trim().to_ascii_lowercase().replace('_', "-");
+        match Self::of_language(&f.lang, "the page's language") {
+            Self::Unstated => Self::of_language(record_locale.unwrap_or_default(), "your task record's language"),
+            said => said,
+        }
+    }
+
+    /// How `lang` writes dates, said as `whose` language: day first, month first, or unstated.
+    fn of_language(lang: &str, whose: &str) -> Self {
+        let shown = lang.trim();
+        let lang = shown.to_ascii_lowercase().replace('_', "-");
         let primary = lang.split('-').next().unwrap_or_default();
-        let said =
-            |order: fn(String) -> Self| order(format!("as the page's language ({}) writes dates", f.lang.trim()));
+        let why = format!("as {whose} ({shown}) writes dates");
         const MONTH_FIRST: [&str; 3] = ["en-us", "es-us", "en-ph"];
         const DAY_FIRST_ENGLISH: [&str; 7] = ["en-gb", "en-au", "en-nz", "en-ie", "en-in", "en-za", "en-sg"];
         const DAY_FIRST: [&str; 20] = [
@@ -128,19 +138,35 @@ impl DateOrder {
             "uk", "id",
         ];
         if MONTH_FIRST.iter().any(|m| lang == *m || lang.starts_with(&format!("{m}-"))) {
-            said(Self::MonthFirst)
+            Self::MonthFirst(why)
         } else if DAY_FIRST_ENGLISH.iter().any(|d| lang == *d || lang.starts_with(&format!("{d}-")))
             || DAY_FIRST.contains(&primary)
         {
-            said(Self::DayFirst)
+            Self::DayFirst(why)
         } else {
             Self::Unstated
         }
     }
+
+    /// `NN/NN/YYYY` read this way, when it is a date read so.
+    fn read(&self, (a, b, year): (u32, u32, u32)) -> Option<(u32, u32, u32)> {
+        let date = match self {
+            Self::DayFirst(_) => (year, b, a),
+            Self::MonthFirst(_) => (year, a, b),
+            Self::Unstated => return None,
+        };
+        plausible(date).then_some(date)
+    }
+}
+
+/// A (year, month, day) whose month and day could be a date's.
+fn plausible((_, m, d): (u32, u32, u32)) -> bool {
+    (1..=12).contains(&m) && (1..=31).contains(&d)
 }
 
 /// The page's value against the record's: equal, equal under one named rule, or different.
-fn compare(page: &str, record: &str, order: DateOrder) -> Compared {
+/// `order` is how the page writes dates; `record_order` how the record does (its `$locale`).
+fn compare(page: &str, record: &str, order: DateOrder, record_order: &DateOrder) -> Compared {
     if page == record {
         return Compared::Same;
     }
@@ -155,10 +181,11 @@ fn compare(page: &str, record: &str, order: DateOrder) -> Compared {
     }
     // A slashed date against the record's YYYY-MM-DD: read one way where only one reading is a
     // date or both readings agree, otherwise the way the field or page says it writes dates.
-    if let (Some((a, b, year)), Some(r)) = (slashed_date(page), iso_date(record)) {
+    // A record that writes its dates slashed is read in its own language only.
+    let record_date = iso_date(record).or_else(|| slashed_date(record).and_then(|d| record_order.read(d)));
+    if let (Some((a, b, year)), Some(r)) = (slashed_date(page), record_date) {
         let day_first = (year, b, a);
         let month_first = (year, a, b);
-        let plausible = |(_, m, d): (u32, u32, u32)| (1..=12).contains(&m) && (1..=31).contains(&d);
         let rule = match order {
             _ if !plausible(r) => None,
             _ if a == b && day_first == r => Some(rule::DAY_FIRST.to_owned()),
@@ -247,7 +274,7 @@ mod tests {
     #[test]
     fn each_field_is_a_match_a_named_normalisation_a_mismatch_or_untouched() {
         let status = |value: &str, record: &str| {
-            let r = row(&read(FieldKind::Text, value, Some("f")), Some(record), false);
+            let r = row(&read(FieldKind::Text, value, Some("f")), Some(record), false, None);
             (FormStatus::try_from(r.status).unwrap(), r.normalisation)
         };
         assert_eq!(status("Ada", "Ada"), (FormStatus::Match, String::new()));
@@ -271,14 +298,46 @@ mod tests {
             assert_eq!(status(page, record).0, FormStatus::Mismatch, "{page} / {record}");
         }
         // Typed, but the reading run's record has no such value: never a page default.
-        let stray = row(&read(FieldKind::Text, "Ada", Some("f")), None, false);
+        let stray = row(&read(FieldKind::Text, "Ada", Some("f")), None, false, None);
         assert_eq!(FormStatus::try_from(stray.status), Ok(FormStatus::Mismatch));
         // A box the runtime ticked for this run is the agent's own choice, not a page default.
-        let ticked = row(&read(FieldKind::Checkbox, "on", None), None, true);
+        let ticked = row(&read(FieldKind::Checkbox, "on", None), None, true, None);
         assert_eq!(FormStatus::try_from(ticked.status), Ok(FormStatus::Chosen));
-        let untouched = row(&read(FieldKind::Text, "250.00", None), None, false);
+        let untouched = row(&read(FieldKind::Text, "250.00", None), None, false, None);
         assert_eq!(FormStatus::try_from(untouched.status), Ok(FormStatus::Untouched));
         assert_eq!((untouched.value.as_str(), untouched.record_value.as_str()), ("250.00", ""));
+    }
+
+    /// Where the page says nothing of its dates, the task record's language (`$locale`) reads the
+    /// page's; a record that writes its own dates slashed is read in its language; the page's own
+    /// word outranks the record's.
+    #[test]
+    fn a_date_is_read_in_the_records_language_where_the_page_says_nothing() {
+        let status = |lang: &str, value: &str, record: &str, locale: Option<&str>| {
+            let mut r = read(FieldKind::Text, value, Some("f"));
+            r.field.lang = lang.into();
+            let row = row(&r, Some(record), false, locale);
+            (FormStatus::try_from(row.status).unwrap(), row.normalisation)
+        };
+        let matched = |rule: &str| (FormStatus::MatchNormalised, rule.to_owned());
+        let gb = Some("en-GB");
+        assert_eq!(
+            status("", "03/04/2026", "2026-04-03", gb),
+            matched("DD/MM/YYYY, as your task record's language (en-GB) writes dates")
+        );
+        assert_eq!(
+            status("", "03/04/2026", "03/04/2026", gb),
+            (FormStatus::Match, String::new()),
+            "the same text is a match"
+        );
+        assert_eq!(
+            status("en-US", "04/03/2026", "03/04/2026", gb),
+            matched("MM/DD/YYYY, as the page's language (en-US) writes dates"),
+            "the record's 3 April, written its own way, is the US page's 04/03"
+        );
+        assert_eq!(status("en-US", "03/04/2026", "2026-04-03", gb).0, FormStatus::Mismatch, "the page's word wins");
+        assert_eq!(status("", "03/04/2026", "2026-04-03", Some("en")).0, FormStatus::Mismatch, "en says nothing");
+        assert_eq!(status("", "04/03/2026", "03/04/2026", None).0, FormStatus::Mismatch, "nor does no locale");
     }
 
     /// The seed's own example: `03/04/2026` on a page that writes dates day first is the record's
@@ -288,7 +347,7 @@ mod tests {
         let status = |lang: &str, hint: &str, value: &str| {
             let mut r = read(FieldKind::Text, value, Some("f"));
             (r.field.lang, r.field.hint) = (lang.into(), hint.into());
-            let row = row(&r, Some("2026-04-03"), false);
+            let row = row(&r, Some("2026-04-03"), false, None);
             (FormStatus::try_from(row.status).unwrap(), row.normalisation)
         };
         let matched = |rule: &str| (FormStatus::MatchNormalised, rule.to_owned());
@@ -318,12 +377,12 @@ mod tests {
 
     #[test]
     fn a_sensitive_field_or_secret_shaped_value_is_never_shown() {
-        let r = row(&read(FieldKind::Password, "hunter2-Secret!", Some("pw")), Some("hunter2-Secret!"), false);
+        let r = row(&read(FieldKind::Password, "hunter2-Secret!", Some("pw")), Some("hunter2-Secret!"), false, None);
         assert_eq!(FormStatus::try_from(r.status), Ok(FormStatus::Redacted));
         assert_eq!((r.value.as_str(), r.record_value.as_str()), (REDACTED, REDACTED));
         let key = "sk_live_4eC39HqLyjWDarjtT1zdp7dc";
-        let r = row(&read(FieldKind::Text, key, Some("k")), Some(key), false);
+        let r = row(&read(FieldKind::Text, key, Some("k")), Some(key), false, None);
         assert_eq!((r.value.as_str(), r.record_value.as_str()), (REDACTED, REDACTED));
-        assert_eq!(row(&read(FieldKind::Text, key, None), None, false).value, REDACTED);
+        assert_eq!(row(&read(FieldKind::Text, key, None), None, false, None).value, REDACTED);
     }
 }

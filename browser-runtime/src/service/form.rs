@@ -37,6 +37,7 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
             None => (None, None),
             Some(run) => {
                 let record = self.records.fields(&tenant, &principal, &run).map_err(record_status)?;
+                let locale = self.records.locale(&tenant, &principal, &run).map_err(record_status)?;
                 // A field typed for another run is compared with nothing: it is this run's mismatch.
                 let value_of = |r: &crate::session::ReadBack| {
                     let id = r.typed_field_id.as_deref().filter(|_| r.typed_run.as_deref() == Some(run.as_str()))?;
@@ -59,7 +60,10 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
                 let review = gl::FormReview {
                     rows: fields
                         .iter()
-                        .map(|r| crate::review::row(r, value_of(r), r.chosen_run.as_deref() == Some(run.as_str())))
+                        .map(|r| {
+                            let chosen = r.chosen_run.as_deref() == Some(run.as_str());
+                            crate::review::row(r, value_of(r), chosen, locale.as_deref())
+                        })
                         .collect(),
                     digest: crate::review::digest(&self.config.tickets, &tenant, &fields),
                 };
