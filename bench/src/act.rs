@@ -31,6 +31,18 @@ const TOKEN: &str = "glc_0000000000000000000000000000000000000000000000000000000
 const TENANT: &str = "bench";
 const ORIGIN: &str = "https://www.lesson.test";
 
+const OWNER_TOKEN: &str = "glc_00000000000000000000000000000000000000000000000000000000000000b2";
+
+/// `message` as the gateway sends it for the owner (a look at the tab behind a card).
+fn as_owner<T>(message: T) -> Request<T> {
+    let mut req = Request::new(message);
+    let m = req.metadata_mut();
+    m.insert("authorization", format!("Bearer {OWNER_TOKEN}").parse().expect("ascii"));
+    m.insert("x-principal-id", "owner".parse().expect("ascii"));
+    m.insert("x-owner-scopes", "approval.resolve".parse().expect("ascii"));
+    req
+}
+
 fn with<T>(message: T) -> Request<T> {
     let mut req = Request::new(message);
     req.metadata_mut().insert("authorization", format!("Bearer {TOKEN}").parse().expect("ascii"));
@@ -168,6 +180,7 @@ pub async fn run(iterations: usize, nodes: usize) -> Result<String> {
     fixture.page(HOST, "/lesson/big", &big_page(nodes));
     let credentials = Credentials::memory();
     credentials.register(TOKEN, TENANT, Role::Worker, Some("owner"), None).await?;
+    credentials.register(OWNER_TOKEN, TENANT, Role::Gateway, None, None).await?;
     std::fs::create_dir_all(&dir)?;
     let keys_file = dir.join("ticket-keys");
     std::fs::write(&keys_file, Keyring::line("bench", rand::random()))?;
@@ -253,6 +266,28 @@ pub async fn run(iterations: usize, nodes: usize) -> Result<String> {
         }
         seen = o.nodes.len();
     }
+    // A card's picture of that page (its element outlined, the private fields painted over)
+    // beside the raw screenshot the agent gets, the two alternating.
+    let o = client.observe(with(rt::ObserveRequest { session_id: big.clone(), run_id: String::new() })).await?;
+    let o = o.into_inner();
+    let view = rt::LiveViewRequest {
+        browser_profile_id: "bench-2".into(),
+        snapshot_id: o.snapshot_id.clone(),
+        node_ref: o.nodes.get(o.nodes.len() / 2).map(|n| n.r#ref.clone()).unwrap_or_default(),
+    };
+    let (mut picture, mut screenshot) = (Samples::default(), Samples::default());
+    for i in 0..iterations.min(100) + 3 {
+        let t = Instant::now();
+        let shown = client.live_view(as_owner(view.clone())).await?.into_inner();
+        let p = t.elapsed();
+        anyhow::ensure!(shown.masked && !shown.png.is_empty(), "the card's picture was not made");
+        let t = Instant::now();
+        client.screenshot(with(rt::ScreenshotRequest { session_id: big.clone() })).await?;
+        if i >= 3 {
+            picture.latencies.push(p);
+            screenshot.latencies.push(t.elapsed());
+        }
+    }
 
     let _ = stop.send(());
     let _ = server.await;
@@ -262,7 +297,8 @@ pub async fn run(iterations: usize, nodes: usize) -> Result<String> {
     Ok(format!(
         "{}\n{}\n{}\n  approved: p50 {:.2}x, p99 {:.2}x the plain click (goal: at most 1.5x)\n  \
          task grant: p50 {:.2}x, p99 {:.2}x (goal: at most 1.5x)\n{}  \
-         ({:.1} µs, {:.3}% of the approved act's p50; goal: under 5%)\n{}  ({seen} nodes; goal: p50 under 50 ms)\n{}\n{}",
+         ({:.1} µs, {:.3}% of the approved act's p50; goal: under 5%)\n{}  ({seen} nodes; goal: p50 under 50 ms)\n{}\n{}\n\
+         {}\n{}\n  card picture: p50 {:.2}x the raw screenshot",
         line("act: click, approved", &covered),
         line("act: click, task grant", &fenced),
         line("plain WebDriver element click", &bare),
@@ -276,5 +312,8 @@ pub async fn run(iterations: usize, nodes: usize) -> Result<String> {
         line(&format!("observe, {nodes}-node page"), &observe),
         line("  of which the page read alone", &read),
         line("  the accessibility tree alone", &tree),
+        line("card picture (outlined, masked), same page", &picture),
+        line("raw screenshot (the agent's), same page", &screenshot),
+        picture.percentile(50).as_secs_f64() / screenshot.percentile(50).as_secs_f64().max(1e-9),
     ))
 }

@@ -19,6 +19,9 @@ struct Field {
     kind: classifier::FieldKind,
     #[serde(default)]
     value: String,
+    /// Too long to be sent: masked unread.
+    #[serde(default)]
+    long: bool,
 }
 
 /// What one read of the page says the picture must paint over and outline.
@@ -28,6 +31,12 @@ pub struct Marks {
     width: f64,
     #[serde(default)]
     fields: Vec<Field>,
+    /// Embedded documents and plugins the read cannot look into, painted over whole.
+    #[serde(default)]
+    opaque: Vec<CssBox>,
+    /// Hosts of closed shadow roots (found over DevTools, never by the page's read).
+    #[serde(skip)]
+    pub closed: Vec<CssBox>,
     #[serde(default)]
     target: Option<CssBox>,
     /// The card's element was asked for and is still in the document.
@@ -56,6 +65,20 @@ pub enum PictureError {
     Image(String),
 }
 
+/// Holds the page still (`true`) while its picture is read and taken, or lets it go: no page
+/// script runs (timers, handlers) and no animation moves, so no field can move between the read
+/// of its box and the picture.
+pub async fn hold_still(h: &Handle, still: bool) -> Result<(), crate::fence::FenceError> {
+    let (session, _) = h.tab().ok_or(crate::fence::FenceError::NoEndpoint)?;
+    let session = Some(session.as_str());
+    h.call(session, "Emulation.setScriptExecutionDisabled", json!({ "value": still })).await?;
+    if still {
+        h.call(session, "Animation.enable", json!({})).await?;
+    }
+    h.call(session, "Animation.setPlaybackRate", json!({ "playbackRate": if still { 0.0 } else { 1.0 } })).await?;
+    Ok(())
+}
+
 /// Reads the fields and the card's element (`slot` in snapshot `snapshot_id`) of the page now.
 pub async fn read(h: &Handle, snapshot_id: &str, slot: Option<usize>) -> Result<Marks, ReadError> {
     let slot = slot.map_or(json!(-1), |s| json!(s));
@@ -66,15 +89,66 @@ pub async fn read(h: &Handle, snapshot_id: &str, slot: Option<usize>) -> Result<
     serde_json::from_str(json).map_err(|e| ReadError::Shape(e.to_string()))
 }
 
-/// Whether a card would redact this field's value.
+/// Whether a card would redact this field's value (one too long to read is masked unread).
 fn redacted(f: &Field) -> bool {
-    crate::review::sensitive(f.kind) || classifier::text_shape::is_credential_shaped(&f.value)
+    f.long || crate::review::sensitive(f.kind) || classifier::text_shape::is_credential_shaped(&f.value)
+}
+
+impl Marks {
+    /// Every box to paint over: redacted fields, embedded documents, closed shadow hosts.
+    fn covered(&self) -> impl Iterator<Item = (CssBox, f64)> + '_ {
+        let fields = self.fields.iter().filter(|f| redacted(f)).map(|f| (f.at, 2.0));
+        fields.chain(self.opaque.iter().chain(&self.closed).map(|b| (*b, 0.0)))
+    }
+}
+
+/// The boxes (in the viewport's CSS pixels) of every element that hosts a closed shadow root:
+/// what is inside one no read can see, so a picture paints each over whole. Read over DevTools
+/// (DOM.getDocument, piercing), which the page cannot hide them from.
+pub async fn closed_hosts(h: &Handle) -> Result<Vec<CssBox>, crate::fence::FenceError> {
+    let (session, _) = h.tab().ok_or(crate::fence::FenceError::NoEndpoint)?;
+    let session = Some(session.as_str());
+    let doc = h.call(session, "DOM.getDocument", json!({ "depth": -1, "pierce": true })).await;
+    let mut hosts = Vec::new();
+    if let Ok(doc) = &doc {
+        let mut stack = vec![&doc["root"]];
+        while let Some(node) = stack.pop() {
+            let roots = node["shadowRoots"].as_array();
+            if roots.is_some_and(|r| r.iter().any(|r| r["shadowRootType"] == "closed")) {
+                hosts.extend(node["backendNodeId"].as_i64());
+            }
+            for key in ["children", "shadowRoots"] {
+                stack.extend(node[key].as_array().into_iter().flatten());
+            }
+            if node["contentDocument"].is_object() {
+                stack.push(&node["contentDocument"]);
+            }
+        }
+    }
+    let mut boxes = Vec::new();
+    for id in hosts {
+        // A host the browser does not render has no box, and nothing of it is in the picture.
+        let Ok(model) = h.call(session, "DOM.getBoxModel", json!({ "backendNodeId": id })).await else { continue };
+        let quad: Vec<f64> =
+            model["model"]["border"].as_array().into_iter().flatten().filter_map(|v| v.as_f64()).collect();
+        if quad.len() == 8 {
+            let xs = [quad[0], quad[2], quad[4], quad[6]];
+            let ys = [quad[1], quad[3], quad[5], quad[7]];
+            let (l, r) = (xs.iter().copied().fold(f64::MAX, f64::min), xs.iter().copied().fold(f64::MIN, f64::max));
+            let (t, b) = (ys.iter().copied().fold(f64::MAX, f64::min), ys.iter().copied().fold(f64::MIN, f64::max));
+            boxes.push([l, t, r - l, b - t]);
+        }
+    }
+    // The DOM domain, which getDocument turned on, would report every change from now on.
+    let _ = h.call(session, "DOM.disable", json!({})).await;
+    doc?;
+    Ok(boxes)
 }
 
 /// `png` with every redacted field of `reads` painted over (each read is one moment: the fields
 /// of both are masked, so a page that moved between the reads and the picture is still covered)
 /// and, from the last read, the card's element outlined.
-pub fn draw(png: &[u8], reads: &[&Marks], element_asked: bool) -> Result<(Vec<u8>, Element), PictureError> {
+pub fn draw(png: &[u8], reads: &[&Marks], element_asked: bool) -> Result<(Vec<u8>, Element, u32), PictureError> {
     if reads.iter().any(|m| !m.whole) {
         return Err(PictureError::NotWhole);
     }
@@ -100,11 +174,13 @@ pub fn draw(png: &[u8], reads: &[&Marks], element_asked: bool) -> Result<(Vec<u8
     // Painted last, so nothing drawn after can lighten them.
     for m in reads {
         let scale = f64::from(image.width) / m.width.max(1.0);
-        for f in m.fields.iter().filter(|f| redacted(f)) {
-            image.fill(image.pixels(f.at, scale, 2.0), [95, 99, 104]);
+        for (at, grow) in m.covered() {
+            image.fill(image.pixels(at, scale, grow), [95, 99, 104]);
         }
     }
-    Ok((image.encode()?, element))
+    // The owner is told how many: the most either read saw.
+    let masked = reads.iter().map(|m| m.covered().count()).max().unwrap_or(0);
+    Ok((image.encode()?, element, u32::try_from(masked).unwrap_or(u32::MAX)))
 }
 
 /// An 8-bit image with 1 to 4 channels, as the browser's PNG decodes.
@@ -224,7 +300,16 @@ mod tests {
     use super::*;
 
     fn marks(fields: Vec<Field>, target: Option<CssBox>) -> Marks {
-        Marks { page: PageRead::default(), width: 40.0, fields, target, asked: target.is_some(), whole: true }
+        Marks {
+            page: PageRead::default(),
+            width: 40.0,
+            fields,
+            opaque: vec![],
+            closed: vec![],
+            target,
+            asked: target.is_some(),
+            whole: true,
+        }
     }
 
     fn png_of(w: u32, h: u32, rgba: [u8; 4]) -> Vec<u8> {
@@ -241,14 +326,14 @@ mod tests {
     #[test]
     fn a_redacted_field_is_painted_over_and_an_ordinary_one_is_not() {
         let white = png_of(40, 40, [255, 255, 255, 255]);
-        let field = |at, kind, value: &str| Field { at, kind, value: value.into() };
+        let field = |at, kind, value: &str| Field { at, kind, value: value.into(), long: false };
         let fields = vec![
             field([0.0, 0.0, 10.0, 10.0], classifier::FieldKind::Password, ""),
             field([20.0, 0.0, 10.0, 10.0], classifier::FieldKind::Text, "Ana"),
             field([0.0, 20.0, 10.0, 10.0], classifier::FieldKind::Text, "sk_live_4eC39HqLyjWDarjtT1zdp7dc"),
         ];
-        let (out, element) = draw(&white, &[&marks(fields, None)], false).unwrap();
-        assert_eq!(element, Element::None);
+        let (out, element, masked) = draw(&white, &[&marks(fields, None)], false).unwrap();
+        assert_eq!((element, masked), (Element::None, 2));
         assert_eq!(pixel(&out, 5, 5), [95, 99, 104, 255], "a password field");
         assert_eq!(pixel(&out, 25, 5), [255, 255, 255, 255], "an ordinary field");
         assert_eq!(pixel(&out, 5, 25), [95, 99, 104, 255], "credential-shaped text");
@@ -258,7 +343,7 @@ mod tests {
     fn the_cards_element_is_outlined_and_the_rest_dimmed() {
         let white = png_of(80, 80, [255, 255, 255, 255]);
         // The viewport is 40 CSS pixels wide and the picture 80: twice the scale.
-        let (out, element) = draw(&white, &[&marks(vec![], Some([10.0, 10.0, 10.0, 10.0]))], true).unwrap();
+        let (out, element, _) = draw(&white, &[&marks(vec![], Some([10.0, 10.0, 10.0, 10.0]))], true).unwrap();
         assert_eq!(element, Element::Outlined);
         assert_eq!(pixel(&out, 30, 30), [255, 255, 255, 255], "the element itself");
         assert_eq!(pixel(&out, 18, 30), [255, 122, 0, 255], "its ring");

@@ -437,7 +437,11 @@ function describe(el) {
     methods.add(s && hasAttr(s, 'formmethod') ? s.formMethod : FORM_METHOD.call(f));
     elsewhere(f, s && hasAttr(s, 'formtarget') ? attr(s, 'formtarget') : FORM_TARGET.call(f));
   };
-  for (const a of [el, ...ancestors(el)]) if (isLink(a)) linkTargets(a);
+  // A submit control around it submits as the click's own (the ADR's "submit control around").
+  for (const a of [el, ...ancestors(el)]) {
+    if (isLink(a)) linkTargets(a);
+    if (a !== el && isSubmit(a)) formTargets(a);
+  }
   formTargets(el);
   for (const c of controls) formTargets(c);
   const embedded = (d) => {
@@ -605,7 +609,23 @@ if (mode === 'picture') {
     return [r.left, r.top, r.width, r.height];
   };
   const shown = (b) => b[2] > 0 && b[3] > 0 && b[0] < innerWidth && b[1] < innerHeight && b[0] + b[2] > 0 && b[1] + b[3] > 0;
+  // An editable region's text may paint outside its own box (height 0, overflow visible): the
+  // box of its content too.
+  const union = (a, b) => {
+    const l = Math.min(a[0], b[0]), t = Math.min(a[1], b[1]);
+    return [l, t, Math.max(a[0] + a[2], b[0] + b[2]) - l, Math.max(a[1] + a[3], b[1] + b[3]) - t];
+  };
+  const contents = (n) => {
+    const r = document.createRange();
+    r.selectNodeContents(n);
+    const c = r.getBoundingClientRect();
+    return [c.left, c.top, c.width, c.height];
+  };
+  // A value longer than this is not sent: the runtime masks it unread.
+  const LONGEST = MAX * 16;
   const fields = [];
+  // What the read cannot look into (another document, a plugin): painted over whole.
+  const opaque = [];
   const stack = [document.documentElement];
   let walked = 0;
   while (stack.length && walked++ < MAX_NODES * 10) {
@@ -614,11 +634,16 @@ if (mode === 'picture') {
     const t = local(n);
     const region = editable(n) && !(parentOf(n) && editable(parentOf(n)));
     if ((t === 'input' && n.type !== 'hidden') || t === 'textarea' || t === 'select' || region) {
-      const b = box(n);
+      const b = region ? union(box(n), contents(n)) : box(n);
       if (shown(b)) {
         const value = t === 'input' || t === 'textarea' ? String(n.value || '') : t === 'select' ? '' : flatText(n);
-        fields.push({ box: b, kind: kindOf(n, roleOf(n)), value: value.slice(0, MAX) });
+        const long = value.length > LONGEST;
+        fields.push({ box: b, kind: kindOf(n, roleOf(n)), value: long ? '' : value, long });
       }
+    }
+    if (t === 'iframe' || t === 'frame' || t === 'embed' || t === 'object' || t === 'portal') {
+      const b = box(n);
+      if (shown(b)) opaque.push(b);
     }
     const kids = flatChildren(n);
     for (let i = kids.length - 1; i >= 0; i--) stack.push(kids[i]);
@@ -627,9 +652,10 @@ if (mode === 'picture') {
   const kept = window[slot(arguments[1])];
   const el = arguments[2] >= 0 && Array.isArray(kept) ? kept[arguments[2]] : null;
   if (el && ROOT.call(el, { composed: true }) === document) target = box(el);
-  // Past the walk's bound, or under a closed shadow root, fields may be missed: said, never guessed.
+  // Past the walk's bound fields may be missed: said, never guessed. Closed shadow roots are
+  // found by the runtime (`picture::closed_hosts`) and painted over whole.
   const whole = stack.length === 0;
-  return [JSON.stringify({ page, width: innerWidth, height: innerHeight, fields, target, asked: !!el, whole }), null];
+  return [JSON.stringify({ page, width: innerWidth, height: innerHeight, fields, opaque, target, asked: !!el, whole }), null];
 }
 const kept = window[slot(arguments[1])];
 const el = Array.isArray(kept) ? kept[arguments[2]] : null;

@@ -167,6 +167,14 @@ fn plausible((_, m, d): (u32, u32, u32)) -> bool {
 /// The page's value against the record's: equal, equal under one named rule, or different.
 /// `order` is how the page writes dates; `record_order` how the record does (its `$locale`).
 fn compare(page: &str, record: &str, order: DateOrder, record_order: &DateOrder) -> Compared {
+    // The same slashed text is two dates where the page and the record read it differently.
+    if let Some(d) = slashed_date(page)
+        && page == record
+        && let (Some(on_page), Some(in_record)) = (order.read(d), record_order.read(d))
+        && on_page != in_record
+    {
+        return Compared::Differs;
+    }
     if page == record {
         return Compared::Same;
     }
@@ -336,6 +344,12 @@ mod tests {
             "the record's 3 April, written its own way, is the US page's 04/03"
         );
         assert_eq!(status("en-US", "03/04/2026", "2026-04-03", gb).0, FormStatus::Mismatch, "the page's word wins");
+        assert_eq!(
+            status("en-US", "03/04/2026", "03/04/2026", gb).0,
+            FormStatus::Mismatch,
+            "the same text is 4 March on the page and 3 April in the record"
+        );
+        assert_eq!(status("en-US", "05/05/2026", "05/05/2026", gb).0, FormStatus::Match, "read either way, one date");
         assert_eq!(status("", "03/04/2026", "2026-04-03", Some("en")).0, FormStatus::Mismatch, "en says nothing");
         assert_eq!(status("", "04/03/2026", "03/04/2026", None).0, FormStatus::Mismatch, "nor does no locale");
     }

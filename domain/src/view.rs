@@ -140,15 +140,14 @@ pub fn approval_view_in_session(
         view.destinations = destinations(element, here, &page.url, scopes);
     }
     // What a press or a click sets off: the form it sends and how, and whether a new window opens.
-    let activates = matches!(action, Action::Click | Action::Check)
-        || matches!(action, Action::Press { key } if key == "Enter" || key == " " || key == "Space");
-    if activates {
+    let enter = matches!(action, Action::Press { key } if key == "Enter");
+    if matches!(action, Action::Click) || enter {
         view.new_window = element.opens_window;
-        if element.submits_form || matches!(action, Action::Press { .. }) {
+        if element.submits_form || enter {
             view.sends = match element.submit_method.as_str() {
-                "post" => "The form's fields, in the body of the request (POST).",
-                "get" => "The form's fields, in the page's address (GET).",
-                "dialog" => "Nothing: the form closes a dialog on this page.",
+                "post" => "The form's answers, with the request, not in the web address (POST).",
+                "get" => "The form's answers, in the web address, where history and logs may keep them (GET).",
+                "dialog" => "Nothing: the form only closes a dialog on this page.",
                 _ => "",
             }
             .to_owned();
@@ -347,10 +346,10 @@ mod tests {
         };
         let view = |e: &ElementFacts, a: &Action| approval_view_in_session(Some(e), &page(), None, a, &scopes());
         let posted = view(&submit("post", false), &Action::Click);
-        assert_eq!(posted.sends, "The form's fields, in the body of the request (POST).");
+        assert_eq!(posted.sends, "The form's answers, with the request, not in the web address (POST).");
         assert!(!posted.new_window);
         let got = view(&submit("get", true), &Action::Click);
-        assert_eq!(got.sends, "The form's fields, in the page's address (GET).");
+        assert_eq!(got.sends, "The form's answers, in the web address, where history and logs may keep them (GET).");
         assert!(got.new_window);
         let entered = view(&submit("post", false), &Action::Press { key: "Enter".into() });
         assert_eq!(entered.sends, posted.sends, "Enter sends the form as the click would");

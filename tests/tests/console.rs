@@ -302,9 +302,9 @@ async fn the_form_review_card_on_the_console() {
         "250.00",
         "Not filled by the agent: the page’s own value",
         // Seed 004: the untouched fields with a value are a section of their own, counted.
-        "1 field the agent never filled, which the form will send as they are",
+        "1 field the agent never filled, which the form will send as it is",
         // How the submit sends the form: its fields in the address, as the request log shows.
-        "The form's fields, in the page's address (GET).",
+        "The form's answers, in the web address, where history and logs may keep them (GET).",
         "Reject and escalate",
     ] {
         assert!(card.contains(said), "the form card does not say {said:?}:\n{card}");
@@ -313,10 +313,10 @@ async fn the_form_review_card_on_the_console() {
     // Beside the rows, the tab itself as the browser shows it now, read from the runtime.
     let (width, height) = owner.image_loaded("#cards img.live", "the live tab's picture").await;
     assert!(width >= 200 && height >= 100, "{width}x{height}");
-    let caption = owner.text("#cards figcaption").await;
-    assert!(caption.contains("The browser tab now"), "{caption}");
+    owner.read_until("#cards figcaption", "the picture's time", |t| t.contains("The browser tab as it was at")).await;
     // The submit button is outlined in it, and the owner is told what the marks mean.
     owner.read_until("#cards figcaption", "the picture's words", |t| t.contains("outlined in orange")).await;
+    assert!(owner.text("#cards figcaption").await.contains("No private field is on this part of the page."));
     owner
         .client
         .execute("document.querySelector('#cards img.live').scrollIntoView({ block: 'center' })", vec![])

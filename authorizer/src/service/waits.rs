@@ -132,7 +132,11 @@ impl Drop for Waiting {
         let mut held = self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(entry) = held.entries.get_mut(&self.key) {
             entry.waiters -= 1;
-            if entry.waiters == 0 {
+            // Only an approval a read found pending lingers for its renewal: one a caller merely
+            // named (not theirs, not found) is gone at once.
+            if entry.waiters == 0 && entry.pending.is_none() {
+                held.entries.remove(&self.key);
+            } else if entry.waiters == 0 {
                 entry.idle_since = Some(Instant::now());
             }
         }

@@ -97,5 +97,6 @@ fn live_reply(view: crate::session::LiveView) -> pb::LiveViewReply {
             Element::Gone => pb::PictureElement::Gone,
         } as i32,
         masked: view.masked,
+        masked_fields: view.masked_fields,
     }
 }

@@ -20,6 +20,8 @@ pub struct LiveView {
     pub element: Element,
     /// Fields a card redacts are painted over.
     pub masked: bool,
+    /// How many were.
+    pub masked_fields: u32,
 }
 
 /// What the picture of a card's tab shows: the card's element (its snapshot and ref) outlined,
@@ -67,7 +69,7 @@ impl Session {
     pub async fn live_view(&mut self, picture: Picture<'_>, config: &BrowserConfig) -> Result<LiveView, SessionError> {
         if let Some(text) = self.dialog(config).await? {
             let (png, element, masked) = (Vec::new(), Element::None, false);
-            return Ok(LiveView { page: String::new(), png, dialog: Some(text), element, masked });
+            return Ok(LiveView { page: String::new(), png, dialog: Some(text), element, masked, masked_fields: 0 });
         }
         let client = self.client(config).await?;
         let url = match client.current_url().await {
@@ -76,24 +78,38 @@ impl Session {
         };
         let Picture::Card { snapshot_id, node_ref } = picture else {
             let png = self.screenshot(config).await?;
-            return Ok(LiveView { page: page_of(&url), png, dialog: None, element: Element::None, masked: false });
+            let (element, masked, masked_fields) = (Element::None, false, 0);
+            return Ok(LiveView { page: page_of(&url), png, dialog: None, element, masked, masked_fields });
         };
         // The card's element, while the tab still shows the snapshot it was named in.
         let slot = node_ref.and_then(|r| self.node(snapshot_id, r).ok().map(|(slot, _)| slot));
         let (_, devtools) = self.running(config).await?;
-        // Read before and after the picture: a field that moved between them is masked where
-        // it was and where it is.
+        // The page held still, read before and after the picture: a field that moved anyway
+        // (a layout the browser finished late) is masked where it was and where it is.
+        let still = picture::hold_still(&devtools, true).await;
         let before = picture::read(&devtools, snapshot_id, slot).await;
-        let png = self.screenshot(config).await?;
+        let png = match still {
+            Ok(()) => self.screenshot(config).await,
+            Err(e) => Err(SessionError::PageRefused(format!("the page could not be held still for its picture: {e}"))),
+        };
         let after = picture::read(&devtools, snapshot_id, slot).await;
-        let (before, after) = match (before, after) {
+        let closed = picture::closed_hosts(&devtools).await;
+        // Let go whatever happened: the page runs on as before.
+        let released = picture::hold_still(&devtools, false).await;
+        let png = png?;
+        if let Err(e) = released {
+            return Err(SessionError::PageRefused(format!("the page could not be let go after its picture: {e}")));
+        }
+        let (before, mut after) = match (before, after) {
             (Ok(b), Ok(a)) => (b, a),
             (Err(e), _) | (_, Err(e)) => return Err(self.read_failed(e, config).await),
         };
-        let (png, element) = picture::draw(&png, &[&before, &after], slot.is_some())
+        after.closed = closed
+            .map_err(|e| SessionError::PageRefused(format!("the page's closed parts could not be found: {e}")))?;
+        let (png, element, masked_fields) = picture::draw(&png, &[&before, &after], slot.is_some())
             .map_err(|e| SessionError::PageRefused(format!("no picture of this page: {e}")))?;
         let element = if node_ref.is_some() && slot.is_none() { Element::Gone } else { element };
-        Ok(LiveView { page: page_of(&url), png, dialog: None, element, masked: true })
+        Ok(LiveView { page: page_of(&url), png, dialog: None, element, masked: true, masked_fields })
     }
 
     /// The owner's click at (`x`, `y`) of the tab's viewport (the screenshot's pixels), text typed

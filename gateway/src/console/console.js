@@ -75,8 +75,9 @@ function formReview(rows) {
     parts.push(
       formTable(
         untouched,
-        untouched.length + (untouched.length === 1 ? ' field' : ' fields') +
-          ' the agent never filled, which the form will send as they are',
+        untouched.length === 1
+          ? '1 field the agent never filled, which the form will send as it is'
+          : untouched.length + ' fields the agent never filled, which the form will send as they are',
       ),
     );
   }
@@ -95,9 +96,9 @@ function formTable(rows, caption) {
         'tr',
         { class: 'row-' + r.status },
         el('th', { scope: 'row' }, fromSite(r.label || '(no label)')),
-        el('td', {}, fromSite(r.value)),
-        el('td', {}, r.record_field_id ? r.record_value || '' : '—'),
-        el('td', {}, status),
+        el('td', { 'data-label': 'On the page' }, r.value === '' ? 'Empty' : fromSite(r.value)),
+        el('td', { 'data-label': 'Your task' }, r.record_field_id ? r.record_value || '' : '—'),
+        el('td', { 'data-label': 'Check' }, status),
       ),
     );
   }
@@ -197,47 +198,86 @@ function card(a) {
 // The browser tab the card's session acts in, as the browser shows it now (never a picture the
 // agent made): read from the runtime through the gateway while the card is pending.
 function liveTab(a) {
-  const img = el('img', { class: 'live', alt: 'The browser tab as it is now' });
+  const img = el('img', { class: 'live', alt: 'The browser tab' });
   img.hidden = true;
-  const page = el('span', { class: 'live-page' }, ': loading…');
+  const lead = el('span', {}, 'Loading the picture of the browser tab…');
+  const page = el('span', { class: 'live-page' });
   const note = el('span', { class: 'live-note' });
-  const caption = el('figcaption', {}, 'The browser tab now, as the browser shows it', page, '. ', note);
-  const again = el('button', { type: 'button', class: 'refresh' }, 'Show it again');
-  again.addEventListener('click', () => showPicture(a.approval_id, img, page, undefined, note));
-  caption.append(again);
-  showPicture(a.approval_id, img, page, undefined, note);
+  const what = (a.view && a.view.action_summary) || 'this card';
+  const again = el('button', { type: 'button', class: 'refresh', 'aria-label': 'Show the browser tab again for: ' + what }, 'Show it again');
+  const caption = el('figcaption', {}, lead, page, ' ', note, again);
+  const show = async () => {
+    lead.textContent = 'Loading the picture of the browser tab…';
+    (page.textContent = ''), (note.textContent = '');
+    const shown = await showPicture(a.approval_id, img, page, undefined, note);
+    if (shown.failed) {
+      lead.textContent = 'No picture of the browser tab: ' + shown.failed;
+      return;
+    }
+    const at = new Date().toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+    lead.textContent = shown.dialog === null ? 'The browser tab as it was at ' + at : 'At ' + at;
+    img.alt = 'The browser tab as it was at ' + at + (shown.page ? ' on ' + shown.page : '') + '. ' + note.textContent;
+  };
+  again.addEventListener('click', show);
+  show();
   return el('figure', { class: 'live-tab' }, img, caption);
 }
 
 // What the picture marks, in the owner's words: the act's element, and the private fields covered.
 const ELEMENT_WORDS = {
-  outlined: 'The agent would act on the part outlined in orange. ',
-  'not-in-view': 'What the agent would act on is outside the part of the page shown here. ',
-  gone: 'What the agent asked to act on is no longer on the page. ',
+  outlined: 'The part the agent would act on is outlined in orange and left bright; the rest of the page is dimmed. ',
+  'not-in-view': 'What the agent would act on is outside the part of the page shown here; the browser checks it again before acting. ',
+  gone: 'What the agent asked to act on is no longer on the page: the action will be refused if you allow it. ',
 };
+
+// Why there is no picture, in the owner's words, from the gateway's answer.
+async function noPictureWords(r) {
+  if (r.status === 404) return 'this console is not connected to the browser.';
+  if (r.status === 503) return 'the browser cannot be reached now. Try again in a moment.';
+  try {
+    const p = await r.json();
+    if (p && p.detail) return p.detail + '.';
+  } catch (e) {
+    // Not a problem document: the status alone says it.
+  }
+  return 'the browser did not give one (' + r.status + ').';
+}
 
 // The live picture of a card's tab into `img`, and the page it shows (its origin and path, which
 // the runtime read) into `page`: the owner sees which site the picture is of. While the page shows
 // a dialog (alert, confirm, prompt) there is no picture: its text goes to `dialog`, quoted as the
-// website's. Answers what it shows: the picture's page ('' when none) and the dialog's text (null
-// when none).
+// website's. Answers what it shows: the picture's page ('' when none), the dialog's text (null
+// when none), and why there is no picture (`failed`).
 async function showPicture(approvalId, img, page, dialog, note) {
   try {
     const r = await fetch('/v1/approvals/' + encodeURIComponent(approvalId) + '/live?at=' + Date.now(), {
       credentials: 'same-origin',
     });
-    if (!r.ok) throw new Error(r.status);
+    if (!r.ok) {
+      img.hidden = true;
+      return { page: '', dialog: null, failed: await noPictureWords(r) };
+    }
     const shown = await shownIn(r, img, page, dialog);
-    if (note) {
-      const covered = r.headers.get('x-live-masked') === 'yes' ? 'Passwords, card numbers and other private fields are covered. ' : '';
-      note.textContent = shown.dialog === null ? (ELEMENT_WORDS[r.headers.get('x-live-element')] || '') + covered : '';
+    if (note && shown.dialog === null) {
+      const hidden = Number(r.headers.get('x-live-masked-fields') || 0);
+      const covered =
+        r.headers.get('x-live-masked') !== 'yes'
+          ? ''
+          : hidden === 0
+            ? 'No private field is on this part of the page.'
+            : hidden === 1
+              ? 'One private field or embedded part of the page (a password, a card number, a frame) is hidden under a grey box.'
+              : hidden + ' private fields or embedded parts of the page (passwords, card numbers, frames) are hidden under grey boxes.';
+      // Said once the picture is on screen, never beside an empty frame.
+      await img.decode().catch(() => {});
+      note.textContent = (ELEMENT_WORDS[r.headers.get('x-live-element')] || '') + covered;
     }
     return shown;
   } catch (e) {
     img.hidden = true;
-    page.textContent = ': it cannot be shown now';
+    page.textContent = '';
     if (note) note.textContent = '';
-    return { page: '', dialog: null };
+    return { page: '', dialog: null, failed: 'the gateway cannot be reached now.' };
   }
 }
 
@@ -420,7 +460,8 @@ function expiryWords(expiresAt) {
   const left = Date.parse(expiresAt) - Date.now();
   if (!(left > 0)) return 'This card has expired: the action will not run.';
   const minutes = Math.floor(left / 60000);
-  return minutes < 1 ? 'Less than a minute left to answer.' : 'About ' + minutes + (minutes === 1 ? ' minute' : ' minutes') + ' left to answer.';
+  const then = ' If you do not answer, the action will not run.';
+  return (minutes < 1 ? 'Less than a minute left to answer.' : 'About ' + minutes + (minutes === 1 ? ' minute' : ' minutes') + ' left to answer.') + then;
 }
 
 // A card whose run stopped waiting: it says so, and nothing on it answers.
@@ -435,13 +476,33 @@ function withdrawnCard(a) {
   );
 }
 
+// Each card as last drawn, by id: a card whose data did not change keeps its element (its
+// picture, focus and scroll), so one card's news does not reload every other card's picture.
+const drawn = new Map();
+
+function drawnCard(a, make) {
+  const key = JSON.stringify(a);
+  const had = drawn.get(a.approval_id);
+  if (had && had.key === key) return had.node;
+  const node = make(a);
+  drawn.set(a.approval_id, { key, node });
+  return node;
+}
+
 function renderCards() {
   const box = $('cards');
   const live = (a) => Date.parse(a.expires_at) > Date.now();
   const pending = [...state.cards.values()].filter((a) => a.status === 'PENDING' && live(a));
   const withdrawn = [...state.cards.values()].filter((a) => a.status === 'WITHDRAWN' && live(a));
-  const shown = [...pending.map(card), ...withdrawn.map(withdrawnCard)];
-  box.replaceChildren(...(shown.length ? shown : [el('p', { class: 'empty' }, 'Nothing is waiting for you.')]));
+  const shown = [...pending.map((a) => drawnCard(a, card)), ...withdrawn.map((a) => drawnCard(a, withdrawnCard))];
+  const ids = new Set([...pending, ...withdrawn].map((a) => a.approval_id));
+  for (const id of [...drawn.keys()]) if (!ids.has(id)) drawn.delete(id);
+  const nodes = shown.length ? shown : [box.querySelector(':scope > p.empty') || el('p', { class: 'empty' }, 'Nothing is waiting for you.')];
+  // Only what moved is moved: the others stay where they are.
+  nodes.forEach((n, i) => {
+    if (box.children[i] !== n) box.insertBefore(n, box.children[i] || null);
+  });
+  while (box.children.length > nodes.length) box.lastElementChild.remove();
   for (const a of pending) if (!state.shown.has(a.approval_id)) state.shown.set(a.approval_id, performance.now());
   document.title = (pending.length ? '(' + pending.length + ') ' : '') + 'Chat ' + session + ' · grant-ledger';
 }
@@ -558,7 +619,10 @@ function tick() {
     p.textContent = expiryWords(p.dataset.expires);
     if (!(Date.parse(p.dataset.expires) > Date.now())) ended = true;
   }
-  if (ended) renderCards();
+  if (ended) {
+    renderCards();
+    say('A card expired before you answered it: its action did not run.');
+  }
 }
 
 function listen() {

@@ -24,7 +24,8 @@ pub(crate) const LIVE: Doc = Doc {
         "/v1/approvals/{approval_id}/live",
         "A PNG of the live browser tab a pending card's session acts in, as it is now: the card's element \
          outlined and the rest dimmed (x-live-element: outlined, not-in-view, gone or none), and every field \
-         a card redacts painted over (x-live-masked: yes; no once the owner took the tab over); while the \
+         a card redacts painted over (x-live-masked: yes, and how many in x-live-masked-fields; no once the \
+         owner took the tab over); while the \
          page shows a dialog, JSON {\"dialog\": its text}",
         |_| schemars::json_schema!({ "type": "string", "contentMediaType": "image/png" }),
     )
@@ -135,6 +136,7 @@ fn shown(view: proto::runtime::LiveViewReply) -> Response {
         headers.insert(header::HeaderName::from_static("x-live-element"), HeaderValue::from_static(element));
         let masked = if view.masked { "yes" } else { "no" };
         headers.insert(header::HeaderName::from_static("x-live-masked"), HeaderValue::from_static(masked));
+        headers.insert(header::HeaderName::from_static("x-live-masked-fields"), HeaderValue::from(view.masked_fields));
         return shown;
     }
     let headers = [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))];

@@ -341,6 +341,7 @@ async fn a_cards_picture_masks_what_the_card_redacts_and_outlines_its_element() 
     const MASK: [u8; 3] = [95, 99, 104];
     let plain = s.runtime.live_view(with(GATEWAY, view(""))).await.unwrap().into_inner();
     assert!(plain.masked, "a card's picture is masked");
+    assert_eq!(plain.masked_fields, 2, "the password and the key");
     assert_eq!(plain.element, rt::PictureElement::None as i32);
     let at = pixels(&plain.png);
     assert_eq!(at(150, 15), MASK, "the password field is painted over");
@@ -392,4 +393,86 @@ async fn the_read_names_how_a_form_is_sent_and_what_opens_a_window() {
     let session = s.open("profile-2", "/lesson/based", 50).await.unwrap();
     let o = s.observe(&session).await;
     assert!(node(&o, "Onward").1.opens_window, "the page's base target opens a new window");
+}
+
+/// A password field on a red ground that jumps between places every few milliseconds, and a
+/// text field the page fills with a key when script runs.
+const JUMPING: &str = r#"<!doctype html><title>Jumping</title>
+<style>body { margin: 0; background: #fff; } #pw { position: absolute; width: 120px; height: 30px; border: 0; background: #f00; color: #f00; }</style>
+<input id="pw" type="password" value="hunter2hunter2" aria-label="Password">
+<button>Continue</button>
+<script>
+const pw = document.getElementById('pw');
+let i = 0;
+setInterval(() => { i = (i + 1) % 12; pw.style.left = (i % 4) * 150 + 'px'; pw.style.top = Math.floor(i / 4) * 60 + 40 + 'px'; }, 4);
+</script>"#;
+
+/// A field that moves while its picture is taken is still painted over: the page is held still
+/// between the read of its box and the picture, and runs on after.
+#[tokio::test]
+async fn a_moving_private_field_is_still_masked() {
+    let mut s = stack().await;
+    s.fixture.page(LESSON, "/lesson/jumping", JUMPING);
+    let session = s.open("profile-1", "/lesson/jumping", 50).await.unwrap();
+    let o = s.observe(&session).await;
+    let view = rt::LiveViewRequest {
+        browser_profile_id: "profile-1".into(),
+        snapshot_id: o.snapshot_id.clone(),
+        node_ref: String::new(),
+    };
+    for round in 0..8 {
+        let shown = s.runtime.live_view(with(GATEWAY, view.clone())).await.unwrap().into_inner();
+        let mut decoder = png::Decoder::new(std::io::Cursor::new(shown.png));
+        decoder.set_transformations(png::Transformations::normalize_to_color8());
+        let mut reader = decoder.read_info().unwrap();
+        let mut data = vec![0; reader.output_buffer_size().unwrap()];
+        let info = reader.next_frame(&mut data).unwrap();
+        let red = data.chunks(info.color_type.samples()).filter(|p| p[0] == 255 && p[1] == 0 && p[2] == 0).count();
+        assert_eq!(red, 0, "round {round}: {red} pixels of the password field show");
+    }
+    // The page runs on after its picture: the field still moves.
+    let o = s.observe(&session).await;
+    assert!(o.nodes.iter().any(|n| n.name == "Password"));
+}
+
+/// Private values where a page's read cannot see them or their box hides them, all on red: a
+/// card number in a closed shadow root, a password in a frame, a key in an editable region of
+/// no height, and a key at the end of a long text.
+const HIDDEN_PRIVATE: &str = r#"<!doctype html><title>Hidden</title>
+<style>body { margin: 0; background: #fff; } * { font: 20px monospace; }</style>
+<div id="host" style="position:absolute;left:0;top:0;width:200px;height:40px"></div>
+<iframe style="position:absolute;left:0;top:60px;width:200px;height:60px;border:0" srcdoc="<body style='margin:0;background:#f00'><input type=password value=hunter2hunter2 style='background:#f00;border:0'></body>"></iframe>
+<div contenteditable="true" style="position:absolute;left:0;top:140px;height:0;overflow:visible;color:#f00">sk_live_4eC39HqLyjWDarjtT1zdp7dc</div>
+<textarea id="ta" aria-label="Notes" style="position:absolute;left:0;top:200px;width:400px;height:60px;color:#f00;border:0"></textarea>
+<button style="position:absolute;left:0;top:300px">Continue</button>
+<script>
+document.getElementById('host').attachShadow({ mode: 'closed' }).innerHTML =
+  '<input autocomplete="cc-number" aria-label="Card" value="4242424242424242" style="background:#f00;color:#f00;border:0;width:150px;height:30px">';
+const ta = document.getElementById('ta');
+ta.value = 'a '.repeat(550) + 'sk_live_4eC39HqLyjWDarjtT1zdp7dc';
+ta.scrollTop = 1e6;
+</script>"#;
+
+/// What the page's read cannot look into is painted over whole (a closed shadow root, a frame),
+/// and a private value is masked where it paints, however long or however boxed.
+#[tokio::test]
+async fn private_values_the_read_cannot_see_are_masked_too() {
+    let mut s = stack().await;
+    s.fixture.page(LESSON, "/lesson/hidden", HIDDEN_PRIVATE);
+    let session = s.open("profile-1", "/lesson/hidden", 50).await.unwrap();
+    let o = s.observe(&session).await;
+    let view = rt::LiveViewRequest {
+        browser_profile_id: "profile-1".into(),
+        snapshot_id: o.snapshot_id.clone(),
+        node_ref: String::new(),
+    };
+    let shown = s.runtime.live_view(with(GATEWAY, view)).await.unwrap().into_inner();
+    assert!(shown.masked_fields >= 4, "{} parts painted over", shown.masked_fields);
+    let mut decoder = png::Decoder::new(std::io::Cursor::new(shown.png));
+    decoder.set_transformations(png::Transformations::normalize_to_color8());
+    let mut reader = decoder.read_info().unwrap();
+    let mut data = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut data).unwrap();
+    let red = data.chunks(info.color_type.samples()).filter(|p| p[0] > 200 && p[1] < 60 && p[2] < 60).count();
+    assert_eq!(red, 0, "{red} red pixels of a private value show");
 }
