@@ -198,7 +198,13 @@ pub const SETTINGS: &[Setting] = &[
         "TASK_RECORDS_DIR",
         Runtime,
         Some("/var/lib/grant-ledger/records"),
-        "Task records, `<tenant>/<owner>/<run id>.json`: field id to value. A session reads only its owner's.",
+        "Task records, `<tenant>/<owner>/<run id>.json`: field id to value. A session reads only its owner's. \
+         Keys beginning with `$` are the record's settings, never fields; an unknown one is ignored. \
+         `\"$locale\": \"en-GB\"` (a language tag) reads a form's dates (`03/04/2026`) day first where the \
+         field's placeholder and the page's language do not say how the page writes them, and the record's own \
+         slashed dates too; the card then says \"DD/MM/YYYY, as your task record's language (en-GB) writes \
+         dates\". A language whose regions write dates both ways (`en`) says nothing. Example: \
+         `{\"$locale\": \"en-GB\", \"name\": \"Ada Lovelace\", \"start\": \"2026-04-03\"}`.",
     ),
     s("GATEWAY_LISTEN", Gateway, Some("127.0.0.1:8443"), "The HTTPS address of the API and the console."),
     s(
@@ -225,7 +231,8 @@ pub const SETTINGS: &[Setting] = &[
         "GATEWAY_RUNTIME_URL",
         Gateway,
         None,
-        "The browser runtime, for the live tab behind a pending card. Unset: no live tab.",
+        "The browser runtime, for the live tab behind a pending card. Unset: cards show no picture of the tab, \
+         and the owner cannot take it over.",
     ),
     s("GATEWAY_RUNTIME_CA", Gateway, None, "The CA (PEM) the runtime's certificate is checked against."),
     s(

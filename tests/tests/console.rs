@@ -323,6 +323,14 @@ async fn the_form_review_card_on_the_console() {
         .await
         .unwrap();
     owner.shot("form-review-card-with-its-tab").await;
+    // At a phone's width each field is a block of its own, its parts named, and nothing scrolls
+    // sideways.
+    owner.client.set_window_size(390, 844).await.unwrap();
+    let wide = owner.client.execute("return document.documentElement.scrollWidth", vec![]).await.unwrap();
+    assert!(wide.as_u64().is_some_and(|w| w <= 390), "the page scrolls sideways: {wide}");
+    owner.client.execute("document.querySelector('#cards .form-review').scrollIntoView()", vec![]).await.unwrap();
+    owner.shot("form-review-card-phone").await;
+    owner.client.set_window_size(1100, 1000).await.unwrap();
     // Only the card's owner sees the tab, only while the card is pending, and only through the
     // gateway: the runtime refuses the worker's credential for it.
     let pending = pb::ListApprovalsRequest { session_id: "s1".into(), pending_only: true, min_position: None };

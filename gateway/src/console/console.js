@@ -163,6 +163,11 @@ function card(a) {
     answer('Approve submit', { resolution: 'approve_once' }, 'primary');
     answer('Reject and escalate', { resolution: 'deny' });
     answer('Take over', { resolution: 'take_over' });
+    section.append(
+      el('p', { class: 'choices-said' },
+        'Approve submit sends this form once, as shown. Reject and escalate ends the agent’s task here: the form is not sent. ' +
+          'Take over stops the agent and gives you the browser tab.'),
+    );
   } else {
     // With no task permission on offer the card is for this one act alone, and its button says
     // exactly what happens once, the element's name quoted as the website's; nothing on such a
