@@ -95,9 +95,13 @@ fn plain_act(session: &str) -> pb::AuthorizeRequest {
     }
 }
 
-/// A new session with a fresh grant, made the only way there is: the card.
-async fn fresh_grant(client: &mut AuthorizerClient<Channel>, tokens: &Tokens) -> Result<String> {
-    let session = format!("bench-{}", Uuid::new_v4().simple());
+/// A new session `<prefix>-…` of the owner's on the browser profile `p`, which is claimed first.
+pub(crate) async fn new_session(
+    client: &mut AuthorizerClient<Channel>,
+    tokens: &Tokens,
+    prefix: &str,
+) -> Result<String> {
+    let session = format!("{prefix}-{}", Uuid::new_v4().simple());
     let created = pb::ProfileEventRequest {
         profile_id: "p".into(),
         event: pb::ProfileEvent::Created as i32,
@@ -111,6 +115,12 @@ async fn fresh_grant(client: &mut AuthorizerClient<Channel>, tokens: &Tokens) ->
         ..Default::default()
     };
     client.create_session(tokens.worker(create)).await?;
+    Ok(session)
+}
+
+/// A new session with a fresh grant, made the only way there is: the card.
+async fn fresh_grant(client: &mut AuthorizerClient<Channel>, tokens: &Tokens) -> Result<String> {
+    let session = new_session(client, tokens, "bench").await?;
     client
         .record_message(tokens.gateway(pb::RecordMessageRequest {
             session_id: session.clone(),

@@ -12,9 +12,8 @@ use credentials::{Credentials, Role, new_token};
 use pb::authorizer_client::AuthorizerClient;
 use proto::v1 as pb;
 use tonic::transport::Channel;
-use uuid::Uuid;
 
-use super::authorize::{TENANT, Tokens, act, drive, start_replicas};
+use super::authorize::{TENANT, Tokens, act, drive, new_session, start_replicas};
 use super::{Cpu, Samples, Scratch, postmaster_of};
 
 /// Waits sent over one connection (each replica takes at most 64 streams on one).
@@ -190,24 +189,11 @@ fn rss_kib(pid: u32) -> Option<u64> {
 /// `n` pending cards, each asked by an act no grant covers: (session, approval id).
 async fn open_cards(endpoint: &str, tokens: &Tokens, n: usize) -> Result<Vec<(String, String)>> {
     let mut client = AuthorizerClient::new(tokens.connect(endpoint).await?);
-    let created = pb::ProfileEventRequest {
-        profile_id: "p".into(),
-        event: pb::ProfileEvent::Created as i32,
-        owner_principal_id: "owner".into(),
-    };
-    client.record_profile_event(tokens.profiles(created)).await?;
     let mut cards = Vec::with_capacity(n);
     let mut session = String::new();
     for i in 0..n {
         if i % CARDS_PER_SESSION == 0 {
-            session = format!("wait-{}", Uuid::new_v4().simple());
-            let create = pb::CreateSessionRequest {
-                session_id: session.clone(),
-                browser_profile_id: "p".into(),
-                surface: 1,
-                ..Default::default()
-            };
-            client.create_session(tokens.worker(create)).await?;
+            session = new_session(&mut client, tokens, "wait").await?;
         }
         let reply = client.authorize(tokens.worker(act(&tokens.keys, &session))).await?.into_inner();
         let Some(pb::authorize_reply::Decision::RequireApproval(card)) = reply.decision else {

@@ -300,6 +300,17 @@ async fn the_form_a_click_could_submit_is_found_whatever_wraps_the_node() {
     }
 }
 
+/// A picture's pixels: its width, its channels and its bytes, 8 bits each.
+fn decoded(png: &[u8]) -> (usize, usize, Vec<u8>) {
+    let mut decoder = png::Decoder::new(std::io::Cursor::new(png.to_vec()));
+    decoder.set_transformations(png::Transformations::normalize_to_color8());
+    let mut reader = decoder.read_info().unwrap();
+    let mut data = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut data).unwrap();
+    data.truncate(info.buffer_size());
+    (info.width as usize, info.color_type.samples(), data)
+}
+
 /// Fields at fixed places: a password and a key the page filled in, a name, and a button.
 const PRIVATE: &str = r#"<!doctype html><title>Private</title>
 <style>
@@ -327,14 +338,9 @@ async fn a_cards_picture_masks_what_the_card_redacts_and_outlines_its_element() 
         node_ref: node_ref.into(),
     };
     let pixels = |png: &[u8]| {
-        let mut decoder = png::Decoder::new(std::io::Cursor::new(png.to_vec()));
-        decoder.set_transformations(png::Transformations::normalize_to_color8());
-        let mut reader = decoder.read_info().unwrap();
-        let mut data = vec![0; reader.output_buffer_size().unwrap()];
-        let info = reader.next_frame(&mut data).unwrap();
-        let channels = info.color_type.samples();
+        let (width, channels, data) = decoded(png);
         move |x: usize, y: usize| {
-            let i = (y * info.width as usize + x) * channels;
+            let i = (y * width + x) * channels;
             data[i..i + 3].to_vec()
         }
     };
@@ -422,12 +428,8 @@ async fn a_moving_private_field_is_still_masked() {
     };
     for round in 0..8 {
         let shown = s.runtime.live_view(with(GATEWAY, view.clone())).await.unwrap().into_inner();
-        let mut decoder = png::Decoder::new(std::io::Cursor::new(shown.png));
-        decoder.set_transformations(png::Transformations::normalize_to_color8());
-        let mut reader = decoder.read_info().unwrap();
-        let mut data = vec![0; reader.output_buffer_size().unwrap()];
-        let info = reader.next_frame(&mut data).unwrap();
-        let red = data.chunks(info.color_type.samples()).filter(|p| p[0] == 255 && p[1] == 0 && p[2] == 0).count();
+        let (_, channels, data) = decoded(&shown.png);
+        let red = data.chunks(channels).filter(|p| p[0] == 255 && p[1] == 0 && p[2] == 0).count();
         assert_eq!(red, 0, "round {round}: {red} pixels of the password field show");
     }
     // The page runs on after its picture: the field still moves.
@@ -468,11 +470,7 @@ async fn private_values_the_read_cannot_see_are_masked_too() {
     };
     let shown = s.runtime.live_view(with(GATEWAY, view)).await.unwrap().into_inner();
     assert!(shown.masked_fields >= 4, "{} parts painted over", shown.masked_fields);
-    let mut decoder = png::Decoder::new(std::io::Cursor::new(shown.png));
-    decoder.set_transformations(png::Transformations::normalize_to_color8());
-    let mut reader = decoder.read_info().unwrap();
-    let mut data = vec![0; reader.output_buffer_size().unwrap()];
-    let info = reader.next_frame(&mut data).unwrap();
-    let red = data.chunks(info.color_type.samples()).filter(|p| p[0] > 200 && p[1] < 60 && p[2] < 60).count();
+    let (_, channels, data) = decoded(&shown.png);
+    let red = data.chunks(channels).filter(|p| p[0] > 200 && p[1] < 60 && p[2] < 60).count();
     assert_eq!(red, 0, "{red} red pixels of a private value show");
 }
