@@ -32,6 +32,23 @@ pub(crate) struct Tokens {
 }
 
 impl Tokens {
+    /// New credentials of each role, registered in the bench's tenant, trusting `ca_pem` and
+    /// sealing with the keyring `key_line`.
+    pub(crate) async fn register(pool: &deadpool_postgres::Pool, ca_pem: String, key_line: &str) -> Result<Self> {
+        let credentials = Credentials::postgres(pool.clone());
+        let tokens = Self {
+            worker: new_token(),
+            gateway: new_token(),
+            profiles: new_token(),
+            ca_pem,
+            keys: std::sync::Arc::new(proto::ticket::Keyring::parse(key_line)?),
+        };
+        credentials.register(&tokens.worker, TENANT, Role::Worker, Some("owner"), None).await?;
+        credentials.register(&tokens.gateway, TENANT, Role::Gateway, None, None).await?;
+        credentials.register(&tokens.profiles, TENANT, Role::Profiles, None, None).await?;
+        Ok(tokens)
+    }
+
     fn bearer<T>(m: T, token: &str) -> tonic::Request<T> {
         let mut r = tonic::Request::new(m);
         r.metadata_mut().insert("authorization", format!("Bearer {token}").parse().expect("ascii"));
@@ -366,17 +383,7 @@ async fn run_on(
     };
     let pool =
         ledger::postgres::pool(config, clients.iter().copied().max().unwrap_or(1) + 2).map_err(anyhow::Error::msg)?;
-    let credentials = Credentials::postgres(pool.clone());
-    let tokens = Tokens {
-        worker: new_token(),
-        gateway: new_token(),
-        profiles: new_token(),
-        ca_pem,
-        keys: std::sync::Arc::new(proto::ticket::Keyring::parse(&key_line)?),
-    };
-    credentials.register(&tokens.worker, TENANT, Role::Worker, Some("owner"), None).await?;
-    credentials.register(&tokens.gateway, TENANT, Role::Gateway, None, None).await?;
-    credentials.register(&tokens.profiles, TENANT, Role::Profiles, None, None).await?;
+    let tokens = Tokens::register(&pool, ca_pem, &key_line).await?;
     let (out, ratios) = measure(&pool, &replicas, &tokens, clients, duration, extras).await?;
     let rss: Vec<String> = replicas
         .servers

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use credentials::{Credentials, Role, new_token};
 use pb::authorizer_client::AuthorizerClient;
 use proto::v1 as pb;
 use tonic::transport::Channel;
@@ -40,17 +39,7 @@ async fn run_on(
     super::lesson_settings(db_url, TENANT).await?;
     let (key_line, ca_pem, mut replicas) = start_replicas(db_url).await?;
     let pool = ledger::postgres::pool(config, clients + 2).map_err(anyhow::Error::msg)?;
-    let credentials = Credentials::postgres(pool.clone());
-    let tokens = Tokens {
-        worker: new_token(),
-        gateway: new_token(),
-        profiles: new_token(),
-        ca_pem,
-        keys: Arc::new(proto::ticket::Keyring::parse(&key_line)?),
-    };
-    credentials.register(&tokens.worker, TENANT, Role::Worker, Some("owner"), None).await?;
-    credentials.register(&tokens.gateway, TENANT, Role::Gateway, None, None).await?;
-    credentials.register(&tokens.profiles, TENANT, Role::Profiles, None, None).await?;
+    let tokens = Tokens::register(&pool, ca_pem, &key_line).await?;
     let endpoints = &replicas.endpoints;
     let pids: Vec<u32> = replicas.servers.iter().map(|(_, pid, _)| *pid).collect();
     let pm = postmaster_of(&pool).await;

@@ -10,6 +10,7 @@ use time::OffsetDateTime;
 use tonic::{Code, Request, Response, Status};
 use uuid::Uuid;
 
+use crate::authority::Authority;
 use crate::domain::{ApprovalState, Command, Versions};
 use crate::store::Backend;
 use crate::store::Need;
@@ -108,11 +109,6 @@ impl<B: Backend + 'static> AuthorizerService<B> {
             return Err(invalid("wait_ms", &format!("is at most {MAX_APPROVAL_WAIT_MS}")));
         }
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(u64::from(r.wait_ms));
-        let tenant = authority.tenant().as_str().to_owned();
-        let pending = || {
-            let status = ApprovalState::Pending.code().into();
-            Response::new(pb::AwaitApprovalReply { status, approval_token: String::new(), grant_id: String::new() })
-        };
         // Held before the first read, so an answer given after that read always wakes the wait.
         let mut waiting = self.waits.hold(&self.authority, (authority.tenant().clone(), approval_id));
         // A renewed wait on a card this principal's read found pending, with nothing moved
@@ -123,65 +119,82 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         }
         loop {
             if read_now {
-                let seen = authority
-                    .read_loaded(Need::Approval(approval_id), |l| {
-                        let w = &l.world;
-                        let a = w.approvals.get(&approval_id).filter(|a| a.requested.session_id == session_id)?;
-                        let grant = w
-                            .grants
-                            .values()
-                            .find(|g| g.created.approval_id == approval_id)
-                            .map(|g| g.created.grant_id.to_string());
-                        // A token is handed out only while it could still be redeemed: never after
-                        // a Stop since the card was asked.
-                        let live = a.requested.expires_at > OffsetDateTime::now_utc();
-                        let session = w.sessions.get(&session_id);
-                        let void = session.is_some_and(|s| s.stopped_since(&a.requested));
-                        let unspent = a.token_sha256.clone().filter(|_| !a.token_redeemed && live && !void);
-                        let mark = (l.version_of("approval", &approval_id), l.version_of("session", &session_id));
-                        Some((a.state, unspent, grant, session.is_some_and(|s| s.stopped), mark))
-                    })
-                    .await
-                    .map_err(status)?;
-                let Some((state, unspent, grant, stopped, mark)) = seen else {
-                    return Err(Status::not_found("approval not found"));
-                };
-                if stopped || state != ApprovalState::Pending {
-                    if waited {
-                        self.still_live(&metadata, &caller_was, Rpc::AwaitApproval).await?;
+                match self.look(&authority, approval_id, &session_id).await? {
+                    Looked::Answered(reply) => {
+                        if waited {
+                            self.still_live(&metadata, &caller_was, Rpc::AwaitApproval).await?;
+                        }
+                        return Ok(Response::new(reply));
                     }
-                    // The owner stopped the agent here: the worker ends its run, whatever the card says.
-                    if stopped {
-                        return Ok(Response::new(pb::AwaitApprovalReply {
-                            status: proto::AWAIT_STOPPED.into(),
-                            approval_token: String::new(),
-                            grant_id: String::new(),
-                        }));
-                    }
-                    // The token is handed out only while its record stands unspent, and found under
-                    // whichever key of the ring issued it.
-                    let approval_token = unspent
-                        .and_then(|digest| {
-                            self.tickets
-                                .approval_tokens(&tenant, approval_id.as_bytes())
-                                .find(|t| token_digest(t) == digest)
-                        })
-                        .unwrap_or_default();
-                    return Ok(Response::new(pb::AwaitApprovalReply {
-                        status: state.code().into(),
-                        approval_token,
-                        grant_id: grant.unwrap_or_default(),
-                    }));
+                    Looked::Pending(mark) => waiting.pending_at(mark, &session_id, &principal),
                 }
-                waiting.pending_at(mark, &session_id, &principal);
             }
             // Woken only when this approval or its session changed: a held wait makes no reads.
             // Still pending at the deadline, the answer says so and hands nothing out.
             tokio::select! {
                 () = waiting.moved() => read_now = true,
-                () = tokio::time::sleep_until(deadline) => return Ok(pending()),
+                () = tokio::time::sleep_until(deadline) => {
+                    let status = ApprovalState::Pending.code().into();
+                    return Ok(Response::new(pb::AwaitApprovalReply { status, ..Default::default() }));
+                }
             }
             waited = true;
         }
     }
+
+    /// One read of a waited-for card: its answer (the token with an approval, STOPPED after the
+    /// owner's Stop), or the mark it is pending at.
+    async fn look(&self, authority: &Authority<B>, approval_id: Uuid, session_id: &str) -> Result<Looked, Status> {
+        let seen = authority
+            .read_loaded(Need::Approval(approval_id), |l| {
+                let w = &l.world;
+                let a = w.approvals.get(&approval_id).filter(|a| a.requested.session_id == session_id)?;
+                let grant = w
+                    .grants
+                    .values()
+                    .find(|g| g.created.approval_id == approval_id)
+                    .map(|g| g.created.grant_id.to_string());
+                // A token is handed out only while it could still be redeemed: never after a
+                // Stop since the card was asked.
+                let live = a.requested.expires_at > OffsetDateTime::now_utc();
+                let session = w.sessions.get(session_id);
+                let void = session.is_some_and(|s| s.stopped_since(&a.requested));
+                let unspent = a.token_sha256.clone().filter(|_| !a.token_redeemed && live && !void);
+                let mark = (l.version_of("approval", &approval_id), l.version_of("session", &session_id));
+                Some((a.state, unspent, grant, session.is_some_and(|s| s.stopped), mark))
+            })
+            .await
+            .map_err(status)?;
+        let Some((state, unspent, grant, stopped, mark)) = seen else {
+            return Err(Status::not_found("approval not found"));
+        };
+        // The owner stopped the agent here: the worker ends its run, whatever the card says.
+        if stopped {
+            let status = proto::AWAIT_STOPPED.into();
+            return Ok(Looked::Answered(pb::AwaitApprovalReply { status, ..Default::default() }));
+        }
+        if state == ApprovalState::Pending {
+            return Ok(Looked::Pending(mark));
+        }
+        // The token is handed out only while its record stands unspent, and found under
+        // whichever key of the ring issued it.
+        let tenant = authority.tenant().as_str();
+        let approval_token = unspent
+            .and_then(|digest| {
+                self.tickets.approval_tokens(tenant, approval_id.as_bytes()).find(|t| token_digest(t) == digest)
+            })
+            .unwrap_or_default();
+        Ok(Looked::Answered(pb::AwaitApprovalReply {
+            status: state.code().into(),
+            approval_token,
+            grant_id: grant.unwrap_or_default(),
+        }))
+    }
+}
+
+/// What one read of a waited-for card found.
+enum Looked {
+    Answered(pb::AwaitApprovalReply),
+    /// Still pending, at this mark (the card's version and its session's).
+    Pending((u64, u64)),
 }
