@@ -14,6 +14,7 @@ mod invalid;
 mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod proof;
 mod store;
 
 pub use envelope::{

@@ -1,0 +1,131 @@
+//! Checkpoints in the C2SP `tlog-checkpoint` form, the body of a signed note: the log's origin,
+//! its size in decimal, and its root hash in base64, one per line. And the note by which a log
+//! key introduces the key that follows it.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+
+use super::merkle::Hash;
+use super::note::{Note, NoteError, Signer, Verifier};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub origin: String,
+    pub size: u64,
+    pub root: Hash,
+}
+
+/// The first line of a rotation note's text.
+const ROTATION_HEADER: &str = "grant-ledger key rotation";
+
+impl Checkpoint {
+    pub fn body(&self) -> String {
+        format!("{}\n{}\n{}\n", self.origin, self.size, B64.encode(self.root))
+    }
+
+    /// Parses a checkpoint body. Extension lines after the third are allowed and ignored.
+    pub fn parse_body(text: &str) -> Result<Self, NoteError> {
+        let mut lines = text.strip_suffix('\n').ok_or(NoteError::Malformed("no final newline"))?.split('\n');
+        let (Some(origin), Some(size), Some(root)) = (lines.next(), lines.next(), lines.next()) else {
+            return Err(NoteError::Malformed("a checkpoint has an origin, a size and a root hash"));
+        };
+        if origin.is_empty() {
+            return Err(NoteError::Malformed("the origin is empty"));
+        }
+        let canonical = size.bytes().all(|b| b.is_ascii_digit()) && (size == "0" || !size.starts_with('0'));
+        let size = size.parse().ok().filter(|_| canonical).ok_or(NoteError::Malformed("the size is not decimal"))?;
+        let root = B64
+            .decode(root)
+            .ok()
+            .and_then(|r| <Hash>::try_from(r).ok())
+            .ok_or(NoteError::Malformed("the root is not a base64 SHA-256 hash"))?;
+        Ok(Self { origin: origin.to_owned(), size, root })
+    }
+
+    /// The signed note of this checkpoint.
+    pub fn sign(&self, signer: &Signer) -> Result<String, NoteError> {
+        Note::sign(&self.body(), &[signer])
+    }
+
+    /// Opens a signed checkpoint: the names whose signatures verified, and the checkpoint.
+    /// `origin` is the log the auditor expects; a checkpoint of another log is refused.
+    pub fn open(note: &str, trusted: &[Verifier], origin: &str) -> Result<(Self, Vec<String>), NoteError> {
+        let n = Note::parse(note)?;
+        let names = n.verify(trusted)?;
+        let c = Self::parse_body(&n.text)?;
+        if c.origin != origin {
+            return Err(NoteError::Malformed("the checkpoint is of another log"));
+        }
+        if !names.iter().any(|name| name == origin) {
+            return Err(NoteError::Unverified);
+        }
+        Ok((c, names))
+    }
+}
+
+/// The note by which `old` introduces `new` as the log's key from now on. Both sign it, so the
+/// new key is known to be held by whoever made the note.
+pub fn rotation_note(old: &Signer, new: &Signer) -> Result<String, NoteError> {
+    Note::sign(&format!("{ROTATION_HEADER}\n{}\n", new.verifier()), &[old, new])
+}
+
+/// The key a rotation note introduces, when a `trusted` key signed it and the new key did too.
+pub fn open_rotation(note: &str, trusted: &[Verifier]) -> Result<Verifier, NoteError> {
+    let n = Note::parse(note)?;
+    n.verify(trusted)?;
+    let mut lines = n.text.lines();
+    if lines.next() != Some(ROTATION_HEADER) {
+        return Err(NoteError::Malformed("not a key rotation note"));
+    }
+    let new = Verifier::parse(lines.next().ok_or(NoteError::Malformed("the rotation names no key"))?)?;
+    n.verify(std::slice::from_ref(&new))?;
+    Ok(new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_checkpoint_round_trips_and_refuses_what_it_should() {
+        let log = Signer::generate("log.example/ledger").unwrap();
+        let other = Signer::generate("log.example/ledger").unwrap();
+        let c = Checkpoint { origin: "log.example/ledger".into(), size: 1234, root: [7; 32] };
+        let note = c.sign(&log).unwrap();
+        assert_eq!(Checkpoint::open(&note, &[log.verifier()], "log.example/ledger").unwrap().0, c);
+        // Signed by another key with the same name: refused.
+        assert_eq!(
+            Checkpoint::open(&c.sign(&other).unwrap(), &[log.verifier()], "log.example/ledger"),
+            Err(NoteError::Unverified)
+        );
+        assert!(Checkpoint::open(&note, &[log.verifier()], "log.example/other").is_err());
+        for body in ["o\n01\nAAAA\n", "o\n1\n", "\n1\nBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\n", "o\n-1\nx\n"] {
+            assert!(Checkpoint::parse_body(body).is_err(), "{body:?}");
+        }
+        let ext = format!("{}extension line\n", c.body());
+        assert_eq!(Checkpoint::parse_body(&ext).unwrap(), c);
+    }
+
+    #[test]
+    fn a_witness_cosigns_and_a_rotation_introduces_the_next_key() {
+        let log = Signer::generate("log.example/ledger").unwrap();
+        let witness = Signer::generate("witness.example").unwrap();
+        let c = Checkpoint { origin: "log.example/ledger".into(), size: 5, root: [1; 32] };
+        let cosigned = Note::cosign(&c.sign(&log).unwrap(), &witness).unwrap();
+        let (_, names) = Checkpoint::open(&cosigned, &[log.verifier(), witness.verifier()], &c.origin).unwrap();
+        assert_eq!(names, vec!["log.example/ledger".to_owned(), "witness.example".to_owned()]);
+        // A witness line that does not verify fails the note for an auditor who trusts the witness.
+        let mut forged = Note::parse(&cosigned).unwrap();
+        assert_eq!(forged.to_string(), cosigned);
+        forged.signatures[1].bytes[0] ^= 1;
+        let forged = forged.to_string();
+        assert!(Checkpoint::open(&forged, &[log.verifier(), witness.verifier()], &c.origin).is_err());
+
+        let next = Signer::generate("log.example/ledger").unwrap();
+        let rot = rotation_note(&log, &next).unwrap();
+        assert_eq!(open_rotation(&rot, &[log.verifier()]).unwrap(), next.verifier());
+        assert!(open_rotation(&rot, &[witness.verifier()]).is_err());
+        let self_made = rotation_note(&next, &next).unwrap();
+        assert!(open_rotation(&self_made, &[log.verifier()]).is_err());
+    }
+}
