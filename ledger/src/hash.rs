@@ -116,6 +116,12 @@ pub fn verify_stream(stream: &StreamId, events: &[RecordedEvent]) -> Result<(), 
     Ok(())
 }
 
+/// The hash a stored event's content and `prev_hash` give: equal to its stored hash unless the
+/// event was changed.
+pub fn content_hash(e: &RecordedEvent) -> [u8; 32] {
+    hashed(e).hash(&e.prev_hash)
+}
+
 pub(crate) fn hashed(e: &RecordedEvent) -> Hashed<'_> {
     Hashed {
         stream_id: &e.stream_id,

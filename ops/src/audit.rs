@@ -73,7 +73,7 @@ async fn replay_with(store: &PgStore, filter: &Filter, mut progress: impl FnMut(
 }
 
 /// One row as the JSON line an export holds.
-fn json_line(r: &AuditRow) -> String {
+pub(crate) fn json_line(r: &AuditRow) -> String {
     serde_json::json!({
         "tenant": r.tenant_id, "position": r.global_position, "tx_id": r.tx_id.to_string(),
         "recorded_at": r.cells()[3], "stream": r.stream_id, "event_type": r.event_type,

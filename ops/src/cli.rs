@@ -115,6 +115,18 @@ pub(crate) enum ServeCmd {
         #[arg(long)]
         insecure_loopback: bool,
     },
+    /// Keeps the Merkle tree over the log and signs checkpoints with KEY, every N events or T
+    /// seconds, into the database and, with --file, a file the operator ships elsewhere.
+    Checkpoints {
+        #[arg(long)]
+        key: PathBuf,
+        #[arg(long, default_value_t = 1000)]
+        every_events: u64,
+        #[arg(long, default_value_t = 60)]
+        every_seconds: u64,
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
     /// The owner's HTTP gateway. Its settings (GATEWAY_*) are in docs/configuration.md; owner
     /// tokens are in DATABASE_URL.
     Gateway {
@@ -255,10 +267,71 @@ pub(crate) enum AuditCmd {
         format: String,
     },
     /// Every stream's hash chain and every projection against the log; with --export, an
-    /// export file against its manifest and against the log.
+    /// export file against its manifest and against the log. With --public-key, the log (or the
+    /// export, offline) against the signed checkpoints: every event, every root, every proof.
     Verify {
         #[arg(long)]
         export: Option<PathBuf>,
+        /// The log's public key (`name+id+key`, or a file holding it).
+        #[arg(long)]
+        public_key: Option<String>,
+        /// A witness's public key: its cosignatures are checked and counted.
+        #[arg(long, requires = "public_key")]
+        witness_key: Vec<String>,
+        /// The auditor's own copy of the checkpoints (the file the service appends to); without
+        /// it, the database's table.
+        #[arg(long, requires = "public_key", conflicts_with = "export")]
+        checkpoints: Option<PathBuf>,
+    },
+    /// A new signing key for the log's checkpoints (or a witness's): the private key goes to
+    /// OUT, the public key is printed for auditors.
+    Keygen {
+        /// The key's name: the log's origin, e.g. `ledger.example.com/audit`.
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Brings the Merkle tree up to the log and signs a checkpoint of it now.
+    Checkpoint {
+        /// The private key file.
+        #[arg(long)]
+        key: PathBuf,
+        /// Also append the checkpoint to this file.
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
+    /// A witness cosigns every checkpoint of a checkpoints file it has checked is the log's.
+    Cosign {
+        #[arg(long)]
+        public_key: String,
+        /// The witness's private key file.
+        #[arg(long)]
+        key: PathBuf,
+        #[arg(long)]
+        checkpoints: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Introduces a new log key with a note signed by the old one (and the new).
+    Rotate {
+        #[arg(long)]
+        old_key: PathBuf,
+        #[arg(long)]
+        new_key: PathBuf,
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
+    /// An inclusion proof for an event, or a consistency proof between two checkpoints, as JSON.
+    Prove {
+        #[arg(long, conflicts_with_all = ["from", "to"], required_unless_present_all = ["from", "to"])]
+        event: Option<uuid::Uuid>,
+        /// The older checkpoint's tree size.
+        #[arg(long, requires = "to")]
+        from: Option<u64>,
+        /// The newer checkpoint's tree size.
+        #[arg(long, requires = "from")]
+        to: Option<u64>,
     },
     /// The audit rows replayed from the log as JSON lines in OUT, with OUT.manifest.json beside
     /// it (count, first and last position, SHA-256 of the file).

@@ -12,6 +12,7 @@ pub mod demo;
 pub mod migrate;
 pub mod observe;
 pub mod pgcluster;
+pub mod proof;
 pub mod serve;
 pub mod settings;
 pub mod status;

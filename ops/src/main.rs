@@ -63,6 +63,23 @@ async fn run(cli: Cli) -> Result<()> {
             let url = database_url(&cli.database_url)?;
             ops::serve::runtime(config, url).await?;
         }
+        Cmd::Serve { service: ServeCmd::Checkpoints { key, every_events, every_seconds, file } } => {
+            let url = database_url(&cli.database_url)?;
+            ops::migrate::run(&mut ops::connect(&url).await?).await?;
+            let config: tokio_postgres::Config = url.parse().context("DATABASE_URL is not a valid PostgreSQL URL")?;
+            let store = PgStore::with_listener(ledger::postgres::pool(config.clone(), 2).map_err(anyhow::Error::msg)?, config);
+            let signing = ops::proof::Signing {
+                key: ops::proof::load_signer(&key)?,
+                every_events: every_events.max(1),
+                every: Duration::from_secs(every_seconds),
+                file,
+            };
+            tracing::info!(origin = signing.key.name, "checkpoint service started");
+            ops::proof::serve(store, signing, async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await?;
+        }
         Cmd::Serve { service: ServeCmd::Gateway { insecure_loopback } } => {
             let config = ops::serve::GatewayConfig::parse(ops::settings::env, insecure_loopback)?;
             let url = database_url(&cli.database_url)?;
@@ -174,11 +191,24 @@ async fn audit(url: &str, command: AuditCmd) -> Result<()> {
             let rows = ops::audit::replay(&store, &filter).await?;
             ops::audit::print(&rows, format == "jsonl", std::io::stdout().lock())?;
         }
-        AuditCmd::Verify { export: Some(path) } => {
+        AuditCmd::Verify { export, public_key: Some(key), witness_key, checkpoints } => {
+            let trust = ops::proof::Trust {
+                log_key: ops::proof::load_verifier(&key)?,
+                witnesses: witness_key.iter().map(|w| ops::proof::load_verifier(w)).collect::<Result<_>>()?,
+            };
+            if let Some(path) = export {
+                // Offline: nothing but the files and the keys.
+                println!("{}", ops::proof::verify_export_offline(&path, &trust)?);
+            } else {
+                let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
+                println!("{}", ops::proof::verify_log(&store, &trust, checkpoints.as_deref()).await?);
+            }
+        }
+        AuditCmd::Verify { export: Some(path), .. } => {
             let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
             println!("{}", ops::audit::verify_export(&store, &path).await?);
         }
-        AuditCmd::Verify { export: None } => {
+        AuditCmd::Verify { export: None, .. } => {
             println!("{}", ops::check::run(&config, ledger::READ_PAGE).await?);
             println!("{}", ops::audit::projections_verify(&config, None).await?);
         }
@@ -186,6 +216,9 @@ async fn audit(url: &str, command: AuditCmd) -> Result<()> {
             let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
             let filter = ops::audit::Filter { tenant, ..ops::audit::Filter::default() };
             let m = ops::audit::export(&store, &filter, &out).await?;
+            let evidence = ops::proof::evidence_path(&out);
+            let events = ops::proof::export_evidence(&store, filter.tenant.as_deref(), &evidence).await?;
+            println!("{}: {events} events with the checkpoints and proofs that sign them", evidence.display());
             println!(
                 "{}: {} rows, positions {:?} to {:?}, sha256 {}",
                 out.display(),
@@ -194,6 +227,45 @@ async fn audit(url: &str, command: AuditCmd) -> Result<()> {
                 m.last_position,
                 m.sha256
             );
+        }
+        AuditCmd::Keygen { name, out } => {
+            let public = ops::proof::keygen(&name, &out)?;
+            println!("{public}");
+            eprintln!("private key in {}; give auditors the public key above", out.display());
+        }
+        AuditCmd::Checkpoint { key, file } => {
+            ops::migrate::run(&mut ops::connect(url).await?).await?;
+            let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
+            let signing = ops::proof::Signing {
+                key: ops::proof::load_signer(&key)?,
+                every_events: 1,
+                every: Duration::ZERO,
+                file,
+            };
+            match ops::proof::checkpoint(&store, &signing, |last, size| size > last || size == 0).await? {
+                Some(c) => print!("{}", c.note),
+                None => println!("the newest checkpoint already covers the whole log"),
+            }
+        }
+        AuditCmd::Cosign { public_key, key, checkpoints, out } => {
+            let log_key = ops::proof::load_verifier(&public_key)?;
+            let witness = ops::proof::load_signer(&key)?;
+            let n = ops::proof::cosign_file(&checkpoints, &log_key, &witness, &out)?;
+            println!("{n} checkpoints cosigned by {} into {}", witness.name, out.display());
+        }
+        AuditCmd::Rotate { old_key, new_key, file } => {
+            let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
+            let (old, new) = (ops::proof::load_signer(&old_key)?, ops::proof::load_signer(&new_key)?);
+            print!("{}", ops::proof::rotate(&store, &old, &new, file.as_deref()).await?);
+        }
+        AuditCmd::Prove { event, from, to } => {
+            let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
+            let proof = match (event, from, to) {
+                (Some(id), _, _) => ops::proof::prove_event(&store, id).await?,
+                (None, Some(a), Some(b)) => ops::proof::prove_consistency(&store, a, b).await?,
+                _ => bail!("--event, or --from and --to"),
+            };
+            println!("{}", serde_json::to_string_pretty(&proof)?);
         }
     }
     Ok(())

@@ -50,6 +50,7 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0009_one_read_model.sql",
         sql: include_str!("../../migrations/0009_one_read_model.sql"),
     },
+    Migration { version: 10, name: "0010_log_tree.sql", sql: include_str!("../../migrations/0010_log_tree.sql") },
 ];
 
 /// Shared by every runner of this schema: the ASCII of "grantmig".

@@ -21,10 +21,12 @@ mod rows;
 mod settle;
 mod sql;
 mod store;
+mod tree;
 mod tx;
 
 pub use notify::WAKE_CHANNEL;
 pub use rows::decode_row;
 pub use sql::{COLUMNS, Guard, read_all_sql};
 pub use store::{PgStore, SettleCounts, bounded_pool, discard, pool};
+pub use tree::{StoredCheckpoint, TreeError, TreeHead, heads_from_json, heads_json};
 pub use tx::{Done, Tx};

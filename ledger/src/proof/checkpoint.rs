@@ -13,6 +13,26 @@ pub struct Checkpoint {
     pub origin: String,
     pub size: u64,
     pub root: Hash,
+    /// Lines after the root: this log writes one, [`heads_line`].
+    pub extensions: Vec<String>,
+}
+
+/// A stream's head as a checkpoint records it: its newest version and that event's hash.
+pub type Heads = std::collections::BTreeMap<String, (u64, Hash)>;
+
+/// The prefix of the extension line that commits a checkpoint to the heads of the streams that
+/// moved since the checkpoint before it.
+pub const HEADS_PREFIX: &str = "grant-ledger-heads ";
+
+/// The extension line for `heads`: SHA-256 over one `stream version hash-hex` line per stream,
+/// in name order.
+pub fn heads_line(heads: &Heads) -> String {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    for (stream, (version, hash)) in heads {
+        h.update(format!("{stream} {version} {}\n", hex::encode(hash)));
+    }
+    format!("{HEADS_PREFIX}{}", B64.encode(h.finalize()))
 }
 
 /// The first line of a rotation note's text.
@@ -20,10 +40,15 @@ const ROTATION_HEADER: &str = "grant-ledger key rotation";
 
 impl Checkpoint {
     pub fn body(&self) -> String {
-        format!("{}\n{}\n{}\n", self.origin, self.size, B64.encode(self.root))
+        let mut body = format!("{}\n{}\n{}\n", self.origin, self.size, B64.encode(self.root));
+        for line in &self.extensions {
+            body.push_str(line);
+            body.push('\n');
+        }
+        body
     }
 
-    /// Parses a checkpoint body. Extension lines after the third are allowed and ignored.
+    /// Parses a checkpoint body, extension lines kept.
     pub fn parse_body(text: &str) -> Result<Self, NoteError> {
         let mut lines = text.strip_suffix('\n').ok_or(NoteError::Malformed("no final newline"))?.split('\n');
         let (Some(origin), Some(size), Some(root)) = (lines.next(), lines.next(), lines.next()) else {
@@ -39,7 +64,7 @@ impl Checkpoint {
             .ok()
             .and_then(|r| <Hash>::try_from(r).ok())
             .ok_or(NoteError::Malformed("the root is not a base64 SHA-256 hash"))?;
-        Ok(Self { origin: origin.to_owned(), size, root })
+        Ok(Self { origin: origin.to_owned(), size, root, extensions: lines.map(str::to_owned).collect() })
     }
 
     /// The signed note of this checkpoint.
@@ -90,7 +115,7 @@ mod tests {
     fn a_checkpoint_round_trips_and_refuses_what_it_should() {
         let log = Signer::generate("log.example/ledger").unwrap();
         let other = Signer::generate("log.example/ledger").unwrap();
-        let c = Checkpoint { origin: "log.example/ledger".into(), size: 1234, root: [7; 32] };
+        let c = Checkpoint { origin: "log.example/ledger".into(), size: 1234, root: [7; 32], extensions: vec![] };
         let note = c.sign(&log).unwrap();
         assert_eq!(Checkpoint::open(&note, &[log.verifier()], "log.example/ledger").unwrap().0, c);
         // Signed by another key with the same name: refused.
@@ -103,14 +128,14 @@ mod tests {
             assert!(Checkpoint::parse_body(body).is_err(), "{body:?}");
         }
         let ext = format!("{}extension line\n", c.body());
-        assert_eq!(Checkpoint::parse_body(&ext).unwrap(), c);
+        assert_eq!(Checkpoint::parse_body(&ext).unwrap().extensions, vec!["extension line".to_owned()]);
     }
 
     #[test]
     fn a_witness_cosigns_and_a_rotation_introduces_the_next_key() {
         let log = Signer::generate("log.example/ledger").unwrap();
         let witness = Signer::generate("witness.example").unwrap();
-        let c = Checkpoint { origin: "log.example/ledger".into(), size: 5, root: [1; 32] };
+        let c = Checkpoint { origin: "log.example/ledger".into(), size: 5, root: [1; 32], extensions: vec![heads_line(&Heads::new())] };
         let cosigned = Note::cosign(&c.sign(&log).unwrap(), &witness).unwrap();
         let (_, names) = Checkpoint::open(&cosigned, &[log.verifier(), witness.verifier()], &c.origin).unwrap();
         assert_eq!(names, vec!["log.example/ledger".to_owned(), "witness.example".to_owned()]);

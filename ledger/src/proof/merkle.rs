@@ -138,7 +138,7 @@ pub fn consistency_proof(t: &impl Nodes, old: u64, new: u64) -> Vec<Hash> {
 
 /// Records which subtrees a proof reads, answering zeros: run a proof with it first, fetch
 /// what it saw, then run the proof again over what was fetched.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct Needed(std::cell::RefCell<Vec<Node>>);
 
 impl Nodes for Needed {

@@ -4,3 +4,4 @@
 pub mod checkpoint;
 pub mod merkle;
 pub mod note;
+pub mod verify;

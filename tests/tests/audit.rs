@@ -1,0 +1,400 @@
+//! The auditor's proof against a real PostgreSQL: a database superuser rewrites, deletes,
+//! inserts and drops, and the verifier that holds only the public key names what changed.
+//! Go's reference implementation of the formats checks what this project signs.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use grant_domain::catalogue::{Author, Event, SessionCreated, SessionMessageRecorded, Surface};
+use ledger::proof::checkpoint::Checkpoint;
+use ledger::proof::merkle;
+use ledger::proof::note::{Note, Signer};
+use ledger::{AppendRequest, EventStore, ExpectedVersion, Metadata, PgStore, StreamId, TenantId};
+use ops::proof::{Signing, Trust};
+use tests::TestDb;
+use uuid::Uuid;
+
+const ORIGIN: &str = "ledger.test/audit";
+
+struct Log {
+    db: TestDb,
+    store: PgStore,
+    signing: Signing,
+    dir: PathBuf,
+}
+
+impl Log {
+    async fn new(test: &str) -> Self {
+        let db = TestDb::new().await;
+        let store = db.store(4);
+        let dir = std::env::temp_dir().join(format!("gl-audit-{test}-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = Some(dir.join("checkpoints.jsonl"));
+        let signing = Signing { key: Signer::generate(ORIGIN).unwrap(), every_events: 1, every: Default::default(), file };
+        Self { db, store, signing, dir }
+    }
+
+    fn trust(&self) -> Trust {
+        Trust { log_key: self.signing.key.verifier(), witnesses: vec![] }
+    }
+
+    /// A session stream of `tenant` with its creation and `messages` messages.
+    async fn session(&self, tenant: &str, messages: usize) -> StreamId {
+        let id = Uuid::new_v4().simple().to_string();
+        let stream = StreamId::new(format!("session-{tenant}.{id}")).unwrap();
+        let mut events = vec![Event::SessionCreated(SessionCreated {
+            session_id: id.clone(),
+            tenant_id: tenant.into(),
+            principal_id: "owner-1".into(),
+            browser_profile_id: None,
+            schedule_id: None,
+            surface: Surface::Interactive,
+        })];
+        for m in 0..messages {
+            events.push(Event::SessionMessageRecorded(SessionMessageRecorded {
+                session_id: id.clone(),
+                message_id: format!("m{m}"),
+                author: Author::Owner,
+            }));
+        }
+        let new = events.iter().map(|e| e.to_new(Uuid::new_v4(), Metadata::by("owner-1"))).collect();
+        let request = AppendRequest::single(TenantId::new(tenant).unwrap(), stream.clone(), ExpectedVersion::NoStream, new);
+        self.store.append(request).await.unwrap();
+        stream
+    }
+
+    /// Signs a checkpoint of every event appended so far. The tree takes an event only once no
+    /// older transaction in the cluster is open (other tests' among them), so wait for that.
+    async fn sign(&self) -> u64 {
+        let client = self.db.client().await;
+        let count: i64 = client.query_one("SELECT count(*) FROM events", &[]).await.unwrap().get(0);
+        let count = u64::try_from(count).unwrap();
+        tests::poll_until("the tree to take every event", Duration::from_secs(30), Duration::from_millis(20), || async {
+            (ops::proof::extend(&self.store).await.unwrap() == count).then_some(())
+        })
+        .await;
+        let c = ops::proof::checkpoint(&self.store, &self.signing, |last, size| size > last).await.unwrap();
+        c.expect("a checkpoint was due").size
+    }
+
+    async fn verify(&self) -> Result<String, String> {
+        ops::proof::verify_log(&self.store, &self.trust(), None).await.map_err(|e| format!("{e:#}"))
+    }
+
+    async fn verify_with_file(&self) -> Result<String, String> {
+        let file = self.signing.file.as_deref();
+        ops::proof::verify_log(&self.store, &self.trust(), file).await.map_err(|e| format!("{e:#}"))
+    }
+
+    /// A superuser's session: triggers off, so the append-only guard does not stop it.
+    async fn superuser(&self, sql: &str) {
+        let c = self.db.client().await;
+        c.batch_execute(&format!("SET session_replication_role = replica; {sql}")).await.unwrap();
+    }
+}
+
+impl Drop for Log {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn expect_err(result: Result<String, String>, wanted: &[&str]) -> String {
+    let e = result.expect_err("the verifier must catch this");
+    for w in wanted {
+        assert!(e.contains(w), "expected {w:?} in: {e}");
+    }
+    e
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_rewritten_with_a_recomputed_chain_is_caught_at_its_first_changed_leaf() {
+    let log = Log::new("rewrite").await;
+    log.session("tenant-a", 3).await;
+    let victim = log.session("tenant-a", 4).await;
+    log.session("tenant-b", 2).await;
+    let size = log.sign().await;
+    assert_eq!(size, 12);
+    let ok = log.verify().await.unwrap();
+    assert!(ok.contains("12 events") && ok.contains("1 signed checkpoints"), "{ok}");
+
+    // Rewrite every event of the stream from version 2, recomputing each hash and link so the
+    // stream's own chain still verifies.
+    let mut events = log.store.read_stream(&victim, 1).await.unwrap();
+    let mut prev = events[0].hash;
+    for e in events.iter_mut().skip(1) {
+        e.payload["author"] = serde_json::json!("other");
+        e.prev_hash = prev;
+        e.hash = ledger::hash::content_hash(e);
+        prev = e.hash;
+        log.superuser(&format!(
+            "UPDATE events SET payload = '{}'::jsonb, prev_hash = '\\x{}', hash = '\\x{}' WHERE global_position = {}",
+            e.payload,
+            hex::encode(e.prev_hash),
+            hex::encode(e.hash),
+            e.global_position
+        ))
+        .await;
+    }
+    ledger::verify_stream(&victim, &log.store.read_stream(&victim, 1).await.unwrap())
+        .expect("the recomputed chain holds on its own: only the signed tree can tell");
+    // The stream's second event is leaf 5 (four events of the first session come before it).
+    let e = expect_err(log.verify().await, &[&format!("checkpoint {size}"), "leaf 5 is the first that differs"]);
+    assert!(!e.contains("leaf 4 "), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_newest_events_after_a_checkpoint_is_caught_even_with_the_checkpoint_row() {
+    let log = Log::new("truncate").await;
+    log.session("tenant-a", 2).await;
+    let last = log.session("tenant-a", 2).await;
+    let size = log.sign().await;
+    log.superuser(&format!("DELETE FROM events WHERE stream_id = '{last}' AND stream_version > 1")).await;
+    expect_err(log.verify().await, &[&format!("stream {last}"), "signed its head at version 3", "version 1"]);
+    // The attacker also deletes the checkpoint from the table: the auditor's file still has it.
+    log.superuser("DELETE FROM log_checkpoints").await;
+    assert!(log.verify().await.is_ok(), "with no checkpoint in the table there is nothing to compare");
+    expect_err(log.verify_with_file().await, &["signed its head at version 3"]);
+    // Deleting a whole stream's newest part and nothing a head records: the size alone.
+    let (notes, rotations) = ops::proof::read_checkpoint_file(log.signing.file.as_deref().unwrap()).unwrap();
+    let bare: Vec<_> = notes.into_iter().map(|(n, _)| (n, Default::default())).collect();
+    let opened = ledger::proof::verify::open_checkpoints(&log.signing.key.verifier(), &[], &rotations, &bare);
+    assert!(opened.is_err(), "heads are signed: a file without them does not verify");
+    assert_eq!(size, 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_inserted_between_two_checkpoints_is_caught() {
+    let log = Log::new("insert").await;
+    log.session("tenant-a", 2).await;
+    let first = log.sign().await;
+    let middle = log.session("tenant-a", 2).await;
+    log.session("tenant-a", 1).await;
+    let second = log.sign().await;
+    assert!(log.verify().await.is_ok());
+
+    // A whole new stream, its own chain valid, placed in the global order just after the
+    // middle session's events, in its transaction: between the two checkpoints.
+    let anchor = log.store.read_stream(&middle, 1).await.unwrap().remove(0);
+    let mut forged = anchor.clone();
+    forged.stream_id = StreamId::new(format!("session-tenant-a.{}", Uuid::new_v4().simple())).unwrap();
+    forged.event_id = Uuid::new_v4();
+    forged.global_position = 1_000_000;
+    forged.prev_hash = ledger::hash::GENESIS;
+    forged.hash = ledger::hash::content_hash(&forged);
+    log.superuser(&format!(
+        "INSERT INTO events (global_position, tx_id, stream_id, stream_version, event_id, event_type, schema_version, \
+         tenant_id, payload, metadata, recorded_at, prev_hash, hash) OVERRIDING SYSTEM VALUE \
+         SELECT {}, tx_id, '{}', 1, '{}', event_type, schema_version, tenant_id, payload, metadata, recorded_at, \
+         '\\x{}', '\\x{}' FROM events WHERE global_position = {}",
+        forged.global_position,
+        forged.stream_id,
+        forged.event_id,
+        hex::encode(forged.prev_hash),
+        hex::encode(forged.hash),
+        anchor.global_position
+    ))
+    .await;
+    expect_err(log.verify().await, &[&format!("checkpoint {second}"), &format!("leaves {first}..{second}")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_stream_is_named() {
+    let log = Log::new("drop").await;
+    log.session("tenant-a", 1).await;
+    let dropped = log.session("tenant-b", 3).await;
+    log.session("tenant-a", 1).await;
+    log.sign().await;
+    log.superuser(&format!("DELETE FROM events WHERE stream_id = '{dropped}'")).await;
+    expect_err(log.verify().await, &[&format!("stream {dropped}"), "the stream was dropped"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_signed_by_another_key_is_refused() {
+    let mut log = Log::new("other-key").await;
+    log.session("tenant-a", 1).await;
+    log.sign().await;
+    log.session("tenant-a", 1).await;
+    // Someone with the database but not the key signs the next checkpoint with a key of the
+    // same name.
+    let genuine = log.signing.key.verifier();
+    log.signing.key = Signer::generate(ORIGIN).unwrap();
+    log.sign().await;
+    let trust = Trust { log_key: genuine, witnesses: vec![] };
+    let e = ops::proof::verify_log(&log.store, &trust, None).await.unwrap_err();
+    assert!(format!("{e:#}").contains("no signature by a key this verifier trusts"), "{e:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_witness_cosignature_verifies_a_forged_one_does_not_and_the_tree_proves_consistency() {
+    let log = Log::new("witness").await;
+    log.session("tenant-a", 4).await;
+    let a = log.sign().await;
+    log.session("tenant-b", 6).await;
+    let b = log.sign().await;
+    let witness = Signer::generate("witness.test").unwrap();
+    let file = log.signing.file.clone().unwrap();
+    let cosigned = log.dir.join("cosigned.jsonl");
+    assert_eq!(ops::proof::cosign_file(&file, &log.signing.key.verifier(), &witness, &cosigned).unwrap(), 2);
+    let trust = Trust { log_key: log.signing.key.verifier(), witnesses: vec![witness.verifier()] };
+    let ok = ops::proof::verify_log(&log.store, &trust, Some(&cosigned)).await.unwrap();
+    assert!(ok.contains("2 cosigned by witness.test"), "{ok}");
+
+    // A witness line whose signature was changed fails for an auditor who trusts the witness.
+    let text = std::fs::read_to_string(&cosigned).unwrap();
+    let mut lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mut note = Note::parse(lines[1]["note"].as_str().unwrap()).unwrap();
+    note.signatures[1].bytes[10] ^= 0x40;
+    lines[1]["note"] = serde_json::json!(note.to_string());
+    let forged = log.dir.join("forged.jsonl");
+    std::fs::write(&forged, lines.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+    let e = ops::proof::verify_log(&log.store, &trust, Some(&forged)).await.unwrap_err();
+    assert!(format!("{e:#}").contains("witness.test"), "{e:#}");
+
+    // The consistency proof the service serves checks against the two signed roots.
+    let p = ops::proof::prove_consistency(&log.store, a, b).await.unwrap();
+    let root = |n: &str| {
+        let body = Note::parse(n).unwrap().text;
+        Checkpoint::parse_body(&body).unwrap().root
+    };
+    let proof = hashes(&p["consistency_proof"]);
+    let (ra, rb) = (root(p["from_checkpoint"].as_str().unwrap()), root(p["to_checkpoint"].as_str().unwrap()));
+    assert_eq!(merkle::verify_consistency(a, b, &ra, &rb, &proof), Ok(()));
+    // A stored tree that forked after the first checkpoint no longer proves it.
+    log.superuser("UPDATE log_tree_nodes SET hash = sha256(hash) WHERE level = 0 AND node_index = 5").await;
+    let e = log.verify().await.unwrap_err();
+    assert!(e.contains(&format!("checkpoints {a} and {b}")), "{e}");
+}
+
+fn hashes(v: &serde_json::Value) -> Vec<merkle::Hash> {
+    use base64::Engine as _;
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|h| base64::engine::general_purpose::STANDARD.decode(h.as_str().unwrap()).unwrap().try_into().unwrap())
+        .collect()
+}
+
+async fn export(log: &Log, tenant: Option<&str>, out: &Path) {
+    let filter = ops::audit::Filter { tenant: tenant.map(str::to_owned), ..Default::default() };
+    ops::audit::export(&log.store, &filter, out).await.unwrap();
+    ops::proof::export_evidence(&log.store, tenant, &ops::proof::evidence_path(out)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_verifies_offline_with_only_the_public_key() {
+    let log = Log::new("export").await;
+    log.session("tenant-a", 2).await;
+    log.session("tenant-b", 3).await;
+    log.sign().await;
+    log.session("tenant-a", 1).await;
+    log.sign().await;
+    let whole = log.dir.join("whole.jsonl");
+    let one = log.dir.join("tenant-a.jsonl");
+    export(&log, None, &whole).await;
+    export(&log, Some("tenant-a"), &one).await;
+    let trust = log.trust();
+    // The database is gone: the auditor has the files and the public key.
+    let auditor = std::env::temp_dir().join(format!("gl-auditor-{}", Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&auditor).unwrap();
+    for f in [&whole, &one] {
+        for path in [f.clone(), ops::proof::evidence_path(f)] {
+            std::fs::copy(&path, auditor.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    drop(log);
+    let (whole, one) = (auditor.join("whole.jsonl"), auditor.join("tenant-a.jsonl"));
+    let ok = ops::proof::verify_export_offline(&whole, &trust).unwrap();
+    assert!(ok.contains("9 rows match") && ok.contains("9 events"), "{ok}");
+    let ok = ops::proof::verify_export_offline(&one, &trust).unwrap();
+    assert!(ok.contains("5 rows match"), "{ok}");
+
+    // A row changed in the export, or an event changed in its evidence, is caught.
+    let rows = std::fs::read_to_string(&one).unwrap();
+    std::fs::write(&one, rows.replacen("Message from the owner", "Message from someone else", 1)).unwrap();
+    let e = ops::proof::verify_export_offline(&one, &trust).unwrap_err();
+    assert!(format!("{e:#}").contains("line 2"), "{e:#}");
+    std::fs::write(&one, rows).unwrap();
+    let evidence = ops::proof::evidence_path(&one);
+    let text = std::fs::read_to_string(&evidence).unwrap();
+    std::fs::write(&evidence, text.replacen("\"author\":\"owner\"", "\"author\":\"other\"", 1)).unwrap();
+    let e = ops::proof::verify_export_offline(&one, &trust).unwrap_err();
+    assert!(format!("{e:#}").contains("does not match its hash"), "{e:#}");
+    // Signed by another key: refused.
+    let stranger = Trust { log_key: Signer::generate(ORIGIN).unwrap().verifier(), witnesses: vec![] };
+    assert!(ops::proof::verify_export_offline(&whole, &stranger).is_err());
+    std::fs::remove_dir_all(&auditor).unwrap();
+}
+
+/// Go's `golang.org/x/mod/sumdb/note` and `tlog` (Debian's golang-golang-x-mod-dev) verify the
+/// note, parse the C2SP body, and check the inclusion and consistency proofs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gos_reference_implementation_verifies_the_checkpoints_and_proofs() {
+    let go = std::process::Command::new("go").arg("version").output();
+    let gocode = Path::new("/usr/share/gocode/src/golang.org/x/mod/sumdb/note");
+    assert!(
+        go.is_ok_and(|o| o.status.success()) && gocode.is_dir(),
+        "this test needs Go and golang.org/x/mod: apt-get install -y golang-go golang-golang-x-mod-dev"
+    );
+    let log = Log::new("go").await;
+    log.session("tenant-a", 5).await;
+    let a = log.sign().await;
+    let stream = log.session("tenant-b", 7).await;
+    let b = log.sign().await;
+    let witness = Signer::generate("witness.test").unwrap();
+    let event = log.store.read_stream(&stream, 3).await.unwrap().remove(0);
+    let inclusion = ops::proof::prove_event(&log.store, event.event_id).await.unwrap();
+    let consistency = ops::proof::prove_consistency(&log.store, a, b).await.unwrap();
+    let cosigned = ops::proof::cosign(inclusion["checkpoint"].as_str().unwrap(), &log.signing.key.verifier(), &witness).unwrap();
+    let input = serde_json::json!({
+        "public_key": log.signing.key.verifier().to_string(),
+        "witness_key": witness.verifier().to_string(),
+        "checkpoint": cosigned,
+        "leaf_index": inclusion["leaf_index"], "leaf_hash": inclusion["leaf_hash"],
+        "inclusion_proof": inclusion["inclusion_proof"],
+        "old_checkpoint": consistency["from_checkpoint"], "consistency_proof": consistency["consistency_proof"],
+    });
+    let out = run_go(&input);
+    assert!(out.contains(&format!("size {b} signed by {ORIGIN},witness.test")), "{out}");
+    assert!(out.contains(&format!("leaf 8 is in the tree of {b}")), "{out}");
+    assert!(out.contains(&format!("the tree of {a} is a prefix of the tree of {b}")), "{out}");
+
+    // And Go refuses what it should: a wrong leaf, and a note signed by another key.
+    let mut wrong = input.clone();
+    wrong["leaf_index"] = serde_json::json!(9);
+    assert!(run_go_result(&wrong).is_err());
+    let mut other = input;
+    other["checkpoint"] = serde_json::json!(Note::sign(
+        &Note::parse(inclusion["checkpoint"].as_str().unwrap()).unwrap().text,
+        &[&Signer::generate(ORIGIN).unwrap()]
+    )
+    .unwrap());
+    let e = run_go_result(&other).unwrap_err();
+    assert!(e.contains("note.Open"), "{e}");
+}
+
+fn run_go(input: &serde_json::Value) -> String {
+    run_go_result(input).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn run_go_result(input: &serde_json::Value) -> Result<String, String> {
+    use std::io::Write as _;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cache = root.join("../target/go-cache");
+    let mut child = std::process::Command::new("go")
+        .args(["run", "main.go"])
+        .current_dir(root.join("interop/checkpoint"))
+        .env("GO111MODULE", "off")
+        .env("GOPATH", "/usr/share/gocode")
+        .env("GOCACHE", cache)
+        .env("GOFLAGS", "")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("go run");
+    child.stdin.take().unwrap().write_all(input.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    if out.status.success() { Ok(text) } else { Err(text) }
+}
