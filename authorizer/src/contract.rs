@@ -82,6 +82,7 @@ fn authorized(session: &str, kind: AuthorizationKind, grant_id: Option<Uuid>, ch
         typed_chars: chars,
         view: ActionView { action_kind: "type".into(), describable: true, ..ActionView::default() },
         snapshot_id: None,
+        decided: None,
     })
 }
 

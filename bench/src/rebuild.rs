@@ -55,6 +55,7 @@ fn grant_events(uses: u32, now: OffsetDateTime) -> (Uuid, Vec<Event>) {
                 ..ActionView::default()
             },
             snapshot_id: None,
+            decided: None,
         }));
     }
     events.push(Event::TaskGrantEnded(TaskGrantEnded { grant_id, reason: EndReason::Exhausted }));

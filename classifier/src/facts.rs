@@ -6,7 +6,7 @@ use serde::Deserialize;
 /// The closed set of field kinds, following the runtime's act rules: each of these is acted on
 /// differently, so each is a kind of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[cfg_attr(feature = "serde", derive(Deserialize), serde(rename_all = "snake_case"))]
+#[cfg_attr(feature = "serde", derive(Deserialize, serde::Serialize), serde(rename_all = "snake_case"))]
 pub enum FieldKind {
     /// Not a form field: a button, link, tile.
     #[default]
@@ -99,7 +99,7 @@ impl FieldKind {
 
 /// One `<option>` a selection could choose, with every label it carries.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "serde", derive(Deserialize), serde(default, deny_unknown_fields))]
+#[cfg_attr(feature = "serde", derive(Deserialize, serde::Serialize), serde(default, deny_unknown_fields))]
 pub struct SelectOption {
     pub value: String,
     pub label: Option<String>,
@@ -114,7 +114,7 @@ pub const SUBMIT_METHODS: [&str; 3] = ["get", "post", "dialog"];
 
 /// Secret-free facts about one element, each label source kept apart.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "serde", derive(Deserialize), serde(default, deny_unknown_fields))]
+#[cfg_attr(feature = "serde", derive(Deserialize, serde::Serialize), serde(default, deny_unknown_fields))]
 pub struct ElementFacts {
     pub role: String,
     /// The accessible name, as the snapshot printed it.
@@ -196,14 +196,14 @@ pub enum LabelSource {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "serde", derive(Deserialize), serde(default, deny_unknown_fields))]
+#[cfg_attr(feature = "serde", derive(Deserialize, serde::Serialize), serde(default, deny_unknown_fields))]
 pub struct PageFacts {
     pub url: String,
 }
 
 /// The action the agent asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(Deserialize), serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields))]
+#[cfg_attr(feature = "serde", derive(Deserialize, serde::Serialize), serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields))]
 pub enum Action {
     Click,
     Type {

@@ -24,6 +24,37 @@ pub use facts::{
 };
 pub use reason::{NotCovered, Reason};
 
+/// Every source file of the classifier: its version is their digest.
+const SOURCES: [&str; 12] = [
+    include_str!("consequence.rs"),
+    include_str!("constraint.rs"),
+    include_str!("coverage.rs"),
+    include_str!("currency.rs"),
+    include_str!("facts.rs"),
+    include_str!("fold_table.rs"),
+    include_str!("lib.rs"),
+    include_str!("paths.rs"),
+    include_str!("readings.rs"),
+    include_str!("reason.rs"),
+    include_str!("text_shape.rs"),
+    include_str!("vocabulary.rs"),
+];
+
+/// The classifier's version, recorded with each decision it took part in: SHA-256 over its own
+/// source (vocabulary, fold table and rules alike), so any change to how it reads moves it.
+pub fn version() -> &'static str {
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VERSION.get_or_init(|| {
+        use sha2::Digest as _;
+        let mut h = sha2::Sha256::new();
+        for s in SOURCES {
+            h.update((s.len() as u64).to_be_bytes());
+            h.update(s);
+        }
+        format!("sha256:{}", hex::encode(h.finalize()))
+    })
+}
+
 /// The words a standing grant treats as routine when every label source reads as one of them.
 pub const ROUTINE_WORDS: [&str; 10] =
     ["continue", "next", "back", "previous", "skip", "check", "ok", "done", "start", "close"];
@@ -197,5 +228,20 @@ mod field_kinds {
             assert!(!kind.is_secret() || kind.is_sensitive(), "a secret is sensitive: {kind:?}");
             assert!(!kind.is_credential() || kind.is_secret(), "a credential is a secret: {kind:?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod version_tests {
+    /// A file added to the crate without joining [`super::SOURCES`] could change a reading
+    /// without moving the version.
+    #[test]
+    fn the_version_covers_every_source_file() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let files = std::fs::read_dir(dir).unwrap().filter(|f| {
+            f.as_ref().unwrap().path().extension().is_some_and(|e| e == "rs")
+        });
+        assert_eq!(files.count(), super::SOURCES.len());
+        assert!(super::version().starts_with("sha256:") && super::version().len() == 71);
     }
 }

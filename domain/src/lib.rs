@@ -11,5 +11,6 @@ pub mod constraint;
 pub mod limits;
 pub mod model;
 pub mod policy;
+pub mod rejudge;
 pub mod scopes;
 pub mod view;

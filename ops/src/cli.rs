@@ -322,6 +322,21 @@ pub(crate) enum AuditCmd {
         #[arg(long)]
         file: Option<PathBuf>,
     },
+    /// Every past use by a standing or task grant, judged again from the facts it recorded
+    /// through the current classifier and POLICY; lists each that would now be refused or asked.
+    /// Writes nothing.
+    Rejudge {
+        /// A policy rules file (the authorizer's POLICY_FILE format).
+        #[arg(long)]
+        policy: PathBuf,
+        /// RFC 3339: only decisions recorded at or after it.
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long, default_value = "text", value_parser = ["text", "jsonl"])]
+        format: String,
+    },
     /// An inclusion proof for an event, or a consistency proof between two checkpoints, as JSON.
     Prove {
         #[arg(long, conflicts_with_all = ["from", "to"], required_unless_present_all = ["from", "to"])]

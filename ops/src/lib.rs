@@ -13,6 +13,7 @@ pub mod migrate;
 pub mod observe;
 pub mod pgcluster;
 pub mod proof;
+pub mod rejudge;
 pub mod serve;
 pub mod settings;
 pub mod status;

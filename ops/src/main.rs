@@ -258,6 +258,19 @@ async fn audit(url: &str, command: AuditCmd) -> Result<()> {
             let (old, new) = (ops::proof::load_signer(&old_key)?, ops::proof::load_signer(&new_key)?);
             print!("{}", ops::proof::rotate(&store, &old, &new, file.as_deref()).await?);
         }
+        AuditCmd::Rejudge { policy, since, tenant, format } => {
+            let bytes = std::fs::read(&policy).with_context(|| format!("reading {}", policy.display()))?;
+            let policy = authorizer::policy::Policy::parse(&bytes)?;
+            let since = since
+                .map(|t| {
+                    time::OffsetDateTime::parse(&t, &time::format_description::well_known::Rfc3339)
+                        .with_context(|| format!("--since {t:?} is not an RFC 3339 time"))
+                })
+                .transpose()?;
+            let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
+            let report = ops::rejudge::run(&store, &policy, &ops::rejudge::Scope { tenant, since }).await?;
+            ops::rejudge::print(&report, &policy, format == "jsonl", std::io::stdout().lock())?;
+        }
         AuditCmd::Prove { event, from, to } => {
             let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
             let proof = match (event, from, to) {

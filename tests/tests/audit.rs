@@ -398,3 +398,119 @@ fn run_go_result(input: &serde_json::Value) -> Result<String, String> {
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     if out.status.success() { Ok(text) } else { Err(text) }
 }
+
+mod rejudge {
+    use grant_domain::catalogue::{
+        ActionView, AuthorizationKind, DecidedUnder, Event, SiteScope, TaskGrantCreated, ToolCallAuthorized,
+    };
+    use grant_domain::policy::Policy;
+    use ledger::{AppendRequest, EventStore, ExpectedVersion, Metadata, StreamId, TenantId};
+    use ops::rejudge::{Report, Scope};
+    use time::OffsetDateTime;
+    use uuid::Uuid;
+
+    use super::Log;
+
+    const SHOP: &str = "https://shop.test";
+
+    /// A task grant on `origin/lesson` and one use per label, each recorded as decided under
+    /// `classifier` and the empty policy.
+    async fn uses(log: &Log, tenant: &str, origin: &str, labels: &[&str], classifier: &str) {
+        let grant_id = Uuid::new_v4();
+        let now = ledger::hash::truncate_to_micros(OffsetDateTime::now_utc());
+        let created = Event::TaskGrantCreated(TaskGrantCreated {
+            grant_id,
+            approval_id: Uuid::new_v4(),
+            tenant_id: tenant.into(),
+            principal_id: "owner-1".into(),
+            session_id: "s1".into(),
+            profile_id: "p1".into(),
+            profile_generation: 0,
+            agent_version: "agent-1".into(),
+            policy_version: Policy::empty().version,
+            scope: SiteScope { origin: origin.into(), path_prefix: "/lesson".into() },
+            created_at: now,
+            expires_at: now + time::Duration::minutes(30),
+            max_actions: 200,
+            max_typed_chars: 4096,
+        });
+        let mut events = vec![created];
+        for (i, label) in labels.iter().enumerate() {
+            let element = classifier::ElementFacts {
+                role: "button".into(),
+                name: Some((*label).into()),
+                visible_text: Some((*label).into()),
+                ..Default::default()
+            };
+            events.push(Event::ToolCallAuthorized(ToolCallAuthorized {
+                session_id: "s1".into(),
+                run_id: "r1".into(),
+                tool_call_id: format!("c{i}"),
+                authorization_kind: AuthorizationKind::BrowserTaskGrant,
+                grant_id: Some(grant_id),
+                use_ordinal: Some(u32::try_from(i).unwrap() + 1),
+                typed_chars: 0,
+                view: ActionView {
+                    action_kind: "click".into(),
+                    element_name: Some((*label).into()),
+                    ..Default::default()
+                },
+                snapshot_id: None,
+                decided: Some(DecidedUnder {
+                    classifier_version: classifier.into(),
+                    policy_version: Policy::empty().version,
+                    element,
+                    page: classifier::PageFacts { url: format!("{origin}/lesson/page") },
+                    action: classifier::Action::Click,
+                }),
+            }));
+        }
+        let new = events.iter().map(|e| e.to_new(Uuid::new_v4(), Metadata::by("authorizer"))).collect();
+        let stream = StreamId::new(format!("grant-{tenant}.{grant_id}")).unwrap();
+        let request = AppendRequest::single(TenantId::new(tenant).unwrap(), stream, ExpectedVersion::NoStream, new);
+        log.store.append(request).await.unwrap();
+    }
+
+    async fn judge(log: &Log, policy: &Policy) -> (Report, String) {
+        let report = ops::rejudge::run(&log.store, policy, &Scope::default()).await.unwrap();
+        let mut text = Vec::new();
+        ops::rejudge::print(&report, policy, false, &mut text).unwrap();
+        (report, String::from_utf8(text).unwrap())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_classifier_that_now_excludes_a_word_lists_the_uses_on_it_and_nothing_else() {
+        let log = Log::new("rejudge-classifier").await;
+        // Decided by an older classifier that did not read "payment": allowed then.
+        uses(&log, "tenant-a", SHOP, &["Next page", "Continue to payment", "Show more"], "sha256:older").await;
+        // Decided by this classifier: nothing changed for them.
+        uses(&log, "tenant-b", SHOP, &["Next page", "Open lesson two"], classifier::version()).await;
+        let (report, text) = judge(&log, &Policy::empty()).await;
+        assert_eq!(report.judged, 5);
+        let changed: Vec<_> = report.changed.iter().map(|c| (c.tenant.as_str(), c.what.as_str())).collect();
+        assert_eq!(changed, [("tenant-a", "click \"Continue to payment\" on https://shop.test/lesson/page")], "{text}");
+        assert!(text.contains("would ask the owner (payment)") && text.contains("classifier changed"), "{text}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unchanged_classifier_and_policy_report_nothing_and_a_policy_denying_an_origin_lists_every_act_on_it() {
+        let log = Log::new("rejudge-policy").await;
+        uses(&log, "tenant-a", SHOP, &["Next page", "Show more"], classifier::version()).await;
+        uses(&log, "tenant-a", "https://www.lesson.test", &["Next page"], classifier::version()).await;
+        let (report, text) = judge(&log, &Policy::empty()).await;
+        assert_eq!((report.judged, report.changed.len()), (3, 0), "{text}");
+
+        let deny = Policy::parse(br#"{"rules":[{"id":"no-shop","effect":"deny","origins":["https://shop.test"]}]}"#).unwrap();
+        let (report, text) = judge(&log, &deny).await;
+        assert_eq!(report.changed.len(), 2, "{text}");
+        assert!(report.changed.iter().all(|c| c.what.contains(SHOP)), "{text}");
+        assert!(text.contains("would be refused (policy:no-shop): 2") && text.contains("policy changed"), "{text}");
+        let mut lines = Vec::new();
+        ops::rejudge::print(&report, &deny, true, &mut lines).unwrap();
+        let lines: Vec<serde_json::Value> =
+            String::from_utf8(lines).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["now"], "would_deny");
+        assert_eq!(lines[0]["policy_now"], deny.version.as_str());
+    }
+}

@@ -166,6 +166,22 @@ pub struct ToolCallAuthorized {
     /// Left out when absent, so events written before it existed keep their bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot_id: Option<String>,
+    /// What the decision read and the versions it was made under, so an auditor can replay it
+    /// under another policy or classifier (`grantctl audit rejudge`). Left out when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided: Option<DecidedUnder>,
+}
+
+/// The facts a decision made without a human read, and the versions it was made under.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecidedUnder {
+    pub classifier_version: String,
+    pub policy_version: String,
+    pub element: classifier::ElementFacts,
+    pub page: classifier::PageFacts,
+    /// The action; a type's text is never kept (its length is `typed_chars`).
+    pub action: classifier::Action,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

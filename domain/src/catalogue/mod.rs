@@ -18,7 +18,7 @@ pub use events::{
     DeploymentPolicyChanged, DeploymentScopesChanged, ProfileClaimed, ProfileDeleted, ProfileGenerationAdvanced,
     ProfileRevoked, RunCompleted, RunEscalated, RunRefused, RunStarted, SessionCreated, SessionDeleted,
     SessionMessageRecorded, SessionStopped, SessionToolCalled, StandingGrantPinned, StandingGrantUnpinned,
-    TaskGrantCreated, TaskGrantEnded, ToolCallAuthorized,
+    TaskGrantCreated, TaskGrantEnded, ToolCallAuthorized, DecidedUnder,
 };
 pub use values::{
     ActionView, ApprovalStatus, Author, AuthorizationKind, BoundAction, Destination, DestinationKind, EndReason,

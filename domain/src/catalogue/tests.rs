@@ -61,6 +61,7 @@ fn payloads_round_trip_through_json() {
             typed_chars: 5,
             view: view(),
             snapshot_id: Some("snap_0123456789ab".into()),
+            decided: None,
         }),
         Event::ApprovalRequested(ApprovalRequested {
             approval_id: Uuid::nil(),

@@ -10,6 +10,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::limits::{APPROVAL_TTL, GRANT_MINUTES, MAX_ACTIONS, MAX_TYPED_CHARS};
+use crate::catalogue::DecidedUnder;
 use crate::policy::{ActionKind, Policy, Verdict};
 use crate::scopes::scope_for;
 
@@ -538,6 +539,16 @@ pub fn authorize(
             typed_chars: typed_chars(&req.action),
             view: req.view.clone(),
             snapshot_id: req.snapshot.as_ref().map(|(snapshot, _)| snapshot.clone()),
+            decided: Some(DecidedUnder {
+                classifier_version: classifier::version().to_owned(),
+                policy_version: policy.version.clone(),
+                element: req.element.clone(),
+                page: req.page.clone(),
+                action: match &req.action {
+                    Action::Type { .. } => Action::Type { text: String::new() },
+                    other => other.clone(),
+                },
+            }),
         })
     };
     if standing_grant_covers(world, req, now) {

@@ -52,6 +52,7 @@ fn use_event(grant_id: Uuid, chars: u32, ordinal: u32) -> Event {
             ..ActionView::default()
         },
         snapshot_id: None,
+        decided: None,
     })
 }
 
