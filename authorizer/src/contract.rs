@@ -28,6 +28,7 @@ pub async fn run_all<B: Backend>(backend: &B) {
     a_decision_id_is_stored_once_and_found_in_its_tenant_only(backend).await;
     a_second_active_grant_in_a_session_is_refused(backend).await;
     ending_an_ended_grant_is_contended(backend).await;
+    an_end_states_the_uses_the_grant_gave(backend).await;
     due_tenants_are_those_with_something_past_its_time(backend).await;
     a_principal_stop_reads_their_live_sessions_only(backend).await;
     an_approvals_mark_moves_with_its_answer_and_its_sessions_stop(backend).await;
@@ -231,7 +232,7 @@ pub async fn an_ended_or_expired_grant_is_not_used<B: Backend>(backend: &B) {
     let grant_id = session_with_grant(backend, tenant, expires).await;
     let late = expires + Duration::seconds(1);
     assert_eq!(use_grant(backend, tenant, grant_id, 0, late, None).await, Consumed::Refused, "past its expiry");
-    let end = Event::TaskGrantEnded(TaskGrantEnded { grant_id, reason: EndReason::Revoked });
+    let end = Event::TaskGrantEnded(TaskGrantEnded { grant_id, reason: EndReason::Revoked, uses: None });
     append(backend, tenant, &Metadata::by(OWNER), Need::Grant(grant_id), vec![end]).await.expect("ended");
     assert_eq!(use_grant(backend, tenant, grant_id, 0, now, None).await, Consumed::Refused, "after its end");
     let unknown = Uuid::new_v4();
@@ -291,12 +292,28 @@ pub async fn a_second_active_grant_in_a_session_is_refused<B: Backend>(backend: 
     assert_eq!(w.grants.keys().copied().collect::<Vec<_>>(), vec![first], "nothing was written");
 }
 
+/// An end states how many uses the grant gave; one that read a count a use has since passed is
+/// contention, so an auditor's count of the uses in the log always matches the end.
+pub async fn an_end_states_the_uses_the_grant_gave<B: Backend>(backend: &B) {
+    let tenant = &fresh_tenant();
+    let now = OffsetDateTime::now_utc();
+    let grant_id = session_with_grant(backend, tenant, now + Duration::minutes(30)).await;
+    assert!(matches!(use_grant(backend, tenant, grant_id, 0, now, None).await, Consumed::Allowed { .. }));
+    let end = |uses| vec![Event::TaskGrantEnded(TaskGrantEnded { grant_id, reason: EndReason::Revoked, uses })];
+    let by = Metadata::by(OWNER);
+    let stale = append(backend, tenant, &by, Need::Session("s1"), end(Some(0))).await;
+    assert!(stale.as_ref().is_err_and(AuthorityError::contended), "{stale:?}");
+    append(backend, tenant, &by, Need::Grant(grant_id), end(Some(1))).await.expect("ended at its count");
+    let g = world(backend, tenant).await.grants.remove(&grant_id).expect("the grant");
+    assert_eq!((g.actions_used, g.ended), (1, Some(EndReason::Revoked)));
+}
+
 /// An end of a grant another request ended already is contention: decide again.
 pub async fn ending_an_ended_grant_is_contended<B: Backend>(backend: &B) {
     let tenant = &fresh_tenant();
     let now = OffsetDateTime::now_utc();
     let grant_id = session_with_grant(backend, tenant, now + Duration::minutes(30)).await;
-    let end = |reason| vec![Event::TaskGrantEnded(TaskGrantEnded { grant_id, reason })];
+    let end = |reason| vec![Event::TaskGrantEnded(TaskGrantEnded { grant_id, reason, uses: None })];
     let by = Metadata::by(OWNER);
     append(backend, tenant, &by, Need::Grant(grant_id), end(EndReason::Revoked)).await.expect("ended");
     // Read nothing of the grant, so the second end is not seen to be stale until it is written.

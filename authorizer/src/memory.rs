@@ -144,6 +144,11 @@ impl TenantState {
                 Event::TaskGrantEnded(x) if !world.grants.get(&x.grant_id).is_some_and(Grant::is_active) => {
                     return Err(StoreError::Contended(format!("grant {} already ended", x.grant_id)));
                 }
+                Event::TaskGrantEnded(x)
+                    if x.uses.is_some_and(|u| world.grants.get(&x.grant_id).is_some_and(|g| g.actions_used != u)) =>
+                {
+                    return Err(StoreError::Contended(format!("grant {} was used since it was read", x.grant_id)));
+                }
                 _ => {}
             }
             world.apply(e);

@@ -58,7 +58,7 @@ fn grant_events(uses: u32, now: OffsetDateTime) -> (Uuid, Vec<Event>) {
             decided: None,
         }));
     }
-    events.push(Event::TaskGrantEnded(TaskGrantEnded { grant_id, reason: EndReason::Exhausted }));
+    events.push(Event::TaskGrantEnded(TaskGrantEnded { grant_id, reason: EndReason::Exhausted, uses: None }));
     (grant_id, events)
 }
 

@@ -235,6 +235,51 @@ pub fn read_checkpoint_file(path: &Path) -> Result<(Vec<(String, Heads)>, Vec<St
     Ok((notes, rotations))
 }
 
+/// The uses each grant gave, counted from the log, against the count its end states: a use
+/// deleted before any checkpoint signed it (its stream's chain recomputed) is still found.
+#[derive(Debug, Default)]
+pub struct GrantUses {
+    uses: std::collections::HashMap<(String, String), Vec<u64>>,
+    ended: std::collections::HashMap<(String, String), u64>,
+}
+
+impl GrantUses {
+    pub fn push(&mut self, e: &RecordedEvent) {
+        let grant = || e.payload.get("grant_id").and_then(Value::as_str).map(|g| (e.tenant_id.to_string(), g.to_owned()));
+        match e.event_type.as_str() {
+            "tool.call.authorized" => {
+                if let (Some(k), Some(n)) = (grant(), e.payload.get("use_ordinal").and_then(Value::as_u64)) {
+                    self.uses.entry(k).or_default().push(n);
+                }
+            }
+            "browser.task_grant.ended" => {
+                if let (Some(k), Some(n)) = (grant(), e.payload.get("uses").and_then(Value::as_u64)) {
+                    self.ended.insert(k, n);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Every ended grant's uses are exactly 1..=its stated count.
+    pub fn check(&self) -> Result<usize> {
+        let mut ended: Vec<_> = self.ended.iter().collect();
+        ended.sort();
+        for ((tenant, grant), &n) in ended {
+            let mut seen = self.uses.get(&(tenant.clone(), grant.clone())).cloned().unwrap_or_default();
+            seen.sort_unstable();
+            if seen != (1..=n).collect::<Vec<_>>() {
+                let missing: Vec<u64> = (1..=n).filter(|k| !seen.contains(k)).collect();
+                bail!(
+                    "grant {grant} of tenant {tenant} ended after {n} uses; the log holds {} of them (missing:                      {missing:?}): uses were deleted",
+                    seen.len()
+                );
+            }
+        }
+        Ok(self.ended.len())
+    }
+}
+
 /// What the auditor trusts: the log's public key and any witnesses'.
 #[derive(Debug)]
 pub struct Trust {
@@ -269,9 +314,11 @@ pub async fn verify_log(store: &PgStore, trust: &Trust, file: Option<&Path>) -> 
     };
     let checkpoints = verify::open_checkpoints(&trust.log_key, &trust.witnesses, &rotations, &notes)?;
     let mut walk = Walk::new(&checkpoints);
+    let mut grants = GrantUses::default();
     let mut found = None;
     crate::each_page(store, |page| {
         for e in page {
+            grants.push(e);
             if let Err(f) = walk.push(e) {
                 found = Some(f);
                 anyhow::bail!("stop");
@@ -286,6 +333,7 @@ pub async fn verify_log(store: &PgStore, trust: &Trust, file: Option<&Path>) -> 
     }
     let leaves = walk.leaves().len() as u64;
     let walked = walk.finish()?;
+    grants.check()?;
     // The stored tree must prove each checkpoint a prefix of the next: the roots above came
     // from the events themselves, so this checks the tree that proofs are served from.
     let mut proofs = Vec::new();
@@ -457,6 +505,9 @@ pub fn verify_export_offline(export: &Path, trust: &Trust) -> Result<String> {
     let consistent = verify::check_consistency(&checkpoints, |a, b| {
         consistency.iter().find(|(k, _)| *k == (a, b)).map(|(_, p)| p.clone())
     })?;
+    let mut grants = GrantUses::default();
+    events.iter().for_each(|(e, _, _)| grants.push(e));
+    grants.check()?;
     let walked = if tenant.is_none() {
         let mut walk = Walk::new(&checkpoints);
         for (e, _, _) in &events {

@@ -514,3 +514,55 @@ mod rejudge {
         assert_eq!(lines[0]["policy_now"], deny.version.as_str());
     }
 }
+
+/// A use deleted before any checkpoint signed it, its stream renumbered and its chain
+/// recomputed so the stream verifies: the grant's end still says how many uses it gave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_use_deleted_before_a_checkpoint_is_found_by_the_grants_end() {
+    use grant_domain::catalogue::{ActionView, AuthorizationKind, EndReason, TaskGrantEnded, ToolCallAuthorized};
+    let log = Log::new("use-count").await;
+    let grant_id = Uuid::new_v4();
+    let stream = StreamId::new(format!("grant-tenant-a.{grant_id}")).unwrap();
+    let mut events: Vec<Event> = (1..=3)
+        .map(|n| {
+            Event::ToolCallAuthorized(ToolCallAuthorized {
+                session_id: "s1".into(),
+                run_id: "r1".into(),
+                tool_call_id: format!("c{n}"),
+                authorization_kind: AuthorizationKind::BrowserTaskGrant,
+                grant_id: Some(grant_id),
+                use_ordinal: Some(n),
+                typed_chars: 0,
+                view: ActionView::default(),
+                snapshot_id: None,
+                decided: None,
+            })
+        })
+        .collect();
+    events.push(Event::TaskGrantEnded(TaskGrantEnded { grant_id, reason: EndReason::Revoked, uses: Some(3) }));
+    let new = events.iter().map(|e| e.to_new(Uuid::new_v4(), Metadata::by("authorizer"))).collect();
+    let tenant = TenantId::new("tenant-a").unwrap();
+    log.store.append(AppendRequest::single(tenant, stream.clone(), ExpectedVersion::NoStream, new)).await.unwrap();
+    assert!(log.verify().await.is_ok());
+
+    // Delete use 2; move the later events down one version, their links and hashes recomputed.
+    let mut stored = log.store.read_stream(&stream, 1).await.unwrap();
+    log.superuser(&format!("DELETE FROM events WHERE global_position = {}", stored[1].global_position)).await;
+    let mut prev = stored[0].hash;
+    for e in stored.iter_mut().skip(2) {
+        e.stream_version -= 1;
+        e.prev_hash = prev;
+        e.hash = ledger::hash::content_hash(e);
+        prev = e.hash;
+        log.superuser(&format!(
+            "UPDATE events SET stream_version = {}, prev_hash = '\\x{}', hash = '\\x{}' WHERE global_position = {}",
+            e.stream_version,
+            hex::encode(e.prev_hash),
+            hex::encode(e.hash),
+            e.global_position
+        ))
+        .await;
+    }
+    ledger::verify_stream(&stream, &log.store.read_stream(&stream, 1).await.unwrap()).expect("the chain was recomputed");
+    expect_err(log.verify().await, &[&format!("grant {grant_id} of tenant tenant-a ended after 3 uses"), "[2]"]);
+}

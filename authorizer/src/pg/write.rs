@@ -169,9 +169,12 @@ pub(super) async fn apply_grant_row(tx: &Transaction<'_>, tenant: &str, event: &
         Event::TaskGrantEnded(e) => {
             let n = tx
                 .execute(
+                    // The use count the end states must be the row's: a use that committed
+                    // after the read makes this contended, and the end is decided again.
                     "UPDATE active_task_grants SET ended_at = now(), end_reason = $3 \
-                     WHERE tenant_id = $1 AND grant_id = $2 AND ended_at IS NULL",
-                    &[&tenant, &e.grant_id, &e.reason.code()],
+                     WHERE tenant_id = $1 AND grant_id = $2 AND ended_at IS NULL \
+                       AND ($4::integer IS NULL OR actions_used = $4)",
+                    &[&tenant, &e.grant_id, &e.reason.code(), &e.uses.map(|u| i32::try_from(u).unwrap_or(i32::MAX))],
                 )
                 .await
                 .map_err(db)?;

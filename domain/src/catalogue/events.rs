@@ -189,6 +189,10 @@ pub struct DecidedUnder {
 pub struct TaskGrantEnded {
     pub grant_id: Uuid,
     pub reason: EndReason,
+    /// How many uses the grant gave: an auditor counts them in the log, so a use deleted from
+    /// it is found. Left out when absent (ends recorded before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uses: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -328,7 +328,7 @@ impl World {
         self.grants
             .get(&grant_id)
             .filter(|g| g.is_active())
-            .map(|_| Event::TaskGrantEnded(TaskGrantEnded { grant_id, reason }))
+            .map(|g| Event::TaskGrantEnded(TaskGrantEnded { grant_id, reason, uses: Some(g.actions_used) }))
     }
 
     /// Whether the session's bound profile, if any, is its own principal's: a session bound before

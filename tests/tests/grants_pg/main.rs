@@ -192,6 +192,7 @@ async fn an_expired_or_ended_grant_gives_no_use() {
     let ended = Event::TaskGrantEnded(grant_domain::catalogue::TaskGrantEnded {
         grant_id,
         reason: grant_domain::catalogue::EndReason::Revoked,
+        uses: None,
     });
     grants.commit(&tenant(), &Metadata::by("owner"), std::slice::from_ref(&ended)).await.unwrap();
     let now = OffsetDateTime::now_utc();
