@@ -220,6 +220,17 @@ async fn ledger_append(store: PgStore, writers: usize, duration: Duration) -> Re
     .await
 }
 
+/// The checkpoint service's loop beside the writers: the tree extended as events commit and a
+/// checkpoint signed every 1,000 events, until aborted.
+async fn keep_tree(store: PgStore) {
+    let Ok(key) = ledger::proof::note::Signer::generate("bench.test/log") else { return };
+    let signing = ops::proof::Signing { key, every_events: 1000, every: Duration::from_secs(60), file: None };
+    loop {
+        let _ = ops::proof::checkpoint(&store, &signing, |last, size| size >= last + 1000).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A migrated scratch database with the bare-insert table, dropped by [`Scratch::drop_now`].
 struct Scratch {
     admin: tokio_postgres::Client,
@@ -273,12 +284,15 @@ async fn run_append(config: tokio_postgres::Config, writers: &[usize], duration:
         // Warm the pool and the plan caches, then alternate halves so drift hits both kinds.
         bare(pool.clone(), w, Duration::from_millis(300)).await?;
         ledger_append(store.clone(), w, Duration::from_millis(300)).await?;
-        let (mut b, mut l) = (Samples::default(), Samples::default());
+        let (mut b, mut l, mut t) = (Samples::default(), Samples::default(), Samples::default());
         for _ in 0..2 {
-            b.merge(bare(pool.clone(), w, duration / 4).await?);
-            l.merge(ledger_append(store.clone(), w, duration / 4).await?);
+            b.merge(bare(pool.clone(), w, duration / 6).await?);
+            l.merge(ledger_append(store.clone(), w, duration / 6).await?);
+            let keeper = tokio::spawn(keep_tree(store.clone()));
+            t.merge(ledger_append(store.clone(), w, duration / 6).await?);
+            keeper.abort();
         }
-        for (label, s) in [("bare INSERT; COMMIT", &b), ("ledger append", &l)] {
+        for (label, s) in [("bare INSERT; COMMIT", &b), ("ledger append", &l), ("ledger append, tree kept", &t)] {
             writeln!(
                 out,
                 "| {w} | {label} | {} | {} | {:.0} |",
@@ -290,6 +304,9 @@ async fn run_append(config: tokio_postgres::Config, writers: &[usize], duration:
         let p50 = l.percentile(50).as_secs_f64() / b.percentile(50).as_secs_f64().max(1e-9);
         let tput = l.throughput() / b.throughput().max(1e-9);
         writeln!(ratios, "{w} writer(s): ledger/bare p50 = {p50:.2}x, throughput = {tput:.2}x")?;
+        let kept = t.percentile(50).as_secs_f64() / l.percentile(50).as_secs_f64().max(1e-9);
+        let kept_tput = t.throughput() / l.throughput().max(1e-9);
+        writeln!(ratios, "{w} writer(s): tree kept/ledger p50 = {kept:.2}x, throughput = {kept_tput:.2}x")?;
     }
     Ok(format!("{out}\n{ratios}"))
 }
@@ -388,6 +405,7 @@ pub mod authorize;
 
 pub mod gateway;
 
+pub mod proof;
 pub mod rebuild;
 
 pub mod act;

@@ -91,6 +91,14 @@ enum BenchCmd {
         #[arg(long, default_value_t = 8.0)]
         seconds: f64,
     },
+    /// The auditor's proof over a log of EVENTS events: the tree built, a checkpoint signed,
+    /// the log verified (beside the chains alone), proofs' sizes and times.
+    Proof {
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+        #[arg(long, default_value_t = 200)]
+        proofs: usize,
+    },
     /// Ledger append against a bare insert-and-commit, side by side.
     Append {
         #[arg(long, value_delimiter = ',', default_value = "1,32")]
@@ -156,6 +164,13 @@ async fn run(database: &Option<String>, command: BenchCmd) -> Result<()> {
             }
             let url = database_url(database)?;
             println!("{}", bench::waits::run(&url, &waits, clients, Duration::from_secs_f64(seconds)).await?);
+        }
+        BenchCmd::Proof { events, proofs } => {
+            if events < 2 || proofs == 0 {
+                bail!("--events takes at least 2 and --proofs at least 1");
+            }
+            let url = database_url(database)?;
+            println!("{}", bench::proof::run(&url, events, proofs).await?);
         }
         BenchCmd::Append { writers, seconds } => {
             if writers.is_empty() || writers.contains(&0) || !seconds.is_finite() || seconds <= 0.0 {

@@ -63,7 +63,7 @@ fn grant_events(uses: u32, now: OffsetDateTime) -> (Uuid, Vec<Event>) {
 }
 
 /// Appends about `total` events: grants of 198 uses each, over 10 tenants, from 4 writers.
-async fn generate(store: &PgStore, total: u64) -> Result<u64> {
+pub(crate) async fn generate(store: &PgStore, total: u64) -> Result<u64> {
     const USES: u32 = authorizer::limits::MAX_ACTIONS - 2; // with its creation and end, 200 events a grant
     let grants = total.div_ceil(u64::from(USES) + 2);
     let writers = 4u64;
