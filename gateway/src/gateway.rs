@@ -92,8 +92,8 @@ pub(crate) struct Inner {
     pub(crate) bearers: HashMap<String, MetadataValue<Ascii>>,
     pub(crate) limit: RateLimit,
     pub(crate) wake: watch::Receiver<u64>,
-    /// Keeps the ledger's LISTEN connection (the wake-ups) alive.
-    pub(crate) _store: ledger::PgStore,
+    /// Keeps the ledger's LISTEN connection (the wake-ups) alive, and reads receipts.
+    pub(crate) store: ledger::PgStore,
     /// Set when the listener speaks TLS: responses then carry HSTS.
     pub(crate) tls: bool,
 }
@@ -127,7 +127,7 @@ impl Gateway {
             bearers,
             limit,
             wake: store.wake_ups(),
-            _store: store,
+            store,
             tls,
         })))
     }

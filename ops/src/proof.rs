@@ -18,6 +18,7 @@ use ledger::proof::checkpoint::{Checkpoint, Heads, heads_line, rotation_note};
 use ledger::proof::merkle::{self, Hash};
 use ledger::proof::note::{Note, Signer, Verifier};
 use ledger::proof::verify::{self, Finding, Signed, Walk};
+use ledger::proof::{event_from_json, event_json};
 use ledger::{PgStore, RecordedEvent};
 use serde_json::{Value, json};
 
@@ -373,40 +374,6 @@ async fn locate(store: &PgStore, walk: &Walk<'_>, checkpoints: &[Signed], f: Fin
     Finding::Root { size, from, at, heads }
 }
 
-/// One event as an export carries it: every stored field, so the auditor recomputes its hash.
-pub fn event_json(e: &RecordedEvent) -> Value {
-    json!({
-        "position": e.global_position, "tx_id": e.tx_id.to_string(), "stream": e.stream_id, "version": e.stream_version,
-        "event_id": e.event_id, "event_type": e.event_type, "schema_version": e.schema_version, "tenant": e.tenant_id,
-        "payload": e.payload, "metadata": e.metadata,
-        "recorded_at": e.recorded_at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default(),
-        "prev_hash": hex::encode(e.prev_hash), "hash": hex::encode(e.hash),
-    })
-}
-
-pub fn event_from_json(v: &Value) -> Result<RecordedEvent> {
-    let s = |k: &str| v.get(k).and_then(Value::as_str).with_context(|| format!("an event's {k}"));
-    let n = |k: &str| v.get(k).and_then(Value::as_u64).with_context(|| format!("an event's {k}"));
-    let hash = |k: &str| -> Result<[u8; 32]> {
-        <[u8; 32]>::try_from(hex::decode(s(k)?)?).map_err(|_| anyhow::anyhow!("an event's {k} is not 32 bytes"))
-    };
-    Ok(RecordedEvent {
-        global_position: n("position")?,
-        tx_id: s("tx_id")?.parse()?,
-        stream_id: ledger::StreamId::new(s("stream")?)?,
-        stream_version: n("version")?,
-        event_id: s("event_id")?.parse()?,
-        event_type: s("event_type")?.to_owned(),
-        schema_version: u32::try_from(n("schema_version")?)?,
-        tenant_id: ledger::TenantId::new(s("tenant")?)?,
-        payload: v.get("payload").cloned().context("an event's payload")?,
-        metadata: serde_json::from_value(v.get("metadata").cloned().context("an event's metadata")?)?,
-        recorded_at: time::OffsetDateTime::parse(s("recorded_at")?, &time::format_description::well_known::Rfc3339)?,
-        prev_hash: hash("prev_hash")?,
-        hash: hash("hash")?,
-    })
-}
-
 /// The evidence file an export carries beside its rows.
 pub fn evidence_path(export: &Path) -> PathBuf {
     let mut name = export.as_os_str().to_owned();
@@ -496,7 +463,7 @@ pub fn verify_export_offline(export: &Path, trust: &Trust) -> Result<String> {
             )),
             Some("event") => {
                 let proof = v.get("proof").map(hashes_of).transpose()?;
-                events.push((event_from_json(&v["event"])?, v.get("leaf").and_then(Value::as_u64), proof));
+                events.push((event_from_json(&v["event"]).map_err(anyhow::Error::msg)?, v.get("leaf").and_then(Value::as_u64), proof));
             }
             _ => bail!("{} line {}: unknown kind", evidence.display(), i + 1),
         }

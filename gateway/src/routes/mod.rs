@@ -22,11 +22,13 @@ mod approvals;
 mod events;
 mod grants;
 mod live;
+mod receipt;
 mod resolve;
 mod sign_in;
 mod stop;
 
 use approvals::{GET_APPROVAL, LIST_APPROVALS, get_approval, list_approvals};
+use receipt::{RECEIPT, receipt};
 use events::{EVENTS, events};
 use grants::{GET_GRANT, LIST_GRANTS, REVOKE_GRANT, get_grant, list_grants, revoke_grant};
 use live::{LIVE, LIVE_INPUT, live, live_input};
@@ -69,6 +71,7 @@ pub(crate) fn routes() -> Vec<(Doc, MethodRouter<Gateway>)> {
         on(SIGN_OUT, sign_out),
         on(LIST_APPROVALS, list_approvals),
         on(GET_APPROVAL, get_approval),
+        on(RECEIPT, receipt),
         on(LIVE, live),
         on(LIVE_INPUT, live_input),
         on(RESOLVE, resolve),

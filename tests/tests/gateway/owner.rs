@@ -250,3 +250,59 @@ async fn a_purchase_card_offers_no_task_and_refuses_one() {
     let once = s.call(0, "POST", &path).bearer(&owner).json(&json!({ "resolution": "approve_once" })).send().await;
     assert_eq!(once.status, 200, "{once:?}");
 }
+
+/// An answered card's receipt: the answer as the log holds it, the signed checkpoint holding
+/// it and the inclusion proof, which check with nothing but the log's public key. Someone
+/// else's card is a 404; a card not yet answered, or an answer not yet signed, is a 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_gets_a_receipt_for_an_answered_card_that_checks_against_the_signed_log() {
+    use base64::Engine as _;
+    use ledger::proof::checkpoint::Checkpoint;
+    use ledger::proof::{event_from_json, merkle, note::Signer};
+    let s = GatewayStack::start(10_000).await;
+    let (_, owner) = s.token(ON, "owner-a", ALL).await;
+    let (_, other) = s.token(ON, "owner-b", ALL).await;
+    s.session(ON, "owner-a", "s1").await;
+    let (card, _) = s.card(ON, "owner-a", "s1").await;
+    let path = format!("/v1/approvals/{card}/receipt");
+    let pending = s.call(0, "GET", &path).bearer(&owner).send().await;
+    assert_eq!((pending.status, pending.code().as_str()), (409, "receipt_not_ready"), "{pending:?}");
+    let answered =
+        s.call(0, "POST", &format!("/v1/approvals/{card}/resolve")).bearer(&owner).json(&resolve_body("deny")).send().await;
+    assert_eq!(answered.status, 200, "{answered:?}");
+    let unsigned = s.call(1, "GET", &path).bearer(&owner).send().await;
+    assert_eq!((unsigned.status, unsigned.code().as_str()), (409, "receipt_not_ready"), "{unsigned:?}");
+
+    let store = s.db.store(2);
+    let signing =
+        ops::proof::Signing { key: Signer::generate("ledger.test/log").unwrap(), every_events: 1, every: Duration::ZERO, file: None };
+    let count: i64 = s.events().await;
+    tests::poll_until("the tree to take every event", Duration::from_secs(30), Duration::from_millis(20), || async {
+        (ops::proof::extend(&store).await.unwrap() >= u64::try_from(count).unwrap()).then_some(())
+    })
+    .await;
+    ops::proof::checkpoint(&store, &signing, |l, n| n > l).await.unwrap().expect("signed");
+
+    assert_eq!(s.call(0, "GET", &path).bearer(&other).send().await.status, 404, "another owner's card");
+    let got = s.call(1, "GET", &path).bearer(&owner).send().await;
+    assert_eq!(got.status, 200, "{got:?}");
+    let r = got.json();
+    let event = event_from_json(&r["event"]).unwrap();
+    assert_eq!(event.event_type, "approval.resolved");
+    assert_eq!(event.payload["approval_id"], card.as_str());
+    assert_eq!(ledger::hash::content_hash(&event), event.hash, "the answer's fields give its hash");
+    let (checkpoint, _) =
+        Checkpoint::open(r["checkpoint"].as_str().unwrap(), &[signing.key.verifier()], "ledger.test/log").unwrap();
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let proof: Vec<merkle::Hash> = r["inclusion_proof"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| b64.decode(h.as_str().unwrap()).unwrap().try_into().unwrap())
+        .collect();
+    let leaf = r["leaf_index"].as_u64().unwrap();
+    assert_eq!(
+        merkle::verify_inclusion(leaf, checkpoint.size, &merkle::event_leaf(&event), &proof, &checkpoint.root),
+        Ok(())
+    );
+}
