@@ -146,9 +146,8 @@ pub async fn export(store: &PgStore, filter: &Filter, path: &std::path::Path) ->
     Ok(manifest)
 }
 
-/// `grantctl audit verify --export FILE`: the file against its manifest (count, positions,
-/// digest), then every line against the log's own replay at that position.
-pub async fn verify_export(store: &PgStore, path: &std::path::Path) -> Result<String> {
+/// The export against its manifest: its digest and its row count. Returns both.
+pub(crate) fn check_manifest(path: &std::path::Path) -> Result<(Manifest, String)> {
     use sha2::Digest;
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let manifest: Manifest = serde_json::from_slice(
@@ -164,10 +163,17 @@ pub async fn verify_export(store: &PgStore, path: &std::path::Path) -> Result<St
         );
     }
     let text = String::from_utf8(bytes).context("the export is not UTF-8")?;
-    let lines: Vec<&str> = text.lines().collect();
-    if lines.len() as u64 != manifest.count {
-        bail!("{} lines, the manifest says {}", lines.len(), manifest.count);
+    if text.lines().count() as u64 != manifest.count {
+        bail!("{} lines, the manifest says {}", text.lines().count(), manifest.count);
     }
+    Ok((manifest, text))
+}
+
+/// `grantctl audit verify --export FILE`: the file against its manifest (count, positions,
+/// digest), then every line against the log's own replay at that position.
+pub async fn verify_export(store: &PgStore, path: &std::path::Path) -> Result<String> {
+    let (manifest, text) = check_manifest(path)?;
+    let lines: Vec<&str> = text.lines().collect();
     // The manifest sits beside the file and could be rewritten with it, so the file must also be
     // exactly the log's own rows for the manifest's tenant between its first and last position:
     // nothing removed, repeated, reordered or changed.

@@ -279,8 +279,9 @@ pub(crate) enum AuditCmd {
         #[arg(long, requires = "public_key")]
         witness_key: Vec<String>,
         /// The auditor's own copy of the checkpoints (the file the service appends to); without
-        /// it, the database's table.
-        #[arg(long, requires = "public_key", conflicts_with = "export")]
+        /// it, the database's table (or, with --export, the export's own). The log must reach
+        /// the newest checkpoint in it.
+        #[arg(long, requires = "public_key")]
         checkpoints: Option<PathBuf>,
     },
     /// A new signing key for the log's checkpoints (or a witness's): the private key goes to

@@ -129,7 +129,10 @@ async fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
-        Cmd::Audit { command } => audit(&database_url(&cli.database_url)?, command).await?,
+        Cmd::Audit { command } => match offline(command) {
+            Ok(done) => done?,
+            Err(command) => audit(&database_url(&cli.database_url)?, command).await?,
+        },
         Cmd::Tickets { command: TicketsCmd::Keygen { id } } => {
             let line = proto::ticket::Keyring::line(&id, rand::random());
             // The line must read back as a keyring: a bad id is refused here, not at start-up.
@@ -175,6 +178,37 @@ async fn run(cli: Cli) -> Result<()> {
     Ok(())
 }
 
+/// The audit commands that need no database: an auditor runs them with the files and keys alone.
+/// Any other command is handed back.
+fn offline(command: AuditCmd) -> std::result::Result<Result<()>, AuditCmd> {
+    let run = || -> Result<()> {
+        match &command {
+            AuditCmd::Verify { export: Some(path), public_key: Some(key), witness_key, checkpoints } => {
+                let trust = ops::proof::Trust::load(key, witness_key)?;
+                println!("{}", ops::proof::verify_export_offline(path, &trust, checkpoints.as_deref())?);
+            }
+            AuditCmd::Keygen { name, out } => {
+                let public = ops::proof::keygen(name, out)?;
+                println!("{public}");
+                eprintln!("private key in {}; give auditors the public key above", out.display());
+            }
+            AuditCmd::Cosign { public_key, key, checkpoints, out } => {
+                let log_key = ops::proof::load_verifier(public_key)?;
+                let witness = ops::proof::load_signer(key)?;
+                let n = ops::proof::cosign_file(checkpoints, &log_key, &witness, out)?;
+                println!("{n} checkpoints checked and cosigned by {} into {}", witness.name, out.display());
+            }
+            _ => return Err(anyhow::anyhow!("needs the database")),
+        }
+        Ok(())
+    };
+    let offline = matches!(
+        &command,
+        AuditCmd::Verify { export: Some(_), public_key: Some(_), .. } | AuditCmd::Keygen { .. } | AuditCmd::Cosign { .. }
+    );
+    if offline { Ok(run()) } else { Err(command) }
+}
+
 /// `grantctl audit …`.
 async fn audit(url: &str, command: AuditCmd) -> Result<()> {
     let config: tokio_postgres::Config = url.parse().context("DATABASE_URL is not a valid PostgreSQL URL")?;
@@ -191,24 +225,17 @@ async fn audit(url: &str, command: AuditCmd) -> Result<()> {
             let rows = ops::audit::replay(&store, &filter).await?;
             ops::audit::print(&rows, format == "jsonl", std::io::stdout().lock())?;
         }
-        AuditCmd::Verify { export, public_key: Some(key), witness_key, checkpoints } => {
-            let trust = ops::proof::Trust {
-                log_key: ops::proof::load_verifier(&key)?,
-                witnesses: witness_key.iter().map(|w| ops::proof::load_verifier(w)).collect::<Result<_>>()?,
-            };
-            if let Some(path) = export {
-                // Offline: nothing but the files and the keys.
-                println!("{}", ops::proof::verify_export_offline(&path, &trust)?);
-            } else {
-                let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
-                println!("{}", ops::proof::verify_log(&store, &trust, checkpoints.as_deref()).await?);
-            }
+        AuditCmd::Verify { export: None, public_key: Some(key), witness_key, checkpoints } => {
+            let trust = ops::proof::Trust::load(&key, &witness_key)?;
+            let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
+            println!("{}", ops::proof::verify_log(&store, &trust, checkpoints.as_deref()).await?);
         }
         AuditCmd::Verify { export: Some(path), .. } => {
+            // Without a public key: the export against its manifest and against this database.
             let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
             println!("{}", ops::audit::verify_export(&store, &path).await?);
         }
-        AuditCmd::Verify { export: None, .. } => {
+        AuditCmd::Verify { export: None, public_key: None, .. } => {
             println!("{}", ops::check::run(&config, ledger::READ_PAGE).await?);
             println!("{}", ops::audit::projections_verify(&config, None).await?);
         }
@@ -228,11 +255,6 @@ async fn audit(url: &str, command: AuditCmd) -> Result<()> {
                 m.sha256
             );
         }
-        AuditCmd::Keygen { name, out } => {
-            let public = ops::proof::keygen(&name, &out)?;
-            println!("{public}");
-            eprintln!("private key in {}; give auditors the public key above", out.display());
-        }
         AuditCmd::Checkpoint { key, file } => {
             ops::migrate::run(&mut ops::connect(url).await?).await?;
             let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
@@ -246,12 +268,6 @@ async fn audit(url: &str, command: AuditCmd) -> Result<()> {
                 Some(c) => print!("{}", c.note),
                 None => println!("the newest checkpoint already covers the whole log"),
             }
-        }
-        AuditCmd::Cosign { public_key, key, checkpoints, out } => {
-            let log_key = ops::proof::load_verifier(&public_key)?;
-            let witness = ops::proof::load_signer(&key)?;
-            let n = ops::proof::cosign_file(&checkpoints, &log_key, &witness, &out)?;
-            println!("{n} checkpoints cosigned by {} into {}", witness.name, out.display());
         }
         AuditCmd::Rotate { old_key, new_key, file } => {
             let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
@@ -271,6 +287,7 @@ async fn audit(url: &str, command: AuditCmd) -> Result<()> {
             let report = ops::rejudge::run(&store, &policy, &ops::rejudge::Scope { tenant, since }).await?;
             ops::rejudge::print(&report, &policy, format == "jsonl", std::io::stdout().lock())?;
         }
+        AuditCmd::Keygen { .. } | AuditCmd::Cosign { .. } => bail!("this command needs no database"),
         AuditCmd::Prove { event, from, to } => {
             let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
             let proof = match (event, from, to) {

@@ -14,10 +14,10 @@ use anyhow::{Context, Result, bail};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use ledger::postgres::{StoredCheckpoint, heads_from_json, heads_json};
-use ledger::proof::checkpoint::{Checkpoint, Heads, heads_line, rotation_note};
+use ledger::proof::checkpoint::{Checkpoint, Sealed, heads_line, heads_of, rotation_note};
 use ledger::proof::merkle::{self, Hash};
 use ledger::proof::note::{Note, Signer, Verifier};
-use ledger::proof::verify::{self, Finding, Signed, Walk};
+use ledger::proof::verify::{self, Finding, Signed, Unchecked, Walk};
 use ledger::proof::{event_from_json, event_json};
 use ledger::{PgStore, RecordedEvent};
 use serde_json::{Value, json};
@@ -30,7 +30,17 @@ pub fn load_signer(path: &Path) -> Result<Signer> {
 
 /// A public key: the string itself, or a file holding it.
 pub fn load_verifier(key: &str) -> Result<Verifier> {
-    let text = if Path::new(key).is_file() { std::fs::read_to_string(key)? } else { key.to_owned() };
+    let looks_like_key = key.matches('+').count() >= 2 && !key.contains('/') || key.starts_with("PRIVATE+KEY+");
+    let text = if Path::new(key).is_file() {
+        std::fs::read_to_string(key).with_context(|| format!("reading {key}"))?
+    } else if looks_like_key {
+        key.to_owned()
+    } else {
+        bail!("{key}: no such file, and not a public key (name+id+key) either");
+    };
+    if text.trim_start().starts_with("PRIVATE+KEY+") {
+        bail!("{key} is a private key: give the public key (what `grantctl audit keygen` printed)");
+    }
     Verifier::parse(&text).with_context(|| format!("{key:?} is not a signed-note public key (name+id+key)"))
 }
 
@@ -80,12 +90,13 @@ pub async fn checkpoint(
 ) -> Result<Option<StoredCheckpoint>> {
     let size = extend(store).await?;
     let last = store.checkpoints().await?.last().map_or(0, |c| c.size);
-    if size <= last && last != 0 || !due(last, size) {
+    // Nothing to sign in an empty log, nor twice for one size.
+    if size == 0 || size <= last && last != 0 || !due(last, size) {
         return Ok(None);
     }
     let heads = store.heads_between(last, size).await?;
     let root = store.tree_root(size).await?;
-    let c = Checkpoint { origin: signing.key.name.clone(), size, root, extensions: vec![heads_line(&heads)] };
+    let c = Checkpoint { origin: signing.key.name.clone(), size, root, extensions: vec![heads_line(&heads, &[])] };
     let stored = StoredCheckpoint { size, note: c.sign(&signing.key)?, heads };
     if !store.save_checkpoint(&stored).await? {
         return Ok(None);
@@ -143,6 +154,10 @@ pub fn cosign(note: &str, log_key: &Verifier, witness: &Signer) -> Result<String
 /// `grantctl audit cosign`: every checkpoint of a checkpoints file, checked and cosigned, into
 /// `out`; rotation lines are copied. Returns how many were cosigned.
 pub fn cosign_file(path: &Path, log_key: &Verifier, witness: &Signer, out: &Path) -> Result<usize> {
+    // The whole file first: every note the log's, no two roots for one size, each heads line
+    // the heads beside it. A witness that keeps no state sees no more than this file.
+    let (notes, rotations) = read_checkpoint_file(path)?;
+    verify::open_checkpoints(log_key, &[], &rotations, &notes).context("the witness refuses to cosign")?;
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut lines = Vec::new();
     let mut n = 0;
@@ -164,7 +179,9 @@ pub async fn rotate(store: &PgStore, old: &Signer, new: &Signer, file: Option<&P
     if old.name != new.name {
         bail!("the new key must carry the log's name {:?}, not {:?}", old.name, new.name);
     }
-    let note = rotation_note(old, new)?;
+    // Checkpoints up to the tree's size now stay the old key's; every later one is the new's.
+    let from = extend(store).await?;
+    let note = rotation_note(old, new, from)?;
     store.save_rotation(&note).await?;
     if let Some(path) = file {
         append_line(path, &json!({ "rotation": note }))?;
@@ -192,10 +209,9 @@ fn hashes_of(v: &Value) -> Result<Vec<Hash>> {
 pub async fn prove_event(store: &PgStore, event_id: uuid::Uuid) -> Result<Value> {
     let (event, leaf) = store.leaf_of(event_id).await?.with_context(|| format!("no event {event_id}"))?;
     let leaf = leaf.context("the event is not in the tree yet: wait for the next checkpoint")?;
-    let checkpoints = store.checkpoints().await?;
-    let c = checkpoints
-        .iter()
-        .find(|c| c.size > leaf)
+    let c = store
+        .checkpoint_holding(leaf)
+        .await?
         .context("no checkpoint holds the event yet: run `grantctl audit checkpoint` or wait for the service")?;
     let (proof, _) = store.inclusion_proof(leaf, c.size).await?;
     Ok(json!({
@@ -208,8 +224,12 @@ pub async fn prove_event(store: &PgStore, event_id: uuid::Uuid) -> Result<Value>
 /// `grantctl audit prove --from A --to B`: both checkpoints and the consistency proof.
 pub async fn prove_consistency(store: &PgStore, from: u64, to: u64) -> Result<Value> {
     let checkpoints = store.checkpoints().await?;
+    let sizes: Vec<u64> = checkpoints.iter().map(|c| c.size).collect();
     let find = |size| {
-        checkpoints.iter().find(|c| c.size == size).with_context(|| format!("no checkpoint of size {size}"))
+        checkpoints
+            .iter()
+            .find(|c| c.size == size)
+            .with_context(|| format!("no checkpoint of size {size}; the checkpoints' sizes are {sizes:?}"))
     };
     let (a, b) = (find(from)?, find(to)?);
     let proof = store.consistency_proof(from, to).await?;
@@ -220,7 +240,7 @@ pub async fn prove_consistency(store: &PgStore, from: u64, to: u64) -> Result<Va
 }
 
 /// The auditor's own copy of the checkpoints: (note, heads) and rotation notes, in file order.
-pub fn read_checkpoint_file(path: &Path) -> Result<(Vec<(String, Heads)>, Vec<String>)> {
+pub fn read_checkpoint_file(path: &Path) -> Result<(Vec<Unchecked>, Vec<String>)> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let (mut notes, mut rotations) = (Vec::new(), Vec::new());
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
@@ -230,7 +250,7 @@ pub fn read_checkpoint_file(path: &Path) -> Result<(Vec<(String, Heads)>, Vec<St
         } else {
             let note = v.get("note").and_then(Value::as_str).context("a checkpoint line has a note")?;
             let heads = heads_from_json(v.get("heads").unwrap_or(&Value::Null)).map_err(anyhow::Error::msg)?;
-            notes.push((note.to_owned(), heads));
+            notes.push((note.to_owned(), heads, Vec::new()));
         }
     }
     Ok((notes, rotations))
@@ -285,15 +305,42 @@ impl GrantUses {
 #[derive(Debug)]
 pub struct Trust {
     pub log_key: Verifier,
+    /// Each must have cosigned the newest checkpoint.
     pub witnesses: Vec<Verifier>,
 }
 
+impl Trust {
+    pub fn load(log_key: &str, witnesses: &[String]) -> Result<Self> {
+        Ok(Self {
+            log_key: load_verifier(log_key)?,
+            witnesses: witnesses.iter().map(|w| load_verifier(w)).collect::<Result<_>>()?,
+        })
+    }
+
+    /// Something must be proven: at least one checkpoint, the newest cosigned by each witness.
+    fn require(&self, checkpoints: &[Signed]) -> Result<()> {
+        let Some(newest) = checkpoints.last() else {
+            bail!("no signed checkpoint: nothing is proven (is `grantctl serve checkpoints` running?)");
+        };
+        for w in &self.witnesses {
+            if !newest.witnessed_by.contains(&w.name) {
+                bail!(
+                    "the newest checkpoint (size {}) carries no cosignature by {}: the witness has not seen it",
+                    newest.checkpoint.size,
+                    w.name
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
 fn summary(walked: &verify::Walked, checkpoints: &[Signed], consistent: usize, witnesses: &[Verifier]) -> String {
-    let newest = checkpoints.last().map_or(0, |c| c.checkpoint.size);
+    let (size, root) = checkpoints.last().map_or((0, String::new()), |c| (c.checkpoint.size, B64.encode(c.checkpoint.root)));
     let mut out = format!(
-        "{} events in {} streams: every hash and link checked; {} signed checkpoints (newest at {newest}) match \
-         the log; {consistent} consistency proofs between them check; {} events after the newest checkpoint are not \
-         signed yet",
+        "{} events in {} streams: every hash and link checked; {} signed checkpoints match the log, the newest of \
+         size {size} with root {root}; {consistent} consistency proofs between them check; {} events after the \
+         newest checkpoint are not signed yet",
         walked.events, walked.streams, walked.checkpoints, walked.unsigned
     );
     for w in witnesses {
@@ -309,15 +356,16 @@ pub async fn verify_log(store: &PgStore, trust: &Trust, file: Option<&Path>) -> 
     let (notes, rotations) = match file {
         Some(path) => read_checkpoint_file(path)?,
         None => (
-            store.checkpoints().await?.into_iter().map(|c| (c.note, c.heads)).collect(),
+            store.checkpoints().await?.into_iter().map(|c| (c.note, c.heads, Vec::new())).collect(),
             store.rotations().await?,
         ),
     };
     let checkpoints = verify::open_checkpoints(&trust.log_key, &trust.witnesses, &rotations, &notes)?;
+    trust.require(&checkpoints)?;
     let mut walk = Walk::new(&checkpoints);
     let mut grants = GrantUses::default();
     let mut found = None;
-    crate::each_page(store, |page| {
+    crate::each_page_all(store, |page| {
         for e in page {
             grants.push(e);
             if let Err(f) = walk.push(e) {
@@ -347,7 +395,14 @@ pub async fn verify_log(store: &PgStore, trust: &Trust, file: Option<&Path>) -> 
     let consistent = verify::check_consistency(&checkpoints, |a, b| {
         proofs.iter().find(|(k, _)| *k == (a, b)).map(|(_, p)| p.clone())
     })?;
-    Ok(summary(&walked, &checkpoints, consistent, &trust.witnesses))
+    let mut out = summary(&walked, &checkpoints, consistent, &trust.witnesses);
+    if file.is_none() {
+        out.push_str(
+            ". The checkpoints came from the database: compare the newest root with your own copy, or give \
+             --checkpoints with it, to catch a deleted checkpoint",
+        );
+    }
+    Ok(out)
 }
 
 /// A root that differs, narrowed to its first leaf when the stored tree still matches the
@@ -374,6 +429,20 @@ async fn locate(store: &PgStore, walk: &Walk<'_>, checkpoints: &[Signed], f: Fin
     Finding::Root { size, from, at, heads }
 }
 
+/// Other tenants' sealed heads, as hex pairs.
+fn sealed_of(v: &Value) -> Result<Vec<Sealed>> {
+    let Some(list) = v.as_array() else { return Ok(Vec::new()) };
+    list.iter()
+        .map(|pair| {
+            let part = |i: usize| -> Result<Hash> {
+                let bytes = hex::decode(pair.get(i).and_then(Value::as_str).context("a sealed head is two hex strings")?)?;
+                <Hash>::try_from(bytes).map_err(|_| anyhow::anyhow!("a sealed head is two 32-byte hashes"))
+            };
+            Ok((part(0)?, part(1)?))
+        })
+        .collect()
+}
+
 /// The evidence file an export carries beside its rows.
 pub fn evidence_path(export: &Path) -> PathBuf {
     let mut name = export.as_os_str().to_owned();
@@ -397,7 +466,14 @@ pub async fn export_evidence(store: &PgStore, tenant: Option<&str>, path: &Path)
         writeln!(out, "{}", json!({ "kind": "rotation", "note": r }))?;
     }
     for c in &checkpoints {
-        writeln!(out, "{}", json!({ "kind": "checkpoint", "size": c.size, "note": c.note, "heads": heads_json(&c.heads) }))?;
+        // A tenant's export holds its own streams' heads, and the other tenants' sealed.
+        let (heads, others) = match tenant {
+            Some(t) => heads_of(&c.heads, t),
+            None => (c.heads.clone(), Vec::new()),
+        };
+        let others: Vec<[String; 2]> = others.iter().map(|(k, d)| [hex::encode(k), hex::encode(d)]).collect();
+        let line = json!({ "kind": "checkpoint", "size": c.size, "note": c.note, "heads": heads_json(&heads), "others": others });
+        writeln!(out, "{line}")?;
     }
     // The signed part of the tree, in memory, from the stored leaves.
     let mut tree = merkle::MemoryTree::default();
@@ -413,7 +489,7 @@ pub async fn export_evidence(store: &PgStore, tenant: Option<&str>, path: &Path)
     let mut count = 0u64;
     let mut leaf = 0u64;
     let mut failed = None;
-    crate::each_page(store, |page| {
+    crate::each_page_all(store, |page| {
         for e in page {
             let this = leaf;
             leaf += 1;
@@ -444,7 +520,8 @@ pub async fn export_evidence(store: &PgStore, tenant: Option<&str>, path: &Path)
 /// public key (and any witness keys): the checkpoints' signatures, the consistency proofs, every
 /// event's hash and links, the tree's roots (a whole-log export) or each event's inclusion proof
 /// (a tenant's), and every row of the export against the events it claims to show.
-pub fn verify_export_offline(export: &Path, trust: &Trust) -> Result<String> {
+pub fn verify_export_offline(export: &Path, trust: &Trust, own: Option<&Path>) -> Result<String> {
+    crate::audit::check_manifest(export)?;
     let evidence = evidence_path(export);
     let text = std::fs::read_to_string(&evidence).with_context(|| format!("reading {}", evidence.display()))?;
     let (mut tenant, mut rotations, mut notes, mut consistency, mut events) = (None, vec![], vec![], vec![], vec![]);
@@ -456,6 +533,7 @@ pub fn verify_export_offline(export: &Path, trust: &Trust) -> Result<String> {
             Some("checkpoint") => notes.push((
                 v["note"].as_str().context("a checkpoint's note")?.to_owned(),
                 heads_from_json(&v["heads"]).map_err(anyhow::Error::msg)?,
+                sealed_of(&v["others"])?,
             )),
             Some("consistency") => consistency.push((
                 (v["from"].as_u64().context("from")?, v["to"].as_u64().context("to")?),
@@ -468,10 +546,27 @@ pub fn verify_export_offline(export: &Path, trust: &Trust) -> Result<String> {
             _ => bail!("{} line {}: unknown kind", evidence.display(), i + 1),
         }
     }
-    let checkpoints = verify::open_checkpoints(&trust.log_key, &trust.witnesses, &rotations, &notes)?;
-    let consistent = verify::check_consistency(&checkpoints, |a, b| {
+    let carried = verify::open_checkpoints(&trust.log_key, &trust.witnesses, &rotations, &notes)?;
+    let consistent = verify::check_consistency(&carried, |a, b| {
         consistency.iter().find(|(k, _)| *k == (a, b)).map(|(_, p)| p.clone())
     })?;
+    // The auditor's own copy, when given, is what the export must reach: an export cut short,
+    // its newest checkpoint dropped with the events it signed, is found against it.
+    let checkpoints = match own {
+        None => carried.clone(),
+        Some(path) => {
+            let (notes, rotations) = read_checkpoint_file(path)?;
+            verify::open_checkpoints(&trust.log_key, &trust.witnesses, &rotations, &notes)?
+        }
+    };
+    trust.require(&checkpoints)?;
+    if tenant.is_some() && own.is_some() && carried.last() != checkpoints.last() {
+        bail!(
+            "this tenant's export is proven up to checkpoint {}, your copy goes to {}: export it again",
+            carried.last().map_or(0, |c| c.checkpoint.size),
+            checkpoints.last().map_or(0, |c| c.checkpoint.size)
+        );
+    }
     let mut grants = GrantUses::default();
     events.iter().for_each(|(e, _, _)| grants.push(e));
     grants.check()?;
@@ -482,11 +577,16 @@ pub fn verify_export_offline(export: &Path, trust: &Trust) -> Result<String> {
         }
         walk.finish()?
     } else {
-        let newest = checkpoints.last().map(|c| &c.checkpoint);
+        let tenant = tenant.as_deref().unwrap_or_default();
+        let newest = carried.last().map(|c| &c.checkpoint);
         let mut walk = Walk::new(&[]);
         let mut last_leaf = None;
         let mut unsigned = 0;
+        let mut proven = std::collections::HashSet::new();
         for (e, leaf, proof) in &events {
+            if e.tenant_id.as_str() != tenant {
+                bail!("position {}: an event of tenant {} in tenant {tenant}'s export", e.global_position, e.tenant_id);
+            }
             walk.link(e)?;
             match (leaf, proof, newest) {
                 (Some(leaf), Some(proof), Some(c)) => {
@@ -497,8 +597,26 @@ pub fn verify_export_offline(export: &Path, trust: &Trust) -> Result<String> {
                     merkle::verify_inclusion(*leaf, c.size, &merkle::event_leaf(e), proof, &c.root).map_err(
                         |reason| Finding::Inclusion { position: e.global_position, leaf: *leaf, reason },
                     )?;
+                    proven.insert((e.stream_id.to_string(), e.stream_version, e.hash));
                 }
                 _ => unsigned += 1,
+            }
+        }
+        // Every head of this tenant a checkpoint signed is here, proven: an event cut from the
+        // export, or stripped of its proof, leaves a head unmet.
+        for c in &checkpoints {
+            for (stream, head) in c.heads.iter().filter(|(_, h)| h.tenant == tenant) {
+                if !proven.contains(&(stream.clone(), head.version, head.hash)) {
+                    return Err(Finding::Head {
+                        size: c.checkpoint.size,
+                        stream: stream.clone(),
+                        signed: head.version,
+                        found: walk.newest(stream).map_or("none of it, proven".into(), |(v, _)| {
+                            format!("no proven event at that version (the newest here is {v})")
+                        }),
+                    }
+                    .into());
+                }
             }
         }
         let mut w = walk.finish()?;
@@ -512,6 +630,14 @@ pub fn verify_export_offline(export: &Path, trust: &Trust) -> Result<String> {
     let mut expected = Vec::new();
     for (e, _, _) in &events {
         expected.push(crate::audit::json_line(&projections::audit::row(e)?));
+    }
+    if rows_text.lines().count() != expected.len() {
+        bail!(
+            "{} holds {} rows; the evidence holds {} events for them: rows were added or dropped",
+            export.display(),
+            rows_text.lines().count(),
+            expected.len()
+        );
     }
     for (i, line) in rows_text.lines().enumerate() {
         if expected.get(i).map(String::as_str) != Some(line) {

@@ -153,11 +153,11 @@ async fn deleting_the_newest_events_after_a_checkpoint_is_caught_even_with_the_c
     expect_err(log.verify().await, &[&format!("stream {last}"), "signed its head at version 3", "version 1"]);
     // The attacker also deletes the checkpoint from the table: the auditor's file still has it.
     log.superuser("DELETE FROM log_checkpoints").await;
-    assert!(log.verify().await.is_ok(), "with no checkpoint in the table there is nothing to compare");
+    expect_err(log.verify().await, &["no signed checkpoint: nothing is proven"]);
     expect_err(log.verify_with_file().await, &["signed its head at version 3"]);
     // Deleting a whole stream's newest part and nothing a head records: the size alone.
     let (notes, rotations) = ops::proof::read_checkpoint_file(log.signing.file.as_deref().unwrap()).unwrap();
-    let bare: Vec<_> = notes.into_iter().map(|(n, _)| (n, Default::default())).collect();
+    let bare: Vec<_> = notes.into_iter().map(|(n, _, o)| (n, Default::default(), o)).collect();
     let opened = ledger::proof::verify::open_checkpoints(&log.signing.key.verifier(), &[], &rotations, &bare);
     assert!(opened.is_err(), "heads are signed: a file without them does not verify");
     assert_eq!(size, 6);
@@ -298,31 +298,33 @@ async fn an_export_verifies_offline_with_only_the_public_key() {
     let auditor = std::env::temp_dir().join(format!("gl-auditor-{}", Uuid::new_v4().simple()));
     std::fs::create_dir_all(&auditor).unwrap();
     for f in [&whole, &one] {
-        for path in [f.clone(), ops::proof::evidence_path(f)] {
+        let mut manifest = f.as_os_str().to_owned();
+        manifest.push(".manifest.json");
+        for path in [f.clone(), ops::proof::evidence_path(f), PathBuf::from(manifest)] {
             std::fs::copy(&path, auditor.join(path.file_name().unwrap())).unwrap();
         }
     }
     drop(log);
     let (whole, one) = (auditor.join("whole.jsonl"), auditor.join("tenant-a.jsonl"));
-    let ok = ops::proof::verify_export_offline(&whole, &trust).unwrap();
+    let ok = ops::proof::verify_export_offline(&whole, &trust, None).unwrap();
     assert!(ok.contains("9 rows match") && ok.contains("9 events"), "{ok}");
-    let ok = ops::proof::verify_export_offline(&one, &trust).unwrap();
+    let ok = ops::proof::verify_export_offline(&one, &trust, None).unwrap();
     assert!(ok.contains("5 rows match"), "{ok}");
 
     // A row changed in the export, or an event changed in its evidence, is caught.
     let rows = std::fs::read_to_string(&one).unwrap();
     std::fs::write(&one, rows.replacen("Message from the owner", "Message from someone else", 1)).unwrap();
-    let e = ops::proof::verify_export_offline(&one, &trust).unwrap_err();
-    assert!(format!("{e:#}").contains("line 2"), "{e:#}");
+    let e = ops::proof::verify_export_offline(&one, &trust, None).unwrap_err();
+    assert!(format!("{e:#}").contains("the export was changed"), "{e:#}");
     std::fs::write(&one, rows).unwrap();
     let evidence = ops::proof::evidence_path(&one);
     let text = std::fs::read_to_string(&evidence).unwrap();
     std::fs::write(&evidence, text.replacen("\"author\":\"owner\"", "\"author\":\"other\"", 1)).unwrap();
-    let e = ops::proof::verify_export_offline(&one, &trust).unwrap_err();
+    let e = ops::proof::verify_export_offline(&one, &trust, None).unwrap_err();
     assert!(format!("{e:#}").contains("does not match its hash"), "{e:#}");
     // Signed by another key: refused.
     let stranger = Trust { log_key: Signer::generate(ORIGIN).unwrap().verifier(), witnesses: vec![] };
-    assert!(ops::proof::verify_export_offline(&whole, &stranger).is_err());
+    assert!(ops::proof::verify_export_offline(&whole, &stranger, None).is_err());
     std::fs::remove_dir_all(&auditor).unwrap();
 }
 
@@ -521,6 +523,8 @@ mod rejudge {
 async fn a_use_deleted_before_a_checkpoint_is_found_by_the_grants_end() {
     use grant_domain::catalogue::{ActionView, AuthorizationKind, EndReason, TaskGrantEnded, ToolCallAuthorized};
     let log = Log::new("use-count").await;
+    log.session("tenant-a", 1).await;
+    log.sign().await;
     let grant_id = Uuid::new_v4();
     let stream = StreamId::new(format!("grant-tenant-a.{grant_id}")).unwrap();
     let mut events: Vec<Event> = (1..=3)

@@ -14,7 +14,7 @@ use super::rows::{parse_xid, to_u64};
 use crate::envelope::{Checkpoint, RecordedEvent};
 use crate::error::ReadError;
 use crate::hash::hashed;
-use crate::proof::checkpoint::Heads;
+use crate::proof::checkpoint::{Head, Heads};
 use crate::proof::merkle::{self, Frontier, Hash, Node};
 use crate::store::EventStore;
 
@@ -78,7 +78,11 @@ impl PgStore {
         let events = self.read_all(head.after, limit).await?;
         let Some(last) = events.last() else { return Ok(head) };
         let edge = Frontier::nodes(head.size);
-        let mut frontier = Frontier::of(&nodes_in(&tx, &edge).await?, head.size);
+        let stored = nodes_in(&tx, &edge).await?;
+        if let Some((level, index)) = edge.iter().find(|n| !stored.contains_key(n)) {
+            return Err(TreeError::Invalid(format!("the stored tree lacks its node {level}/{index}")));
+        }
+        let mut frontier = Frontier::of(&stored, head.size);
         let (mut levels, mut indexes, mut hashes) = (Vec::new(), Vec::new(), Vec::new());
         let (mut positions, mut leaves) = (Vec::new(), Vec::new());
         for e in &events {
@@ -168,7 +172,7 @@ impl PgStore {
         let client = self.pool.get().await.map_err(unavailable)?;
         let rows = client
             .query(
-                "SELECT DISTINCT ON (e.stream_id) e.stream_id, e.stream_version, e.hash \
+                "SELECT DISTINCT ON (e.stream_id) e.stream_id, e.stream_version, e.hash, e.tenant_id \
                  FROM log_tree_leaves l JOIN events e ON e.global_position = l.global_position \
                  WHERE l.leaf_index >= $1 AND l.leaf_index < $2 \
                  ORDER BY e.stream_id, e.stream_version DESC",
@@ -180,7 +184,7 @@ impl PgStore {
             .map(|r| {
                 let hash: Vec<u8> = r.get(2);
                 let hash = hash.try_into().map_err(|_| TreeError::Invalid("a stored hash is not 32 bytes".into()))?;
-                Ok((r.get::<_, String>(0), (to_u64(r.get(1)), hash)))
+                Ok((r.get::<_, String>(0), Head { tenant: r.get(3), version: to_u64(r.get(1)), hash }))
             })
             .collect()
     }
@@ -214,6 +218,24 @@ impl PgStore {
             .collect()
     }
 
+    /// The smallest checkpoint that holds leaf `leaf`, if one is signed yet.
+    pub async fn checkpoint_holding(&self, leaf: u64) -> Result<Option<StoredCheckpoint>, TreeError> {
+        let client = self.pool.get().await.map_err(unavailable)?;
+        let row = client
+            .query_opt(
+                "SELECT tree_size, note, heads FROM log_checkpoints WHERE tree_size > $1 \
+                 ORDER BY log_checkpoints.tree_size LIMIT 1",
+                &[&i64_of(leaf)?],
+            )
+            .await
+            .map_err(unavailable)?;
+        row.map(|r| {
+            let heads = heads_from_json(&r.get(2)).map_err(TreeError::Invalid)?;
+            Ok(StoredCheckpoint { size: to_u64(r.get(0)), note: r.get(1), heads })
+        })
+        .transpose()
+    }
+
     pub async fn save_rotation(&self, note: &str) -> Result<(), TreeError> {
         let client = self.pool.get().await.map_err(unavailable)?;
         client.execute("INSERT INTO log_key_rotations (note) VALUES ($1)", &[&note]).await.map_err(unavailable)?;
@@ -231,11 +253,14 @@ impl PgStore {
     }
 }
 
-/// Heads as stored and exported: `{stream: {"version": n, "hash": hex}}`.
+/// Heads as stored and exported: `{stream: {"tenant": t, "version": n, "hash": hex}}`.
 pub fn heads_json(heads: &Heads) -> serde_json::Value {
     heads
         .iter()
-        .map(|(s, (v, h))| (s.clone(), serde_json::json!({ "version": v, "hash": hex::encode(h) })))
+        .map(|(s, h)| {
+            let head = serde_json::json!({ "tenant": h.tenant, "version": h.version, "hash": hex::encode(h.hash) });
+            (s.clone(), head)
+        })
         .collect::<serde_json::Map<_, _>>()
         .into()
 }
@@ -245,13 +270,14 @@ pub fn heads_from_json(v: &serde_json::Value) -> Result<Heads, String> {
     map.iter()
         .map(|(s, h)| {
             let version = h.get("version").and_then(serde_json::Value::as_u64).ok_or("a head has no version")?;
+            let tenant = h.get("tenant").and_then(serde_json::Value::as_str).ok_or("a head has no tenant")?.to_owned();
             let hash = h
                 .get("hash")
                 .and_then(serde_json::Value::as_str)
                 .and_then(|x| hex::decode(x).ok())
                 .and_then(|b| <Hash>::try_from(b).ok())
                 .ok_or("a head's hash is not 32 bytes of hex")?;
-            Ok((s.clone(), (version, hash)))
+            Ok((s.clone(), Head { tenant, version, hash }))
         })
         .collect()
 }

@@ -17,26 +17,79 @@ pub struct Checkpoint {
     pub extensions: Vec<String>,
 }
 
-/// A stream's head as a checkpoint records it: its newest version and that event's hash.
-pub type Heads = std::collections::BTreeMap<String, (u64, Hash)>;
-
-/// The prefix of the extension line that commits a checkpoint to the heads of the streams that
-/// moved since the checkpoint before it.
-pub const HEADS_PREFIX: &str = "grant-ledger-heads ";
-
-/// The extension line for `heads`: SHA-256 over one `stream version hash-hex` line per stream,
-/// in name order.
-pub fn heads_line(heads: &Heads) -> String {
-    use sha2::Digest as _;
-    let mut h = sha2::Sha256::new();
-    for (stream, (version, hash)) in heads {
-        h.update(format!("{stream} {version} {}\n", hex::encode(hash)));
-    }
-    format!("{HEADS_PREFIX}{}", B64.encode(h.finalize()))
+/// A stream's head as a checkpoint records it: its tenant, newest version and that event's hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    pub tenant: String,
+    pub version: u64,
+    pub hash: Hash,
 }
+
+/// The heads of the streams that moved since the previous checkpoint, by stream name.
+pub type Heads = std::collections::BTreeMap<String, Head>;
+
+/// Another tenant's part of a heads line, as a tenant's export carries it: the tenant's key
+/// (a hash of its id) and the digest of its heads, so nothing of it shows but that it exists.
+pub type Sealed = (Hash, Hash);
 
 /// The first line of a rotation note's text.
 const ROTATION_HEADER: &str = "grant-ledger key rotation";
+
+/// The prefix of the extension line that commits a checkpoint to the stream heads.
+pub const HEADS_PREFIX: &str = "grant-ledger-heads ";
+
+fn sha256(parts: &[&[u8]]) -> Hash {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    parts.iter().for_each(|p| h.update(p));
+    h.finalize().into()
+}
+
+/// A tenant's key in a heads line.
+pub fn tenant_key(tenant: &str) -> Hash {
+    sha256(&[b"grant-ledger/tenant/", tenant.as_bytes()])
+}
+
+/// One tenant's heads: SHA-256 over a `stream version hash-hex` line per stream, in name order.
+fn tenant_digest(heads: &Heads, tenant: &str) -> Hash {
+    let lines: String = heads
+        .iter()
+        .filter(|(_, h)| h.tenant == tenant)
+        .map(|(s, h)| format!("{s} {} {}\n", h.version, hex::encode(h.hash)))
+        .collect();
+    sha256(&[lines.as_bytes()])
+}
+
+/// The extension line for `heads` (and `others`, the sealed parts of tenants left out): SHA-256
+/// over each tenant's key and digest, in key order. A tenant's export proves its own streams'
+/// heads against it and learns nothing of another tenant's.
+pub fn heads_line(heads: &Heads, others: &[Sealed]) -> String {
+    let mut parts: Vec<Sealed> = heads
+        .values()
+        .map(|h| h.tenant.as_str())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .map(|t| (tenant_key(t), tenant_digest(heads, t)))
+        .collect();
+    parts.extend_from_slice(others);
+    parts.sort();
+    let joined: Vec<u8> = parts.iter().flat_map(|(k, d)| k.iter().chain(d.iter()).copied()).collect();
+    format!("{HEADS_PREFIX}{}", B64.encode(sha256(&[&joined])))
+}
+
+/// `heads` split for one tenant's export: its own heads, and the others sealed.
+pub fn heads_of(heads: &Heads, tenant: &str) -> (Heads, Vec<Sealed>) {
+    let own = heads.iter().filter(|(_, h)| h.tenant == tenant).map(|(s, h)| (s.clone(), h.clone())).collect();
+    let others = heads
+        .values()
+        .map(|h| h.tenant.as_str())
+        .filter(|t| *t != tenant)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .map(|t| (tenant_key(t), tenant_digest(heads, t)))
+        .collect();
+    (own, others)
+}
 
 impl Checkpoint {
     pub fn body(&self) -> String {
@@ -88,23 +141,33 @@ impl Checkpoint {
     }
 }
 
-/// The note by which `old` introduces `new` as the log's key from now on. Both sign it, so the
-/// new key is known to be held by whoever made the note.
-pub fn rotation_note(old: &Signer, new: &Signer) -> Result<String, NoteError> {
-    Note::sign(&format!("{ROTATION_HEADER}\n{}\n", new.verifier()), &[old, new])
+/// The note by which `old` hands the log to `new`: checkpoints of up to `from` leaves stay the
+/// old key's, every larger one is the new key's. Both sign it, so the new key is known to be held
+/// by whoever made the note.
+pub fn rotation_note(old: &Signer, new: &Signer, from: u64) -> Result<String, NoteError> {
+    Note::sign(&format!("{ROTATION_HEADER}\n{}\nafter {from}\n", new.verifier()), &[old, new])
 }
 
-/// The key a rotation note introduces, when a `trusted` key signed it and the new key did too.
-pub fn open_rotation(note: &str, trusted: &[Verifier]) -> Result<Verifier, NoteError> {
+/// The key a rotation note introduces and the size after which it signs, when `current` (the
+/// log's key until then) signed it, the new key did too, and the new key carries the log's name.
+pub fn open_rotation(note: &str, current: &Verifier) -> Result<(Verifier, u64), NoteError> {
     let n = Note::parse(note)?;
-    n.verify(trusted)?;
+    n.verify(std::slice::from_ref(current))?;
     let mut lines = n.text.lines();
     if lines.next() != Some(ROTATION_HEADER) {
         return Err(NoteError::Malformed("not a key rotation note"));
     }
     let new = Verifier::parse(lines.next().ok_or(NoteError::Malformed("the rotation names no key"))?)?;
+    if new.name != current.name {
+        return Err(NoteError::Malformed("a rotation may only introduce a key with the log's name"));
+    }
+    let from = lines
+        .next()
+        .and_then(|l| l.strip_prefix("after "))
+        .and_then(|n| n.parse().ok())
+        .ok_or(NoteError::Malformed("the rotation does not say after which size it holds"))?;
     n.verify(std::slice::from_ref(&new))?;
-    Ok(new)
+    Ok((new, from))
 }
 
 #[cfg(test)]
@@ -135,8 +198,9 @@ mod tests {
     fn a_witness_cosigns_and_a_rotation_introduces_the_next_key() {
         let log = Signer::generate("log.example/ledger").unwrap();
         let witness = Signer::generate("witness.example").unwrap();
-        let c = Checkpoint { origin: "log.example/ledger".into(), size: 5, root: [1; 32], extensions: vec![heads_line(&Heads::new())] };
+        let c = Checkpoint { origin: "log.example/ledger".into(), size: 5, root: [1; 32], extensions: vec![heads_line(&Heads::new(), &[])] };
         let cosigned = Note::cosign(&c.sign(&log).unwrap(), &witness).unwrap();
+        let _ = Heads::new();
         let (_, names) = Checkpoint::open(&cosigned, &[log.verifier(), witness.verifier()], &c.origin).unwrap();
         assert_eq!(names, vec!["log.example/ledger".to_owned(), "witness.example".to_owned()]);
         // A witness line that does not verify fails the note for an auditor who trusts the witness.
@@ -147,10 +211,13 @@ mod tests {
         assert!(Checkpoint::open(&forged, &[log.verifier(), witness.verifier()], &c.origin).is_err());
 
         let next = Signer::generate("log.example/ledger").unwrap();
-        let rot = rotation_note(&log, &next).unwrap();
-        assert_eq!(open_rotation(&rot, &[log.verifier()]).unwrap(), next.verifier());
-        assert!(open_rotation(&rot, &[witness.verifier()]).is_err());
-        let self_made = rotation_note(&next, &next).unwrap();
-        assert!(open_rotation(&self_made, &[log.verifier()]).is_err());
+        let rot = rotation_note(&log, &next, 7).unwrap();
+        assert_eq!(open_rotation(&rot, &log.verifier()).unwrap(), (next.verifier(), 7));
+        assert!(open_rotation(&rot, &witness.verifier()).is_err());
+        let self_made = rotation_note(&next, &next, 7).unwrap();
+        assert!(open_rotation(&self_made, &log.verifier()).is_err());
+        // The log's key cannot bring in a key under another name (a witness's, say).
+        let posing = Signer::generate("witness.example").unwrap();
+        assert!(open_rotation(&rotation_note(&log, &posing, 7).unwrap(), &log.verifier()).is_err());
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::checkpoint::{Checkpoint, HEADS_PREFIX, Heads, heads_line, open_rotation};
+use super::checkpoint::{Checkpoint, Heads, Sealed, heads_line, open_rotation};
 use super::merkle::{self, Frontier, Hash, ProofError};
 use super::note::{Note, NoteError, Verifier};
 use crate::envelope::RecordedEvent;
@@ -15,18 +15,23 @@ use crate::hash::{GENESIS, content_hash};
 pub struct Signed {
     pub checkpoint: Checkpoint,
     pub note: String,
+    /// The heads it signed: every tenant's, or one tenant's with the rest in `others`.
     pub heads: Heads,
+    pub others: Vec<Sealed>,
     /// The witnesses whose cosignatures verified.
     pub witnessed_by: Vec<String>,
 }
+
+/// A checkpoint as read from a file, a table or an export, not yet checked.
+pub type Unchecked = (String, Heads, Vec<Sealed>);
 
 /// The first thing found that is not what was signed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Finding {
     #[error("key rotation note {index}: {reason}")]
     Rotation { index: usize, reason: NoteError },
-    #[error("the checkpoint at size {size:?} does not verify: {reason}")]
-    Checkpoint { size: Option<u64>, reason: NoteError },
+    #[error("the checkpoint of size {size} does not verify: {reason}")]
+    Checkpoint { size: String, reason: NoteError },
     #[error("two signed checkpoints of size {size} give different roots: the log was forked")]
     Fork { size: u64 },
     #[error("checkpoint {size}: the stream heads stored with it are not the ones it signed")]
@@ -57,31 +62,48 @@ pub enum Finding {
     Inclusion { position: u64, leaf: u64, reason: ProofError },
 }
 
-/// Opens the rotation notes, in order, from the auditor's key, then every checkpoint; sorted by
-/// size. A key a rotation introduces is trusted from then on, beside the keys before it.
+/// Opens the rotation notes, in order, from the auditor's key, then every checkpoint, each
+/// against the one log key that held at its size (a rotation hands over every larger size), and
+/// each witness's cosignature against that witness's key alone. Sorted by size.
 pub fn open_checkpoints(
     log_key: &Verifier,
     witnesses: &[Verifier],
     rotations: &[String],
-    notes: &[(String, Heads)],
+    notes: &[Unchecked],
 ) -> Result<Vec<Signed>, Finding> {
-    let mut keys = vec![log_key.clone()];
+    let mut keys: Vec<(u64, Verifier)> = vec![(0, log_key.clone())];
     for (index, r) in rotations.iter().enumerate() {
-        let new = open_rotation(r, &keys).map_err(|reason| Finding::Rotation { index, reason })?;
-        keys.push(new);
+        let (after, current) = keys.last().cloned().unwrap_or((0, log_key.clone()));
+        let (new, from) = open_rotation(r, &current).map_err(|reason| Finding::Rotation { index, reason })?;
+        if from < after {
+            let reason = NoteError::Malformed("a rotation hands over a size an earlier one already had");
+            return Err(Finding::Rotation { index, reason });
+        }
+        keys.push((from, new));
     }
-    let mut trusted = keys.clone();
-    trusted.extend_from_slice(witnesses);
+    // The key of a size: the newest whose rotation was made at a smaller size.
+    let key_for = |size: u64| {
+        keys.iter().enumerate().filter(|(i, (after, _))| *i == 0 || size > *after).last().map(|(_, (_, k))| k)
+    };
     let mut out: Vec<Signed> = Vec::new();
-    for (note, heads) in notes {
+    for (note, heads, others) in notes {
         let size = Note::parse(note).ok().and_then(|n| Checkpoint::parse_body(&n.text).ok()).map(|c| c.size);
-        let bad = |reason| Finding::Checkpoint { size, reason };
-        let (checkpoint, names) = Checkpoint::open(note, &trusted, &log_key.name).map_err(bad)?;
-        if !checkpoint.extensions.iter().any(|l| l.starts_with(HEADS_PREFIX) && *l == heads_line(heads)) {
+        let bad = |reason| Finding::Checkpoint { size: size.map_or_else(|| "?".to_owned(), |s| s.to_string()), reason };
+        let key = key_for(size.unwrap_or(0)).unwrap_or(log_key);
+        let (checkpoint, _) = Checkpoint::open(note, std::slice::from_ref(key), &log_key.name).map_err(bad)?;
+        if !checkpoint.extensions.iter().any(|l| *l == heads_line(heads, others)) {
             return Err(Finding::HeadsNotSigned { size: checkpoint.size });
         }
-        let witnessed_by = names.into_iter().filter(|n| witnesses.iter().any(|w| &w.name == n)).collect();
-        out.push(Signed { checkpoint, note: note.clone(), heads: heads.clone(), witnessed_by });
+        let parsed = Note::parse(note).map_err(bad)?;
+        let mut witnessed_by = Vec::new();
+        for w in witnesses {
+            match parsed.verify(std::slice::from_ref(w)) {
+                Ok(_) => witnessed_by.push(w.name.clone()),
+                Err(NoteError::Unverified) => {}
+                Err(reason) => return Err(bad(reason)),
+            }
+        }
+        out.push(Signed { checkpoint, note: note.clone(), heads: heads.clone(), others: others.clone(), witnessed_by });
     }
     out.sort_by_key(|s| s.checkpoint.size);
     for pair in out.windows(2) {
@@ -144,6 +166,11 @@ impl<'a> Walk<'a> {
         Self { checkpoints, next: 0, frontier: Frontier::default(), streams: HashMap::new(), leaves: Vec::new() }
     }
 
+    /// The newest version of `stream` seen and its hash.
+    pub fn newest(&self, stream: &str) -> Option<(u64, Hash)> {
+        self.streams.get(stream).map(|s| s.newest)
+    }
+
     /// Every leaf hash so far, in order: for finding the first leaf that differs.
     pub fn leaves(&self) -> &[Hash] {
         &self.leaves
@@ -152,18 +179,12 @@ impl<'a> Walk<'a> {
     /// The next event in the log's order. An event is checked against its own hash and its
     /// stream's links before it is made a leaf.
     pub fn push(&mut self, e: &RecordedEvent) -> Result<(), Finding> {
+        self.reach()?;
         self.link(e)?;
         let leaf = merkle::event_leaf(e);
         self.frontier.push(leaf);
         self.leaves.push(leaf);
-        while let Some(c) = self.checkpoints.get(self.next) {
-            if c.checkpoint.size > self.frontier.size() {
-                break;
-            }
-            self.at_checkpoint(c)?;
-            self.next += 1;
-        }
-        Ok(())
+        self.reach()
     }
 
     /// Checks an event's content and links alone, without making it a leaf: for an export of
@@ -214,23 +235,37 @@ impl<'a> Walk<'a> {
     /// Every stream head the checkpoint signed is the newest event of that stream seen.
     fn heads_hold(&self, c: &Signed) -> Result<(), Finding> {
         let size = c.checkpoint.size;
-        for (stream, &(version, hash)) in &c.heads {
+        for (stream, head) in &c.heads {
             let found = self.streams.get(stream).map(|s| s.newest);
-            if found != Some((version, hash)) {
+            if found != Some((head.version, head.hash)) {
                 let found = match found {
                     None => "none of it: the stream was dropped".to_owned(),
-                    Some((v, h)) if v == version && h != hash => format!("version {v} with another hash"),
+                    Some((v, h)) if v == head.version && h != head.hash => format!("version {v} with another hash"),
                     Some((v, _)) => format!("version {v}"),
                 };
-                return Err(Finding::Head { size, stream: stream.clone(), signed: version, found });
+                return Err(Finding::Head { size, stream: stream.clone(), signed: head.version, found });
             }
+        }
+        Ok(())
+    }
+
+    /// Checks every checkpoint of the size the walk has reached: before the first leaf (a
+    /// checkpoint of the empty log) and after each.
+    fn reach(&mut self) -> Result<(), Finding> {
+        while let Some(c) = self.checkpoints.get(self.next) {
+            if c.checkpoint.size > self.frontier.size() {
+                break;
+            }
+            self.at_checkpoint(c)?;
+            self.next += 1;
         }
         Ok(())
     }
 
     /// Ends the walk: every stream must be linked without a gap, and no checkpoint may sign
     /// more events than the log holds.
-    pub fn finish(self) -> Result<Walked, Finding> {
+    pub fn finish(mut self) -> Result<Walked, Finding> {
+        self.reach()?;
         let leaves = self.frontier.size();
         if let Some(c) = self.checkpoints.get(self.next) {
             // Name what is missing where a signed head says so, before the bare count.
