@@ -39,14 +39,21 @@ CREATE TABLE log_key_rotations (
     signed_at timestamptz NOT NULL DEFAULT now()
 );
 
+CREATE FUNCTION log_tree_refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION '% is append-only: % refused', TG_TABLE_NAME, TG_OP
+        USING ERRCODE = 'restrict_violation';
+END
+$$;
+
 CREATE TRIGGER log_tree_nodes_append_only BEFORE UPDATE OR DELETE ON log_tree_nodes
-    FOR EACH ROW EXECUTE FUNCTION events_refuse_change();
+    FOR EACH ROW EXECUTE FUNCTION log_tree_refuse_change();
 CREATE TRIGGER log_tree_leaves_append_only BEFORE UPDATE OR DELETE ON log_tree_leaves
-    FOR EACH ROW EXECUTE FUNCTION events_refuse_change();
+    FOR EACH ROW EXECUTE FUNCTION log_tree_refuse_change();
 CREATE TRIGGER log_checkpoints_append_only BEFORE UPDATE OR DELETE ON log_checkpoints
-    FOR EACH ROW EXECUTE FUNCTION events_refuse_change();
+    FOR EACH ROW EXECUTE FUNCTION log_tree_refuse_change();
 CREATE TRIGGER log_key_rotations_append_only BEFORE UPDATE OR DELETE ON log_key_rotations
-    FOR EACH ROW EXECUTE FUNCTION events_refuse_change();
+    FOR EACH ROW EXECUTE FUNCTION log_tree_refuse_change();
 
 GRANT SELECT, INSERT ON log_tree_nodes, log_tree_leaves, log_checkpoints, log_key_rotations
     TO grant_ledger_service;

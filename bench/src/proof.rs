@@ -32,11 +32,12 @@ async fn measure(scratch: &Scratch, events: u64, proofs: usize) -> Result<String
         let left = usize::try_from(half - store.tree_head().await?.size).unwrap_or(usize::MAX);
         store.extend_tree(left.min(ledger::READ_PAGE)).await?;
     }
-    let first = ops::proof::checkpoint(&store, &signing, |l, s| s > l).await?.map_or(0, |c| c.size);
+    let first = store.tree_head().await?.size;
+    ops::proof::sign_head(&store, &signing, first, |l, s| s > l).await?;
     let size = ops::proof::extend(&store).await?;
     let built = t.elapsed();
     let t = Instant::now();
-    ops::proof::checkpoint(&store, &signing, |l, s| s > l).await?;
+    ops::proof::sign_head(&store, &signing, size, |l, s| s > l).await?;
     let signed = t.elapsed();
     writeln!(
         out,

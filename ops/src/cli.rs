@@ -115,8 +115,10 @@ pub(crate) enum ServeCmd {
         #[arg(long)]
         insecure_loopback: bool,
     },
-    /// Keeps the Merkle tree over the log and signs checkpoints with KEY, every N events or T
-    /// seconds, into the database and, with --file, a file the operator ships elsewhere.
+    /// Keeps the Merkle tree over the log and signs checkpoints with KEY (from `audit keygen`)
+    /// whenever --every-events new events joined the tree, or --every-seconds passed and any did;
+    /// into the database and, with --file, a file opened for appending that the operator ships
+    /// where a database administrator cannot reach it. Any number may run: they take turns.
     Checkpoints {
         #[arg(long)]
         key: PathBuf,
@@ -302,7 +304,9 @@ pub(crate) enum AuditCmd {
         #[arg(long)]
         file: Option<PathBuf>,
     },
-    /// A witness cosigns every checkpoint of a checkpoints file it has checked is the log's.
+    /// A witness cosigns every checkpoint of a checkpoints file (the service's --file), after
+    /// checking the whole file is the log's: signatures, one root per size, the heads. Writes the
+    /// cosigned copy to OUT (replacing it). The witness keeps no state between runs.
     Cosign {
         #[arg(long)]
         public_key: String,
@@ -314,7 +318,9 @@ pub(crate) enum AuditCmd {
         #[arg(long)]
         out: PathBuf,
     },
-    /// Introduces a new log key with a note signed by the old one (and the new).
+    /// Hands the log to a new key with a note signed by the old one and the new: checkpoints of
+    /// the tree's size now stay the old key's, every larger one must be the new key's. Then
+    /// restart the checkpoint service with the new key; auditors keep the first public key.
     Rotate {
         #[arg(long)]
         old_key: PathBuf,
@@ -340,6 +346,7 @@ pub(crate) enum AuditCmd {
     },
     /// An inclusion proof for an event, or a consistency proof between two checkpoints, as JSON.
     Prove {
+        /// The event's id (a UUID: `audit replay --format jsonl` and the export's evidence show them).
         #[arg(long, conflicts_with_all = ["from", "to"], required_unless_present_all = ["from", "to"])]
         event: Option<uuid::Uuid>,
         /// The older checkpoint's tree size.
@@ -350,7 +357,9 @@ pub(crate) enum AuditCmd {
         to: Option<u64>,
     },
     /// The audit rows replayed from the log as JSON lines in OUT, with OUT.manifest.json beside
-    /// it (count, first and last position, SHA-256 of the file).
+    /// it (count, first and last position, SHA-256 of the file) and OUT.evidence.jsonl: every
+    /// event whole, the signed checkpoints and the proofs, so that `audit verify --public-key K
+    /// --export OUT` checks it with no database.
     Export {
         #[arg(long)]
         tenant: Option<String>,

@@ -89,7 +89,22 @@ pub async fn checkpoint(
     due: impl FnOnce(u64, u64) -> bool,
 ) -> Result<Option<StoredCheckpoint>> {
     let size = extend(store).await?;
-    let last = store.checkpoints().await?.last().map_or(0, |c| c.size);
+    sign_head(store, signing, size, due).await
+}
+
+/// Signs a checkpoint of the tree's first `size` leaves if `due` says so, given the size of the
+/// newest checkpoint.
+pub async fn sign_head(
+    store: &PgStore,
+    signing: &Signing,
+    size: u64,
+    due: impl FnOnce(u64, u64) -> bool,
+) -> Result<Option<StoredCheckpoint>> {
+    let head = store.tree_head().await?.size;
+    if size > head {
+        bail!("the tree holds {head} leaves: a checkpoint of {size} cannot be signed");
+    }
+    let last = store.newest_checkpoint_size().await?.unwrap_or(0);
     // Nothing to sign in an empty log, nor twice for one size.
     if size == 0 || size <= last && last != 0 || !due(last, size) {
         return Ok(None);

@@ -570,3 +570,131 @@ async fn a_use_deleted_before_a_checkpoint_is_found_by_the_grants_end() {
     ledger::verify_stream(&stream, &log.store.read_stream(&stream, 1).await.unwrap()).expect("the chain was recomputed");
     expect_err(log.verify().await, &[&format!("grant {grant_id} of tenant tenant-a ended after 3 uses"), "[2]"]);
 }
+
+/// Rewrites an export's rows file and its manifest as an attacker who holds them would.
+fn rewrite_export(export: &Path, keep: impl Fn(&str) -> bool, keep_evidence: impl Fn(&serde_json::Value) -> bool) {
+    use sha2::Digest as _;
+    let rows: String = std::fs::read_to_string(export).unwrap().lines().filter(|l| keep(l)).map(|l| format!("{l}\n")).collect();
+    std::fs::write(export, &rows).unwrap();
+    let mut manifest = export.as_os_str().to_owned();
+    manifest.push(".manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+    m["count"] = serde_json::json!(rows.lines().count());
+    m["sha256"] = serde_json::json!(hex::encode(sha2::Sha256::digest(rows.as_bytes())));
+    std::fs::write(&manifest, m.to_string()).unwrap();
+    let evidence = ops::proof::evidence_path(export);
+    let kept: String = std::fs::read_to_string(&evidence)
+        .unwrap()
+        .lines()
+        .filter(|l| keep_evidence(&serde_json::from_str(l).unwrap()))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&evidence, kept).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_export_cut_short_stripped_of_proofs_or_relabelled_does_not_verify() {
+    let log = Log::new("tenant-export").await;
+    log.session("tenant-a", 2).await;
+    log.session("tenant-b", 1).await;
+    let newest = log.session("tenant-a", 2).await;
+    log.sign().await;
+    let trust = log.trust();
+    let fresh = |name: &str| {
+        let out = log.dir.join(name);
+        let log = &log;
+        let out2 = out.clone();
+        async move {
+            export(log, Some("tenant-a"), &out2).await;
+            out2
+        }
+    };
+    let one = fresh("cut.jsonl").await;
+    ops::proof::verify_export_offline(&one, &trust, None).unwrap();
+    // The tenant's newest event dropped from the rows, the evidence and the manifest alike.
+    let last = log.store.read_stream(&newest, 3).await.unwrap().remove(0);
+    let (id, position) = (last.event_id.to_string(), format!("\"position\":{},", last.global_position));
+    rewrite_export(&one, |l| !l.contains(&position), |v| v["event"]["event_id"] != id.as_str());
+    let e = format!("{:#}", ops::proof::verify_export_offline(&one, &trust, None).unwrap_err());
+    assert!(e.contains(&format!("stream {newest}")) && e.contains("signed its head at version 3"), "{e}");
+
+    // Every proof stripped: nothing of the tenant is proven.
+    let stripped = fresh("stripped.jsonl").await;
+    let evidence = ops::proof::evidence_path(&stripped);
+    let text: String = std::fs::read_to_string(&evidence)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            if let Some(o) = v.as_object_mut() {
+                o.remove("proof");
+                o.remove("leaf");
+            }
+            format!("{v}\n")
+        })
+        .collect();
+    std::fs::write(&evidence, text).unwrap();
+    let e = format!("{:#}", ops::proof::verify_export_offline(&stripped, &trust, None).unwrap_err());
+    assert!(e.contains("no proven event"), "{e}");
+
+    // A whole-log export relabelled as tenant-a's, tenant-b's events dropped.
+    let whole = log.dir.join("whole.jsonl");
+    export(&log, None, &whole).await;
+    rewrite_export(&whole, |l| !l.contains("tenant-b"), |v| v["event"]["tenant"] != "tenant-b");
+    let evidence = ops::proof::evidence_path(&whole);
+    let text = std::fs::read_to_string(&evidence).unwrap().replacen("\"tenant\":null", "\"tenant\":\"tenant-a\"", 1);
+    std::fs::write(&evidence, text).unwrap();
+    assert!(ops::proof::verify_export_offline(&whole, &trust, None).is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_rotation_the_new_key_signs_on_and_the_old_key_signs_nothing_larger() {
+    let mut log = Log::new("rotation").await;
+    log.session("tenant-a", 1).await;
+    log.sign().await;
+    let first = log.trust();
+    let old = Signer::parse(&log.signing.key.to_private_string()).unwrap();
+    let new = Signer::generate(ORIGIN).unwrap();
+    ops::proof::rotate(&log.store, &old, &new, log.signing.file.as_deref()).await.unwrap();
+    // The new key signs on; the auditor holds only the first key, and the rotation brings in the next.
+    log.signing.key = Signer::parse(&new.to_private_string()).unwrap();
+    log.session("tenant-a", 1).await;
+    log.sign().await;
+    let ok = ops::proof::verify_log(&log.store, &first, log.signing.file.as_deref()).await.unwrap();
+    assert!(ok.contains("2 signed checkpoints"), "{ok}");
+    // The old key, leaked, signs a larger checkpoint: refused, from the table and from the file.
+    log.signing.key = old;
+    log.session("tenant-a", 1).await;
+    log.sign().await;
+    let e = ops::proof::verify_log(&log.store, &first, None).await.unwrap_err();
+    assert!(format!("{e:#}").contains("no signature by a key this verifier trusts"), "{e:#}");
+    let e = ops::proof::verify_log(&log.store, &first, log.signing.file.as_deref()).await.unwrap_err();
+    assert!(format!("{e:#}").contains("no signature by a key this verifier trusts"), "{e:#}");
+}
+
+/// An auditor's machine has no database: the offline check starts none and needs no URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_offline_check_runs_with_no_database_at_all() {
+    let log = Log::new("offline-cli").await;
+    log.session("tenant-a", 1).await;
+    log.sign().await;
+    let out = log.dir.join("offline.jsonl");
+    export(&log, None, &out).await;
+    let key = log.dir.join("log.pub");
+    std::fs::write(&key, log.signing.key.verifier().to_string()).unwrap();
+    let cwd = log.dir.join("auditor");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let run = std::process::Command::new(tests::grantctl())
+        .args(["audit", "verify", "--public-key"])
+        .arg(&key)
+        .arg("--export")
+        .arg(&out)
+        .current_dir(&cwd)
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&run.stdout).into_owned() + &String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{text}");
+    assert!(text.contains("rows match their events"), "{text}");
+    assert!(!cwd.join(".pgdata").exists(), "the offline check started a database");
+}

@@ -471,6 +471,12 @@ fn refused_field(consequences: &[Consequence], req: &AuthorizeRequest) -> Option
     named.or_else(|| typed_secret.then_some(Named::PaymentField))
 }
 
+/// A URL without its query and fragment, as a decision's record keeps it.
+fn without_query(url: &str) -> String {
+    let end = url.find(['?', '#']).unwrap_or(url.len());
+    url[..end].to_owned()
+}
+
 /// Decides one `browser.act`: the policy engine first (DENY and hardline are final), then the
 /// pinned standing grant, then the session's task grant; otherwise an approval, with the reason
 /// the grant did not cover it.
@@ -542,8 +548,13 @@ pub fn authorize(
             decided: Some(DecidedUnder {
                 classifier_version: classifier::version().to_owned(),
                 policy_version: policy.version.clone(),
-                element: req.element.clone(),
-                page: req.page.clone(),
+                // Kept for ever, so never a query or fragment (a reset token, a code): the rules
+                // read neither.
+                element: classifier::ElementFacts {
+                    nav_targets: req.element.nav_targets.iter().map(|t| without_query(t)).collect(),
+                    ..req.element.clone()
+                },
+                page: classifier::PageFacts { url: without_query(&req.page.url) },
                 action: match &req.action {
                     Action::Type { .. } => Action::Type { text: String::new() },
                     other => other.clone(),

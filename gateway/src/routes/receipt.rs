@@ -70,8 +70,7 @@ pub(super) async fn receipt(call: Call, Seg(approval_id): Seg) -> Answer<Receipt
     let (_, leaf) = store.leaf_of(answer.event_id).await.map_err(|e| unavailable(&e))?.ok_or_else(Problem::not_found)?;
     let signed_soon = "the log has not signed your answer yet; the next checkpoint will (within a minute or so)";
     let leaf = leaf.ok_or_else(|| not_yet(signed_soon))?;
-    let checkpoints = store.checkpoints().await.map_err(|e| unavailable(&e))?;
-    let c = checkpoints.iter().find(|c| c.size > leaf).ok_or_else(|| not_yet(signed_soon))?;
+    let c = store.checkpoint_holding(leaf).await.map_err(|e| unavailable(&e))?.ok_or_else(|| not_yet(signed_soon))?;
     let (proof, _) = store.inclusion_proof(leaf, c.size).await.map_err(|e| unavailable(&e))?;
     Ok(Json(Receipt {
         approval_id,

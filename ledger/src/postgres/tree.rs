@@ -218,6 +218,13 @@ impl PgStore {
             .collect()
     }
 
+    /// The size of the newest checkpoint, if any.
+    pub async fn newest_checkpoint_size(&self) -> Result<Option<u64>, TreeError> {
+        let client = self.pool.get().await.map_err(unavailable)?;
+        let row = client.query_one("SELECT max(tree_size) FROM log_checkpoints", &[]).await.map_err(unavailable)?;
+        Ok(row.get::<_, Option<i64>>(0).map(to_u64))
+    }
+
     /// The smallest checkpoint that holds leaf `leaf`, if one is signed yet.
     pub async fn checkpoint_holding(&self, leaf: u64) -> Result<Option<StoredCheckpoint>, TreeError> {
         let client = self.pool.get().await.map_err(unavailable)?;

@@ -229,7 +229,9 @@ pub fn verify_consistency(
         if !proof.is_empty() {
             return Err(ProofError::WrongLength);
         }
-        return if old == 0 || old_root == new_root { Ok(()) } else { Err(ProofError::RootMismatch) };
+        // The empty tree is a prefix of every tree, but only under its own root.
+        let expected = if old == 0 { empty_root() } else { *new_root };
+        return if *old_root == expected { Ok(()) } else { Err(ProofError::RootMismatch) };
     }
     let mut path: Vec<Hash> = Vec::with_capacity(proof.len() + 1);
     if old.is_power_of_two() {

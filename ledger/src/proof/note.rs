@@ -34,7 +34,7 @@ pub enum NoteError {
 }
 
 fn check_name(name: &str) -> Result<(), NoteError> {
-    if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c == '+') {
+    if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control() || c == '+') {
         return Err(NoteError::BadName(name.to_owned()));
     }
     Ok(())
