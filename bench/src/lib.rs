@@ -220,15 +220,12 @@ async fn ledger_append(store: PgStore, writers: usize, duration: Duration) -> Re
     .await
 }
 
-/// The checkpoint service's loop beside the writers: the tree extended as events commit and a
-/// checkpoint signed every 1,000 events, until aborted.
+/// The checkpoint service's own loop beside the writers (the tree extended every second, a
+/// checkpoint signed every 1,000 events), until aborted.
 async fn keep_tree(store: PgStore) {
     let Ok(key) = ledger::proof::note::Signer::generate("bench.test/log") else { return };
     let signing = ops::proof::Signing { key, every_events: 1000, every: Duration::from_secs(60), file: None };
-    loop {
-        let _ = ops::proof::checkpoint(&store, &signing, |last, size| size >= last + 1000).await;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let _ = ops::proof::serve(store, signing, std::future::pending()).await;
 }
 
 /// A migrated scratch database with the bare-insert table, dropped by [`Scratch::drop_now`].

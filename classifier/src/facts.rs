@@ -203,7 +203,11 @@ pub struct PageFacts {
 
 /// The action the agent asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(Deserialize, serde::Serialize), serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields))]
+#[cfg_attr(
+    feature = "serde",
+    derive(Deserialize, serde::Serialize),
+    serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)
+)]
 pub enum Action {
     Click,
     Type {

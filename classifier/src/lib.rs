@@ -238,9 +238,9 @@ mod version_tests {
     #[test]
     fn the_version_covers_every_source_file() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let files = std::fs::read_dir(dir).unwrap().filter(|f| {
-            f.as_ref().unwrap().path().extension().is_some_and(|e| e == "rs")
-        });
+        let files = std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|f| f.as_ref().unwrap().path().extension().is_some_and(|e| e == "rs"));
         assert_eq!(files.count(), super::SOURCES.len());
         assert!(super::version().starts_with("sha256:") && super::version().len() == 71);
     }

@@ -67,7 +67,8 @@ async fn run(cli: Cli) -> Result<()> {
             let url = database_url(&cli.database_url)?;
             ops::migrate::run(&mut ops::connect(&url).await?).await?;
             let config: tokio_postgres::Config = url.parse().context("DATABASE_URL is not a valid PostgreSQL URL")?;
-            let store = PgStore::with_listener(ledger::postgres::pool(config.clone(), 2).map_err(anyhow::Error::msg)?, config);
+            let store =
+                PgStore::with_listener(ledger::postgres::pool(config.clone(), 2).map_err(anyhow::Error::msg)?, config);
             let signing = ops::proof::Signing {
                 key: ops::proof::load_signer(&key)?,
                 every_events: every_events.max(1),
@@ -204,7 +205,9 @@ fn offline(command: AuditCmd) -> std::result::Result<Result<()>, AuditCmd> {
     };
     let offline = matches!(
         &command,
-        AuditCmd::Verify { export: Some(_), public_key: Some(_), .. } | AuditCmd::Keygen { .. } | AuditCmd::Cosign { .. }
+        AuditCmd::Verify { export: Some(_), public_key: Some(_), .. }
+            | AuditCmd::Keygen { .. }
+            | AuditCmd::Cosign { .. }
     );
     if offline { Ok(run()) } else { Err(command) }
 }

@@ -133,16 +133,19 @@ fn append_line(path: &Path, line: &Value) -> Result<()> {
     Ok(())
 }
 
+/// How often the service extends the tree.
+pub const EXTEND_EVERY: Duration = Duration::from_secs(1);
+
 /// `grantctl serve checkpoints`: keeps the tree and signs checkpoints until `shutdown`.
 pub async fn serve(store: PgStore, signing: Signing, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
-    let mut wake = ledger::EventStore::wake_ups(&store);
     let mut signed_at = tokio::time::Instant::now();
     tokio::pin!(shutdown);
     loop {
         let now = tokio::time::Instant::now();
         let by_time = now.duration_since(signed_at) >= signing.every;
-        let made = checkpoint(&store, &signing, |last, size| size > last && (size - last >= signing.every_events || by_time))
-            .await;
+        let made =
+            checkpoint(&store, &signing, |last, size| size > last && (size - last >= signing.every_events || by_time))
+                .await;
         match made {
             Ok(Some(c)) => {
                 signed_at = now;
@@ -151,10 +154,11 @@ pub async fn serve(store: PgStore, signing: Signing, shutdown: impl std::future:
             Ok(None) => {}
             Err(e) => tracing::error!(error = format!("{e:#}"), "checkpoint failed; trying again"),
         }
+        // Once a second: the tree grows in batches, a few statements each, whatever the rate
+        // of appends.
         tokio::select! {
             () = &mut shutdown => return Ok(()),
-            _ = wake.changed() => {}
-            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            () = tokio::time::sleep(EXTEND_EVERY) => {}
         }
     }
 }
@@ -281,7 +285,8 @@ pub struct GrantUses {
 
 impl GrantUses {
     pub fn push(&mut self, e: &RecordedEvent) {
-        let grant = || e.payload.get("grant_id").and_then(Value::as_str).map(|g| (e.tenant_id.to_string(), g.to_owned()));
+        let grant =
+            || e.payload.get("grant_id").and_then(Value::as_str).map(|g| (e.tenant_id.to_string(), g.to_owned()));
         match e.event_type.as_str() {
             "tool.call.authorized" => {
                 if let (Some(k), Some(n)) = (grant(), e.payload.get("use_ordinal").and_then(Value::as_u64)) {
@@ -351,7 +356,8 @@ impl Trust {
 }
 
 fn summary(walked: &verify::Walked, checkpoints: &[Signed], consistent: usize, witnesses: &[Verifier]) -> String {
-    let (size, root) = checkpoints.last().map_or((0, String::new()), |c| (c.checkpoint.size, B64.encode(c.checkpoint.root)));
+    let (size, root) =
+        checkpoints.last().map_or((0, String::new()), |c| (c.checkpoint.size, B64.encode(c.checkpoint.root)));
     let mut out = format!(
         "{} events in {} streams: every hash and link checked; {} signed checkpoints match the log, the newest of \
          size {size} with root {root}; {consistent} consistency proofs between them check; {} events after the \
@@ -425,10 +431,9 @@ pub async fn verify_log(store: &PgStore, trust: &Trust, file: Option<&Path>) -> 
 async fn locate(store: &PgStore, walk: &Walk<'_>, checkpoints: &[Signed], f: Finding) -> Finding {
     let Finding::Root { size, from, heads, .. } = f else { return f };
     let signed = checkpoints.iter().find(|c| c.checkpoint.size == size).map(|c| c.checkpoint.root);
-    let (Ok(nodes), Ok(stored)) = (
-        store.tree_nodes(&(from..size).map(|i| (0u8, i)).collect::<Vec<_>>()).await,
-        store.tree_root(size).await,
-    ) else {
+    let (Ok(nodes), Ok(stored)) =
+        (store.tree_nodes(&(from..size).map(|i| (0u8, i)).collect::<Vec<_>>()).await, store.tree_root(size).await)
+    else {
         return Finding::Root { size, from, at: String::new(), heads };
     };
     let first = (from..size).find(|&i| {
@@ -450,7 +455,8 @@ fn sealed_of(v: &Value) -> Result<Vec<Sealed>> {
     list.iter()
         .map(|pair| {
             let part = |i: usize| -> Result<Hash> {
-                let bytes = hex::decode(pair.get(i).and_then(Value::as_str).context("a sealed head is two hex strings")?)?;
+                let bytes =
+                    hex::decode(pair.get(i).and_then(Value::as_str).context("a sealed head is two hex strings")?)?;
                 <Hash>::try_from(bytes).map_err(|_| anyhow::anyhow!("a sealed head is two 32-byte hashes"))
             };
             Ok((part(0)?, part(1)?))
@@ -473,9 +479,8 @@ pub async fn export_evidence(store: &PgStore, tenant: Option<&str>, path: &Path)
     extend(store).await?;
     let checkpoints = store.checkpoints().await?;
     let newest = checkpoints.last().map_or(0, |c| c.size);
-    let mut out = std::io::BufWriter::new(
-        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
-    );
+    let mut out =
+        std::io::BufWriter::new(std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?);
     writeln!(out, "{}", json!({ "kind": "header", "format": "grant-ledger-evidence/v1", "tenant": tenant }))?;
     for r in store.rotations().await? {
         writeln!(out, "{}", json!({ "kind": "rotation", "note": r }))?;
@@ -556,7 +561,11 @@ pub fn verify_export_offline(export: &Path, trust: &Trust, own: Option<&Path>) -
             )),
             Some("event") => {
                 let proof = v.get("proof").map(hashes_of).transpose()?;
-                events.push((event_from_json(&v["event"]).map_err(anyhow::Error::msg)?, v.get("leaf").and_then(Value::as_u64), proof));
+                events.push((
+                    event_from_json(&v["event"]).map_err(anyhow::Error::msg)?,
+                    v.get("leaf").and_then(Value::as_u64),
+                    proof,
+                ));
             }
             _ => bail!("{} line {}: unknown kind", evidence.display(), i + 1),
         }
@@ -609,9 +618,8 @@ pub fn verify_export_offline(export: &Path, trust: &Trust, own: Option<&Path>) -
                         bail!("position {}: leaves out of order", e.global_position);
                     }
                     last_leaf = Some(*leaf);
-                    merkle::verify_inclusion(*leaf, c.size, &merkle::event_leaf(e), proof, &c.root).map_err(
-                        |reason| Finding::Inclusion { position: e.global_position, leaf: *leaf, reason },
-                    )?;
+                    merkle::verify_inclusion(*leaf, c.size, &merkle::event_leaf(e), proof, &c.root)
+                        .map_err(|reason| Finding::Inclusion { position: e.global_position, leaf: *leaf, reason })?;
                     proven.insert((e.stream_id.to_string(), e.stream_version, e.hash));
                 }
                 _ => unsigned += 1,

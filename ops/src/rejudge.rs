@@ -67,8 +67,10 @@ pub async fn run(store: &PgStore, policy: &Policy, scope: &Scope) -> Result<Repo
                     grants.insert((tenant.to_owned(), g.grant_id), (g.scope.origin, g.scope.path_prefix));
                 }
                 Event::ToolCallAuthorized(u)
-                    if matches!(u.authorization_kind, AuthorizationKind::StandingGrant | AuthorizationKind::BrowserTaskGrant)
-                        && scope.since.is_none_or(|t| e.recorded_at >= t) =>
+                    if matches!(
+                        u.authorization_kind,
+                        AuthorizationKind::StandingGrant | AuthorizationKind::BrowserTaskGrant
+                    ) && scope.since.is_none_or(|t| e.recorded_at >= t) =>
                 {
                     report.judged += 1;
                     let Some(d) = &u.decided else {
@@ -76,12 +78,8 @@ pub async fn run(store: &PgStore, policy: &Policy, scope: &Scope) -> Result<Repo
                         continue;
                     };
                     let grant_scope = u.grant_id.and_then(|g| grants.get(&(tenant.to_owned(), g)));
-                    let outcome = rejudge(
-                        policy,
-                        u.authorization_kind,
-                        grant_scope.map(|(o, p)| (o.as_str(), p.as_str())),
-                        d,
-                    );
+                    let outcome =
+                        rejudge(policy, u.authorization_kind, grant_scope.map(|(o, p)| (o.as_str(), p.as_str())), d);
                     if outcome != Rejudged::Same {
                         let name = u.view.element_name.as_deref().unwrap_or("(no name)");
                         report.changed.push(Changed {

@@ -30,7 +30,8 @@ impl Log {
         let dir = std::env::temp_dir().join(format!("gl-audit-{test}-{}", Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = Some(dir.join("checkpoints.jsonl"));
-        let signing = Signing { key: Signer::generate(ORIGIN).unwrap(), every_events: 1, every: Default::default(), file };
+        let signing =
+            Signing { key: Signer::generate(ORIGIN).unwrap(), every_events: 1, every: Default::default(), file };
         Self { db, store, signing, dir }
     }
 
@@ -58,7 +59,8 @@ impl Log {
             }));
         }
         let new = events.iter().map(|e| e.to_new(Uuid::new_v4(), Metadata::by("owner-1"))).collect();
-        let request = AppendRequest::single(TenantId::new(tenant).unwrap(), stream.clone(), ExpectedVersion::NoStream, new);
+        let request =
+            AppendRequest::single(TenantId::new(tenant).unwrap(), stream.clone(), ExpectedVersion::NoStream, new);
         self.store.append(request).await.unwrap();
         stream
     }
@@ -69,9 +71,12 @@ impl Log {
         let client = self.db.client().await;
         let count: i64 = client.query_one("SELECT count(*) FROM events", &[]).await.unwrap().get(0);
         let count = u64::try_from(count).unwrap();
-        tests::poll_until("the tree to take every event", Duration::from_secs(30), Duration::from_millis(20), || async {
-            (ops::proof::extend(&self.store).await.unwrap() == count).then_some(())
-        })
+        tests::poll_until(
+            "the tree to take every event",
+            Duration::from_secs(30),
+            Duration::from_millis(20),
+            || async { (ops::proof::extend(&self.store).await.unwrap() == count).then_some(()) },
+        )
         .await;
         let c = ops::proof::checkpoint(&self.store, &self.signing, |last, size| size > last).await.unwrap();
         c.expect("a checkpoint was due").size
@@ -347,7 +352,8 @@ async fn gos_reference_implementation_verifies_the_checkpoints_and_proofs() {
     let event = log.store.read_stream(&stream, 3).await.unwrap().remove(0);
     let inclusion = ops::proof::prove_event(&log.store, event.event_id).await.unwrap();
     let consistency = ops::proof::prove_consistency(&log.store, a, b).await.unwrap();
-    let cosigned = ops::proof::cosign(inclusion["checkpoint"].as_str().unwrap(), &log.signing.key.verifier(), &witness).unwrap();
+    let cosigned =
+        ops::proof::cosign(inclusion["checkpoint"].as_str().unwrap(), &log.signing.key.verifier(), &witness).unwrap();
     let input = serde_json::json!({
         "public_key": log.signing.key.verifier().to_string(),
         "witness_key": witness.verifier().to_string(),
@@ -366,11 +372,13 @@ async fn gos_reference_implementation_verifies_the_checkpoints_and_proofs() {
     wrong["leaf_index"] = serde_json::json!(9);
     assert!(run_go_result(&wrong).is_err());
     let mut other = input;
-    other["checkpoint"] = serde_json::json!(Note::sign(
-        &Note::parse(inclusion["checkpoint"].as_str().unwrap()).unwrap().text,
-        &[&Signer::generate(ORIGIN).unwrap()]
-    )
-    .unwrap());
+    other["checkpoint"] = serde_json::json!(
+        Note::sign(
+            &Note::parse(inclusion["checkpoint"].as_str().unwrap()).unwrap().text,
+            &[&Signer::generate(ORIGIN).unwrap()]
+        )
+        .unwrap()
+    );
     let e = run_go_result(&other).unwrap_err();
     assert!(e.contains("note.Open"), "{e}");
 }
@@ -502,7 +510,8 @@ mod rejudge {
         let (report, text) = judge(&log, &Policy::empty()).await;
         assert_eq!((report.judged, report.changed.len()), (3, 0), "{text}");
 
-        let deny = Policy::parse(br#"{"rules":[{"id":"no-shop","effect":"deny","origins":["https://shop.test"]}]}"#).unwrap();
+        let deny =
+            Policy::parse(br#"{"rules":[{"id":"no-shop","effect":"deny","origins":["https://shop.test"]}]}"#).unwrap();
         let (report, text) = judge(&log, &deny).await;
         assert_eq!(report.changed.len(), 2, "{text}");
         assert!(report.changed.iter().all(|c| c.what.contains(SHOP)), "{text}");
@@ -567,14 +576,16 @@ async fn a_use_deleted_before_a_checkpoint_is_found_by_the_grants_end() {
         ))
         .await;
     }
-    ledger::verify_stream(&stream, &log.store.read_stream(&stream, 1).await.unwrap()).expect("the chain was recomputed");
+    ledger::verify_stream(&stream, &log.store.read_stream(&stream, 1).await.unwrap())
+        .expect("the chain was recomputed");
     expect_err(log.verify().await, &[&format!("grant {grant_id} of tenant tenant-a ended after 3 uses"), "[2]"]);
 }
 
 /// Rewrites an export's rows file and its manifest as an attacker who holds them would.
 fn rewrite_export(export: &Path, keep: impl Fn(&str) -> bool, keep_evidence: impl Fn(&serde_json::Value) -> bool) {
     use sha2::Digest as _;
-    let rows: String = std::fs::read_to_string(export).unwrap().lines().filter(|l| keep(l)).map(|l| format!("{l}\n")).collect();
+    let rows: String =
+        std::fs::read_to_string(export).unwrap().lines().filter(|l| keep(l)).map(|l| format!("{l}\n")).collect();
     std::fs::write(export, &rows).unwrap();
     let mut manifest = export.as_os_str().to_owned();
     manifest.push(".manifest.json");

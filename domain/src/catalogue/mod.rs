@@ -14,11 +14,11 @@ mod tests;
 mod values;
 
 pub use events::{
-    ApprovalExpired, ApprovalRequested, ApprovalResolved, ApprovalTokenIssued, ApprovalTokenRedeemed,
+    ApprovalExpired, ApprovalRequested, ApprovalResolved, ApprovalTokenIssued, ApprovalTokenRedeemed, DecidedUnder,
     DeploymentPolicyChanged, DeploymentScopesChanged, ProfileClaimed, ProfileDeleted, ProfileGenerationAdvanced,
     ProfileRevoked, RunCompleted, RunEscalated, RunRefused, RunStarted, SessionCreated, SessionDeleted,
     SessionMessageRecorded, SessionStopped, SessionToolCalled, StandingGrantPinned, StandingGrantUnpinned,
-    TaskGrantCreated, TaskGrantEnded, ToolCallAuthorized, DecidedUnder,
+    TaskGrantCreated, TaskGrantEnded, ToolCallAuthorized,
 };
 pub use values::{
     ActionView, ApprovalStatus, Author, AuthorizationKind, BoundAction, Destination, DestinationKind, EndReason,

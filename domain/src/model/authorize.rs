@@ -9,8 +9,8 @@ use classifier::{Action, Consequence, ElementFacts, Named, PageFacts, TaskScope}
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::limits::{APPROVAL_TTL, GRANT_MINUTES, MAX_ACTIONS, MAX_TYPED_CHARS};
 use crate::catalogue::DecidedUnder;
+use crate::limits::{APPROVAL_TTL, GRANT_MINUTES, MAX_ACTIONS, MAX_TYPED_CHARS};
 use crate::policy::{ActionKind, Policy, Verdict};
 use crate::scopes::scope_for;
 

@@ -28,10 +28,10 @@ mod sign_in;
 mod stop;
 
 use approvals::{GET_APPROVAL, LIST_APPROVALS, get_approval, list_approvals};
-use receipt::{RECEIPT, receipt};
 use events::{EVENTS, events};
 use grants::{GET_GRANT, LIST_GRANTS, REVOKE_GRANT, get_grant, list_grants, revoke_grant};
 use live::{LIVE, LIVE_INPUT, live, live_input};
+use receipt::{RECEIPT, receipt};
 use resolve::{RESOLVE, resolve};
 use sign_in::{sign_in, sign_in_page};
 use stop::{STOP_EVERYTHING, STOP_SESSION, stop_everything, stop_session};

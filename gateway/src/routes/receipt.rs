@@ -3,10 +3,10 @@
 //! they answered (`grantctl audit verify` or any RFC 9162 and C2SP implementation checks it).
 
 use axum::Json;
+use axum::http::StatusCode;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use credentials::Scope;
-use axum::http::StatusCode;
 use ledger::proof::{event_json, merkle};
 use ledger::{EventStore, StreamId, TenantId};
 use proto::ApprovalStatus;
@@ -67,7 +67,8 @@ pub(super) async fn receipt(call: Call, Seg(approval_id): Seg) -> Answer<Receipt
         .iter()
         .find(|e| e.event_type == "approval.resolved")
         .ok_or_else(|| not_yet("the card ended without an answer from you: there is nothing to prove"))?;
-    let (_, leaf) = store.leaf_of(answer.event_id).await.map_err(|e| unavailable(&e))?.ok_or_else(Problem::not_found)?;
+    let (_, leaf) =
+        store.leaf_of(answer.event_id).await.map_err(|e| unavailable(&e))?.ok_or_else(Problem::not_found)?;
     let signed_soon = "the log has not signed your answer yet; the next checkpoint will (within a minute or so)";
     let leaf = leaf.ok_or_else(|| not_yet(signed_soon))?;
     let c = store.checkpoint_holding(leaf).await.map_err(|e| unavailable(&e))?.ok_or_else(|| not_yet(signed_soon))?;

@@ -198,7 +198,12 @@ mod tests {
     fn a_witness_cosigns_and_a_rotation_introduces_the_next_key() {
         let log = Signer::generate("log.example/ledger").unwrap();
         let witness = Signer::generate("witness.example").unwrap();
-        let c = Checkpoint { origin: "log.example/ledger".into(), size: 5, root: [1; 32], extensions: vec![heads_line(&Heads::new(), &[])] };
+        let c = Checkpoint {
+            origin: "log.example/ledger".into(),
+            size: 5,
+            root: [1; 32],
+            extensions: vec![heads_line(&Heads::new(), &[])],
+        };
         let cosigned = Note::cosign(&c.sign(&log).unwrap(), &witness).unwrap();
         let _ = Heads::new();
         let (_, names) = Checkpoint::open(&cosigned, &[log.verifier(), witness.verifier()], &c.origin).unwrap();

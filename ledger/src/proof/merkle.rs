@@ -454,8 +454,11 @@ mod tests {
     #[test]
     fn needed_names_every_node_a_proof_reads() {
         let t = tree(&leaves(37));
-        for (leaf, old, new) in [(true, 0, 1), (true, 5, 37), (true, 36, 37), (false, 3, 37), (false, 16, 37), (false, 0, 9)] {
-            let only: HashMap<Node, Hash> = needed(leaf, old, new).into_iter().map(|(l, i)| ((l, i), t.node(l, i))).collect();
+        for (leaf, old, new) in
+            [(true, 0, 1), (true, 5, 37), (true, 36, 37), (false, 3, 37), (false, 16, 37), (false, 0, 9)]
+        {
+            let only: HashMap<Node, Hash> =
+                needed(leaf, old, new).into_iter().map(|(l, i)| ((l, i), t.node(l, i))).collect();
             if leaf {
                 assert_eq!(inclusion_proof(&only, old, new), inclusion_proof(&t, old, new));
             } else {

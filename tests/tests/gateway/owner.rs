@@ -267,15 +267,23 @@ async fn an_owner_gets_a_receipt_for_an_answered_card_that_checks_against_the_si
     let path = format!("/v1/approvals/{card}/receipt");
     let pending = s.call(0, "GET", &path).bearer(&owner).send().await;
     assert_eq!((pending.status, pending.code().as_str()), (409, "receipt_not_ready"), "{pending:?}");
-    let answered =
-        s.call(0, "POST", &format!("/v1/approvals/{card}/resolve")).bearer(&owner).json(&resolve_body("deny")).send().await;
+    let answered = s
+        .call(0, "POST", &format!("/v1/approvals/{card}/resolve"))
+        .bearer(&owner)
+        .json(&resolve_body("deny"))
+        .send()
+        .await;
     assert_eq!(answered.status, 200, "{answered:?}");
     let unsigned = s.call(1, "GET", &path).bearer(&owner).send().await;
     assert_eq!((unsigned.status, unsigned.code().as_str()), (409, "receipt_not_ready"), "{unsigned:?}");
 
     let store = s.db.store(2);
-    let signing =
-        ops::proof::Signing { key: Signer::generate("ledger.test/log").unwrap(), every_events: 1, every: Duration::ZERO, file: None };
+    let signing = ops::proof::Signing {
+        key: Signer::generate("ledger.test/log").unwrap(),
+        every_events: 1,
+        every: Duration::ZERO,
+        file: None,
+    };
     let count: i64 = s.events().await;
     tests::poll_until("the tree to take every event", Duration::from_secs(30), Duration::from_millis(20), || async {
         (ops::proof::extend(&store).await.unwrap() >= u64::try_from(count).unwrap()).then_some(())
