@@ -466,13 +466,13 @@ mod rejudge {
                     ..Default::default()
                 },
                 snapshot_id: None,
-                decided: Some(DecidedUnder {
+                decided: Some(Box::new(DecidedUnder {
                     classifier_version: classifier.into(),
                     policy_version: Policy::empty().version,
                     element,
                     page: classifier::PageFacts { url: format!("{origin}/lesson/page") },
                     action: classifier::Action::Click,
-                }),
+                })),
             }));
         }
         let new = events.iter().map(|e| e.to_new(Uuid::new_v4(), Metadata::by("authorizer"))).collect();

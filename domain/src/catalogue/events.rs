@@ -169,7 +169,7 @@ pub struct ToolCallAuthorized {
     /// What the decision read and the versions it was made under, so an auditor can replay it
     /// under another policy or classifier (`grantctl audit rejudge`). Left out when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decided: Option<DecidedUnder>,
+    pub decided: Option<Box<DecidedUnder>>,
 }
 
 /// The facts a decision made without a human read, and the versions it was made under.

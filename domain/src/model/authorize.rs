@@ -545,7 +545,7 @@ pub fn authorize(
             typed_chars: typed_chars(&req.action),
             view: req.view.clone(),
             snapshot_id: req.snapshot.as_ref().map(|(snapshot, _)| snapshot.clone()),
-            decided: Some(DecidedUnder {
+            decided: Some(Box::new(DecidedUnder {
                 classifier_version: classifier::version().to_owned(),
                 policy_version: policy.version.clone(),
                 // Kept for ever, so never a query or fragment (a reset token, a code): the rules
@@ -559,7 +559,7 @@ pub fn authorize(
                     Action::Type { .. } => Action::Type { text: String::new() },
                     other => other.clone(),
                 },
-            }),
+            })),
         })
     };
     if standing_grant_covers(world, req, now) {

@@ -73,8 +73,10 @@ impl Nodes for HashMap<Node, Hash> {
 /// The hash of leaves `lo..hi` (`hi > lo`) built from complete subtrees.
 fn range_hash(t: &impl Nodes, lo: u64, hi: u64) -> Hash {
     let n = hi - lo;
-    if n.is_power_of_two() && lo % n == 0 {
-        return t.node(n.trailing_zeros() as u8, lo / n);
+    if n.is_power_of_two() && lo.is_multiple_of(n) {
+        // A u64's trailing zeros number at most 64.
+        let level = u8::try_from(n.trailing_zeros()).unwrap_or(u8::MAX);
+        return t.node(level, lo / n);
     }
     let k = split(n);
     node_hash(&range_hash(t, lo, lo + k), &range_hash(t, lo + k, hi))

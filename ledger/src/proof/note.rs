@@ -277,7 +277,7 @@ mod tests {
     fn the_specifications_example_verifies() {
         let v = Verifier::parse("example.com/foo+530d903a+AekyeRrm56hApGFkyQR4ZCbV54Id2LKaANYcrnKv3U2k").unwrap();
         let note = "This is an example message.\n\n\u{2014} example.com/foo Uw2QOkn8srV1yJGh2VYRlL1Tnagv1YEq6TfXppzi2ONncAlTgK7Ztg1ERYNZXsYjOBH3mFXmRKuwHjG1Yu72IneyaQM=\n";
-        assert_eq!(Note::parse(note).unwrap().verify(&[v.clone()]), Ok(vec!["example.com/foo".to_owned()]));
+        assert_eq!(Note::parse(note).unwrap().verify(std::slice::from_ref(&v)), Ok(vec!["example.com/foo".to_owned()]));
         let changed = note.replace("example message", "exemple message");
         assert!(matches!(Note::parse(&changed).unwrap().verify(&[v]), Err(NoteError::BadSignature { .. })));
     }

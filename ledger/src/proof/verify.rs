@@ -82,9 +82,8 @@ pub fn open_checkpoints(
         keys.push((from, new));
     }
     // The key of a size: the newest whose rotation was made at a smaller size.
-    let key_for = |size: u64| {
-        keys.iter().enumerate().filter(|(i, (after, _))| *i == 0 || size > *after).last().map(|(_, (_, k))| k)
-    };
+    let key_for =
+        |size: u64| keys.iter().enumerate().rev().find(|(i, (after, _))| *i == 0 || size > *after).map(|(_, (_, k))| k);
     let mut out: Vec<Signed> = Vec::new();
     for (note, heads, others) in notes {
         let size = Note::parse(note).ok().and_then(|n| Checkpoint::parse_body(&n.text).ok()).map(|c| c.size);
