@@ -13,7 +13,7 @@ const REFUSALS: &[(&str, &str)] = &[
     ("401", "No credential, or one unknown, expired or revoked"),
     ("403", "A scope is missing, or a browser write lacks its CSRF token"),
     ("404", "Nothing here for this caller: no such object, another owner's, or a route not mounted"),
-    ("409", "The object's state forbids this (a stale offer, a card no longer pending)"),
+    ("409", "The object's state forbids this (a stale offer, a card no longer pending, a receipt not signed yet)"),
     ("413", "The body is too large"),
     ("422", "A field breaks a rule; `field` names it"),
     ("429", "Too many requests for this token; see Retry-After"),
