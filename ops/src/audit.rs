@@ -197,13 +197,15 @@ pub async fn verify_export(store: &PgStore, path: &std::path::Path) -> Result<St
             lines.get(i).copied().unwrap_or("(nothing)")
         );
     }
-    Ok(format!(
-        "{}: {} rows from position {:?} to {:?}, digest and every row match the log",
-        path.display(),
-        manifest.count,
-        manifest.first_position,
-        manifest.last_position
-    ))
+    Ok(format!("{}: {} rows, {}; digest and every row match the log", path.display(), manifest.count, span(&manifest)))
+}
+
+/// Where an export's rows lie in the log, in words.
+pub fn span(m: &Manifest) -> String {
+    match (m.first_position, m.last_position) {
+        (Some(a), Some(b)) => format!("positions {a} to {b}"),
+        _ => "no positions (the export is empty)".to_owned(),
+    }
 }
 
 /// `grantctl projections status`.

@@ -249,14 +249,7 @@ async fn audit(url: &str, command: AuditCmd) -> Result<()> {
             let evidence = ops::proof::evidence_path(&out);
             let events = ops::proof::export_evidence(&store, filter.tenant.as_deref(), &evidence).await?;
             println!("{}: {events} events with the checkpoints and proofs that sign them", evidence.display());
-            println!(
-                "{}: {} rows, positions {:?} to {:?}, sha256 {}",
-                out.display(),
-                m.count,
-                m.first_position,
-                m.last_position,
-                m.sha256
-            );
+            println!("{}: {} rows, {}, sha256 {}", out.display(), m.count, ops::audit::span(&m), m.sha256);
         }
         AuditCmd::Checkpoint { key, file } => {
             ops::migrate::run(&mut ops::connect(url).await?).await?;
