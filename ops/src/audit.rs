@@ -124,23 +124,29 @@ fn manifest_path(export: &std::path::Path) -> std::path::PathBuf {
 /// `grantctl audit export`: the audit rows replayed from the log as JSON lines in `path`, and a
 /// manifest beside it (`path.manifest.json`) an auditor keeps.
 pub async fn export(store: &PgStore, filter: &Filter, path: &std::path::Path) -> Result<Manifest> {
-    use sha2::Digest;
     let total: i64 = store.pool().get().await?.query_one("SELECT count(*) FROM events", &[]).await?.get(0);
     let mut progress = Progress::new("exporting", u64::try_from(total).unwrap_or_default());
     let rows = replay_with(store, filter, |n| progress.at(n)).await?;
     progress.finish();
+    let lines: Vec<(u64, String)> = rows.iter().map(|r| (r.global_position, json_line(r))).collect();
+    write_export(path, &lines, filter.tenant.clone())
+}
+
+/// Writes an export's rows (each with its event's position) and the manifest beside them.
+pub(crate) fn write_export(path: &std::path::Path, rows: &[(u64, String)], tenant: Option<String>) -> Result<Manifest> {
+    use sha2::Digest;
     let mut bytes = Vec::new();
-    for r in &rows {
-        bytes.extend_from_slice(json_line(r).as_bytes());
+    for (_, line) in rows {
+        bytes.extend_from_slice(line.as_bytes());
         bytes.push(b'\n');
     }
     std::fs::write(path, &bytes).with_context(|| format!("writing {}", path.display()))?;
     let manifest = Manifest {
         count: rows.len() as u64,
-        first_position: rows.first().map(|r| r.global_position),
-        last_position: rows.last().map(|r| r.global_position),
+        first_position: rows.first().map(|r| r.0),
+        last_position: rows.last().map(|r| r.0),
         sha256: hex::encode(sha2::Sha256::digest(&bytes)),
-        tenant: filter.tenant.clone(),
+        tenant,
     };
     std::fs::write(manifest_path(path), serde_json::to_vec_pretty(&manifest)?)?;
     Ok(manifest)

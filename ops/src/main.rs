@@ -245,9 +245,8 @@ async fn audit(url: &str, command: AuditCmd) -> Result<()> {
         AuditCmd::Export { tenant, out } => {
             let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
             let filter = ops::audit::Filter { tenant, ..ops::audit::Filter::default() };
-            let m = ops::audit::export(&store, &filter, &out).await?;
+            let (m, events) = ops::proof::export(&store, filter.tenant.as_deref(), &out).await?;
             let evidence = ops::proof::evidence_path(&out);
-            let events = ops::proof::export_evidence(&store, filter.tenant.as_deref(), &evidence).await?;
             println!("{}: {events} events with the checkpoints and proofs that sign them", evidence.display());
             println!("{}: {} rows, {}, sha256 {}", out.display(), m.count, ops::audit::span(&m), m.sha256);
         }

@@ -475,7 +475,22 @@ pub fn evidence_path(export: &Path) -> PathBuf {
 /// the consistency proofs between consecutive checkpoints, and every event (of `tenant`, when
 /// given) with, for a tenant's export, its leaf and its inclusion proof in the newest checkpoint.
 /// A whole-log export needs no per-event proof: the verifier rebuilds the tree itself.
-pub async fn export_evidence(store: &PgStore, tenant: Option<&str>, path: &Path) -> Result<u64> {
+/// `grantctl audit export`: the rows, their manifest and the evidence, all from one read of the
+/// log, so that each row's event is in the evidence and nothing else is.
+pub async fn export(store: &PgStore, tenant: Option<&str>, out: &Path) -> Result<(crate::audit::Manifest, u64)> {
+    let mut rows = Vec::new();
+    let events = export_evidence(store, tenant, &evidence_path(out), &mut rows).await?;
+    let manifest = crate::audit::write_export(out, &rows, tenant.map(str::to_owned))?;
+    Ok((manifest, events))
+}
+
+/// Writes the evidence file; each event's audit row goes to `rows`.
+async fn export_evidence(
+    store: &PgStore,
+    tenant: Option<&str>,
+    path: &Path,
+    rows: &mut Vec<(u64, String)>,
+) -> Result<u64> {
     extend(store).await?;
     let checkpoints = store.checkpoints().await?;
     let newest = checkpoints.last().map_or(0, |c| c.size);
@@ -524,6 +539,8 @@ pub async fn export_evidence(store: &PgStore, tenant: Option<&str>, path: &Path)
             if let Err(err) = writeln!(out, "{line}") {
                 failed = Some(err);
             }
+            let row = projections::audit::row(e).with_context(|| format!("event at position {}", e.global_position))?;
+            rows.push((e.global_position, crate::audit::json_line(&row)));
             count += 1;
         }
         Ok(())

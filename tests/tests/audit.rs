@@ -281,9 +281,7 @@ fn hashes(v: &serde_json::Value) -> Vec<merkle::Hash> {
 }
 
 async fn export(log: &Log, tenant: Option<&str>, out: &Path) {
-    let filter = ops::audit::Filter { tenant: tenant.map(str::to_owned), ..Default::default() };
-    ops::audit::export(&log.store, &filter, out).await.unwrap();
-    ops::proof::export_evidence(&log.store, tenant, &ops::proof::evidence_path(out)).await.unwrap();
+    ops::proof::export(&log.store, tenant, out).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
