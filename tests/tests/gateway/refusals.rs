@@ -253,6 +253,7 @@ async fn the_route_census_with_the_flag_on_and_off() {
         [
             "GET /v1/approvals/{approval_id}",
             "GET /v1/approvals/{approval_id}/live",
+            "GET /v1/approvals/{approval_id}/receipt",
             "GET /v1/me",
             "GET /v1/openapi.json",
             "GET /v1/sessions/{session_id}/activity",
