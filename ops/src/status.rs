@@ -1,5 +1,6 @@
 //! `grantctl status`: what an operator opens first. Each service's health (its metrics
-//! listener's `/healthz`), each projection's checkpoint and lag, the active task grants and
+//! listener's `/healthz`), each projection's checkpoint and lag, the log's Merkle tree and its
+//! newest signed checkpoint, the active task grants and
 //! pending cards per tenant, and the errors each service has answered since it started (from its
 //! metrics: the server-side gRPC codes and HTTP 5xx), in one screen.
 
@@ -93,6 +94,7 @@ pub async fn report(config: &tokio_postgres::Config, services: &[Service]) -> Re
                     writeln!(out, "  {:<20} not registered: its worker has never run", p.name())?;
                 }
             }
+            out.push_str(&log_proof(&client).await?);
             out.push_str("tenants\n");
             let rows = client
                 .query(
@@ -121,6 +123,45 @@ pub async fn report(config: &tokio_postgres::Config, services: &[Service]) -> Re
     }
     for e in errors {
         writeln!(out, "  {e}")?;
+    }
+    Ok(out)
+}
+
+/// Checkpoints older than this, with events after them, are called stale.
+const STALE: f64 = 300.0;
+
+/// The Merkle tree's reach and the newest signed checkpoint's age: a log nobody signs any more
+/// proves nothing new, so it shows here first.
+async fn log_proof(client: &tokio_postgres::Client) -> Result<String> {
+    let mut out = String::from("log proof\n");
+    let behind: i64 = client
+        .query_one(
+            "SELECT count(*) FROM (SELECT 1 FROM events e, log_tree_head h \
+             WHERE (e.tx_id, e.global_position) > (h.tx_id, h.global_position) LIMIT 100000) AS b",
+            &[],
+        )
+        .await?
+        .get(0);
+    let size: i64 = client.query_one("SELECT size FROM log_tree_head", &[]).await?.get(0);
+    writeln!(out, "  {:<20} {size} leaves, {behind} event(s) not in it yet", "tree")?;
+    let newest = client
+        .query_opt(
+            "SELECT tree_size, extract(epoch FROM now() - signed_at)::float8 FROM log_checkpoints \
+             ORDER BY log_checkpoints.tree_size DESC LIMIT 1",
+            &[],
+        )
+        .await?;
+    match newest {
+        None => writeln!(
+            out,
+            "  {:<20} no checkpoint signed yet: nothing is proven (run `grantctl serve checkpoints`)",
+            "checkpoint"
+        )?,
+        Some(r) => {
+            let (signed, age): (i64, f64) = (r.get(0), r.get(1));
+            let stale = if age > STALE && (behind > 0 || size > signed) { "  STALE" } else { "" };
+            writeln!(out, "  {:<20} newest of size {signed}, signed {age:.0} s ago{stale}", "checkpoint")?;
+        }
     }
     Ok(out)
 }

@@ -285,6 +285,7 @@ async fn a_lesson_moves_the_counters_every_service_exposes() {
         assert!(said.contains(&format!("{:<20} at {last:<10} 0 event(s) behind, the first", p.name())), "{said}");
     }
     assert!(said.contains("tenant-1             1 active grant(s), 0 pending card(s)"), "{said}");
+    assert!(said.contains("checkpoint           no checkpoint signed yet: nothing is proven"), "{said}");
     assert!(said.ends_with("errors answered since each service started\n  none\n"), "{said}");
     assert_eq!(get(l.stack.authorizer_metrics, "/healthz").await.0, 200);
     assert_eq!(get(l.stack.authorizer_metrics, "/anything").await.0, 404, "only /metrics and /healthz");
