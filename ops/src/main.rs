@@ -212,17 +212,22 @@ fn offline(command: AuditCmd) -> std::result::Result<Result<()>, AuditCmd> {
     if offline { Ok(run()) } else { Err(command) }
 }
 
+/// `--since`: an RFC 3339 time.
+fn since_arg(since: Option<String>) -> Result<Option<time::OffsetDateTime>> {
+    since
+        .map(|t| {
+            time::OffsetDateTime::parse(&t, &time::format_description::well_known::Rfc3339)
+                .with_context(|| format!("--since {t:?} is not an RFC 3339 time"))
+        })
+        .transpose()
+}
+
 /// `grantctl audit …`.
 async fn audit(url: &str, command: AuditCmd) -> Result<()> {
     let config: tokio_postgres::Config = url.parse().context("DATABASE_URL is not a valid PostgreSQL URL")?;
     match command {
         AuditCmd::Replay { tenant, session, grant, since, format } => {
-            let since = since
-                .map(|t| {
-                    time::OffsetDateTime::parse(&t, &time::format_description::well_known::Rfc3339)
-                        .with_context(|| format!("--since {t:?} is not an RFC 3339 time"))
-                })
-                .transpose()?;
+            let since = since_arg(since)?;
             let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
             let filter = ops::audit::Filter { tenant, session, grant, since };
             let rows = ops::audit::replay(&store, &filter).await?;
@@ -272,12 +277,7 @@ async fn audit(url: &str, command: AuditCmd) -> Result<()> {
         AuditCmd::Rejudge { policy, since, tenant, format } => {
             let bytes = std::fs::read(&policy).with_context(|| format!("reading {}", policy.display()))?;
             let policy = authorizer::policy::Policy::parse(&bytes)?;
-            let since = since
-                .map(|t| {
-                    time::OffsetDateTime::parse(&t, &time::format_description::well_known::Rfc3339)
-                        .with_context(|| format!("--since {t:?} is not an RFC 3339 time"))
-                })
-                .transpose()?;
+            let since = since_arg(since)?;
             let store = PgStore::new(ledger::postgres::pool(config, 2).map_err(anyhow::Error::msg)?);
             let report = ops::rejudge::run(&store, &policy, &ops::rejudge::Scope { tenant, since }).await?;
             ops::rejudge::print(&report, &policy, format == "jsonl", std::io::stdout().lock())?;

@@ -91,6 +91,29 @@ impl Log {
         ops::proof::verify_log(&self.store, &self.trust(), file).await.map_err(|e| format!("{e:#}"))
     }
 
+    /// Writes `events` back as a superuser who recomputes their links and hashes from `prev`, so
+    /// the stream's own chain still verifies; `set` names the other columns changed.
+    async fn rechain(
+        &self,
+        events: &mut [ledger::RecordedEvent],
+        mut prev: [u8; 32],
+        set: impl Fn(&ledger::RecordedEvent) -> String,
+    ) {
+        for e in events {
+            e.prev_hash = prev;
+            e.hash = ledger::hash::content_hash(e);
+            prev = e.hash;
+            self.superuser(&format!(
+                "UPDATE events SET {}, prev_hash = '\\x{}', hash = '\\x{}' WHERE global_position = {}",
+                set(e),
+                hex::encode(e.prev_hash),
+                hex::encode(e.hash),
+                e.global_position
+            ))
+            .await;
+        }
+    }
+
     /// A superuser's session: triggers off, so the append-only guard does not stop it.
     async fn superuser(&self, sql: &str) {
         let c = self.db.client().await;
@@ -126,21 +149,9 @@ async fn a_stream_rewritten_with_a_recomputed_chain_is_caught_at_its_first_chang
     // Rewrite every event of the stream from version 2, recomputing each hash and link so the
     // stream's own chain still verifies.
     let mut events = log.store.read_stream(&victim, 1).await.unwrap();
-    let mut prev = events[0].hash;
-    for e in events.iter_mut().skip(1) {
-        e.payload["author"] = serde_json::json!("other");
-        e.prev_hash = prev;
-        e.hash = ledger::hash::content_hash(e);
-        prev = e.hash;
-        log.superuser(&format!(
-            "UPDATE events SET payload = '{}'::jsonb, prev_hash = '\\x{}', hash = '\\x{}' WHERE global_position = {}",
-            e.payload,
-            hex::encode(e.prev_hash),
-            hex::encode(e.hash),
-            e.global_position
-        ))
-        .await;
-    }
+    let prev = events[0].hash;
+    events.iter_mut().skip(1).for_each(|e| e.payload["author"] = serde_json::json!("other"));
+    log.rechain(&mut events[1..], prev, |e| format!("payload = '{}'::jsonb", e.payload)).await;
     ledger::verify_stream(&victim, &log.store.read_stream(&victim, 1).await.unwrap())
         .expect("the recomputed chain holds on its own: only the signed tree can tell");
     // The stream's second event is leaf 5 (four events of the first session come before it).
@@ -559,21 +570,9 @@ async fn a_use_deleted_before_a_checkpoint_is_found_by_the_grants_end() {
     // Delete use 2; move the later events down one version, their links and hashes recomputed.
     let mut stored = log.store.read_stream(&stream, 1).await.unwrap();
     log.superuser(&format!("DELETE FROM events WHERE global_position = {}", stored[1].global_position)).await;
-    let mut prev = stored[0].hash;
-    for e in stored.iter_mut().skip(2) {
-        e.stream_version -= 1;
-        e.prev_hash = prev;
-        e.hash = ledger::hash::content_hash(e);
-        prev = e.hash;
-        log.superuser(&format!(
-            "UPDATE events SET stream_version = {}, prev_hash = '\\x{}', hash = '\\x{}' WHERE global_position = {}",
-            e.stream_version,
-            hex::encode(e.prev_hash),
-            hex::encode(e.hash),
-            e.global_position
-        ))
-        .await;
-    }
+    let prev = stored[0].hash;
+    stored.iter_mut().skip(2).for_each(|e| e.stream_version -= 1);
+    log.rechain(&mut stored[2..], prev, |e| format!("stream_version = {}", e.stream_version)).await;
     ledger::verify_stream(&stream, &log.store.read_stream(&stream, 1).await.unwrap())
         .expect("the chain was recomputed");
     expect_err(log.verify().await, &[&format!("grant {grant_id} of tenant tenant-a ended after 3 uses"), "[2]"]);
