@@ -225,7 +225,7 @@ async fn ledger_append(store: PgStore, writers: usize, duration: Duration) -> Re
 async fn keep_tree(store: PgStore) {
     let Ok(key) = ledger::proof::note::Signer::generate("bench.test/log") else { return };
     let signing = ops::proof::Signing { key, every_events: 1000, every: Duration::from_secs(60), file: None };
-    let _ = ops::proof::serve(store, signing, std::future::pending()).await;
+    let _ = ops::proof::serve(store, signing, ops::proof::ProofMetrics::default(), std::future::pending()).await;
 }
 
 /// A migrated scratch database with the bare-insert table, dropped by [`Scratch::drop_now`].

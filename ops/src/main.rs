@@ -75,8 +75,15 @@ async fn run(cli: Cli) -> Result<()> {
                 every: Duration::from_secs(every_seconds),
                 file,
             };
+            let listen =
+                telemetry::MetricsListen::parse(ops::settings::env, "CHECKPOINTS", ops::observe::CHECKPOINTS_METRICS)?;
+            let metrics = ops::proof::ProofMetrics::default();
+            let mut registry = telemetry::Registry::default();
+            metrics.register(&mut registry);
+            let health = ops::observe::database_health(store.pool().clone());
+            ops::observe::serve_metrics(listen, "checkpoint service", registry, health).await?;
             tracing::info!(origin = signing.key.name, "checkpoint service started");
-            ops::proof::serve(store, signing, async {
+            ops::proof::serve(store, signing, metrics, async {
                 let _ = tokio::signal::ctrl_c().await;
             })
             .await?;

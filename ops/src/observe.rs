@@ -14,6 +14,7 @@ pub const AUTHORIZER_METRICS: &str = "127.0.0.1:9401";
 pub const RUNTIME_METRICS: &str = "127.0.0.1:9402";
 pub const GATEWAY_METRICS: &str = "127.0.0.1:9403";
 pub const PROJECTIONS_METRICS: &str = "127.0.0.1:9404";
+pub const CHECKPOINTS_METRICS: &str = "127.0.0.1:9405";
 
 /// The gate's metrics for a server of `service` (`grant_ledger.v1.Authorizer`), with health and
 /// reflection beside it.

@@ -133,11 +133,50 @@ fn append_line(path: &Path, line: &Value) -> Result<()> {
     Ok(())
 }
 
+/// The checkpoint service's metrics: how far the tree reaches and when the newest checkpoint was
+/// signed, so an alert can fire when nobody signs any more.
+#[derive(Debug, Default, Clone)]
+pub struct ProofMetrics {
+    leaves: telemetry::Gauge,
+    signed_size: telemetry::Gauge,
+    signed_at: telemetry::Gauge,
+    signed: telemetry::Counter,
+    failures: telemetry::Counter,
+}
+
+impl ProofMetrics {
+    pub fn register(&self, registry: &mut telemetry::Registry) {
+        let r = registry.sub_registry_with_prefix("ledger");
+        r.register("tree_leaves", "Events the Merkle tree holds", self.leaves.clone());
+        r.register(
+            "checkpoint_size",
+            "Leaves the newest checkpoint this process signed covers",
+            self.signed_size.clone(),
+        );
+        r.register(
+            "checkpoint_signed_timestamp_seconds",
+            "When this process last signed a checkpoint (Unix time)",
+            self.signed_at.clone(),
+        );
+        r.register("checkpoints_signed", "Checkpoints this process signed", self.signed.clone());
+        r.register(
+            "checkpoint_failures",
+            "Tree extensions or signatures that failed and were retried",
+            self.failures.clone(),
+        );
+    }
+}
+
 /// How often the service extends the tree.
 pub const EXTEND_EVERY: Duration = Duration::from_secs(1);
 
 /// `grantctl serve checkpoints`: keeps the tree and signs checkpoints until `shutdown`.
-pub async fn serve(store: PgStore, signing: Signing, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
+pub async fn serve(
+    store: PgStore,
+    signing: Signing,
+    metrics: ProofMetrics,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<()> {
     let mut signed_at = tokio::time::Instant::now();
     tokio::pin!(shutdown);
     loop {
@@ -149,10 +188,19 @@ pub async fn serve(store: PgStore, signing: Signing, shutdown: impl std::future:
         match made {
             Ok(Some(c)) => {
                 signed_at = now;
+                metrics.signed.inc();
+                metrics.signed_size.set(i64::try_from(c.size).unwrap_or(i64::MAX));
+                metrics.signed_at.set(time::OffsetDateTime::now_utc().unix_timestamp());
                 tracing::info!(size = c.size, "checkpoint signed");
             }
             Ok(None) => {}
-            Err(e) => tracing::error!(error = format!("{e:#}"), "checkpoint failed; trying again"),
+            Err(e) => {
+                metrics.failures.inc();
+                tracing::error!(error = format!("{e:#}"), "checkpoint failed; trying again");
+            }
+        }
+        if let Ok(head) = store.tree_head().await {
+            metrics.leaves.set(i64::try_from(head.size).unwrap_or(i64::MAX));
         }
         // Once a second: the tree grows in batches, a few statements each, whatever the rate
         // of appends.

@@ -22,18 +22,20 @@ pub enum Reader {
     Runtime,
     Gateway,
     Projections,
+    Checkpoints,
     Agent,
     Script,
 }
 
 impl Reader {
-    const ALL: [Reader; 8] = [
+    const ALL: [Reader; 9] = [
         Reader::Every,
         Reader::Authorizer,
         Reader::Settings,
         Reader::Runtime,
         Reader::Gateway,
         Reader::Projections,
+        Reader::Checkpoints,
         Reader::Agent,
         Reader::Script,
     ];
@@ -56,13 +58,14 @@ impl Reader {
             Reader::Runtime => "The browser runtime (`grantctl serve runtime`)",
             Reader::Gateway => "The owner's gateway (`grantctl serve gateway`)",
             Reader::Projections => "The projection workers (`grantctl serve projections`)",
+            Reader::Checkpoints => "The checkpoint service (`grantctl serve checkpoints`)",
             Reader::Agent => "The agent harness (`grantctl agent run`, `grantctl demo run`)",
             Reader::Script => "`scripts/run`",
         }
     }
 }
 
-use Reader::{Agent, Authorizer, Every, Gateway, Projections, Runtime, Script, Settings};
+use Reader::{Agent, Authorizer, Checkpoints, Every, Gateway, Projections, Runtime, Script, Settings};
 
 const fn s(name: &'static str, read_by: Reader, default: Option<&'static str>, meaning: &'static str) -> Setting {
     Setting { name, read_by, default, meaning }
@@ -248,6 +251,12 @@ pub const SETTINGS: &[Setting] = &[
         Some("127.0.0.1:9404"),
         "Where `/metrics` and `/healthz` are served; `off` turns them off.",
     ),
+    s(
+        "CHECKPOINTS_METRICS_LISTEN",
+        Checkpoints,
+        Some("127.0.0.1:9405"),
+        "Where `/metrics` and `/healthz` are served; `off` turns them off.",
+    ),
     s("AGENT_RUNTIME_URL", Agent, None, "Required: the browser runtime."),
     s("AGENT_AUTHORIZER_URL", Agent, None, "Required: the authorizer."),
     s("AGENT_CA", Agent, None, "The CA (PEM) both services' certificates are checked against."),
@@ -377,6 +386,9 @@ mod tests {
                 crate::serve::GatewayConfig::parse(get, true).map(drop),
                 crate::serve::DeploymentSettings::parse(|k| ask(&recorded, k)).map(drop),
                 telemetry::MetricsListen::parse(get, "PROJECTIONS", crate::observe::PROJECTIONS_METRICS)
+                    .map(drop)
+                    .map_err(anyhow::Error::from),
+                telemetry::MetricsListen::parse(get, "CHECKPOINTS", crate::observe::CHECKPOINTS_METRICS)
                     .map(drop)
                     .map_err(anyhow::Error::from),
                 telemetry::MetricsListen::parse(get, "AGENT", "off").map(drop).map_err(anyhow::Error::from),

@@ -21,12 +21,15 @@ pub struct Service {
 /// The services as the environment places them (the variables `grantctl serve` reads). A client
 /// may read any address: the loopback rule is the listener's, not the reader's.
 pub fn services(get: impl Fn(&str) -> Option<String>) -> Vec<Service> {
-    use crate::observe::{AUTHORIZER_METRICS, GATEWAY_METRICS, PROJECTIONS_METRICS, RUNTIME_METRICS};
+    use crate::observe::{
+        AUTHORIZER_METRICS, CHECKPOINTS_METRICS, GATEWAY_METRICS, PROJECTIONS_METRICS, RUNTIME_METRICS,
+    };
     let each = [
         ("authorizer", "AUTHORIZER", AUTHORIZER_METRICS),
         ("browser runtime", "RUNTIME", RUNTIME_METRICS),
         ("gateway", "GATEWAY", GATEWAY_METRICS),
         ("projection workers", "PROJECTIONS", PROJECTIONS_METRICS),
+        ("checkpoint service", "CHECKPOINTS", CHECKPOINTS_METRICS),
     ];
     each.into_iter()
         .map(|(name, prefix, default)| {

@@ -706,3 +706,49 @@ async fn the_offline_check_runs_with_no_database_at_all() {
     assert!(text.contains("rows match their events"), "{text}");
     assert!(!cwd.join(".pgdata").exists(), "the offline check started a database");
 }
+
+/// `grantctl serve checkpoints` as an operator runs it: it signs what the log holds, appends it
+/// to the file, and says so on its metrics, with its health beside them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_checkpoint_service_signs_appends_and_says_so_on_its_metrics() {
+    use tokio::io::AsyncBufReadExt as _;
+    let log = Log::new("service").await;
+    log.session("tenant-a", 2).await;
+    let key = log.dir.join("log.key");
+    std::fs::write(&key, log.signing.key.to_private_string()).unwrap();
+    let file = log.dir.join("service.jsonl");
+    let mut child = tokio::process::Command::new(tests::grantctl())
+        .args(["serve", "checkpoints", "--every-events", "1", "--key"])
+        .arg(&key)
+        .arg("--file")
+        .arg(&file)
+        .env("DATABASE_URL", log.db.url())
+        .env("CHECKPOINTS_METRICS_LISTEN", "127.0.0.1:0")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let addr: std::net::SocketAddr = loop {
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await.unwrap().unwrap();
+        let line = line.expect("the service printed where its metrics are before it ended");
+        if let Some(rest) = line.strip_prefix("checkpoint service metrics on http://") {
+            break rest.trim_end_matches("/metrics").parse().unwrap();
+        }
+    };
+    let metrics = tests::poll_until(
+        "a checkpoint on the metrics",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || async {
+            let (_, text) = ops::status::get(addr, "/metrics").await.ok()?;
+            text.contains("ledger_checkpoints_signed_total 1").then_some(text)
+        },
+    )
+    .await;
+    assert!(metrics.contains("ledger_tree_leaves 3") && metrics.contains("ledger_checkpoint_size 3"), "{metrics}");
+    assert_eq!(ops::status::get(addr, "/healthz").await.unwrap().0, 200);
+    let ok = ops::proof::verify_log(&log.store, &log.trust(), Some(&file)).await.unwrap();
+    assert!(ok.contains("3 events") && ok.contains("1 signed checkpoints"), "{ok}");
+    child.start_kill().unwrap();
+}
