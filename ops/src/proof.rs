@@ -14,7 +14,7 @@ use anyhow::{Context, Result, bail};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use ledger::postgres::{StoredCheckpoint, heads_from_json, heads_json};
-use ledger::proof::checkpoint::{Checkpoint, Sealed, heads_line, heads_of, rotation_note};
+use ledger::proof::checkpoint::{Checkpoint, Sealed, heads_line, heads_of, prev_line, rotation_note, tenant_key};
 use ledger::proof::merkle::{self, Hash};
 use ledger::proof::note::{Note, Signer, Verifier};
 use ledger::proof::verify::{self, Finding, Signed, Unchecked, Walk};
@@ -111,7 +111,8 @@ pub async fn sign_head(
     }
     let heads = store.heads_between(last, size).await?;
     let root = store.tree_root(size).await?;
-    let c = Checkpoint { origin: signing.key.name.clone(), size, root, extensions: vec![heads_line(&heads, &[])] };
+    let extensions = vec![prev_line(last), heads_line(&heads, &[])];
+    let c = Checkpoint { origin: signing.key.name.clone(), size, root, extensions };
     let stored = StoredCheckpoint { size, note: c.sign(&signing.key)?, heads };
     if !store.save_checkpoint(&stored).await? {
         return Ok(None);
@@ -231,7 +232,8 @@ pub fn cosign_file(path: &Path, log_key: &Verifier, witness: &Signer, out: &Path
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let mut v: Value = serde_json::from_str(line)?;
         if let Some(note) = v.get("note").and_then(Value::as_str) {
-            v["note"] = json!(cosign(note, log_key, witness)?);
+            // Checked above with the rotations, so a note of a rotated key is cosigned too.
+            v["note"] = json!(Note::cosign(note, witness)?);
             n += 1;
         }
         lines.push(v.to_string());
@@ -497,6 +499,11 @@ async fn locate(store: &PgStore, walk: &Walk<'_>, checkpoints: &[Signed], f: Fin
     Finding::Root { size, from, at, heads }
 }
 
+/// What an export covers, in words.
+fn scope_words(tenant: Option<&str>) -> String {
+    tenant.map_or_else(|| "the whole log".to_owned(), |t| format!("tenant {t}'s events only"))
+}
+
 /// Other tenants' sealed heads, as hex pairs.
 fn sealed_of(v: &Value) -> Result<Vec<Sealed>> {
     let Some(list) = v.as_array() else { return Ok(Vec::new()) };
@@ -606,7 +613,7 @@ async fn export_evidence(
 /// event's hash and links, the tree's roots (a whole-log export) or each event's inclusion proof
 /// (a tenant's), and every row of the export against the events it claims to show.
 pub fn verify_export_offline(export: &Path, trust: &Trust, own: Option<&Path>) -> Result<String> {
-    crate::audit::check_manifest(export)?;
+    let (manifest, _) = crate::audit::check_manifest(export)?;
     let evidence = evidence_path(export);
     let text = std::fs::read_to_string(&evidence).with_context(|| format!("reading {}", evidence.display()))?;
     let (mut tenant, mut rotations, mut notes, mut consistency, mut events) = (None, vec![], vec![], vec![], vec![]);
@@ -635,6 +642,20 @@ pub fn verify_export_offline(export: &Path, trust: &Trust, own: Option<&Path>) -
             _ => bail!("{} line {}: unknown kind", evidence.display(), i + 1),
         }
     }
+    if tenant != manifest.tenant {
+        bail!(
+            "the evidence is of {}, the manifest of {}",
+            scope_words(tenant.as_deref()),
+            scope_words(manifest.tenant.as_deref())
+        );
+    }
+    // Only other tenants are sealed: a tenant's own heads, or a whole log's, are all in view.
+    for (_, _, others) in &notes {
+        let own_key = tenant.as_deref().map(tenant_key);
+        if tenant.is_none() && !others.is_empty() || others.iter().any(|(k, _)| Some(*k) == own_key) {
+            bail!("a checkpoint line seals heads that this export must show: the evidence was altered");
+        }
+    }
     let carried = verify::open_checkpoints(&trust.log_key, &trust.witnesses, &rotations, &notes)?;
     let consistent = verify::check_consistency(&carried, |a, b| {
         consistency.iter().find(|(k, _)| *k == (a, b)).map(|(_, p)| p.clone())
@@ -649,7 +670,8 @@ pub fn verify_export_offline(export: &Path, trust: &Trust, own: Option<&Path>) -
         }
     };
     trust.require(&checkpoints)?;
-    if tenant.is_some() && own.is_some() && carried.last() != checkpoints.last() {
+    let newest_of = |c: &[Signed]| c.last().map(|c| (c.checkpoint.size, c.checkpoint.root));
+    if tenant.is_some() && own.is_some() && newest_of(&carried) != newest_of(&checkpoints) {
         bail!(
             "this tenant's export is proven up to checkpoint {}, your copy goes to {}: export it again",
             carried.last().map_or(0, |c| c.checkpoint.size),
@@ -738,8 +760,9 @@ pub fn verify_export_offline(export: &Path, trust: &Trust, own: Option<&Path>) -
         }
     }
     Ok(format!(
-        "{}: {} rows match their events; {}",
+        "{} ({}): {} rows match their events; {}",
         export.display(),
+        scope_words(tenant.as_deref()),
         rows_text.lines().count(),
         summary(&walked, &checkpoints, consistent, &trust.witnesses)
     ))

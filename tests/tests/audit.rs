@@ -645,6 +645,26 @@ async fn a_tenant_export_cut_short_stripped_of_proofs_or_relabelled_does_not_ver
     let e = format!("{:#}", ops::proof::verify_export_offline(&stripped, &trust, None).unwrap_err());
     assert!(e.contains("no proven event"), "{e}");
 
+    // The tenant's own heads moved among the sealed ones, so that none would have to be shown.
+    let sealed = fresh("sealed.jsonl").await;
+    let evidence = ops::proof::evidence_path(&sealed);
+    let text: String = std::fs::read_to_string(&evidence)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            if v["kind"] == "checkpoint" {
+                v["heads"] = serde_json::json!({});
+                let own = [hex::encode(ledger::proof::checkpoint::tenant_key("tenant-a")), hex::encode([0u8; 32])];
+                v["others"].as_array_mut().unwrap().push(serde_json::json!(own));
+            }
+            format!("{v}\n")
+        })
+        .collect();
+    std::fs::write(&evidence, text).unwrap();
+    let e = format!("{:#}", ops::proof::verify_export_offline(&sealed, &trust, None).unwrap_err());
+    assert!(e.contains("seals heads that this export must show"), "{e}");
+
     // A whole-log export relabelled as tenant-a's, tenant-b's events dropped.
     let whole = log.dir.join("whole.jsonl");
     export(&log, None, &whole).await;
@@ -652,7 +672,37 @@ async fn a_tenant_export_cut_short_stripped_of_proofs_or_relabelled_does_not_ver
     let evidence = ops::proof::evidence_path(&whole);
     let text = std::fs::read_to_string(&evidence).unwrap().replacen("\"tenant\":null", "\"tenant\":\"tenant-a\"", 1);
     std::fs::write(&evidence, text).unwrap();
-    assert!(ops::proof::verify_export_offline(&whole, &trust, None).is_err());
+    let e = format!("{:#}", ops::proof::verify_export_offline(&whole, &trust, None).unwrap_err());
+    assert!(e.contains("the evidence is of tenant tenant-a's events only, the manifest of the whole log"), "{e}");
+}
+
+/// Checkpoints name the one before them: one left out of the auditor's copy (or deleted from the
+/// table) is found, so the heads only it signed cannot be dodged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_left_out_between_two_others_is_found() {
+    let log = Log::new("gap").await;
+    log.session("tenant-a", 1).await;
+    log.sign().await;
+    log.session("tenant-b", 1).await;
+    let middle = log.sign().await;
+    log.session("tenant-a", 1).await;
+    let newest = log.sign().await;
+    assert!(log.verify_with_file().await.is_ok());
+    let file = log.signing.file.clone().unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    let kept: String = text
+        .lines()
+        .filter(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["size"] != middle)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(kept.lines().count(), 2);
+    std::fs::write(&file, kept).unwrap();
+    expect_err(
+        log.verify_with_file().await,
+        &[&format!("checkpoint {newest} follows checkpoint {middle}, which is missing")],
+    );
+    log.superuser(&format!("DELETE FROM log_checkpoints WHERE tree_size = {middle}")).await;
+    expect_err(log.verify().await, &["which is missing"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,6 +35,22 @@ pub type Sealed = (Hash, Hash);
 /// The first line of a rotation note's text.
 const ROTATION_HEADER: &str = "grant-ledger key rotation";
 
+/// The prefix of the extension line naming the size of the checkpoint before this one (0 for
+/// the first): checkpoints form a chain, so one left out of a set is found.
+pub const PREV_PREFIX: &str = "grant-ledger-prev ";
+
+/// The extension line naming the checkpoint before.
+pub fn prev_line(prev: u64) -> String {
+    format!("{PREV_PREFIX}{prev}")
+}
+
+impl Checkpoint {
+    /// The size its `prev` line names, if it has one.
+    pub fn prev(&self) -> Option<u64> {
+        self.extensions.iter().find_map(|l| l.strip_prefix(PREV_PREFIX)?.parse().ok())
+    }
+}
+
 /// The prefix of the extension line that commits a checkpoint to the stream heads.
 pub const HEADS_PREFIX: &str = "grant-ledger-heads ";
 

@@ -34,6 +34,8 @@ pub enum Finding {
     Checkpoint { size: String, reason: NoteError },
     #[error("two signed checkpoints of size {size} give different roots: the log was forked")]
     Fork { size: u64 },
+    #[error("checkpoint {size} follows checkpoint {prev}, which is missing from this set: one was left out")]
+    Gap { size: u64, prev: u64 },
     #[error("checkpoint {size}: the stream heads stored with it are not the ones it signed")]
     HeadsNotSigned { size: u64 },
     #[error("position {position}, stream {stream} version {version}: {what}")]
@@ -111,6 +113,13 @@ pub fn open_checkpoints(
         }
     }
     out.dedup_by_key(|s| s.checkpoint.size);
+    // Each names the one before it: none may be missing between the first and the newest.
+    for (i, c) in out.iter().enumerate() {
+        let before = if i == 0 { 0 } else { out[i - 1].checkpoint.size };
+        if c.checkpoint.prev() != Some(before) {
+            return Err(Finding::Gap { size: c.checkpoint.size, prev: c.checkpoint.prev().unwrap_or(0) });
+        }
+    }
     Ok(out)
 }
 
