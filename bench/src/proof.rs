@@ -28,11 +28,11 @@ async fn measure(scratch: &Scratch, events: u64, proofs: usize) -> Result<String
     // The tree over the first half, a checkpoint; then the rest, another.
     let t = Instant::now();
     let half = written / 2;
-    while store.tree_head().await?.size < half {
-        let left = usize::try_from(half - store.tree_head().await?.size).unwrap_or(usize::MAX);
-        store.extend_tree(left.min(ledger::READ_PAGE)).await?;
+    let mut first = store.tree_head().await?.size;
+    while first < half {
+        let left = usize::try_from(half - first).unwrap_or(usize::MAX);
+        first = store.extend_tree(left.min(ledger::READ_PAGE)).await?.size;
     }
-    let first = store.tree_head().await?.size;
     ops::proof::sign_head(&store, &signing, first, |l, s| s > l).await?;
     let size = ops::proof::extend(&store).await?;
     let built = t.elapsed();

@@ -189,34 +189,26 @@ async fn run(cli: Cli) -> Result<()> {
 /// The audit commands that need no database: an auditor runs them with the files and keys alone.
 /// Any other command is handed back.
 fn offline(command: AuditCmd) -> std::result::Result<Result<()>, AuditCmd> {
-    let run = || -> Result<()> {
-        match &command {
-            AuditCmd::Verify { export: Some(path), public_key: Some(key), witness_key, checkpoints } => {
-                let trust = ops::proof::Trust::load(key, witness_key)?;
-                println!("{}", ops::proof::verify_export_offline(path, &trust, checkpoints.as_deref())?);
-            }
-            AuditCmd::Keygen { name, out } => {
-                let public = ops::proof::keygen(name, out)?;
-                println!("{public}");
-                eprintln!("private key in {}; give auditors the public key above", out.display());
-            }
-            AuditCmd::Cosign { public_key, key, checkpoints, out } => {
-                let log_key = ops::proof::load_verifier(public_key)?;
-                let witness = ops::proof::load_signer(key)?;
-                let n = ops::proof::cosign_file(checkpoints, &log_key, &witness, out)?;
-                println!("{n} checkpoints checked and cosigned by {} into {}", witness.name, out.display());
-            }
-            _ => return Err(anyhow::anyhow!("needs the database")),
+    Ok(match command {
+        AuditCmd::Verify { export: Some(path), public_key: Some(key), witness_key, checkpoints } => {
+            ops::proof::Trust::load(&key, &witness_key).and_then(|trust| {
+                println!("{}", ops::proof::verify_export_offline(&path, &trust, checkpoints.as_deref())?);
+                Ok(())
+            })
         }
-        Ok(())
-    };
-    let offline = matches!(
-        &command,
-        AuditCmd::Verify { export: Some(_), public_key: Some(_), .. }
-            | AuditCmd::Keygen { .. }
-            | AuditCmd::Cosign { .. }
-    );
-    if offline { Ok(run()) } else { Err(command) }
+        AuditCmd::Keygen { name, out } => ops::proof::keygen(&name, &out).map(|public| {
+            println!("{public}");
+            eprintln!("private key in {}; give auditors the public key above", out.display());
+        }),
+        AuditCmd::Cosign { public_key, key, checkpoints, out } => (|| {
+            let log_key = ops::proof::load_verifier(&public_key)?;
+            let witness = ops::proof::load_signer(&key)?;
+            let n = ops::proof::cosign_file(&checkpoints, &log_key, &witness, &out)?;
+            println!("{n} checkpoints checked and cosigned by {} into {}", witness.name, out.display());
+            Ok(())
+        })(),
+        other => return Err(other),
+    })
 }
 
 /// `--since`: an RFC 3339 time.

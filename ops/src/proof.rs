@@ -71,13 +71,13 @@ pub struct Signing {
 
 /// Adds every readable event to the tree.
 pub async fn extend(store: &PgStore) -> Result<u64> {
-    let mut size = store.tree_head().await?.size;
+    let mut size = None;
     loop {
         let head = store.extend_tree(ledger::READ_PAGE).await?;
-        if head.size == size {
-            return Ok(size);
+        if size == Some(head.size) {
+            return Ok(head.size);
         }
-        size = head.size;
+        size = Some(head.size);
     }
 }
 
@@ -481,15 +481,14 @@ pub async fn verify_log(store: &PgStore, trust: &Trust, file: Option<&Path>) -> 
 async fn locate(store: &PgStore, walk: &Walk<'_>, checkpoints: &[Signed], f: Finding) -> Finding {
     let Finding::Root { size, from, heads, .. } = f else { return f };
     let signed = checkpoints.iter().find(|c| c.checkpoint.size == size).map(|c| c.checkpoint.root);
-    let (Ok(nodes), Ok(stored)) =
-        (store.tree_nodes(&(from..size).map(|i| (0u8, i)).collect::<Vec<_>>()).await, store.tree_root(size).await)
-    else {
+    let (Ok(stored_leaves), Ok(stored)) = (store.tree_leaves(from, size).await, store.tree_root(size).await) else {
         return Finding::Root { size, from, at: String::new(), heads };
     };
-    let first = (from..size).find(|&i| {
+    let first = (from..size).zip(0..).find(|&(i, k)| {
         let mine = usize::try_from(i).ok().and_then(|i| walk.leaves().get(i));
-        nodes.get(&(0, i)) != mine
+        stored_leaves.get(k) != mine
     });
+    let first = first.map(|(i, _)| i);
     let at = match first {
         Some(leaf) if Some(stored) == signed => {
             format!(": leaf {leaf} is the first that differs from what was signed")
@@ -567,10 +566,11 @@ async fn export_evidence(
     }
     // The signed part of the tree, in memory, from the stored leaves.
     let mut tree = merkle::MemoryTree::default();
-    let leaves = store.tree_nodes(&(0..newest).map(|i| (0u8, i)).collect::<Vec<_>>()).await?;
-    for i in 0..newest {
-        tree.push(*leaves.get(&(0, i)).with_context(|| format!("the stored tree lacks leaf {i}"))?);
+    let leaves = store.tree_leaves(0, newest).await?;
+    if leaves.len() as u64 != newest {
+        bail!("the stored tree lacks leaf {}", leaves.len());
     }
+    leaves.into_iter().for_each(|leaf| tree.push(leaf));
     for pair in checkpoints.windows(2) {
         let (a, b) = (pair[0].size, pair[1].size);
         let proof = b64_list(&merkle::consistency_proof(&tree, a, b));

@@ -578,6 +578,21 @@ async fn a_use_deleted_before_a_checkpoint_is_found_by_the_grants_end() {
     expect_err(log.verify().await, &[&format!("grant {grant_id} of tenant tenant-a ended after 3 uses"), "[2]"]);
 }
 
+/// Changes every line of an export's evidence as `edit` says.
+fn edit_evidence(export: &Path, edit: impl Fn(&mut serde_json::Value)) {
+    let evidence = ops::proof::evidence_path(export);
+    let text: String = std::fs::read_to_string(&evidence)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            edit(&mut v);
+            format!("{v}\n")
+        })
+        .collect();
+    std::fs::write(&evidence, text).unwrap();
+}
+
 /// Rewrites an export's rows file and its manifest as an attacker who holds them would.
 fn rewrite_export(export: &Path, keep: impl Fn(&str) -> bool, keep_evidence: impl Fn(&serde_json::Value) -> bool) {
     use sha2::Digest as _;
@@ -609,12 +624,10 @@ async fn a_tenant_export_cut_short_stripped_of_proofs_or_relabelled_does_not_ver
     log.sign().await;
     let trust = log.trust();
     let fresh = |name: &str| {
-        let out = log.dir.join(name);
-        let log = &log;
-        let out2 = out.clone();
+        let (log, out) = (&log, log.dir.join(name));
         async move {
-            export(log, Some("tenant-a"), &out2).await;
-            out2
+            export(log, Some("tenant-a"), &out).await;
+            out
         }
     };
     let one = fresh("cut.jsonl").await;
@@ -628,40 +641,24 @@ async fn a_tenant_export_cut_short_stripped_of_proofs_or_relabelled_does_not_ver
 
     // Every proof stripped: nothing of the tenant is proven.
     let stripped = fresh("stripped.jsonl").await;
-    let evidence = ops::proof::evidence_path(&stripped);
-    let text: String = std::fs::read_to_string(&evidence)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-            if let Some(o) = v.as_object_mut() {
-                o.remove("proof");
-                o.remove("leaf");
-            }
-            format!("{v}\n")
-        })
-        .collect();
-    std::fs::write(&evidence, text).unwrap();
+    edit_evidence(&stripped, |v| {
+        if let Some(o) = v.as_object_mut() {
+            o.remove("proof");
+            o.remove("leaf");
+        }
+    });
     let e = format!("{:#}", ops::proof::verify_export_offline(&stripped, &trust, None).unwrap_err());
     assert!(e.contains("no proven event"), "{e}");
 
     // The tenant's own heads moved among the sealed ones, so that none would have to be shown.
     let sealed = fresh("sealed.jsonl").await;
-    let evidence = ops::proof::evidence_path(&sealed);
-    let text: String = std::fs::read_to_string(&evidence)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-            if v["kind"] == "checkpoint" {
-                v["heads"] = serde_json::json!({});
-                let own = [hex::encode(ledger::proof::checkpoint::tenant_key("tenant-a")), hex::encode([0u8; 32])];
-                v["others"].as_array_mut().unwrap().push(serde_json::json!(own));
-            }
-            format!("{v}\n")
-        })
-        .collect();
-    std::fs::write(&evidence, text).unwrap();
+    edit_evidence(&sealed, |v| {
+        if v["kind"] == "checkpoint" {
+            v["heads"] = serde_json::json!({});
+            let own = [hex::encode(ledger::proof::checkpoint::tenant_key("tenant-a")), hex::encode([0u8; 32])];
+            v["others"].as_array_mut().unwrap().push(serde_json::json!(own));
+        }
+    });
     let e = format!("{:#}", ops::proof::verify_export_offline(&sealed, &trust, None).unwrap_err());
     assert!(e.contains("seals heads that this export must show"), "{e}");
 

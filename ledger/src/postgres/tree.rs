@@ -132,6 +132,28 @@ impl PgStore {
         nodes_in(&client, nodes).await
     }
 
+    /// The stored leaf hashes `from..to`, in order; a missing one ends the list early.
+    pub async fn tree_leaves(&self, from: u64, to: u64) -> Result<Vec<Hash>, TreeError> {
+        let client = self.pool.get().await.map_err(unavailable)?;
+        let rows = client
+            .query(
+                "SELECT node_index, hash FROM log_tree_nodes WHERE level = 0 AND node_index >= $1 AND node_index < $2 \
+                 ORDER BY log_tree_nodes.node_index",
+                &[&i64_of(from)?, &i64_of(to)?],
+            )
+            .await
+            .map_err(unavailable)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for (expected, r) in (from..).zip(&rows) {
+            if to_u64(r.get(0)) != expected {
+                break;
+            }
+            let hash: Vec<u8> = r.get(1);
+            out.push(hash.try_into().map_err(|_| TreeError::Invalid("a stored leaf is not 32 bytes".into()))?);
+        }
+        Ok(out)
+    }
+
     /// The root of the tree of `size` leaves, from stored subtrees.
     pub async fn tree_root(&self, size: u64) -> Result<Hash, TreeError> {
         let nodes = self.tree_nodes(&merkle::needed(false, 0, size)).await?;
