@@ -2,7 +2,7 @@
 //! current classifier and a given policy, in the authorizer's order (policy first, then what the
 //! grant may cover). Pure; `grantctl audit rejudge` feeds it from the log and writes nothing.
 
-use classifier::{Consequence, Grant, TaskScope};
+use classifier::{Grant, TaskScope};
 
 use crate::catalogue::{AuthorizationKind, DecidedUnder};
 use crate::policy::{ActionKind, Policy, Verdict};
@@ -22,11 +22,7 @@ pub enum Rejudged {
 /// (origin and prefix) when a task grant allowed it. The grant's caps and clock are not judged
 /// again: they are counts, not readings.
 pub fn rejudge(policy: &Policy, kind: AuthorizationKind, scope: Option<(&str, &str)>, d: &DecidedUnder) -> Rejudged {
-    let classification = classifier::classify_detailed(&d.element);
-    let mut consequences = vec![classification.consequence];
-    consequences.extend(classification.matches.iter().map(|m| Consequence::Named(m.named)));
-    let origin = url::Url::parse(d.page.url.trim()).ok().filter(|u| u.scheme() == "https");
-    let origin = origin.map(|u| u.origin().ascii_serialization());
+    let (classification, consequences, origin) = crate::model::policy_reading(&d.element, &d.page);
     match policy.evaluate(ActionKind::of(&d.action), &consequences, origin.as_deref()) {
         Verdict::Deny { rule } | Verdict::Hardline { rule } => {
             let why = format!("policy rule {rule:?} refuses it");

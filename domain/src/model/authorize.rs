@@ -471,6 +471,22 @@ fn refused_field(consequences: &[Consequence], req: &AuthorizeRequest) -> Option
     named.or_else(|| typed_secret.then_some(Named::PaymentField))
 }
 
+/// What the policy engine reads of an act: the classifier's reading, every consequence in it, and
+/// the page's HTTPS origin, userinfo or not (`https://u@evil.example` is evil.example). Any
+/// other page has no origin a rule could name (rules name HTTPS origins only), so every origin
+/// rule applies to it: plain HTTP or a malformed URL cannot slip past a DENY. `rejudge` reads a
+/// past act the same way.
+pub fn policy_reading(
+    element: &classifier::ElementFacts,
+    page: &classifier::PageFacts,
+) -> (classifier::Classification, Vec<Consequence>, Option<String>) {
+    let classification = classifier::classify_detailed(element);
+    let mut consequences = vec![classification.consequence];
+    consequences.extend(classification.matches.iter().map(|m| Consequence::Named(m.named)));
+    let origin = url::Url::parse(page.url.trim()).ok().filter(|u| u.scheme() == "https");
+    (classification, consequences, origin.map(|u| u.origin().ascii_serialization()))
+}
+
 /// A URL without its query and fragment, as a decision's record keeps it.
 fn without_query(url: &str) -> String {
     let end = url.find(['?', '#']).unwrap_or(url.len());
@@ -487,14 +503,7 @@ pub fn authorize(
     now: OffsetDateTime,
     new_approval_id: Uuid,
 ) -> Authorization {
-    let classification = classifier::classify_detailed(&req.element);
-    let mut consequences = vec![classification.consequence];
-    consequences.extend(classification.matches.iter().map(|m| Consequence::Named(m.named)));
-    // The page's HTTPS origin, userinfo or not (`https://u@evil.example` is evil.example). Any
-    // other page has no origin a rule could name (rules name HTTPS origins only), so every
-    // origin rule applies to it: plain HTTP or a malformed URL cannot slip past a DENY.
-    let origin = url::Url::parse(req.page.url.trim()).ok().filter(|u| u.scheme() == "https");
-    let origin = origin.map(|u| u.origin().ascii_serialization());
+    let (_, consequences, origin) = policy_reading(&req.element, &req.page);
     let deny = |denial: Denial| Authorization { decision: Decision::Deny(denial), events: vec![] };
     // The owner's Stop comes before every rule: no allow and no card until the owner writes.
     if world.sessions.get(&req.session_id).is_some_and(|s| s.stopped) {

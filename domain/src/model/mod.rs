@@ -10,7 +10,7 @@ mod world;
 pub use authorize::{
     Authorization, AuthorizeRequest, Decision, Denial, FACTS_NOT_THIS_SESSION, FORM_NOT_READ_BACK,
     KEY_CLICKS_OR_SUBMITS, NotCovered, PROFILE_NOT_OWNED, RunContext, SESSION_STOPPED, STANDING_GRANT_DURATION,
-    StandingPin, authorize, offer_for, request_approval,
+    StandingPin, authorize, offer_for, policy_reading, request_approval,
 };
 pub use decide::{Command, RunEvent, decide};
 pub use error::{Conflict, DomainError};
