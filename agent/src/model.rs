@@ -10,18 +10,24 @@ use serde_json::{Value, json};
 /// What a model is shown for one step.
 #[derive(Debug, Clone, Copy)]
 pub struct View<'a> {
+    /// The run's system prompt: the record's text with the run's values.
+    pub system: &'a str,
     pub prompt: &'a str,
     /// The current snapshot, if the page was observed since the last act (the prompt holds it).
     pub snapshot: Option<&'a ObserveReply>,
     pub last_result: &'a str,
     pub step: u32,
+    /// The number of the subgoal the model is given now (1-based).
+    pub subgoal: u32,
 }
 
-/// One turn: the tool calls the model made (name and arguments) and its evidence line.
-#[derive(Debug, Clone, PartialEq)]
+/// One turn: the tool calls the model made (name and arguments), its evidence line, and any
+/// other text it wrote beside them (which the contract does not allow: the rules refuse it).
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Turn {
     pub calls: Vec<(String, Value)>,
     pub evidence: String,
+    pub extra: String,
 }
 
 /// A model failed to answer; a retry of the step may cure it.
@@ -74,7 +80,8 @@ impl Model for Scripted {
 }
 
 /// One step of a written plan, as `grantctl agent run --script` reads it (JSON lines or an
-/// array): `{"tool": "snapshot"}`, `{"tool": "click", "name": "Next"}`,
+/// array): `{"tool": "snapshot"}`, `{"tool": "snapshot", "done": true}` (the current subgoal is
+/// done: the next is given), `{"tool": "click", "name": "Next"}`,
 /// `{"tool": "type", "name": "Answer", "field_id": "answer"}`,
 /// `{"tool": "request_approval", "name": "Next"}`, `{"tool": "click", "name": "Next",
 /// "with_token": true}`, `{"tool": "escalate", "reason": "uncertain"}`.
@@ -96,6 +103,17 @@ pub struct PlanStep {
     pub reason: Option<String>,
     #[serde(default)]
     pub consequential: bool,
+    /// On a snapshot: the current subgoal is done.
+    #[serde(default)]
+    pub done: bool,
+    /// On a click: what the runtime waits for (`settle`, `navigation`, `dialog`, `none`).
+    #[serde(default)]
+    pub wait_for: Option<String>,
+    /// On an escalation: the refs it cites and what it says.
+    #[serde(default)]
+    pub refs: Vec<String>,
+    #[serde(default)]
+    pub detail: Option<String>,
     /// Spend the approval token the last result handed back, if it handed one (after an answer
     /// "for this task" there is none: the act goes again under the permission).
     #[serde(default)]
@@ -107,11 +125,26 @@ impl Scripted {
     pub fn from_plan(plan: Vec<PlanStep>) -> Self {
         plan.into_iter().fold(Self::new(), |model, step| {
             model.then(move |view| match step.tool.as_str() {
+                "snapshot" if step.done => subgoal_done(view),
                 "snapshot" => snapshot(),
-                "escalate" => escalate(step.reason.as_deref().unwrap_or("uncertain")),
+                "escalate" => {
+                    let mut t = escalate(step.reason.as_deref().unwrap_or("uncertain"));
+                    if !step.refs.is_empty() {
+                        t.calls[0].1["refs"] = json!(step.refs);
+                    }
+                    if let Some(d) = &step.detail {
+                        t.calls[0].1["detail"] = json!(d);
+                    }
+                    t
+                }
                 tool => {
                     let mut extra = serde_json::Map::new();
-                    for (k, v) in [("field_id", &step.field_id), ("option", &step.option), ("key", &step.key)] {
+                    for (k, v) in [
+                        ("field_id", &step.field_id),
+                        ("option", &step.option),
+                        ("key", &step.key),
+                        ("wait_for", &step.wait_for),
+                    ] {
                         if let Some(v) = v {
                             extra.insert(k.into(), json!(v));
                         }
@@ -137,12 +170,30 @@ impl Scripted {
 
 /// A turn that observes.
 pub fn snapshot() -> Turn {
-    Turn { calls: vec![("snapshot".into(), json!({}))], evidence: String::new() }
+    Turn {
+        calls: vec![("snapshot".into(), json!({}))],
+        evidence: "SUBGOAL 1 | evidence: none | intent: observe the page".into(),
+        extra: String::new(),
+    }
+}
+
+/// A turn that observes and says the current subgoal is done.
+pub fn subgoal_done(view: View<'_>) -> Turn {
+    let n = view.subgoal;
+    Turn {
+        calls: vec![("snapshot".into(), json!({}))],
+        evidence: format!("SUBGOAL {n} | evidence: the page shows it | intent: subgoal {n} done"),
+        extra: String::new(),
+    }
 }
 
 /// A turn that escalates with `reason`.
 pub fn escalate(reason: &str) -> Turn {
-    Turn { calls: vec![("escalate".into(), json!({ "reason": reason }))], evidence: String::new() }
+    Turn {
+        calls: vec![("escalate".into(), json!({ "reason": reason }))],
+        evidence: format!("SUBGOAL 1 | evidence: none | intent: escalate ({reason})"),
+        extra: String::new(),
+    }
 }
 
 /// A turn calling `tool` on the node named `name` of the current snapshot, with `extra`
@@ -159,12 +210,13 @@ pub fn on_named(view: View<'_>, tool: &str, name: &str, consequential: bool, ext
         a.extend(more);
     }
     let evidence = format!(
-        "SUBGOAL 1 | evidence: {role} {} ref={} from snapshot {} | intent: {tool} it",
+        "SUBGOAL {} | evidence: {role} {} ref={} from snapshot {} | intent: {tool} it",
+        view.subgoal.max(1),
         crate::prompt::quoted(&node.name),
         node.r#ref,
         o.snapshot_id
     );
-    Turn { calls: vec![(tool.into(), args)], evidence }
+    Turn { calls: vec![(tool.into(), args)], evidence, extra: String::new() }
 }
 
 /// The approval token the last result handed back, if any.

@@ -21,8 +21,10 @@ pub enum End {
 }
 
 /// What a page alone ends a run with, read by code rather than left to the model: a sign-in
-/// or one-time-code field (`auth_required`: authentication is never the agent's), or a page
-/// whose title says it is an error (`page_error`: nothing this run did should lead there).
+/// or one-time-code field (`auth_required`: authentication is never the agent's), or an alert
+/// region that says something went wrong (`page_error`: the record's "an error you did not
+/// cause"; the agent has no way to put one right, since it types only the record's values).
+/// A title is never read for it: a lesson called "Error handling 101" is not an error.
 pub fn page_stops(o: &ObserveReply) -> Option<(Reason, &'static str)> {
     use proto::v1::FieldKind as K;
     let secret = o
@@ -33,14 +35,18 @@ pub fn page_stops(o: &ObserveReply) -> Option<(Reason, &'static str)> {
     if secret {
         return Some((Reason::AuthRequired, "the page asks for a password or a one-time code"));
     }
-    let title = o.title.to_lowercase();
-    let words: Vec<&str> = title.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
-    let status = words.first().is_some_and(|w| {
-        w.len() == 3 && (w.starts_with('4') || w.starts_with('5')) && w.bytes().all(|b| b.is_ascii_digit())
-    });
-    let named =
-        ["error", "not found", "something went wrong", "forbidden", "unavailable"].iter().any(|p| title.contains(p));
-    (status || named).then_some((Reason::PageError, "the page reads as an error the run did not expect"))
+    o.alerts
+        .iter()
+        .any(|a| reads_as_error(a))
+        .then_some((Reason::PageError, "an alert on the page says something went wrong"))
+}
+
+/// Whether an alert's text says something went wrong: one of the words pages use for it.
+pub fn reads_as_error(text: &str) -> bool {
+    const WORDS: [&str; 9] =
+        ["error", "errors", "failed", "failure", "wrong", "unavailable", "invalid", "problem", "denied"];
+    let lower = text.to_lowercase();
+    lower.split(|c: char| !c.is_alphanumeric()).any(|w| WORDS.contains(&w))
 }
 
 impl End {
@@ -91,6 +97,11 @@ pub struct Rules {
     pub counts: HashMap<&'static str, u32>,
     /// The task-record fields a type may name.
     field_ids: Vec<String>,
+    /// The subgoal given now (1-based) and how many there are.
+    subgoal: u32,
+    subgoals: u32,
+    /// The refs the model's escalation cited.
+    pub cited: Vec<String>,
 }
 
 impl Rules {
@@ -108,7 +119,21 @@ impl Rules {
             seen: HashMap::new(),
             unchanged: 0,
             counts: HashMap::new(),
+            subgoal: 1,
+            subgoals: 1,
+            cited: Vec::new(),
         }
+    }
+
+    /// The task has `n` subgoals, given one at a time.
+    pub fn with_subgoals(mut self, n: u32) -> Self {
+        self.subgoals = n.max(1);
+        self
+    }
+
+    /// The subgoal given now (1-based).
+    pub fn subgoal(&self) -> u32 {
+        self.subgoal
     }
 
     pub fn steps(&self) -> u32 {
@@ -141,12 +166,33 @@ impl Rules {
         Verdict::Refuse { rule, reason }
     }
 
+    /// One model reply: text beside the one call and its evidence line is refused (the contract
+    /// allows one line), as a step; the rest is [`Rules::turn`].
+    pub fn reply(&mut self, t: &crate::model::Turn) -> Verdict {
+        if t.extra.is_empty() {
+            return self.turn(&t.calls, &t.evidence);
+        }
+        if let Some(end) = self.step() {
+            return end;
+        }
+        self.refuse(
+            "extra_text",
+            "a turn is one tool call and one line of evidence: no plan, no list, no commentary".into(),
+        )
+    }
+
+    /// Counts one step; the end if it is past the budget.
+    fn step(&mut self) -> Option<Verdict> {
+        self.steps += 1;
+        (self.steps > self.max_steps)
+            .then(|| Verdict::End(End::escalated(Reason::BudgetExhausted, format!("{} steps", self.max_steps))))
+    }
+
     /// One model turn: the tool calls it made (name and arguments) and its evidence line.
     /// Every turn is a step, refused or not.
     pub fn turn(&mut self, calls: &[(String, serde_json::Value)], evidence: &str) -> Verdict {
-        self.steps += 1;
-        if self.steps > self.max_steps {
-            return Verdict::End(End::escalated(Reason::BudgetExhausted, format!("{} steps", self.max_steps)));
+        if let Some(end) = self.step() {
+            return end;
         }
         let [(name, args)] = calls else {
             return self.refuse(
@@ -159,13 +205,21 @@ impl Rules {
             Err(e) => return self.refuse("schema", e.to_string()),
         };
         match &call {
-            Call::Escalate { reason, detail, .. } => return Verdict::End(End::escalated(*reason, detail.clone())),
+            // The safe exit is never refused: a missing evidence line is counted, and the run ends.
+            Call::Escalate { reason, detail, refs } => {
+                self.cited.clone_from(refs);
+                if self.line(evidence).is_err() {
+                    self.count("evidence");
+                }
+                return Verdict::End(End::escalated(*reason, detail.clone()));
+            }
             Call::Act { target, act } => {
                 if let crate::tools::Act::Type { field_id } = act
                     && !self.field_ids.iter().any(|f| f == field_id)
                 {
+                    // Refused, and the run goes on: not the model's `unmapped_field` escalation.
                     let reason = format!("{field_id} is not a field of this task");
-                    return self.refuse("unmapped_field", reason);
+                    return self.refuse("unknown_field", reason);
                 }
                 if let Err((rule, reason)) = self.grounded(target, evidence) {
                     return self.ungrounded(rule, reason);
@@ -187,9 +241,41 @@ impl Rules {
                     return self.ungrounded(rule, reason);
                 }
             }
-            Call::Snapshot | Call::Screenshot => {}
+            Call::Snapshot | Call::Screenshot => {
+                let intent = match self.line(evidence) {
+                    Ok((_, _, intent)) => intent,
+                    Err(reason) => return self.refuse("evidence", reason),
+                };
+                // The model says the subgoal it was given is done: the next one is given.
+                if matches!(call, Call::Snapshot)
+                    && intent.trim().trim_end_matches('.') == format!("subgoal {} done", self.subgoal)
+                    && self.subgoal < self.subgoals
+                {
+                    self.subgoal += 1;
+                }
+            }
         }
         Verdict::Run(call)
+    }
+
+    /// An evidence line's three parts: `SUBGOAL <n> | evidence: <…> | intent: <…>`, where `n` is a
+    /// subgoal given so far (an act's must be the current one: [`Rules::grounded`]).
+    fn line<'e>(&self, evidence: &'e str) -> Result<(u32, &'e str, &'e str), String> {
+        let form = "SUBGOAL <n> | evidence: <role> \"<accessible name>\" ref=<ref> from snapshot <snapshot_id> | intent: <what it does>";
+        let parts: Vec<&str> = evidence.split(" | ").collect();
+        let [number, cited, intent] = parts.as_slice() else {
+            return Err(format!("every turn carries one line of evidence: {form}"));
+        };
+        let n = number.strip_prefix("SUBGOAL ").and_then(|n| n.parse::<u32>().ok());
+        let cited = cited.strip_prefix("evidence: ").filter(|c| !c.trim().is_empty());
+        let intent = intent.strip_prefix("intent: ").filter(|i| !i.trim().is_empty());
+        match (n, cited, intent) {
+            (Some(n), Some(c), Some(i)) if (1..=self.subgoal).contains(&n) => Ok((n, c, i)),
+            (Some(n), Some(_), Some(_)) => {
+                Err(format!("SUBGOAL {n} is not given: the current subgoal is {}", self.subgoal))
+            }
+            _ => Err(format!("every turn carries one line of evidence: {form}")),
+        }
     }
 
     /// A target must be a node of the most recent snapshot, as printed, and the evidence line
@@ -211,21 +297,17 @@ impl Rules {
         // The name as the prompt prints it: a JSON string, so a quote or a newline in it cannot
         // make the line say something else.
         let name = crate::prompt::quoted(&t.name);
-        let quoted = format!("evidence: {} {name} ref={} from snapshot {}", role.unwrap_or(""), t.node_ref, id);
-        let parts: Vec<&str> = evidence.split(" | ").collect();
-        let line_ok = parts.len() == 3
-            && parts[0]
-                .strip_prefix("SUBGOAL ")
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-            && parts[1] == quoted
-            && parts[2].strip_prefix("intent: ").is_some_and(|i| !i.trim().is_empty());
-        if !line_ok {
-            return Err((
-                "evidence",
-                format!("the evidence line must read: SUBGOAL <n> | {quoted} | intent: <what it does>"),
-            ));
+        let quoted = format!("{} {name} ref={} from snapshot {}", role.unwrap_or(""), t.node_ref, id);
+        let must = || {
+            format!(
+                "the evidence line must read: SUBGOAL {} | evidence: {quoted} | intent: <what it does>",
+                self.subgoal
+            )
+        };
+        match self.line(evidence) {
+            Ok((n, cited, _)) if n == self.subgoal && cited == quoted => Ok(()),
+            _ => Err(("evidence", must())),
         }
-        Ok(())
     }
 
     /// A new snapshot: it becomes the only current one. The same page seen a third time ends
@@ -264,6 +346,21 @@ impl Rules {
         if let Some((reason, detail)) = page_stops(o) {
             self.count(reason.code());
             return Err(End::escalated(reason, detail));
+        }
+        Ok(())
+    }
+
+    /// A read that failed with `code`: like a snapshot, the same failure three times ends the run.
+    pub fn unread(&mut self, code: &str) -> Result<(), End> {
+        self.current = None;
+        let digest: [u8; 32] = Sha256::digest(format!("unread\0{code}")).into();
+        let seen = self.seen.entry(digest).or_default();
+        *seen += 1;
+        if *seen >= 3 {
+            return Err(End::escalated(
+                Reason::RepeatedSnapshot,
+                format!("the page could not be read three times ({code})"),
+            ));
         }
         Ok(())
     }
@@ -336,6 +433,7 @@ mod tests {
         )]
     }
 
+    const OBSERVE: &str = "SUBGOAL 1 | evidence: none | intent: observe the page";
     const A: &str = "snap_aaaaaaaaaaaa";
     const B: &str = "snap_bbbbbbbbbbbb";
 
@@ -378,7 +476,7 @@ mod tests {
         t[0].0 = "type".into();
         t[0].1["expected_role"] = json!("textbox");
         t[0].1["field_id"] = json!("password");
-        assert!(matches!(r.turn(&t, ""), Verdict::Refuse { rule: "unmapped_field", .. }));
+        assert!(matches!(r.turn(&t, ""), Verdict::Refuse { rule: "unknown_field", .. }));
     }
 
     #[test]
@@ -409,9 +507,70 @@ mod tests {
 
         let mut r = Rules::new(1);
         let snap = vec![("snapshot".to_owned(), json!({}))];
-        assert!(matches!(r.turn(&snap, ""), Verdict::Run(Call::Snapshot)));
-        assert!(matches!(r.turn(&snap, ""), Verdict::End(ref e) if e.reason() == "budget_exhausted"));
+        assert!(matches!(r.turn(&snap, OBSERVE), Verdict::Run(Call::Snapshot)));
+        assert!(matches!(r.turn(&snap, OBSERVE), Verdict::End(ref e) if e.reason() == "budget_exhausted"));
         let esc = vec![("escalate".to_owned(), json!({ "reason": "suspected_injection", "refs": ["n1"] }))];
         assert!(matches!(Rules::new(5).turn(&esc, ""), Verdict::End(ref e) if e.reason() == "suspected_injection"));
+    }
+
+    #[test]
+    fn every_turn_carries_its_evidence_and_nothing_else() {
+        let snap = vec![("snapshot".to_owned(), json!({}))];
+        let mut r = Rules::new(20);
+        assert!(matches!(r.turn(&snap, ""), Verdict::Refuse { rule: "evidence", .. }), "a bare snapshot");
+        assert!(
+            matches!(
+                r.turn(&snap, "SUBGOAL 2 | evidence: none | intent: look"),
+                Verdict::Refuse { rule: "evidence", .. }
+            ),
+            "a subgoal not given"
+        );
+        let extra = crate::model::Turn {
+            calls: snap.clone(),
+            evidence: OBSERVE.into(),
+            extra: "Then I will click Next.".into(),
+        };
+        assert!(matches!(r.reply(&extra), Verdict::Refuse { rule: "extra_text", .. }));
+        assert_eq!(r.steps(), 3, "each refusal is a step");
+        // The safe exit is never refused; its missing line is counted.
+        let esc = vec![("escalate".to_owned(), json!({ "reason": "uncertain" }))];
+        assert!(matches!(r.turn(&esc, ""), Verdict::End(_)));
+        assert_eq!(r.counts["evidence"], 3);
+    }
+
+    #[test]
+    fn subgoals_are_given_one_at_a_time() {
+        let snap = vec![("snapshot".to_owned(), json!({}))];
+        let mut r = Rules::new(20).with_subgoals(2);
+        r.observed(&page(A, "https://x.test/1")).unwrap();
+        // An act must name the subgoal it serves: the current one.
+        let ahead = "SUBGOAL 2 | evidence: button \"Next\" ref=n1 from snapshot snap_aaaaaaaaaaaa | intent: go on";
+        assert!(matches!(r.turn(&click(A, "n1", "Next"), ahead), Verdict::Refuse { rule: "evidence", .. }));
+        assert!(matches!(r.turn(&snap, "SUBGOAL 1 | evidence: none | intent: subgoal 2 done"), Verdict::Run(_)));
+        assert_eq!(r.subgoal(), 1, "only the current subgoal can be said done");
+        assert!(matches!(r.turn(&snap, "SUBGOAL 1 | evidence: none | intent: subgoal 1 done"), Verdict::Run(_)));
+        assert_eq!(r.subgoal(), 2);
+        r.observed(&page(B, "https://x.test/2")).unwrap();
+        assert!(matches!(
+            r.turn(&click(B, "n1", "Next"), &evidence(B, "n1", "Next").replace("SUBGOAL 1", "SUBGOAL 2")),
+            Verdict::Run(_)
+        ));
+        assert!(matches!(r.turn(&snap, "SUBGOAL 2 | evidence: none | intent: subgoal 2 done"), Verdict::Run(_)));
+        assert_eq!(r.subgoal(), 2, "the last subgoal ends at the confirmation, not by word");
+    }
+
+    #[test]
+    fn an_error_is_an_alert_on_the_page_not_a_word_in_its_title() {
+        let mut lesson = page(A, "https://x.test/1");
+        lesson.title = "Error handling 101".into();
+        assert_eq!(page_stops(&lesson), None);
+        lesson.alerts = vec!["Saved. 3 answers recorded".into()];
+        assert_eq!(page_stops(&lesson), None);
+        lesson.alerts.push("An error occurred: please try again later".into());
+        assert_eq!(page_stops(&lesson).map(|(r, _)| r), Some(Reason::PageError));
+        let mut r = Rules::new(20);
+        assert!(r.unread("NODE_NOT_INTERACTABLE").is_ok());
+        assert!(r.unread("NODE_NOT_INTERACTABLE").is_ok());
+        assert_eq!(r.unread("NODE_NOT_INTERACTABLE").unwrap_err().reason(), "repeated_snapshot");
     }
 }

@@ -2,7 +2,7 @@
 //! makes against them. A call that does not validate never reaches the runtime: the model is
 //! shown why, and the refusal is counted.
 
-use proto::runtime::Role;
+use proto::runtime::{Role, WaitFor};
 use serde_json::{Value, json};
 
 use proto::ids::Id;
@@ -99,8 +99,15 @@ pub fn tools() -> Vec<Tool> {
         },
         Tool {
             name: "click",
-            description: "Click exactly one interactive node from the snapshot you were most recently given. The runtime re-resolves the node in the live page and refuses the click if the snapshot is stale, the ref is gone, or the name has changed. If the element is consequential, the click needs an approval token from request_approval for this exact element.",
-            input_schema: target(&CLICKABLE, json!({})),
+            description: "Click exactly one interactive node from the snapshot you were most recently given. You must state which snapshot you read it from and the accessible name you believe you are clicking; the runtime re-resolves the node in the live page and refuses the click if the snapshot is stale, the ref is gone, or the name has changed. If the resolved element is consequential, the click requires an approval token obtained from request_approval for this exact element. You cannot click by coordinate, CSS selector, XPath or element id, and there is no parameter for any of those.",
+            input_schema: with_optional(
+                target(&CLICKABLE, json!({})),
+                "wait_for",
+                json!({
+                    "type": "string", "enum": WAIT_FOR.map(|(n, _)| n), "default": "settle",
+                    "description": "What the runtime waits for before returning. 'settle' waits for network idle plus a stable accessibility tree, which is what makes the next snapshot trustworthy."
+                }),
+            ),
         },
         Tool {
             name: "type",
@@ -112,7 +119,7 @@ pub fn tools() -> Vec<Tool> {
         },
         Tool {
             name: "select",
-            description: "Choose one option of a select or listbox, by the option's label as printed in the snapshot.",
+            description: "Choose one option of a select or listbox, by the option's label. Beyond the record's tools because a select's options are not nodes of the snapshot: the runtime chooses within the select's own list, so no option outside it can be reached.",
             input_schema: target(
                 &field_roles,
                 json!({ "option": { "type": "string", "minLength": 1, "maxLength": 120, "description": "The option's label, copied exactly." } }),
@@ -120,12 +127,12 @@ pub fn tools() -> Vec<Tool> {
         },
         Tool {
             name: "key",
-            description: "Press one named key on a node that holds focus. Never a letter or digit.",
+            description: "Press one named key (Tab, arrows, Escape, …) on a node of the snapshot. Never a letter or digit, and never Enter or Space on a button, link or choice (that is a click). Beyond the record's tools because some forms move between fields or choices only by keyboard.",
             input_schema: target(&CLICKABLE, json!({ "key": { "type": "string", "enum": KEYS } })),
         },
         Tool {
             name: "scroll",
-            description: "Scroll the page by one of the fixed steps (pixels; negative is up), from a node of the snapshot.",
+            description: "Scroll the page by one of the fixed steps (pixels; negative is up), from a node of the snapshot. Beyond the record's tools because some pages load more content only when scrolled; never to reach a node you assume is below the fold.",
             input_schema: target(&CLICKABLE, json!({ "by": { "type": "integer", "enum": SCROLL_STEPS } })),
         },
         Tool {
@@ -154,6 +161,20 @@ pub fn tools() -> Vec<Tool> {
     ]
 }
 
+/// What a click may wait for, as the schema spells it.
+pub const WAIT_FOR: [(&str, WaitFor); 4] = [
+    ("settle", WaitFor::Settle),
+    ("navigation", WaitFor::Navigation),
+    ("dialog", WaitFor::Dialog),
+    ("none", WaitFor::None),
+];
+
+/// `schema` with one more property that is not required.
+fn with_optional(mut schema: Value, key: &str, property: Value) -> Value {
+    schema["properties"][key] = property;
+    schema
+}
+
 /// The element a call names, as the model claimed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
@@ -163,6 +184,8 @@ pub struct Target {
     pub name: String,
     pub consequential: bool,
     pub approval_token: Option<String>,
+    /// What the runtime waits for after the act (a click may say; settle otherwise).
+    pub wait_for: WaitFor,
 }
 
 /// What a call asks of the browser.
@@ -233,6 +256,7 @@ pub fn check(name: &str, arguments: &Value) -> Result<Call, Invalid> {
             name: text("expected_name"),
             consequential: args.get("consequential").and_then(Value::as_bool).unwrap_or(false),
             approval_token: args.get("approval_token").and_then(Value::as_str).map(str::to_owned),
+            wait_for: WAIT_FOR.iter().find(|(n, _)| *n == text("wait_for")).map_or(WaitFor::Settle, |(_, w)| *w),
         })
     };
     Ok(match name {

@@ -288,6 +288,7 @@ impl Touched {
             Event::RunStarted(x) => drop(self.sessions.insert(x.session_id.clone())),
             Event::RunRefused(x) => drop(self.sessions.insert(x.session_id.clone())),
             Event::RunCompleted(x) => drop(self.sessions.insert(x.session_id.clone())),
+            Event::RunStepped(x) => drop(self.sessions.insert(x.session_id.clone())),
             Event::ProfileClaimed(x) => drop(self.profiles.insert(x.profile_id.clone())),
             Event::ProfileGenerationAdvanced(x) => drop(self.profiles.insert(x.profile_id.clone())),
             Event::ProfileRevoked(x) => drop(self.profiles.insert(x.profile_id.clone())),

@@ -1,11 +1,13 @@
 //! `grantctl-bench harness`: the harness's own work for one step, without the model, the
 //! runtime or the authorizer: a snapshot taken in (the repeated-page digest, the page's own
 //! stops), the step's prompt rendered, and the model's answer checked against its schema and the
-//! rules (grounded target, evidence line). On a page of `nodes` interactive nodes.
+//! rules (grounded target, evidence line). On a page of `nodes` interactive nodes. Beside it,
+//! the model client's own round trip: one step's request over HTTPS to a provider on loopback
+//! that answers at once (TLS, the request and the answer encoded and read; no model's thinking).
 
 use std::time::Instant;
 
-use agent::model::{View, on_named};
+use agent::model::{Model, View, on_named};
 use agent::prompt::{self, Step};
 use agent::rules::Rules;
 use anyhow::Result;
@@ -31,7 +33,7 @@ fn page(nodes: usize, i: usize) -> rt::ObserveReply {
     }
 }
 
-pub fn run(iterations: usize, nodes: usize) -> Result<String> {
+pub async fn run(iterations: usize, nodes: usize) -> Result<String> {
     let mut step = Samples::default();
     let mut render = Samples::default();
     let log: Vec<String> = (0..8).map(|i| format!("{i} click \"Choice {i}\" ref=n{i} → ok, changed = true")).collect();
@@ -45,14 +47,16 @@ pub fn run(iterations: usize, nodes: usize) -> Result<String> {
         let text = prompt::render(&Step {
             number: 1,
             max_steps: 50,
-            subgoal: "1. Go on to the next lesson",
+            subgoal: &prompt::subgoal(1, 1, "Go on to the next lesson"),
+            org_name: "Ada",
             field_ids: &fields,
             step_log: &log,
             last_result: "ok, changed = true",
             snapshot: &o,
         });
         let rendered = r.elapsed();
-        let view = View { prompt: &text, snapshot: Some(&o), last_result: "", step: 1 };
+        let view =
+            View { system: prompt::SYSTEM, prompt: &text, snapshot: Some(&o), last_result: "", step: 1, subgoal: 1 };
         let turn = on_named(view, "click", "Next", false, serde_json::json!({}));
         let verdict = rules.turn(&turn.calls, &turn.evidence);
         let took = t.elapsed();
@@ -63,13 +67,68 @@ pub fn run(iterations: usize, nodes: usize) -> Result<String> {
             render.latencies.push(rendered);
         }
     }
+    let model = round_trips(iterations.min(500), nodes).await?;
     let us = |s: &Samples, p: usize| s.percentile(p).as_secs_f64() * 1e6;
+    let share = us(&model, 50) / (us(&model, 50) + us(&step, 50));
     Ok(format!(
-        "harness step ({nodes}-node page)   n={:<5} p50 {:>8.1} µs  p99 {:>8.1} µs\n  of which the prompt rendered  p50 {:>8.1} µs  p99 {:>8.1} µs",
+        "harness step ({nodes}-node page)   n={:<5} p50 {:>8.1} µs  p99 {:>8.1} µs\n  of which the prompt rendered  p50 {:>8.1} µs  p99 {:>8.1} µs\n\
+         model round trip (HTTPS, loopback stub)  n={:<5} p50 {:>8.1} µs  p99 {:>8.1} µs\n  \
+         the round trip's share of a step without runtime and authorizer: {:.0} %",
         step.latencies.len(),
         us(&step, 50),
         us(&step, 99),
         us(&render, 50),
         us(&render, 99),
+        model.latencies.len(),
+        us(&model, 50),
+        us(&model, 99),
+        share * 100.0,
     ))
+}
+
+/// `n` model calls of one step's prompt (on a `nodes`-node page) to an OpenAI-shaped provider
+/// on loopback over HTTPS, one connection kept.
+async fn round_trips(n: usize, nodes: usize) -> Result<Samples> {
+    use tests::model_stub::{Reply, Stub, openai};
+    let o = page(nodes, 0);
+    let answer = openai(
+        &[(
+            "click",
+            serde_json::json!({ "snapshot_id": o.snapshot_id, "ref": "n1", "expected_role": "button",
+            "expected_name": "Next", "consequential": false }),
+        )],
+        &format!("SUBGOAL 1 | evidence: button \"Next\" ref=n1 from snapshot {} | intent: go on", o.snapshot_id),
+    );
+    let stub = Stub::start(move |_, _| Reply::ok(answer.clone())).await;
+    let mut config = agent::provider::Config::new(
+        agent::provider::Kind::OpenAi,
+        Some(stub.base_url.clone()),
+        "stub".into(),
+        agent::provider::Key::new("sk-bench"),
+    );
+    config.ca_bundle = Some(stub.ca_pem.clone().into_bytes());
+    let mut provider = agent::provider::Provider::new(config).map_err(anyhow::Error::msg)?;
+    let text = prompt::render(&Step {
+        number: 1,
+        max_steps: 50,
+        subgoal: &prompt::subgoal(1, 1, "Go on to the next lesson"),
+        org_name: "Ada",
+        field_ids: &[],
+        step_log: &[],
+        last_result: "",
+        snapshot: &o,
+    });
+    let mut samples = Samples::default();
+    for i in 0..n + 10 {
+        let view =
+            View { system: prompt::SYSTEM, prompt: &text, snapshot: Some(&o), last_result: "", step: 1, subgoal: 1 };
+        let t = Instant::now();
+        let turn = provider.next(view).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        let took = t.elapsed();
+        anyhow::ensure!(turn.calls.len() == 1, "the stub's answer was read: {turn:?}");
+        if i >= 10 {
+            samples.latencies.push(took);
+        }
+    }
+    Ok(samples)
 }

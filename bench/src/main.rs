@@ -149,7 +149,7 @@ async fn run(database: &Option<String>, command: BenchCmd) -> Result<()> {
             );
         }
         BenchCmd::Harness { iterations, nodes } => {
-            println!("{}", bench::harness::run(usize::try_from(iterations)?, usize::try_from(nodes)?)?);
+            println!("{}", bench::harness::run(usize::try_from(iterations)?, usize::try_from(nodes)?).await?);
         }
         BenchCmd::Act { iterations, nodes } => {
             println!("{}", bench::act::run(usize::try_from(iterations)?, usize::try_from(nodes)?).await?);

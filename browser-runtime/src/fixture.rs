@@ -57,34 +57,40 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// A TLS acceptor for `hosts` (names or IP addresses) under a throwaway CA made for it, and the
+/// CA's certificate (PEM) a client is told to trust.
+pub fn tls(hosts: &[&str]) -> std::io::Result<(TlsAcceptor, String)> {
+    let fail = |e: rcgen::Error| std::io::Error::other(e.to_string());
+    let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(fail)?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(DnType::CommonName, "grant-ledger fixture CA");
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().map_err(fail)?).map_err(fail)?;
+    let key = KeyPair::generate().map_err(fail)?;
+    let leaf = CertificateParams::new(hosts.iter().map(|h| (*h).to_owned()).collect::<Vec<_>>())
+        .map_err(fail)?
+        .signed_by(&key, &ca)
+        .map_err(fail)?;
+    // The chain carries the CA, whose key the client is told to trust.
+    let chain = vec![CertificateDer::from(leaf.der().to_vec()), CertificateDer::from(ca.der().to_vec())];
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(std::io::Error::other)?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(std::io::Error::other)?;
+    Ok((TlsAcceptor::from(Arc::new(config)), ca.pem()))
+}
+
 impl Fixture {
     /// Serves `hosts` (each reachable as `https://host`) on a loopback port; the CA goes to
     /// `dir/fixture-ca.pem`.
     pub async fn start(hosts: &[&str], dir: &Path) -> std::io::Result<Self> {
-        let fail = |e: rcgen::Error| std::io::Error::other(e.to_string());
-        let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(fail)?;
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.distinguished_name.push(DnType::CommonName, "grant-ledger fixture CA");
-        let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().map_err(fail)?).map_err(fail)?;
-        let key = KeyPair::generate().map_err(fail)?;
-        let leaf = CertificateParams::new(hosts.iter().map(|h| (*h).to_owned()).collect::<Vec<_>>())
-            .map_err(fail)?
-            .signed_by(&key, &ca)
-            .map_err(fail)?;
+        let (acceptor, ca_pem) = tls(hosts)?;
         std::fs::create_dir_all(dir)?;
         let ca_bundle = dir.join("fixture-ca.pem");
-        std::fs::write(&ca_bundle, ca.pem())?;
-        // The chain carries the CA, whose key the browser is told to trust.
-        let chain = vec![CertificateDer::from(leaf.der().to_vec()), CertificateDer::from(ca.der().to_vec())];
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(std::io::Error::other)?
-            .with_no_client_auth()
-            .with_single_cert(chain, key)
-            .map_err(std::io::Error::other)?;
-        let acceptor = TlsAcceptor::from(Arc::new(config));
+        std::fs::write(&ca_bundle, ca_pem)?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let port = listener.local_addr()?.port();
         let pages: Pages = Arc::default();

@@ -235,12 +235,50 @@
     frameStops.stopped = 0;
     return stopped;
   };
+  // What the accessibility tree is made of, as one digest: every element's tag and the ARIA
+  // attributes that give roles, names and states, every control's value, checkedness and
+  // choice, where focus is, and the text. A tick, a radio, a choice or a Tab changes it; nothing
+  // the model cannot see in a snapshot does. (Values enter the digest only, never the answer.)
+  const getAttr = Element.prototype.getAttribute;
+  const localName = getter(Element.prototype, 'localName');
+  const inputChecked = getter(HTMLInputElement.prototype, 'checked');
+  const inputValue = getter(HTMLInputElement.prototype, 'value');
+  const areaValue = getter(HTMLTextAreaElement.prototype, 'value');
+  const selectIndex = getter(HTMLSelectElement.prototype, 'selectedIndex');
+  const textOf = getter(Node.prototype, 'textContent');
+  const ARIA = ['role', 'aria-label', 'aria-labelledby', 'aria-checked', 'aria-pressed', 'aria-expanded',
+    'aria-selected', 'aria-disabled', 'aria-hidden', 'aria-invalid', 'aria-current', 'aria-valuenow', 'disabled',
+    'hidden', 'open', 'title', 'alt', 'value', 'placeholder'];
+  const treeSig = () => {
+    let h = 0x811c9dc5;
+    const mix = (s) => {
+      s = String(s);
+      for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193);
+      h = Math.imul(h ^ 0x1f, 0x01000193);
+    };
+    const all = Document.prototype.getElementsByTagName.call(document, '*');
+    const active = docActive(document);
+    for (let i = 0; i < all.length; i++) {
+      const el = all[i];
+      mix(localName(el));
+      for (const a of ARIA) {
+        const v = getAttr.call(el, a);
+        if (v !== null) mix(a + '=' + v);
+      }
+      if (el instanceof HTMLInputElement) mix(inputChecked(el) + ':' + inputValue(el));
+      else if (el instanceof HTMLTextAreaElement) mix(areaValue(el));
+      else if (el instanceof HTMLSelectElement) mix(selectIndex(el));
+      if (el === active) mix('focus');
+    }
+    const body = docBody(document);
+    mix(body ? textOf(body) : '');
+    return all.length + ':' + (h >>> 0).toString(16);
+  };
   const page = () => ({
     url: location.href,
     title: docTitle(document),
     time_origin: ORIGIN,
-    sig: Document.prototype.getElementsByTagName.call(document, '*').length + ':' +
-      (docBody(document) ? docBody(document).textContent.length : 0),
+    sig: treeSig(),
   });
   const after = (arming, turns) => new Promise((resolve) => {
     let left = turns;

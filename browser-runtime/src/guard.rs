@@ -23,7 +23,8 @@ pub struct PageRead {
     pub title: String,
     /// `performance.timeOrigin`: a new document has a new one.
     pub time_origin: f64,
-    /// Elements and text length: a cheap sign that the DOM changed.
+    /// A digest of what the accessibility tree is made of (roles, names, values, states, focus,
+    /// text): it differs after an act that changed anything a snapshot shows.
     pub sig: String,
 }
 

@@ -105,6 +105,18 @@ struct RawSnapshot {
     nodes: Vec<RawNode>,
     #[serde(default)]
     more: bool,
+    #[serde(default)]
+    alerts: Vec<String>,
+}
+
+/// One observation of the page: its nodes, whether there were more than a read returns, and the
+/// text of its alert regions.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub page: PageRead,
+    pub nodes: Vec<NodeRead>,
+    pub more: bool,
+    pub alerts: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -235,7 +247,7 @@ fn show(mut n: NodeRead, (role, name): (Option<Role>, String)) -> NodeRead {
 /// role of the closed set passed to one script call in the guard's isolated world, which lists
 /// them and whatever else it takes for interactive; that world keeps the nodes' elements under
 /// `snapshot_id` for the act that names one, out of the page's sight.
-pub async fn snapshot(h: &Handle, snapshot_id: &str) -> Result<(PageRead, Vec<NodeRead>, bool), ReadError> {
+pub async fn snapshot(h: &Handle, snapshot_id: &str) -> Result<Snapshot, ReadError> {
     let read = async {
         let world = guard::world(h).await?;
         let (_, frame) = h.tab().ok_or_else(|| shape("no tab is attached"))?;
@@ -281,7 +293,7 @@ pub async fn snapshot(h: &Handle, snapshot_id: &str) -> Result<(PageRead, Vec<No
             };
             nodes.extend(shown.map(|s| show(n, s)));
         }
-        Ok((raw.page, nodes, raw.more))
+        Ok(Snapshot { page: raw.page, nodes, more: raw.more, alerts: raw.alerts })
     };
     let read = read.await;
     guard::release_reads(h);

@@ -17,6 +17,8 @@
 // DOM properties are still read through their prototypes: a form's named controls shadow the
 // form's own properties in every world.
 const mode = arguments[0];
+const MAX_ALERTS = 8;
+const MAX_ALERT_CHARS = 300;
 const FORM_ELEMENTS = Object.getOwnPropertyDescriptor(HTMLFormElement.prototype, 'elements').get;
 const FORM_ACTION = Object.getOwnPropertyDescriptor(HTMLFormElement.prototype, 'action').get;
 const FORM_METHOD = Object.getOwnPropertyDescriptor(HTMLFormElement.prototype, 'method').get;
@@ -598,7 +600,17 @@ if (mode === 'observe') {
     add(n);
   }
   Object.defineProperty(window, slot(arguments[1]), { value: Object.freeze(els) });
-  return [JSON.stringify({ page, nodes, more }, compact), own];
+  // The page's alert regions (role alert, or an assertive live region) as a person reads them:
+  // how a page says that something went wrong. Bounded; the runtime quotes them as page text.
+  const alerts = [];
+  const ALERTS = Document.prototype.querySelectorAll.call(document, '[role~="alert"], [aria-live="assertive"]');
+  for (let i = 0; i < ALERTS.length && alerts.length < MAX_ALERTS; i++) {
+    const a = ALERTS[i];
+    if (!visible(a)) continue;
+    const text = collapse(flatText(a)).slice(0, MAX_ALERT_CHARS);
+    if (text) alerts.push(text);
+  }
+  return [JSON.stringify({ page, nodes, more, alerts }, compact), own];
 }
 if (mode === 'picture') {
   // What a picture of the viewport paints over and outlines: every field with its box, kind and

@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 use agent::model::{PlanStep, Scripted};
-use agent::openai::{Endpoint as ModelEndpoint, OpenAi};
+use agent::provider::{Config as ModelConfig, Key, Kind, Provider};
 use agent::run::{Clients, Outcome, TaskFile, run as run_task, start};
 use proto::runtime as rt;
 
@@ -35,16 +35,49 @@ pub fn plan(text: &str) -> Result<Vec<PlanStep>> {
         .collect()
 }
 
-/// Runs the task at `task_path` with the plan at `script` or the model `(url, name)`.
+/// A hosted model: its provider's API, address and name.
+#[derive(Debug, Clone)]
+pub struct ModelChoice {
+    pub provider: String,
+    pub base_url: Option<String>,
+    pub name: String,
+}
+
+/// The provider `choice` names, configured from the environment: the key from AGENT_MODEL_KEY
+/// or the file AGENT_MODEL_KEY_FILE, the CA bundle, the proxy, the timeout and retries.
+pub fn provider(choice: ModelChoice, get: &impl Fn(&str) -> Option<String>) -> Result<Provider> {
+    let kind = Kind::parse(&choice.provider)
+        .with_context(|| format!("--provider is openai or anthropic, not {:?}", choice.provider))?;
+    let key = match (get("AGENT_MODEL_KEY"), get("AGENT_MODEL_KEY_FILE")) {
+        (Some(_), Some(_)) => bail!("give AGENT_MODEL_KEY or AGENT_MODEL_KEY_FILE, not both"),
+        (Some(k), None) => Key::new(k),
+        (None, Some(f)) => Key::from_file(Path::new(&f)).map_err(anyhow::Error::msg)?,
+        (None, None) => Key::default(),
+    };
+    let mut config = ModelConfig::new(kind, choice.base_url, choice.name, key);
+    let number = |k: &str, default: u64| -> Result<u64> {
+        get(k).map_or(Ok(default), |v| v.parse().with_context(|| format!("{k} is a whole number")))
+    };
+    config.timeout = Duration::from_secs(number("AGENT_MODEL_TIMEOUT_SECONDS", 60)?.clamp(1, 600));
+    config.retries = u32::try_from(number("AGENT_MODEL_RETRIES", 3)?.min(10)).unwrap_or(3);
+    config.ca_bundle = get("AGENT_MODEL_CA").map(std::fs::read).transpose().context("AGENT_MODEL_CA cannot be read")?;
+    config.proxy = get("HTTPS_PROXY").or_else(|| get("https_proxy"));
+    config.no_proxy = get("NO_PROXY").or_else(|| get("no_proxy"));
+    Provider::new(config).map_err(anyhow::Error::msg)
+}
+
+/// Runs the task at `task_path` with the plan at `script` or the hosted `model`; writes the
+/// trace to `trace` when given.
 pub async fn run(
     task_path: &Path,
     script: Option<&Path>,
-    model: Option<(String, String)>,
+    model: Option<ModelChoice>,
+    trace: Option<&Path>,
     get: impl Fn(&str) -> Option<String>,
 ) -> Result<String> {
     crate::observe::harness_metrics(&get).await?;
     if script.is_some() == model.is_some() {
-        bail!("give --script, or --model-url and --model");
+        bail!("give --script, or --model (with --provider)");
     }
     let text = std::fs::read_to_string(task_path).with_context(|| format!("reading {}", task_path.display()))?;
     let file: TaskFile =
@@ -70,15 +103,35 @@ pub async fn run(
     if let Err(e) = closed {
         tracing::warn!(session = %task.browser_session, error = %e, "the run's browser session did not close");
     }
+    if let Some(path) = trace {
+        write_trace(path, &outcome)?;
+    }
     Ok(report(&outcome))
 }
 
-/// The plan at `script`, or the model `(url, name)`, through the harness.
+/// The run's trace as JSON lines at `path`, and each screenshot beside it as `path.<hex>.png`.
+pub fn write_trace(path: &Path, o: &Outcome) -> Result<()> {
+    let mut text = String::new();
+    for step in &o.trace {
+        text.push_str(&serde_json::to_string(step)?);
+        text.push('\n');
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    for shot in &o.screenshots {
+        let hex = shot.digest.trim_start_matches("sha256:");
+        let mut png = path.as_os_str().to_owned();
+        png.push(format!(".{hex}.png"));
+        std::fs::write(&png, &shot.png).with_context(|| format!("writing {}", Path::new(&png).display()))?;
+    }
+    Ok(())
+}
+
+/// The plan at `script`, or the hosted `model`, through the harness.
 async fn play(
     clients: &mut Clients,
     task: &agent::run::Task,
     script: Option<&Path>,
-    model: Option<(String, String)>,
+    model: Option<ModelChoice>,
     get: impl Fn(&str) -> Option<String>,
 ) -> Result<Outcome> {
     Ok(match (script, model) {
@@ -86,17 +139,8 @@ async fn play(
             let steps = plan(&std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?)?;
             run_task(clients, task, &mut Scripted::from_plan(steps)).await?
         }
-        (None, Some((base_url, name))) => {
-            let endpoint = ModelEndpoint {
-                base_url,
-                api_key: get("AGENT_MODEL_KEY").unwrap_or_default(),
-                model: name,
-                timeout: Duration::from_secs(60),
-                retries: 2,
-            };
-            run_task(clients, task, &mut OpenAi::new(endpoint).map_err(anyhow::Error::msg)?).await?
-        }
-        _ => bail!("give --script, or --model-url and --model"),
+        (None, Some(choice)) => run_task(clients, task, &mut provider(choice, &get)?).await?,
+        _ => bail!("give --script, or --model (with --provider)"),
     })
 }
 

@@ -143,18 +143,28 @@ pub(crate) enum AgentCmd {
     /// Print the tools a model is given, as a JSON array of {name, description, input_schema}.
     Tools,
     /// Run one task end to end against a runtime and an authorizer, with a written plan
-    /// (--script) or an OpenAI-compatible model (--model-url and --model, key in AGENT_MODEL_KEY).
-    /// Reaches them by AGENT_RUNTIME_URL, AGENT_AUTHORIZER_URL, AGENT_CA (PEM, for https) and
-    /// AGENT_WORKER_TOKEN (a worker credential of the owner).
+    /// (--script) or a hosted model (--provider openai|anthropic and --model; the key in
+    /// AGENT_MODEL_KEY or the file AGENT_MODEL_KEY_FILE). Reaches them by AGENT_RUNTIME_URL,
+    /// AGENT_AUTHORIZER_URL, AGENT_CA (PEM, for https) and AGENT_WORKER_TOKEN (a worker
+    /// credential of the owner).
     Run {
         #[arg(long)]
         task: PathBuf,
-        #[arg(long, conflicts_with_all = ["model_url", "model"])]
+        #[arg(long, conflicts_with_all = ["model_url", "model", "provider"])]
         script: Option<PathBuf>,
+        /// `openai` (chat completions, and any endpoint that speaks it) or `anthropic` (Messages).
+        #[arg(long, default_value = "openai")]
+        provider: String,
+        /// The provider's base URL (`https://…/v1`); its own address when absent. Plain http is
+        /// taken on loopback only.
         #[arg(long, requires = "model")]
         model_url: Option<String>,
-        #[arg(long, requires = "model_url")]
+        #[arg(long)]
         model: Option<String>,
+        /// Write the run's trace here as JSON lines (and each screenshot beside it as
+        /// FILE.<digest>.png).
+        #[arg(long)]
+        trace: Option<PathBuf>,
     },
 }
 

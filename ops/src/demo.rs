@@ -121,5 +121,5 @@ pub async fn run(dir: &Path, owner: &str, get: impl Fn(&str) -> Option<String>) 
     let (task_path, plan_path) = (dir.join("task.json"), dir.join("plan.jsonl"));
     std::fs::write(&task_path, task.to_string())?;
     std::fs::write(&plan_path, PLAN)?;
-    crate::agent::run(&task_path, Some(&plan_path), None, get).await
+    crate::agent::run(&task_path, Some(&plan_path), None, None, get).await
 }

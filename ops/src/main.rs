@@ -98,8 +98,10 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Demo { command: DemoCmd::Run { dir, owner } } => {
             println!("{}", ops::demo::run(&dir, &owner, ops::settings::env).await?);
         }
-        Cmd::Agent { command: AgentCmd::Run { task, script, model_url, model } } => {
-            let outcome = ops::agent::run(&task, script.as_deref(), model_url.zip(model), ops::settings::env).await?;
+        Cmd::Agent { command: AgentCmd::Run { task, script, provider, model_url, model, trace } } => {
+            let model = model.map(|name| ops::agent::ModelChoice { provider, base_url: model_url, name });
+            let outcome =
+                ops::agent::run(&task, script.as_deref(), model, trace.as_deref(), ops::settings::env).await?;
             println!("{outcome}");
         }
         Cmd::Agent { command: AgentCmd::Tools } => {

@@ -184,7 +184,34 @@ pub fn row(recorded: &RecordedEvent) -> Result<AuditRow, DecodeError> {
         }
         Event::RunEscalated(e) => {
             session = Some(e.session_id.clone());
-            format!("Run escalated: {}", e.reason)
+            let mut text = format!("Run escalated: {}", e.reason);
+            if !e.refs.is_empty() {
+                text.push_str(&format!("; cites {}", e.refs.join(", ")));
+            }
+            if !e.snapshot_id.is_empty() {
+                text.push_str(&format!("; in snapshot {}", e.snapshot_id));
+            }
+            if !e.detail.is_empty() {
+                // The model's words, which may repeat the page's: quoted, never bare.
+                text.push_str(&format!("; said {}", serde_json::Value::from(e.detail.as_str())));
+            }
+            if !e.screenshots.is_empty() {
+                text.push_str(&format!("; screenshots {}", e.screenshots.join(", ")));
+            }
+            text
+        }
+        Event::RunStepped(e) => {
+            session = Some(e.session_id.clone());
+            format!(
+                "Run {} step {}: {} → {} ({} ms, the model {} ms); evidence {}",
+                e.run_id,
+                e.step,
+                e.tool,
+                e.result,
+                e.elapsed_ms,
+                e.model_ms,
+                serde_json::Value::from(e.evidence.as_str())
+            )
         }
         Event::RunStarted(e) => {
             session = Some(e.session_id.clone());

@@ -46,6 +46,12 @@ pub fn method_paths(service: &str) -> Vec<String> {
 /// (`grant_domain`'s `SESSION_STOPPED`, held to this by a test).
 pub const DENY_SESSION_STOPPED: &str = "session_stopped";
 
+/// On a runtime's error status for a failure the tool contract names (a dialog, a browser
+/// restarted clean, a page that moved or broke the read): the contract's code, and `true` or
+/// `false` for whether the agent may observe again and go on.
+pub const CONTRACT_CODE_HEADER: &str = "contract-code";
+pub const RECOVERABLE_HEADER: &str = "recoverable";
+
 /// `AwaitApproval`'s status when the owner stopped the agent in the session: the run ends.
 pub const AWAIT_STOPPED: &str = ApprovalStatus::Stopped.code();
 

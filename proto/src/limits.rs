@@ -35,6 +35,14 @@ pub enum Allowed {
 pub const MAX_ID_CHARS: usize = 120;
 /// An accessible name the worker expects, as the tool contract bounds it.
 pub const MAX_NAME_CHARS: usize = 120;
+/// The alert regions an observation carries, and the characters of each: page text, bounded.
+pub const MAX_ALERTS: usize = 8;
+pub const MAX_ALERT_CHARS: usize = 300;
+/// What a run's account holds: the refs an escalation cites, the screenshots it names, and the
+/// characters of its text (an evidence line, or what the model said of its escalation).
+pub const MAX_CITED_REFS: usize = 8;
+pub const MAX_SCREENSHOTS: usize = 16;
+pub const MAX_ACCOUNT_CHARS: usize = 400;
 /// The most of a page's dialog text the owner is shown (and names back in an answer).
 pub const MAX_DIALOG_CHARS: usize = 1_024;
 
@@ -135,6 +143,15 @@ pub const FIELDS: &[(&str, Rule)] = &[
     ("grant_ledger.v1.RecordRunRequest.run_id", ID),
     ("grant_ledger.v1.RecordRunRequest.kind", one()),
     ("grant_ledger.v1.RecordRunRequest.detail", WORD),
+    ("grant_ledger.v1.RecordRunRequest.account", one()),
+    ("grant_ledger.v1.RunAccount.refs", texts(MAX_CITED_REFS, MAX_ID_CHARS)),
+    ("grant_ledger.v1.RunAccount.text", text(MAX_ACCOUNT_CHARS)),
+    ("grant_ledger.v1.RunAccount.snapshot_id", ID),
+    ("grant_ledger.v1.RunAccount.screenshots", texts(MAX_SCREENSHOTS, 71)),
+    ("grant_ledger.v1.RunAccount.step", Rule { max_len: 0, max_items: 1, allowed: Allowed::Range(0, MAX_STEPS) }),
+    ("grant_ledger.v1.RunAccount.result", WORD),
+    ("grant_ledger.v1.RunAccount.elapsed_ms", one()),
+    ("grant_ledger.v1.RunAccount.model_ms", one()),
     ("grant_ledger.v1.RecordToolCallRequest.session_id", ID),
     ("grant_ledger.v1.RecordToolCallRequest.tool_call_id", ID),
     ("grant_ledger.v1.RecordToolCallRequest.tool", text(MAX_TOOL_CHARS)),

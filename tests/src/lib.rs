@@ -7,6 +7,7 @@ pub mod console;
 pub mod gateway;
 pub mod http;
 pub mod lesson;
+pub mod model_stub;
 pub mod platform;
 
 /// The dispatch-ticket keyring every test service shares: a fixed key, never a deployment's.

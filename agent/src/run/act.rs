@@ -27,12 +27,13 @@ impl State<'_> {
         };
         let reply = match timed!(self.time.runtime, self.clients.runtime.read_form(self.clients.req(req)).await) {
             Ok(r) => r.into_inner(),
-            // The node re-rendered, or the page holds a dialog: as a refused act would, the
-            // snapshot is void and the model observes again.
-            Err(s) if s.code() == tonic::Code::FailedPrecondition => {
+            // The node re-rendered, the page holds a dialog or the browser restarted: as a
+            // refused act would, the snapshot is void and the model observes again.
+            Err(s) if s.code() == tonic::Code::FailedPrecondition || super::state::contract_code(&s).is_some() => {
+                let (code, _) = super::state::contract_code(&s).unwrap_or_else(|| ("STALE_SNAPSHOT".into(), true));
                 self.note(
                     format!("read-back of ref={} refused", target.node_ref),
-                    format!("STALE_SNAPSHOT: {}: observe again (recoverable = true)", s.message()),
+                    super::state::failure(&code, s.message(), &target.snapshot_id, true),
                 );
                 self.current = None;
                 self.rules.void();
@@ -139,14 +140,21 @@ impl State<'_> {
                     self.asked.insert(key, (verb(&act), card.approval_id));
                     self.note(
                         format!("{} ref={} needs approval", verb(&act), target.node_ref),
-                        "APPROVAL_REQUIRED: call request_approval for this element, then act with its token".into(),
+                        super::state::failure(
+                            "APPROVAL_REQUIRED",
+                            "call request_approval for this element, then act with its token",
+                            &target.snapshot_id,
+                            true,
+                        ),
                     );
                     return Ok(None);
                 }
+                // The policy will not let this act happen, whoever asks: the run ends (as a
+                // rejected approval does: never retried) and the owner is told why.
                 Ok(Some(Decision::Deny(d))) => {
                     self.rules.count("denied");
-                    self.note(format!("{} ref={} denied", verb(&act), target.node_ref), format!("DENIED: {}", d.code));
-                    return Ok(None);
+                    self.note(format!("{} ref={} denied ({})", verb(&act), target.node_ref, d.code), String::new());
+                    return Ok(Some(End::escalated(Reason::PolicyDenied, d.code)));
                 }
                 Ok(None) => return Err(RunError::Authorizer(tonic::Status::internal("no decision"))),
             },
@@ -164,6 +172,7 @@ impl State<'_> {
             approval_token: target.approval_token.clone().unwrap_or_default(),
             ticket,
             action: Some(act_pb(&act)),
+            wait_for: target.wait_for as i32,
             ..Default::default()
         };
         let reply = timed!(self.time.runtime, self.clients.runtime.act(self.clients.req(req)).await)
@@ -173,14 +182,19 @@ impl State<'_> {
             self.sequence -= 1;
         }
         let result = if reply.ok {
-            format!("ok, changed = {}", reply.changed)
+            super::state::success(reply.changed, &reply.snapshot_id)
         } else {
-            format!("{}: {} (recoverable = {})", reply.code_name, reply.detail, reply.recoverable)
+            super::state::failure(&reply.code_name, &reply.detail, &reply.snapshot_id, reply.recoverable)
         };
         self.dispatched |= reply.dispatched;
         // The page's name goes in the log as a JSON string, like every page string the model reads.
         let name = crate::prompt::quoted(&target.name);
-        self.note(format!("{} {name} ref={} → {result}", verb(&act), target.node_ref), result);
+        let said = if reply.ok {
+            format!("ok, changed = {}", reply.changed)
+        } else {
+            format!("{} (recoverable = {})", reply.code_name, reply.recoverable)
+        };
+        self.note(format!("{} {name} ref={} → {said}", verb(&act), target.node_ref), result);
         self.current = None;
         // The model's claim of consequence against the runtime's reading: counted by the rules.
         Ok(self.rules.acted(&target, &act, &reply, reply.consequential).err())

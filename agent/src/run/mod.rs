@@ -35,7 +35,13 @@ pub async fn start(clients: &mut Clients, file: &TaskFile) -> Result<Task, RunEr
         max_steps: file.max_steps,
     };
     let opened = clients.runtime.open_session(clients.req(open)).await.map_err(RunError::Runtime)?.into_inner();
+    let portal_origin = url::Url::parse(&file.start_url)
+        .map(|u| u.origin().ascii_serialization())
+        .unwrap_or_else(|_| file.start_url.clone());
     Ok(Task {
+        goal: file.goal.clone().unwrap_or_else(|| file.subgoals.join("; ")),
+        org_name: file.org_name.clone().unwrap_or_else(|| "the owner".into()),
+        portal_origin,
         chat_session: file.chat_session.clone(),
         browser_session: opened.session_id,
         run_id: file.run_id.clone(),
@@ -61,15 +67,17 @@ macro_rules! timed {
 mod act;
 mod state;
 
+use sha2::Digest;
 use state::State;
-pub use state::{Clients, Outcome, RunError, Task, TaskFile, Timings};
+pub use state::{Clients, Outcome, RunError, Screenshot, Task, TaskFile, Timings, TraceStep};
 
 /// Runs `task` with `model` until it ends.
 pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) -> Result<Outcome, RunError> {
     let mut s = State {
         clients,
         task,
-        rules: Rules::for_fields(task.max_steps, task.field_ids.clone()),
+        rules: Rules::for_fields(task.max_steps, task.field_ids.clone())
+            .with_subgoals(u32::try_from(task.subgoals.len()).unwrap_or(u32::MAX)),
         current: None,
         log: Vec::new(),
         last: String::new(),
@@ -83,6 +91,9 @@ pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) ->
         dispatched: false,
         references: std::collections::HashSet::new(),
         time: Timings::default(),
+        screenshots: Vec::new(),
+        snapshot_id: String::new(),
+        trace: Vec::new(),
     };
     let started = std::time::Instant::now();
     s.record(pb::RunEventKind::Started, &task.agent_version).await?;
@@ -102,18 +113,51 @@ pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) ->
     };
     match &end {
         End::Done { reference } => s.record(pb::RunEventKind::Completed, reference).await?,
-        End::Escalated { reason, .. } => s.record(pb::RunEventKind::Escalated, reason.code()).await?,
+        End::Escalated { reason, detail } => {
+            // What the owner needs to pick it up: the refs the model cited, what was said, the
+            // newest snapshot and the screenshots, by digest (the run's trace holds them).
+            let account = pb::RunAccount {
+                refs: s.rules.cited.iter().take(proto::limits::MAX_CITED_REFS).cloned().collect(),
+                text: state::one_line(detail),
+                snapshot_id: s.snapshot_id.clone(),
+                screenshots: s
+                    .screenshots
+                    .iter()
+                    .rev()
+                    .take(proto::limits::MAX_SCREENSHOTS)
+                    .rev()
+                    .map(|p| p.digest.clone())
+                    .collect(),
+                ..Default::default()
+            };
+            s.record_with(pb::RunEventKind::Escalated, reason.code(), Some(account)).await?;
+        }
     }
     s.time.total = started.elapsed();
     crate::metrics::ended(&end, s.rules.steps(), &s.rules.counts);
-    Ok(Outcome { end, steps: s.rules.steps(), counts: s.rules.counts, log: s.log, time: s.time })
+    Ok(Outcome {
+        end,
+        steps: s.rules.steps(),
+        counts: s.rules.counts,
+        log: s.log,
+        time: s.time,
+        trace: s.trace,
+        screenshots: s.screenshots,
+    })
 }
 
 impl State<'_> {
     /// The model's turns until the run ends.
     async fn turns<M: Model>(&mut self, model: &mut M) -> Result<End, RunError> {
         let task = self.task;
-        let subgoals: Vec<String> = task.subgoals.iter().enumerate().map(|(i, g)| format!("{}. {g}", i + 1)).collect();
+        let system = prompt::system(&prompt::Run {
+            portal_origin: &task.portal_origin,
+            org_name: &task.org_name,
+            run_id: &task.run_id,
+            goal: &task.goal,
+            max_steps: task.max_steps,
+        });
+        let of = u32::try_from(task.subgoals.len()).unwrap_or(u32::MAX).max(1);
         loop {
             // The budget is checked before the model is asked: a budget of N is N turns.
             if let Some(end) = self.rules.exhausted() {
@@ -128,31 +172,54 @@ impl State<'_> {
                 nodes: o.nodes.clone(),
                 facts: Vec::new(),
                 texts: Vec::new(),
+                alerts: o.alerts.clone(),
             });
             let empty = rt::ObserveReply::default();
+            // One subgoal at a time: the next is given when the model says this one is done.
+            let n = self.rules.subgoal();
+            let given = task.subgoals.get(n as usize - 1).map_or("", String::as_str);
             let text = prompt::render(&Step {
                 number: self.rules.steps() + 1,
                 max_steps: task.max_steps,
-                subgoal: &subgoals.join("\n"),
+                subgoal: &prompt::subgoal(n, of, given),
+                org_name: &task.org_name,
                 field_ids: &task.field_ids,
                 step_log: &self.log,
                 last_result: &self.last,
                 snapshot: shown.as_ref().unwrap_or(&empty),
             });
-            let view =
-                View { prompt: &text, snapshot: shown.as_ref(), last_result: &self.last, step: self.rules.steps() + 1 };
+            let view = View {
+                system: &system,
+                prompt: &text,
+                snapshot: shown.as_ref(),
+                last_result: &self.last,
+                step: self.rules.steps() + 1,
+                subgoal: n,
+            };
+            let step_started = std::time::Instant::now();
+            let model_before = self.time.model;
             let turn = timed!(self.time.model, model.next(view).await?);
-            match self.rules.turn(&turn.calls, &turn.evidence) {
-                Verdict::End(end) => return Ok(end),
+            let model_ms = self.time.model.saturating_sub(model_before);
+            let step = self.rules.steps() + 1;
+            let (ended, result) = match self.rules.reply(&turn) {
+                Verdict::End(end) => {
+                    let word = end.reason().to_owned();
+                    (Some(end), word)
+                }
                 Verdict::Refuse { rule, reason } => {
                     self.record(pb::RunEventKind::Refused, rule).await?;
-                    self.note(format!("refused ({rule})"), format!("REFUSED: {reason}"));
+                    self.note(format!("refused ({rule})"), state::refusal(rule, &reason, &self.snapshot_id));
+                    (None, format!("refused:{rule}"))
                 }
                 Verdict::Run(call) => {
-                    if let Some(end) = self.carry(call).await? {
-                        return Ok(end);
-                    }
+                    let end = self.carry(call).await?;
+                    let word = end.as_ref().map_or_else(|| state::result_word(&self.last), |e| e.reason().to_owned());
+                    (end, word)
                 }
+            };
+            self.trace_step(step, &turn, &result, step_started.elapsed(), model_ms).await?;
+            if let Some(end) = ended {
+                return Ok(end);
             }
         }
     }
@@ -167,9 +234,10 @@ impl State<'_> {
                     session_id: self.task.browser_session.clone(),
                     run_id: self.task.run_id.clone(),
                 };
-                let o = timed!(self.time.runtime, self.clients.runtime.observe(self.clients.req(req)).await)
-                    .map_err(RunError::Runtime)?
-                    .into_inner();
+                let o = match timed!(self.time.runtime, self.clients.runtime.observe(self.clients.req(req)).await) {
+                    Ok(o) => o.into_inner(),
+                    Err(s) => return self.unread("snapshot", s),
+                };
                 let shown = confirmation(&o);
                 let confirmed = shown.clone().filter(|r| self.dispatched && !self.references.contains(r));
                 self.references.extend(shown);
@@ -178,6 +246,7 @@ impl State<'_> {
                     format!("snapshot {} ({} nodes)", o.snapshot_id, o.nodes.len()),
                     format!("snapshot {}", o.snapshot_id),
                 );
+                self.snapshot_id.clone_from(&o.snapshot_id);
                 self.current = Some(o);
                 if let Some(reference) = confirmed {
                     return Ok(Some(End::Done { reference }));
@@ -186,9 +255,15 @@ impl State<'_> {
             }
             Call::Screenshot => {
                 let req = rt::ScreenshotRequest { session_id: self.task.browser_session.clone() };
-                timed!(self.time.runtime, self.clients.runtime.screenshot(self.clients.req(req)).await)
-                    .map_err(RunError::Runtime)?;
-                self.note("screenshot".into(), "screenshot taken".into());
+                let png = match timed!(self.time.runtime, self.clients.runtime.screenshot(self.clients.req(req)).await)
+                {
+                    Ok(r) => r.into_inner().png,
+                    Err(s) => return self.unread("screenshot", s),
+                };
+                // The picture is kept by its digest: the record names it, the trace holds it.
+                let digest = format!("sha256:{}", hex::encode(sha2::Sha256::digest(&png)));
+                self.screenshots.push(Screenshot { digest: digest.clone(), png });
+                self.note("screenshot".into(), state::success_with(&digest));
                 Ok(None)
             }
             Call::Escalate { reason, detail, .. } => Ok(Some(End::escalated(reason, detail))),

@@ -36,6 +36,12 @@ pub struct Task {
     pub browser_session: String,
     pub run_id: String,
     pub subgoals: Vec<String>,
+    /// The whole task in one sentence (the system prompt's TASK_GOAL).
+    pub goal: String,
+    /// Whom the agent works for, as the system prompt names them.
+    pub org_name: String,
+    /// The start page's origin (the system prompt's PORTAL_ORIGIN).
+    pub portal_origin: String,
     pub field_ids: Vec<String>,
     pub max_steps: u32,
     pub agent_version: String,
@@ -55,6 +61,12 @@ pub struct TaskFile {
     pub allowed_origins: Vec<String>,
     pub run_id: String,
     pub subgoals: Vec<String>,
+    /// The whole task in one sentence; the subgoals joined when absent.
+    #[serde(default)]
+    pub goal: Option<String>,
+    /// Whom the agent works for ("the owner" when absent).
+    #[serde(default)]
+    pub org_name: Option<String>,
     #[serde(default)]
     pub field_ids: Vec<String>,
     pub max_steps: u32,
@@ -69,6 +81,13 @@ fn default_wait() -> u64 {
     600
 }
 
+/// `text` as the record's word: letters, digits and `_ . : -`, at most 64.
+fn word(text: &str) -> String {
+    let w: String =
+        text.chars().map(|c| if c.is_ascii_alphanumeric() || "_.:-".contains(c) { c } else { '_' }).take(64).collect();
+    if w.is_empty() { "-".into() } else { w }
+}
+
 /// How a run went.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -80,6 +99,10 @@ pub struct Outcome {
     pub log: Vec<String>,
     /// Where the run's time went.
     pub time: Timings,
+    /// Every step: tool, evidence, result, time.
+    pub trace: Vec<TraceStep>,
+    /// The screenshots the run took.
+    pub screenshots: Vec<Screenshot>,
 }
 
 /// A run's wall time, split by who spent it: what is left of `total` is the harness's own.
@@ -135,22 +158,168 @@ pub(super) struct State<'a> {
     /// page the run opened on, or one it went back to) is never a confirmation.
     pub(super) references: std::collections::HashSet<String>,
     pub(super) time: Timings,
+    /// Every screenshot the run took, by digest.
+    pub(super) screenshots: Vec<Screenshot>,
+    /// The newest snapshot's id.
+    pub(super) snapshot_id: String,
+    pub(super) trace: Vec<TraceStep>,
+}
+
+/// One step of a run's trace: what the model called and said, what came of it, and the time.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TraceStep {
+    pub step: u32,
+    pub tool: String,
+    pub evidence: String,
+    /// `ok`, `changed`, a contract code, `refused:<rule>`, or the run's end.
+    pub result: String,
+    pub snapshot_id: String,
+    pub elapsed_ms: u32,
+    pub model_ms: u32,
+}
+
+/// `text` as one bounded line: control characters dropped, at most the account's length.
+pub(super) fn one_line(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() { ' ' } else { c }).take(proto::limits::MAX_ACCOUNT_CHARS).collect()
+}
+
+/// What a result came to, as one word for the trace.
+pub(super) fn result_word(result: &str) -> String {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(result) else {
+        return if result.starts_with("APPROVED") { "approved".into() } else { "ok".into() };
+    };
+    match (v["ok"].as_bool(), v["code"].as_str(), v["changed"].as_bool()) {
+        (Some(false), Some(code), _) => code.to_owned(),
+        (_, _, Some(true)) => "changed".into(),
+        _ => "ok".into(),
+    }
+}
+
+/// A screenshot the run took: its digest (what the record names) and the picture.
+#[derive(Debug, Clone)]
+pub struct Screenshot {
+    pub digest: String,
+    pub png: Vec<u8>,
+}
+
+/// A failure as the tool contract shapes it: `{ok: false, code, detail, snapshot_id}`, with the
+/// code's split into recoverable (observe again) and terminal.
+pub(super) fn failure(code: &str, detail: &str, snapshot_id: &str, recoverable: bool) -> String {
+    serde_json::json!({
+        "ok": false, "code": code, "detail": detail, "snapshot_id": snapshot_id, "recoverable": recoverable,
+    })
+    .to_string()
+}
+
+/// A turn the rules refused before the runtime saw it, in the contract's shape: a stale snapshot
+/// or a ref not in it under the contract's own code; any other rule (a malformed call, a
+/// missing evidence line, text beside the call) as `REFUSED`, naming the rule. All recoverable:
+/// nothing reached the page, and the model may try again within the budget.
+pub(super) fn refusal(rule: &str, reason: &str, snapshot_id: &str) -> String {
+    let code = match rule {
+        "stale_snapshot" => "STALE_SNAPSHOT",
+        "ref_not_in_snapshot" => "REF_NOT_FOUND",
+        _ => "REFUSED",
+    };
+    serde_json::json!({
+        "ok": false, "code": code, "rule": rule, "detail": reason, "snapshot_id": snapshot_id, "recoverable": true,
+    })
+    .to_string()
+}
+
+/// A success: `{ok: true, changed}` for an act; what the call produced for the others.
+pub(super) fn success(changed: bool, snapshot_id: &str) -> String {
+    serde_json::json!({ "ok": true, "changed": changed, "snapshot_id": snapshot_id }).to_string()
+}
+
+pub(super) fn success_with(screenshot: &str) -> String {
+    serde_json::json!({ "ok": true, "screenshot": screenshot }).to_string()
+}
+
+/// The contract code and recoverable flag a runtime status names in its metadata, if it names
+/// one (a dialog, a browser restarted clean, a page that moved or broke the read).
+pub(super) fn contract_code(s: &tonic::Status) -> Option<(String, bool)> {
+    let m = s.metadata();
+    let code = m.get(proto::CONTRACT_CODE_HEADER)?.to_str().ok()?;
+    let known = ["STALE_SNAPSHOT", "REF_NOT_FOUND", "NODE_NOT_INTERACTABLE"];
+    let code = known.into_iter().find(|k| *k == code)?;
+    let recoverable = m.get(proto::RECOVERABLE_HEADER).and_then(|v| v.to_str().ok()) == Some("true");
+    Some((code.to_owned(), recoverable))
 }
 
 impl State<'_> {
+    /// A read (`what`: snapshot, screenshot) the runtime answered with a failure: one the
+    /// contract names is the model's result (it observes again where the code lets it, and the
+    /// same failure three times ends the run); any other fails the run.
+    pub(super) fn unread(&mut self, what: &str, s: tonic::Status) -> Result<Option<End>, RunError> {
+        let Some((code, recoverable)) = contract_code(&s) else { return Err(RunError::Runtime(s)) };
+        self.current = None;
+        self.rules.void();
+        self.rules.count("page_unreadable");
+        let result = failure(&code, s.message(), "", recoverable);
+        self.note(format!("{what} failed: {code}"), result);
+        if !recoverable {
+            return Ok(Some(End::escalated(crate::reason::Reason::TerminalRefusal, code)));
+        }
+        Ok(self.rules.unread(&code).err())
+    }
+
+    /// One step of the trace: kept for the run's outcome, and appended to the session's record.
+    pub(super) async fn trace_step(
+        &mut self,
+        step: u32,
+        turn: &crate::model::Turn,
+        result: &str,
+        elapsed: Duration,
+        model: Duration,
+    ) -> Result<(), RunError> {
+        let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX);
+        let tool = match turn.calls.as_slice() {
+            [] => "none".to_owned(),
+            [(name, _)] => name.clone(),
+            _ => "several".to_owned(),
+        };
+        let t = TraceStep {
+            step,
+            tool,
+            evidence: one_line(&turn.evidence),
+            result: result.chars().take(proto::limits::MAX_WORD_CHARS).collect(),
+            snapshot_id: self.snapshot_id.clone(),
+            elapsed_ms: ms(elapsed),
+            model_ms: ms(model),
+        };
+        let account = pb::RunAccount {
+            text: t.evidence.clone(),
+            snapshot_id: t.snapshot_id.clone(),
+            step: t.step,
+            result: word(&t.result),
+            elapsed_ms: t.elapsed_ms,
+            model_ms: t.model_ms,
+            ..Default::default()
+        };
+        let tool = t.tool.clone();
+        self.trace.push(t);
+        self.record_with(pb::RunEventKind::Step, &tool, Some(account)).await
+    }
+
     /// Appends a `run.*` event to the session's record; the reason or reference is cut to a
     /// word, as the event holds one.
     pub(super) async fn record(&mut self, kind: pb::RunEventKind, detail: &str) -> Result<(), RunError> {
-        let word: String = detail
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || "_.:-".contains(c) { c } else { '_' })
-            .take(64)
-            .collect();
+        self.record_with(kind, detail, None).await
+    }
+
+    pub(super) async fn record_with(
+        &mut self,
+        kind: pb::RunEventKind,
+        detail: &str,
+        account: Option<pb::RunAccount>,
+    ) -> Result<(), RunError> {
         let req = pb::RecordRunRequest {
             session_id: self.task.chat_session.clone(),
             run_id: self.task.run_id.clone(),
             kind: kind as i32,
-            detail: if word.is_empty() { "-".into() } else { word },
+            detail: word(detail),
+            account,
         };
         timed!(self.time.authorizer, self.clients.authorizer.record_run(self.clients.req(req)).await)
             .map_err(RunError::Authorizer)?;

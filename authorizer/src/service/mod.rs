@@ -102,7 +102,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
 
     async fn record_run(&self, req: Request<pb::RecordRunRequest>) -> Result<Response<pb::WriteReply>, Status> {
         use domain::RunEvent;
-        use grant_domain::catalogue::{RunCompleted, RunEscalated, RunRefused, RunStarted};
+        use grant_domain::catalogue::{RunCompleted, RunEscalated, RunRefused, RunStarted, RunStepped};
         let (caller, authority) = self.caller(&req, Rpc::RecordRun).await?;
         let principal = caller.principal;
         let r = req.into_inner();
@@ -113,12 +113,32 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             return Err(invalid("detail", "is 1 to 64 letters, digits and _ . : -"));
         }
         let detail = r.detail;
+        let account = account(r.account.unwrap_or_default())?;
         let event = match pb::RunEventKind::try_from(r.kind) {
             Ok(pb::RunEventKind::Started) => {
                 RunEvent::Started(RunStarted { session_id, run_id, agent_version: detail })
             }
             Ok(pb::RunEventKind::Refused) => RunEvent::Refused(RunRefused { session_id, run_id, rule: detail }),
-            Ok(pb::RunEventKind::Escalated) => RunEvent::Escalated(RunEscalated { session_id, run_id, reason: detail }),
+            Ok(pb::RunEventKind::Escalated) => RunEvent::Escalated(RunEscalated {
+                session_id,
+                run_id,
+                reason: detail,
+                refs: account.refs,
+                detail: account.text,
+                snapshot_id: account.snapshot_id,
+                screenshots: account.screenshots,
+            }),
+            Ok(pb::RunEventKind::Step) => RunEvent::Stepped(RunStepped {
+                session_id,
+                run_id,
+                step: account.step,
+                tool: detail,
+                evidence: account.text,
+                result: account.result,
+                snapshot_id: account.snapshot_id,
+                elapsed_ms: account.elapsed_ms,
+                model_ms: account.model_ms,
+            }),
             Ok(pb::RunEventKind::Completed) => {
                 RunEvent::Completed(RunCompleted { session_id, run_id, reference: detail })
             }
@@ -383,3 +403,32 @@ pub async fn serve<B: Backend + 'static>(
 
 /// Open files kept back from connections: the ledger's and credentials' pools and the rest.
 const OPEN_FILE_RESERVE: u64 = 256;
+
+/// A run's account as the worker gives it, each field checked: the refs are refs, the
+/// screenshots digests, the snapshot a snapshot id, the result a word, the text without
+/// control characters. The checker bounded the lengths already.
+fn account(a: pb::RunAccount) -> Result<pb::RunAccount, Status> {
+    use proto::ids::Id;
+    for r in &a.refs {
+        Id::Ref.check(r).map_err(|why| invalid("account.refs", &why))?;
+    }
+    for s in &a.screenshots {
+        let digest = s
+            .strip_prefix("sha256:")
+            .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+        if !digest {
+            return Err(invalid("account.screenshots", "each is sha256: and 64 lowercase hex digits"));
+        }
+    }
+    if !a.snapshot_id.is_empty() {
+        Id::SnapshotId.check(&a.snapshot_id).map_err(|why| invalid("account.snapshot_id", &why))?;
+    }
+    let word = a.result.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'));
+    if !word {
+        return Err(invalid("account.result", "is letters, digits and _ . : -"));
+    }
+    if a.text.chars().any(char::is_control) {
+        return Err(invalid("account.text", "is one line without control characters"));
+    }
+    Ok(a)
+}

@@ -3,6 +3,7 @@
 
 use classifier::coverage::MAX_LABEL_CHARS;
 use proto::ids::Id;
+use proto::limits::{MAX_ALERT_CHARS, MAX_ALERTS};
 use proto::runtime as pb;
 use proto::v1 as gl;
 use time::OffsetDateTime;
@@ -17,7 +18,24 @@ pub(super) fn invalid(field: &str, rule: &str) -> Status {
     proto::checked::invalid_argument(field, rule)
 }
 
+/// A failure as a gRPC status. One the tool contract names (a dialog, a browser restarted, a
+/// page that moved or broke the read) carries its code and whether the agent may go on, in the
+/// `contract-code` and `recoverable` metadata, so a caller need not read the message.
 pub(super) fn session_status(e: SessionError) -> Status {
+    let named = e.contract_code();
+    let mut status = plain_status(e);
+    if let Some((code, recoverable)) = named {
+        let m = status.metadata_mut();
+        m.insert(proto::CONTRACT_CODE_HEADER, tonic::metadata::MetadataValue::from_static(code.name()));
+        m.insert(
+            proto::RECOVERABLE_HEADER,
+            tonic::metadata::MetadataValue::from_static(if recoverable { "true" } else { "false" }),
+        );
+    }
+    status
+}
+
+fn plain_status(e: SessionError) -> Status {
     match e {
         SessionError::Invalid(m) => Status::invalid_argument(m),
         SessionError::Crashed(m) | SessionError::Unavailable(m) => Status::unavailable(m),
@@ -176,7 +194,14 @@ pub(super) fn observation_pb(o: Observation, by: &Reader<'_>) -> pb::ObserveRepl
         });
         facts.push(pb::NodeFacts { r#ref: r, element: Some(element), sealed: Some(sealed) });
     }
-    pb::ObserveReply { snapshot_id: o.snapshot_id, url: o.page.url, title, nodes, facts, texts: Vec::new() }
+    // Page text: no control character, bounded (the read bounds them too).
+    let alerts = o
+        .alerts
+        .iter()
+        .take(MAX_ALERTS)
+        .map(|a| without_nul(a).chars().filter(|c| !c.is_control()).take(MAX_ALERT_CHARS).collect())
+        .collect();
+    pb::ObserveReply { snapshot_id: o.snapshot_id, url: o.page.url, title, nodes, facts, texts: Vec::new(), alerts }
 }
 
 /// The act the request describes, or the first field that is not well formed.

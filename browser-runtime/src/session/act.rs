@@ -43,6 +43,24 @@ impl Session {
             o.consequential = self.read_consequential.take();
             o
         });
+        // What the page or the browser did to the act is the contract's answer too, so the agent
+        // observes again where it can: a dialog, a browser restarted clean, a page that moved or
+        // broke the read. Only a failure of the service itself stays an error.
+        let spent = self.applied >= input.sequence;
+        let outcome = match outcome {
+            Err(e) => match e.contract_code() {
+                Some((code, recoverable)) => Ok(ActOutcome {
+                    changed: spent,
+                    dispatched: spent,
+                    outcome_unknown: spent,
+                    recoverable,
+                    consequential: self.read_consequential.take(),
+                    ..super::check::refused(&input, code, e.to_string())
+                }),
+                None => Err(e),
+            },
+            ok => ok,
+        };
         // After any refusal but APPROVAL_REQUIRED (whose approval is bound to this snapshot and
         // ref), the snapshot is void: the next act needs fresh facts. So is it after a failure,
         // unless only the authorizer was out of reach. (Dispatch voided it already.)

@@ -179,6 +179,22 @@ pub enum SessionError {
     Internal(String),
 }
 
+impl SessionError {
+    /// The tool contract's code for a failure the page or the browser caused, and whether the
+    /// agent may observe again and go on; `None` for a failure of the call or the service.
+    /// A dialog leaves nothing to act on until a person answers it (the agent never does): the
+    /// node is not interactable, and the agent may look again. A browser restarted clean, a
+    /// page that moved under the read: the snapshot is stale. A page that broke the read: its
+    /// nodes are not interactable now; a new read may meet a page that settled.
+    pub fn contract_code(&self) -> Option<(Code, bool)> {
+        match self {
+            Self::Dialog(_) | Self::PageRefused(_) => Some((Code::NodeNotInteractable, true)),
+            Self::Crashed(_) | Self::Stale(_) => Some((Code::StaleSnapshot, true)),
+            _ => None,
+        }
+    }
+}
+
 /// The WebDriver code point of a named key. Which keys a press may send is the classifier's one
 /// list (`coverage::KEYS`); a test holds this table to it.
 fn webdriver_key(name: &str) -> Option<&'static str> {
@@ -251,6 +267,8 @@ pub struct Observation {
     pub page: PageRead,
     /// Shared with the session's copy of the snapshot.
     pub nodes: Arc<[NodeRead]>,
+    /// The text of the page's alert regions.
+    pub alerts: Vec<String>,
 }
 
 /// One field of a form, read back, with the record field the runtime typed into it.
@@ -551,14 +569,14 @@ impl Session {
         self.snapshot = None;
         let (_, devtools) = self.running(config).await?;
         let id = snapshot_id();
-        let (page, nodes, _more) = match page::snapshot(&devtools, &id).await {
+        let page::Snapshot { page, nodes, alerts, .. } = match page::snapshot(&devtools, &id).await {
             Ok(r) => r,
             Err(e) => return Err(self.read_failed(e, config).await),
         };
         let nodes: Arc<[NodeRead]> = nodes.into();
         self.snapshot = Some(Snapshot { id: id.clone(), url: page.url.clone(), nodes: Arc::clone(&nodes) });
         self.issued.insert(id.clone());
-        Ok(Observation { snapshot_id: id, page, nodes })
+        Ok(Observation { snapshot_id: id, page, nodes, alerts })
     }
 
     pub async fn screenshot(&mut self, config: &BrowserConfig) -> Result<Vec<u8>, SessionError> {

@@ -235,12 +235,40 @@ pub struct ApprovalTokenRedeemed {
     pub token_sha256: String,
 }
 
+/// A run ended without its confirmation, under a named reason. The rest is the harness's
+/// account of it (absent from older events): the refs the model cited, what it said, the newest
+/// snapshot and the screenshots the run took, by digest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunEscalated {
     pub session_id: String,
     pub run_id: String,
     pub reason: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refs: Vec<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub snapshot_id: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub screenshots: Vec<String>,
+}
+
+/// One step of a run, as the harness tells it: the tool the model called, its evidence line,
+/// what came of it, and where the time went. The worker's account, never a decision's input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunStepped {
+    pub session_id: String,
+    pub run_id: String,
+    pub step: u32,
+    pub tool: String,
+    pub evidence: String,
+    pub result: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub snapshot_id: String,
+    pub elapsed_ms: u32,
+    pub model_ms: u32,
 }
 
 /// A run of the agent harness began in the session.

@@ -16,7 +16,7 @@ mod values;
 pub use events::{
     ApprovalExpired, ApprovalRequested, ApprovalResolved, ApprovalTokenIssued, ApprovalTokenRedeemed, DecidedUnder,
     DeploymentPolicyChanged, DeploymentScopesChanged, ProfileClaimed, ProfileDeleted, ProfileGenerationAdvanced,
-    ProfileRevoked, RunCompleted, RunEscalated, RunRefused, RunStarted, SessionCreated, SessionDeleted,
+    ProfileRevoked, RunCompleted, RunEscalated, RunRefused, RunStarted, RunStepped, SessionCreated, SessionDeleted,
     SessionMessageRecorded, SessionStopped, SessionToolCalled, StandingGrantPinned, StandingGrantUnpinned,
     TaskGrantCreated, TaskGrantEnded, ToolCallAuthorized,
 };
@@ -101,6 +101,7 @@ catalogue! {
     RunStarted = "run.started" v 1,
     RunRefused = "run.refused" v 1,
     RunCompleted = "run.completed" v 1,
+    RunStepped = "run.stepped" v 1,
 }
 
 impl Event {

@@ -3,9 +3,9 @@
 use crate::catalogue::{
     ApprovalExpired, ApprovalResolved, ApprovalStatus, ApprovalTokenIssued, ApprovalTokenRedeemed,
     DeploymentPolicyChanged, DeploymentScopesChanged, EndReason, Event, ProfileDeleted, ProfileGenerationAdvanced,
-    ProfileRevoked, Resolution, RunCompleted, RunEscalated, RunRefused, RunStarted, SessionCreated, SessionDeleted,
-    SessionMessageRecorded, SessionStopped, SessionToolCalled, SignInPhase, SiteScope, StandingGrantPinned,
-    StandingGrantUnpinned, TaskGrantCreated, TokenBinding,
+    ProfileRevoked, Resolution, RunCompleted, RunEscalated, RunRefused, RunStarted, RunStepped, SessionCreated,
+    SessionDeleted, SessionMessageRecorded, SessionStopped, SessionToolCalled, SignInPhase, SiteScope,
+    StandingGrantPinned, StandingGrantUnpinned, TaskGrantCreated, TokenBinding,
 };
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -145,7 +145,7 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             let ended = match &run {
                 RunEvent::Escalated(e) => Some(e.run_id.clone()),
                 RunEvent::Completed(e) => Some(e.run_id.clone()),
-                RunEvent::Started(_) | RunEvent::Refused(_) => None,
+                RunEvent::Started(_) | RunEvent::Refused(_) | RunEvent::Stepped(_) => None,
             };
             let session_id = run.session_id().to_owned();
             let mut events = vec![run.into_event()];
@@ -525,6 +525,7 @@ pub enum RunEvent {
     Refused(RunRefused),
     Escalated(RunEscalated),
     Completed(RunCompleted),
+    Stepped(RunStepped),
 }
 
 impl RunEvent {
@@ -534,6 +535,7 @@ impl RunEvent {
             Self::Refused(e) => &e.session_id,
             Self::Escalated(e) => &e.session_id,
             Self::Completed(e) => &e.session_id,
+            Self::Stepped(e) => &e.session_id,
         }
     }
 
@@ -543,6 +545,7 @@ impl RunEvent {
             Self::Refused(e) => Event::RunRefused(e),
             Self::Escalated(e) => Event::RunEscalated(e),
             Self::Completed(e) => Event::RunCompleted(e),
+            Self::Stepped(e) => Event::RunStepped(e),
         }
     }
 }

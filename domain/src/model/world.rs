@@ -175,6 +175,7 @@ pub fn stream_of(tenant: &TenantId, event: &Event) -> Result<StreamId, DomainErr
         Event::RunStarted(e) => entity("session", &e.session_id),
         Event::RunRefused(e) => entity("session", &e.session_id),
         Event::RunCompleted(e) => entity("session", &e.session_id),
+        Event::RunStepped(e) => entity("session", &e.session_id),
         Event::ProfileClaimed(e) => entity("profile", &e.profile_id),
         Event::ProfileGenerationAdvanced(e) => entity("profile", &e.profile_id),
         Event::ProfileRevoked(e) => entity("profile", &e.profile_id),
@@ -315,7 +316,11 @@ impl World {
                     a.token_redeemed = true;
                 }
             }
-            Event::RunEscalated(_) | Event::RunStarted(_) | Event::RunRefused(_) | Event::RunCompleted(_) => {}
+            Event::RunEscalated(_)
+            | Event::RunStarted(_)
+            | Event::RunRefused(_)
+            | Event::RunCompleted(_)
+            | Event::RunStepped(_) => {}
         }
     }
 

@@ -25,6 +25,9 @@ async fn a_form_is_filled_under_the_task_permission_and_its_submit_card_shows_th
         max_steps: 20,
         agent_version: "agent-1".into(),
         approval_wait: Duration::from_secs(20),
+        goal: "Finish the lesson".into(),
+        org_name: "Ada".into(),
+        portal_origin: "https://www.lesson.test".into(),
     };
     // The first card (a type) is allowed for the task; the submit's card is allowed once.
     let answering = owner_answers_each(&s, vec![pb::Resolution::ApproveForTask, pb::Resolution::ApproveOnce]);
@@ -104,6 +107,9 @@ async fn a_form_that_differs_from_the_record_is_never_sent_on_a_grant() {
         max_steps: 10,
         agent_version: "agent-1".into(),
         approval_wait: Duration::from_secs(20),
+        goal: "Finish the lesson".into(),
+        org_name: "Ada".into(),
+        portal_origin: "https://www.lesson.test".into(),
     };
     let answering = owner_answers_each(&s, vec![pb::Resolution::ApproveForTask]);
     let mut model = Scripted::new()

@@ -39,6 +39,9 @@ async fn ready(s: &mut Stack) -> (Clients, Task) {
         max_steps: 12,
         agent_version: "agent-1".into(),
         approval_wait: Duration::from_secs(15),
+        goal: "Finish the lesson".into(),
+        org_name: "Ada".into(),
+        portal_origin: "https://www.lesson.test".into(),
     };
     (clients, task)
 }
@@ -126,7 +129,7 @@ async fn ungrounded_turns_are_refused_before_the_runtime_and_a_rejection_ends_th
         })
         .then(|v| {
             let t = on_named(v, "click", "Next", false, json!({}));
-            agent::model::Turn { calls: [t.calls.clone(), t.calls].concat(), evidence: t.evidence }
+            agent::model::Turn { calls: [t.calls.clone(), t.calls].concat(), evidence: t.evidence, extra: t.extra }
         })
         .then(|v| agent::model::Turn {
             evidence: "clicking next".into(),
@@ -335,6 +338,9 @@ async fn run_on(s: &mut Stack, path: &str, run_id: &str, model: &mut Scripted) -
         max_steps: 10,
         agent_version: "agent-1".into(),
         approval_wait: Duration::from_secs(5),
+        goal: "Finish the lesson".into(),
+        org_name: "Ada".into(),
+        portal_origin: "https://www.lesson.test".into(),
     };
     let outcome = run(&mut clients, &task, model).await.unwrap();
     let close = proto::runtime::CloseSessionRequest { session_id: browser_session };
@@ -354,7 +360,17 @@ async fn each_escalation_rule_ends_the_run_on_a_page_built_for_it() {
         r#"<!doctype html><title>Lesson</title>
 <form><label>Password <input type="password" name="p"></label><button>Go</button></form>"#,
     );
-    s.fixture.page(LESSON, "/lesson/broken", "<!doctype html><title>500 Internal Server Error</title><p>Oops.");
+    // An error is what an alert region says, not a word in a title.
+    s.fixture.page(
+        LESSON,
+        "/lesson/broken",
+        r#"<!doctype html><title>Lesson</title><div role="alert">An error occurred: the lesson could not be saved.</div><button>Go</button>"#,
+    );
+    s.fixture.page(
+        LESSON,
+        "/lesson/titled",
+        r#"<!doctype html><title>Error handling 101</title><div role="alert">Saved</div><button>Go</button>"#,
+    );
     s.fixture.page(
         LESSON,
         "/lesson/planted",
@@ -373,12 +389,16 @@ async fn each_escalation_rule_ends_the_run_on_a_page_built_for_it() {
     assert_eq!((gate.end.reason(), gate.steps), ("auth_required", 1), "{:?}", gate.log);
     let broken = run_on(&mut s, "/lesson/broken", "run-b", &mut going_on()).await;
     assert_eq!((broken.end.reason(), broken.steps), ("page_error", 1), "{:?}", broken.log);
+    // A lesson about errors, with an alert that says all is well: the model goes on.
+    let titled = run_on(&mut s, "/lesson/titled", "run-t", &mut going_on()).await;
+    assert_eq!((titled.end.reason(), titled.steps), ("uncertain", 3), "{:?}", titled.log);
     // The injected label is in the snapshot as the page's name; the model reports it by ref.
     let mut reports = Scripted::new().then(|_| snapshot()).then(|v| {
         let node = v.snapshot.unwrap().nodes.iter().find(|n| n.name.contains("ignore your task")).unwrap();
         agent::model::Turn {
             calls: vec![("escalate".into(), json!({ "reason": "suspected_injection", "refs": [node.r#ref] }))],
             evidence: String::new(),
+            extra: String::new(),
         }
     });
     let planted = run_on(&mut s, "/lesson/planted", "run-c", &mut reports).await;
@@ -389,6 +409,7 @@ async fn each_escalation_rule_ends_the_run_on_a_page_built_for_it() {
         agent::model::Turn {
             calls: vec![("escalate".into(), json!({ "reason": "ambiguous_target", "refs": refs }))],
             evidence: String::new(),
+            extra: String::new(),
         }
     });
     let twins = run_on(&mut s, "/lesson/twins", "run-d", &mut both).await;

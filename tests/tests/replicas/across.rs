@@ -256,6 +256,7 @@ async fn a_runs_end_withdraws_its_card_on_every_replica() {
         run_id: "run".into(),
         kind: pb::RunEventKind::Escalated as i32,
         detail: "approval_timeout".into(),
+        account: None,
     };
     ca.record_run(t.worker(end)).await.unwrap();
     let seen = waiting.await.unwrap().unwrap().into_inner();

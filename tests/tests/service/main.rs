@@ -349,6 +349,7 @@ async fn call_as(client: &mut AuthorizerClient<Channel>, role: Role, rpc: Rpc, s
                 run_id: "run-9".into(),
                 kind: pb::RunEventKind::Escalated as i32,
                 detail: "uncertain".into(),
+                account: None,
             };
             client.record_run(with_role(role, "owner", m)).await.map(drop)
         }

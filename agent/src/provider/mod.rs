@@ -1,0 +1,377 @@
+//! Hosted models over HTTPS: an OpenAI-compatible chat-completions endpoint or Anthropic's
+//! Messages API, each with tool calling, through one well-kept client (reqwest over rustls).
+//! Each step is one request: the run's system prompt, the step's prompt as the user's message,
+//! the contract's tools. Nothing a model answers is trusted: its calls go through the rules like
+//! any model's.
+//!
+//! A model call acts on nothing, so a retry cannot act twice: a timeout, a dropped connection,
+//! a 429 or a 5xx is tried again, after the wait the provider's `Retry-After` asks for (within
+//! [`Config::longest_wait`]) or a growing backoff. Any other answer is final. The key travels only
+//! in its header; no error, log line or `Debug` holds it.
+
+mod anthropic;
+mod openai;
+
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::model::{Model, ModelError, Turn, View};
+
+pub use anthropic::turn_of as anthropic_turn;
+pub use openai::turn_of as openai_turn;
+
+/// Which API a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `POST {base}/chat/completions`, `Authorization: Bearer`.
+    OpenAi,
+    /// `POST {base}/messages`, `x-api-key`, `anthropic-version`.
+    Anthropic,
+}
+
+impl Kind {
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "openai" => Some(Self::OpenAi),
+            "anthropic" => Some(Self::Anthropic),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::OpenAi => "openai",
+            Self::Anthropic => "anthropic",
+        }
+    }
+
+    /// The provider's own address, for a configuration that names none.
+    pub fn default_base(self) -> &'static str {
+        match self {
+            Self::OpenAi => "https://api.openai.com/v1",
+            Self::Anthropic => "https://api.anthropic.com/v1",
+        }
+    }
+}
+
+/// An API key. It is written only into its request header: `Debug` and `Display` redact it.
+#[derive(Clone, Default)]
+pub struct Key(String);
+
+impl Key {
+    pub fn new(key: impl Into<String>) -> Self {
+        Self(key.into().trim().to_owned())
+    }
+
+    /// The key in the file at `path` (one line; surrounding white space dropped).
+    pub fn from_file(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("the model key file {}: {e}", path.display()))?;
+        let key = Self::new(text);
+        if key.0.is_empty() {
+            return Err(format!("the model key file {} is empty", path.display()));
+        }
+        Ok(key)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// `text` with every occurrence of the key replaced: what a provider echoes back is never
+    /// shown with it.
+    fn scrub(&self, text: &str) -> String {
+        if self.0.len() < 4 { text.to_owned() } else { text.replace(&self.0, "[REDACTED]") }
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Key([REDACTED])")
+    }
+}
+
+/// Where and how to reach a provider.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub kind: Kind,
+    /// `https://…` anywhere, or `http://` on loopback only (a local model or a test stub).
+    pub base_url: String,
+    pub model: String,
+    pub key: Key,
+    /// One request's whole time, connection to the last byte.
+    pub timeout: Duration,
+    /// Further tries after a failure a retry may cure.
+    pub retries: u32,
+    /// The longest `Retry-After` honoured: a provider asking for more ends the step now, named.
+    pub longest_wait: Duration,
+    /// A PEM bundle trusted instead of the system's roots.
+    pub ca_bundle: Option<Vec<u8>>,
+    /// `HTTPS_PROXY`, and the `NO_PROXY` list that bypasses it.
+    pub proxy: Option<String>,
+    pub no_proxy: Option<String>,
+    /// The most a reply may say (the model answers one tool call).
+    pub max_tokens: u32,
+}
+
+impl Config {
+    /// A provider at its own address (or `base_url`), with the defaults a run uses.
+    pub fn new(kind: Kind, base_url: Option<String>, model: String, key: Key) -> Self {
+        Self {
+            kind,
+            base_url: base_url.unwrap_or_else(|| kind.default_base().to_owned()),
+            model,
+            key,
+            timeout: Duration::from_secs(60),
+            retries: 3,
+            longest_wait: Duration::from_secs(60),
+            ca_bundle: None,
+            proxy: None,
+            no_proxy: None,
+            max_tokens: 1024,
+        }
+    }
+}
+
+/// A model behind a provider's API.
+#[derive(Debug)]
+pub struct Provider {
+    config: Config,
+    url: reqwest::Url,
+    client: reqwest::Client,
+    /// The run's system prompt (rendered from the record's text once per run).
+    system: String,
+}
+
+impl Provider {
+    /// Checks the configuration and builds the client; nothing is sent.
+    pub fn new(config: Config) -> Result<Self, String> {
+        let base = reqwest::Url::parse(config.base_url.trim_end_matches('/'))
+            .map_err(|e| format!("the model URL {:?} is not a URL: {e}", config.base_url))?;
+        match base.scheme() {
+            "https" => {}
+            "http" => {
+                let loopback = match base.host() {
+                    Some(url::Host::Domain(d)) => d == "localhost",
+                    Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+                    Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+                    None => false,
+                };
+                if !loopback {
+                    return Err("plain HTTP to a model is taken on loopback only: use https://".into());
+                }
+            }
+            other => return Err(format!("the model URL's scheme is https, not {other}")),
+        }
+        if !base.username().is_empty() || base.password().is_some() {
+            return Err("the model URL holds no credentials: give the key by file or environment".into());
+        }
+        if config.model.trim().is_empty() {
+            return Err("a model name is required".into());
+        }
+        if config.key.is_empty() && base.scheme() == "https" {
+            return Err(format!("the {} key is empty", config.kind.name()));
+        }
+        let path = match config.kind {
+            Kind::OpenAi => "chat/completions",
+            Kind::Anthropic => "messages",
+        };
+        let url = reqwest::Url::parse(&format!("{}/{path}", base.as_str().trim_end_matches('/')))
+            .map_err(|e| format!("the model URL: {e}"))?;
+        let mut builder = reqwest::Client::builder()
+            .use_rustls_tls()
+            .timeout(config.timeout)
+            .connect_timeout(config.timeout.min(Duration::from_secs(10)))
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("grant-ledger-agent/", env!("CARGO_PKG_VERSION")))
+            // Only the proxy the configuration names (read from HTTPS_PROXY by the caller).
+            .no_proxy();
+        if let Some(pem) = &config.ca_bundle {
+            let roots = reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| format!("the model CA bundle is not PEM certificates: {e}"))?;
+            if roots.is_empty() {
+                return Err("the model CA bundle holds no certificate".into());
+            }
+            builder = builder.tls_built_in_root_certs(false);
+            for root in roots {
+                builder = builder.add_root_certificate(root);
+            }
+        }
+        if let Some(proxy) = config.proxy.as_deref().filter(|p| !p.is_empty()) {
+            let mut p = reqwest::Proxy::all(proxy).map_err(|e| format!("HTTPS_PROXY {proxy:?}: {e}"))?;
+            p = p.no_proxy(config.no_proxy.as_deref().and_then(reqwest::NoProxy::from_string));
+            builder = builder.proxy(p);
+        }
+        let client = builder.build().map_err(|e| format!("the model client: {e}"))?;
+        Ok(Self { config, url, client, system: crate::prompt::SYSTEM.to_owned() })
+    }
+
+    /// The system prompt this provider sends with every step (the run's rendering of it).
+    pub fn with_system(mut self, system: String) -> Self {
+        self.system = system;
+        self
+    }
+
+    fn body(&self, view: View<'_>) -> Value {
+        let system = if view.system.is_empty() { self.system.as_str() } else { view.system };
+        match self.config.kind {
+            Kind::OpenAi => openai::body(&self.config, system, view.prompt),
+            Kind::Anthropic => anthropic::body(&self.config, system, view.prompt),
+        }
+    }
+
+    fn request(&self, body: Vec<u8>) -> reqwest::RequestBuilder {
+        let r = self.client.post(self.url.clone()).header("content-type", "application/json").body(body);
+        match self.config.kind {
+            Kind::OpenAi => r.bearer_auth(&self.config.key.0),
+            Kind::Anthropic => r.header("x-api-key", &self.config.key.0).header("anthropic-version", "2023-06-01"),
+        }
+    }
+
+    /// Who answered, for an error: the provider and the host, never the key.
+    fn who(&self) -> String {
+        format!("{} at {}", self.config.kind.name(), self.url.host_str().unwrap_or("?"))
+    }
+
+    /// The provider's own words in an error reply, bounded, the key scrubbed.
+    fn message_of(&self, bytes: &[u8]) -> String {
+        let said = serde_json::from_slice::<Value>(bytes)
+            .ok()
+            .and_then(|v| v["error"]["message"].as_str().or(v["error"].as_str()).map(str::to_owned))
+            .unwrap_or_else(|| String::from_utf8_lossy(bytes).into_owned());
+        let said: String = said.chars().filter(|c| !c.is_control()).take(300).collect();
+        self.config.key.scrub(&said)
+    }
+
+    /// One try: the answer, or why it failed and whether (and after how long) to try again.
+    async fn attempt(&self, body: &[u8]) -> Result<Value, Failed> {
+        let reply = match self.request(body.to_vec()).send().await {
+            Ok(r) => r,
+            Err(e) => {
+                let what = if e.is_timeout() { "did not answer in time".to_owned() } else { transport(&e) };
+                return Err(Failed::Again { why: self.config.key.scrub(&what), after: None });
+            }
+        };
+        let status = reply.status().as_u16();
+        let after = retry_after(reply.headers());
+        let bytes = read_bounded(reply).await.map_err(|why| Failed::Again { why, after: None })?;
+        match status {
+            200..=299 => serde_json::from_slice(&bytes)
+                .map_err(|e| Failed::Final(format!("answered {status} with a body that is not JSON: {e}"))),
+            429 | 500..=599 => {
+                Err(Failed::Again { why: format!("answered {status}: {}", self.message_of(&bytes)), after })
+            }
+            _ => Err(Failed::Final(format!("answered {status}: {}", self.message_of(&bytes)))),
+        }
+    }
+}
+
+/// Why one try failed.
+enum Failed {
+    /// A retry may cure it; `after` is the wait the provider asked for.
+    Again {
+        why: String,
+        after: Option<Duration>,
+    },
+    Final(String),
+}
+
+/// A reply is bounded: a model answering megabytes is not answering one tool call.
+const LONGEST_REPLY: usize = 1024 * 1024;
+
+async fn read_bounded(mut reply: reqwest::Response) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    while let Some(chunk) = reply.chunk().await.map_err(|e| format!("the reply broke off: {}", transport(&e)))? {
+        if out.len() + chunk.len() > LONGEST_REPLY {
+            return Err(format!("the reply is longer than {LONGEST_REPLY} bytes"));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+/// A transport error in words, with its causes (reqwest's own text names only the outermost).
+fn transport(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// `Retry-After` as seconds or an HTTP date.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(s) = v.parse::<u64>() {
+        return Some(Duration::from_secs(s));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    Some(at.duration_since(std::time::SystemTime::now()).unwrap_or_default())
+}
+
+/// The wait before try `attempt` (1-based) when the provider named none: 0.5 s, 1 s, 2 s, … up
+/// to 8 s, with a spread so replicas do not retry in step.
+fn backoff(attempt: u32) -> Duration {
+    let base = Duration::from_millis(500) * 2u32.saturating_pow(attempt.saturating_sub(1).min(4));
+    let spread = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_millis());
+    base.min(Duration::from_secs(8)) + Duration::from_millis(u64::from(spread % 100))
+}
+
+impl Model for Provider {
+    async fn next(&mut self, view: View<'_>) -> Result<Turn, ModelError> {
+        let body = serde_json::to_vec(&self.body(view)).map_err(|e| ModelError(e.to_string()))?;
+        let fail = |why: String| ModelError(format!("the model {} {why}", self.who()));
+        let mut attempt = 0;
+        loop {
+            match self.attempt(&body).await {
+                Ok(answer) => {
+                    let turn = match self.config.kind {
+                        Kind::OpenAi => openai::turn_of(&answer),
+                        Kind::Anthropic => anthropic::turn_of(&answer),
+                    };
+                    return turn.map_err(|e| fail(e.0));
+                }
+                Err(Failed::Final(why)) => return Err(fail(why)),
+                Err(Failed::Again { why, after }) => {
+                    if attempt >= self.config.retries {
+                        return Err(fail(format!("{why} (after {} tries)", attempt + 1)));
+                    }
+                    let wait = match after {
+                        Some(w) if w > self.config.longest_wait => {
+                            return Err(fail(format!(
+                                "{why}, and asked to wait {} s, longer than the {} s a step waits",
+                                w.as_secs(),
+                                self.config.longest_wait.as_secs()
+                            )));
+                        }
+                        Some(w) => w,
+                        None => backoff(attempt + 1),
+                    };
+                    attempt += 1;
+                    tracing::warn!(provider = %self.who(), %why, wait_ms = wait.as_millis(), attempt, "model call failed; trying again");
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
+}
+
+/// The text of a reply split as the contract reads it: the first non-empty line is the evidence
+/// line, and anything else the model wrote is extra text (which the rules refuse, counted).
+pub(crate) fn split_text(text: &str) -> (String, String) {
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let evidence = lines.next().unwrap_or_default().to_owned();
+    let extra: Vec<&str> = lines.collect();
+    (evidence, extra.join("\n"))
+}
+
+/// A call's arguments as the model sent them: JSON, or (malformed) kept as a string the rules
+/// refuse.
+pub(crate) fn arguments(raw: &str) -> Value {
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
+}
