@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use agent::model::{Scripted, escalate, on_named, snapshot};
+use agent::model::{Scripted, on_named, snapshot};
 use credentials::Scope;
 use serde_json::json;
 use tests::browser::TENANT;
@@ -102,8 +102,8 @@ async fn a_lesson_moves_the_counters_every_service_exposes() {
     let scopes = [Scope::ApprovalResolve, Scope::GrantWrite];
     let (_, token) = owners.create(TENANT, "owner", &scopes, Duration::from_secs(3600)).await.unwrap();
 
-    // One card, allowed for the task; two acts under the grant; a payment field refused (the model
-    // is told, and gives up).
+    // One card, allowed for the task; two acts under the grant; a payment field refused by the
+    // policy, which ends the run.
     let model = Scripted::new()
         .then(|_| snapshot())
         .then(|v| on_named(v, "click", "Next", false, json!({})))
@@ -112,8 +112,7 @@ async fn a_lesson_moves_the_counters_every_service_exposes() {
         .then(|_| snapshot())
         .then(|v| on_named(v, "click", "Next", false, json!({})))
         .then(|_| snapshot())
-        .then(|v| on_named(v, "type", "Card number", false, json!({ "field_id": "card" })))
-        .then(|_| escalate("uncertain"));
+        .then(|v| on_named(v, "type", "Card number", false, json!({ "field_id": "card" })));
     let running = l.run_from("/lesson/1", "run-1", &[("card", "4111 1111 1111 1111")], model).await;
     let gateway = l.gateway;
     let card = tests::poll_until("the lesson's card", Duration::from_secs(30), Duration::from_millis(50), || {
@@ -136,7 +135,7 @@ async fn a_lesson_moves_the_counters_every_service_exposes() {
         Call::new(gateway, "POST", &format!("/v1/approvals/{id}/resolve")).bearer(&token).json(&answer).send().await;
     assert_eq!(r.status, 200, "{r:?}");
     let outcome = running.await.unwrap();
-    assert_eq!(outcome.end.reason(), "uncertain", "{}", outcome.log.join("\n"));
+    assert_eq!(outcome.end.reason(), "policy_denied", "{}", outcome.log.join("\n"));
 
     let authorizer = scrape(l.stack.authorizer_metrics).await;
     let grpc = |service: &str, method: &str, code: &str| {
@@ -192,7 +191,7 @@ async fn a_lesson_moves_the_counters_every_service_exposes() {
         &harness,
         &[
             (r#"harness_runs_total{end="escalated"}"#, 1.0),
-            (r#"harness_escalations_total{reason="uncertain"}"#, 1.0),
+            (r#"harness_escalations_total{reason="policy_denied"}"#, 1.0),
             (r#"harness_enforcements_total{rule="denied"}"#, 1.0),
             ("harness_steps_per_run_count", 1.0),
         ],

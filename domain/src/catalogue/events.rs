@@ -238,7 +238,7 @@ pub struct ApprovalTokenRedeemed {
 /// A run ended without its confirmation, under a named reason. The rest is the harness's
 /// account of it (absent from older events): the refs the model cited, what it said, the newest
 /// snapshot and the screenshots the run took, by digest.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunEscalated {
     pub session_id: String,

@@ -271,6 +271,7 @@ fn a_runs_end_withdraws_its_waiting_cards_and_no_answer_lands_after() {
         session_id: "s1".into(),
         run_id: "run-1".into(),
         reason: "approval_timeout".into(),
+        ..RunEscalated::default()
     });
     let events = when(&mut world, Command::RecordRun(end)).unwrap();
     let withdrawn: Vec<_> = events

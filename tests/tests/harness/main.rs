@@ -420,7 +420,7 @@ async fn each_escalation_rule_ends_the_run_on_a_page_built_for_it() {
         "no request left the lesson site"
     );
     let story = run_events(&s).await;
-    assert_eq!(story.iter().filter(|e| *e == "run.escalated").count(), 4, "{story:?}");
+    assert_eq!(story.iter().filter(|e| *e == "run.escalated").count(), 5, "{story:?}");
 }
 
 /// Submits that do not look like a form's button: a label whose control is the submit, a tab
@@ -451,3 +451,4 @@ const HIDDEN_SUBMITS: [(&str, &str, &str, &str); 3] = [
 ];
 
 mod forms;
+mod providers;
