@@ -274,3 +274,19 @@ pub fn grantctl() -> std::path::PathBuf {
     assert!(bin.exists(), "{} is missing: cargo build -p ops --bin grantctl (scripts/test builds it)", bin.display());
     bin
 }
+
+/// The pids of `parent`'s children, forked by any of its threads.
+pub fn children(parent: u32) -> Vec<u32> {
+    let tasks =
+        std::fs::read_dir(format!("/proc/{parent}/task")).map(|d| d.flatten().collect::<Vec<_>>()).unwrap_or_default();
+    tasks
+        .iter()
+        .flat_map(|t| {
+            std::fs::read_to_string(t.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}

@@ -128,7 +128,12 @@ async fn answer(
     let headers =
         req.headers().iter().map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or_default().to_owned())).collect();
     let bytes = req.into_body().collect().await.map(http_body_util::Collected::to_bytes).unwrap_or_default();
-    let got = Seen { at: std::time::Instant::now(), path, headers, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null) };
+    let got = Seen {
+        at: std::time::Instant::now(),
+        path,
+        headers,
+        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    };
     let i = {
         let mut s = lock(seen);
         s.push(got.clone());

@@ -4,18 +4,18 @@
 
 use serde_json::{Value, json};
 
-use super::{Config, split_text};
+use super::reply::split_text;
 use crate::model::{ModelError, Turn};
 use crate::tools::tools;
 
-pub(super) fn body(config: &Config, system: &str, prompt: &str) -> Value {
+pub(super) fn body(model: &str, max_tokens: u32, system: &str, prompt: &str) -> Value {
     let tools: Vec<Value> = tools()
         .into_iter()
         .map(|t| json!({ "name": t.name, "description": t.description, "input_schema": t.input_schema }))
         .collect();
     json!({
-        "model": config.model,
-        "max_tokens": config.max_tokens,
+        "model": model,
+        "max_tokens": max_tokens,
         "system": system,
         "messages": [{ "role": "user", "content": prompt }],
         "tools": tools,

@@ -11,6 +11,7 @@
 
 mod anthropic;
 mod openai;
+mod reply;
 
 use std::fmt;
 use std::path::Path;
@@ -217,8 +218,8 @@ impl Provider {
     fn body(&self, view: View<'_>) -> Value {
         let system = if view.system.is_empty() { self.system.as_str() } else { view.system };
         match self.config.kind {
-            Kind::OpenAi => openai::body(&self.config, system, view.prompt),
-            Kind::Anthropic => anthropic::body(&self.config, system, view.prompt),
+            Kind::OpenAi => openai::body(&self.config.model, self.config.max_tokens, system, view.prompt),
+            Kind::Anthropic => anthropic::body(&self.config.model, self.config.max_tokens, system, view.prompt),
         }
     }
 
@@ -359,19 +360,4 @@ impl Model for Provider {
             }
         }
     }
-}
-
-/// The text of a reply split as the contract reads it: the first non-empty line is the evidence
-/// line, and anything else the model wrote is extra text (which the rules refuse, counted).
-pub(crate) fn split_text(text: &str) -> (String, String) {
-    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-    let evidence = lines.next().unwrap_or_default().to_owned();
-    let extra: Vec<&str> = lines.collect();
-    (evidence, extra.join("\n"))
-}
-
-/// A call's arguments as the model sent them: JSON, or (malformed) kept as a string the rules
-/// refuse.
-pub(crate) fn arguments(raw: &str) -> Value {
-    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
 }

@@ -3,11 +3,11 @@
 
 use serde_json::{Value, json};
 
-use super::{Config, arguments, split_text};
+use super::reply::{arguments, split_text};
 use crate::model::{ModelError, Turn};
 use crate::tools::tools;
 
-pub(super) fn body(config: &Config, system: &str, prompt: &str) -> Value {
+pub(super) fn body(model: &str, max_tokens: u32, system: &str, prompt: &str) -> Value {
     let functions: Vec<Value> = tools()
         .into_iter()
         .map(|t| {
@@ -16,7 +16,7 @@ pub(super) fn body(config: &Config, system: &str, prompt: &str) -> Value {
         })
         .collect();
     json!({
-        "model": config.model,
+        "model": model,
         "messages": [
             { "role": "system", "content": system },
             { "role": "user", "content": prompt },
@@ -26,7 +26,7 @@ pub(super) fn body(config: &Config, system: &str, prompt: &str) -> Value {
         // evidence line. A reply with no call is refused by the rules, and counted.
         "tool_choice": "auto",
         "parallel_tool_calls": false,
-        "max_tokens": config.max_tokens,
+        "max_tokens": max_tokens,
     })
 }
 

@@ -124,7 +124,10 @@ impl Session {
         config: &BrowserConfig,
     ) -> Result<(), SessionError> {
         use fantoccini::actions::{InputSource, KeyAction, KeyActions, MOUSE_BUTTON_LEFT, MouseActions, PointerAction};
-        self.acted_by_owner = true;
+        // OK or Cancel on the page's dialog leaves nothing of the owner's in the tab: the owner
+        // may give it back to the agent, which may not answer dialogs itself. Anything else the
+        // owner does (a click, a key, text, a prompt's answer) keeps the tab theirs.
+        self.acted_by_owner |= !matches!(&input, OwnerInput::Answer { text: None, .. });
         let open = self.dialog(config).await?;
         let (client, devtools) = self.running(config).await?;
         let input = match (open, input) {

@@ -11,6 +11,7 @@ use tests::browser::{
     ELSEWHERE, GATEWAY, LESSON, LESSON_ORIGIN, RUNTIME, STRANGER, Stack, WORKER, click, node, standing_constraint,
     task_constraint, with,
 };
+use tests::children;
 use tonic::Code;
 
 const LESSON_1: &str = r#"<!doctype html><html><head><title>Lesson 1</title></head><body>
@@ -226,22 +227,6 @@ fn group(pgid: u32) -> Vec<u32> {
             let state = fields.next()?;
             let pgrp = fields.nth(1)?;
             (state != "Z" && pgrp == pgid.to_string()).then_some(pid)
-        })
-        .collect()
-}
-
-/// The pids of `parent`'s children, forked by any of its threads.
-fn children(parent: u32) -> Vec<u32> {
-    let tasks =
-        std::fs::read_dir(format!("/proc/{parent}/task")).map(|d| d.flatten().collect::<Vec<_>>()).unwrap_or_default();
-    tasks
-        .iter()
-        .flat_map(|t| {
-            std::fs::read_to_string(t.path().join("children"))
-                .unwrap_or_default()
-                .split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect::<Vec<u32>>()
         })
         .collect()
 }

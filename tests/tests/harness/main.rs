@@ -452,3 +452,4 @@ const HIDDEN_SUBMITS: [(&str, &str, &str, &str); 3] = [
 
 mod forms;
 mod providers;
+mod signals;

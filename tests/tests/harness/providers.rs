@@ -225,11 +225,13 @@ fn lesson_model(prompt: &str) -> (&'static str, Value, String) {
     let snapshot_id = block.split_whitespace().next().unwrap_or("").to_owned();
     let next = block.lines().find(|l| l.ends_with("\"Next\"")).and_then(|l| l.split_whitespace().next());
     let observe = ("snapshot", json!({}), LINE.to_owned());
-    let Some(node) = next.filter(|_| last.starts_with("snapshot ") || last.contains("APPROVAL") || last.contains("APPROVED"))
+    let Some(node) =
+        next.filter(|_| last.starts_with("snapshot ") || last.contains("APPROVAL") || last.contains("APPROVED"))
     else {
         return observe;
     };
-    let evidence = format!("SUBGOAL 1 | evidence: link \"Next\" ref={node} from snapshot {snapshot_id} | intent: go on");
+    let evidence =
+        format!("SUBGOAL 1 | evidence: link \"Next\" ref={node} from snapshot {snapshot_id} | intent: go on");
     let mut args = json!({ "snapshot_id": snapshot_id, "ref": node, "expected_role": "link",
         "expected_name": "Next", "consequential": false });
     if last.contains("APPROVAL_REQUIRED") {
