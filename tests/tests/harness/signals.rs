@@ -185,9 +185,10 @@ async fn an_open_dialog_and_a_killed_browser_each_give_a_closed_code_and_the_run
     assert!(outcome.trace.iter().any(|t| t.result == "NODE_NOT_INTERACTABLE"), "{:?}", outcome.trace);
     s.runtime.close_session(with(WORKER, rt::CloseSessionRequest { session_id: task.browser_session })).await.unwrap();
 
-    // The browser is killed between two steps: the next act finds it restarted clean at the
-    // start page, comes back STALE_SNAPSHOT (recoverable, nothing dispatched), and the run
-    // observes again and finishes under the permission it already has.
+    // The browser is killed between two steps: the next act finds it dead, and the runtime
+    // restarts it clean at the start page; the act comes back STALE_SNAPSHOT (recoverable,
+    // nothing dispatched), and the run observes again and finishes under the permission it
+    // already has.
     let (mut clients, task) = task_on(&mut s, "/lesson/hint", "run-crash", 20).await;
     let served = std::sync::Arc::clone(&s.served);
     let session = task.browser_session.clone();
@@ -199,17 +200,18 @@ async fn an_open_dialog_and_a_killed_browser_each_give_a_closed_code_and_the_run
             let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
         }
     };
+    // A key press reads no form back first: the act itself meets the restarted browser.
     let script = Scripted::new()
         .then(|_| snapshot())
-        .then(|v| on_named(v, "click", "Finish", false, json!({})))
+        .then(|v| on_named(v, "key", "Finish", false, json!({ "key": "Tab" })))
         .then(|_| snapshot())
         .then(|v| on_named(v, "click", "Finish", false, json!({})))
         .then(|_| snapshot());
-    // The owner "steps in" by killing the browser before the first act.
     let mut model = KillsFirst { script, kill: Some(kill) };
     let outcome = run(&mut clients, &task, &mut model).await.unwrap();
     assert_eq!(outcome.end, agent::rules::End::Done { reference: "LX-5150".into() }, "{:?}", outcome.log);
-    assert!(outcome.trace.iter().any(|t| t.result == "STALE_SNAPSHOT"), "{:?}", outcome.trace);
+    let stale = outcome.trace.iter().find(|t| t.result == "STALE_SNAPSHOT").expect("the act's answer");
+    assert_eq!(stale.tool, "key", "{:?}", outcome.trace);
 }
 
 /// Plays `script`, running `kill` just before the second turn (the first act).
