@@ -84,7 +84,8 @@ impl Model for Scripted {
 /// done: the next is given), `{"tool": "click", "name": "Next"}`,
 /// `{"tool": "type", "name": "Answer", "field_id": "answer"}`,
 /// `{"tool": "request_approval", "name": "Next"}`, `{"tool": "click", "name": "Next",
-/// "with_token": true}`, `{"tool": "escalate", "reason": "uncertain"}`.
+/// "with_token": true}`, `{"tool": "screenshot"}`, `{"tool": "escalate", "reason": "uncertain",
+/// "refs": ["n3"], "detail": "…"}`.
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlanStep {
@@ -127,6 +128,7 @@ impl Scripted {
             model.then(move |view| match step.tool.as_str() {
                 "snapshot" if step.done => subgoal_done(view),
                 "snapshot" => snapshot(),
+                "screenshot" => screenshot(),
                 "escalate" => {
                     let mut t = escalate(step.reason.as_deref().unwrap_or("uncertain"));
                     if !step.refs.is_empty() {
@@ -173,6 +175,15 @@ pub fn snapshot() -> Turn {
     Turn {
         calls: vec![("snapshot".into(), json!({}))],
         evidence: "SUBGOAL 1 | evidence: none | intent: observe the page".into(),
+        extra: String::new(),
+    }
+}
+
+/// A turn that takes a screenshot for the owner.
+pub fn screenshot() -> Turn {
+    Turn {
+        calls: vec![("screenshot".into(), json!({}))],
+        evidence: "SUBGOAL 1 | evidence: none | intent: show the owner the screen".into(),
         extra: String::new(),
     }
 }

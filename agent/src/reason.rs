@@ -24,6 +24,7 @@ pub enum Reason {
     PageError,
     ServiceError,
     StoppedByOwner,
+    OutcomeUnknown,
 }
 
 impl Reason {
@@ -39,7 +40,7 @@ impl Reason {
         Reason::Uncertain,
     ];
 
-    pub const ALL: [Reason; 19] = [
+    pub const ALL: [Reason; 20] = [
         Reason::AmbiguousTarget,
         Reason::NoGroundedAction,
         Reason::UnmappedField,
@@ -59,6 +60,7 @@ impl Reason {
         Reason::PageError,
         Reason::ServiceError,
         Reason::StoppedByOwner,
+        Reason::OutcomeUnknown,
     ];
 
     /// The stable code: the record's word, the metric's label.
@@ -83,6 +85,7 @@ impl Reason {
             Reason::PageError => "page_error",
             Reason::ServiceError => "service_error",
             Reason::StoppedByOwner => "stopped_by_owner",
+            Reason::OutcomeUnknown => "outcome_unknown",
         }
     }
 

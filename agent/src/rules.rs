@@ -43,10 +43,14 @@ pub fn page_stops(o: &ObserveReply) -> Option<(Reason, &'static str)> {
 
 /// Whether an alert's text says something went wrong: one of the words pages use for it.
 pub fn reads_as_error(text: &str) -> bool {
-    const WORDS: [&str; 9] =
-        ["error", "errors", "failed", "failure", "wrong", "unavailable", "invalid", "problem", "denied"];
+    const WORDS: [&str; 8] = ["error", "errors", "failed", "failure", "wrong", "unavailable", "invalid", "denied"];
     let lower = text.to_lowercase();
-    lower.split(|c: char| !c.is_alphanumeric()).any(|w| WORDS.contains(&w))
+    let words: Vec<&str> = lower.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
+    // "No errors", "0 errors found": a page saying all is well.
+    words
+        .iter()
+        .enumerate()
+        .any(|(i, w)| WORDS.contains(w) && !(i > 0 && matches!(words[i - 1], "no" | "0" | "zero" | "without")))
 }
 
 impl End {
@@ -169,7 +173,12 @@ impl Rules {
     /// One model reply: text beside the one call and its evidence line is refused (the contract
     /// allows one line), as a step; the rest is [`Rules::turn`].
     pub fn reply(&mut self, t: &crate::model::Turn) -> Verdict {
-        if t.extra.is_empty() {
+        // The safe exit is never refused: text beside an escalation is only counted.
+        let escalates = matches!(t.calls.as_slice(), [(name, _)] if name == "escalate");
+        if t.extra.is_empty() || escalates {
+            if !t.extra.is_empty() {
+                self.count("extra_text");
+            }
             return self.turn(&t.calls, &t.evidence);
         }
         if let Some(end) = self.step() {
@@ -388,11 +397,16 @@ impl Rules {
         if !reply.ok && !reply.recoverable {
             return Err(End::escalated(Reason::TerminalRefusal, reply.code_name.clone()));
         }
-        // Filling a field changes its value, not the page the runtime compares: only an act meant
-        // to move the page counts towards "changed nothing twice".
-        let moves =
-            matches!(act, crate::tools::Act::Click | crate::tools::Act::Key { .. } | crate::tools::Act::Scroll { .. });
-        if reply.ok && !reply.changed && moves {
+        // Sent, but what it did is not known (the browser failed as it settled, or input went
+        // elsewhere): for an act the runtime did not read as harmless, acting again could act
+        // twice, and the owner looks. (A Tab's key-up lands on the next field: unknown, harmless.)
+        if reply.outcome_unknown && runtime_consequential != Some(false) {
+            return Err(End::escalated(Reason::OutcomeUnknown, "what the last act did is not known"));
+        }
+        // Every act counts: the runtime's `changed` reads values and states, so a typed value or
+        // a choice changes the tree as a click does.
+        let _ = act;
+        if reply.ok && !reply.changed {
             self.unchanged += 1;
             if self.unchanged >= 2 {
                 return Err(End::escalated(Reason::NoProgress, "two actions in a row changed nothing"));
@@ -494,11 +508,17 @@ mod tests {
         let mut r = Rules::new(10);
         let click = crate::tools::Act::Click;
         let typed = crate::tools::Act::Type { field_id: "answer".into() };
-        r.acted(&target, &typed, &unchanged, None).unwrap();
-        r.acted(&target, &typed, &unchanged, None).unwrap();
+        let changed = ActReply { ok: true, changed: true, ..Default::default() };
+        // Any two acts in a row that changed nothing, a type among them.
         r.acted(&target, &click, &unchanged, Some(true)).unwrap();
+        r.acted(&target, &typed, &changed, None).unwrap();
+        r.acted(&target, &typed, &unchanged, None).unwrap();
         assert_eq!(r.acted(&target, &click, &unchanged, None).unwrap_err().reason(), "no_progress");
         assert_eq!(r.counts["consequential_disagreement"], 1);
+        let unknown = ActReply { ok: true, changed: true, outcome_unknown: true, ..Default::default() };
+        assert_eq!(Rules::new(10).acted(&target, &click, &unknown, Some(true)).unwrap_err().reason(), "outcome_unknown");
+        assert_eq!(Rules::new(10).acted(&target, &click, &unknown, None).unwrap_err().reason(), "outcome_unknown");
+        assert!(Rules::new(10).acted(&target, &click, &unknown, Some(false)).is_ok());
         let terminal =
             ActReply { ok: false, recoverable: false, code_name: "NAME_MISMATCH".into(), ..Default::default() };
         assert_eq!(Rules::new(10).acted(&target, &click, &terminal, None).unwrap_err().reason(), "terminal_refusal");
@@ -565,6 +585,8 @@ mod tests {
         lesson.title = "Error handling 101".into();
         assert_eq!(page_stops(&lesson), None);
         lesson.alerts = vec!["Saved. 3 answers recorded".into()];
+        assert_eq!(page_stops(&lesson), None);
+        lesson.alerts.push("No errors found".into());
         assert_eq!(page_stops(&lesson), None);
         lesson.alerts.push("An error occurred: please try again later".into());
         assert_eq!(page_stops(&lesson).map(|(r, _)| r), Some(Reason::PageError));

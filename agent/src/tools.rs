@@ -101,7 +101,7 @@ pub fn tools() -> Vec<Tool> {
             name: "click",
             description: "Click exactly one interactive node from the snapshot you were most recently given. You must state which snapshot you read it from and the accessible name you believe you are clicking; the runtime re-resolves the node in the live page and refuses the click if the snapshot is stale, the ref is gone, or the name has changed. If the resolved element is consequential, the click requires an approval token obtained from request_approval for this exact element. You cannot click by coordinate, CSS selector, XPath or element id, and there is no parameter for any of those.",
             input_schema: with_optional(
-                target(&CLICKABLE, json!({})),
+                click_words(target(&CLICKABLE, json!({}))),
                 "wait_for",
                 json!({
                     "type": "string", "enum": WAIT_FOR.map(|(n, _)| n), "default": "settle",
@@ -168,6 +168,39 @@ pub const WAIT_FOR: [(&str, WaitFor); 4] = [
     ("dialog", WaitFor::Dialog),
     ("none", WaitFor::None),
 ];
+
+/// The click schema's properties as the record words them.
+fn click_words(mut schema: Value) -> Value {
+    for (key, words) in [
+        (
+            "snapshot_id",
+            "The id of the snapshot this ref was read from. Must be your most recent snapshot. Any earlier id is rejected as stale.",
+        ),
+        (
+            "ref",
+            "Node ref exactly as printed in that snapshot. Refs are per-snapshot and are not stable across page changes.",
+        ),
+        (
+            "expected_role",
+            "The ARIA role printed for this ref in the snapshot. A role outside this set is not clickable by this tool.",
+        ),
+        (
+            "expected_name",
+            "The accessible name printed for this ref, copied character for character. The runtime compares it to the live accessible name after re-resolving the ref and refuses on mismatch. Do not normalise whitespace, expand abbreviations, or translate.",
+        ),
+        (
+            "consequential",
+            "Your judgement of whether this click changes state in the portal: submits, saves, confirms, cancels, sends, pays or deletes. The runtime decides this independently from the resolved element and the origin policy; your answer does not grant permission. Disagreements are logged and reviewed.",
+        ),
+        (
+            "approval_token",
+            "Single-use token from request_approval, bound to this run, this snapshot_id and this ref. Required for any element the runtime resolves as consequential. Omit for benign clicks; a token that does not match the element is treated as a policy violation, not a retryable error.",
+        ),
+    ] {
+        schema["properties"][key]["description"] = json!(words);
+    }
+    schema
+}
 
 /// `schema` with one more property that is not required.
 fn with_optional(mut schema: Value, key: &str, property: Value) -> Value {

@@ -235,17 +235,19 @@
     frameStops.stopped = 0;
     return stopped;
   };
-  // What the accessibility tree is made of, as one digest: every element's tag and the ARIA
-  // attributes that give roles, names and states, every control's value, checkedness and
-  // choice, where focus is, and the text. A tick, a radio, a choice or a Tab changes it; nothing
-  // the model cannot see in a snapshot does. (Values enter the digest only, never the answer.)
+  // What the accessibility tree is made of, as one digest: every element of the flat tree (open
+  // shadow roots too) with its tag and the ARIA attributes that give roles, names and states,
+  // every control's value, checkedness and choice, where focus is, and the text a person sees.
+  // A tick, a radio, a choice or a Tab changes it; text the page hides does not. (Values enter
+  // the digest only, never the answer.)
   const getAttr = Element.prototype.getAttribute;
   const localName = getter(Element.prototype, 'localName');
   const inputChecked = getter(HTMLInputElement.prototype, 'checked');
   const inputValue = getter(HTMLInputElement.prototype, 'value');
   const areaValue = getter(HTMLTextAreaElement.prototype, 'value');
   const selectIndex = getter(HTMLSelectElement.prototype, 'selectedIndex');
-  const textOf = getter(Node.prototype, 'textContent');
+  const innerText = getter(HTMLElement.prototype, 'innerText');
+  const docRoot = getter(Document.prototype, 'documentElement');
   const ARIA = ['role', 'aria-label', 'aria-labelledby', 'aria-checked', 'aria-pressed', 'aria-expanded',
     'aria-selected', 'aria-disabled', 'aria-hidden', 'aria-invalid', 'aria-current', 'aria-valuenow', 'disabled',
     'hidden', 'open', 'title', 'alt', 'value', 'placeholder'];
@@ -256,10 +258,14 @@
       for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193);
       h = Math.imul(h ^ 0x1f, 0x01000193);
     };
-    const all = Document.prototype.getElementsByTagName.call(document, '*');
-    const active = docActive(document);
-    for (let i = 0; i < all.length; i++) {
-      const el = all[i];
+    // Focus as deep as it goes: into open shadow roots.
+    let active = docActive(document);
+    for (let n = active; n && shadowOf(n); n = rootActive(shadowOf(n))) active = rootActive(shadowOf(n)) || active;
+    let count = 0;
+    const stack = docRoot(document) ? [docRoot(document)] : [];
+    while (stack.length) {
+      const el = stack.pop();
+      count++;
       mix(localName(el));
       for (const a of ARIA) {
         const v = getAttr.call(el, a);
@@ -269,10 +275,18 @@
       else if (el instanceof HTMLTextAreaElement) mix(areaValue(el));
       else if (el instanceof HTMLSelectElement) mix(selectIndex(el));
       if (el === active) mix('focus');
+      const kids = childrenOf(el);
+      for (let i = kids.length - 1; i >= 0; i--) stack.push(kids[i]);
+      const shadow = shadowOf(el);
+      if (shadow) {
+        mix('#shadow');
+        const inner = rootChildren(shadow);
+        for (let i = inner.length - 1; i >= 0; i--) stack.push(inner[i]);
+      }
     }
     const body = docBody(document);
-    mix(body ? textOf(body) : '');
-    return all.length + ':' + (h >>> 0).toString(16);
+    mix(body instanceof HTMLElement ? innerText(body) : '');
+    return count + ':' + (h >>> 0).toString(16);
   };
   const page = () => ({
     url: location.href,

@@ -52,14 +52,19 @@ pub fn provider(choice: ModelChoice, get: &impl Fn(&str) -> Option<String>) -> R
         (Some(_), Some(_)) => bail!("give AGENT_MODEL_KEY or AGENT_MODEL_KEY_FILE, not both"),
         (Some(k), None) => Key::new(k),
         (None, Some(f)) => Key::from_file(Path::new(&f)).map_err(anyhow::Error::msg)?,
+        (None, None) if choice.base_url.as_deref().is_none_or(|u| u.starts_with("https://")) => {
+            bail!("the {} key is missing: set AGENT_MODEL_KEY or AGENT_MODEL_KEY_FILE", kind.name())
+        }
         (None, None) => Key::default(),
     };
     let mut config = ModelConfig::new(kind, choice.base_url, choice.name, key);
-    let number = |k: &str, default: u64| -> Result<u64> {
-        get(k).map_or(Ok(default), |v| v.parse().with_context(|| format!("{k} is a whole number")))
+    let number = |k: &str, default: u64, range: std::ops::RangeInclusive<u64>| -> Result<u64> {
+        let n = get(k).map_or(Ok(default), |v| v.parse().with_context(|| format!("{k} is a whole number")))?;
+        anyhow::ensure!(range.contains(&n), "{k} is {} to {}, not {n}", range.start(), range.end());
+        Ok(n)
     };
-    config.timeout = Duration::from_secs(number("AGENT_MODEL_TIMEOUT_SECONDS", 60)?.clamp(1, 600));
-    config.retries = u32::try_from(number("AGENT_MODEL_RETRIES", 3)?.min(10)).unwrap_or(3);
+    config.timeout = Duration::from_secs(number("AGENT_MODEL_TIMEOUT_SECONDS", 60, 1..=600)?);
+    config.retries = u32::try_from(number("AGENT_MODEL_RETRIES", 3, 0..=10)?)?;
     config.ca_bundle = get("AGENT_MODEL_CA").map(std::fs::read).transpose().context("AGENT_MODEL_CA cannot be read")?;
     config.proxy = get("HTTPS_PROXY").or_else(|| get("https_proxy"));
     config.no_proxy = get("NO_PROXY").or_else(|| get("no_proxy"));
@@ -79,6 +84,8 @@ pub async fn run(
     if script.is_some() == model.is_some() {
         bail!("give --script, or --model (with --provider)");
     }
+    // The model's settings are checked before anything is opened.
+    let model = model.map(|choice| provider(choice, &get)).transpose()?;
     let text = std::fs::read_to_string(task_path).with_context(|| format!("reading {}", task_path.display()))?;
     let file: TaskFile =
         serde_json::from_str(&text).with_context(|| format!("{} is not a task", task_path.display()))?;
@@ -95,7 +102,7 @@ pub async fn run(
         bearer: format!("Bearer {token}").parse().context("AGENT_WORKER_TOKEN is not a header value")?,
     };
     let task = start(&mut clients, &file).await?;
-    let outcome = play(&mut clients, &task, script, model, &get).await;
+    let outcome = play(&mut clients, &task, script, model).await;
     // The run's browser goes back to the pool however the run ended.
     let close = rt::CloseSessionRequest { session_id: task.browser_session.clone() };
     let closed = clients.runtime.close_session(clients.req(close)).await;
@@ -131,15 +138,14 @@ async fn play(
     clients: &mut Clients,
     task: &agent::run::Task,
     script: Option<&Path>,
-    model: Option<ModelChoice>,
-    get: impl Fn(&str) -> Option<String>,
+    model: Option<Provider>,
 ) -> Result<Outcome> {
     Ok(match (script, model) {
         (Some(path), None) => {
             let steps = plan(&std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?)?;
             run_task(clients, task, &mut Scripted::from_plan(steps)).await?
         }
-        (None, Some(choice)) => run_task(clients, task, &mut provider(choice, &get)?).await?,
+        (None, Some(mut provider)) => run_task(clients, task, &mut provider).await?,
         _ => bail!("give --script, or --model (with --provider)"),
     })
 }

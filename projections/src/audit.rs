@@ -184,7 +184,7 @@ pub fn row(recorded: &RecordedEvent) -> Result<AuditRow, DecodeError> {
         }
         Event::RunEscalated(e) => {
             session = Some(e.session_id.clone());
-            let mut text = format!("Run escalated: {}", e.reason);
+            let mut text = format!("Run {} escalated: {}", e.run_id, e.reason);
             if !e.refs.is_empty() {
                 text.push_str(&format!("; cites {}", e.refs.join(", ")));
             }

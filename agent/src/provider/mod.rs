@@ -94,8 +94,9 @@ impl fmt::Debug for Key {
     }
 }
 
-/// Where and how to reach a provider.
-#[derive(Debug, Clone)]
+/// Where and how to reach a provider. Its `Debug` shows neither the key nor the proxy's URL
+/// (which may hold a password).
+#[derive(Clone)]
 pub struct Config {
     pub kind: Kind,
     /// `https://…` anywhere, or `http://` on loopback only (a local model or a test stub).
@@ -115,6 +116,22 @@ pub struct Config {
     pub no_proxy: Option<String>,
     /// The most a reply may say (the model answers one tool call).
     pub max_tokens: u32,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("kind", &self.kind)
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("key", &self.key)
+            .field("timeout", &self.timeout)
+            .field("retries", &self.retries)
+            .field("ca_bundle", &self.ca_bundle.as_ref().map(Vec::len))
+            .field("proxy", &self.proxy.as_ref().map(|_| "[set]"))
+            .field("no_proxy", &self.no_proxy)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Config {
@@ -137,13 +154,21 @@ impl Config {
 }
 
 /// A model behind a provider's API.
-#[derive(Debug)]
 pub struct Provider {
     config: Config,
     url: reqwest::Url,
     client: reqwest::Client,
     /// The run's system prompt (rendered from the record's text once per run).
     system: String,
+}
+
+impl fmt::Debug for Provider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Provider")
+            .field("config", &self.config)
+            .field("url", &self.url.as_str())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Provider {
@@ -179,8 +204,12 @@ impl Provider {
             Kind::OpenAi => "chat/completions",
             Kind::Anthropic => "messages",
         };
-        let url = reqwest::Url::parse(&format!("{}/{path}", base.as_str().trim_end_matches('/')))
-            .map_err(|e| format!("the model URL: {e}"))?;
+        // The endpoint's path goes after the base's, before any query it has.
+        let mut url = base.clone();
+        url.path_segments_mut()
+            .map_err(|()| "the model URL cannot take a path".to_owned())?
+            .pop_if_empty()
+            .extend(path.split('/'));
         let mut builder = reqwest::Client::builder()
             .use_rustls_tls()
             .timeout(config.timeout)
@@ -200,8 +229,9 @@ impl Provider {
                 builder = builder.add_root_certificate(root);
             }
         }
+        // Only https requests go through the proxy: plain http is loopback's, never a proxy's.
         if let Some(proxy) = config.proxy.as_deref().filter(|p| !p.is_empty()) {
-            let mut p = reqwest::Proxy::all(proxy).map_err(|e| format!("HTTPS_PROXY {proxy:?}: {e}"))?;
+            let mut p = reqwest::Proxy::https(proxy).map_err(|_| "the proxy setting is not a URL".to_owned())?;
             p = p.no_proxy(config.no_proxy.as_deref().and_then(reqwest::NoProxy::from_string));
             builder = builder.proxy(p);
         }
@@ -225,9 +255,16 @@ impl Provider {
 
     fn request(&self, body: Vec<u8>) -> reqwest::RequestBuilder {
         let r = self.client.post(self.url.clone()).header("content-type", "application/json").body(body);
+        let mut key = reqwest::header::HeaderValue::from_str(&match self.config.kind {
+            Kind::OpenAi => format!("Bearer {}", self.config.key.0),
+            Kind::Anthropic => self.config.key.0.clone(),
+        })
+        .unwrap_or_else(|_| reqwest::header::HeaderValue::from_static(""));
+        // Kept out of any debug output of the request.
+        key.set_sensitive(true);
         match self.config.kind {
-            Kind::OpenAi => r.bearer_auth(&self.config.key.0),
-            Kind::Anthropic => r.header("x-api-key", &self.config.key.0).header("anthropic-version", "2023-06-01"),
+            Kind::OpenAi => r.header(reqwest::header::AUTHORIZATION, key),
+            Kind::Anthropic => r.header("x-api-key", key).header("anthropic-version", "2023-06-01"),
         }
     }
 
@@ -242,8 +279,8 @@ impl Provider {
             .ok()
             .and_then(|v| v["error"]["message"].as_str().or(v["error"].as_str()).map(str::to_owned))
             .unwrap_or_else(|| String::from_utf8_lossy(bytes).into_owned());
-        let said: String = said.chars().filter(|c| !c.is_control()).take(300).collect();
-        self.config.key.scrub(&said)
+        // Scrubbed whole, then cut: a cut through the key would leave a part of it.
+        self.config.key.scrub(&said).chars().filter(|c| !c.is_control()).take(300).collect()
     }
 
     /// One try: the answer, or why it failed and whether (and after how long) to try again.
@@ -252,12 +289,19 @@ impl Provider {
             Ok(r) => r,
             Err(e) => {
                 let what = if e.is_timeout() { "did not answer in time".to_owned() } else { transport(&e) };
-                return Err(Failed::Again { why: self.config.key.scrub(&what), after: None });
+                let what = self.config.key.scrub(&what);
+                // A certificate the client does not trust will not be trusted on a retry.
+                if what.contains("certificate") {
+                    return Err(Failed::Final(format!(
+                        "could not be trusted: {what} (a private CA is given as the model's CA bundle)"
+                    )));
+                }
+                return Err(Failed::Again { why: what, after: None });
             }
         };
         let status = reply.status().as_u16();
         let after = retry_after(reply.headers());
-        let bytes = read_bounded(reply).await.map_err(|why| Failed::Again { why, after: None })?;
+        let bytes = read_bounded(reply).await?;
         match status {
             200..=299 => serde_json::from_slice(&bytes)
                 .map_err(|e| Failed::Final(format!("answered {status} with a body that is not JSON: {e}"))),
@@ -282,11 +326,13 @@ enum Failed {
 /// A reply is bounded: a model answering megabytes is not answering one tool call.
 const LONGEST_REPLY: usize = 1024 * 1024;
 
-async fn read_bounded(mut reply: reqwest::Response) -> Result<Vec<u8>, String> {
+async fn read_bounded(mut reply: reqwest::Response) -> Result<Vec<u8>, Failed> {
     let mut out = Vec::new();
-    while let Some(chunk) = reply.chunk().await.map_err(|e| format!("the reply broke off: {}", transport(&e)))? {
+    let broke =
+        |e: reqwest::Error| Failed::Again { why: format!("the reply broke off: {}", transport(&e)), after: None };
+    while let Some(chunk) = reply.chunk().await.map_err(broke)? {
         if out.len() + chunk.len() > LONGEST_REPLY {
-            return Err(format!("the reply is longer than {LONGEST_REPLY} bytes"));
+            return Err(Failed::Final(format!("answered with more than {LONGEST_REPLY} bytes")));
         }
         out.extend_from_slice(&chunk);
     }
@@ -335,7 +381,12 @@ impl Model for Provider {
                         Kind::OpenAi => openai::turn_of(&answer),
                         Kind::Anthropic => anthropic::turn_of(&answer),
                     };
-                    return turn.map_err(|e| fail(e.0));
+                    // What the model writes is recorded: a key it repeats is not.
+                    return turn.map_err(|e| fail(e.0)).map(|mut t| {
+                        t.evidence = self.config.key.scrub(&t.evidence);
+                        t.extra = self.config.key.scrub(&t.extra);
+                        t
+                    });
                 }
                 Err(Failed::Final(why)) => return Err(fail(why)),
                 Err(Failed::Again { why, after }) => {

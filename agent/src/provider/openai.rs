@@ -26,7 +26,8 @@ pub(super) fn body(model: &str, max_tokens: u32, system: &str, prompt: &str) -> 
         // evidence line. A reply with no call is refused by the rules, and counted.
         "tool_choice": "auto",
         "parallel_tool_calls": false,
-        "max_tokens": max_tokens,
+        // The current name; `max_tokens` is refused by OpenAI's reasoning models.
+        "max_completion_tokens": max_tokens,
     })
 }
 

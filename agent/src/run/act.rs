@@ -30,11 +30,15 @@ impl State<'_> {
             // The node re-rendered, the page holds a dialog or the browser restarted: as a
             // refused act would, the snapshot is void and the model observes again.
             Err(s) if s.code() == tonic::Code::FailedPrecondition || super::state::contract_code(&s).is_some() => {
-                let (code, _) = super::state::contract_code(&s).unwrap_or_else(|| ("STALE_SNAPSHOT".into(), true));
+                let (code, recoverable) =
+                    super::state::contract_code(&s).unwrap_or_else(|| ("STALE_SNAPSHOT".into(), true));
                 self.note(
                     format!("read-back of ref={} refused", target.node_ref),
-                    super::state::failure(&code, s.message(), &target.snapshot_id, true),
+                    super::state::failure(&code, super::state::detail(&code), &target.snapshot_id, recoverable),
                 );
+                if !recoverable {
+                    return Ok(Err(Stop::End(End::escalated(Reason::TerminalRefusal, code))));
+                }
                 self.current = None;
                 self.rules.void();
                 self.rules.count("stale_read_back");
@@ -142,7 +146,7 @@ impl State<'_> {
                         format!("{} ref={} needs approval", verb(&act), target.node_ref),
                         super::state::failure(
                             "APPROVAL_REQUIRED",
-                            "call request_approval for this element, then act with its token",
+                            super::state::detail("APPROVAL_REQUIRED"),
                             &target.snapshot_id,
                             true,
                         ),
@@ -182,9 +186,14 @@ impl State<'_> {
             self.sequence -= 1;
         }
         let result = if reply.ok {
-            super::state::success(reply.changed, &reply.snapshot_id)
+            super::state::success(reply.changed, &reply.snapshot_id, reply.outcome_unknown)
         } else {
-            super::state::failure(&reply.code_name, &reply.detail, &reply.snapshot_id, reply.recoverable)
+            super::state::failure(
+                &reply.code_name,
+                super::state::detail(&reply.code_name),
+                &reply.snapshot_id,
+                reply.recoverable,
+            )
         };
         self.dispatched |= reply.dispatched;
         // The page's name goes in the log as a JSON string, like every page string the model reads.

@@ -39,7 +39,8 @@ pub async fn start(clients: &mut Clients, file: &TaskFile) -> Result<Task, RunEr
         .map(|u| u.origin().ascii_serialization())
         .unwrap_or_else(|_| file.start_url.clone());
     Ok(Task {
-        goal: file.goal.clone().unwrap_or_else(|| file.subgoals.join("; ")),
+        // Never the subgoals joined: they are given one at a time.
+        goal: file.goal.clone().unwrap_or_else(|| "the owner's task".into()),
         org_name: file.org_name.clone().unwrap_or_else(|| "the owner".into()),
         portal_origin,
         chat_session: file.chat_session.clone(),
@@ -201,6 +202,7 @@ impl State<'_> {
             let turn = timed!(self.time.model, model.next(view).await?);
             let model_ms = self.time.model.saturating_sub(model_before);
             let step = self.rules.steps() + 1;
+            let given = self.rules.subgoal();
             let (ended, result) = match self.rules.reply(&turn) {
                 Verdict::End(end) => {
                     let word = end.reason().to_owned();
@@ -217,6 +219,9 @@ impl State<'_> {
                     (end, word)
                 }
             };
+            // A subgoal the model said was done shows in the trace, beside the turn that said so.
+            let result =
+                if self.rules.subgoal() > given && ended.is_none() { format!("subgoal_{given}_done") } else { result };
             self.trace_step(step, &turn, &result, step_started.elapsed(), model_ms).await?;
             if let Some(end) = ended {
                 return Ok(end);

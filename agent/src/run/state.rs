@@ -176,11 +176,20 @@ pub struct TraceStep {
     pub snapshot_id: String,
     pub elapsed_ms: u32,
     pub model_ms: u32,
+    /// A screenshot step's picture, by digest (the trace's PNG beside it is named by it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub screenshot: Option<String>,
 }
 
-/// `text` as one bounded line: control characters dropped, at most the account's length.
+/// `text` as one bounded line, as the record takes it: control, format and direction characters
+/// made spaces, at most the account's length.
 pub(super) fn one_line(text: &str) -> String {
-    text.chars().map(|c| if c.is_control() { ' ' } else { c }).take(proto::limits::MAX_ACCOUNT_CHARS).collect()
+    let hidden = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
+                | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
+    };
+    text.chars().map(|c| if hidden(c) { ' ' } else { c }).take(proto::limits::MAX_ACCOUNT_CHARS).collect()
 }
 
 /// What a result came to, as one word for the trace.
@@ -200,6 +209,26 @@ pub(super) fn result_word(result: &str) -> String {
 pub struct Screenshot {
     pub digest: String,
     pub png: Vec<u8>,
+}
+
+/// What a failure's code means, in the harness's own words. The runtime's detail can hold the
+/// page's text (a dialog's message, a script's exception): it stays in the runtime's log and
+/// never reaches the prompt outside the untrusted block.
+pub(super) fn detail(code: &str) -> &'static str {
+    match code {
+        "STALE_SNAPSHOT" => "the snapshot is void (the page changed, or the browser restarted): observe again",
+        "REF_NOT_FOUND" => "the ref is not in the live page: observe again",
+        "NAME_MISMATCH" => "the live node's accessible name is not the expected name",
+        "ROLE_MISMATCH" => "the live node's role is not the expected role",
+        "NODE_NOT_INTERACTABLE" => {
+            "the node cannot be acted on now: a dialog, something covering it, or a page that broke the read"
+        }
+        "APPROVAL_REQUIRED" => "call request_approval for this element, then act with its token",
+        "APPROVAL_TOKEN_INVALID" => "the approval token is not for this act",
+        "OFF_ORIGIN_TARGET" => "the act would reach outside the allowed origins",
+        "BUDGET_EXCEEDED" => "the session's step budget is spent",
+        _ => "the task permission does not cover this act: request_approval for it",
+    }
 }
 
 /// A failure as the tool contract shapes it: `{ok: false, code, detail, snapshot_id}`, with the
@@ -227,9 +256,14 @@ pub(super) fn refusal(rule: &str, reason: &str, snapshot_id: &str) -> String {
     .to_string()
 }
 
-/// A success: `{ok: true, changed}` for an act; what the call produced for the others.
-pub(super) fn success(changed: bool, snapshot_id: &str) -> String {
-    serde_json::json!({ "ok": true, "changed": changed, "snapshot_id": snapshot_id }).to_string()
+/// A success: `{ok: true, changed}` for an act (and `outcome_unknown` when the runtime cannot
+/// say what the act did); what the call produced for the others.
+pub(super) fn success(changed: bool, snapshot_id: &str, outcome_unknown: bool) -> String {
+    let mut v = serde_json::json!({ "ok": true, "changed": changed, "snapshot_id": snapshot_id });
+    if outcome_unknown {
+        v["outcome_unknown"] = serde_json::json!(true);
+    }
+    v.to_string()
 }
 
 pub(super) fn success_with(screenshot: &str) -> String {
@@ -256,7 +290,8 @@ impl State<'_> {
         self.current = None;
         self.rules.void();
         self.rules.count("page_unreadable");
-        let result = failure(&code, s.message(), "", recoverable);
+        tracing::info!(code = %code, message = %s.message(), "the runtime could not read the page");
+        let result = failure(&code, detail(&code), "", recoverable);
         self.note(format!("{what} failed: {code}"), result);
         if !recoverable {
             return Ok(Some(End::escalated(crate::reason::Reason::TerminalRefusal, code)));
@@ -287,6 +322,10 @@ impl State<'_> {
             snapshot_id: self.snapshot_id.clone(),
             elapsed_ms: ms(elapsed),
             model_ms: ms(model),
+            screenshot: serde_json::from_str::<serde_json::Value>(&self.last)
+                .ok()
+                .and_then(|v| v["screenshot"].as_str().map(str::to_owned))
+                .filter(|_| turn.calls.first().is_some_and(|(n, _)| n == "screenshot")),
         };
         let account = pb::RunAccount {
             text: t.evidence.clone(),

@@ -427,8 +427,14 @@ fn account(a: pb::RunAccount) -> Result<pb::RunAccount, Status> {
     if !word {
         return Err(invalid("account.result", "is letters, digits and _ . : -"));
     }
-    if a.text.chars().any(char::is_control) {
-        return Err(invalid("account.text", "is one line without control characters"));
+    // Shown to the owner as one line: nothing that ends a line, reorders it or hides in it.
+    let hidden = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
+                | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
+    };
+    if a.text.chars().any(hidden) {
+        return Err(invalid("account.text", "is one line without control, format or direction characters"));
     }
     Ok(a)
 }

@@ -168,6 +168,8 @@ async fn agent_run(s: &Stack<PgGrants>, dir: &std::path::Path, task: serde_json:
         .arg(&task_path)
         .arg("--script")
         .arg(&plan_path)
+        .arg("--trace")
+        .arg(dir.join(format!("{run}.trace.jsonl")))
         .env("AGENT_RUNTIME_URL", format!("http://127.0.0.1:{}", s.runtime_port))
         .env("AGENT_AUTHORIZER_URL", format!("http://127.0.0.1:{}", s.authorizer_port))
         .env("AGENT_WORKER_TOKEN", WORKER)
@@ -232,10 +234,25 @@ async fn grantctl_agent_run_plays_a_plan_and_audit_replay_tells_the_story() {
         r#"{"tool": "snapshot"}
 {"tool": "click", "name": "Skip"}
 {"tool": "snapshot"}
-{"tool": "escalate", "reason": "no_grounded_action"}"#,
+{"tool": "screenshot"}
+{"tool": "escalate", "reason": "no_grounded_action", "refs": ["n0"], "detail": "no next lesson here"}"#,
     )
     .await;
     assert!(second.starts_with("run ended: escalated (no_grounded_action)"), "{second}");
+    // The trace: a JSON line a step, and the screenshot beside it under its digest.
+    let trace = std::fs::read_to_string(dir.join("run-8.trace.jsonl")).unwrap();
+    let steps: Vec<serde_json::Value> = trace.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let tools: Vec<&str> = steps.iter().map(|t| t["tool"].as_str().unwrap()).collect();
+    assert_eq!(tools, ["snapshot", "click", "snapshot", "screenshot", "escalate"], "{trace}");
+    assert_eq!(steps[1]["result"], "changed", "{trace}");
+    let pngs: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("run-8.trace.jsonl.") && n.ends_with(".png"))
+        .collect();
+    assert_eq!(pngs.len(), 1, "{pngs:?}");
+    let digest = pngs[0].trim_start_matches("run-8.trace.jsonl.").trim_end_matches(".png").to_owned();
     assert!(ops::agent::plan(r##"{"tool": "click", "css": "#next"}"##).is_err(), "a plan step is closed too");
 
     let out = std::process::Command::new(tests::grantctl())
@@ -257,7 +274,11 @@ async fn grantctl_agent_run_plays_a_plan_and_audit_replay_tells_the_story() {
         "Run run-7 completed: reference LX-4471",
         "Run run-8 started (agent-1)",
         "\"Skip\" (use 2) [Allowed by task permission]",
-        "Run escalated: no_grounded_action",
+        "Run run-8 step 2: click → changed",
+        "Run run-8 step 4: screenshot → ok",
+        "Run run-8 escalated: no_grounded_action; cites n0; in snapshot snap_",
+        "said \"no next lesson here\"; screenshots sha256:",
+        digest.as_str(),
     ];
     let mut rest = story.as_str();
     for line in expected {

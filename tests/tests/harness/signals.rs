@@ -72,13 +72,14 @@ async fn a_check_box_lesson_and_a_tab_driven_form_complete_without_no_progress()
     // Five check boxes, one act each: the first asked for, allowed for the task, then every
     // box under the permission. Each tick changes the tree (a state) and nothing else.
     let answering = owner_answers_each(&s, vec![pb::Resolution::ApproveForTask]);
-    let (mut clients, task) = task_on(&mut s, "/lesson/boxes", "run-boxes", 30).await;
-    let mut boxes = each_then_finish("One", &["One", "Two", "Three", "Four", "Five"]);
+    let (mut clients, task) = task_on(&mut s, "/lesson/boxes", "run-boxes", 40).await;
+    // Five is ticked, unticked and ticked again: focus stays on it, only its state changes.
+    let mut boxes = each_then_finish("One", &["One", "Two", "Three", "Four", "Five", "Five", "Five"]);
     let outcome = run(&mut clients, &task, &mut boxes).await.unwrap();
     answering.await.unwrap();
     assert_eq!(outcome.end, agent::rules::End::Done { reference: "LX-5150".into() }, "{:?}", outcome.log);
     let ticked = outcome.log.iter().filter(|l| l.contains("→ ok, changed = true")).count();
-    assert_eq!(ticked, 6, "five ticks and Finish, each a change: {:?}", outcome.log);
+    assert_eq!(ticked, 8, "seven ticks and Finish, each a change: {:?}", outcome.log);
     s.runtime.close_session(with(WORKER, rt::CloseSessionRequest { session_id: task.browser_session })).await.unwrap();
 
     // Tab from one button to the next, under the same permission: only focus moves, and focus
