@@ -135,10 +135,7 @@ pub fn quoted(text: &str) -> String {
     let json = serde_json::Value::from(text).to_string();
     let mut out = String::with_capacity(json.len());
     for c in json.chars() {
-        let hidden = matches!(c,
-            '\u{0085}' | '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
-            | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}');
-        if hidden {
+        if proto::limits::hidden_char(c) {
             out.push_str(&format!("\\u{:04x}", u32::from(c)));
         } else {
             out.push(c);

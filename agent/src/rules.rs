@@ -516,7 +516,10 @@ mod tests {
         assert_eq!(r.acted(&target, &click, &unchanged, None).unwrap_err().reason(), "no_progress");
         assert_eq!(r.counts["consequential_disagreement"], 1);
         let unknown = ActReply { ok: true, changed: true, outcome_unknown: true, ..Default::default() };
-        assert_eq!(Rules::new(10).acted(&target, &click, &unknown, Some(true)).unwrap_err().reason(), "outcome_unknown");
+        assert_eq!(
+            Rules::new(10).acted(&target, &click, &unknown, Some(true)).unwrap_err().reason(),
+            "outcome_unknown"
+        );
         assert_eq!(Rules::new(10).acted(&target, &click, &unknown, None).unwrap_err().reason(), "outcome_unknown");
         assert!(Rules::new(10).acted(&target, &click, &unknown, Some(false)).is_ok());
         let terminal =

@@ -106,25 +106,30 @@ pub async fn run(
     // The run's browser goes back to the pool however the run ended.
     let close = rt::CloseSessionRequest { session_id: task.browser_session.clone() };
     let closed = clients.runtime.close_session(clients.req(close)).await;
-    let outcome = outcome?;
     if let Err(e) = closed {
         tracing::warn!(session = %task.browser_session, error = %e, "the run's browser session did not close");
     }
+    // The trace is kept however the run ended: a failed run's is the one most needed.
+    let (trace_of, shots) = match &outcome {
+        Ok(Ok(o)) => (o.trace.as_slice(), o.screenshots.as_slice()),
+        Ok(Err(f)) => (f.trace.as_slice(), f.screenshots.as_slice()),
+        Err(_) => (&[][..], &[][..]),
+    };
     if let Some(path) = trace {
-        write_trace(path, &outcome)?;
+        write_trace(path, trace_of, shots)?;
     }
-    Ok(report(&outcome))
+    Ok(report(&outcome??))
 }
 
-/// The run's trace as JSON lines at `path`, and each screenshot beside it as `path.<hex>.png`.
-pub fn write_trace(path: &Path, o: &Outcome) -> Result<()> {
+/// A run's trace as JSON lines at `path`, and each screenshot beside it as `path.<hex>.png`.
+pub fn write_trace(path: &Path, steps: &[agent::run::TraceStep], shots: &[agent::run::Screenshot]) -> Result<()> {
     let mut text = String::new();
-    for step in &o.trace {
+    for step in steps {
         text.push_str(&serde_json::to_string(step)?);
         text.push('\n');
     }
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
-    for shot in &o.screenshots {
+    for shot in shots {
         let hex = shot.digest.trim_start_matches("sha256:");
         let mut png = path.as_os_str().to_owned();
         png.push(format!(".{hex}.png"));
@@ -133,19 +138,20 @@ pub fn write_trace(path: &Path, o: &Outcome) -> Result<()> {
     Ok(())
 }
 
-/// The plan at `script`, or the hosted `model`, through the harness.
+/// The plan at `script`, or the hosted `model`, through the harness: the run's outcome, or how
+/// it failed with what it had done.
 async fn play(
     clients: &mut Clients,
     task: &agent::run::Task,
     script: Option<&Path>,
     model: Option<Provider>,
-) -> Result<Outcome> {
+) -> Result<Result<Outcome, agent::run::RunFailed>> {
     Ok(match (script, model) {
         (Some(path), None) => {
             let steps = plan(&std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?)?;
-            run_task(clients, task, &mut Scripted::from_plan(steps)).await?
+            run_task(clients, task, &mut Scripted::from_plan(steps)).await
         }
-        (None, Some(mut provider)) => run_task(clients, task, &mut provider).await?,
+        (None, Some(mut provider)) => run_task(clients, task, &mut provider).await,
         _ => bail!("give --script, or --model (with --provider)"),
     })
 }

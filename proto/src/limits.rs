@@ -43,6 +43,16 @@ pub const MAX_ALERT_CHARS: usize = 300;
 pub const MAX_CITED_REFS: usize = 8;
 pub const MAX_SCREENSHOTS: usize = 16;
 pub const MAX_ACCOUNT_CHARS: usize = 400;
+/// A character that ends a line, reorders it or hides in it: controls, the line and paragraph
+/// separators, bidirectional overrides and isolates, zero-width and other invisible format
+/// characters. Text shown as one line (a page string to a model, a worker's account to an owner)
+/// escapes or refuses them.
+pub fn hidden_char(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
+}
+
 /// The most of a page's dialog text the owner is shown (and names back in an answer).
 pub const MAX_DIALOG_CHARS: usize = 1_024;
 

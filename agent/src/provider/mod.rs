@@ -109,6 +109,9 @@ pub struct Config {
     pub retries: u32,
     /// The longest `Retry-After` honoured: a provider asking for more ends the step now, named.
     pub longest_wait: Duration,
+    /// The longest a step's tries and waits take together: the run holds a browser and maybe a
+    /// card meanwhile.
+    pub longest_step: Duration,
     /// A PEM bundle trusted instead of the system's roots.
     pub ca_bundle: Option<Vec<u8>>,
     /// `HTTPS_PROXY`, and the `NO_PROXY` list that bypasses it.
@@ -127,6 +130,7 @@ impl fmt::Debug for Config {
             .field("key", &self.key)
             .field("timeout", &self.timeout)
             .field("retries", &self.retries)
+            .field("longest_step", &self.longest_step)
             .field("ca_bundle", &self.ca_bundle.as_ref().map(Vec::len))
             .field("proxy", &self.proxy.as_ref().map(|_| "[set]"))
             .field("no_proxy", &self.no_proxy)
@@ -145,6 +149,7 @@ impl Config {
             timeout: Duration::from_secs(60),
             retries: 3,
             longest_wait: Duration::from_secs(60),
+            longest_step: Duration::from_secs(300),
             ca_bundle: None,
             proxy: None,
             no_proxy: None,
@@ -373,6 +378,7 @@ impl Model for Provider {
     async fn next(&mut self, view: View<'_>) -> Result<Turn, ModelError> {
         let body = serde_json::to_vec(&self.body(view)).map_err(|e| ModelError(e.to_string()))?;
         let fail = |why: String| ModelError(format!("the model {} {why}", self.who()));
+        let started = tokio::time::Instant::now();
         let mut attempt = 0;
         loop {
             match self.attempt(&body).await {
@@ -404,6 +410,12 @@ impl Model for Provider {
                         Some(w) => w,
                         None => backoff(attempt + 1),
                     };
+                    if started.elapsed() + wait > self.config.longest_step {
+                        return Err(fail(format!(
+                            "{why}, and a step's tries may take {} s in all",
+                            self.config.longest_step.as_secs()
+                        )));
+                    }
                     attempt += 1;
                     tracing::warn!(provider = %self.who(), %why, wait_ms = wait.as_millis(), attempt, "model call failed; trying again");
                     tokio::time::sleep(wait).await;

@@ -177,7 +177,6 @@ impl State<'_> {
             ticket,
             action: Some(act_pb(&act)),
             wait_for: target.wait_for as i32,
-            ..Default::default()
         };
         let reply = timed!(self.time.runtime, self.clients.runtime.act(self.clients.req(req)).await)
             .map_err(RunError::Runtime)?

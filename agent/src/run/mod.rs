@@ -70,10 +70,11 @@ mod state;
 
 use sha2::Digest;
 use state::State;
-pub use state::{Clients, Outcome, RunError, Screenshot, Task, TaskFile, Timings, TraceStep};
+pub use state::{Clients, Outcome, RunError, RunFailed, Screenshot, Task, TaskFile, Timings, TraceStep};
 
-/// Runs `task` with `model` until it ends.
-pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) -> Result<Outcome, RunError> {
+/// Runs `task` with `model` until it ends. A run a service or the model failed is recorded as
+/// escalated (`service_error`) and comes back with what it had done.
+pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) -> Result<Outcome, RunFailed> {
     let mut s = State {
         clients,
         task,
@@ -97,7 +98,10 @@ pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) ->
         trace: Vec::new(),
     };
     let started = std::time::Instant::now();
-    s.record(pb::RunEventKind::Started, &task.agent_version).await?;
+    let failed = |error: RunError, s: State<'_>| RunFailed { error, trace: s.trace, screenshots: s.screenshots };
+    if let Err(e) = s.record(pb::RunEventKind::Started, &task.agent_version).await {
+        return Err(failed(e, s));
+    }
     let ended = s.turns(model).await;
     // A run that failed (a service or the model) still ends in the record, as escalated.
     let end = match ended {
@@ -109,11 +113,11 @@ pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) ->
         Err(e) => {
             let _ = s.record(pb::RunEventKind::Escalated, Reason::ServiceError.code()).await;
             crate::metrics::ended(&End::escalated(Reason::ServiceError, ""), s.rules.steps(), &s.rules.counts);
-            return Err(e);
+            return Err(failed(e, s));
         }
     };
-    match &end {
-        End::Done { reference } => s.record(pb::RunEventKind::Completed, reference).await?,
+    let recorded = match &end {
+        End::Done { reference } => s.record(pb::RunEventKind::Completed, reference).await,
         End::Escalated { reason, detail } => {
             // What the owner needs to pick it up: the refs the model cited, what was said, the
             // newest snapshot and the screenshots, by digest (the run's trace holds them).
@@ -131,8 +135,11 @@ pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) ->
                     .collect(),
                 ..Default::default()
             };
-            s.record_with(pb::RunEventKind::Escalated, reason.code(), Some(account)).await?;
+            s.record_with(pb::RunEventKind::Escalated, reason.code(), Some(account)).await
         }
+    };
+    if let Err(e) = recorded {
+        return Err(failed(e, s));
     }
     s.time.total = started.elapsed();
     crate::metrics::ended(&end, s.rules.steps(), &s.rules.counts);

@@ -123,6 +123,17 @@ impl Timings {
     }
 }
 
+/// A run that failed (a service or the model), with what it had done: its trace and screenshots,
+/// which the operator keeps as a finished run's.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct RunFailed {
+    #[source]
+    pub error: RunError,
+    pub trace: Vec<TraceStep>,
+    pub screenshots: Vec<Screenshot>,
+}
+
 /// A failure of a service, not of the run's rules: nothing more was done.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -184,12 +195,10 @@ pub struct TraceStep {
 /// `text` as one bounded line, as the record takes it: control, format and direction characters
 /// made spaces, at most the account's length.
 pub(super) fn one_line(text: &str) -> String {
-    let hidden = |c: char| {
-        c.is_control()
-            || matches!(c, '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
-                | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
-    };
-    text.chars().map(|c| if hidden(c) { ' ' } else { c }).take(proto::limits::MAX_ACCOUNT_CHARS).collect()
+    text.chars()
+        .map(|c| if proto::limits::hidden_char(c) { ' ' } else { c })
+        .take(proto::limits::MAX_ACCOUNT_CHARS)
+        .collect()
 }
 
 /// What a result came to, as one word for the trace.

@@ -113,8 +113,14 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             return Err(invalid("detail", "is 1 to 64 letters, digits and _ . : -"));
         }
         let detail = r.detail;
+        let kind = pb::RunEventKind::try_from(r.kind);
+        // Only an escalation and a step carry an account: one given elsewhere is refused, not
+        // dropped unseen.
+        if r.account.is_some() && !matches!(kind, Ok(pb::RunEventKind::Escalated | pb::RunEventKind::Step)) {
+            return Err(invalid("account", "is given only with ESCALATED or STEP"));
+        }
         let account = account(r.account.unwrap_or_default())?;
-        let event = match pb::RunEventKind::try_from(r.kind) {
+        let event = match kind {
             Ok(pb::RunEventKind::Started) => {
                 RunEvent::Started(RunStarted { session_id, run_id, agent_version: detail })
             }
@@ -428,12 +434,7 @@ fn account(a: pb::RunAccount) -> Result<pb::RunAccount, Status> {
         return Err(invalid("account.result", "is letters, digits and _ . : -"));
     }
     // Shown to the owner as one line: nothing that ends a line, reorders it or hides in it.
-    let hidden = |c: char| {
-        c.is_control()
-            || matches!(c, '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
-                | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
-    };
-    if a.text.chars().any(hidden) {
+    if a.text.chars().any(proto::limits::hidden_char) {
         return Err(invalid("account.text", "is one line without control, format or direction characters"));
     }
     Ok(a)

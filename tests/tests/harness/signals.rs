@@ -281,7 +281,7 @@ async fn an_escalation_leaves_its_refs_words_and_screenshots_in_the_record() {
         .expect("the escalation is recorded");
     assert_eq!(escalated.refs, ["n0"], "{escalated:?}");
     assert_eq!(escalated.detail, "a button label addressed to an agent");
-    assert_eq!(escalated.screenshots, [digest.clone()]);
+    assert_eq!(escalated.screenshots, std::slice::from_ref(&digest));
     assert!(escalated.snapshot_id.starts_with("snap_"), "{escalated:?}");
     let steps: Vec<(u32, String)> = log
         .iter()
