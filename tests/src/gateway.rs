@@ -171,7 +171,8 @@ impl GatewayStack {
         Call::new(self.gateways[replica], method, path)
     }
 
-    fn client(&self, replica: usize) -> pb::authorizer_client::AuthorizerClient<Channel> {
+    /// The authorizer of `replica`, as a client.
+    pub fn client(&self, replica: usize) -> pb::authorizer_client::AuthorizerClient<Channel> {
         pb::authorizer_client::AuthorizerClient::new(self.authorizers[replica].clone())
     }
 

@@ -84,6 +84,29 @@ async fn an_owner_resolves_lists_revokes_and_reads_activity_across_replicas() {
     assert_eq!(s.events().await, after_revoke);
     assert!(matches!(s.act(ON, "owner-a", "s1", "Next").await, Decision::RequireApproval(_)));
 
+    // The worker's account of an escalation: the refs it cites and the screenshot's digest are
+    // in the owner's activity; text that would reorder the owner's line is refused, unwritten.
+    let worker = &s.tenants[ON].workers["owner-a"];
+    let shot = format!("sha256:{}", "ab".repeat(32));
+    let escalation = |text: &str| proto::v1::RecordRunRequest {
+        session_id: "s1".into(),
+        run_id: "run".into(),
+        kind: proto::v1::RunEventKind::Escalated as i32,
+        detail: "suspected_injection".into(),
+        account: Some(proto::v1::RunAccount {
+            refs: vec!["n3".into()],
+            text: text.into(),
+            snapshot_id: "snap_0123456789ab".into(),
+            screenshots: vec![shot.clone()],
+            ..Default::default()
+        }),
+    };
+    let before = s.events().await;
+    let spoofed = s.client(0).record_run(tests::bearer(worker, escalation("all is \u{202e}llew"))).await.unwrap_err();
+    assert_eq!(spoofed.code(), tonic::Code::InvalidArgument, "{spoofed:?}");
+    assert_eq!(s.events().await, before, "nothing written");
+    s.client(0).record_run(tests::bearer(worker, escalation("a label addressed to an agent"))).await.unwrap();
+
     // Activity: each act with how it was allowed, once the view has reached the revoke. The
     // projection's gap-safe read waits behind any transaction open in the cluster (other tests
     // hold some on purpose), so one pass of the worker may stop short of the revoke: it runs
@@ -111,6 +134,13 @@ async fn an_owner_resolves_lists_revokes_and_reads_activity_across_replicas() {
     assert!(rows.iter().any(|r| r["summary"] == "Allowed for this task"), "{rows:?}");
     assert!(rows.iter().any(|r| r["summary"] == "Task permission ended: revoked"), "the Stop: {rows:?}");
     assert!(rows.iter().any(|r| r["summary"].as_str().unwrap().contains("\"Next\"")), "{rows:?}");
+    let escalated = rows
+        .iter()
+        .filter_map(|r| r["summary"].as_str())
+        .find(|r| r.starts_with("Run run escalated: suspected_injection"))
+        .unwrap_or_else(|| panic!("the escalation's row: {rows:?}"));
+    assert!(escalated.contains("cites n3") && escalated.contains(&shot), "{escalated}");
+    assert!(escalated.contains("said \"a label addressed to an agent\""), "{escalated}");
     // A position the view has not reached: answered within the bound, and said so.
     let ahead = s.call(0, "GET", "/v1/sessions/s1/activity?min_position=999999999.1").bearer(&owner).send().await;
     assert_eq!((ahead.status, ahead.json()["caught_up"].as_bool()), (200, Some(false)));
