@@ -86,27 +86,53 @@ pub async fn run(iterations: usize, nodes: usize) -> Result<String> {
     ))
 }
 
+/// A provider on loopback over HTTPS that answers every request with `answer` at once; its base
+/// URL and the CA its certificate chains to. (Not the test kit's stub: the bench never links the
+/// test kit.)
+async fn provider_at_once(answer: serde_json::Value) -> Result<(String, String)> {
+    use http_body_util::Full;
+    use hyper::body::Bytes;
+    let (acceptor, ca) = browser_runtime::fixture::tls(&["localhost"])?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    let body = Bytes::from(answer.to_string());
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, body) = (acceptor.clone(), body.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else { return };
+                let answer = hyper::service::service_fn(move |_req| {
+                    let body = body.clone();
+                    async move {
+                        hyper::Response::builder().header("content-type", "application/json").body(Full::new(body))
+                    }
+                });
+                let io = hyper_util::rt::TokioIo::new(tls);
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, answer).await;
+            });
+        }
+    });
+    Ok((format!("https://localhost:{port}/v1"), ca))
+}
+
 /// `n` model calls of one step's prompt (on a `nodes`-node page) to an OpenAI-shaped provider
 /// on loopback over HTTPS, one connection kept.
 async fn round_trips(n: usize, nodes: usize) -> Result<Samples> {
-    use tests::model_stub::{Reply, Stub, openai};
     let o = page(nodes, 0);
-    let answer = openai(
-        &[(
-            "click",
-            serde_json::json!({ "snapshot_id": o.snapshot_id, "ref": "n1", "expected_role": "button",
-            "expected_name": "Next", "consequential": false }),
-        )],
-        &format!("SUBGOAL 1 | evidence: button \"Next\" ref=n1 from snapshot {} | intent: go on", o.snapshot_id),
-    );
-    let stub = Stub::start(move |_, _| Reply::ok(answer.clone())).await;
+    let click = serde_json::json!({ "snapshot_id": o.snapshot_id, "ref": "n1", "expected_role": "button",
+        "expected_name": "Next", "consequential": false });
+    let line = format!("SUBGOAL 1 | evidence: button \"Next\" ref=n1 from snapshot {} | intent: go on", o.snapshot_id);
+    let answer = serde_json::json!({ "choices": [{ "message": { "role": "assistant", "content": line,
+        "tool_calls": [{ "id": "c1", "type": "function",
+            "function": { "name": "click", "arguments": click.to_string() } }] } }] });
+    let (base_url, ca) = provider_at_once(answer).await?;
     let mut config = agent::provider::Config::new(
         agent::provider::Kind::OpenAi,
-        Some(stub.base_url.clone()),
+        Some(base_url),
         "stub".into(),
         agent::provider::Key::new("sk-bench"),
     );
-    config.ca_bundle = Some(stub.ca_pem.clone().into_bytes());
+    config.ca_bundle = Some(ca.into_bytes());
     let mut provider = agent::provider::Provider::new(config).map_err(anyhow::Error::msg)?;
     let text = prompt::render(&Step {
         number: 1,

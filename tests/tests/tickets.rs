@@ -336,3 +336,102 @@ async fn a_type_is_decided_on_the_record_value_the_runtime_sealed() {
     assert_eq!(view.detail, "[REDACTED]", "{view:?}");
     assert!(!format!("{view:?}").contains("sk-"), "nothing of the stand-in shows: {view:?}");
 }
+
+/// A page past a grant's limits: a select of 4,097 options, one whose 65 options share a label,
+/// and a download link.
+fn limits_page() -> String {
+    let many: String = (0..=classifier::coverage::MAX_OPTIONS)
+        .map(|i| format!("<option value=\"v{i}\">Option {i}</option>"))
+        .collect();
+    let twins: String =
+        (0..=classifier::coverage::MAX_CHOOSABLE).map(|i| format!("<option value=\"t{i}\">Same</option>")).collect();
+    format!(
+        r#"<!doctype html><title>Limits</title>
+<label>Many <select name="many">{many}</select></label>
+<label>Twins <select name="twins" multiple>{twins}</select></label>
+<a href="/lesson/notes.txt" download>Get the notes</a> <a href="/lesson/2">Next</a>"#
+    )
+}
+
+/// A change that breaks a constraint.
+type Breaks = fn(&mut pb::DispatchConstraint);
+
+/// Refused under the grant with `reason`, nothing dispatched and nothing reaching the site.
+async fn not_applicable(s: &mut Stack, act: rt::ActRequest, reason: &str) {
+    let before = s.fixture.requests().len();
+    let reply = s.act(act).await.unwrap();
+    assert_eq!(rt::ActCode::try_from(reply.code), Ok(rt::ActCode::GrantNotApplicable), "{reason}: {reply:?}");
+    assert_eq!(reply.reason, reason, "{reply:?}");
+    assert!(!reply.dispatched, "{reason}: {reply:?}");
+    assert_eq!(s.fixture.requests().len(), before, "{reason}: a request reached the site");
+}
+
+/// A grant's constraint inside a sealed ticket is checked by the runtime on its own: one that has
+/// ended, one that names another site, and one that is malformed carry no act; nor does a grant
+/// carry a select past its option limits or a download, whatever the ticket says.
+#[tokio::test]
+async fn a_grant_constraint_that_ended_names_another_site_or_is_malformed_carries_nothing() {
+    let mut s = stack().await;
+    s.fixture.page(LESSON, "/lesson/limits", &limits_page());
+    let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
+    let rfc3339 = &time::format_description::well_known::Rfc3339;
+
+    // The grant ended a second ago, though its ticket is still within its minute.
+    let o = s.observe(&session).await;
+    let mut ended = click(&session, &o, node(&o, "Next").0);
+    let mut c = task_constraint();
+    c.not_after = (time::OffsetDateTime::now_utc() - time::Duration::seconds(1)).format(rfc3339).unwrap();
+    s.grant(&mut ended, c);
+    not_applicable(&mut s, ended, "constraint_expired").await;
+
+    // A constraint for another site: the page is outside it.
+    let o = s.observe(&session).await;
+    let mut foreign = click(&session, &o, node(&o, "Next").0);
+    s.grant(
+        &mut foreign,
+        pb::DispatchConstraint { origins: vec!["https://www.elsewhere.test".into()], ..task_constraint() },
+    );
+    not_applicable(&mut s, foreign, "page_outside_scope").await;
+
+    // Malformed: each is a ticket that does not fit, terminal.
+    let malformed: [(&str, Breaks); 5] = [
+        ("an end that is not a time", |c| c.not_after = "tomorrow".into()),
+        ("no grant kind", |c| c.grant_kind = pb::GrantKind::Unspecified as i32),
+        ("a standing constraint on a task grant", |c| c.grant_kind = pb::GrantKind::Standing as i32),
+        ("an origin that is not one", |c| c.origins = vec!["www.lesson.test/lesson".into()]),
+        ("an unknown ceiling", |c| c.consequence_ceiling = "anything".into()),
+    ];
+    for (case, break_it) in malformed {
+        let o = s.observe(&session).await;
+        let mut act = click(&session, &o, node(&o, "Next").0);
+        let mut c = task_constraint();
+        break_it(&mut c);
+        s.grant(&mut act, c);
+        refused_as_invalid(&mut s, act, case).await;
+    }
+
+    // The limits no grant passes: too many options, a choice that could pick too many, a
+    // download. The runtime reads them on the live page.
+    let session = {
+        let close = rt::CloseSessionRequest { session_id: session };
+        s.runtime.close_session(with(WORKER, close)).await.unwrap();
+        s.open("profile-1", "/lesson/limits", 50).await.unwrap()
+    };
+    let select = |o: &rt::ObserveReply, name: &str, option: &str| {
+        let mut act = click(&session, o, node(o, name).0);
+        act.action = Some(rt::act_request::Action::Select(rt::Select { option: option.into() }));
+        act
+    };
+    let o = s.observe(&session).await;
+    let mut many = select(&o, "Many", "Option 7");
+    s.grant(&mut many, task_constraint());
+    not_applicable(&mut s, many, "too_many_options").await;
+    let o = s.observe(&session).await;
+    let mut twins = select(&o, "Twins", "Same");
+    s.grant(&mut twins, task_constraint());
+    not_applicable(&mut s, twins, "too_many_choices").await;
+    let o = s.observe(&session).await;
+    let mut download = click(&session, &o, node(&o, "Get the notes").0);
+    s.grant(&mut download, task_constraint());
+    not_applicable(&mut s, download, "download").await;
+}
