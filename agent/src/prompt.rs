@@ -136,7 +136,10 @@ pub fn quoted(text: &str) -> String {
     let mut out = String::with_capacity(json.len());
     for c in json.chars() {
         if proto::limits::hidden_char(c) {
-            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+            // As JSON writes it: a character past U+FFFF is two surrogates.
+            for unit in c.encode_utf16(&mut [0; 2]) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
         } else {
             out.push(c);
         }
@@ -287,5 +290,9 @@ mod tests {
         assert!(outside.contains("Start {{SNAPSHOT_NODES}}") || prompt.contains("Start {{SNAPSHOT_NODES}}\""));
         assert_eq!(prompt.matches("n1 button").count(), 1, "the nodes appear once, in the block");
         assert_eq!(quoted("a\u{202E}b\u{2028}c"), "\"a\\u202eb\\u2028c\"");
+        // A tag character (invisible instructions) as JSON's two surrogates, still valid JSON.
+        let tagged = quoted("ok\u{E0041}");
+        assert_eq!(tagged, "\"ok\\udb40\\udc41\"");
+        assert_eq!(serde_json::from_str::<String>(&tagged).unwrap(), "ok\u{E0041}");
     }
 }

@@ -43,7 +43,8 @@ pub fn page_stops(o: &ObserveReply) -> Option<(Reason, &'static str)> {
 
 /// Whether an alert's text says something went wrong: one of the words pages use for it.
 pub fn reads_as_error(text: &str) -> bool {
-    const WORDS: [&str; 8] = ["error", "errors", "failed", "failure", "wrong", "unavailable", "invalid", "denied"];
+    const WORDS: [&str; 10] =
+        ["error", "errors", "failed", "failure", "wrong", "unavailable", "invalid", "denied", "problem", "problems"];
     let lower = text.to_lowercase();
     let words: Vec<&str> = lower.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
     // "No errors", "0 errors found": a page saying all is well.
@@ -106,6 +107,8 @@ pub struct Rules {
     subgoals: u32,
     /// The refs the model's escalation cited.
     pub cited: Vec<String>,
+    /// The next snapshot is the one that said a subgoal was done.
+    declared: bool,
 }
 
 impl Rules {
@@ -126,6 +129,7 @@ impl Rules {
             subgoal: 1,
             subgoals: 1,
             cited: Vec::new(),
+            declared: false,
         }
     }
 
@@ -261,6 +265,8 @@ impl Rules {
                     && self.subgoal < self.subgoals
                 {
                     self.subgoal += 1;
+                    // Saying so is not looking again: this snapshot is not one of the three.
+                    self.declared = true;
                 }
             }
         }
@@ -347,7 +353,9 @@ impl Rules {
             nodes.insert(n.r#ref.clone(), Shown { role, name: n.name.clone() });
         }
         let seen = self.seen.entry(digest.finalize().into()).or_default();
-        *seen += 1;
+        if !std::mem::take(&mut self.declared) {
+            *seen += 1;
+        }
         self.current = Some((o.snapshot_id.clone(), nodes));
         if *seen >= 3 {
             return Err(End::escalated(Reason::RepeatedSnapshot, "the same page was observed three times"));
@@ -397,6 +405,7 @@ impl Rules {
         if !reply.ok && !reply.recoverable {
             return Err(End::escalated(Reason::TerminalRefusal, reply.code_name.clone()));
         }
+        // (An unknown outcome can come with a refusal too: the browser failed after the input.)
         // Sent, but what it did is not known (the browser failed as it settled, or input went
         // elsewhere): for an act the runtime did not read as harmless, acting again could act
         // twice, and the owner looks. (A Tab's key-up lands on the next field: unknown, harmless.)

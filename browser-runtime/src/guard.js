@@ -236,17 +236,19 @@
     return stopped;
   };
   // What the accessibility tree is made of, as one digest: every element of the flat tree (open
-  // shadow roots too) with its tag and the ARIA attributes that give roles, names and states,
-  // every control's value, checkedness and choice, where focus is, and the text a person sees.
-  // A tick, a radio, a choice or a Tab changes it; text the page hides does not. (Values enter
-  // the digest only, never the answer.)
+  // shadow roots too) with its tag, the ARIA attributes that give roles, names and states, every
+  // control's value, checkedness and choice, and its text. A tick, a radio, a choice or new text
+  // changes it. Both reads of an act (the runtime's page read before, this one after) use it.
+  // (Values enter the digest only, never the answer.)
   const getAttr = Element.prototype.getAttribute;
   const localName = getter(Element.prototype, 'localName');
   const inputChecked = getter(HTMLInputElement.prototype, 'checked');
   const inputValue = getter(HTMLInputElement.prototype, 'value');
   const areaValue = getter(HTMLTextAreaElement.prototype, 'value');
   const selectIndex = getter(HTMLSelectElement.prototype, 'selectedIndex');
-  const innerText = getter(HTMLElement.prototype, 'innerText');
+  const firstChild = getter(Node.prototype, 'firstChild');
+  const nextSibling = getter(Node.prototype, 'nextSibling');
+  const textData = getter(CharacterData.prototype, 'data');
   const docRoot = getter(Document.prototype, 'documentElement');
   const ARIA = ['role', 'aria-label', 'aria-labelledby', 'aria-checked', 'aria-pressed', 'aria-expanded',
     'aria-selected', 'aria-disabled', 'aria-hidden', 'aria-invalid', 'aria-current', 'aria-valuenow', 'disabled',
@@ -258,9 +260,11 @@
       for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193);
       h = Math.imul(h ^ 0x1f, 0x01000193);
     };
-    // Focus as deep as it goes: into open shadow roots.
+    // Focus as deep as it goes, into open shadow roots: reported beside the digest, since only
+    // a key press's own move of it is a change (a click focuses what it clicks).
     let active = docActive(document);
     for (let n = active; n && shadowOf(n); n = rootActive(shadowOf(n))) active = rootActive(shadowOf(n)) || active;
+    let focus = '';
     let count = 0;
     const stack = docRoot(document) ? [docRoot(document)] : [];
     while (stack.length) {
@@ -274,7 +278,10 @@
       if (el instanceof HTMLInputElement) mix(inputChecked(el) + ':' + inputValue(el));
       else if (el instanceof HTMLTextAreaElement) mix(areaValue(el));
       else if (el instanceof HTMLSelectElement) mix(selectIndex(el));
-      if (el === active) mix('focus');
+      if (el === active) focus = String(count);
+      // The element's own text, hidden or not (a hidden label still names a node), shadow roots
+      // included.
+      for (let t = firstChild(el); t; t = nextSibling(t)) if (nodeType(t) === 3) mix(textData(t));
       const kids = childrenOf(el);
       for (let i = kids.length - 1; i >= 0; i--) stack.push(kids[i]);
       const shadow = shadowOf(el);
@@ -284,15 +291,13 @@
         for (let i = inner.length - 1; i >= 0; i--) stack.push(inner[i]);
       }
     }
-    const body = docBody(document);
-    mix(body instanceof HTMLElement ? innerText(body) : '');
-    return count + ':' + (h >>> 0).toString(16);
+    return { sig: count + ':' + (h >>> 0).toString(16), focus };
   };
   const page = () => ({
     url: location.href,
     title: docTitle(document),
     time_origin: ORIGIN,
-    sig: treeSig(),
+    ...treeSig(),
   });
   const after = (arming, turns) => new Promise((resolve) => {
     let left = turns;

@@ -23,9 +23,13 @@ pub struct PageRead {
     pub title: String,
     /// `performance.timeOrigin`: a new document has a new one.
     pub time_origin: f64,
-    /// A digest of what the accessibility tree is made of (roles, names, values, states, focus,
-    /// text): it differs after an act that changed anything a snapshot shows.
+    /// A digest of what the accessibility tree is made of (roles, names, values, states, text):
+    /// it differs after an act that changed anything a snapshot shows. Empty when unread.
+    #[serde(default)]
     pub sig: String,
+    /// Where focus is (the focused element's place in the walk).
+    #[serde(default)]
+    pub focus: String,
 }
 
 /// What the guard holds for the act.

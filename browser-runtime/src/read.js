@@ -533,12 +533,11 @@ function describe(el) {
   };
 }
 
-const page = {
-  url: location.href,
-  title: document.title,
-  time_origin: performance.timeOrigin,
-  sig: document.getElementsByTagName('*').length + ':' + (document.body ? document.body.textContent.length : 0),
-};
+// The page as the guard reads it, so the act's before and after digests are one function's. A
+// document without the guard yet has no digest: whatever follows reads as a change.
+const page = globalThis.__grantLedgerGuard
+  ? globalThis.__grantLedgerGuard.page()
+  : { url: location.href, title: document.title, time_origin: performance.timeOrigin };
 // Empty values of objects are left out of the JSON: the runtime reads an absent one as empty.
 // Inside arrays every value stays, so a list keeps its length and an empty label stays a label.
 const compact = function (k, v) {

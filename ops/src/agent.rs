@@ -115,8 +115,12 @@ pub async fn run(
         Ok(Err(f)) => (f.trace.as_slice(), f.screenshots.as_slice()),
         Err(_) => (&[][..], &[][..]),
     };
-    if let Some(path) = trace {
-        write_trace(path, trace_of, shots)?;
+    if let Some(path) = trace
+        && let Err(e) = write_trace(path, trace_of, shots)
+    {
+        // The run's own end or failure is the answer; a trace that could not be written is said.
+        tracing::error!(error = %e, "the run's trace could not be written");
+        eprintln!("the run's trace could not be written: {e:#}");
     }
     Ok(report(&outcome??))
 }

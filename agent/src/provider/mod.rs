@@ -205,6 +205,9 @@ impl Provider {
         if config.key.is_empty() && base.scheme() == "https" {
             return Err(format!("the {} key is empty", config.kind.name()));
         }
+        if reqwest::header::HeaderValue::from_str(&config.key.0).is_err() {
+            return Err(format!("the {} key holds characters no header can carry", config.kind.name()));
+        }
         let path = match config.kind {
             Kind::OpenAi => "chat/completions",
             Kind::Anthropic => "messages",
@@ -253,7 +256,7 @@ impl Provider {
     fn body(&self, view: View<'_>) -> Value {
         let system = if view.system.is_empty() { self.system.as_str() } else { view.system };
         match self.config.kind {
-            Kind::OpenAi => openai::body(&self.config.model, self.config.max_tokens, system, view.prompt),
+            Kind::OpenAi => openai::body(&self.config.model, system, view.prompt),
             Kind::Anthropic => anthropic::body(&self.config.model, self.config.max_tokens, system, view.prompt),
         }
     }
@@ -284,15 +287,20 @@ impl Provider {
             .ok()
             .and_then(|v| v["error"]["message"].as_str().or(v["error"].as_str()).map(str::to_owned))
             .unwrap_or_else(|| String::from_utf8_lossy(bytes).into_owned());
-        // Scrubbed whole, then cut: a cut through the key would leave a part of it.
-        self.config.key.scrub(&said).chars().filter(|c| !c.is_control()).take(300).collect()
+        // Controls out first (a key echoed with one inside would pass the scrub), then scrubbed
+        // whole, then cut (a cut through the key would leave a part of it).
+        let said: String = said.chars().filter(|c| !c.is_control()).collect();
+        self.config.key.scrub(&said).chars().take(300).collect()
     }
 
-    /// One try: the answer, or why it failed and whether (and after how long) to try again.
-    async fn attempt(&self, body: &[u8]) -> Result<Value, Failed> {
-        let reply = match self.request(body.to_vec()).send().await {
+    /// One try, within `left`: the answer, or why it failed and whether (and after how long) to
+    /// try again.
+    async fn attempt(&self, body: &[u8], left: Duration) -> Result<Value, Failed> {
+        let reply = match self.request(body.to_vec()).timeout(self.config.timeout.min(left)).send().await {
             Ok(r) => r,
             Err(e) => {
+                // Without the URL: only the failure's own words are read below.
+                let e = e.without_url();
                 let what = if e.is_timeout() { "did not answer in time".to_owned() } else { transport(&e) };
                 let what = self.config.key.scrub(&what);
                 // A certificate the client does not trust will not be trusted on a retry.
@@ -326,6 +334,16 @@ enum Failed {
         after: Option<Duration>,
     },
     Final(String),
+}
+
+/// Every string in `v` with the key scrubbed (an escalation's detail is recorded).
+fn scrub_strings(v: &mut Value, key: &Key) {
+    match v {
+        Value::String(s) => *s = key.scrub(s),
+        Value::Array(items) => items.iter_mut().for_each(|i| scrub_strings(i, key)),
+        Value::Object(map) => map.values_mut().for_each(|i| scrub_strings(i, key)),
+        _ => {}
+    }
 }
 
 /// A reply is bounded: a model answering megabytes is not answering one tool call.
@@ -381,16 +399,20 @@ impl Model for Provider {
         let started = tokio::time::Instant::now();
         let mut attempt = 0;
         loop {
-            match self.attempt(&body).await {
+            let left = self.config.longest_step.saturating_sub(started.elapsed());
+            match self.attempt(&body, left).await {
                 Ok(answer) => {
                     let turn = match self.config.kind {
                         Kind::OpenAi => openai::turn_of(&answer),
                         Kind::Anthropic => anthropic::turn_of(&answer),
                     };
                     // What the model writes is recorded: a key it repeats is not.
-                    return turn.map_err(|e| fail(e.0)).map(|mut t| {
+                    return turn.map_err(|e| fail(self.config.key.scrub(&e.0))).map(|mut t| {
                         t.evidence = self.config.key.scrub(&t.evidence);
                         t.extra = self.config.key.scrub(&t.extra);
+                        for (_, args) in &mut t.calls {
+                            scrub_strings(args, &self.config.key);
+                        }
                         t
                     });
                 }

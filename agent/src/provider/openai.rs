@@ -7,7 +7,7 @@ use super::reply::{arguments, split_text};
 use crate::model::{ModelError, Turn};
 use crate::tools::tools;
 
-pub(super) fn body(model: &str, max_tokens: u32, system: &str, prompt: &str) -> Value {
+pub(super) fn body(model: &str, system: &str, prompt: &str) -> Value {
     let functions: Vec<Value> = tools()
         .into_iter()
         .map(|t| {
@@ -26,8 +26,8 @@ pub(super) fn body(model: &str, max_tokens: u32, system: &str, prompt: &str) -> 
         // evidence line. A reply with no call is refused by the rules, and counted.
         "tool_choice": "auto",
         "parallel_tool_calls": false,
-        // The current name; `max_tokens` is refused by OpenAI's reasoning models.
-        "max_completion_tokens": max_tokens,
+        // No token cap: its name differs between OpenAI's models and the servers that speak
+        // the API; the reply's size is bounded by the client instead.
     })
 }
 

@@ -187,11 +187,12 @@ impl State<'_> {
         let result = if reply.ok {
             super::state::success(reply.changed, &reply.snapshot_id, reply.outcome_unknown)
         } else {
-            super::state::failure(
+            super::state::failure_of(
                 &reply.code_name,
                 super::state::detail(&reply.code_name),
                 &reply.snapshot_id,
                 reply.recoverable,
+                reply.outcome_unknown,
             )
         };
         self.dispatched |= reply.dispatched;

@@ -206,9 +206,18 @@ impl State<'_> {
             };
             let step_started = std::time::Instant::now();
             let model_before = self.time.model;
-            let turn = timed!(self.time.model, model.next(view).await?);
+            let answered = timed!(self.time.model, model.next(view).await);
             let model_ms = self.time.model.saturating_sub(model_before);
             let step = self.rules.steps() + 1;
+            let turn = match answered {
+                Ok(turn) => turn,
+                Err(e) => {
+                    // The step the model failed on is in the trace too.
+                    let none = crate::model::Turn::default();
+                    let _ = self.trace_step(step, &none, "model_error", step_started.elapsed(), model_ms).await;
+                    return Err(e.into());
+                }
+            };
             let given = self.rules.subgoal();
             let (ended, result) = match self.rules.reply(&turn) {
                 Verdict::End(end) => {
@@ -227,8 +236,8 @@ impl State<'_> {
                 }
             };
             // A subgoal the model said was done shows in the trace, beside the turn that said so.
-            let result =
-                if self.rules.subgoal() > given && ended.is_none() { format!("subgoal_{given}_done") } else { result };
+            let said_done = self.rules.subgoal() > given && ended.is_none() && result == "ok";
+            let result = if said_done { format!("subgoal_{given}_done") } else { result };
             self.trace_step(step, &turn, &result, step_started.elapsed(), model_ms).await?;
             if let Some(end) = ended {
                 return Ok(end);

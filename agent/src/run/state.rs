@@ -236,17 +236,25 @@ pub(super) fn detail(code: &str) -> &'static str {
         "APPROVAL_TOKEN_INVALID" => "the approval token is not for this act",
         "OFF_ORIGIN_TARGET" => "the act would reach outside the allowed origins",
         "BUDGET_EXCEEDED" => "the session's step budget is spent",
-        _ => "the task permission does not cover this act: request_approval for it",
+        _ => "the task permission does not cover this act as the page is now: observe again, or escalate",
     }
 }
 
 /// A failure as the tool contract shapes it: `{ok: false, code, detail, snapshot_id}`, with the
 /// code's split into recoverable (observe again) and terminal.
 pub(super) fn failure(code: &str, detail: &str, snapshot_id: &str, recoverable: bool) -> String {
-    serde_json::json!({
+    failure_of(code, detail, snapshot_id, recoverable, false)
+}
+
+/// [`failure`], saying too whether the act may have reached the page all the same.
+pub(super) fn failure_of(code: &str, detail: &str, snapshot_id: &str, recoverable: bool, unknown: bool) -> String {
+    let mut v = serde_json::json!({
         "ok": false, "code": code, "detail": detail, "snapshot_id": snapshot_id, "recoverable": recoverable,
-    })
-    .to_string()
+    });
+    if unknown {
+        v["outcome_unknown"] = serde_json::json!(true);
+    }
+    v.to_string()
 }
 
 /// A turn the rules refused before the runtime saw it, in the contract's shape: a stale snapshot

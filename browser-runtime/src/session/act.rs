@@ -177,7 +177,21 @@ impl Session {
             Sent::Failed(e) => released!(Err(e)),
         }
 
-        Ok(self.after_act(input.wait_for, &client, &devtools, &live_page, held, mode, armed, dispatched, config).await)
+        let focus_counts = matches!(input.action, ActAction::Press { .. });
+        Ok(self
+            .after_act(
+                input.wait_for,
+                &client,
+                &devtools,
+                &live_page,
+                held,
+                mode,
+                armed,
+                dispatched,
+                focus_counts,
+                config,
+            )
+            .await)
     }
 
     /// Arms the guard in `mode` on the live element (none for a scroll or a box already

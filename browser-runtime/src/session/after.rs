@@ -22,6 +22,7 @@ impl Session {
         mode: Option<GuardMode>,
         armed: Option<Armed>,
         dispatched: ActOutcome,
+        focus_counts: bool,
         config: &BrowserConfig,
     ) -> ActOutcome {
         let input_sent = std::time::Instant::now();
@@ -46,8 +47,12 @@ impl Session {
             Ok(()) => match guard::after(devtools, held.as_ref()).await {
                 Ok(None) => ActOutcome { changed: true, ..dispatched },
                 Ok(Some((p, report))) => {
-                    let changed =
-                        p.url != live_page.url || p.time_origin != live_page.time_origin || p.sig != live_page.sig;
+                    // A key press moves focus as its effect (Tab); a click's focus is its own doing.
+                    let changed = p.url != live_page.url
+                        || p.time_origin != live_page.time_origin
+                        || p.sig != live_page.sig
+                        || p.sig.is_empty()
+                        || (focus_counts && p.focus != live_page.focus);
                     // A press, click, key or text the guard stopped, a guard the page disarmed or
                     // whose document it reopened leaves the outcome unknown. A document the act
                     // replaced took its guard with it.

@@ -66,6 +66,11 @@ async fn a_check_box_lesson_and_a_tab_driven_form_complete_without_no_progress()
     let mut s = Stack::start(1).await;
     s.fixture.page(LESSON, "/lesson/boxes", BOXES);
     s.fixture.page(LESSON, "/lesson/keys", KEYS);
+    s.fixture.page(
+        LESSON,
+        "/lesson/dead",
+        "<!doctype html><title>Lesson 7</title><button>Nothing here</button> <button>Nor here</button>",
+    );
     s.fixture.page(LESSON, "/lesson/finished", FINISHED);
     s.chat("s1", "profile-1").await;
 
@@ -95,6 +100,18 @@ async fn a_check_box_lesson_and_a_tab_driven_form_complete_without_no_progress()
     assert_eq!(outcome.end, agent::rules::End::Done { reference: "LX-5150".into() }, "{:?}", outcome.log);
     let tabs = outcome.log.iter().filter(|l| l.contains("key") && l.contains("changed = true")).count();
     assert_eq!(tabs, 3, "{:?}", outcome.log);
+    s.runtime.close_session(with(WORKER, rt::CloseSessionRequest { session_id: task.browser_session })).await.unwrap();
+
+    // And the other way: two buttons that do nothing change nothing, whatever focus does, and
+    // the run ends as the record says.
+    let (mut clients, task) = task_on(&mut s, "/lesson/dead", "run-dead", 20).await;
+    let mut dead = Scripted::new()
+        .then(|_| snapshot())
+        .then(|v| on_named(v, "click", "Nothing here", false, json!({})))
+        .then(|_| snapshot())
+        .then(|v| on_named(v, "click", "Nor here", false, json!({})));
+    let outcome = run(&mut clients, &task, &mut dead).await.unwrap();
+    assert_eq!(outcome.end.reason(), "no_progress", "{:?}", outcome.log);
 }
 
 /// A model that plays `script`, except that when the last result says the page could not be
