@@ -232,5 +232,24 @@ pub fn on_named(view: View<'_>, tool: &str, name: &str, consequential: bool, ext
 
 /// The approval token the last result handed back, if any.
 pub fn token_in(last_result: &str) -> Option<String> {
-    last_result.split_whitespace().find(|w| proto::limits::is_approval_token(w)).map(str::to_owned)
+    let len = proto::limits::APPROVAL_TOKEN_LEN;
+    last_result
+        .match_indices(proto::limits::APPROVAL_TOKEN_PREFIX)
+        .filter_map(|(at, _)| last_result.get(at..at + len))
+        .find(|t| proto::limits::is_approval_token(t))
+        .map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::token_in;
+
+    #[test]
+    fn the_token_is_read_from_the_approvals_result() {
+        let token = proto::limits::approval_token([7; proto::limits::APPROVAL_TOKEN_HEX / 2]);
+        let result = serde_json::json!({ "ok": true, "approval": "approved", "approval_token": token }).to_string();
+        assert_eq!(token_in(&result), Some(token.clone()));
+        assert_eq!(token_in(&format!("apv_{}", &token[4..20])), None, "a cut token is none");
+        assert_eq!(token_in("{\"ok\":true,\"approval\":\"approved_for_task\"}"), None);
+    }
 }

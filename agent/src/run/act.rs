@@ -218,9 +218,9 @@ impl State<'_> {
             Some(held) => held,
             // A field is typed into, never clicked: its card is the one its type raised.
             None if crate::tools::FIELDS.iter().any(|(_, r)| *r == target.role) => {
-                let result =
-                    "NO_CARD: a field's approval is asked by typing into it first; type, then request_approval";
-                self.note(format!("request_approval ref={} without a card", target.node_ref), result.into());
+                let why = "a field's approval is asked by typing into it first: type, then request_approval";
+                let result = super::state::refusal("no_card", why, &target.snapshot_id);
+                self.note(format!("request_approval ref={} without a card", target.node_ref), result);
                 return Ok(None);
             }
             None => match self.decide(&target, &Act::Click).await? {
@@ -228,7 +228,9 @@ impl State<'_> {
                 Err(Stop::Stale) => return Ok(None),
                 Ok(Some(Decision::RequireApproval(card))) => ("click", card.approval_id),
                 Ok(Some(Decision::Allow(_))) => {
-                    self.note("approval not needed".into(), "this act needs no approval: act without a token".into());
+                    let result = serde_json::json!({ "ok": true, "approval": "not_needed",
+                        "detail": "this act needs no approval: act without a token" });
+                    self.note("approval not needed".into(), result.to_string());
                     return Ok(None);
                 }
                 Ok(Some(Decision::Deny(d))) => return Ok(Some(End::escalated(Reason::PolicyDenied, d.code))),
@@ -255,20 +257,18 @@ impl State<'_> {
         };
         match status {
             Some(ApprovalStatus::Approved) if !got.approval_token.is_empty() => {
-                let result = format!(
-                    "APPROVED: approval_token {} for the {verb} of ref {}",
-                    got.approval_token, target.node_ref
-                );
-                self.note("approved by the owner".into(), result);
+                let result = serde_json::json!({ "ok": true, "approval": "approved",
+                    "approval_token": got.approval_token, "act": verb, "ref": target.node_ref,
+                    "snapshot_id": target.snapshot_id });
+                self.note("approved by the owner".into(), result.to_string());
                 Ok(None)
             }
             // Allowed for the task, its own act already spent or past its token's life: the
             // grant decides the next act.
             Some(ApprovalStatus::Approved) if !got.grant_id.is_empty() => {
-                self.note(
-                    "allowed for this task by the owner".into(),
-                    format!("APPROVED for this task: {verb} again without a token"),
-                );
+                let result = serde_json::json!({ "ok": true, "approval": "approved_for_task",
+                    "detail": format!("{verb} again without a token: the task permission covers it") });
+                self.note("allowed for this task by the owner".into(), result.to_string());
                 Ok(None)
             }
             Some(ApprovalStatus::Pending) => {

@@ -203,9 +203,10 @@ pub(super) fn one_line(text: &str) -> String {
 
 /// What a result came to, as one word for the trace.
 pub(super) fn result_word(result: &str) -> String {
-    let Ok(v) = serde_json::from_str::<serde_json::Value>(result) else {
-        return if result.starts_with("APPROVED") { "approved".into() } else { "ok".into() };
-    };
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(result) else { return "ok".into() };
+    if let Some(approval) = v["approval"].as_str() {
+        return approval.to_owned();
+    }
     match (v["ok"].as_bool(), v["code"].as_str(), v["changed"].as_bool()) {
         (Some(false), Some(code), _) => code.to_owned(),
         (_, _, Some(true)) => "changed".into(),

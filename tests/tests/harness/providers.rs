@@ -225,9 +225,9 @@ fn lesson_model(prompt: &str) -> (&'static str, Value, String) {
     let snapshot_id = block.split_whitespace().next().unwrap_or("").to_owned();
     let next = block.lines().find(|l| l.ends_with("\"Next\"")).and_then(|l| l.split_whitespace().next());
     let observe = ("snapshot", json!({}), LINE.to_owned());
-    let Some(node) =
-        next.filter(|_| last.starts_with("snapshot ") || last.contains("APPROVAL") || last.contains("APPROVED"))
-    else {
+    let Some(node) = next.filter(|_| {
+        last.starts_with("snapshot ") || last.contains("APPROVAL_REQUIRED") || last.contains("approval_token")
+    }) else {
         return observe;
     };
     let evidence =
