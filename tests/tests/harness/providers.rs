@@ -292,3 +292,72 @@ async fn a_run_completes_through_an_openai_shaped_provider() {
 async fn a_run_completes_through_an_anthropic_shaped_provider() {
     a_run_through(Kind::Anthropic).await;
 }
+
+/// `grantctl agent run --provider … --model …` as an operator runs it: the key from the
+/// environment, the provider's CA from a file, a 500 tried again, the run done; and the key in
+/// nothing the command printed, at the most verbose log level.
+#[tokio::test]
+async fn grantctl_agent_run_drives_a_hosted_model_and_prints_no_key() {
+    let stub = Stub::start(|i, seen| {
+        if i == 1 {
+            return Reply::status(
+                500,
+                json!({ "error": { "message": format!("overloaded; your key {KEY} is fine") } }),
+            );
+        }
+        let prompt = seen.body["messages"][1]["content"].as_str().unwrap_or_default();
+        let (tool, args, line) = lesson_model(prompt);
+        Reply::ok(openai(&[(tool, args)], &line))
+    })
+    .await;
+    let mut s = tests::browser::Stack::start(1).await;
+    s.fixture.page(tests::browser::LESSON, "/lesson/1", super::START);
+    s.fixture.page(tests::browser::LESSON, "/lesson/2", super::DONE);
+    s.chat("s1", "profile-1").await;
+    let dir = std::env::temp_dir().join(format!("grant-ledger-model-run-{}", hex::encode(rand::random::<[u8; 6]>())));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (task, ca) = (dir.join("task.json"), dir.join("model-ca.pem"));
+    let file = json!({
+        "chat_session": "s1", "browser_profile": "profile-1", "run_id": "run-m",
+        "start_url": "https://www.lesson.test/lesson/1", "allowed_origins": ["https://www.lesson.test"],
+        "goal": "Finish the lesson", "org_name": "Ada", "subgoals": ["Go on to the next lesson"],
+        "max_steps": 10, "agent_version": "agent-1", "approval_wait_seconds": 20
+    });
+    std::fs::write(&task, file.to_string()).unwrap();
+    std::fs::write(&ca, &stub.ca_pem).unwrap();
+    let answering = super::owner_answers(&s, proto::v1::Resolution::ApproveOnce);
+    let out = tokio::process::Command::new(tests::grantctl())
+        .args([
+            "agent",
+            "run",
+            "--provider",
+            "openai",
+            "--model",
+            "stub-model",
+            "--model-url",
+            &stub.base_url,
+            "--task",
+        ])
+        .arg(&task)
+        .arg("--trace")
+        .arg(dir.join("run.jsonl"))
+        .env("AGENT_RUNTIME_URL", format!("http://127.0.0.1:{}", s.runtime_port))
+        .env("AGENT_AUTHORIZER_URL", format!("http://127.0.0.1:{}", s.authorizer_port))
+        .env("AGENT_WORKER_TOKEN", tests::browser::WORKER)
+        .env("AGENT_MODEL_KEY", KEY)
+        .env("AGENT_MODEL_CA", &ca)
+        .env("RUST_LOG", "trace")
+        .output()
+        .await
+        .unwrap();
+    answering.await.unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("run ended: done, reference LX-4471"), "{stdout}");
+    assert!(stderr.contains("model call failed; trying again"), "the 500 was tried again: {stderr}");
+    assert!(!stdout.contains(KEY) && !stderr.contains(KEY), "the key was printed:\n{stdout}\n{stderr}");
+    let trace = std::fs::read_to_string(dir.join("run.jsonl")).unwrap();
+    assert_eq!(trace.lines().count(), 5, "{trace}");
+    assert!(!trace.contains(KEY));
+    let _ = std::fs::remove_dir_all(&dir);
+}
