@@ -127,7 +127,7 @@ pub fn tools() -> Vec<Tool> {
         },
         Tool {
             name: "key",
-            description: "Press one named key (Tab, arrows, Escape, …) on a node of the snapshot. Never a letter or digit, and never Enter or Space on a button, link or choice (that is a click). Beyond the record's tools because some forms move between fields or choices only by keyboard.",
+            description: "Press one named key (Tab, arrows, Escape, …) on a node of the snapshot. Never a letter or digit, and never Enter or Space on a button, link or choice (that is a click). Beyond the record's tools because some pages move between controls or choices only by keyboard.",
             input_schema: target(&CLICKABLE, json!({ "key": { "type": "string", "enum": KEYS } })),
         },
         Tool {
