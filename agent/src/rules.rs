@@ -382,22 +382,17 @@ impl Rules {
         Ok(())
     }
 
-    /// The runtime's answer to an act: the snapshot is void; two acts in a row that changed
-    /// nothing, or a terminal refusal, end the run; the model's `consequential` is compared with
-    /// the runtime's decision.
     /// The current snapshot is void without an act (a read-back found its node moved): the next
     /// target must come from a new one.
     pub fn void(&mut self) {
         self.current = None;
     }
 
-    pub fn acted(
-        &mut self,
-        target: &Target,
-        act: &crate::tools::Act,
-        reply: &ActReply,
-        runtime_consequential: Option<bool>,
-    ) -> Result<(), End> {
+    /// The runtime's answer to an act: the snapshot is void; two acts in a row that changed
+    /// nothing, a terminal refusal, or an unknown outcome of an act not read as harmless end the
+    /// run; the model's `consequential` is compared with the runtime's reading.
+    pub fn acted(&mut self, target: &Target, reply: &ActReply) -> Result<(), End> {
+        let runtime_consequential = reply.consequential;
         self.current = None;
         if runtime_consequential.is_some_and(|c| c != target.consequential) {
             self.count("consequential_disagreement");
@@ -414,7 +409,6 @@ impl Rules {
         }
         // Every act counts: the runtime's `changed` reads values and states, so a typed value or
         // a choice changes the tree as a click does.
-        let _ = act;
         if reply.ok && !reply.changed {
             self.unchanged += 1;
             if self.unchanged >= 2 {
@@ -515,27 +509,29 @@ mod tests {
         };
         let unchanged = ActReply { ok: true, changed: false, ..Default::default() };
         let mut r = Rules::new(10);
-        let click = crate::tools::Act::Click;
-        let typed = crate::tools::Act::Type { field_id: "answer".into() };
         let changed = ActReply { ok: true, changed: true, ..Default::default() };
         // Any two acts in a row that changed nothing, a type among them.
-        r.acted(&target, &click, &unchanged, Some(true)).unwrap();
-        r.acted(&target, &typed, &changed, None).unwrap();
-        r.acted(&target, &typed, &unchanged, None).unwrap();
-        assert_eq!(r.acted(&target, &click, &unchanged, None).unwrap_err().reason(), "no_progress");
+        let disagreeing = ActReply { consequential: Some(true), ..unchanged.clone() };
+        r.acted(&target, &disagreeing).unwrap();
+        r.acted(&target, &changed).unwrap();
+        r.acted(&target, &unchanged).unwrap();
+        assert_eq!(r.acted(&target, &unchanged).unwrap_err().reason(), "no_progress");
         assert_eq!(r.counts["consequential_disagreement"], 1);
-        let unknown = ActReply { ok: true, changed: true, outcome_unknown: true, ..Default::default() };
-        assert_eq!(
-            Rules::new(10).acted(&target, &click, &unknown, Some(true)).unwrap_err().reason(),
-            "outcome_unknown"
-        );
-        assert_eq!(Rules::new(10).acted(&target, &click, &unknown, None).unwrap_err().reason(), "outcome_unknown");
-        assert!(Rules::new(10).acted(&target, &click, &unknown, Some(false)).is_ok());
+        let unknown = |consequential| ActReply {
+            ok: true,
+            changed: true,
+            outcome_unknown: true,
+            consequential,
+            ..Default::default()
+        };
+        assert_eq!(Rules::new(10).acted(&target, &unknown(Some(true))).unwrap_err().reason(), "outcome_unknown");
+        assert_eq!(Rules::new(10).acted(&target, &unknown(None)).unwrap_err().reason(), "outcome_unknown");
+        assert!(Rules::new(10).acted(&target, &unknown(Some(false))).is_ok());
         let terminal =
             ActReply { ok: false, recoverable: false, code_name: "NAME_MISMATCH".into(), ..Default::default() };
-        assert_eq!(Rules::new(10).acted(&target, &click, &terminal, None).unwrap_err().reason(), "terminal_refusal");
+        assert_eq!(Rules::new(10).acted(&target, &terminal).unwrap_err().reason(), "terminal_refusal");
         let stale = ActReply { ok: false, recoverable: true, code_name: "STALE_SNAPSHOT".into(), ..Default::default() };
-        assert!(Rules::new(10).acted(&target, &click, &stale, None).is_ok());
+        assert!(Rules::new(10).acted(&target, &stale).is_ok());
 
         let mut r = Rules::new(1);
         let snap = vec![("snapshot".to_owned(), json!({}))];

@@ -533,9 +533,10 @@ function describe(el) {
   };
 }
 
-// The page as the guard reads it, so the act's before and after digests are one function's. A
-// document without the guard yet has no digest: whatever follows reads as a change.
-const page = globalThis.__grantLedgerGuard
+// An act's read of its node ('one') takes the page as the guard reads it, so the act's before and
+// after digests are one function's; a document without the guard yet has no digest, and whatever
+// follows reads as a change. The other reads need no digest and walk no tree for one.
+const page = mode === 'one' && globalThis.__grantLedgerGuard
   ? globalThis.__grantLedgerGuard.page()
   : { url: location.href, title: document.title, time_origin: performance.timeOrigin };
 // Empty values of objects are left out of the JSON: the runtime reads an absent one as empty.

@@ -206,7 +206,7 @@ impl State<'_> {
         self.note(format!("{} {name} ref={} → {said}", verb(&act), target.node_ref), result);
         self.current = None;
         // The model's claim of consequence against the runtime's reading: counted by the rules.
-        Ok(self.rules.acted(&target, &act, &reply, reply.consequential).err())
+        Ok(self.rules.acted(&target, &reply).err())
     }
 
     /// Asks the owner about `target`: the card an act of it already raised, or else a new one

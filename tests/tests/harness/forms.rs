@@ -11,24 +11,15 @@ async fn a_form_is_filled_under_the_task_permission_and_its_submit_card_shows_th
     s.record("run-f", &[("name", "Ada Lovelace"), ("city", "London")]);
     s.chat("s1", "profile-1").await;
     let browser_session = s.open("profile-1", "/lesson/unit-3", 50).await.unwrap();
-    let mut clients = Clients {
-        runtime: s.runtime.clone(),
-        authorizer: s.authorizer.clone(),
-        bearer: format!("Bearer {WORKER}").parse().unwrap(),
-    };
-    let task = Task {
-        chat_session: "s1".into(),
+    let mut clients = worker(&s);
+    let task = task_in_s1(
         browser_session,
-        run_id: "run-f".into(),
-        subgoals: vec!["Enrol with the task record's name and email".into()],
-        field_ids: vec!["name".into(), "city".into()],
-        max_steps: 20,
-        agent_version: "agent-1".into(),
-        approval_wait: Duration::from_secs(20),
-        goal: "Finish the lesson".into(),
-        org_name: "Ada".into(),
-        portal_origin: "https://www.lesson.test".into(),
-    };
+        "run-f",
+        "Enrol with the task record's name and email",
+        &["name", "city"],
+        20,
+        Duration::from_secs(20),
+    );
     // The first card (a type) is allowed for the task; the submit's card is allowed once.
     let answering = owner_answers_each(&s, vec![pb::Resolution::ApproveForTask, pb::Resolution::ApproveOnce]);
     let mut model = Scripted::new()
@@ -93,24 +84,8 @@ async fn a_form_that_differs_from_the_record_is_never_sent_on_a_grant() {
     s.record("run-g", &[("name", "Ada Lovelace"), ("city", "London")]);
     s.chat("s1", "profile-1").await;
     let browser_session = s.open("profile-1", "/lesson/unit-3", 50).await.unwrap();
-    let mut clients = Clients {
-        runtime: s.runtime.clone(),
-        authorizer: s.authorizer.clone(),
-        bearer: format!("Bearer {WORKER}").parse().unwrap(),
-    };
-    let task = Task {
-        chat_session: "s1".into(),
-        browser_session,
-        run_id: "run-g".into(),
-        subgoals: vec!["Enrol".into()],
-        field_ids: vec!["name".into(), "city".into()],
-        max_steps: 10,
-        agent_version: "agent-1".into(),
-        approval_wait: Duration::from_secs(20),
-        goal: "Finish the lesson".into(),
-        org_name: "Ada".into(),
-        portal_origin: "https://www.lesson.test".into(),
-    };
+    let mut clients = worker(&s);
+    let task = task_in_s1(browser_session, "run-g", "Enrol", &["name", "city"], 10, Duration::from_secs(20));
     let answering = owner_answers_each(&s, vec![pb::Resolution::ApproveForTask]);
     let mut model = Scripted::new()
         .then(|_| snapshot())

@@ -25,25 +25,43 @@ async fn ready(s: &mut Stack) -> (Clients, Task) {
     s.fixture.page(LESSON, "/lesson/3", START);
     s.chat("s1", "profile-1").await;
     let browser_session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
-    let clients = Clients {
+    let clients = worker(s);
+    let task = task_in_s1(browser_session, "run-1", "Go on to the next lesson", &[], 12, Duration::from_secs(15));
+    (clients, task)
+}
+
+/// The worker's clients on the stack.
+fn worker<B: Backend + 'static>(s: &Stack<B>) -> Clients {
+    Clients {
         runtime: s.runtime.clone(),
         authorizer: s.authorizer.clone(),
         bearer: format!("Bearer {WORKER}").parse().unwrap(),
-    };
-    let task = Task {
+    }
+}
+
+/// A run `run_id` in the owner's chat `s1` on `browser_session`: one subgoal, the record's
+/// `fields`, `steps` to spend, `wait` for each card.
+fn task_in_s1(
+    browser_session: String,
+    run_id: &str,
+    subgoal: &str,
+    fields: &[&str],
+    steps: u32,
+    wait: Duration,
+) -> Task {
+    Task {
         chat_session: "s1".into(),
         browser_session,
-        run_id: "run-1".into(),
-        subgoals: vec!["Go on to the next lesson".into()],
-        field_ids: vec![],
-        max_steps: 12,
-        agent_version: "agent-1".into(),
-        approval_wait: Duration::from_secs(15),
+        run_id: run_id.into(),
+        subgoals: vec![subgoal.into()],
         goal: "Finish the lesson".into(),
         org_name: "Ada".into(),
-        portal_origin: "https://www.lesson.test".into(),
-    };
-    (clients, task)
+        portal_origin: tests::browser::LESSON_ORIGIN.into(),
+        field_ids: fields.iter().map(|f| (*f).to_owned()).collect(),
+        max_steps: steps,
+        agent_version: "agent-1".into(),
+        approval_wait: wait,
+    }
 }
 
 /// The owner answers the first card of `s1` with `resolution`, as the gateway would.
@@ -345,24 +363,8 @@ fn with_token(
 /// One run of `model` on a fresh browser session of profile-1 at `path`; the run's end.
 async fn run_on(s: &mut Stack, path: &str, run_id: &str, model: &mut Scripted) -> agent::run::Outcome {
     let browser_session = s.open("profile-1", path, 20).await.unwrap();
-    let mut clients = Clients {
-        runtime: s.runtime.clone(),
-        authorizer: s.authorizer.clone(),
-        bearer: format!("Bearer {WORKER}").parse().unwrap(),
-    };
-    let task = Task {
-        chat_session: "s1".into(),
-        browser_session: browser_session.clone(),
-        run_id: run_id.into(),
-        subgoals: vec!["Go on to the next lesson".into()],
-        field_ids: vec![],
-        max_steps: 10,
-        agent_version: "agent-1".into(),
-        approval_wait: Duration::from_secs(5),
-        goal: "Finish the lesson".into(),
-        org_name: "Ada".into(),
-        portal_origin: "https://www.lesson.test".into(),
-    };
+    let mut clients = worker(s);
+    let task = task_in_s1(browser_session.clone(), run_id, "Go on to the next lesson", &[], 10, Duration::from_secs(5));
     let outcome = run(&mut clients, &task, model).await.unwrap();
     let close = proto::runtime::CloseSessionRequest { session_id: browser_session };
     s.runtime.close_session(with(WORKER, close)).await.unwrap();

@@ -27,24 +27,8 @@ const FINISHED: &str = "<!doctype html><title>Lesson finished: reference LX-5150
 /// A run of `run_id` on a fresh browser session at `path`, with `steps` to spend.
 async fn task_on(s: &mut Stack, path: &str, run_id: &str, steps: u32) -> (Clients, Task) {
     let browser_session = s.open("profile-1", path, 60).await.unwrap();
-    let clients = Clients {
-        runtime: s.runtime.clone(),
-        authorizer: s.authorizer.clone(),
-        bearer: format!("Bearer {WORKER}").parse().unwrap(),
-    };
-    let task = Task {
-        chat_session: "s1".into(),
-        browser_session,
-        run_id: run_id.into(),
-        subgoals: vec!["Finish the lesson".into()],
-        goal: "Finish the lesson".into(),
-        org_name: "Ada".into(),
-        portal_origin: tests::browser::LESSON_ORIGIN.into(),
-        field_ids: vec![],
-        max_steps: steps,
-        agent_version: "agent-1".into(),
-        approval_wait: Duration::from_secs(20),
-    };
+    let task = super::task_in_s1(browser_session, run_id, "Finish the lesson", &[], steps, Duration::from_secs(20));
+    let clients = super::worker(s);
     (clients, task)
 }
 
