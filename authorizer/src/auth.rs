@@ -20,13 +20,14 @@ pub enum Rpc {
     ListApprovals,
     AwaitApproval,
     RedeemToken,
+    CheckStop,
     GetGrant,
     ListGrants,
     RevokeGrant,
 }
 
 impl Rpc {
-    pub const ALL: [Self; 17] = [
+    pub const ALL: [Self; 18] = [
         Self::CreateSession,
         Self::RecordMessage,
         Self::RecordToolCall,
@@ -41,6 +42,7 @@ impl Rpc {
         Self::ListApprovals,
         Self::AwaitApproval,
         Self::RedeemToken,
+        Self::CheckStop,
         Self::GetGrant,
         Self::ListGrants,
         Self::RevokeGrant,
@@ -63,6 +65,7 @@ impl Rpc {
             Self::ListApprovals => "ListApprovals",
             Self::AwaitApproval => "AwaitApproval",
             Self::RedeemToken => "RedeemToken",
+            Self::CheckStop => "CheckStop",
             Self::GetGrant => "GetGrant",
             Self::ListGrants => "ListGrants",
             Self::RevokeGrant => "RevokeGrant",
@@ -75,9 +78,9 @@ impl Rpc {
         Self::ALL.into_iter().find(|r| r.method() == method).map(|r| (r.roles(), r.scopes()))
     }
 
-    /// The roles that may make this call. Only `RecordMessage` has two: the worker records
-    /// messages from others, and only the gateway, for the owner it authenticated, records the
-    /// owner's own (the turn a task grant checks starts there).
+    /// The roles that may make this call. `RecordMessage` has two: the worker records messages
+    /// from others, and only the gateway, for the owner it authenticated, records the owner's own
+    /// (the turn a task grant checks starts there). `CheckStop` reads a Stop for either.
     pub fn roles(self) -> &'static [Role] {
         match self {
             Self::CreateSession | Self::RecordToolCall | Self::RecordRun | Self::Authorize | Self::AwaitApproval => {
@@ -85,6 +88,8 @@ impl Rpc {
             }
             Self::RecordMessage => &[Role::Worker, Role::Gateway],
             Self::RedeemToken => &[Role::Runtime],
+            // The runtime before each dispatch, the worker before each read.
+            Self::CheckStop => &[Role::Runtime, Role::Worker],
             // Deleting a chat is the owner's act, made through the owner's client.
             Self::DeleteSession
             | Self::StopSession
@@ -131,7 +136,8 @@ mod tests {
                 Rpc::RecordToolCall,
                 Rpc::RecordRun,
                 Rpc::Authorize,
-                Rpc::AwaitApproval
+                Rpc::AwaitApproval,
+                Rpc::CheckStop
             ]
         );
         assert_eq!(Rpc::ResolveApproval.roles(), [Role::Gateway]);

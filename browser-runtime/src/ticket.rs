@@ -64,6 +64,8 @@ pub struct Ticketed {
     /// The keyed digest of the form the decision read back, for an act that could submit one:
     /// the live form must digest the same when the act is sent.
     pub form_digest: Option<Vec<u8>>,
+    /// The ticket as sealed: the authorizer reads the owner's Stop for it last ([`crate::session::Redeem::check_stop`]).
+    pub sealed: gl::DispatchTicket,
 }
 
 /// What the act in hand is, for the ticket to match.
@@ -121,7 +123,7 @@ pub fn check(keys: &Keyring, ticket: &gl::DispatchTicket, expected: &Expected<'_
         return Err(Refusal::Expired);
     }
     let form_digest = Some(action.form_digest.clone()).filter(|d| !d.is_empty());
-    Ok(Ticketed { ticket_id: body.ticket_id, constraint, form_digest })
+    Ok(Ticketed { ticket_id: body.ticket_id, constraint, form_digest, sealed: ticket.clone() })
 }
 
 /// The act the ticket names is the act in hand: its kind, its argument, and for a type the text

@@ -46,6 +46,11 @@ pub fn method_paths(service: &str) -> Vec<String> {
 /// (`grant_domain`'s `SESSION_STOPPED`, held to this by a test).
 pub const DENY_SESSION_STOPPED: &str = "session_stopped";
 
+/// How long after its `CheckStop` began an act may still start. The authorizer answers a Stop
+/// (and a revoke or a delete) only this long after recording it, so an act whose check read no
+/// Stop has started, or will not, by the time the owner sees the answer.
+pub const DISPATCH_WINDOW: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// On a runtime's error status for a failure the tool contract names (a dialog, a browser
 /// restarted clean, a page that moved or broke the read): the contract's code, and `true` or
 /// `false` for whether the agent may observe again and go on.

@@ -170,6 +170,8 @@ pub const FIELDS: &[(&str, Rule)] = &[
     ("grant_ledger.v1.RecordToolCallRequest.tool", text(MAX_TOOL_CHARS)),
     ("grant_ledger.v1.DeleteSessionRequest.session_id", ID),
     ("grant_ledger.v1.StopSessionRequest.session_id", ID),
+    ("grant_ledger.v1.CheckStopRequest.session_id", ID),
+    ("grant_ledger.v1.CheckStopRequest.ticket", one()),
     ("grant_ledger.v1.ProfileEventRequest.profile_id", ID),
     ("grant_ledger.v1.ProfileEventRequest.event", one()),
     ("grant_ledger.v1.ProfileEventRequest.owner_principal_id", ID),

@@ -84,6 +84,9 @@ pub struct Stack<B: Backend + 'static = MemoryGrants> {
     applied: std::collections::HashMap<String, u64>,
     /// Each session's browser profile, which its tickets bind.
     profiles: std::collections::HashMap<String, String>,
+    /// The chat each runtime session's own tickets name: the runtime reads its Stop before it
+    /// dispatches one.
+    chats: std::collections::HashMap<String, String>,
     /// The keys the authorizer seals tickets with; the tests seal with them too.
     pub keys: Arc<proto::ticket::Keyring>,
     dir: PathBuf,
@@ -212,6 +215,7 @@ impl<B: Backend + 'static> Stack<B> {
             records,
             applied: std::collections::HashMap::new(),
             profiles: std::collections::HashMap::new(),
+            chats: std::collections::HashMap::new(),
             keys: crate::ticket_keys(),
             dir,
             runtime_stop: Some((stop, serving)),
@@ -289,6 +293,16 @@ impl<B: Backend + 'static> Stack<B> {
         };
         let session = self.runtime.open_session(with(WORKER, req)).await?.into_inner().session_id;
         self.profiles.insert(session.clone(), profile.to_owned());
+        // The chat the tests' own tickets for this session name (on no profile: it is read only
+        // for a Stop).
+        let chat = format!("tickets-{session}");
+        let create = pb::CreateSessionRequest {
+            session_id: chat.clone(),
+            surface: pb::Surface::Interactive as i32,
+            ..Default::default()
+        };
+        self.authorizer.create_session(with(WORKER, create)).await?;
+        self.chats.insert(session.clone(), chat);
         Ok(session)
     }
 
@@ -336,6 +350,11 @@ impl<B: Backend + 'static> Stack<B> {
             req.ticket = Some(self.ticket(&req, None));
         }
         self.act_bare(req).await
+    }
+
+    /// The chat the tests' own tickets for runtime session `session` name.
+    pub fn chat_of(&self, session: &str) -> &str {
+        self.chats.get(session).map_or("", String::as_str)
     }
 
     /// Sends `req` as it is: without a ticket unless it carries one.
@@ -426,7 +445,10 @@ impl<B: Backend + 'static> Stack<B> {
             now: time::OffsetDateTime::now_utc(),
         };
         let id = hex::encode(rand::random::<[u8; 8]>());
-        self.keys.seal(&ticket::body_for(&self.keys, &expected, &id, constraint, not_after))
+        let body = ticket::body_for(&self.keys, &expected, &id, constraint, not_after);
+        let decided_ms = i64::try_from(time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000).unwrap();
+        let session_id = self.chats.get(&req.session_id).cloned().unwrap_or_default();
+        self.keys.seal(&pb::TicketBody { session_id, decided_ms, ..body })
     }
 
     /// The read-back of the form a click on node `name` of snapshot `o` could submit; with a

@@ -2,8 +2,8 @@
 //! ticket sealed for exactly this act allows, and checks it on its own. A ticket changed by one
 //! byte, used on another ref, another act, another snapshot or another session, expired, or
 //! naming a text the record no longer holds is APPROVAL_TOKEN_INVALID (terminal) and reaches
-//! nothing; a grant's allow taken from the authorizer dispatches with the authorizer gone. The
-//! authorizer decides only on the runtime's sealed facts.
+//! nothing; a ticket from before the owner's Stop is not dispatched after it. The authorizer
+//! decides only on the runtime's sealed facts.
 
 use prost::Message;
 use proto::runtime as rt;
@@ -217,23 +217,24 @@ async fn unsealed_or_forged_facts_are_refused_and_write_nothing() {
     assert!(matches!(asked, Some(pb::authorize_reply::Decision::RequireApproval(_))), "{asked:?}");
 }
 
-/// The owner allows a type for this task through the authorizer; the next act under the grant
-/// is allowed with a ticket, and the runtime dispatches it with the authorizer gone: no card, no
-/// round trip.
+/// The owner allows a type for this task through the authorizer; an act under the grant is
+/// allowed with a ticket and dispatched with no card. A ticket given before the owner's Stop is
+/// not dispatched after the Stop is answered, nor once the owner writes again; and with the
+/// authorizer out of reach nothing is dispatched, since the Stop cannot be read.
 #[tokio::test]
-async fn a_grant_allow_dispatches_without_asking_the_authorizer_again() {
+async fn a_ticket_given_before_a_stop_is_not_dispatched_after_it() {
     let mut s = stack().await;
     s.record("run-1", &[("answer", "el gato")]);
     let session = s.open("profile-1", "/lesson/1", 50).await.unwrap();
     s.chat("s1", "profile-1").await;
     let o = s.observe_run(&session, "run-1").await;
     let type_answer = pb::Action { kind: pb::ActionKind::Type as i32, field_id: "answer".into(), ..Default::default() };
-    let typed = |call: &str| pb::AuthorizeRequest {
-        text: Some(record_text(&o, "answer").clone()),
-        ..authorize(&o, call, "Answer", type_answer.clone())
+    let typed = |o: &rt::ObserveReply, call: &str| pb::AuthorizeRequest {
+        text: Some(record_text(o, "answer").clone()),
+        ..authorize(o, call, "Answer", type_answer.clone())
     };
     // The first asks; the owner allows it for this task.
-    let asked = s.authorizer.authorize(with(WORKER, typed("call-1"))).await;
+    let asked = s.authorizer.authorize(with(WORKER, typed(&o, "call-1"))).await;
     let Some(pb::authorize_reply::Decision::RequireApproval(card)) = asked.unwrap().into_inner().decision else {
         panic!("the first act asks")
     };
@@ -246,11 +247,12 @@ async fn a_grant_allow_dispatches_without_asking_the_authorizer_again() {
     };
     s.authorizer.resolve_approval(with(GATEWAY, resolve)).await.unwrap();
 
-    // The retried act is allowed under the grant, with its ticket.
-    let allowed = s.authorizer.authorize(with(WORKER, typed("call-2"))).await.unwrap();
-    let Some(pb::authorize_reply::Decision::Allow(allow)) = allowed.into_inner().decision else {
-        panic!("covered by the grant")
+    // Under the grant: a ticket, dispatched with no card.
+    let allowed = |decided: Option<pb::authorize_reply::Decision>| match decided {
+        Some(pb::authorize_reply::Decision::Allow(allow)) => allow,
+        other => panic!("covered by the grant: {other:?}"),
     };
+    let allow = allowed(s.authorizer.authorize(with(WORKER, typed(&o, "call-2"))).await.unwrap().into_inner().decision);
     assert_eq!(allow.kind, "browser_task_grant");
     let ticket = allow.ticket.expect("every allow on a snapshot carries its ticket");
     let body = s.keys.open("tenant-1", &ticket).expect("sealed for the tenant");
@@ -259,17 +261,46 @@ async fn a_grant_allow_dispatches_without_asking_the_authorizer_again() {
         ("profile-1", "run-1", allow.use_ordinal)
     );
     assert_eq!(body.constraint.as_ref().map(|c| c.path_prefix.as_str()), Some("/lesson"));
-
-    s.stop_authorizer().await;
-    let mut act = click(&session, &o, node(&o, "Answer").0);
-    act.expected_role = rt::Role::Textbox as i32;
-    act.action = Some(rt::act_request::Action::Type(rt::Type { field_id: "answer".into() }));
-    act.ticket = Some(ticket);
-    let reply = s.act(act).await.unwrap();
+    let type_with = |o: &rt::ObserveReply, ticket: pb::DispatchTicket| {
+        let mut act = click(&session, o, node(o, "Answer").0);
+        act.expected_role = rt::Role::Textbox as i32;
+        act.action = Some(rt::act_request::Action::Type(rt::Type { field_id: "answer".into() }));
+        act.ticket = Some(ticket);
+        act
+    };
+    let reply = s.act(type_with(&o, ticket)).await.unwrap();
     assert!(reply.ok && reply.dispatched, "{reply:?}");
-    let o = s.observe(&session).await;
+
+    // The next act's ticket, then the owner's Stop.
+    let o = s.observe_run(&session, "run-1").await;
     assert!(node(&o, "Answer").0.state.as_ref().is_some_and(|st| st.filled), "the record value was typed");
-    assert!(o.url.starts_with(LESSON_ORIGIN));
+    let ticket = allowed(s.authorizer.authorize(with(WORKER, typed(&o, "call-3"))).await.unwrap().into_inner().decision)
+        .ticket
+        .expect("a ticket");
+    s.authorizer.stop_session(with(GATEWAY, pb::StopSessionRequest { session_id: "s1".into() })).await.unwrap();
+    let before = s.fixture.requests().len();
+    let refused = s.act(type_with(&o, ticket.clone())).await.unwrap();
+    assert_eq!(rt::ActCode::try_from(refused.code), Ok(rt::ActCode::ApprovalRequired), "{refused:?}");
+    assert!(!refused.dispatched && refused.recoverable, "{refused:?}");
+    // Authorized again, the act is denied: the run ends there.
+    let again = s.authorizer.authorize(with(WORKER, typed(&o, "call-4"))).await.unwrap().into_inner().decision;
+    assert!(
+        matches!(&again, Some(pb::authorize_reply::Decision::Deny(d)) if d.code == proto::DENY_SESSION_STOPPED),
+        "{again:?}"
+    );
+    // The owner writes again: the Stop is lifted, but a ticket from before it stays void.
+    s.owner_says("s1").await;
+    let refused = s.act(type_with(&o, ticket)).await.unwrap();
+    assert_eq!(rt::ActCode::try_from(refused.code), Ok(rt::ActCode::ApprovalRequired), "{refused:?}");
+    assert_eq!(s.fixture.requests().len(), before, "a request reached the site");
+
+    // With the authorizer gone, no act is dispatched: its Stop cannot be read.
+    let o = s.observe(&session).await;
+    s.stop_authorizer().await;
+    let next = click(&session, &o, node(&o, "Next").0);
+    let unavailable = s.act(next).await.expect_err("the Stop could not be read");
+    assert_eq!(unavailable.code(), tonic::Code::Unavailable, "{unavailable:?}");
+    assert_eq!(s.fixture.requests().len(), before, "a request reached the site");
 }
 
 /// A type is decided on the record value the runtime sealed, not on the worker's word: the card

@@ -285,6 +285,17 @@ impl State<'_> {
     }
 }
 
+impl State<'_> {
+    /// The run's end when the owner has stopped the agent in its chat: read before every read of
+    /// the page, so a run that only observes ends at its next call too.
+    pub(super) async fn stop_read(&mut self) -> Result<Option<End>, RunError> {
+        let req = pb::CheckStopRequest { session_id: self.task.chat_session.clone(), ticket: None };
+        let reply = timed!(self.time.authorizer, self.clients.authorizer.check_stop(self.clients.req(req)).await)
+            .map_err(RunError::Authorizer)?;
+        Ok(reply.into_inner().stopped.then(stopped))
+    }
+}
+
 /// The owner pressed Stop for the agent in this session: the run ends, and no act is decided for
 /// the session until the owner writes again.
 fn stopped() -> End {

@@ -249,6 +249,11 @@ impl State<'_> {
 impl State<'_> {
     /// Carries out one call that passed the rules; `Some` when it ends the run.
     async fn carry(&mut self, call: Call) -> Result<Option<End>, RunError> {
+        if matches!(call, Call::Snapshot | Call::Screenshot)
+            && let Some(end) = self.stop_read().await?
+        {
+            return Ok(Some(end));
+        }
         match call {
             Call::Snapshot => {
                 let req = rt::ObserveRequest {

@@ -7,6 +7,7 @@
 
 mod approvals;
 mod authorize;
+mod check_stop;
 mod convert;
 mod facts;
 mod redeem;
@@ -175,7 +176,8 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         let (caller, authority) = self.caller(&req, Rpc::DeleteSession).await?;
         let principal = caller.principal;
         let session_id = id("session_id", &req.into_inner().session_id)?;
-        self.write(&authority, Command::DeleteSession { session_id, principal_id: principal.clone() }, &principal).await
+        let delete = Command::DeleteSession { session_id, principal_id: principal.clone() };
+        check_stop::settled(self.write(&authority, delete, &principal).await).await
     }
 
     #[tracing::instrument(skip_all, fields(session_id))]
@@ -185,7 +187,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         let session_id = id("session_id", &req.into_inner().session_id)?;
         tracing::Span::current().record("session_id", session_id.as_str());
         let stop = Command::StopSession { session_id, principal_id: principal.clone(), now: OffsetDateTime::now_utc() };
-        self.write(&authority, stop, &principal).await
+        check_stop::settled(self.write(&authority, stop, &principal).await).await
     }
 
     async fn stop_everything(
@@ -197,12 +199,13 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         let stop = Command::StopEverything { principal_id: principal.clone(), now: OffsetDateTime::now_utc() };
         let (events, at) = authority.execute_at(stop, &principal).await.map_err(status)?;
         let stopped = events.iter().filter(|e| matches!(e, Event::SessionStopped(_))).count();
-        Ok(Response::new(pb::StopEverythingReply {
+        check_stop::settled(Ok(Response::new(pb::StopEverythingReply {
             position: at.and_then(position),
             stopped: u32::try_from(stopped).unwrap_or(u32::MAX),
             // Stopped sessions are not read again, so a call that stopped none is the last.
             more: stopped > 0,
-        }))
+        })))
+        .await
     }
 
     async fn record_profile_event(
@@ -310,6 +313,10 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         self.redeem_call(req).await
     }
 
+    async fn check_stop(&self, req: Request<pb::CheckStopRequest>) -> Result<Response<pb::CheckStopReply>, Status> {
+        self.check_stop_call(req).await
+    }
+
     async fn get_grant(&self, req: Request<pb::GetGrantRequest>) -> Result<Response<pb::TaskGrant>, Status> {
         let (caller, authority) = self.caller(&req, Rpc::GetGrant).await?;
         let principal = caller.principal;
@@ -360,7 +367,8 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         let r = req.into_inner();
         let grant_id = uuid("grant_id", &r.grant_id)?;
         tracing::Span::current().record("grant_id", r.grant_id.as_str());
-        self.write(&authority, Command::RevokeGrant { grant_id, principal_id: principal.clone() }, &principal).await
+        let revoke = Command::RevokeGrant { grant_id, principal_id: principal.clone() };
+        check_stop::settled(self.write(&authority, revoke, &principal).await).await
     }
 }
 

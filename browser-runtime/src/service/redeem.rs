@@ -1,9 +1,11 @@
-//! Approval tokens redeemed at the authorizer, with the runtime's own `runtime` credential, for
-//! the approved act's dispatch ticket.
+//! The authorizer, asked with the runtime's own `runtime` credential: approval tokens redeemed
+//! for the approved act's dispatch ticket, and each ticket's Stop read just before dispatch.
 
 use proto::v1 as gl;
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use std::time::Duration;
+
 use tonic::{Request, Status};
 
 use crate::config::AuthorizerLink;
@@ -65,26 +67,46 @@ impl Redeem for AuthorizerRedeemer {
             Ok(reply) => {
                 reply.into_inner().ticket.ok_or_else(|| RedeemError::Refused("the authorizer sent no ticket".into()))
             }
-            Err(s) => {
-                use tonic::Code as C;
-                match s.code() {
-                    // Not this token: it was never issued, is used or expired, or names another
-                    // run, snapshot or ref.
-                    C::NotFound | C::FailedPrecondition | C::InvalidArgument | C::AlreadyExists | C::OutOfRange => {
-                        Err(RedeemError::Invalid(format!("the authorizer refused the token: {}", s.message())))
-                    }
-                    // A refusal of the token itself (any reason but the caller's role).
-                    C::PermissionDenied if !caller_refused(&s) => {
-                        Err(RedeemError::Invalid(format!("the authorizer refused the token: {}", s.message())))
-                    }
-                    // The runtime's own credential or the authorizer itself is at fault.
-                    C::Unauthenticated | C::PermissionDenied | C::Internal | C::Unimplemented | C::DataLoss => {
-                        Err(RedeemError::Refused(format!("the authorizer refused the runtime: {}", s.message())))
-                    }
-                    _ => Err(RedeemError::Unavailable(s.message().to_owned())),
-                }
-            }
+            Err(s) => Err(refusal(&s, "token")),
         }
+    }
+
+    async fn check_stop(&self, ticket: &gl::DispatchTicket) -> Result<Option<Duration>, RedeemError> {
+        let (Some(client), Some(bearer)) = (&self.client, &self.bearer) else {
+            return Err(RedeemError::Unavailable("this runtime has no authorizer to check its tickets at".into()));
+        };
+        let mut req = Request::new(gl::CheckStopRequest { session_id: String::new(), ticket: Some(ticket.clone()) });
+        req.metadata_mut().insert("authorization", bearer.clone());
+        match client.clone().check_stop(req).await {
+            Ok(reply) => {
+                let reply = reply.into_inner();
+                // The window is never longer than this runtime's own: that is what a Stop waits.
+                let within = Duration::from_millis(reply.dispatch_within_ms.into()).min(proto::DISPATCH_WINDOW);
+                Ok(Some(within).filter(|_| !reply.stopped))
+            }
+            Err(s) => Err(refusal(&s, "ticket")),
+        }
+    }
+}
+
+/// What an authorizer's error status means for the token or ticket the runtime sent.
+fn refusal(s: &Status, what: &str) -> RedeemError {
+    use tonic::Code as C;
+    match s.code() {
+        // Not this token or ticket: never issued, used or expired, or for another run, snapshot
+        // or ref.
+        C::NotFound | C::FailedPrecondition | C::InvalidArgument | C::AlreadyExists | C::OutOfRange => {
+            RedeemError::Invalid(format!("the authorizer refused the {what}: {}", s.message()))
+        }
+        // A refusal of the token itself (any reason but the caller's role).
+        C::PermissionDenied if !caller_refused(s) => {
+            RedeemError::Invalid(format!("the authorizer refused the {what}: {}", s.message()))
+        }
+        // The runtime's own credential or the authorizer itself is at fault.
+        C::Unauthenticated | C::PermissionDenied | C::Internal | C::Unimplemented | C::DataLoss => {
+            RedeemError::Refused(format!("the authorizer refused the runtime: {}", s.message()))
+        }
+        _ => RedeemError::Unavailable(s.message().to_owned()),
     }
 }
 

@@ -149,6 +149,29 @@ impl Session {
             }
         }
 
+        // The owner's Stop is read last, by the authorizer: a ticket from before a Stop, a revoke
+        // or a delete is never spent after it. The input starts within the window counted from
+        // the check's start, which the owner's answer to a Stop waits out.
+        if let Some(t) = &ticketed {
+            let asked = std::time::Instant::now();
+            match allow.redeemer.check_stop(&t.sealed).await {
+                Ok(Some(within)) if asked.elapsed() < within => {}
+                Ok(Some(_)) => released!(Err(SessionError::Unavailable(
+                    "the authorizer's answer came after the dispatch window: act again".into()
+                ))),
+                Ok(None) => released!(Ok(refuse(
+                    Code::ApprovalRequired,
+                    "the owner stopped the agent or ended the permission since this was allowed: authorize the act again"
+                        .into()
+                ))),
+                Err(RedeemError::Invalid(m)) => released!(Ok(refuse(Code::ApprovalTokenInvalid, m))),
+                Err(RedeemError::Unavailable(m)) => {
+                    released!(Err(SessionError::Unavailable(format!("the owner's Stop could not be read: {m}"))))
+                }
+                Err(RedeemError::Refused(m)) => released!(Err(SessionError::Internal(m))),
+            }
+        }
+
         // Dispatch: the act's own input, and nothing else. The sequence is spent and the snapshot
         // voided before any input is sent, so that a call cancelled from here on (its client gone,
         // its deadline passed) can never be replayed into a second act.

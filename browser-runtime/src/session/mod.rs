@@ -282,13 +282,21 @@ pub struct ReadBack {
     pub chosen_run: Option<String>,
 }
 
-/// Where approval tokens are redeemed: the authorizer, for exactly this run, snapshot, ref and
-/// act, into a dispatch ticket.
+/// The authorizer as the runtime asks it: an approval token redeemed for exactly this run,
+/// snapshot, ref and act, into a dispatch ticket; and the owner's Stop read for a ticket just
+/// before its act is dispatched.
 pub trait Redeem: Send + Sync {
     fn redeem(
         &self,
         redemption: Redemption<'_>,
     ) -> impl std::future::Future<Output = Result<gl::DispatchTicket, RedeemError>> + Send;
+
+    /// `None` when the owner stopped the agent since the ticket's decision (or its grant
+    /// ended); otherwise how soon after the call began the act must start.
+    fn check_stop(
+        &self,
+        ticket: &gl::DispatchTicket,
+    ) -> impl std::future::Future<Output = Result<Option<std::time::Duration>, RedeemError>> + Send;
 }
 
 /// What a token is spent on: the act, where, and in which browser profile.

@@ -112,6 +112,27 @@ async fn a_scripted_run_asks_once_and_ends_at_the_confirmation() {
     assert_eq!(story, ["run.started", "run.completed"], "{story:?}");
 }
 
+/// The owner presses Stop while a run only reads the page: its next read ends it, before the
+/// runtime is asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_only_observes_ends_at_its_next_call_after_a_stop() {
+    let mut s = Stack::start(1).await;
+    let (mut clients, task) = ready(&mut s).await;
+    let authorizer = s.authorizer.clone();
+    let mut model = Scripted::new().then(|_| snapshot()).then(move |_| {
+        // The owner's Stop lands between the model's turns.
+        let mut a = authorizer.clone();
+        let stop = pb::StopSessionRequest { session_id: "s1".into() };
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(a.stop_session(with(GATEWAY, stop))).expect("stopped")
+        });
+        snapshot()
+    });
+    let outcome = run(&mut clients, &task, &mut model).await.unwrap();
+    assert_eq!(outcome.end.reason(), "stopped_by_owner", "{:?}", outcome.log);
+    assert_eq!(outcome.steps, 2, "{:?}", outcome.log);
+}
+
 /// The `run.*` events of `s1`, in order, from the authorizer's log.
 async fn run_events(s: &Stack) -> Vec<String> {
     use grant_domain::catalogue::Event;

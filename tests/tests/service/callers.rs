@@ -77,6 +77,7 @@ async fn census_of_calls_served_with_the_flag_off_and_on() {
         codes.push(("ListApprovals", code(client.list_approvals(owner(pb::ListApprovalsRequest::default())).await)));
         codes.push(("AwaitApproval", code(client.await_approval(owner(pb::AwaitApprovalRequest::default())).await)));
         codes.push(("RedeemToken", code(client.redeem_token(owner(pb::RedeemTokenRequest::default())).await)));
+        codes.push(("CheckStop", code(client.check_stop(owner(pb::CheckStopRequest::default())).await)));
         codes.push(("GetGrant", code(client.get_grant(owner(pb::GetGrantRequest::default())).await)));
         codes.push(("ListGrants", code(client.list_grants(owner(pb::ListGrantsRequest::default())).await)));
         codes.push(("RevokeGrant", code(client.revoke_grant(owner(pb::RevokeGrantRequest::default())).await)));

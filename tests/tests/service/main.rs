@@ -55,6 +55,15 @@ impl Call for pb::RecordMessageRequest {
     }
 }
 
+impl Call for pb::CheckStopRequest {
+    const RPC: Rpc = Rpc::CheckStop;
+
+    /// The runtime checks a ticket; the worker its session.
+    fn role(&self) -> Role {
+        if self.ticket.is_some() { Role::Runtime } else { Role::Worker }
+    }
+}
+
 calls!(
     pb::CreateSessionRequest => CreateSession,
     pb::RecordToolCallRequest => RecordToolCall,
@@ -404,6 +413,10 @@ async fn call_as(client: &mut AuthorizerClient<Channel>, role: Role, rpc: Rpc, s
                 ..Default::default()
             };
             client.redeem_token(with_role(role, "owner", m)).await.map(drop)
+        }
+        Rpc::CheckStop => {
+            let m = pb::CheckStopRequest { session_id: "s1".into(), ticket: None };
+            client.check_stop(with_role(role, "owner", m)).await.map(drop)
         }
         Rpc::GetGrant => {
             let m = pb::GetGrantRequest { grant_id: s.grant_id.clone(), min_position: None };
