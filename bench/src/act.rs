@@ -5,7 +5,8 @@
 //! observe on a page of `nodes` interactive nodes. The runtime's acts include the click guard's
 //! arming, the fence's settle and the turns of the page's event loop after the input. The plain
 //! click waits for nothing after chromedriver answers. The bench holds the ticket key and seals
-//! each act's ticket as the authorizer would.
+//! each act's ticket as the authorizer would; the runtime checks each ticket for the owner's
+//! Stop at an authorizer over loopback gRPC (on the memory ledger: its read costs no database).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -30,6 +31,10 @@ const HOST: &str = "www.lesson.test";
 const TOKEN: &str = "glc_00000000000000000000000000000000000000000000000000000000000000b1";
 const TENANT: &str = "bench";
 const ORIGIN: &str = "https://www.lesson.test";
+
+const RUNTIME_TOKEN: &str = "glc_00000000000000000000000000000000000000000000000000000000000000b3";
+/// The chat the bench's tickets name.
+const CHAT: &str = "bench-chat";
 
 const OWNER_TOKEN: &str = "glc_00000000000000000000000000000000000000000000000000000000000000b2";
 
@@ -91,8 +96,11 @@ fn constraint() -> pb::DispatchConstraint {
 /// grant, or approved by the owner.
 fn ticket(keys: &Keyring, snapshot_id: &str, node_ref: &str, task: bool, id: usize) -> pb::DispatchTicket {
     let expected = tap_click(snapshot_id, node_ref);
-    let not_after = time::OffsetDateTime::now_utc() + time::Duration::seconds(60);
-    keys.seal(&ticket::body_for(keys, &expected, &format!("bench-{id}"), task.then(constraint), not_after))
+    let now = time::OffsetDateTime::now_utc();
+    let not_after = now + time::Duration::seconds(60);
+    let body = ticket::body_for(keys, &expected, &format!("bench-{id}"), task.then(constraint), not_after);
+    let decided_ms = i64::try_from(now.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX);
+    keys.seal(&pb::TicketBody { session_id: CHAT.into(), decided_ms, ..body })
 }
 
 /// The click on "Tap" of the bench page as the runtime reads it, on `node_ref` of `snapshot_id`.
@@ -163,6 +171,26 @@ async fn clicks(
     Ok((covered, fenced, bare))
 }
 
+/// An authorizer on the memory ledger over loopback, holding the chat the tickets name: where
+/// the runtime reads the owner's Stop before each act. Answers its port.
+async fn authorizer(credentials: Credentials, keys: Arc<Keyring>) -> Result<u16> {
+    use authorizer::{Authority, MemoryGrants, service::AuthorizerService};
+    let tenant = ledger::TenantId::new(TENANT)?;
+    let authority = Arc::new(Authority::new(MemoryGrants::default(), authorizer::policy::Policy::empty(), tenant));
+    let service = AuthorizerService::new(authority, credentials, keys);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    tokio::spawn(authorizer::service::serve(listener, service, None, std::future::pending()));
+    let channel = tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{port}"))?.connect().await?;
+    let chat = pb::CreateSessionRequest {
+        session_id: CHAT.into(),
+        surface: pb::Surface::Interactive as i32,
+        ..Default::default()
+    };
+    pb::authorizer_client::AuthorizerClient::new(channel).create_session(with(chat)).await?;
+    Ok(port)
+}
+
 fn line(name: &str, s: &Samples) -> String {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     format!(
@@ -181,6 +209,7 @@ pub async fn run(iterations: usize, nodes: usize) -> Result<String> {
     let credentials = Credentials::memory();
     credentials.register(TOKEN, TENANT, Role::Worker, Some("owner"), None).await?;
     credentials.register(OWNER_TOKEN, TENANT, Role::Gateway, None, None).await?;
+    credentials.register(RUNTIME_TOKEN, TENANT, Role::Runtime, Some("owner"), None).await?;
     std::fs::create_dir_all(&dir)?;
     let keys_file = dir.join("ticket-keys");
     std::fs::write(&keys_file, Keyring::line("bench", rand::random()))?;
@@ -192,11 +221,17 @@ pub async fn run(iterations: usize, nodes: usize) -> Result<String> {
         ("TASK_RECORDS_DIR", dir.join("records").display().to_string()),
         (proto::ticket::KEYS_FILE_VAR, keys_file.display().to_string()),
     ];
+    let keys = Arc::new(Keyring::parse(&std::fs::read_to_string(&keys_file)?)?);
+    let authorizer_port = authorizer(credentials.clone(), Arc::clone(&keys)).await?;
+    let env = env.into_iter().chain([
+        ("RUNTIME_AUTHORIZER_URL", format!("http://127.0.0.1:{authorizer_port}")),
+        ("RUNTIME_AUTHORIZER_TOKEN", RUNTIME_TOKEN.to_owned()),
+    ]);
+    let env: Vec<_> = env.collect();
     let config = browser_runtime::RuntimeConfig::parse(|k| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))?;
     let browser_config = config.browser.clone();
-    let keys = Arc::clone(&config.tickets);
-    let runtime =
-        Arc::new(BrowserRuntime::new(config, credentials, AuthorizerRedeemer::new(None).map_err(anyhow::Error::msg)?));
+    let redeemer = AuthorizerRedeemer::new(config.authorizer.as_ref()).map_err(anyhow::Error::msg)?;
+    let runtime = Arc::new(BrowserRuntime::new(config, credentials, redeemer));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

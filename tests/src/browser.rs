@@ -33,6 +33,9 @@ pub const GATEWAY: &str = "glc_0000000000000000000000000000000000000000000000000
 pub const PROFILES: &str = "glc_00000000000000000000000000000000000000000000000000000000000000a5";
 /// A worker of another tenant.
 pub const STRANGER: &str = "glc_00000000000000000000000000000000000000000000000000000000000000a4";
+/// A worker of its own for the chats the tests' own tickets name: not the owner's, so they show
+/// in no list of the owner's chats and no Stop everything of the owner's reaches them.
+const TICKETS: &str = "glc_00000000000000000000000000000000000000000000000000000000000000a6";
 
 /// A form of three fields: two the task fills (the page upper-cases the city as it is typed),
 /// and a page default the agent never touches; it submits to `/lesson/unit-4`.
@@ -152,6 +155,7 @@ impl<B: Backend + 'static> Stack<B> {
             (GATEWAY, TENANT, Role::Gateway, None),
             (PROFILES, TENANT, Role::Profiles, None),
             (STRANGER, "tenant-2", Role::Worker, Some("someone")),
+            (TICKETS, TENANT, Role::Worker, Some("tests-tickets")),
         ] {
             credentials.register(token, tenant, role, principal, None).await.expect("credential");
         }
@@ -293,15 +297,15 @@ impl<B: Backend + 'static> Stack<B> {
         };
         let session = self.runtime.open_session(with(WORKER, req)).await?.into_inner().session_id;
         self.profiles.insert(session.clone(), profile.to_owned());
-        // The chat the tests' own tickets for this session name (on no profile: it is read only
-        // for a Stop).
+        // The chat the tests' own tickets for this session name (on no profile, not the owner's:
+        // it is read only for a Stop).
         let chat = format!("tickets-{session}");
         let create = pb::CreateSessionRequest {
             session_id: chat.clone(),
             surface: pb::Surface::Interactive as i32,
             ..Default::default()
         };
-        self.authorizer.create_session(with(WORKER, create)).await?;
+        self.authorizer.create_session(crate::bearer(TICKETS, create)).await?;
         self.chats.insert(session.clone(), chat);
         Ok(session)
     }

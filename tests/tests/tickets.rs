@@ -274,9 +274,10 @@ async fn a_ticket_given_before_a_stop_is_not_dispatched_after_it() {
     // The next act's ticket, then the owner's Stop.
     let o = s.observe_run(&session, "run-1").await;
     assert!(node(&o, "Answer").0.state.as_ref().is_some_and(|st| st.filled), "the record value was typed");
-    let ticket = allowed(s.authorizer.authorize(with(WORKER, typed(&o, "call-3"))).await.unwrap().into_inner().decision)
-        .ticket
-        .expect("a ticket");
+    let ticket =
+        allowed(s.authorizer.authorize(with(WORKER, typed(&o, "call-3"))).await.unwrap().into_inner().decision)
+            .ticket
+            .expect("a ticket");
     s.authorizer.stop_session(with(GATEWAY, pb::StopSessionRequest { session_id: "s1".into() })).await.unwrap();
     let before = s.fixture.requests().len();
     let refused = s.act(type_with(&o, ticket.clone())).await.unwrap();

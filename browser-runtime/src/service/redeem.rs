@@ -2,9 +2,9 @@
 //! for the approved act's dispatch ticket, and each ticket's Stop read just before dispatch.
 
 use proto::v1 as gl;
+use std::time::Duration;
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
-use std::time::Duration;
 
 use tonic::{Request, Status};
 
