@@ -63,7 +63,7 @@ impl Tokens {
         Self::bearer(m, &self.profiles)
     }
 
-    fn gateway<T>(&self, m: T) -> tonic::Request<T> {
+    pub(crate) fn gateway<T>(&self, m: T) -> tonic::Request<T> {
         let mut r = Self::bearer(m, &self.gateway);
         r.metadata_mut().insert("x-principal-id", "owner".parse().expect("ascii"));
         r.metadata_mut().insert("x-owner-scopes", "approval.resolve,browser.grant.write".parse().expect("ascii"));

@@ -229,14 +229,14 @@ async fn keep_tree(store: PgStore) {
 }
 
 /// A migrated scratch database with the bare-insert table, dropped by [`Scratch::drop_now`].
-struct Scratch {
+pub(crate) struct Scratch {
     admin: tokio_postgres::Client,
-    name: String,
-    config: tokio_postgres::Config,
+    pub(crate) name: String,
+    pub(crate) config: tokio_postgres::Config,
 }
 
 impl Scratch {
-    async fn create(url: &str) -> Result<Self> {
+    pub(crate) async fn create(url: &str) -> Result<Self> {
         let admin = ops::connect(url).await?;
         let name = format!("grantctl_bench_{}", Uuid::new_v4().simple());
         admin.batch_execute(&format!("CREATE DATABASE {name}")).await.context("creating the scratch database")?;
@@ -254,7 +254,7 @@ impl Scratch {
         Ok(scratch)
     }
 
-    async fn drop_now(self) -> Result<()> {
+    pub(crate) async fn drop_now(self) -> Result<()> {
         self.admin
             .batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", self.name))
             .await
@@ -407,6 +407,7 @@ pub mod rebuild;
 
 pub mod act;
 pub mod harness;
+pub mod stop;
 pub mod waits;
 
 #[cfg(test)]

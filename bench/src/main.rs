@@ -63,6 +63,13 @@ enum BenchCmd {
         #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=9_000))]
         nodes: u64,
     },
+    /// The owner's Stop against acts in flight: two browser sessions click as fast as they may
+    /// while the Stop goes to the other authorizer replica; the time from its answer to the last
+    /// request the site sees (needs Chromium, chromedriver and the database).
+    Stop {
+        #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+        rounds: u64,
+    },
     /// The agent harness's own work for one step (the snapshot taken in, the prompt, the answer
     /// checked), without the model, the runtime or the authorizer.
     Harness {
@@ -153,6 +160,10 @@ async fn run(database: &Option<String>, command: BenchCmd) -> Result<()> {
         }
         BenchCmd::Act { iterations, nodes } => {
             println!("{}", bench::act::run(usize::try_from(iterations)?, usize::try_from(nodes)?).await?);
+        }
+        BenchCmd::Stop { rounds } => {
+            let url = database_url(database)?;
+            println!("{}", bench::stop::run(&url, usize::try_from(rounds)?).await?);
         }
         BenchCmd::Rebuild { events } => {
             let url = database_url(database)?;

@@ -24,6 +24,8 @@ pub struct Logged {
     pub body: String,
     /// The `Sec-Fetch-Dest` header: `document`, `iframe`, `image`…
     pub dest: String,
+    /// When its head was read.
+    pub at: std::time::Instant,
 }
 
 impl Logged {
@@ -182,6 +184,7 @@ async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
             target: target.clone(),
             body,
             dest: headers.get("sec-fetch-dest").cloned().unwrap_or_default(),
+            at: std::time::Instant::now(),
         };
         let page = lock(pages).get(&(host, entry.path().to_owned())).cloned();
         lock(log).push(entry);
