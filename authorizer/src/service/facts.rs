@@ -72,7 +72,9 @@ pub(super) fn unsealed(
         if accept_unsealed {
             return Ok((r, None));
         }
-        let why = "an Authorize carries the runtime's sealed facts of the element (its NodeFacts.sealed)";
+        // A worker of a release before sealed facts: refused, never decided on its own word.
+        let why = "an Authorize carries the runtime's sealed facts of the element (its NodeFacts.sealed): \
+                   a worker that sends none is of an older release; upgrade it";
         return Err(refusals.refuse(FACTS_NOT_SEALED, why.into()));
     };
     if r.element.is_some() || !r.page_url.is_empty() || !r.page_title.is_empty() {
@@ -134,7 +136,8 @@ pub(super) fn sealed_text(
         (false, Some(_)) => return Err(super::status::invalid("text", "is only for a type")),
         (true, None) if accept_unsealed => return Ok(None),
         (true, None) => {
-            let why = "a type carries the runtime's sealed text of its record field (its RecordText.sealed)";
+            let why = "a type carries the runtime's sealed text of its record field (its RecordText.sealed): \
+                       a worker that sends none is of an older release; upgrade it";
             return Err(refusals.refuse(FACTS_NOT_SEALED, why.into()));
         }
         (true, Some(sealed)) => sealed,

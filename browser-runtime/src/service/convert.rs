@@ -44,6 +44,10 @@ fn plain_status(e: SessionError) -> Status {
         e @ SessionError::PageRefused(_) => Status::failed_precondition(e.to_string()),
         e @ SessionError::Replayed(_) => Status::already_exists(e.to_string()),
         e @ SessionError::OutOfOrder(_) => Status::failed_precondition(e.to_string()),
+        SessionError::Older(m) => {
+            tracing::error!(error = %m, "a service runs an older release");
+            Status::failed_precondition(m)
+        }
         SessionError::Internal(m) => {
             tracing::error!(error = %m, "the runtime cannot act");
             Status::internal(m)

@@ -84,6 +84,12 @@ impl Redeem for AuthorizerRedeemer {
                 let within = Duration::from_millis(reply.dispatch_within_ms.into()).min(proto::DISPATCH_WINDOW);
                 Ok(Some(within).filter(|_| !reply.stopped))
             }
+            // An authorizer of the release before: the owner's Stop cannot be read there.
+            Err(s) if s.code() == tonic::Code::Unimplemented => Err(RedeemError::Older(
+                "the authorizer is of an older release (it cannot tell this runtime of the owner's Stop): \
+                 upgrade the authorizers before the runtimes; nothing is dispatched until then"
+                    .into(),
+            )),
             Err(s) => Err(refusal(&s, "ticket")),
         }
     }

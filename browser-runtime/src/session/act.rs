@@ -169,6 +169,7 @@ impl Session {
                     released!(Err(SessionError::Unavailable(format!("the owner's Stop could not be read: {m}"))))
                 }
                 Err(RedeemError::Refused(m)) => released!(Err(SessionError::Internal(m))),
+                Err(RedeemError::Older(m)) => released!(Err(SessionError::Older(m))),
             }
         }
 
@@ -329,6 +330,7 @@ impl Session {
                 Err(SessionError::Unavailable(format!("the approval token could not be redeemed: {m}")))
             }
             Err(RedeemError::Refused(m)) => Err(SessionError::Internal(m)),
+            Err(RedeemError::Older(m)) => Err(SessionError::Older(m)),
         }
     }
 

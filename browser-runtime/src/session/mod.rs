@@ -177,6 +177,9 @@ pub enum SessionError {
     /// The runtime's own configuration is wrong (its authorizer credential was refused).
     #[error("{0}")]
     Internal(String),
+    /// A service this one needs runs an older release: nothing was done until it is upgraded.
+    #[error("{0}")]
+    Older(String),
 }
 
 impl SessionError {
@@ -335,6 +338,9 @@ pub enum RedeemError {
     Unavailable(String),
     /// The authorizer refused the runtime itself (its credential): nothing was dispatched.
     Refused(String),
+    /// The authorizer is of an older release, without the call: nothing was dispatched until it
+    /// is upgraded (the release order puts it first).
+    Older(String),
 }
 
 #[derive(Debug)]
