@@ -147,3 +147,73 @@ pub fn stop(dir: &Path) -> Result<()> {
     let d = dir.to_str().context("cluster path is not UTF-8")?;
     run_tool(&bindir()?, "pg_ctl", &["-D", d, "-m", "fast", "-w", "stop"])
 }
+
+/// A primary and a synchronous streaming standby of it, in `dir/primary` and `dir/standby`,
+/// both started, for failover tests: answers their ports. A commit the primary acknowledges has
+/// reached the standby's disk. The standby runs without a standby of its own, so once promoted it
+/// commits alone. Whatever was in `dir` is wiped.
+pub fn start_replicated(dir: &Path) -> Result<(u16, u16)> {
+    if dir.exists() {
+        for node in ["primary", "standby"] {
+            let _ = stop_now(&dir.join(node));
+        }
+        fs::remove_dir_all(dir)?;
+    }
+    fs::create_dir_all(dir)?;
+    let dir = &dir.canonicalize()?;
+    let bin = bindir()?;
+    if is_root() {
+        let status = Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir).status()?;
+        if !status.success() {
+            bail!("chown of {} to postgres failed", dir.display());
+        }
+    }
+    let (primary, standby) = (dir.join("primary"), dir.join("standby"));
+    let (p, s) = (primary.to_str().context("not UTF-8")?, standby.to_str().context("not UTF-8")?);
+    run_tool(&bin, "initdb", &["-D", p, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "--locale=C"])?;
+    let free_port = || -> Result<u16> { Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()) };
+    let node_opts = |port: u16, d: &str| {
+        format!("-p {port} -c listen_addresses=127.0.0.1 -k {d} -c max_connections=200 -c fsync=off")
+    };
+    let primary_port = free_port()?;
+    // Quoted for the shell pg_ctl starts the server with: `*` is any standby.
+    let opts = format!("{} -c synchronous_commit=on -c \"synchronous_standby_names=*\"", node_opts(primary_port, p));
+    let log = format!("{p}/server.log");
+    run_tool(&bin, "pg_ctl", &["-D", p, "-o", &opts, "-l", &log, "-w", "-t", "60", "start"])?;
+    let port = primary_port.to_string();
+    run_tool(
+        &bin,
+        "pg_basebackup",
+        &["-D", s, "-h", "127.0.0.1", "-p", &port, "-U", "postgres", "-X", "stream", "-R"],
+    )?;
+    let standby_port = free_port()?;
+    let log = format!("{s}/server.log");
+    run_tool(&bin, "pg_ctl", &["-D", s, "-o", &node_opts(standby_port, s), "-l", &log, "-w", "-t", "60", "start"])?;
+    Ok((primary_port, standby_port))
+}
+
+/// SIGKILL to the server of the cluster in `dir`: no shutdown, no last write.
+pub fn kill(dir: &Path) -> Result<()> {
+    let pid_file = fs::read_to_string(dir.join("postmaster.pid")).context("the server's pid file")?;
+    let pid = pid_file.lines().next().context("an empty pid file")?.trim().to_owned();
+    let status = Command::new("kill").args(["-KILL", &pid]).status()?;
+    if !status.success() {
+        bail!("kill -KILL {pid} failed");
+    }
+    Ok(())
+}
+
+/// Promotes the standby in `dir` to a primary, and waits until it takes writes.
+pub fn promote(dir: &Path) -> Result<()> {
+    let d = dir.to_str().context("cluster path is not UTF-8")?;
+    run_tool(&bindir()?, "pg_ctl", &["-D", d, "-w", "-t", "60", "promote"])
+}
+
+/// Stops the server in `dir` at once, if it runs.
+pub fn stop_now(dir: &Path) -> Result<()> {
+    let d = dir.to_str().context("cluster path is not UTF-8")?;
+    if !dir.join("postmaster.pid").exists() {
+        return Ok(());
+    }
+    run_tool(&bindir()?, "pg_ctl", &["-D", d, "-m", "immediate", "-w", "stop"])
+}

@@ -9,6 +9,7 @@ pub mod http;
 pub mod lesson;
 pub mod model_stub;
 pub mod platform;
+pub mod replication;
 
 /// The dispatch-ticket keyring every test service shares: a fixed key, never a deployment's.
 pub const TICKET_KEYS: &str = "test 7468652074657374207375697465207469636b6574206b65793a20333220622e";
@@ -102,6 +103,17 @@ impl TestDb {
 
     async fn try_create() -> Result<Self> {
         let server_url = tokio::task::spawn_blocking(server_url).await??;
+        Self::create_on(server_url).await
+    }
+
+    /// A fresh, migrated database on the server(s) `server_url` names.
+    pub async fn on(server_url: String) -> Self {
+        let db = Self::create_on(server_url).await.expect("a database on the given server");
+        ops::migrate::run(&mut db.client().await).await.expect("migrated");
+        db
+    }
+
+    async fn create_on(server_url: String) -> Result<Self> {
         let admin = ops::connect(&server_url).await?;
         let name = format!("gl_test_{}", Uuid::new_v4().simple());
         admin.batch_execute(&format!("CREATE DATABASE {name}")).await.context("CREATE DATABASE")?;
@@ -118,9 +130,10 @@ impl TestDb {
 
     /// This database's URL, for a child process.
     pub fn url(&self) -> String {
-        let base = self.server_url.split_once('?').map_or(self.server_url.as_str(), |(b, _)| b);
+        let (base, query) = self.server_url.split_once('?').unwrap_or((self.server_url.as_str(), ""));
         let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
-        format!("{server}/{}", self.name)
+        let query = if query.is_empty() { String::new() } else { format!("?{query}") };
+        format!("{server}/{}{query}", self.name)
     }
 
     /// A plain connection to this database.

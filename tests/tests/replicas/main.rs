@@ -404,6 +404,7 @@ async fn events_of(db: &TestDb) -> i64 {
 }
 
 mod across;
+mod failover;
 mod races;
 mod retries;
 mod tenants;
