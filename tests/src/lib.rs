@@ -4,6 +4,7 @@
 
 pub mod browser;
 pub mod console;
+pub mod fault;
 pub mod gateway;
 pub mod http;
 pub mod lesson;

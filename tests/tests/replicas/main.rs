@@ -405,6 +405,7 @@ async fn events_of(db: &TestDb) -> i64 {
 
 mod across;
 mod failover;
+mod faults;
 mod races;
 mod retries;
 mod tenants;
