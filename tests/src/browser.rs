@@ -77,6 +77,8 @@ pub struct Stack<B: Backend + 'static = MemoryGrants> {
     /// The authorizer as served (its counters are the served one's).
     pub authorizer_service: AuthorizerService<B>,
     pub authorizer_port: u16,
+    /// The fault proxy the runtime reaches the authorizer through.
+    pub link: crate::fault::Proxy,
     pub runtime_port: u16,
     /// Where the authorizer's and the runtime's metrics are served.
     pub authorizer_metrics: std::net::SocketAddr,
@@ -179,13 +181,15 @@ impl<B: Backend + 'static> Stack<B> {
             let _ = stopped.await;
         }));
 
+        // The runtime's calls to the authorizer pass the kit's fault proxy (passing all by default).
+        let link = crate::fault::Proxy::start(([127, 0, 0, 1], authorizer_port).into()).await;
         let records = dir.join("records");
         let extra = serde_json::to_string(&[fixture.resolver_rule()]).expect("json");
         let env = [
             ("BROWSER_EXTRA_ARGS", extra),
             ("BROWSER_CA_BUNDLE", fixture.ca_bundle.display().to_string()),
             ("BROWSER_POOL_SIZE", pool.to_string()),
-            ("RUNTIME_AUTHORIZER_URL", format!("http://127.0.0.1:{authorizer_port}")),
+            ("RUNTIME_AUTHORIZER_URL", format!("http://127.0.0.1:{}", link.port)),
             ("RUNTIME_AUTHORIZER_TOKEN", RUNTIME.to_owned()),
             ("TASK_RECORDS_DIR", records.display().to_string()),
             ("BROWSER_CALL_TIMEOUT_SECONDS", "8".to_owned()),
@@ -213,6 +217,7 @@ impl<B: Backend + 'static> Stack<B> {
             served,
             authorizer_service,
             authorizer_port,
+            link,
             runtime_port,
             authorizer_metrics,
             runtime_metrics,
@@ -225,20 +230,6 @@ impl<B: Backend + 'static> Stack<B> {
             runtime_stop: Some((stop, serving)),
             _stops: stops,
         }
-    }
-
-    /// Stops the authorizer and waits until its port refuses connections: what the runtime
-    /// does from here it does on its own.
-    pub async fn stop_authorizer(&mut self) {
-        for stop in self._stops.drain(..) {
-            let _ = stop.send(());
-        }
-        let port = self.authorizer_port;
-        let (within, every) = (std::time::Duration::from_secs(10), std::time::Duration::from_millis(20));
-        crate::poll_until("the authorizer to stop", within, every, || async move {
-            tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err().then_some(())
-        })
-        .await;
     }
 
     /// Shuts the runtime down as Ctrl-C would, and waits until it has closed its browsers.
