@@ -96,3 +96,82 @@ async fn the_same_grant_id_in_two_tenants_is_two_grants() {
     assert_eq!(wa.grants[&grant_id].created.tenant_id, "tenant-a");
     assert_eq!(wb.grants[&grant_id].created.tenant_id, "tenant-b");
 }
+
+/// The sweep loop of a replica serving every tenant: one sweep (the replica's first; the next is
+/// ten minutes on) ends the expired grants of three tenants, each in its own tenant's log; one
+/// with time left stays live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_loop_ends_every_tenants_expired_grants() {
+    use grant_domain::catalogue::{SiteScope, TaskGrantCreated};
+    use ledger::{Metadata, TenantId};
+    use time::{Duration as Span, OffsetDateTime};
+    let db = TestDb::new().await;
+    let grants = authorizer::PgGrants::new(db.store(4));
+    let now = OffsetDateTime::now_utc();
+    let created = |tenant: &str, session: &str, grant_id: uuid::Uuid, expires_at: OffsetDateTime| {
+        Event::TaskGrantCreated(TaskGrantCreated {
+            grant_id,
+            approval_id: uuid::Uuid::new_v4(),
+            tenant_id: tenant.into(),
+            principal_id: "owner".into(),
+            session_id: session.into(),
+            profile_id: "p1".into(),
+            profile_generation: 0,
+            agent_version: "agent-7".into(),
+            policy_version: authorizer::policy::Policy::empty().version,
+            scope: SiteScope { origin: "https://www.lesson.test".into(), path_prefix: "/lesson".into() },
+            created_at: expires_at - Span::minutes(30),
+            expires_at,
+            max_actions: 200,
+            max_typed_chars: 4096,
+        })
+    };
+    // Each ran out a minute ago; one has half an hour left.
+    let mut due = Vec::new();
+    for tenant in ["tenant-a", "tenant-b", "tenant-c"] {
+        let grant_id = uuid::Uuid::new_v4();
+        let t = TenantId::new(tenant).unwrap();
+        grants
+            .commit(&t, &Metadata::by("owner"), &[created(tenant, "s1", grant_id, now - Span::minutes(1))])
+            .await
+            .unwrap();
+        due.push((tenant, grant_id));
+    }
+    let live = uuid::Uuid::new_v4();
+    let b = TenantId::new("tenant-b").unwrap();
+    grants
+        .commit(&b, &Metadata::by("owner"), &[created("tenant-b", "s2", live, now + Span::minutes(30))])
+        .await
+        .unwrap();
+
+    let _replica = Replica::start(&db, &[("SWEEP_INTERVAL_SECONDS", "600")]).await;
+    let client = db.client().await;
+    let ended = |tenant: &'static str, grant_id: uuid::Uuid| {
+        let client = &client;
+        async move {
+            let sql = "SELECT end_reason FROM active_task_grants WHERE tenant_id = $1 AND grant_id = $2";
+            client.query_one(sql, &[&tenant, &grant_id]).await.unwrap().get::<_, Option<String>>(0)
+        }
+    };
+    for (tenant, grant_id) in due {
+        let reason = tests::poll_until(
+            "the sweep to end the grant",
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            || ended(tenant, grant_id),
+        )
+        .await;
+        assert_eq!(reason, "expired", "{tenant}");
+        // Ended in its own tenant's log, by the authorizer.
+        let by: String = client
+            .query_one(
+                "SELECT tenant_id FROM events WHERE event_type = 'browser.task_grant.ended' AND payload->>'grant_id' = $1",
+                &[&grant_id.to_string()],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(by, tenant);
+    }
+    assert_eq!(ended("tenant-b", live).await, None, "a grant with time left was ended");
+}
