@@ -533,3 +533,40 @@ async fn the_owner_takes_the_live_tab_over() {
     assert!(l.stack.served.session_ids().is_empty(), "the owner's Done closes the browser session");
     owner.close().await;
 }
+
+/// With task permissions turned off by the operator, a card offers only its one act ("Press Next
+/// once") and Deny, and says nothing of a permission for the task; its act happens once.
+#[tokio::test]
+async fn a_card_with_task_permissions_off_offers_allow_once_only() {
+    use authorizer::domain::Command;
+    use authorizer::scopes::{TaskGrantSettings, parse_scopes};
+    let mut l = lesson().await;
+    let off = TaskGrantSettings { enabled: false, scopes: parse_scopes("https://www.lesson.test/lesson").unwrap() };
+    l.stack.authorizer_service.authority().execute(Command::ChangeSettings(off), "operator").await.unwrap();
+    let mut owner = Owner::start("a_card_with_task_permissions_off_offers_allow_once_only", 420).await;
+    owner.open(&l.sign_in_link().await).await;
+    owner.press("main", "Sign in as owner").await;
+    owner.read_until("#who", "the signed-in owner", |t| t.contains("Signed in as owner")).await;
+
+    let model = Scripted::new()
+        .then(|_| snapshot())
+        .then(|v| on_named(v, "click", "Next", false, json!({})))
+        .then(|v| on_named(v, "request_approval", "Next", false, json!({})))
+        .then(|v| {
+            let token = agent::model::token_in(v.last_result).expect("the approval's token");
+            on_named(v, "click", "Next", false, json!({ "approval_token": token }))
+        })
+        .then(|_| escalate("the lesson's second page is as far as this goes"));
+    let running = l.run("run-off", model).await;
+    let card = owner.read_until("#cards", "the card", |t| t.contains("Press Next once")).await;
+    owner.shot("card-with-permissions-off").await;
+    assert!(card.contains("Deny") && card.contains("https://www.lesson.test/lesson/1"), "{card}");
+    assert!(!card.contains("for this task") && !card.contains("30 minutes"), "a task permission was offered:\n{card}");
+    owner.press("#cards", "Press Next once").await;
+    let outcome = running.await.unwrap();
+    assert_eq!(outcome.end.reason(), "uncertain", "{}", outcome.log.join("\n"));
+    let visited: Vec<String> = l.stack.fixture.requests().iter().map(|r| r.path().to_owned()).collect();
+    assert_eq!(visited.iter().filter(|p| *p == "/lesson/2").count(), 1, "{visited:?}");
+    owner.read_until("#cards", "nothing waiting", |t| t == "Nothing is waiting for you.").await;
+    owner.shot("allowed-once").await;
+}
