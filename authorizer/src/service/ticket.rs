@@ -1,5 +1,6 @@
 //! Dispatch tickets: every allow, sealed for the one act it allows. The runtime dispatches
-//! nothing without one, checks it on its own (no round trip), and dispatches it at most once.
+//! nothing without one, checks it on its own, asks `CheckStop` last for the owner's Stop, and
+//! dispatches it at most once.
 
 use grant_domain::catalogue::{AuthorizationKind, BoundAction};
 use proto::ticket::Keyring;
