@@ -39,6 +39,8 @@ pub struct GatewayStack {
     /// The two gateway replicas' ports; replica `i` calls authorizer replica `i`.
     pub gateways: [u16; 2],
     pub authorizers: [Channel; 2],
+    /// The authorizer replicas' ports.
+    pub authorizer_ports: [u16; 2],
     pub tenants: HashMap<String, TenantTokens>,
     _stops: Vec<tokio::sync::oneshot::Sender<()>>,
 }
@@ -105,6 +107,7 @@ impl GatewayStack {
             db,
             gateways: [gateways[0], gateways[1]],
             authorizers: [authorizers[0].clone(), authorizers[1].clone()],
+            authorizer_ports: [authorizer_ports[0], authorizer_ports[1]],
             tenants,
             _stops: stops,
         }

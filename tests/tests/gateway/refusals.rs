@@ -336,3 +336,56 @@ async fn the_route_census_with_the_flag_on_and_off() {
     let r = s.call(0, "POST", "/v1/stop-everything").bearer(&other).send().await;
     assert_eq!((r.status, r.json()["sessions"].clone()), (200, json!(0)), "owner-b has nothing to stop: {r:?}");
 }
+
+/// The owner's answer through a gateway whose link to the authorizer fails: held and cut before
+/// it arrives, or cut after the authorizer took it. Each answer is settled or typed (unavailable,
+/// or an outcome to look up), and the owner's retry through a sound gateway settles the card
+/// exactly once, as the owner answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_over_a_failing_link_is_typed_and_settles_once() {
+    use tests::fault::{Fault, Proxy};
+    let mut s = GatewayStack::start(10_000).await;
+    let (_, owner) = s.token(ON, "owner-a", ALL).await;
+    let proxy = Proxy::start(([127, 0, 0, 1], s.authorizer_ports[0]).into()).await;
+    let faulty = s.gateway_to(&format!("http://127.0.0.1:{}", proxy.port)).await;
+    for (n, (hold, cut_after)) in
+        [(Duration::from_secs(2), Duration::from_millis(200)), (Duration::from_millis(300), Duration::from_millis(450))]
+            .into_iter()
+            .enumerate()
+    {
+        let session = format!("s{n}");
+        s.session(ON, "owner-a", &session).await;
+        let (card, _) = s.card(ON, "owner-a", &session).await;
+        let resolve = format!("/v1/approvals/{card}/resolve");
+        proxy.set(Fault::Delay(hold));
+        let answer = Call::new(faulty, "POST", &resolve).bearer(&owner).json(&resolve_body("approve_once")).send();
+        // The fault's moment: held in the proxy, or the reply held after the authorizer answered.
+        let (r, ()) = tokio::join!(answer, async {
+            tokio::time::sleep(cut_after).await;
+            proxy.cut();
+        });
+        proxy.set(Fault::None);
+        // Settled by the gateway's own retry, or typed for the owner to retry.
+        assert!(
+            r.status == 200 || matches!((r.status, r.code().as_str()), (503, "unavailable") | (504, "outcome_unknown")),
+            "case {n}: {r:?}"
+        );
+        // The owner answers again through a sound replica: the card is approved once.
+        let again = s.call(1, "POST", &resolve).bearer(&owner).json(&resolve_body("approve_once")).send().await;
+        assert!(matches!(again.status, 200 | 409), "case {n}: {again:?}");
+        let got = s.call(1, "GET", &format!("/v1/approvals/{card}")).bearer(&owner).send().await;
+        assert_eq!(got.json()["status"], "APPROVED", "case {n}: {got:?}");
+        let resolved: i64 = s
+            .db
+            .client()
+            .await
+            .query_one(
+                "SELECT count(*) FROM events WHERE event_type = 'approval.resolved' AND payload->>'approval_id' = $1",
+                &[&card],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(resolved, 1, "case {n}: the card was resolved {resolved} times");
+    }
+}
