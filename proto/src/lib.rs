@@ -46,10 +46,15 @@ pub fn method_paths(service: &str) -> Vec<String> {
 /// (`grant_domain`'s `SESSION_STOPPED`, held to this by a test).
 pub const DENY_SESSION_STOPPED: &str = "session_stopped";
 
-/// How long after its `CheckStop` began an act may still start. The authorizer answers a Stop
-/// (and a revoke or a delete) only this long after recording it, so an act whose check read no
-/// Stop has started, or will not, by the time the owner sees the answer.
-pub const DISPATCH_WINDOW: std::time::Duration = std::time::Duration::from_millis(500);
+/// How long after its `CheckStop` began an act's first input may still start; later, the
+/// runtime checks again.
+pub const DISPATCH_WINDOW: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// How long the authorizer holds its answer to a Stop (and a revoke or a delete) after recording
+/// it: twice the window, so that an act whose check read no Stop has started, or never will, by
+/// the time the owner sees the answer, with room for the two services' clocks to run at rates a
+/// little apart.
+pub const STOP_SETTLE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// On a runtime's error status for a failure the tool contract names (a dialog, a browser
 /// restarted clean, a page that moved or broke the read): the contract's code, and `true` or

@@ -286,12 +286,21 @@ impl State<'_> {
 }
 
 impl State<'_> {
-    /// The run's end when the owner has stopped the agent in its chat: read before every read of
-    /// the page, so a run that only observes ends at its next call too.
+    /// The run's end when the owner has stopped the agent in its chat: read before every call, so
+    /// a run that only observes ends at its next call too.
     pub(super) async fn stop_read(&mut self) -> Result<Option<End>, RunError> {
         let req = pb::CheckStopRequest { session_id: self.task.chat_session.clone(), ticket: None };
-        let reply = timed!(self.time.authorizer, self.clients.authorizer.check_stop(self.clients.req(req)).await)
-            .map_err(RunError::Authorizer)?;
+        let reply = match timed!(self.time.authorizer, self.clients.authorizer.check_stop(self.clients.req(req)).await)
+        {
+            Ok(r) => r,
+            // An authorizer of the release before this worker's: the roll order was not kept.
+            Err(s) if s.code() == tonic::Code::Unimplemented => {
+                return Err(RunError::Authorizer(tonic::Status::failed_precondition(
+                    "the authorizer is of an older release (it has no CheckStop): upgrade the authorizers before the workers",
+                )));
+            }
+            Err(s) => return Err(RunError::Authorizer(s)),
+        };
         Ok(reply.into_inner().stopped.then(stopped))
     }
 }

@@ -249,7 +249,9 @@ impl State<'_> {
 impl State<'_> {
     /// Carries out one call that passed the rules; `Some` when it ends the run.
     async fn carry(&mut self, call: Call) -> Result<Option<End>, RunError> {
-        if matches!(call, Call::Snapshot | Call::Screenshot)
+        // Every call but an escalation reads the owner's Stop first: a read of the page (a
+        // snapshot, a screenshot, an act's form read back) is not made for a stopped chat.
+        if !matches!(call, Call::Escalate { .. })
             && let Some(end) = self.stop_read().await?
         {
             return Ok(Some(end));

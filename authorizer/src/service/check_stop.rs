@@ -31,24 +31,32 @@ impl<B: Backend + 'static> AuthorizerService<B> {
                 if !r.session_id.is_empty() && r.session_id != body.session_id {
                     return Err(invalid("session_id", "is empty or the ticket's session"));
                 }
-                let decided = OffsetDateTime::from_unix_timestamp_nanos(i128::from(body.decided_ms) * 1_000_000)
-                    .map_err(|_| invalid("ticket", "has no decision time"))?;
+                let ms = |ms: i64| OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok();
+                let (Some(decided), Some(not_after)) = (ms(body.decided_ms), ms(body.not_after_ms)) else {
+                    return Err(invalid("ticket", "has no decision time or end"));
+                };
                 // A ticket that names a task grant (every grant allow's does) is spent only while
-                // that grant is the session's live one.
+                // that grant is the session's live one and has time left.
                 let grant = match body.authorization_kind == AuthorizationKind::BrowserTaskGrant.code() {
                     true if !body.grant_id.is_empty() => {
                         Some(body.grant_id.parse::<uuid::Uuid>().map_err(|_| invalid("ticket", "names no grant"))?)
                     }
                     _ => None,
                 };
+                let now = OffsetDateTime::now_utc();
+                // The Stop's time against the decision's: both from the replicas' clocks, as a
+                // card's token is held to the Stop (see ARCHITECTURE.md's invariants).
                 authority
                     .read(Need::SessionGrant(&body.session_id), |w| {
-                        w.sessions.get(&body.session_id).is_none_or(|s| {
-                            s.deleted
-                                || s.stopped
-                                || s.stopped_at.is_some_and(|at| at >= decided)
-                                || grant.is_some_and(|g| s.active_grant != Some(g))
-                        })
+                        let session = w.sessions.get(&body.session_id);
+                        let grant_over = |g: uuid::Uuid| {
+                            session.is_none_or(|s| s.active_grant != Some(g))
+                                || w.grants.get(&g).is_none_or(|live| live.created.expires_at <= now)
+                        };
+                        not_after <= now
+                            || session
+                                .is_none_or(|s| s.deleted || s.stopped || s.stopped_at.is_some_and(|at| at >= decided))
+                            || grant.is_some_and(grant_over)
                     })
                     .await
                     .map_err(status)?
@@ -72,11 +80,11 @@ impl<B: Backend + 'static> AuthorizerService<B> {
     }
 }
 
-/// What a Stop, a revoke or a delete answers, once its dispatch window has passed: an act whose
-/// `CheckStop` read the state before it was written has started by then, or never will.
+/// What a Stop, a revoke or a delete answers, once [`proto::STOP_SETTLE`] has passed: an act
+/// whose `CheckStop` read the state before it was written has started by then, or never will.
 pub(super) async fn settled<T>(reply: Result<T, Status>) -> Result<T, Status> {
     if reply.is_ok() {
-        tokio::time::sleep(proto::DISPATCH_WINDOW).await;
+        tokio::time::sleep(proto::STOP_SETTLE).await;
     }
     reply
 }

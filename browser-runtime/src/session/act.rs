@@ -150,15 +150,14 @@ impl Session {
         }
 
         // The owner's Stop is read last, by the authorizer: a ticket from before a Stop, a revoke
-        // or a delete is never spent after it. The input starts within the window counted from
-        // the check's start, which the owner's answer to a Stop waits out.
+        // or a delete is never spent after it. The first input must start within the window
+        // counted from the check's start (`send` holds it to that); the owner's answer to a Stop
+        // waits out twice the window.
+        let mut deadline = None;
         if let Some(t) = &ticketed {
             let asked = std::time::Instant::now();
             match allow.redeemer.check_stop(&t.sealed).await {
-                Ok(Some(within)) if asked.elapsed() < within => {}
-                Ok(Some(_)) => released!(Err(SessionError::Unavailable(
-                    "the authorizer's answer came after the dispatch window: act again".into()
-                ))),
+                Ok(Some(within)) => deadline = Some(asked + within),
                 Ok(None) => released!(Ok(refuse(
                     Code::ApprovalRequired,
                     "the owner stopped the agent or ended the permission since this was allowed: authorize the act again"
@@ -178,13 +177,25 @@ impl Session {
         // its deadline passed) can never be replayed into a second act.
         let sequence = self.applied + 1;
         self.applied = sequence;
-        self.snapshot = None;
+        let voided = self.snapshot.take();
         if let Some(t) = &ticketed {
             self.spent.insert(t.ticket_id.clone());
         }
         let dispatched = ActOutcome { code: Code::Ok, dispatched: true, ..refuse(Code::Ok, String::new()) };
-        match self.send(input, &client, &element, &live, text, config).await {
+        match self.send(input, &client, &element, &live, text, deadline, config).await {
             Sent::Done => {}
+            // Past the window before any input: nothing was sent, and the same act may be
+            // checked again (its sequence, ticket and snapshot unspent).
+            Sent::Late => {
+                self.applied = sequence - 1;
+                self.snapshot = voided;
+                if let Some(t) = &ticketed {
+                    self.spent.remove(&t.ticket_id);
+                }
+                released!(Err(SessionError::Unavailable(
+                    "the input could not start within the dispatch window of the owner's Stop check: act again".into()
+                )));
+            }
             // The browser did not act: the sequence is not spent.
             Sent::NotActed(refusal) => {
                 self.applied = sequence - 1;
@@ -342,10 +353,17 @@ impl Session {
         element: &ElementRef,
         live: &NodeRead,
         text: Option<String>,
+        deadline: Option<std::time::Instant>,
         config: &BrowserConfig,
     ) -> Sent {
         let refuse = |code: Code, detail: String| refused(input, code, detail);
+        // Checked right before the act's first input command, never between its commands: an
+        // act that started before the Stop's answer is finished, not cut in half.
+        let late = || deadline.is_some_and(|d| std::time::Instant::now() >= d);
         let el = Element::from_element_id(client.clone(), element.clone());
+        if late() {
+            return Sent::Late;
+        }
         let sent = match &input.action {
             ActAction::Click => el.click().await,
             ActAction::Type { field_id } => {
@@ -380,6 +398,8 @@ impl Session {
                     return get.call(arguments[0])[arguments[1]] || null;";
                 let arg = serde_json::to_value(&el).unwrap_or_default();
                 match client.execute(PICK, vec![arg, json!(index)]).await {
+                    // The option was only found: the click below is the first input.
+                    Ok(_) if late() => return Sent::Late,
                     // Choosing through the option itself fires the page's input and change events.
                     Ok(v) => match page::element_ref(&v) {
                         Some(id) => Element::from_element_id(client.clone(), id).click().await,
@@ -472,6 +492,8 @@ enum Sent {
     Unknown(SessionError),
     /// Refused before any input.
     Failed(SessionError),
+    /// Not sent: the dispatch window had passed before the first input.
+    Late,
 }
 
 /// How the guard holds an act: a click's centre, a key's focus, a select's hold, or nothing.

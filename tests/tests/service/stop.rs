@@ -103,3 +103,76 @@ async fn a_card_of_a_stopped_session_is_not_approved() {
     assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
     assert_eq!(reason(&err), "APPROVAL_NOT_PENDING", "the stop denied it: {err:?}");
 }
+
+/// `CheckStop`, the runtime's last read before a dispatch and the worker's before a read: a ticket
+/// of the session decided before its Stop is refused even once the owner writes again, one
+/// decided after is not; a ticket of another tenant, a runtime naming another session, a worker
+/// sending a ticket, a runtime sending none, another owner's session and a deleted session are
+/// each refused or read as stopped, and none of it writes anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_stop_reads_the_owners_stop_and_trusts_nothing_else() {
+    let Served { mut client, position, _stop, .. } = start_in_process(MemoryGrants::default()).await;
+    session(&mut client).await;
+    let keys = tests::ticket_keys();
+    let ms = |t: time::OffsetDateTime| i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap();
+    let sealed = |tenant: &str, session: &str, decided: time::OffsetDateTime| {
+        keys.seal(&pb::TicketBody {
+            ticket_id: "t1".into(),
+            tenant_id: tenant.into(),
+            principal_id: "owner".into(),
+            session_id: session.into(),
+            authorization_kind: "approval".into(),
+            decided_ms: ms(decided),
+            not_after_ms: ms(decided + time::Duration::seconds(60)),
+            ..Default::default()
+        })
+    };
+    let check =
+        |ticket: Option<pb::DispatchTicket>, session: &str| pb::CheckStopRequest { session_id: session.into(), ticket };
+    let runtime = |m| with_role(Role::Runtime, "owner", m);
+    let worker = |m| with_role(Role::Worker, "owner", m);
+    let before = sealed(TENANT, "s1", time::OffsetDateTime::now_utc());
+    let at = position();
+    let ok = client.check_stop(runtime(check(Some(before.clone()), ""))).await.unwrap().into_inner();
+    assert!(!ok.stopped && ok.dispatch_within_ms == 250, "{ok:?}");
+    assert!(!client.check_stop(worker(check(None, "s1"))).await.unwrap().into_inner().stopped);
+
+    // Nothing but the ticket's own session, tenant and seal is believed.
+    let cases = [
+        (
+            "another tenant's ticket",
+            runtime(check(Some(sealed("tenant-2", "s1", time::OffsetDateTime::now_utc())), "")),
+        ),
+        ("another session named", runtime(check(Some(before.clone()), "s2"))),
+        ("a worker with a ticket", worker(check(Some(before.clone()), "s1"))),
+        ("a runtime with none", runtime(check(None, "s1"))),
+    ];
+    for (case, request) in cases {
+        let e = client.check_stop(request).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{case}: {e:?}");
+    }
+    let theirs = client.check_stop(with_role(Role::Worker, "intruder", check(None, "s1"))).await.unwrap_err();
+    assert_eq!(theirs.code(), Code::NotFound, "another owner's session does not exist for them");
+    let mut forged = before.clone();
+    forged.mac[0] ^= 1;
+    assert_eq!(client.check_stop(runtime(check(Some(forged), ""))).await.unwrap_err().code(), Code::InvalidArgument);
+    assert_eq!(position(), at, "a check writes nothing");
+
+    // The owner's Stop: read as stopped; once the owner writes again, the ticket from before it
+    // stays void and one decided after is good.
+    client.stop_session(owner(pb::StopSessionRequest { session_id: "s1".into() })).await.unwrap();
+    assert!(client.check_stop(runtime(check(Some(before.clone()), ""))).await.unwrap().into_inner().stopped);
+    assert!(client.check_stop(worker(check(None, "s1"))).await.unwrap().into_inner().stopped);
+    let said = pb::RecordMessageRequest { session_id: "s1".into(), message_id: "m2".into(), from_owner: true };
+    client.record_message(owner(said)).await.unwrap();
+    let still = client.check_stop(runtime(check(Some(before), ""))).await.unwrap().into_inner();
+    assert!(still.stopped && still.dispatch_within_ms == 0, "a ticket from before the Stop: {still:?}");
+    let after = sealed(TENANT, "s1", time::OffsetDateTime::now_utc());
+    assert!(!client.check_stop(runtime(check(Some(after.clone()), ""))).await.unwrap().into_inner().stopped);
+    assert!(!client.check_stop(worker(check(None, "s1"))).await.unwrap().into_inner().stopped);
+
+    // A deleted chat: every ticket of it is void, and it exists for no worker.
+    client.delete_session(owner(pb::DeleteSessionRequest { session_id: "s1".into() })).await.unwrap();
+    assert!(client.check_stop(runtime(check(Some(after), ""))).await.unwrap().into_inner().stopped);
+    assert_eq!(client.check_stop(worker(check(None, "s1"))).await.unwrap_err().code(), Code::NotFound);
+}
