@@ -346,6 +346,7 @@ impl Session {
     }
 
     /// The act's own input to the live element, and what became of it.
+    #[allow(clippy::too_many_arguments)] // the act, the live node, its text and its deadline
     async fn send(
         &mut self,
         input: &ActInput,

@@ -84,10 +84,10 @@ async fn spend_under(fault: &str, session: &str) {
     let mut ticks = 0u32;
     while !workers.iter().all(tokio::task::JoinHandle::is_finished) {
         match fault {
-            "cut" if ticks % 3 == 0 => proxies.iter().for_each(Proxy::cut),
+            "cut" if ticks.is_multiple_of(3) => proxies.iter().for_each(Proxy::cut),
             "delay" => proxies.iter().for_each(|p| p.set(Fault::Delay(Duration::from_millis(5)))),
             // Every connection cut and new ones refused for 160 ms, then open for 240 ms.
-            "refuse" if ticks % 10 == 0 => proxies.iter().for_each(|p| {
+            "refuse" if ticks.is_multiple_of(10) => proxies.iter().for_each(|p| {
                 p.set(Fault::Refuse);
                 p.cut();
             }),
