@@ -161,7 +161,7 @@ pub const SETTINGS: &[Setting] = &[
         "RUNTIME_AUTHORIZER_URL",
         Runtime,
         None,
-        "Where approval tokens are redeemed: `https://host:port`, or `http://` on loopback only. Set together with `RUNTIME_AUTHORIZER_TOKEN`.",
+        "Required: where the runtime reads the owner's Stop before every act and redeems approval tokens: `https://host:port`, or `http://` on loopback only. Set together with `RUNTIME_AUTHORIZER_TOKEN`.",
     ),
     s("RUNTIME_AUTHORIZER_CA", Runtime, None, "The CA (PEM) the authorizer's certificate is checked against."),
     s("RUNTIME_AUTHORIZER_TOKEN", Runtime, None, "The `runtime` credential of the tenant it serves."),

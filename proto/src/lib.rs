@@ -48,13 +48,13 @@ pub const DENY_SESSION_STOPPED: &str = "session_stopped";
 
 /// How long after its `CheckStop` began an act's first input may still start; later, the
 /// runtime checks again.
-pub const DISPATCH_WINDOW: std::time::Duration = std::time::Duration::from_millis(250);
+pub const DISPATCH_WINDOW: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// How long the authorizer holds its answer to a Stop (and a revoke or a delete) after recording
 /// it: twice the window, so that an act whose check read no Stop has started, or never will, by
 /// the time the owner sees the answer, with room for the two services' clocks to run at rates a
 /// little apart.
-pub const STOP_SETTLE: std::time::Duration = std::time::Duration::from_millis(500);
+pub const STOP_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// On a runtime's error status for a failure the tool contract names (a dialog, a browser
 /// restarted clean, a page that moved or broke the read): the contract's code, and `true` or

@@ -15,6 +15,7 @@ use authorizer::service::AuthorizerService;
 use authorizer::{Authority, MemoryGrants};
 use credentials::{Credentials, Role};
 use prost::Message;
+use proto::runtime as rt;
 use proto::v1 as pb;
 use tonic::Code;
 use tonic::transport::Channel;
@@ -24,8 +25,11 @@ const GATEWAY: &str = "glc_00000000000000000000000000000000000000000000000000000
 const RUNTIME: &str = "glc_000000000000000000000000000000000000000000000000000000000000c0a3";
 const TENANT: &str = "tenant-1";
 
+/// The last release cut (as `scripts/check-wire` names it).
+const RELEASE: &str = "release-1";
+
 fn golden(name: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("golden/release-1").join(format!("{name}.bin"))
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("golden").join(RELEASE).join(format!("{name}.bin"))
 }
 
 /// The previous release's requests, in the order a run sends them: the worker opens the chat and
@@ -73,6 +77,50 @@ fn requests() -> Vec<(&'static str, Vec<u8>)> {
         ..Default::default()
     };
     let stop = pb::StopSessionRequest { session_id: "s1".into() };
+    let redeem = pb::RedeemTokenRequest {
+        approval_token: format!("apv_{}", "0".repeat(24)),
+        run_id: "run-1".into(),
+        snapshot_id: "snap_000000000001".into(),
+        node_ref: "n1".into(),
+        action: Some(pb::Action { kind: pb::ActionKind::Click as i32, ..Default::default() }),
+        browser_profile_id: "p1".into(),
+        element_role: "link".into(),
+        element_name: "Next".into(),
+        page_origin: "https://www.lesson.test".into(),
+        ..Default::default()
+    };
+    let resolve = pb::ResolveApprovalRequest {
+        approval_id: "00000000-0000-4000-8000-000000000001".into(),
+        resolution: pb::Resolution::ApproveOnce as i32,
+        ..Default::default()
+    };
+    // What a worker of the release sends the runtime: read by this release's runtime as it was.
+    let open = rt::OpenSessionRequest {
+        browser_profile_id: "p1".into(),
+        allowed_origins: vec!["https://www.lesson.test".into()],
+        start_url: "https://www.lesson.test/lesson/1".into(),
+        max_steps: 50,
+    };
+    let observe = rt::ObserveRequest { session_id: "bs_000000000000000000000001".into(), run_id: "run-1".into() };
+    let act = rt::ActRequest {
+        session_id: "bs_000000000000000000000001".into(),
+        sequence: 1,
+        run_id: "run-1".into(),
+        snapshot_id: "snap_000000000001".into(),
+        r#ref: "n1".into(),
+        expected_name: "Next".into(),
+        expected_role: rt::Role::Link as i32,
+        wait_for: rt::WaitFor::Navigation as i32,
+        ticket: Some(pb::DispatchTicket { key_id: "k1".into(), body: vec![1, 2, 3], mac: vec![0; 32] }),
+        action: Some(rt::act_request::Action::Click(rt::Click {})),
+        ..Default::default()
+    };
+    let read_form = rt::ReadFormRequest {
+        session_id: "bs_000000000000000000000001".into(),
+        snapshot_id: "snap_000000000001".into(),
+        r#ref: "n1".into(),
+        run_id: "run-1".into(),
+    };
     vec![
         ("CreateSession", chat.encode_to_vec()),
         ("RecordMessage", message.encode_to_vec()),
@@ -81,6 +129,12 @@ fn requests() -> Vec<(&'static str, Vec<u8>)> {
         ("ListApprovals", cards.encode_to_vec()),
         ("Authorize.unsealed", unsealed.encode_to_vec()),
         ("StopSession", stop.encode_to_vec()),
+        ("RedeemToken", redeem.encode_to_vec()),
+        ("ResolveApproval", resolve.encode_to_vec()),
+        ("runtime.OpenSession", open.encode_to_vec()),
+        ("runtime.Observe", observe.encode_to_vec()),
+        ("runtime.Act", act.encode_to_vec()),
+        ("runtime.ReadForm", read_form.encode_to_vec()),
     ]
 }
 
@@ -136,11 +190,27 @@ async fn the_previous_releases_requests_are_answered_as_the_policy_says() {
     assert!(refused.message().contains("upgrade it"), "{refused:?}");
     let cards = tests::as_owner(GATEWAY, "owner", released::<pb::ListApprovalsRequest>("ListApprovals"));
     assert!(a.list_approvals(cards).await.unwrap().into_inner().approvals.is_empty(), "no card was asked");
+    // A token or a card that does not exist: typed refusals, as release 1 answered them.
+    let redeemed = a.redeem_token(tests::bearer(RUNTIME, released::<pb::RedeemTokenRequest>("RedeemToken"))).await;
+    assert_eq!(redeemed.map(drop).unwrap_err().code(), Code::PermissionDenied);
+    let resolve = tests::as_owner(GATEWAY, "owner", released::<pb::ResolveApprovalRequest>("ResolveApproval"));
+    assert_eq!(a.resolve_approval(resolve).await.map(drop).unwrap_err().code(), Code::NotFound);
     let stop = tests::as_owner(GATEWAY, "owner", released::<pb::StopSessionRequest>("StopSession"));
     a.stop_session(stop).await.expect("served");
     // This release's own call, on the chat the released requests made.
     let check = pb::CheckStopRequest { session_id: "s1".into(), ticket: None };
     assert!(a.check_stop(tests::bearer(WORKER, check)).await.unwrap().into_inner().stopped);
+}
+
+/// What a worker of the release sends the runtime decodes as it did: no field dropped,
+/// renumbered or retyped (the runtime's answers are held by the browser suites).
+#[test]
+fn the_previous_releases_runtime_requests_decode_unchanged() {
+    released::<rt::OpenSessionRequest>("runtime.OpenSession");
+    released::<rt::ObserveRequest>("runtime.Observe");
+    let act = released::<rt::ActRequest>("runtime.Act");
+    assert!(act.ticket.is_some() && matches!(act.action, Some(rt::act_request::Action::Click(_))));
+    released::<rt::ReadFormRequest>("runtime.ReadForm");
 }
 
 /// A runtime of this release in front of an authorizer of the previous one (which has no

@@ -151,51 +151,61 @@ impl Session {
 
         // The owner's Stop is read last, by the authorizer: a ticket from before a Stop, a revoke
         // or a delete is never spent after it. The first input must start within the window
-        // counted from the check's start (`send` holds it to that); the owner's answer to a Stop
-        // waits out twice the window.
-        let mut deadline = None;
-        if let Some(t) = &ticketed {
-            let asked = std::time::Instant::now();
-            match allow.redeemer.check_stop(&t.sealed).await {
-                Ok(Some(within)) => deadline = Some(asked + within),
-                Ok(None) => released!(Ok(refuse(
-                    Code::ApprovalRequired,
-                    "the owner stopped the agent or ended the permission since this was allowed: authorize the act again"
-                        .into()
-                ))),
-                Err(RedeemError::Invalid(m)) => released!(Ok(refuse(Code::ApprovalTokenInvalid, m))),
-                Err(RedeemError::Unavailable(m)) => {
-                    released!(Err(SessionError::Unavailable(format!("the owner's Stop could not be read: {m}"))))
-                }
-                Err(RedeemError::Refused(m)) => released!(Err(SessionError::Internal(m))),
-                Err(RedeemError::Older(m)) => released!(Err(SessionError::Older(m))),
-            }
-        }
-
-        // Dispatch: the act's own input, and nothing else. The sequence is spent and the snapshot
-        // voided before any input is sent, so that a call cancelled from here on (its client gone,
-        // its deadline passed) can never be replayed into a second act.
-        let sequence = self.applied + 1;
-        self.applied = sequence;
-        let voided = self.snapshot.take();
-        if let Some(t) = &ticketed {
-            self.spent.insert(t.ticket_id.clone());
-        }
+        // counted from the check's start (`send` holds it to that; a check answered too late is
+        // made again, a few times); the owner's answer to a Stop waits out twice the window.
         let dispatched = ActOutcome { code: Code::Ok, dispatched: true, ..refuse(Code::Ok, String::new()) };
-        match self.send(input, &client, &element, &live, text, deadline, config).await {
-            Sent::Done => {}
-            // Past the window before any input: nothing was sent, and the same act may be
-            // checked again (its sequence, ticket and snapshot unspent).
-            Sent::Late => {
-                self.applied = sequence - 1;
-                self.snapshot = voided;
-                if let Some(t) = &ticketed {
-                    self.spent.remove(&t.ticket_id);
+        let mut checks = 0;
+        let (sequence, sent) = loop {
+            checks += 1;
+            let mut deadline = None;
+            if let Some(t) = &ticketed {
+                let asked = std::time::Instant::now();
+                match allow.redeemer.check_stop(&t.sealed).await {
+                    Ok(Some(within)) => deadline = Some(asked + within),
+                    Ok(None) => released!(Ok(refuse(
+                        Code::ApprovalRequired,
+                        "the owner stopped the agent or ended the permission since this was allowed: authorize the act again"
+                            .into()
+                    ))),
+                    Err(RedeemError::Invalid(m)) => released!(Ok(refuse(Code::ApprovalTokenInvalid, m))),
+                    Err(RedeemError::Unavailable(m)) => {
+                        released!(Err(SessionError::Unavailable(format!("the owner's Stop could not be read: {m}"))))
+                    }
+                    Err(RedeemError::Refused(m)) => released!(Err(SessionError::Internal(m))),
+                    Err(RedeemError::Older(m)) => released!(Err(SessionError::Older(m))),
                 }
-                released!(Err(SessionError::Unavailable(
-                    "the input could not start within the dispatch window of the owner's Stop check: act again".into()
-                )));
             }
+
+            // Dispatch: the act's own input, and nothing else. The sequence is spent and the
+            // snapshot voided before any input is sent, so that a call cancelled from here on (its
+            // client gone, its deadline passed) can never be replayed into a second act.
+            let sequence = self.applied + 1;
+            self.applied = sequence;
+            let voided = self.snapshot.take();
+            if let Some(t) = &ticketed {
+                self.spent.insert(t.ticket_id.clone());
+            }
+            match self.send(input, &client, &element, &live, text.clone(), deadline, config).await {
+                // Past the window before any input: nothing was sent, and the same act is
+                // checked again (its sequence, ticket and snapshot unspent).
+                Sent::Late => {
+                    self.applied = sequence - 1;
+                    self.snapshot = voided;
+                    if let Some(t) = &ticketed {
+                        self.spent.remove(&t.ticket_id);
+                    }
+                    if checks == STOP_CHECKS {
+                        released!(Err(SessionError::Unavailable(
+                            "the input could not start within the dispatch window of the owner's Stop check: act again"
+                                .into()
+                        )));
+                    }
+                }
+                sent => break (sequence, sent),
+            }
+        };
+        match sent {
+            Sent::Done | Sent::Late => {}
             // The browser did not act: the sequence is not spent.
             Sent::NotActed(refusal) => {
                 self.applied = sequence - 1;
@@ -496,6 +506,9 @@ enum Sent {
     /// Not sent: the dispatch window had passed before the first input.
     Late,
 }
+
+/// How many times an act's Stop check is made when its answer comes too late for the input.
+const STOP_CHECKS: u32 = 3;
 
 /// How the guard holds an act: a click's centre, a key's focus, a select's hold, or nothing.
 fn guard_mode(action: &ActAction, live: &NodeRead) -> Option<GuardMode> {

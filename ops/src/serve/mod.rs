@@ -336,6 +336,12 @@ impl RuntimeServeConfig {
 /// Runs the browser runtime until Ctrl-C, then closes every browser it started. Its callers'
 /// credentials are the authorizer's table in `database_url`.
 pub async fn runtime(config: RuntimeServeConfig, database_url: String) -> Result<()> {
+    if config.runtime.authorizer.is_none() {
+        anyhow::bail!(
+            "RUNTIME_AUTHORIZER_URL and RUNTIME_AUTHORIZER_TOKEN are required: the runtime reads the owner's Stop \
+             there before every act, and redeems approval tokens there"
+        );
+    }
     crate::migrate::run(&mut crate::connect(&database_url).await?).await?;
     let pg_config: tokio_postgres::Config = database_url.parse()?;
     let pool =
@@ -347,11 +353,6 @@ pub async fn runtime(config: RuntimeServeConfig, database_url: String) -> Result
     crate::observe::serve_metrics(config.metrics, "browser runtime", registry, health.clone()).await?;
     let redeemer = browser_runtime::service::AuthorizerRedeemer::new(config.runtime.authorizer.as_ref())
         .map_err(anyhow::Error::msg)?;
-    if config.runtime.authorizer.is_none() {
-        tracing::warn!(
-            "no RUNTIME_AUTHORIZER_URL: approval tokens cannot be redeemed, so consequential acts are refused"
-        );
-    }
     let runtime = browser_runtime::BrowserRuntime::new(config.runtime, Credentials::postgres(pool), redeemer)
         .with_health_check(health);
     let runtime = Arc::new(match config.metrics {
