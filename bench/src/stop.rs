@@ -3,7 +3,8 @@
 //! one chat; the runtime checks each ticket at one authorizer replica, and the owner's Stop goes
 //! to the other (both on one PostgreSQL). The figure is the time from the Stop's answer to the
 //! last ping the site receives: nothing may start after the answer, and what was already under
-//! way lands within the act's settle.
+//! way lands within the act's settle. The runtime is served in this process; the authorizers are
+//! `grantctl serve authorizer` processes.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -207,10 +208,10 @@ async fn run_on(config: tokio_postgres::Config, db_url: &str, rounds: usize) -> 
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     Ok(format!(
         "{rounds} Stops, {acts} clicks dispatched (two sessions, the Stop to the other replica)\n\
-         last ping after the Stop's answer: p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms\n\
-         last ping after the owner pressed Stop: p50 {:.1} ms  p99 {:.1} ms\n\
-         pings that arrived after the answer: {late}\n\
-         the Stop's answer (its dispatch window included): p50 {:.1} ms  p99 {:.1} ms",
+         the last ping, from the Stop's answer (negative: before it): p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms\n\
+         the last ping, from the owner's press (negative: before it): p50 {:.1} ms  p99 {:.1} ms\n\
+         pings that arrived after the answer: {late} (goal: 0)\n\
+         the Stop's answer, its settle included: p50 {:.1} ms  p99 {:.1} ms",
         pick(&after, 50),
         pick(&after, 99),
         after.last().copied().unwrap_or_default(),
