@@ -28,6 +28,14 @@ pub async fn start(clients: &mut Clients, file: &TaskFile) -> Result<Task, RunEr
         Err(s) if s.code() == tonic::Code::AlreadyExists => {}
         Err(s) => return Err(RunError::Authorizer(s)),
     }
+    // No page is opened for a chat the owner stopped.
+    let check = pb::CheckStopRequest { session_id: file.chat_session.clone(), ticket: None };
+    let stopped = clients.authorizer.check_stop(clients.req(check)).await.map_err(RunError::Authorizer)?;
+    if stopped.into_inner().stopped {
+        return Err(RunError::Authorizer(tonic::Status::failed_precondition(
+            "the owner stopped the agent in this chat: nothing runs until the owner writes to it again",
+        )));
+    }
     let open = rt::OpenSessionRequest {
         browser_profile_id: file.browser_profile.clone(),
         allowed_origins: file.allowed_origins.clone(),

@@ -55,14 +55,27 @@ pub(super) async fn stop_everything(call: Call, req: Request) -> Answer<Stopped>
     let (mut sessions, mut position) = (0, None);
     for _ in 0..STOP_CALLS {
         let req = call.grpc(&owner, pb::StopEverythingRequest {})?;
-        let reply = call.gateway.authorizer().stop_everything(req).await.map_err(status)?.into_inner();
+        let reply = match call.gateway.authorizer().stop_everything(req).await {
+            Ok(r) => r.into_inner(),
+            Err(e) => return Err(settled(sessions, status(e)).await),
+        };
         sessions += reply.stopped;
         position = Position::from_pb(reply.position).or(position);
         if !reply.more {
             return Ok(Json(Stopped { sessions, position }));
         }
     }
-    Err(Problem::unavailable("more chats are left to stop than one call stops: press Stop everything again"))
+    let more = Problem::unavailable("more chats are left to stop than one call stops: press Stop everything again");
+    Err(settled(sessions, more).await)
+}
+
+/// `problem`, answered only once the chats already stopped have had their dispatch window: the
+/// authorizer's last call waits it out, and a loop that never reached that call must too.
+async fn settled(stopped: u32, problem: Problem) -> Problem {
+    if stopped > 0 {
+        tokio::time::sleep(proto::STOP_SETTLE).await;
+    }
+    problem
 }
 
 /// What Stop everything stopped.
