@@ -198,17 +198,7 @@ async fn a_thousand_authorizations_over_four_replicas_under_kills_never_pass_200
         killed += killing.await.unwrap();
         seen.sort_unstable();
         let client = db.client().await;
-        let uses: Vec<i64> = client
-            .query(
-                "SELECT (payload->>'use_ordinal')::bigint FROM events WHERE event_type = 'tool.call.authorized' \
-                 AND payload->>'grant_id' = $1 ORDER BY 1",
-                &[&grant_id],
-            )
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+        let uses = recorded_uses(&db, &grant_id).await;
         assert_eq!(uses, (1..=200).collect::<Vec<i64>>(), "round {round}: exactly 200 recorded uses, once each");
         let row: i32 = client
             .query_one(

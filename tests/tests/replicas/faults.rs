@@ -16,36 +16,6 @@ fn server_of(db: &TestDb) -> std::net::SocketAddr {
     }
 }
 
-/// One call, retried with its own tool-call id until decided; its decision (`None`: it was
-/// allowed, but its grant ended before the answer was heard, so it is not to be dispatched) and
-/// the codes met on the way.
-async fn settled(
-    clients: &mut [AuthorizerClient<Channel>],
-    first: usize,
-    t: &Tokens,
-    request: pb::AuthorizeRequest,
-) -> (Option<Decision>, Vec<Code>) {
-    let (mut seen, request) = (Vec::new(), t.sealed(request));
-    for attempt in 0..600 {
-        let c = &mut clients[(first + attempt) % clients.len()];
-        match c.authorize(t.worker(request.clone())).await {
-            Ok(r) => return (Some(r.into_inner().decision.expect("a decision")), seen),
-            Err(s) if !seen.is_empty() && reason(&s) == "TOOL_CALL_GRANT_ENDED" => return (None, seen),
-            Err(s) => {
-                assert!(
-                    matches!(s.code(), Code::Unavailable | Code::Unknown),
-                    "a caller saw {:?} ({}), not UNAVAILABLE or UNKNOWN",
-                    s.code(),
-                    s.message()
-                );
-                seen.push(s.code());
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-    }
-    panic!("no decision after 600 tries: {seen:?}")
-}
-
 /// Four workers spend one grant's 200 uses through two replicas, each reaching PostgreSQL
 /// through a proxy doing `fault`: the uses run 1 to 200 once each, every allow heard is recorded
 /// and was heard once, every use not heard was answered as ended, and the row equals its events.
@@ -109,19 +79,7 @@ async fn spend_under(fault: &str, session: &str) {
     if fault != "delay" {
         assert!(!codes.is_empty(), "{fault}: no call met the fault");
     }
-    let uses: Vec<i64> = db
-        .client()
-        .await
-        .query(
-            "SELECT (payload->>'use_ordinal')::bigint FROM events WHERE event_type = 'tool.call.authorized' \
-             AND payload->>'grant_id' = $1 ORDER BY 1",
-            &[&grant_id],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let uses = recorded_uses(&db, &grant_id).await;
     assert_eq!(uses, (1..=200).collect::<Vec<i64>>(), "{fault}: exactly 200 recorded uses, once each");
     heard.sort_unstable();
     let n = heard.len();

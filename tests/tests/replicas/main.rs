@@ -394,6 +394,44 @@ async fn actions_used(db: &TestDb, grant_id: uuid::Uuid) -> i32 {
         .get(0)
 }
 
+/// The use ordinals the log records for `grant_id`, in order.
+async fn recorded_uses(db: &TestDb, grant_id: &str) -> Vec<i64> {
+    let sql = "SELECT (payload->>'use_ordinal')::bigint FROM events WHERE event_type = 'tool.call.authorized' \
+               AND payload->>'grant_id' = $1 ORDER BY 1";
+    db.client().await.query(sql, &[&grant_id]).await.unwrap().iter().map(|r| r.get(0)).collect()
+}
+
+/// One call, retried with its own tool-call id (a retry of the same call) on the next replica
+/// until it is decided: its decision (`None`: it was allowed, but its grant ended before the
+/// answer was heard, so it is never dispatched), and every error code on the way, each of which
+/// must be UNAVAILABLE or UNKNOWN.
+async fn settled(
+    clients: &mut [AuthorizerClient<Channel>],
+    first: usize,
+    t: &Tokens,
+    request: pb::AuthorizeRequest,
+) -> (Option<Decision>, Vec<Code>) {
+    let (mut seen, request) = (Vec::new(), t.sealed(request));
+    for attempt in 0..600 {
+        let c = &mut clients[(first + attempt) % clients.len()];
+        match c.authorize(t.worker(request.clone())).await {
+            Ok(r) => return (Some(r.into_inner().decision.expect("a decision")), seen),
+            Err(s) if !seen.is_empty() && reason(&s) == "TOOL_CALL_GRANT_ENDED" => return (None, seen),
+            Err(s) => {
+                assert!(
+                    matches!(s.code(), Code::Unavailable | Code::Unknown),
+                    "a caller saw {:?} ({}), not UNAVAILABLE or UNKNOWN",
+                    s.code(),
+                    s.message()
+                );
+                seen.push(s.code());
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    panic!("no decision after 600 tries: {seen:?}")
+}
+
 fn reason(s: &tonic::Status) -> String {
     use tonic_types::StatusExt;
     s.get_details_error_info().map(|i| i.reason).unwrap_or_default()
