@@ -105,15 +105,18 @@ async fn an_owner_resolves_lists_revokes_and_reads_activity_across_replicas() {
     let spoofed = s.client(0).record_run(tests::bearer(worker, escalation("all is \u{202e}llew"))).await.unwrap_err();
     assert_eq!(spoofed.code(), tonic::Code::InvalidArgument, "{spoofed:?}");
     assert_eq!(s.events().await, before, "nothing written");
-    s.client(0).record_run(tests::bearer(worker, escalation("a label addressed to an agent"))).await.unwrap();
+    let written =
+        s.client(0).record_run(tests::bearer(worker, escalation("a label addressed to an agent"))).await.unwrap();
+    // The view must reach the escalation, the newest write, not only the revoke.
+    let at = written.into_inner().position.map(|p| format!("{}.{}", p.tx_id, p.position)).expect("a position");
 
-    // Activity: each act with how it was allowed, once the view has reached the revoke. The
+    // Activity: each act with how it was allowed, once the view has reached the escalation. The
     // projection's gap-safe read waits behind any transaction open in the cluster (other tests
     // hold some on purpose), so one pass of the worker may stop short of the revoke: it runs
     // again until the view says it caught up (seen once in the full suite: caught_up false).
     let path = format!("/v1/sessions/s1/activity?min_position={at}");
     let a = tests::poll_until(
-        "the activity view past the revoke",
+        "the activity view past the escalation",
         Duration::from_secs(30),
         Duration::from_millis(100),
         || {
