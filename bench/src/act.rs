@@ -96,11 +96,8 @@ fn constraint() -> pb::DispatchConstraint {
 /// grant, or approved by the owner.
 fn ticket(keys: &Keyring, snapshot_id: &str, node_ref: &str, task: bool, id: usize) -> pb::DispatchTicket {
     let expected = tap_click(snapshot_id, node_ref);
-    let now = time::OffsetDateTime::now_utc();
-    let not_after = now + time::Duration::seconds(60);
-    let body = ticket::body_for(keys, &expected, &format!("bench-{id}"), task.then(constraint), not_after);
-    let decided_ms = i64::try_from(now.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX);
-    keys.seal(&pb::TicketBody { session_id: CHAT.into(), decided_ms, ..body })
+    let not_after = expected.now + time::Duration::seconds(60);
+    keys.seal(&ticket::body_for(keys, &expected, (&format!("bench-{id}"), CHAT), task.then(constraint), not_after))
 }
 
 /// The click on "Tap" of the bench page as the runtime reads it, on `node_ref` of `snapshot_id`.

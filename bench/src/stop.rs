@@ -57,9 +57,7 @@ fn ticket(
         page_origin: ORIGIN,
         now,
     };
-    let body = ticket::body_for(keys, &expected, &format!("stop-{n}"), None, now + time::Duration::seconds(60));
-    let decided_ms = i64::try_from(now.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX);
-    keys.seal(&pb::TicketBody { session_id: chat.into(), decided_ms, ..body })
+    keys.seal(&ticket::body_for(keys, &expected, (&format!("stop-{n}"), chat), None, now + time::Duration::seconds(60)))
 }
 
 /// Clicks "Tap" in `session` until an act is refused; answers how many were dispatched.

@@ -167,15 +167,17 @@ pub fn constraint(c: gl::DispatchConstraint) -> Result<DispatchConstraint, Strin
     .map_err(|e| e.to_string())
 }
 
-/// The body a ticket for exactly this act carries: what the authorizer seals for it. The bench
-/// and the tests seal it with keys of their own, standing in for the authorizer.
+/// The body a ticket for exactly this act carries, decided at `expected.now` in chat
+/// `session_id`: what the authorizer seals for it. The bench and the tests seal it with keys of
+/// their own, standing in for the authorizer.
 pub fn body_for(
     keys: &Keyring,
     expected: &Expected<'_>,
-    ticket_id: &str,
+    (ticket_id, session_id): (&str, &str),
     constraint: Option<gl::DispatchConstraint>,
     not_after: OffsetDateTime,
 ) -> gl::TicketBody {
+    let ms = |t: OffsetDateTime| i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX);
     let kind = match constraint.as_ref().map(|c| gl::GrantKind::try_from(c.grant_kind)) {
         None => "approval",
         Some(Ok(gl::GrantKind::Task)) => "browser_task_grant",
@@ -185,6 +187,7 @@ pub fn body_for(
         ticket_id: ticket_id.to_owned(),
         tenant_id: expected.tenant.to_owned(),
         principal_id: expected.principal.to_owned(),
+        session_id: session_id.to_owned(),
         browser_profile_id: expected.profile.to_owned(),
         run_id: expected.run_id.to_owned(),
         snapshot_id: expected.snapshot_id.to_owned(),
@@ -194,7 +197,8 @@ pub fn body_for(
         element_name: expected.element_name.to_owned(),
         page_origin: expected.page_origin.to_owned(),
         authorization_kind: kind.to_owned(),
-        not_after_ms: i64::try_from(not_after.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX),
+        not_after_ms: ms(not_after),
+        decided_ms: ms(expected.now),
         constraint,
         ..Default::default()
     }

@@ -347,11 +347,6 @@ impl<B: Backend + 'static> Stack<B> {
         self.act_bare(req).await
     }
 
-    /// The chat the tests' own tickets for runtime session `session` name.
-    pub fn chat_of(&self, session: &str) -> &str {
-        self.chats.get(session).map_or("", String::as_str)
-    }
-
     /// Sends `req` as it is: without a ticket unless it carries one.
     pub async fn act_bare(&mut self, mut req: rt::ActRequest) -> Result<rt::ActReply, Status> {
         let applied = self.applied.get(&req.session_id).copied().unwrap_or(0);
@@ -440,10 +435,8 @@ impl<B: Backend + 'static> Stack<B> {
             now: time::OffsetDateTime::now_utc(),
         };
         let id = hex::encode(rand::random::<[u8; 8]>());
-        let body = ticket::body_for(&self.keys, &expected, &id, constraint, not_after);
-        let decided_ms = i64::try_from(time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000).unwrap();
-        let session_id = self.chats.get(&req.session_id).cloned().unwrap_or_default();
-        self.keys.seal(&pb::TicketBody { session_id, decided_ms, ..body })
+        let chat = self.chats.get(&req.session_id).map_or("", String::as_str);
+        self.keys.seal(&ticket::body_for(&self.keys, &expected, (&id, chat), constraint, not_after))
     }
 
     /// The read-back of the form a click on node `name` of snapshot `o` could submit; with a

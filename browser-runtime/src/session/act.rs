@@ -205,6 +205,7 @@ impl Session {
             }
         };
         match sent {
+            // (A late send never leaves the loop above.)
             Sent::Done | Sent::Late => {}
             // The browser did not act: the sequence is not spent.
             Sent::NotActed(refusal) => {

@@ -64,7 +64,7 @@ async fn a_primary_killed_under_load_fails_over_and_loses_no_allow() {
     let before = heard.load(Ordering::Relaxed);
     let _ = tokio::time::timeout(Duration::from_millis(300), async {
         while heard.load(Ordering::Relaxed) < before + 5 {
-            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
     })
     .await;
