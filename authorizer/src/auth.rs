@@ -24,10 +24,14 @@ pub enum Rpc {
     GetGrant,
     ListGrants,
     RevokeGrant,
+    ConnectAgent,
+    ListAgents,
+    DisconnectAgent,
+    DescribeCaller,
 }
 
 impl Rpc {
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 22] = [
         Self::CreateSession,
         Self::RecordMessage,
         Self::RecordToolCall,
@@ -46,6 +50,10 @@ impl Rpc {
         Self::GetGrant,
         Self::ListGrants,
         Self::RevokeGrant,
+        Self::ConnectAgent,
+        Self::ListAgents,
+        Self::DisconnectAgent,
+        Self::DescribeCaller,
     ];
 
     /// The call's method name on the wire (`/grant_ledger.v1.Authorizer/<name>`).
@@ -69,6 +77,10 @@ impl Rpc {
             Self::GetGrant => "GetGrant",
             Self::ListGrants => "ListGrants",
             Self::RevokeGrant => "RevokeGrant",
+            Self::ConnectAgent => "ConnectAgent",
+            Self::ListAgents => "ListAgents",
+            Self::DisconnectAgent => "DisconnectAgent",
+            Self::DescribeCaller => "DescribeCaller",
         }
     }
 
@@ -83,9 +95,12 @@ impl Rpc {
     /// (the turn a task grant checks starts there). `CheckStop` reads a Stop for either.
     pub fn roles(self) -> &'static [Role] {
         match self {
-            Self::CreateSession | Self::RecordToolCall | Self::RecordRun | Self::Authorize | Self::AwaitApproval => {
-                &[Role::Worker]
-            }
+            Self::CreateSession
+            | Self::RecordToolCall
+            | Self::RecordRun
+            | Self::Authorize
+            | Self::AwaitApproval
+            | Self::DescribeCaller => &[Role::Worker],
             Self::RecordMessage => &[Role::Worker, Role::Gateway],
             Self::RedeemToken => &[Role::Runtime],
             // The runtime before each dispatch, the worker before each read.
@@ -99,7 +114,10 @@ impl Rpc {
             | Self::ListApprovals
             | Self::GetGrant
             | Self::ListGrants
-            | Self::RevokeGrant => &[Role::Gateway],
+            | Self::RevokeGrant
+            | Self::ConnectAgent
+            | Self::ListAgents
+            | Self::DisconnectAgent => &[Role::Gateway],
             Self::RecordProfileEvent => &[Role::Profiles],
         }
     }
@@ -113,7 +131,11 @@ impl Rpc {
             | Self::GetApproval
             | Self::ListApprovals
             | Self::StopSession
-            | Self::StopEverything => &[Scope::ApprovalResolve],
+            | Self::StopEverything
+            // Connecting an agent lends it no authority the owner's cards do not grant.
+            | Self::ConnectAgent
+            | Self::ListAgents
+            | Self::DisconnectAgent => &[Scope::ApprovalResolve],
             Self::GetGrant | Self::ListGrants => &[Scope::GrantRead],
             Self::RevokeGrant => &[Scope::GrantWrite],
             _ => &[],
@@ -137,7 +159,8 @@ mod tests {
                 Rpc::RecordRun,
                 Rpc::Authorize,
                 Rpc::AwaitApproval,
-                Rpc::CheckStop
+                Rpc::CheckStop,
+                Rpc::DescribeCaller
             ]
         );
         assert_eq!(Rpc::ResolveApproval.roles(), [Role::Gateway]);

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use crate::memory::MemoryCredentials;
 use crate::postgres::PgCredentials;
 use crate::{
-    AuthError, Caller, Credential, CredentialStore, MALFORMED, NO_CREDENTIAL, NOT_FOUND, Role, Scope, Unconfirmed,
+    AuthError, Binding, Caller, Credential, CredentialStore, MALFORMED, NO_CREDENTIAL, NOT_FOUND, Role, Scope, Unconfirmed,
     digest, well_formed,
 };
 
@@ -123,6 +123,33 @@ impl Credentials {
         principal: Option<&str>,
         expires_at: Option<OffsetDateTime>,
     ) -> Result<Credential, AuthError> {
+        self.register_with(token, tenant, role, principal, None, expires_at).await
+    }
+
+    /// Stores a worker credential for `token` that may name one chat only (`binding`).
+    pub async fn register_bound(
+        &self,
+        token: &str,
+        tenant: &str,
+        principal: &str,
+        binding: Binding,
+        expires_at: OffsetDateTime,
+    ) -> Result<Credential, AuthError> {
+        if binding.session_id.is_empty() {
+            return Err(AuthError::Invalid("a bound credential names its chat"));
+        }
+        self.register_with(token, tenant, Role::Worker, Some(principal), Some(binding), Some(expires_at)).await
+    }
+
+    async fn register_with(
+        &self,
+        token: &str,
+        tenant: &str,
+        role: Role,
+        principal: Option<&str>,
+        binding: Option<Binding>,
+        expires_at: Option<OffsetDateTime>,
+    ) -> Result<Credential, AuthError> {
         if !well_formed(token) {
             return Err(AuthError::Invalid("a token is glc_ and 64 lowercase hex digits"));
         }
@@ -140,6 +167,7 @@ impl Credentials {
             principal: principal.map(str::to_owned),
             expires_at,
             revoked_at: None,
+            binding,
         };
         self.store.insert(digest(token), &credential).await?;
         Ok(credential)
@@ -231,7 +259,14 @@ impl Credentials {
                 Vec::new(),
             ),
         };
-        Ok(Caller { tenant: credential.tenant, role: credential.role, principal, scopes, unconfirmed: None })
+        Ok(Caller {
+            tenant: credential.tenant,
+            role: credential.role,
+            principal,
+            scopes,
+            binding: credential.binding,
+            unconfirmed: None,
+        })
     }
 }
 

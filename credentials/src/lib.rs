@@ -98,6 +98,17 @@ pub struct Credential {
     pub principal: Option<String>,
     pub expires_at: Option<OffsetDateTime>,
     pub revoked_at: Option<OffsetDateTime>,
+    /// A worker credential an owner made for one chat: its caller names that chat only.
+    pub binding: Option<Binding>,
+}
+
+/// The one chat a worker credential was made for, and whether its owner said the client behind
+/// it has no tools besides this browser (the record's browser-only turn, which this side cannot
+/// see for a client that is not the harness).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    pub session_id: String,
+    pub browser_only: bool,
 }
 
 impl Credential {
@@ -113,6 +124,8 @@ pub struct Caller {
     pub role: Role,
     pub principal: String,
     pub scopes: Vec<Scope>,
+    /// The one chat a bound worker credential may name.
+    pub binding: Option<Binding>,
     /// Set when the credential was recognised from this process's memory rather than read: the
     /// call must confirm it is still live before it acts ([`Credentials::confirm`], or a read of
     /// its own that checks [`Unconfirmed::credential_id`]), so a revocation holds at the next call.
@@ -147,6 +160,18 @@ impl Unconfirmed {
 impl Caller {
     pub fn has(&self, scope: Scope) -> bool {
         self.scopes.contains(&scope)
+    }
+
+    /// Whether this caller may name `session_id`: any of its owner's chats, or for a bound
+    /// credential its one chat.
+    pub fn may_name(&self, session_id: &str) -> bool {
+        self.binding.as_ref().is_none_or(|b| b.session_id == session_id)
+    }
+
+    /// Whether the caller's turn is visible to the record: every caller but a bound credential
+    /// whose owner did not say its client has no other tools.
+    pub fn turn_visible(&self) -> bool {
+        self.binding.as_ref().is_none_or(|b| b.browser_only)
     }
 
     /// Notes that a read of the call's own confirmed the credential live.

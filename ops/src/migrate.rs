@@ -51,6 +51,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/0009_one_read_model.sql"),
     },
     Migration { version: 10, name: "0010_log_tree.sql", sql: include_str!("../../migrations/0010_log_tree.sql") },
+    Migration {
+        version: 11,
+        name: "0011_bound_credentials.sql",
+        sql: include_str!("../../migrations/0011_bound_credentials.sql"),
+    },
 ];
 
 /// Shared by every runner of this schema: the ASCII of "grantmig".

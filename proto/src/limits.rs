@@ -81,6 +81,8 @@ pub const MAX_TURN_TOOL_CALLS: usize = 256;
 pub const MAX_ORIGINS: usize = 16;
 /// The harness step budget.
 pub const MAX_STEPS: u64 = 10_000;
+/// The longest an agent credential an owner makes lives: a day.
+pub const MAX_AGENT_MINUTES: u64 = 1_440;
 
 // The ids' formats are `ids.rs`'s; their lengths are named here too, beside every other limit.
 pub use crate::ids::{
@@ -172,6 +174,11 @@ pub const FIELDS: &[(&str, Rule)] = &[
     ("grant_ledger.v1.StopSessionRequest.session_id", ID),
     ("grant_ledger.v1.CheckStopRequest.session_id", ID),
     ("grant_ledger.v1.CheckStopRequest.ticket", one()),
+    ("grant_ledger.v1.ConnectAgentRequest.session_id", ID),
+    ("grant_ledger.v1.ConnectAgentRequest.browser_only", one()),
+    ("grant_ledger.v1.ConnectAgentRequest.minutes", Rule { max_len: 0, max_items: 1, allowed: Allowed::Range(1, MAX_AGENT_MINUTES) }),
+    ("grant_ledger.v1.ListAgentsRequest.session_id", ID),
+    ("grant_ledger.v1.DisconnectAgentRequest.credential_id", ID),
     ("grant_ledger.v1.ProfileEventRequest.profile_id", ID),
     ("grant_ledger.v1.ProfileEventRequest.event", one()),
     ("grant_ledger.v1.ProfileEventRequest.owner_principal_id", ID),

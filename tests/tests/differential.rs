@@ -34,7 +34,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         2 => any::<bool>().prop_map(Op::Message),
         1 => Just(Op::SignIn),
-        10 => (0u8..7, 0usize..300).prop_map(|(kind, chars)| Op::Act { kind, chars }),
+        10 => (0u8..8, 0usize..300).prop_map(|(kind, chars)| Op::Act { kind, chars }),
         4 => prop_oneof![3 => Just(1u8), 1 => 0u8..4].prop_map(Op::Resolve),
         1 => Just(Op::Revoke),
         2 => prop_oneof![4 => 0i64..5, 1 => 25i64..40].prop_map(Op::Advance),
@@ -73,7 +73,7 @@ fn request(kind: u8, chars: usize) -> AuthorizeRequest {
     let mut element = ElementFacts { role: "button".into(), name: Some("el gato".into()), ..ElementFacts::default() };
     let mut action = Action::Click;
     let mut page = "https://www.lesson.test/lesson/unit-1".to_owned();
-    let mut run = RunContext { interactive: true, top_level: true };
+    let mut run = RunContext { interactive: true, top_level: true, turn_visible: true };
     let mut turn = vec!["browser.act".to_owned()];
     match kind {
         1 => element.name = Some("Pay $4".into()),
@@ -84,6 +84,7 @@ fn request(kind: u8, chars: usize) -> AuthorizeRequest {
         3 => page = "https://www.lesson.test/shop".into(),
         4 => run.top_level = false,
         5 => turn.push("memory.read".into()),
+        6 => run.turn_visible = false,
         _ => {}
     }
     AuthorizeRequest {

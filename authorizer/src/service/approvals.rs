@@ -104,6 +104,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         let mut waited = false;
         let r = req.into_inner();
         let session_id = id("session_id", &r.session_id)?;
+        super::shared::bound(&caller_was, &session_id)?;
         let approval_id = uuid("approval_id", &r.approval_id)?;
         if r.wait_ms > MAX_APPROVAL_WAIT_MS {
             return Err(invalid("wait_ms", &format!("is at most {MAX_APPROVAL_WAIT_MS}")));

@@ -78,6 +78,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         let text_sha256 = facts::sealed_text(keys, refusals, accept, &mut r, &named, facts_profile.as_deref(), now)?;
         let form = facts::sealed_form(keys, refusals, &mut r, &named, facts_profile.as_deref(), now)?;
         let session_id = id("session_id", &r.session_id)?;
+        super::shared::bound(caller, &session_id)?;
         tracing::Span::current().record("session_id", session_id.as_str());
         let run = r.run.ok_or_else(|| invalid("run", "is required"))?;
         let run_id = id("run.run_id", &run.run_id)?;
@@ -126,7 +127,12 @@ impl<B: Backend + 'static> AuthorizerService<B> {
             session_id,
             run_id,
             tool_call_id,
-            run: RunContext { interactive: run.interactive, top_level: run.top_level },
+            // Whether the record can see the turn is the credential's, never the request's.
+            run: RunContext {
+                interactive: run.interactive,
+                top_level: run.top_level,
+                turn_visible: caller.turn_visible(),
+            },
             turn_tool_calls: r.turn_tool_calls,
             versions: Versions { agent: r.agent_version, policy: authority.policy().version.clone() },
             element: element.unwrap_or_default(),

@@ -67,6 +67,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
             (_, Some(_)) => return Err(invalid("ticket", "is the runtime's to send: name the session")),
             (_, None) => {
                 let session_id = id("session_id", &r.session_id)?;
+                super::shared::bound(&caller, &session_id)?;
                 let principal = caller.principal;
                 authority
                     .read(Need::Session(&session_id), |w| w.session_of(&session_id, &principal).map(|s| s.stopped).ok())

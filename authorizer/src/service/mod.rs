@@ -5,6 +5,7 @@
 //! principal's session, approval or grant is NOT_FOUND.
 //! Bad requests are INVALID_ARGUMENT with field violations and change nothing.
 
+mod agents;
 mod approvals;
 mod authorize;
 mod check_stop;
@@ -39,7 +40,7 @@ use crate::store::Need;
 use convert::{approval, grant, id, opt, position, uuid};
 pub use facts::{FACTS_INVALID, FACTS_LIFETIME, FACTS_NOT_SEALED};
 pub use shared::{AuthorizerService, MAX_APPROVAL_WAIT_MS};
-use shared::{grant_routes_mounted, own_session, seen, visible_to};
+use shared::{bound, grant_routes_mounted, own_session, seen, visible_to};
 pub use status::CONCURRENT_CHANGE;
 use status::{invalid, status, with_reason};
 pub use ticket::TICKET_LIFETIME;
@@ -58,9 +59,10 @@ impl<B: Backend + 'static> AuthorizerService<B> {
 impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerService<B> {
     async fn create_session(&self, req: Request<pb::CreateSessionRequest>) -> Result<Response<pb::WriteReply>, Status> {
         let (caller, authority) = self.caller(&req, Rpc::CreateSession).await?;
-        let principal = caller.principal;
         let r = req.into_inner();
         let session_id = id("session_id", &r.session_id)?;
+        bound(&caller, &session_id)?;
+        let principal = caller.principal;
         let surface = match pb::Surface::try_from(r.surface) {
             Ok(pb::Surface::Interactive) => Surface::Interactive,
             Ok(pb::Surface::Inbound) => Surface::Inbound,
@@ -88,8 +90,9 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             let says = "the owner's messages are recorded by the gateway, others' by the worker";
             return Err(with_reason(Code::PermissionDenied, CALLER_NOT_PERMITTED, says.into()));
         }
-        let principal = caller.principal;
         let session_id = id("session_id", &r.session_id)?;
+        bound(&caller, &session_id)?;
+        let principal = caller.principal;
         let message_id = id("message_id", &r.message_id)?;
         own_session(&authority, &session_id, &principal).await?;
         let author = if r.from_owner { Author::Owner } else { Author::Other };
@@ -105,7 +108,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         use domain::RunEvent;
         use grant_domain::catalogue::{RunCompleted, RunEscalated, RunRefused, RunStarted, RunStepped};
         let (caller, authority) = self.caller(&req, Rpc::RecordRun).await?;
-        let principal = caller.principal;
+        let principal = caller.principal.clone();
         let r = req.into_inner();
         let session_id = id("session_id", &r.session_id)?;
         let run_id = id("run_id", &r.run_id)?;
@@ -151,6 +154,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
             }
             _ => return Err(invalid("kind", "is required")),
         };
+        bound(&caller, event.session_id())?;
         own_session(&authority, event.session_id(), &principal).await?;
         self.write(&authority, Command::RecordRun(event), &principal).await
     }
@@ -160,9 +164,10 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         req: Request<pb::RecordToolCallRequest>,
     ) -> Result<Response<pb::WriteReply>, Status> {
         let (caller, authority) = self.caller(&req, Rpc::RecordToolCall).await?;
-        let principal = caller.principal;
         let r = req.into_inner();
         let session_id = id("session_id", &r.session_id)?;
+        bound(&caller, &session_id)?;
+        let principal = caller.principal;
         let tool_call_id = id("tool_call_id", &r.tool_call_id)?;
         if r.tool.is_empty() || r.tool.len() > 200 || r.tool.chars().any(char::is_control) {
             return Err(invalid("tool", "is 1 to 200 bytes with no control characters"));
@@ -317,6 +322,31 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
 
     async fn check_stop(&self, req: Request<pb::CheckStopRequest>) -> Result<Response<pb::CheckStopReply>, Status> {
         self.check_stop_call(req).await
+    }
+
+    async fn connect_agent(
+        &self,
+        req: Request<pb::ConnectAgentRequest>,
+    ) -> Result<Response<pb::ConnectAgentReply>, Status> {
+        self.connect_agent_call(req).await
+    }
+
+    async fn list_agents(&self, req: Request<pb::ListAgentsRequest>) -> Result<Response<pb::ListAgentsReply>, Status> {
+        self.list_agents_call(req).await
+    }
+
+    async fn disconnect_agent(
+        &self,
+        req: Request<pb::DisconnectAgentRequest>,
+    ) -> Result<Response<pb::DisconnectAgentReply>, Status> {
+        self.disconnect_agent_call(req).await
+    }
+
+    async fn describe_caller(
+        &self,
+        req: Request<pb::DescribeCallerRequest>,
+    ) -> Result<Response<pb::DescribeCallerReply>, Status> {
+        self.describe_caller_call(req).await
     }
 
     async fn get_grant(&self, req: Request<pb::GetGrantRequest>) -> Result<Response<pb::TaskGrant>, Status> {

@@ -185,6 +185,12 @@ pub(super) async fn grant_routes_mounted<B: Backend>(authority: &Authority<B>) -
     }
 }
 
+/// A bound credential (an agent client the owner connected to one chat) names that chat only;
+/// any other is answered as a chat that is not there.
+pub(super) fn bound(caller: &Caller, session_id: &str) -> Result<(), Status> {
+    if caller.may_name(session_id) { Ok(()) } else { Err(Status::not_found("session not found")) }
+}
+
 /// The session, if it is this principal's and not deleted.
 pub(super) async fn own_session<B: Backend>(
     authority: &Authority<B>,

@@ -45,12 +45,15 @@ pub enum NotCovered {
     /// The form a submit sends holds a value that differs from the task record, or one nobody
     /// typed (a page default, autofill, a leftover): the seed's `unexpected_form_state`.
     UnexpectedFormState,
+    /// The agent's client may hold tools besides this browser (its owner did not say otherwise
+    /// when connecting it), so no turn of it is known to be browser-only: Allow once only.
+    ClientToolsUnknown,
     /// The classifier's own reason.
     Classifier(classifier::Reason),
 }
 
 impl NotCovered {
-    const OWN: [Self; 19] = [
+    const OWN: [Self; 20] = [
         Self::SessionNotFound,
         Self::NoTaskGrant,
         Self::GrantExpired,
@@ -70,6 +73,7 @@ impl NotCovered {
         Self::PolicyEscalation,
         Self::GrantSpent,
         Self::UnexpectedFormState,
+        Self::ClientToolsUnknown,
     ];
 
     /// The reason a stored code names (an `approval.requested`'s `not_covered_reason`).
@@ -104,6 +108,9 @@ impl NotCovered {
             Self::UnexpectedFormState => {
                 "the form holds a value that differs from your task, or one the agent never typed"
             }
+            Self::ClientToolsUnknown => {
+                "this agent's app may have tools besides the browser, so you allow its actions one at a time"
+            }
             Self::Classifier(r) => r.owner_words(),
         }
     }
@@ -129,6 +136,7 @@ impl NotCovered {
             Self::PolicyEscalation => "policy_escalation",
             Self::GrantSpent => "grant_spent",
             Self::UnexpectedFormState => "unexpected_form_state",
+            Self::ClientToolsUnknown => "client_tools_unknown",
             Self::Classifier(r) => r.code(),
         }
     }
@@ -151,6 +159,10 @@ pub(super) fn session_ineligible(session: &Session) -> Option<NotCovered> {
 pub struct RunContext {
     pub interactive: bool,
     pub top_level: bool,
+    /// Whether the record sees the caller's whole turn: false for an agent client whose owner
+    /// did not say it has no tools besides this browser (its other calls never reach here), so
+    /// no turn of it is known to be browser-only.
+    pub turn_visible: bool,
 }
 
 /// One `browser.act` to decide.
@@ -293,6 +305,10 @@ const fn refusal(why: NotCovered) -> Refusal {
 /// Checks the session's task grant, in the decision record's order.
 fn task_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateTime) -> Result<Uuid, Refusal> {
     let session = world.sessions.get(&req.session_id).ok_or(refusal(NotCovered::SessionNotFound))?;
+    // First, so that every card of such a client says why it offers only Allow once.
+    if !req.run.turn_visible {
+        return Err(refusal(NotCovered::ClientToolsUnknown));
+    }
     let grant_id = session.active_grant.ok_or(refusal(NotCovered::NoTaskGrant))?;
     let grant = &world.grants[&grant_id];
     let c = &grant.created;
@@ -426,7 +442,7 @@ fn standing_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateT
 /// the owner can allow it once, never for the task. The scope is the configured entry, never one
 /// taken from the page.
 pub fn offer_for(world: &World, req: &AuthorizeRequest) -> Option<Offer> {
-    if !world.settings.enabled || !req.view.describable {
+    if !world.settings.enabled || !req.view.describable || !req.run.turn_visible {
         return None;
     }
     let session = world.sessions.get(&req.session_id)?;
@@ -666,14 +682,15 @@ mod not_covered {
             NotCovered::PolicyEscalation => 16,
             NotCovered::GrantSpent => 17,
             NotCovered::UnexpectedFormState => 18,
+            NotCovered::ClientToolsUnknown => 19,
         };
         let mut listed: Vec<usize> = NotCovered::OWN.into_iter().map(number).collect();
         listed.sort_unstable();
-        assert_eq!(listed, (0..19).collect::<Vec<_>>());
+        assert_eq!(listed, (0..20).collect::<Vec<_>>());
         let mut codes: Vec<&str> = NotCovered::OWN.into_iter().map(NotCovered::code).collect();
         codes.sort_unstable();
         codes.dedup();
-        assert_eq!(codes.len(), 19, "each own reason has a code of its own");
+        assert_eq!(codes.len(), 20, "each own reason has a code of its own");
         for code in codes {
             assert_eq!(NotCovered::label(code), code);
             assert_eq!(NotCovered::from_code(code).map(NotCovered::code), Some(code), "a stored code reads back");

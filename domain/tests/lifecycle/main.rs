@@ -97,7 +97,7 @@ fn act(session_id: &str, element: ElementFacts, action: Action) -> AuthorizeRequ
         session_id: session_id.into(),
         run_id: "run-1".into(),
         tool_call_id: "call-1".into(),
-        run: RunContext { interactive: true, top_level: true },
+        run: RunContext { interactive: true, top_level: true, turn_visible: true },
         turn_tool_calls: vec!["browser.observe".into(), "browser.act".into()],
         versions: versions(),
         element,

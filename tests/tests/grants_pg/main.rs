@@ -406,7 +406,7 @@ async fn a_token_redeemed_by_many_at_once_is_redeemed_once() {
         session_id: "s1".into(),
         run_id: "run-1".into(),
         tool_call_id: "call".into(),
-        run: RunContext { interactive: true, top_level: true },
+        run: RunContext { interactive: true, top_level: true, turn_visible: true },
         turn_tool_calls: vec!["browser.act".into()],
         versions: Versions { agent: "agent-7".into(), policy: Policy::empty().version },
         element: ElementFacts { role: "button".into(), name: Some("Confirm".into()), ..ElementFacts::default() },

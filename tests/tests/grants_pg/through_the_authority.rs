@@ -16,7 +16,7 @@ fn request(session: &str, text: &str) -> AuthorizeRequest {
         session_id: session.into(),
         run_id: "run".into(),
         tool_call_id: "call".into(),
-        run: RunContext { interactive: true, top_level: true },
+        run: RunContext { interactive: true, top_level: true, turn_visible: true },
         turn_tool_calls: vec!["browser.act".into()],
         versions: Versions { agent: "agent-7".into(), policy: Policy::empty().version },
         element: ElementFacts {

@@ -316,7 +316,7 @@ fn differential_request(tenant: &str) -> authorizer::domain::AuthorizeRequest {
         session_id: "s1".into(),
         run_id: "run".into(),
         tool_call_id: "call".into(),
-        run: RunContext { interactive: true, top_level: true },
+        run: RunContext { interactive: true, top_level: true, turn_visible: true },
         turn_tool_calls: vec!["browser.act".into()],
         versions: Versions { agent: "agent-7".into(), policy: authorizer::policy::Policy::empty().version },
         element: classifier::ElementFacts { role: "button".into(), name: Some("el gato".into()), ..Default::default() },

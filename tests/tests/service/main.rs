@@ -429,6 +429,21 @@ async fn call_as(client: &mut AuthorizerClient<Channel>, role: Role, rpc: Rpc, s
             .revoke_grant(with_role(role, "owner", pb::RevokeGrantRequest { grant_id: s.grant_id.clone() }))
             .await
             .map(drop),
+        Rpc::ConnectAgent => {
+            let m = pb::ConnectAgentRequest { session_id: "s1".into(), browser_only: true, minutes: 5 };
+            client.connect_agent(with_role(role, "owner", m)).await.map(drop)
+        }
+        Rpc::ListAgents => client
+            .list_agents(with_role(role, "owner", pb::ListAgentsRequest { session_id: "s1".into() }))
+            .await
+            .map(drop),
+        Rpc::DisconnectAgent => {
+            let m = pb::DisconnectAgentRequest { credential_id: uuid::Uuid::new_v4().to_string() };
+            client.disconnect_agent(with_role(role, "owner", m)).await.map(drop)
+        }
+        Rpc::DescribeCaller => {
+            client.describe_caller(with_role(role, "owner", pb::DescribeCallerRequest {})).await.map(drop)
+        }
     }
 }
 

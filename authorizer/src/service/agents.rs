@@ -1,0 +1,120 @@
+//! Agent clients the owner connects to one chat (an MCP client): each is a worker credential
+//! bound to that chat, made, listed and revoked through the gateway for the owner, and shown
+//! once. The courier in front of the client learns its chat from `DescribeCaller`.
+
+use credentials::{Binding, Caller};
+use proto::v1 as pb;
+use time::{Duration, OffsetDateTime};
+use tonic::{Request, Response, Status};
+
+use crate::auth::Rpc;
+use crate::store::Backend;
+
+use super::convert::id;
+use super::shared::{AuthorizerService, own_session};
+use super::status::invalid;
+
+/// A credential's life when the owner names none.
+const DEFAULT_MINUTES: u32 = 60;
+
+fn ms(t: Option<OffsetDateTime>) -> i64 {
+    t.map_or(0, |t| i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX))
+}
+
+fn unavailable(e: credentials::AuthError) -> Status {
+    transport::auth_status(e)
+}
+
+impl<B: Backend + 'static> AuthorizerService<B> {
+    pub(super) async fn connect_agent_call(
+        &self,
+        req: Request<pb::ConnectAgentRequest>,
+    ) -> Result<Response<pb::ConnectAgentReply>, Status> {
+        let (caller, authority) = self.caller(&req, Rpc::ConnectAgent).await?;
+        let r = req.into_inner();
+        let session_id = id("session_id", &r.session_id)?;
+        let minutes = if r.minutes == 0 { DEFAULT_MINUTES } else { r.minutes };
+        if u64::from(minutes) > proto::limits::MAX_AGENT_MINUTES {
+            return Err(invalid("minutes", &format!("is 1 to {}", proto::limits::MAX_AGENT_MINUTES)));
+        }
+        own_session(&authority, &session_id, &caller.principal).await?;
+        let token = credentials::new_token();
+        let expires_at = OffsetDateTime::now_utc() + Duration::minutes(i64::from(minutes));
+        let binding = Binding { session_id, browser_only: r.browser_only };
+        let made = self
+            .credentials
+            .register_bound(&token, authority.tenant().as_str(), &caller.principal, binding, expires_at)
+            .await
+            .map_err(unavailable)?;
+        tracing::info!(credential_id = %made.credential_id, browser_only = r.browser_only, "agent connected");
+        Ok(Response::new(pb::ConnectAgentReply {
+            credential_id: made.credential_id.to_string(),
+            token,
+            expires_at_ms: ms(made.expires_at),
+        }))
+    }
+
+    pub(super) async fn list_agents_call(
+        &self,
+        req: Request<pb::ListAgentsRequest>,
+    ) -> Result<Response<pb::ListAgentsReply>, Status> {
+        let (caller, authority) = self.caller(&req, Rpc::ListAgents).await?;
+        let session_id = id("session_id", &req.into_inner().session_id)?;
+        own_session(&authority, &session_id, &caller.principal).await?;
+        let agents = self
+            .agents_of(&caller, authority.tenant().as_str())
+            .await?
+            .into_iter()
+            .filter(|(_, b)| b.session_id == session_id)
+            .map(|(c, b)| pb::Agent {
+                credential_id: c.credential_id.to_string(),
+                browser_only: b.browser_only,
+                expires_at_ms: ms(c.expires_at),
+                revoked_at_ms: ms(c.revoked_at),
+            })
+            .collect();
+        Ok(Response::new(pb::ListAgentsReply { agents }))
+    }
+
+    pub(super) async fn disconnect_agent_call(
+        &self,
+        req: Request<pb::DisconnectAgentRequest>,
+    ) -> Result<Response<pb::DisconnectAgentReply>, Status> {
+        let (caller, authority) = self.caller(&req, Rpc::DisconnectAgent).await?;
+        let r = req.into_inner();
+        let credential_id: uuid::Uuid =
+            r.credential_id.parse().map_err(|_| invalid("credential_id", "is a UUID"))?;
+        let tenant = authority.tenant().as_str();
+        // Another owner's agent, or a credential that is no agent's, is not there.
+        let mine = self.agents_of(&caller, tenant).await?.into_iter().any(|(c, _)| c.credential_id == credential_id);
+        if !mine {
+            return Err(Status::not_found("agent not found"));
+        }
+        let disconnected = self.credentials.revoke(tenant, credential_id).await.map_err(unavailable)?;
+        Ok(Response::new(pb::DisconnectAgentReply { disconnected }))
+    }
+
+    pub(super) async fn describe_caller_call(
+        &self,
+        req: Request<pb::DescribeCallerRequest>,
+    ) -> Result<Response<pb::DescribeCallerReply>, Status> {
+        let (caller, _) = self.caller(&req, Rpc::DescribeCaller).await?;
+        let (session_id, browser_only) =
+            caller.binding.map_or((String::new(), false), |b| (b.session_id, b.browser_only));
+        Ok(Response::new(pb::DescribeCallerReply { session_id, browser_only }))
+    }
+
+    /// The agent credentials of the owner `caller` acts for, newest first.
+    async fn agents_of(
+        &self,
+        caller: &Caller,
+        tenant: &str,
+    ) -> Result<Vec<(credentials::Credential, Binding)>, Status> {
+        let all = self.credentials.list(tenant).await.map_err(unavailable)?;
+        Ok(all
+            .into_iter()
+            .filter(|c| c.principal.as_deref() == Some(caller.principal.as_str()))
+            .filter_map(|c| c.binding.clone().map(|b| (c, b)))
+            .collect())
+    }
+}

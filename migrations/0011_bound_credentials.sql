@@ -1,0 +1,10 @@
+-- A worker credential an owner made for one chat: the agent client behind it (an MCP client)
+-- may name only that chat, and may be offered a task permission only when the owner said the
+-- client has no tools besides this browser.
+ALTER TABLE credentials
+    ADD COLUMN session_id   text,
+    ADD COLUMN browser_only boolean NOT NULL DEFAULT false,
+    ADD CONSTRAINT credentials_binding CHECK (session_id IS NULL OR role = 'worker'),
+    ADD CONSTRAINT credentials_browser_only CHECK (session_id IS NOT NULL OR NOT browser_only);
+
+CREATE INDEX credentials_session ON credentials (tenant_id, session_id, created_at) WHERE session_id IS NOT NULL;
