@@ -659,11 +659,70 @@ function listen() {
   events.addEventListener('error', () => say('Reconnecting to the gateway…'));
 }
 
+// Agent apps: keys for MCP clients to drive this chat's browser, made, listed and revoked here.
+async function loadAgents() {
+  let r;
+  try {
+    r = await call('GET', base + '/agents');
+  } catch (e) {
+    return;
+  }
+  const list = $('agents');
+  list.replaceChildren();
+  for (const a of r.agents) {
+    const live = !a.revoked_at && Date.parse(a.expires_at) > Date.now();
+    const words = a.browser_only ? 'Browser only' : 'May have other tools: actions allowed one at a time';
+    const when = live ? 'until ' + new Date(a.expires_at).toLocaleString() : a.revoked_at ? 'disconnected' : 'expired';
+    const li = el('li', {}, 'Key made for an agent app. ' + words + ', ' + when + '. ');
+    if (live) {
+      const b = el('button', { type: 'button' }, 'Disconnect this app');
+      b.addEventListener('click', () => disconnectAgent(a.agent_id, b));
+      li.append(b);
+    }
+    list.append(li);
+  }
+}
+
+async function connectAgent(e) {
+  e.preventDefault();
+  const button = $('agent-connect').querySelector('button[type=submit]');
+  button.disabled = true;
+  try {
+    const body = { browser_only: $('agent-browser-only').checked, minutes: Number($('agent-minutes').value) };
+    const r = await call('POST', base + '/agents', body);
+    $('agent-key-text').value = r.key;
+    $('agent-key').hidden = false;
+    $('agent-key-text').focus();
+    $('agent-key-text').select();
+    say('A key is made. Copy it now: it is not shown again.');
+    loadAgents();
+  } catch (err) {
+    say('No key was made: ' + err.message);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+async function disconnectAgent(id, button) {
+  button.disabled = true;
+  try {
+    await call('POST', '/v1/agents/' + encodeURIComponent(id) + '/disconnect', {});
+    say('The agent app is disconnected: its next call is refused.');
+    $('agent-key').hidden = true;
+    $('agent-key-text').value = '';
+    loadAgents();
+  } catch (err) {
+    say('The app was not disconnected: ' + err.message);
+    button.disabled = false;
+  }
+}
+
 async function start() {
   $('since').addEventListener('change', renderActivity);
   $('until').addEventListener('change', renderActivity);
   $('export').addEventListener('click', exportActivity);
   $('stop-all').addEventListener('click', stopEverything);
+  $('agent-connect').addEventListener('submit', connectAgent);
   wireTakeover();
   try {
     const me = await call('GET', '/v1/me');
@@ -676,6 +735,7 @@ async function start() {
   }
   listen();
   loadActivity();
+  loadAgents();
   resumeTakeover();
   setInterval(tick, 15000);
 }

@@ -18,6 +18,7 @@ use crate::owners::Kind;
 use crate::problem::Problem;
 use crate::settings::VIEW_WAIT;
 
+mod agents;
 mod approvals;
 mod events;
 mod grants;
@@ -27,6 +28,7 @@ mod resolve;
 mod sign_in;
 mod stop;
 
+use agents::{CONNECT_AGENT, DISCONNECT_AGENT, LIST_AGENTS, connect_agent, disconnect_agent, list_agents};
 use approvals::{GET_APPROVAL, LIST_APPROVALS, get_approval, list_approvals};
 use events::{EVENTS, events};
 use grants::{GET_GRANT, LIST_GRANTS, REVOKE_GRANT, get_grant, list_grants, revoke_grant};
@@ -80,6 +82,9 @@ pub(crate) fn routes() -> Vec<(Doc, MethodRouter<Gateway>)> {
         on(REVOKE_GRANT, revoke_grant),
         on(STOP_SESSION, stop_session),
         on(STOP_EVERYTHING, stop_everything),
+        on(CONNECT_AGENT, connect_agent),
+        on(LIST_AGENTS, list_agents),
+        on(DISCONNECT_AGENT, disconnect_agent),
         on(ACTIVITY, activity),
         on(EVENTS, events),
         on(OPENAPI, openapi),
