@@ -12,8 +12,8 @@ use uuid::Uuid;
 use crate::memory::MemoryCredentials;
 use crate::postgres::PgCredentials;
 use crate::{
-    AuthError, Binding, Caller, Credential, CredentialStore, MALFORMED, NO_CREDENTIAL, NOT_FOUND, Role, Scope, Unconfirmed,
-    digest, well_formed,
+    AuthError, Binding, Caller, Credential, CredentialStore, MALFORMED, NO_CREDENTIAL, NOT_FOUND, Role, Scope,
+    Unconfirmed, digest, well_formed,
 };
 
 /// The credentials of every service: rules above a store, and optionally a memory of the
@@ -265,6 +265,7 @@ impl Credentials {
             principal,
             scopes,
             binding: credential.binding,
+            credential_id: credential.credential_id,
             unconfirmed: None,
         })
     }

@@ -109,6 +109,8 @@ pub struct Credential {
 pub struct Binding {
     pub session_id: String,
     pub browser_only: bool,
+    /// The page the client's browser opens at.
+    pub start_url: String,
 }
 
 impl Credential {
@@ -126,6 +128,7 @@ pub struct Caller {
     pub scopes: Vec<Scope>,
     /// The one chat a bound worker credential may name.
     pub binding: Option<Binding>,
+    pub credential_id: Uuid,
     /// Set when the credential was recognised from this process's memory rather than read: the
     /// call must confirm it is still live before it acts ([`Credentials::confirm`], or a read of
     /// its own that checks [`Unconfirmed::credential_id`]), so a revocation holds at the next call.

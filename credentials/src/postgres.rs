@@ -13,7 +13,8 @@ fn unavailable(e: impl std::fmt::Display) -> AuthError {
     AuthError::Unavailable(e.to_string())
 }
 
-const COLUMNS: &str = "credential_id, tenant_id, role, principal_id, expires_at, revoked_at, session_id, browser_only";
+const COLUMNS: &str =
+    "credential_id, tenant_id, role, principal_id, expires_at, revoked_at, session_id, browser_only, start_url";
 
 impl PgCredentials {
     async fn client(&self) -> Result<deadpool_postgres::Object, AuthError> {
@@ -28,7 +29,8 @@ impl CredentialStore for PgCredentials {
                 .await?
                 .execute(
                     "INSERT INTO credentials (credential_id, tenant_id, role, principal_id, token_sha256, expires_at, \
-                     session_id, browser_only, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, clock_timestamp())",
+                     session_id, browser_only, start_url, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, clock_timestamp())",
                     &[
                         &c.credential_id,
                         &c.tenant,
@@ -38,6 +40,7 @@ impl CredentialStore for PgCredentials {
                         &c.expires_at,
                         &c.binding.as_ref().map(|b| b.session_id.as_str()),
                         &c.binding.as_ref().is_some_and(|b| b.browser_only),
+                        &c.binding.as_ref().map(|b| b.start_url.as_str()),
                     ],
                 )
                 .await
@@ -98,8 +101,10 @@ fn credential(row: &tokio_postgres::Row) -> Result<Credential, AuthError> {
         principal: row.get(3),
         expires_at: row.get(4),
         revoked_at: row.get(5),
-        binding: row
-            .get::<_, Option<String>>(6)
-            .map(|session_id| crate::Binding { session_id, browser_only: row.get(7) }),
+        binding: row.get::<_, Option<String>>(6).map(|session_id| crate::Binding {
+            session_id,
+            browser_only: row.get(7),
+            start_url: row.get(8),
+        }),
     })
 }

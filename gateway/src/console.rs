@@ -94,7 +94,9 @@ pub(crate) async fn session(Seg(session): Seg) -> Response {
         <form id=\"agent-connect\"><p class=\"check\"><input type=\"checkbox\" id=\"agent-browser-only\"> \
         <label for=\"agent-browser-only\">This app has no tools besides this browser: no files, mail, shell or \
         other connections. Only then can you allow its actions for the task. Otherwise you allow them one at a \
-        time.</label></p><p><label for=\"agent-minutes\">The key lasts</label> <select id=\"agent-minutes\">\
+        time.</label></p><p><label for=\"agent-start\">Start page</label> \
+        <input id=\"agent-start\" type=\"url\" required maxlength=\"2048\" placeholder=\"https://\"></p>\
+        <p><label for=\"agent-minutes\">The key lasts</label> <select id=\"agent-minutes\">\
         <option value=\"60\">1 hour</option><option value=\"480\">8 hours</option>\
         <option value=\"1440\">1 day</option></select> <button type=\"submit\">Make a key</button></p></form>\
         <div id=\"agent-key\" hidden><p>The key, shown this once. Put it in the app's settings as its bearer \

@@ -176,7 +176,11 @@ pub const FIELDS: &[(&str, Rule)] = &[
     ("grant_ledger.v1.CheckStopRequest.ticket", one()),
     ("grant_ledger.v1.ConnectAgentRequest.session_id", ID),
     ("grant_ledger.v1.ConnectAgentRequest.browser_only", one()),
-    ("grant_ledger.v1.ConnectAgentRequest.minutes", Rule { max_len: 0, max_items: 1, allowed: Allowed::Range(1, MAX_AGENT_MINUTES) }),
+    (
+        "grant_ledger.v1.ConnectAgentRequest.minutes",
+        Rule { max_len: 0, max_items: 1, allowed: Allowed::Range(1, MAX_AGENT_MINUTES) },
+    ),
+    ("grant_ledger.v1.ConnectAgentRequest.start_url", URL),
     ("grant_ledger.v1.ListAgentsRequest.session_id", ID),
     ("grant_ledger.v1.DisconnectAgentRequest.credential_id", ID),
     ("grant_ledger.v1.ProfileEventRequest.profile_id", ID),

@@ -8,11 +8,24 @@ use time::{Duration, OffsetDateTime};
 use tonic::{Request, Response, Status};
 
 use crate::auth::Rpc;
-use crate::store::Backend;
+use crate::store::{Backend, Need};
 
 use super::convert::id;
 use super::shared::{AuthorizerService, own_session};
 use super::status::invalid;
+
+/// The page an agent's browser opens at: an absolute https URL with no credentials in it.
+fn start_url(url: &str) -> Result<String, Status> {
+    let parsed = url::Url::parse(url).map_err(|_| invalid("start_url", "is an absolute https URL"))?;
+    if parsed.scheme() != "https"
+        || parsed.host_str().is_none()
+        || !parsed.username().is_empty()
+        || parsed.password().is_some()
+    {
+        return Err(invalid("start_url", "is an https URL with a host and no user name or password"));
+    }
+    Ok(parsed.to_string())
+}
 
 /// A credential's life when the owner names none.
 const DEFAULT_MINUTES: u32 = 60;
@@ -37,10 +50,11 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         if u64::from(minutes) > proto::limits::MAX_AGENT_MINUTES {
             return Err(invalid("minutes", &format!("is 1 to {}", proto::limits::MAX_AGENT_MINUTES)));
         }
+        let start_url = start_url(&r.start_url)?;
         own_session(&authority, &session_id, &caller.principal).await?;
         let token = credentials::new_token();
         let expires_at = OffsetDateTime::now_utc() + Duration::minutes(i64::from(minutes));
-        let binding = Binding { session_id, browser_only: r.browser_only };
+        let binding = Binding { session_id, browser_only: r.browser_only, start_url };
         let made = self
             .credentials
             .register_bound(&token, authority.tenant().as_str(), &caller.principal, binding, expires_at)
@@ -82,8 +96,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
     ) -> Result<Response<pb::DisconnectAgentReply>, Status> {
         let (caller, authority) = self.caller(&req, Rpc::DisconnectAgent).await?;
         let r = req.into_inner();
-        let credential_id: uuid::Uuid =
-            r.credential_id.parse().map_err(|_| invalid("credential_id", "is a UUID"))?;
+        let credential_id: uuid::Uuid = r.credential_id.parse().map_err(|_| invalid("credential_id", "is a UUID"))?;
         let tenant = authority.tenant().as_str();
         // Another owner's agent, or a credential that is no agent's, is not there.
         let mine = self.agents_of(&caller, tenant).await?.into_iter().any(|(c, _)| c.credential_id == credential_id);
@@ -98,10 +111,24 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         &self,
         req: Request<pb::DescribeCallerRequest>,
     ) -> Result<Response<pb::DescribeCallerReply>, Status> {
-        let (caller, _) = self.caller(&req, Rpc::DescribeCaller).await?;
-        let (session_id, browser_only) =
-            caller.binding.map_or((String::new(), false), |b| (b.session_id, b.browser_only));
-        Ok(Response::new(pb::DescribeCallerReply { session_id, browser_only }))
+        let (caller, authority) = self.caller(&req, Rpc::DescribeCaller).await?;
+        let Some(b) = caller.binding else { return Ok(Response::new(pb::DescribeCallerReply::default())) };
+        let principal = caller.principal;
+        let profile = authority
+            .read(Need::Session(&b.session_id), |w| {
+                w.session_of(&b.session_id, &principal).map(|s| s.created.browser_profile_id.clone()).ok()
+            })
+            .await
+            .map_err(super::status::status)?
+            .ok_or_else(|| Status::not_found("the chat this key was made for is not there any more"))?;
+        let agent_id = caller.credential_id.to_string();
+        Ok(Response::new(pb::DescribeCallerReply {
+            session_id: b.session_id,
+            browser_only: b.browser_only,
+            start_url: b.start_url,
+            browser_profile_id: profile.unwrap_or_default(),
+            agent_id,
+        }))
     }
 
     /// The agent credentials of the owner `caller` acts for, newest first.

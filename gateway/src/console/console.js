@@ -688,7 +688,11 @@ async function connectAgent(e) {
   const button = $('agent-connect').querySelector('button[type=submit]');
   button.disabled = true;
   try {
-    const body = { browser_only: $('agent-browser-only').checked, minutes: Number($('agent-minutes').value) };
+    const body = {
+      browser_only: $('agent-browser-only').checked,
+      start_url: $('agent-start').value,
+      minutes: Number($('agent-minutes').value),
+    };
     const r = await call('POST', base + '/agents', body);
     $('agent-key-text').value = r.key;
     $('agent-key').hidden = false;

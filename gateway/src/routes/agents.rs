@@ -48,6 +48,8 @@ pub(crate) struct Connect {
     /// The owner says the client has no tools besides this browser (no files, mail, shell or
     /// other servers). Without it the chat's task permission never covers this client's acts.
     pub(crate) browser_only: bool,
+    /// The page the app's browser opens at: an https URL.
+    pub(crate) start_url: String,
     /// How long the key lives, 1 to 1440 minutes (60 when absent).
     #[serde(default)]
     pub(crate) minutes: Option<u32>,
@@ -98,7 +100,11 @@ pub(super) async fn connect_agent(call: Call, Seg(session_id): Seg, req: Request
     if !(1..=proto::limits::MAX_AGENT_MINUTES).contains(&u64::from(minutes)) {
         return Err(crate::problem::Problem::invalid("minutes", "is 1 to 1440"));
     }
-    let req = pb::ConnectAgentRequest { session_id, browser_only: body.browser_only, minutes };
+    if body.start_url.len() > proto::limits::MAX_URL_CHARS {
+        return Err(crate::problem::Problem::invalid("start_url", "is too long"));
+    }
+    let req =
+        pb::ConnectAgentRequest { session_id, browser_only: body.browser_only, minutes, start_url: body.start_url };
     let reply = call.gateway.authorizer().connect_agent(call.grpc(&owner, req)?).await.map_err(status)?.into_inner();
     Ok(Json(Connected {
         agent_id: reply.credential_id,

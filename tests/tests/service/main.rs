@@ -430,7 +430,12 @@ async fn call_as(client: &mut AuthorizerClient<Channel>, role: Role, rpc: Rpc, s
             .await
             .map(drop),
         Rpc::ConnectAgent => {
-            let m = pb::ConnectAgentRequest { session_id: "s1".into(), browser_only: true, minutes: 5 };
+            let m = pb::ConnectAgentRequest {
+                session_id: "s1".into(),
+                browser_only: true,
+                minutes: 5,
+                start_url: "https://www.lesson.test/lesson".into(),
+            };
             client.connect_agent(with_role(role, "owner", m)).await.map(drop)
         }
         Rpc::ListAgents => client
