@@ -161,6 +161,26 @@ pub fn tools() -> Vec<Tool> {
     ]
 }
 
+/// The argument an MCP client's model writes its evidence line in: a client's model has no text
+/// beside a call to put it in, so the record's line is a required argument there.
+pub const EVIDENCE: &str = "evidence";
+
+/// The tools as an MCP server lists them: [`tools`], each with the evidence line required.
+pub fn with_evidence() -> Vec<Tool> {
+    tools()
+        .into_iter()
+        .map(|mut t| {
+            t.input_schema["properties"][EVIDENCE] = json!({
+                "type": "string", "minLength": 1, "maxLength": proto::limits::MAX_EVIDENCE_CHARS,
+                "description": "One line: SUBGOAL <n> | evidence: <role> \"<accessible name>\" ref=<ref> from snapshot <snapshot_id> | intent: <what this action accomplishes>. The accessible name copied character for character from the snapshot; `evidence: none` for a snapshot, screenshot or escalation."
+            });
+            let required = t.input_schema["required"].as_array().cloned().unwrap_or_default();
+            t.input_schema["required"] = Value::Array([required, vec![json!(EVIDENCE)]].concat());
+            t
+        })
+        .collect()
+}
+
 /// What a click may wait for, as the schema spells it.
 pub const WAIT_FOR: [(&str, WaitFor); 4] = [
     ("settle", WaitFor::Settle),

@@ -39,6 +39,11 @@ pub(crate) enum Cmd {
         #[command(subcommand)]
         service: ServeCmd,
     },
+    /// The guarded browser for one MCP client that spawns its server.
+    Mcp {
+        #[command(subcommand)]
+        command: McpCmd,
+    },
     /// The read side: projections' status and verification against the log.
     Projections {
         #[command(subcommand)]
@@ -136,6 +141,20 @@ pub(crate) enum ServeCmd {
         #[arg(long)]
         insecure_loopback: bool,
     },
+    /// The guarded browser for MCP clients, over Streamable HTTP at /mcp. Its settings (MCP_*)
+    /// are in docs/configuration.md; each client brings the key its owner made on the console.
+    Mcp {
+        /// Serve plaintext on a loopback address instead of TLS: local development only.
+        #[arg(long)]
+        insecure_loopback: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum McpCmd {
+    /// Serve one MCP client over stdin and stdout (for clients that spawn their server), with
+    /// the key from MCP_KEY or MCP_KEY_FILE.
+    Stdio,
 }
 
 #[derive(Debug, Subcommand)]

@@ -11,7 +11,7 @@ use ops::pgcluster::{self, Durability};
 
 mod cli;
 use cli::{
-    AgentCmd, AuditCmd, Cli, Cmd, CredentialsCmd, DbCmd, DemoCmd, OwnerTokenCmd, OwnersCmd, ProfilesCmd,
+    AgentCmd, AuditCmd, Cli, Cmd, CredentialsCmd, DbCmd, DemoCmd, McpCmd, OwnerTokenCmd, OwnersCmd, ProfilesCmd,
     ProjectionsCmd, ServeCmd, SettingsCmd, TicketsCmd, TlsCmd,
 };
 
@@ -88,6 +88,11 @@ async fn run(cli: Cli) -> Result<()> {
             })
             .await?;
         }
+        Cmd::Serve { service: ServeCmd::Mcp { insecure_loopback } } => {
+            let config = ops::serve::McpConfig::parse(ops::settings::env, insecure_loopback)?;
+            ops::serve::mcp(config).await?;
+        }
+        Cmd::Mcp { command: McpCmd::Stdio } => ops::serve::mcp_stdio(ops::settings::env).await?,
         Cmd::Serve { service: ServeCmd::Gateway { insecure_loopback } } => {
             let config = ops::serve::GatewayConfig::parse(ops::settings::env, insecure_loopback)?;
             let url = database_url(&cli.database_url)?;

@@ -15,6 +15,7 @@ pub const RUNTIME_METRICS: &str = "127.0.0.1:9402";
 pub const GATEWAY_METRICS: &str = "127.0.0.1:9403";
 pub const PROJECTIONS_METRICS: &str = "127.0.0.1:9404";
 pub const CHECKPOINTS_METRICS: &str = "127.0.0.1:9405";
+pub const MCP_METRICS: &str = "127.0.0.1:9406";
 
 /// The gate's metrics for a server of `service` (`grant_ledger.v1.Authorizer`), with health and
 /// reflection beside it.

@@ -23,12 +23,13 @@ pub enum Reader {
     Gateway,
     Projections,
     Checkpoints,
+    Mcp,
     Agent,
     Script,
 }
 
 impl Reader {
-    const ALL: [Reader; 9] = [
+    const ALL: [Reader; 10] = [
         Reader::Every,
         Reader::Authorizer,
         Reader::Settings,
@@ -36,6 +37,7 @@ impl Reader {
         Reader::Gateway,
         Reader::Projections,
         Reader::Checkpoints,
+        Reader::Mcp,
         Reader::Agent,
         Reader::Script,
     ];
@@ -59,13 +61,14 @@ impl Reader {
             Reader::Gateway => "The owner's gateway (`grantctl serve gateway`)",
             Reader::Projections => "The projection workers (`grantctl serve projections`)",
             Reader::Checkpoints => "The checkpoint service (`grantctl serve checkpoints`)",
+            Reader::Mcp => "The MCP server (`grantctl serve mcp`, `grantctl mcp stdio`)",
             Reader::Agent => "The agent harness (`grantctl agent run`, `grantctl demo run`)",
             Reader::Script => "`scripts/run`",
         }
     }
 }
 
-use Reader::{Agent, Authorizer, Checkpoints, Every, Gateway, Projections, Runtime, Script, Settings};
+use Reader::{Agent, Authorizer, Checkpoints, Every, Gateway, Mcp, Projections, Runtime, Script, Settings};
 
 const fn s(name: &'static str, read_by: Reader, default: Option<&'static str>, meaning: &'static str) -> Setting {
     Setting { name, read_by, default, meaning }
@@ -257,6 +260,51 @@ pub const SETTINGS: &[Setting] = &[
         Some("127.0.0.1:9405"),
         "Where `/metrics` and `/healthz` are served; `off` turns them off.",
     ),
+    s("MCP_LISTEN", Mcp, Some("127.0.0.1:8766"), "The HTTPS address of the MCP endpoint (`/mcp`)."),
+    s("MCP_TLS_CERT", Mcp, None, "The server certificate (PEM). Required with its key unless `--insecure-loopback`."),
+    s("MCP_TLS_KEY", Mcp, None, "The server certificate's key (PEM)."),
+    s(
+        "MCP_ALLOWED_HOSTS",
+        Mcp,
+        Some("localhost,127.0.0.1,::1"),
+        "The `Host` names clients may reach the endpoint by (comma-separated): a guard against DNS rebinding.",
+    ),
+    s(
+        "MCP_METRICS_LISTEN",
+        Mcp,
+        Some("127.0.0.1:9406"),
+        "Where `/metrics` and `/healthz` are served; `off` turns them off.",
+    ),
+    s(
+        "MCP_AUTHORIZER_URL",
+        Mcp,
+        Some("http://127.0.0.1:50051"),
+        "The authorizer: `https://host:port`, or `http://` on loopback only.",
+    ),
+    s("MCP_AUTHORIZER_CA", Mcp, None, "The CA (PEM) the authorizer's certificate is checked against."),
+    s("MCP_RUNTIME_URL", Mcp, Some("http://127.0.0.1:50061"), "The browser runtime."),
+    s("MCP_RUNTIME_CA", Mcp, None, "The CA (PEM) the runtime's certificate is checked against."),
+    s(
+        "MCP_CONSOLE_URL",
+        Mcp,
+        Some("https://127.0.0.1:8443"),
+        "The owner's console: a call that waits for a card links the client's user there.",
+    ),
+    s(
+        "MCP_APPROVAL_WAIT_SECONDS",
+        Mcp,
+        Some("600"),
+        "How long `request_approval` waits for the owner's answer (at most a card's ten minutes).",
+    ),
+    s("MCP_IDLE_SECONDS", Mcp, Some("900"), "A run whose client makes no call this long ends, and its browser closes."),
+    s("MCP_MAX_STEPS", Mcp, Some("200"), "The step budget of each run (1 to 10000)."),
+    s(
+        "MCP_KEY",
+        Mcp,
+        None,
+        "`grantctl mcp stdio` only: the key the owner made on the chat's console page (or MCP_KEY_FILE).",
+    ),
+    s("MCP_KEY_FILE", Mcp, None, "`grantctl mcp stdio` only: a file holding the key."),
     s("AGENT_RUNTIME_URL", Agent, None, "Required: the browser runtime."),
     s("AGENT_AUTHORIZER_URL", Agent, None, "Required: the authorizer."),
     s("AGENT_CA", Agent, None, "The CA (PEM) both services' certificates are checked against."),
@@ -402,6 +450,7 @@ mod tests {
                 crate::serve::AuthorizerConfig::parse(get, true).map(drop),
                 crate::serve::RuntimeServeConfig::parse(get, true).map(drop),
                 crate::serve::GatewayConfig::parse(get, true).map(drop),
+                crate::serve::McpConfig::parse(get, true).map(drop),
                 crate::serve::DeploymentSettings::parse(|k| ask(&recorded, k)).map(drop),
                 telemetry::MetricsListen::parse(get, "PROJECTIONS", crate::observe::PROJECTIONS_METRICS)
                     .map(drop)

@@ -43,6 +43,8 @@ pub const MAX_ALERT_CHARS: usize = 300;
 pub const MAX_CITED_REFS: usize = 8;
 pub const MAX_SCREENSHOTS: usize = 16;
 pub const MAX_ACCOUNT_CHARS: usize = 400;
+/// An evidence line an MCP client sends as an argument: recorded as a step's account.
+pub const MAX_EVIDENCE_CHARS: usize = MAX_ACCOUNT_CHARS;
 /// A character that ends a line, reorders it or hides in it: controls, the line and paragraph
 /// separators, bidirectional overrides and isolates, zero-width and other invisible format
 /// characters. Text shown as one line (a page string to a model, a worker's account to an owner)

@@ -107,6 +107,7 @@ impl Lesson {
             max_steps: 20,
             agent_version: "agent-1".into(),
             approval_wait: Duration::from_secs(60),
+            cards: None,
             goal: "Finish the lesson".into(),
             org_name: "Ada".into(),
             portal_origin: "https://www.lesson.test".into(),

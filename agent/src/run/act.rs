@@ -140,6 +140,7 @@ impl State<'_> {
                 Err(Stop::Stale) => return Ok(None),
                 Ok(Some(Decision::Allow(allow))) => allow.ticket,
                 Ok(Some(Decision::RequireApproval(card))) => {
+                    self.raised(&card.approval_id);
                     let key = (target.snapshot_id.clone(), target.node_ref.clone());
                     self.asked.insert(key, (verb(&act), card.approval_id));
                     self.note(
@@ -226,7 +227,10 @@ impl State<'_> {
             None => match self.decide(&target, &Act::Click).await? {
                 Err(Stop::End(end)) => return Ok(Some(end)),
                 Err(Stop::Stale) => return Ok(None),
-                Ok(Some(Decision::RequireApproval(card))) => ("click", card.approval_id),
+                Ok(Some(Decision::RequireApproval(card))) => {
+                    self.raised(&card.approval_id);
+                    ("click", card.approval_id)
+                }
                 Ok(Some(Decision::Allow(_))) => {
                     let result = serde_json::json!({ "ok": true, "approval": "not_needed",
                         "detail": "this act needs no approval: act without a token" });
@@ -286,6 +290,13 @@ impl State<'_> {
 }
 
 impl State<'_> {
+    /// Tells whoever listens for the run's cards that it raised `approval_id`.
+    fn raised(&self, approval_id: &str) {
+        if let Some(cards) = &self.task.cards {
+            let _ = cards.send(approval_id.to_owned());
+        }
+    }
+
     /// The run's end when the owner has stopped the agent in its chat: read before every call, so
     /// a run that only observes ends at its next call too.
     pub(super) async fn stop_read(&mut self) -> Result<Option<End>, RunError> {

@@ -59,6 +59,7 @@ pub async fn start(clients: &mut Clients, file: &TaskFile) -> Result<Task, RunEr
         max_steps: file.max_steps,
         agent_version: file.agent_version.clone(),
         approval_wait: Duration::from_secs(file.approval_wait_seconds.min(600)),
+        cards: None,
     })
 }
 

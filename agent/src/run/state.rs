@@ -47,6 +47,9 @@ pub struct Task {
     pub agent_version: String,
     /// How long to wait for the owner's answer to a card (the card's own life is ten minutes).
     pub approval_wait: Duration,
+    /// Told the id of each card the run raises, as it raises it: a courier that links its
+    /// client to the owner's console (the MCP server) listens.
+    pub cards: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 }
 
 /// A task as `grantctl agent run --task` reads it.

@@ -24,10 +24,12 @@ use ledger::{PgStore, TenantId};
 use telemetry::MetricsListen;
 use time::OffsetDateTime;
 
+mod mcp;
 mod owner_http;
 #[cfg(test)]
 mod tests;
 
+pub use mcp::{McpConfig, McpLinks, mcp, stdio as mcp_stdio};
 pub use owner_http::{GatewayConfig, gateway};
 
 /// Everything the authorizer reads from its environment.

@@ -18,7 +18,7 @@ pub struct GatewayConfig {
 
 /// `name`'s gRPC URL from the environment (`default` when unset): https://host:port, or http://
 /// on a loopback address only; with its CA from `<name without _URL>_CA`.
-fn grpc_link(
+pub(super) fn grpc_link(
     get: &impl Fn(&str) -> Option<String>,
     name: &str,
     default: Option<&str>,

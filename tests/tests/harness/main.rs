@@ -61,6 +61,7 @@ fn task_in_s1(
         max_steps: steps,
         agent_version: "agent-1".into(),
         approval_wait: wait,
+        cards: None,
     }
 }
 
