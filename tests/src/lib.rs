@@ -8,6 +8,7 @@ pub mod fault;
 pub mod gateway;
 pub mod http;
 pub mod lesson;
+pub mod mcp;
 pub mod model_stub;
 pub mod platform;
 pub mod replication;

@@ -1,0 +1,215 @@
+//! An MCP client of the ecosystem's own (the official TypeScript SDK, run by Node) driven line by
+//! line from a test (`tests/mcp/driver.mjs`), and `grantctl serve mcp` in process on the kit's
+//! stack.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+
+/// The SDK version `scripts/test` installs into `target/tools`.
+pub const SDK_VERSION: &str = "1.32.2";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace").to_path_buf()
+}
+
+/// The SDK's ESM folder, or a failure that says how to get it.
+fn sdk() -> PathBuf {
+    let dir = root().join("target/tools/node_modules/@modelcontextprotocol/sdk/dist/esm");
+    assert!(
+        dir.join("client/index.js").exists() && which("node"),
+        "the MCP client library is missing: scripts/test installs it (npm install --prefix target/tools \
+         @modelcontextprotocol/sdk@{SDK_VERSION}; Node from Debian's nodejs)"
+    );
+    dir
+}
+
+fn which(program: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+}
+
+/// The client: its process, its answers in order, and the server's elicitations it accepted.
+#[derive(Debug)]
+pub struct Client {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    answers: mpsc::UnboundedReceiver<Value>,
+    pub elicitations: Arc<Mutex<Vec<Value>>>,
+    next: u64,
+}
+
+/// How long a test waits for one answer (a card's answer included).
+const WAIT: Duration = Duration::from_secs(120);
+
+impl Client {
+    pub async fn start() -> Self {
+        let mut child = tokio::process::Command::new("node")
+            .arg(root().join("tests/mcp/driver.mjs"))
+            .env("MCP_SDK", sdk())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("node starts");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, answers) = mpsc::unbounded_channel();
+        let elicitations = Arc::new(Mutex::new(Vec::new()));
+        let seen = elicitations.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let v: Value = serde_json::from_str(&line).unwrap_or_else(|_| json!({ "unparsed": line }));
+                if v.get("event").is_some() {
+                    seen.lock().unwrap().push(v);
+                } else if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { child, stdin, answers, elicitations, next: 0 }
+    }
+
+    /// Sends `request`; its answer (`{ok, result | error}`).
+    pub async fn ask(&mut self, mut request: Value) -> Value {
+        self.next += 1;
+        request["id"] = json!(self.next);
+        let line = format!("{request}\n");
+        self.stdin.write_all(line.as_bytes()).await.expect("the driver reads");
+        let answer = tokio::time::timeout(WAIT, self.answers.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no answer to {request} in {WAIT:?}"))
+            .expect("the driver answers");
+        assert_eq!(answer["id"], json!(self.next), "answers come in order: {answer}");
+        answer
+    }
+
+    /// Connects over Streamable HTTP to `url` with `key`; the protocol revision agreed.
+    pub async fn connect_http(&mut self, url: &str, key: &str) -> Value {
+        let a = self.ask(json!({ "op": "connect", "http": { "url": url, "key": key } })).await;
+        assert_eq!(a["ok"], json!(true), "connecting: {a}");
+        a["result"].clone()
+    }
+
+    /// Spawns `command` as its server over stdio, with `env`.
+    pub async fn connect_stdio(&mut self, command: &str, args: &[&str], env: &[(&str, String)]) -> Value {
+        let env: serde_json::Map<String, Value> = env.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect();
+        let a = self.ask(json!({ "op": "connect", "stdio": { "command": command, "args": args, "env": env } })).await;
+        assert_eq!(a["ok"], json!(true), "connecting: {a}");
+        a["result"].clone()
+    }
+
+    pub async fn list(&mut self) -> Vec<Value> {
+        let a = self.ask(json!({ "op": "list" })).await;
+        assert_eq!(a["ok"], json!(true), "listing: {a}");
+        a["result"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Calls `tool`: the result's text and whether it is an error result.
+    pub async fn call(&mut self, tool: &str, arguments: Value) -> Called {
+        let a = self.ask(json!({ "op": "call", "name": tool, "arguments": arguments })).await;
+        assert_eq!(a["ok"], json!(true), "calling {tool}: {a}");
+        let r = &a["result"];
+        let text = r["content"]
+            .as_array()
+            .map(|c| c.iter().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join("\n"))
+            .unwrap_or_default();
+        Called { text, error: r["isError"] == json!(true) }
+    }
+
+    pub async fn close(mut self) {
+        let _ = self.ask(json!({ "op": "close" })).await;
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
+    }
+}
+
+/// A tool call's result as the client read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Called {
+    pub text: String,
+    pub error: bool,
+}
+
+impl Called {
+    /// The result's JSON line (the first line), parsed.
+    pub fn json(&self) -> Value {
+        self.text.lines().next().and_then(|l| serde_json::from_str(l).ok()).unwrap_or(Value::Null)
+    }
+
+    pub fn code(&self) -> String {
+        self.json()["code"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// The snapshot id the result's untrusted block names.
+    pub fn snapshot_id(&self) -> String {
+        let at = self.text.find("<<<UNTRUSTED_SNAPSHOT ").unwrap_or_else(|| panic!("no snapshot in {}", self.text));
+        self.text[at + 22..].split_whitespace().next().unwrap_or_default().to_owned()
+    }
+
+    /// The ref and role of the node named `name` in the result's snapshot.
+    pub fn node(&self, name: &str) -> (String, String) {
+        let quoted = serde_json::to_string(name).expect("json");
+        let line = self
+            .text
+            .lines()
+            .find(|l| {
+                l.split_once(' ')
+                    .is_some_and(|(_, rest)| rest.split_once(' ').is_some_and(|(_, n)| n.starts_with(&quoted)))
+            })
+            .unwrap_or_else(|| panic!("no node {quoted} in {}", self.text));
+        let mut parts = line.split(' ');
+        (parts.next().unwrap_or_default().to_owned(), parts.next().unwrap_or_default().to_owned())
+    }
+}
+
+/// The arguments of an act on the node named `name` of `snapshot`, with its evidence line.
+pub fn on(snapshot: &Called, name: &str, consequential: bool) -> Value {
+    let (node_ref, role) = snapshot.node(name);
+    let id = snapshot.snapshot_id();
+    let quoted = serde_json::to_string(name).expect("json");
+    json!({
+        "snapshot_id": id, "ref": node_ref, "expected_role": role, "expected_name": name,
+        "consequential": consequential,
+        "evidence": format!("SUBGOAL 1 | evidence: {role} {quoted} ref={node_ref} from snapshot {id} | intent: act on it"),
+    })
+}
+
+/// A snapshot's arguments.
+pub fn look() -> Value {
+    json!({ "evidence": "SUBGOAL 1 | evidence: none | intent: observe the page" })
+}
+
+/// `grantctl serve mcp` in process on loopback, to `authorizer_port` and `runtime_port`, linking
+/// cards to `console`; its URL (`http://127.0.0.1:<port>/mcp`).
+pub async fn serve(
+    authorizer_port: u16,
+    runtime_port: u16,
+    console: &str,
+) -> (String, tokio::sync::oneshot::Sender<()>) {
+    let channel = |port: u16| {
+        tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}")).expect("url").connect_lazy()
+    };
+    let server = mcp::Server::new(mcp::Config {
+        authorizer: channel(authorizer_port),
+        runtime: channel(runtime_port),
+        console_url: console.to_owned(),
+        agent_version: "mcp-test".into(),
+        max_steps: 50,
+        approval_wait: Duration::from_secs(90),
+        idle: Duration::from_secs(300),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let hosts = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
+    tokio::spawn(mcp::serve_http(listener, server, None, hosts, async {
+        let _ = stopped.await;
+    }));
+    (format!("http://127.0.0.1:{port}/mcp"), stop)
+}
