@@ -167,3 +167,66 @@ async fn an_mcp_client_over_http_drives_the_browser_under_the_owners_cards_and_k
     client.close().await;
     owner.close().await;
 }
+
+#[tokio::test]
+async fn an_mcp_client_over_stdio_that_may_have_other_tools_is_allowed_once_at_a_time() {
+    let l = lesson().await;
+    let token = l.token("owner").await;
+    // Made through the API, without saying the client has no other tools.
+    let made = tests::http::Call::new(l.gateway, "POST", "/v1/sessions/s1/agents")
+        .bearer(&token)
+        .json(&json!({ "browser_only": false, "start_url": "https://www.lesson.test/lesson/1", "minutes": 5 }))
+        .send()
+        .await;
+    assert_eq!(made.status, 200, "{made:?}");
+    let key = made.json()["key"].as_str().unwrap().to_owned();
+    let grantctl = tests::grantctl();
+    let env = [
+        ("MCP_KEY", key.clone()),
+        ("MCP_AUTHORIZER_URL", format!("http://127.0.0.1:{}", l.stack.authorizer_port)),
+        ("MCP_RUNTIME_URL", format!("http://127.0.0.1:{}", l.stack.runtime_port)),
+        ("MCP_CONSOLE_URL", format!("http://127.0.0.1:{}", l.gateway)),
+        ("MCP_APPROVAL_WAIT_SECONDS", "60".into()),
+        ("RUST_LOG", "warn".into()),
+    ];
+    let mut client = Client::start().await;
+    client.connect_stdio(grantctl.to_str().unwrap(), &["mcp", "stdio"], &env).await;
+    assert_eq!(client.list().await.len(), agent::tools::tools().len());
+
+    let page = client.call("snapshot", look()).await;
+    let asked = client.call("click", on(&page, "Next", false)).await;
+    assert!(asked.error && asked.code() == "APPROVAL_REQUIRED", "{asked:?}");
+    // The card offers no task permission, and says why.
+    let cards = tests::http::Call::new(l.gateway, "GET", "/v1/sessions/s1/approvals?pending_only=true")
+        .bearer(&token)
+        .send()
+        .await
+        .json();
+    let card = &cards["approvals"][0];
+    assert!(card["offer"].is_null(), "no task permission is offered: {card}");
+    let why = card.to_string();
+    assert!(why.contains("tools besides the browser"), "the card says why: {why}");
+    let card_id = card["approval_id"].as_str().unwrap().to_owned();
+
+    let waiting = client.call("request_approval", on(&page, "Next", false));
+    let answering = async {
+        let resolve = format!("/v1/approvals/{card_id}/resolve");
+        let r = tests::http::Call::new(l.gateway, "POST", &resolve)
+            .bearer(&token)
+            .json(&json!({ "resolution": "approve_once" }))
+            .send()
+            .await;
+        assert_eq!(r.status, 200, "{r:?}");
+    };
+    let (approved, ()) = tokio::join!(waiting, answering);
+    let token_once = approved.json()["approval_token"].as_str().unwrap_or_else(|| panic!("{approved:?}")).to_owned();
+    let mut once = on(&page, "Next", false);
+    once["approval_token"] = json!(token_once);
+    let clicked = client.call("click", once).await;
+    assert!(!clicked.error, "{clicked:?}");
+    // The next act asks again: nothing was allowed beyond the one act.
+    let page_2 = client.call("snapshot", look()).await;
+    let again = client.call("click", on(&page_2, "Next", false)).await;
+    assert!(again.error && again.code() == "APPROVAL_REQUIRED", "{again:?}");
+    client.close().await;
+}

@@ -672,7 +672,10 @@ async function loadAgents() {
   for (const a of r.agents) {
     const live = !a.revoked_at && Date.parse(a.expires_at) > Date.now();
     const words = a.browser_only ? 'Browser only' : 'May have other tools: actions allowed one at a time';
-    const when = live ? 'until ' + new Date(a.expires_at).toLocaleString() : a.revoked_at ? 'disconnected' : 'expired';
+    const until = new Date(a.expires_at).toLocaleString(undefined, {
+      day: 'numeric', month: 'short', hour: '2-digit', minute: '2-digit', timeZoneName: 'short',
+    });
+    const when = live ? 'usable until ' + until : a.revoked_at ? 'disconnected' : 'expired';
     const li = el('li', {}, 'Key made for an agent app. ' + words + ', ' + when + '. ');
     if (live) {
       const b = el('button', { type: 'button' }, 'Disconnect this app');
