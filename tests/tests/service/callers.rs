@@ -81,6 +81,13 @@ async fn census_of_calls_served_with_the_flag_off_and_on() {
         codes.push(("GetGrant", code(client.get_grant(owner(pb::GetGrantRequest::default())).await)));
         codes.push(("ListGrants", code(client.list_grants(owner(pb::ListGrantsRequest::default())).await)));
         codes.push(("RevokeGrant", code(client.revoke_grant(owner(pb::RevokeGrantRequest::default())).await)));
+        codes.push(("ConnectAgent", code(client.connect_agent(owner(pb::ConnectAgentRequest::default())).await)));
+        codes.push(("ListAgents", code(client.list_agents(owner(pb::ListAgentsRequest::default())).await)));
+        codes.push((
+            "DisconnectAgent",
+            code(client.disconnect_agent(owner(pb::DisconnectAgentRequest::default())).await),
+        ));
+        codes.push(("DescribeCaller", code(client.describe_caller(owner(pb::DescribeCallerRequest {})).await)));
         assert_eq!(codes.len(), Rpc::ALL.len(), "every RPC of the service");
         codes.into_iter().filter(|(_, c)| *c == Code::Unimplemented).map(|(n, _)| n).collect()
     }

@@ -81,6 +81,10 @@ calls!(
     pb::GetGrantRequest => GetGrant,
     pb::ListGrantsRequest => ListGrants,
     pb::RevokeGrantRequest => RevokeGrant,
+    pb::ConnectAgentRequest => ConnectAgent,
+    pb::ListAgentsRequest => ListAgents,
+    pb::DisconnectAgentRequest => DisconnectAgent,
+    pb::DescribeCallerRequest => DescribeCaller,
 );
 
 /// A known token per role and owner (owners matter for worker and runtime only).
@@ -460,6 +464,7 @@ async fn ended_row(db: &TestDb, grant_id: &str) -> (bool, Option<String>) {
     (r.get(0), r.get(1))
 }
 
+mod agents;
 mod callers;
 mod lesson;
 mod refusals;

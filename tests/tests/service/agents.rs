@@ -1,0 +1,109 @@
+//! Agent keys: made by the owner through the gateway for one chat, they name that chat alone,
+//! and unless the owner said the client has no other tools, no task permission covers or is
+//! offered to their acts.
+
+#[allow(clippy::wildcard_imports)] // the suite's helpers and imports
+use super::*;
+
+fn connect(browser_only: bool) -> pb::ConnectAgentRequest {
+    pb::ConnectAgentRequest {
+        session_id: "s1".into(),
+        browser_only,
+        minutes: 5,
+        start_url: "https://www.lesson.test/lesson/unit-3".into(),
+    }
+}
+
+fn decision(reply: pb::AuthorizeReply) -> pb::authorize_reply::Decision {
+    reply.decision.expect("a decision")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_key_names_its_one_chat_and_holds_to_allow_once_unless_browser_only() {
+    let Served { mut client, position, _stop, .. } = start_in_process(MemoryGrants::default()).await;
+    // A chat with a live task permission, and a second chat of the same owner.
+    let _ = granted(&mut client).await;
+    let s2 = pb::CreateSessionRequest {
+        session_id: "s2".into(),
+        browser_profile_id: "profile-1".into(),
+        surface: pb::Surface::Interactive as i32,
+        ..Default::default()
+    };
+    client.create_session(owner(s2)).await.unwrap();
+
+    // Bad requests are refused and make nothing.
+    let listed = || pb::ListAgentsRequest { session_id: "s1".into() };
+    for (bad, field) in [
+        (pb::ConnectAgentRequest { start_url: "http://www.lesson.test/".into(), ..connect(true) }, "start_url"),
+        (pb::ConnectAgentRequest { start_url: "https://u:p@www.lesson.test/".into(), ..connect(true) }, "start_url"),
+        (pb::ConnectAgentRequest { start_url: "lesson".into(), ..connect(true) }, "start_url"),
+        (pb::ConnectAgentRequest { minutes: 1441, ..connect(true) }, "minutes"),
+    ] {
+        let err = client.connect_agent(owner(bad)).await.unwrap_err();
+        assert_eq!((err.code(), field_violation(&err).as_str()), (Code::InvalidArgument, field), "{err:?}");
+    }
+    let err = client.connect_agent(intruder(connect(true))).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "another owner's chat is not there: {err:?}");
+    assert!(client.list_agents(owner(listed())).await.unwrap().into_inner().agents.is_empty(), "nothing was made");
+
+    let made = client.connect_agent(owner(connect(false))).await.unwrap().into_inner();
+    let key = made.token.clone();
+    let described =
+        client.describe_caller(tests::bearer(&key, pb::DescribeCallerRequest {})).await.unwrap().into_inner();
+    assert_eq!(
+        (described.session_id.as_str(), described.browser_only, described.browser_profile_id.as_str()),
+        ("s1", false, "profile-1")
+    );
+    assert_eq!(
+        (described.agent_id.as_str(), described.start_url.as_str()),
+        (made.credential_id.as_str(), "https://www.lesson.test/lesson/unit-3")
+    );
+
+    // The key names its chat alone: any other is not there, and nothing is written.
+    let at = position();
+    let other = pb::AuthorizeRequest { session_id: "s2".into(), ..act(None) };
+    assert_eq!(client.authorize(tests::bearer(&key, other)).await.unwrap_err().code(), Code::NotFound);
+    let check = pb::CheckStopRequest { session_id: "s2".into(), ticket: None };
+    assert_eq!(client.check_stop(tests::bearer(&key, check)).await.unwrap_err().code(), Code::NotFound);
+    let tool =
+        pb::RecordToolCallRequest { session_id: "s2".into(), tool_call_id: "c1".into(), tool: "browser.act".into() };
+    assert_eq!(client.record_tool_call(tests::bearer(&key, tool)).await.unwrap_err().code(), Code::NotFound);
+    let new = pb::CreateSessionRequest {
+        session_id: "s3".into(),
+        surface: pb::Surface::Interactive as i32,
+        ..Default::default()
+    };
+    assert_eq!(client.create_session(tests::bearer(&key, new)).await.unwrap_err().code(), Code::NotFound);
+    let said = pb::RecordMessageRequest { session_id: "s2".into(), message_id: "m2".into(), from_owner: false };
+    assert_eq!(client.record_message(tests::bearer(&key, said)).await.unwrap_err().code(), Code::NotFound);
+    assert_eq!(position(), at, "nothing was written for another chat");
+
+    // Its acts in its own chat: the live permission does not cover them, and no card offers one.
+    match decision(client.authorize(tests::bearer(&key, act(None))).await.unwrap().into_inner()) {
+        pb::authorize_reply::Decision::RequireApproval(card) => {
+            assert!(card.offer.is_none(), "{card:?}");
+            assert_eq!(card.reason, "client_tools_unknown");
+        }
+        other => panic!("the permission covered a client that may hold other tools: {other:?}"),
+    }
+    // The same act from a key whose owner said the client has no other tools: the permission covers it.
+    let browser_only = client.connect_agent(owner(connect(true))).await.unwrap().into_inner().token;
+    let allowed = decision(client.authorize(tests::bearer(&browser_only, act(None))).await.unwrap().into_inner());
+    assert!(matches!(allowed, pb::authorize_reply::Decision::Allow(_)), "{allowed:?}");
+
+    // The owner lists and revokes; another owner can do neither.
+    let agents = client.list_agents(owner(listed())).await.unwrap().into_inner().agents;
+    assert_eq!(agents.len(), 2, "{agents:?}");
+    assert!(agents.iter().all(|a| a.revoked_at_ms == 0 && a.expires_at_ms > 0));
+    assert_eq!(client.list_agents(intruder(listed())).await.unwrap_err().code(), Code::NotFound);
+    let off = || pb::DisconnectAgentRequest { credential_id: made.credential_id.clone() };
+    assert_eq!(client.disconnect_agent(intruder(off())).await.unwrap_err().code(), Code::NotFound);
+    assert!(client.describe_caller(tests::bearer(&key, pb::DescribeCallerRequest {})).await.is_ok(), "still usable");
+    assert!(client.disconnect_agent(owner(off())).await.unwrap().into_inner().disconnected);
+    assert!(!client.disconnect_agent(owner(off())).await.unwrap().into_inner().disconnected, "once");
+    let refused = client.describe_caller(tests::bearer(&key, pb::DescribeCallerRequest {})).await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
+    // A worker's own credential is no agent's: it names no chat.
+    let plain = client.describe_caller(owner(pb::DescribeCallerRequest {})).await.unwrap().into_inner();
+    assert!(plain.session_id.is_empty());
+}
