@@ -213,3 +213,49 @@ pub async fn serve(
     }));
     (format!("http://127.0.0.1:{port}/mcp"), stop)
 }
+
+/// The Python SDK's client at the current protocol revision (`tests/mcp/modern.py`), run with
+/// `url` and `key`: it observes, the test reads the snapshot and names the click, it clicks.
+/// Its lines (`{what, value}`) in order.
+pub async fn modern_client(url: &str, key: &str, click: impl FnOnce(&Called) -> Value) -> Vec<Value> {
+    let python = root().join("target/tools/py/bin/python");
+    assert!(
+        python.exists(),
+        "the Python MCP client is missing: scripts/test installs it (python3 -m venv target/tools/py; \
+         target/tools/py/bin/pip install mcp=={PY_SDK_VERSION})"
+    );
+    let mut child = tokio::process::Command::new(python)
+        .arg(root().join("tests/mcp/modern.py"))
+        .env("MCP_URL", url)
+        .env("MCP_KEY", key)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut seen = Vec::new();
+    let mut click = Some(click);
+    while let Ok(Ok(Some(line))) = tokio::time::timeout(WAIT, lines.next_line()).await {
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|_| json!({ "unparsed": line }));
+        if v["what"] == "snapshot"
+            && let Some(click) = click.take()
+        {
+            let shown = Called {
+                text: v["value"]["text"].as_str().unwrap_or_default().to_owned(),
+                error: v["value"]["error"] == json!(true),
+            };
+            let args = format!("{}\n", click(&shown));
+            stdin.write_all(args.as_bytes()).await.expect("python reads");
+        }
+        seen.push(v);
+    }
+    let status = tokio::time::timeout(WAIT, child.wait()).await.expect("python ends").expect("python ran");
+    assert!(status.success(), "the Python client failed: {seen:?}");
+    seen
+}
+
+/// The Python SDK version `scripts/test` installs into `target/tools/py`.
+pub const PY_SDK_VERSION: &str = "2.3.0";

@@ -230,3 +230,28 @@ async fn an_mcp_client_over_stdio_that_may_have_other_tools_is_allowed_once_at_a
     assert!(again.error && again.code() == "APPROVAL_REQUIRED", "{again:?}");
     client.close().await;
 }
+
+#[tokio::test]
+async fn a_client_of_the_current_protocol_revision_is_served_without_a_session() {
+    let l = lesson().await;
+    let (url, _stop) =
+        tests::mcp::serve(l.stack.authorizer_port, l.stack.runtime_port, &format!("http://127.0.0.1:{}", l.gateway))
+            .await;
+    let token = l.token("owner").await;
+    let made = tests::http::Call::new(l.gateway, "POST", "/v1/sessions/s1/agents")
+        .bearer(&token)
+        .json(&json!({ "browser_only": true, "start_url": "https://www.lesson.test/lesson/1" }))
+        .send()
+        .await;
+    let key = made.json()["key"].as_str().unwrap().to_owned();
+    let seen = tests::mcp::modern_client(&url, &key, |snapshot| on(snapshot, "Next", false)).await;
+    let said = |what: &str| seen.iter().find(|l| l["what"] == what).map(|l| l["value"].clone()).unwrap_or_default();
+    assert_eq!(said("protocol"), json!("2026-07-28"), "{seen:?}");
+    assert_eq!(said("tools").as_array().map(Vec::len), Some(agent::tools::tools().len()), "{seen:?}");
+    assert!(said("snapshot")["text"].as_str().unwrap().contains("<<<UNTRUSTED_SNAPSHOT snap_"), "{seen:?}");
+    // Each request stands alone, yet they are one run: the click reads the snapshot's refs and
+    // waits for its card like any other.
+    let click = said("click");
+    assert_eq!(click["error"], json!(true), "{seen:?}");
+    assert!(click["text"].as_str().unwrap().contains("APPROVAL_REQUIRED"), "{seen:?}");
+}
