@@ -157,13 +157,13 @@ impl Server {
                 Ok(outcome) => end_answer(&outcome.end),
                 Err(failed) => refused("RUN_ENDED", &format!("the run failed: {}", failed.error)),
             };
-            // Released before its answer, so a call after the end reads it here.
+            // The browser closes with the run, before the run's end is told: a client that starts
+            // another finds the profile free.
+            let close = rt::CloseSessionRequest { session_id: task.browser_session.clone() };
+            let _ = clients.runtime.close_session(clients.req(close)).await;
             *ended_by_run.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(answer.clone());
             relay.finish(answer.clone());
             relay.drain(&answer);
-            // The browser closes with the run.
-            let close = rt::CloseSessionRequest { session_id: task.browser_session.clone() };
-            let _ = clients.runtime.close_session(clients.req(close)).await;
         });
         Ok(Arc::new(Run {
             calls: calls_tx,

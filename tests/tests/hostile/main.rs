@@ -317,3 +317,4 @@ mod arrivals;
 mod clicks;
 mod escapes;
 mod reads;
+mod through_mcp;
