@@ -399,6 +399,7 @@ pub(crate) fn grantctl() -> Result<std::path::PathBuf> {
 }
 
 pub mod authorize;
+pub mod mcp;
 
 pub mod gateway;
 

@@ -50,6 +50,14 @@ enum BenchCmd {
         #[arg(long)]
         spread: bool,
     },
+    /// The same steps (snapshot, click, snapshot, type) on one page through `grantctl mcp stdio`
+    /// and through Playwright's MCP server on the same Chromium, interleaved (needs Node, and
+    /// `npm install --prefix target/tools @playwright/mcp@0.0.86 @modelcontextprotocol/sdk@1.32.2`).
+    /// Each round spends two acts of the task permission's 200.
+    Mcp {
+        #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u64).range(1..=95))]
+        rounds: u64,
+    },
     /// Every projection rebuilt from a generated ledger, beside a plain COPY of the same events.
     Rebuild {
         #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1_000..=20_000_000))]
@@ -164,6 +172,10 @@ async fn run(database: &Option<String>, command: BenchCmd) -> Result<()> {
         BenchCmd::Stop { rounds } => {
             let url = database_url(database)?;
             println!("{}", bench::stop::run(&url, usize::try_from(rounds)?).await?);
+        }
+        BenchCmd::Mcp { rounds } => {
+            let url = database_url(database)?;
+            println!("{}", bench::mcp::run(&url, usize::try_from(rounds)?).await?);
         }
         BenchCmd::Rebuild { events } => {
             let url = database_url(database)?;

@@ -3,7 +3,8 @@
 //   {"id": 1, "op": "connect", "http": {"url": "...", "key": "..."}}
 //   {"id": 1, "op": "connect", "stdio": {"command": "...", "args": [], "env": {}}}
 //   {"id": 2, "op": "list"}   {"id": 3, "op": "call", "name": "...", "arguments": {}}   {"op": "close"}
-// Each answer is one line with the request's id: {"id", "ok", "result" | "error"}. The server's
+// Each answer is one line with the request's id: {"id", "ok", "result" | "error", "ms"}, `ms` the
+// time the client library took over it. The server's
 // URL-mode elicitations are accepted and reported as {"event": "elicitation", "params"}.
 // MCP_SDK names the SDK's dist/esm folder (scripts/test installs it into target/tools).
 import readline from 'node:readline';
@@ -54,8 +55,10 @@ const lines = readline.createInterface({ input: process.stdin });
 for await (const line of lines) {
   if (!line.trim()) continue;
   const req = JSON.parse(line);
+  const started = performance.now();
   try {
-    say({ id: req.id, ok: true, result: await handle(req) });
+    const result = await handle(req);
+    say({ id: req.id, ok: true, result, ms: performance.now() - started });
   } catch (e) {
     say({ id: req.id, ok: false, error: String(e && e.message ? e.message : e), code: e && e.code });
   }

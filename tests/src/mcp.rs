@@ -120,7 +120,7 @@ impl Client {
             .as_array()
             .map(|c| c.iter().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join("\n"))
             .unwrap_or_default();
-        Called { text, error: r["isError"] == json!(true) }
+        Called { text, error: r["isError"] == json!(true), ms: a["ms"].as_f64().unwrap_or_default() }
     }
 
     pub async fn close(mut self) {
@@ -130,10 +130,12 @@ impl Client {
 }
 
 /// A tool call's result as the client read it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Called {
     pub text: String,
     pub error: bool,
+    /// How long the client library took over the call, in milliseconds.
+    pub ms: f64,
 }
 
 impl Called {
@@ -246,6 +248,7 @@ pub async fn modern_client(url: &str, key: &str, click: impl FnOnce(&Called) -> 
             let shown = Called {
                 text: v["value"]["text"].as_str().unwrap_or_default().to_owned(),
                 error: v["value"]["error"] == json!(true),
+                ms: 0.0,
             };
             let args = format!("{}\n", click(&shown));
             stdin.write_all(args.as_bytes()).await.expect("python reads");
