@@ -205,12 +205,12 @@ async fn run_on(config: tokio_postgres::Config, db_url: &str, rounds: usize) -> 
         // Playwright's: the same steps.
         let page = peer.call("browser_snapshot", json!({})).await;
         let tap = playwright_ref(&page, "Tap")?;
-        let clicked = peer.call("browser_click", json!({ "element": "Tap button", "ref": tap })).await;
+        let clicked = peer.call("browser_click", json!({ "element": "Tap button", "target": tap })).await;
         anyhow::ensure!(!clicked.error, "Playwright's click: {}", clicked.text);
         let again = peer.call("browser_snapshot", json!({})).await;
         let answer = playwright_ref(&again, "Answer")?;
         let typed =
-            peer.call("browser_type", json!({ "element": "Answer box", "ref": answer, "text": "el gato" })).await;
+            peer.call("browser_type", json!({ "element": "Answer box", "target": answer, "text": "el gato" })).await;
         anyhow::ensure!(!typed.error, "Playwright's type: {}", typed.text);
         if keep {
             plain.snapshot.extend([page.ms, again.ms]);
