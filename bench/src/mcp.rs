@@ -149,7 +149,7 @@ async fn run_on(config: tokio_postgres::Config, db_url: &str, rounds: usize) -> 
         ("MCP_AUTHORIZER_CA", ca_file.display().to_string()),
         ("MCP_RUNTIME_URL", format!("http://127.0.0.1:{runtime_port}")),
         ("MCP_MAX_STEPS", "10000".to_owned()),
-        ("RUST_LOG", "warn".to_owned()),
+        ("RUST_LOG", "warn,mcp=info".to_owned()),
     ];
     ours.connect_stdio(&grantctl.display().to_string(), &["mcp", "stdio"], &ours_env).await;
     // The first click asks the owner, who allows it for the task; the rest run under it.
@@ -218,6 +218,9 @@ async fn run_on(config: tokio_postgres::Config, db_url: &str, rounds: usize) -> 
             plain.typed.push(typed.ms);
         }
     }
+    // Our run ends, so its server logs where the run's time went.
+    let evidence = "SUBGOAL 1 | evidence: none | intent: escalate (uncertain)";
+    ours.call("escalate", json!({ "reason": "uncertain", "evidence": evidence })).await;
     ours.close().await;
     peer.close().await;
     drop(replicas);

@@ -111,6 +111,16 @@ pub struct Binding {
     pub browser_only: bool,
     /// The page the client's browser opens at.
     pub start_url: String,
+    /// The chat's browser profile: the only one the client's browser may open.
+    pub browser_profile_id: String,
+}
+
+impl Binding {
+    /// The one run a bound credential drives: the runtime types from its task record, and the
+    /// authorizer holds its acts, cards and account to it.
+    pub fn run_id(credential_id: Uuid) -> String {
+        format!("mcp-{credential_id}")
+    }
 }
 
 impl Credential {
@@ -169,6 +179,11 @@ impl Caller {
     /// credential its one chat.
     pub fn may_name(&self, session_id: &str) -> bool {
         self.binding.as_ref().is_none_or(|b| b.session_id == session_id)
+    }
+
+    /// Whether this caller may name run `run_id`: any, or for a bound credential its one run.
+    pub fn may_run(&self, run_id: &str) -> bool {
+        self.binding.is_none() || run_id == Binding::run_id(self.credential_id)
     }
 
     /// Whether the caller's turn is visible to the record: every caller but a bound credential

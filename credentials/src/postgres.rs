@@ -13,8 +13,7 @@ fn unavailable(e: impl std::fmt::Display) -> AuthError {
     AuthError::Unavailable(e.to_string())
 }
 
-const COLUMNS: &str =
-    "credential_id, tenant_id, role, principal_id, expires_at, revoked_at, session_id, browser_only, start_url";
+const COLUMNS: &str = "credential_id, tenant_id, role, principal_id, expires_at, revoked_at, session_id, browser_only, start_url, browser_profile_id";
 
 impl PgCredentials {
     async fn client(&self) -> Result<deadpool_postgres::Object, AuthError> {
@@ -29,8 +28,8 @@ impl CredentialStore for PgCredentials {
                 .await?
                 .execute(
                     "INSERT INTO credentials (credential_id, tenant_id, role, principal_id, token_sha256, expires_at, \
-                     session_id, browser_only, start_url, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, clock_timestamp())",
+                     session_id, browser_only, start_url, browser_profile_id, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, clock_timestamp())",
                     &[
                         &c.credential_id,
                         &c.tenant,
@@ -41,6 +40,7 @@ impl CredentialStore for PgCredentials {
                         &c.binding.as_ref().map(|b| b.session_id.as_str()),
                         &c.binding.as_ref().is_some_and(|b| b.browser_only),
                         &c.binding.as_ref().map(|b| b.start_url.as_str()),
+                        &c.binding.as_ref().map(|b| b.browser_profile_id.as_str()),
                     ],
                 )
                 .await
@@ -105,6 +105,7 @@ fn credential(row: &tokio_postgres::Row) -> Result<Credential, AuthError> {
             session_id,
             browser_only: row.get(7),
             start_url: row.get(8),
+            browser_profile_id: row.get(9),
         }),
     })
 }

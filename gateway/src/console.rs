@@ -83,11 +83,6 @@ pub(crate) async fn session(Seg(session): Seg) -> Response {
         <form id=\"takeover-type\" class=\"filter\"><label for=\"takeover-text\">Type</label> \
         <input id=\"takeover-text\" maxlength=\"1024\"> <button type=\"submit\">Send text</button></form>\
         <div class=\"choices\" id=\"takeover-keys\"></div></section>\
-        <section aria-labelledby=\"activity-title\"><h2 id=\"activity-title\">Activity</h2>\
-        <form id=\"activity-filter\" class=\"filter\"><label for=\"since\">From</label> <input type=\"date\" id=\"since\"> \
-        <label for=\"until\">to</label> <input type=\"date\" id=\"until\"> \
-        <button type=\"button\" id=\"export\">Export</button></form>\
-        <ol id=\"activity\" class=\"activity\"></ol></section>\
         <section aria-labelledby=\"agents-title\"><h2 id=\"agents-title\">Agent apps</h2>\
         <p>An agent app (an MCP client) can drive this chat's browser with a key you make here. Each of its \
         actions is checked like any other, and the ones that need you wait here as cards.</p>\
@@ -99,9 +94,16 @@ pub(crate) async fn session(Seg(session): Seg) -> Response {
         <p><label for=\"agent-minutes\">The key lasts</label> <select id=\"agent-minutes\">\
         <option value=\"60\">1 hour</option><option value=\"480\">8 hours</option>\
         <option value=\"1440\">1 day</option></select> <button type=\"submit\">Make a key</button></p></form>\
-        <div id=\"agent-key\" hidden><p>The key, shown this once. Put it in the app's settings as its bearer \
-        token.</p><input id=\"agent-key-text\" readonly aria-label=\"The agent app's key\"></div>\
-        <ul id=\"agents\" class=\"agents\"></ul></section>";
+        <div id=\"agent-key\" hidden><p>The key, shown this once: copy it now. Put it in the app's settings as \
+        its bearer token.</p><input id=\"agent-key-text\" readonly aria-label=\"The agent app's key\">\
+        <p id=\"agent-record\"></p></div>\
+        <ul id=\"agents\" class=\"agents\"></ul></section>\
+        <section aria-labelledby=\"activity-title\"><h2 id=\"activity-title\">Activity</h2>\
+        <form id=\"activity-filter\" class=\"filter\"><label for=\"since\">From</label> <input type=\"date\" id=\"since\"> \
+        <label for=\"until\">to</label> <input type=\"date\" id=\"until\"> \
+        <button type=\"button\" id=\"export\">Export</button></form>\
+        <ol id=\"activity\" class=\"activity\"></ol></section>\
+";
     shell(StatusCode::OK, &format!("Chat {session}"), Some(&session), body)
 }
 

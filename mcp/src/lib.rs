@@ -72,18 +72,25 @@ pub async fn serve_http(
                 None => break,
             },
         };
-        let service = service.clone();
+        let (service, server) = (service.clone(), server.clone());
         tokio::spawn(async move {
             let handle = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                let service = service.clone();
+                let (service, server) = (service.clone(), server.clone());
                 async move {
                     if req.uri().path() != "/mcp" {
                         return Ok(plain(http::StatusCode::NOT_FOUND, "the MCP endpoint is /mcp"));
                     }
-                    if bearer(req.headers()).is_none() {
+                    // An unknown key is refused here, before a protocol session is made for it;
+                    // a key whose run ended in this process goes on, to hear that end.
+                    let known = match bearer(req.headers()) {
+                        Some(key) => server.knows(key) || server.admits(key).await,
+                        None => false,
+                    };
+                    if !known {
                         let mut r = plain(
                             http::StatusCode::UNAUTHORIZED,
-                            "a bearer key is required: the owner makes one on the chat's console page",
+                            "an agent key is required (Authorization: Bearer glc_...): the owner makes one on the \
+                             chat's console page; this one is missing, unknown, expired or disconnected",
                         );
                         r.headers_mut().insert(
                             http::header::WWW_AUTHENTICATE,

@@ -40,14 +40,16 @@ impl Answer {
 
     /// The answer to the call a view follows: the last result, and for a snapshot the page in
     /// its untrusted block.
-    fn of(tool: &str, org_name: &str, view: View<'_>) -> Self {
+    fn of(tool: &str, org_name: &str, fields: &[String], view: View<'_>) -> Self {
         let refused = serde_json::from_str::<serde_json::Value>(view.last_result)
             .ok()
             .and_then(|v| v.get("ok").and_then(serde_json::Value::as_bool))
             .is_some_and(|ok| !ok);
         let mut text = view.last_result.to_owned();
         if let (Some(o), "snapshot") = (view.snapshot, tool) {
-            text.push_str("\n\n");
+            // The record's field ids (never their values), outside the block: they are ours.
+            let ids = if fields.is_empty() { "(none)".to_owned() } else { fields.join(", ") };
+            text.push_str(&format!("\n\nTASK-RECORD FIELDS AVAILABLE TO type (ids only): {ids}\n\n"));
             text.push_str(&agent::prompt::snapshot_block(org_name, o));
         }
         Self { text, refused }
@@ -61,12 +63,13 @@ pub struct Relay {
     calls: mpsc::Receiver<Incoming>,
     pending: Option<(String, oneshot::Sender<Answer>)>,
     org_name: String,
+    fields: Vec<String>,
     idle: Duration,
 }
 
 impl Relay {
-    pub fn new(calls: mpsc::Receiver<Incoming>, org_name: String, idle: Duration) -> Self {
-        Self { calls, pending: None, org_name, idle }
+    pub fn new(calls: mpsc::Receiver<Incoming>, org_name: String, fields: Vec<String>, idle: Duration) -> Self {
+        Self { calls, pending: None, org_name, fields, idle }
     }
 
     /// The call still waiting when the run ended: answered with the run's end.
@@ -88,7 +91,7 @@ impl Relay {
 impl Model for Relay {
     async fn next(&mut self, view: View<'_>) -> Result<Turn, ModelError> {
         if let Some((tool, tx)) = self.pending.take() {
-            let _ = tx.send(Answer::of(&tool, &self.org_name, view));
+            let _ = tx.send(Answer::of(&tool, &self.org_name, &self.fields, view));
         }
         let call = match tokio::time::timeout(self.idle, self.calls.recv()).await {
             Ok(Some(call)) => call,

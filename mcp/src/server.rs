@@ -58,6 +58,10 @@ pub struct Server {
 /// Each key's run, by the key's digest, started once however many calls arrive together.
 type Runs = HashMap<[u8; 32], Arc<OnceCell<Arc<Run>>>>;
 
+fn key_digest(key: &str) -> [u8; 32] {
+    sha2::Sha256::digest(key.as_bytes()).into()
+}
+
 /// What a call that cannot reach a run answers, as the record's error contract words it.
 fn refused(code: &str, detail: &str) -> Answer {
     Answer { text: serde_json::json!({ "ok": false, "code": code, "detail": detail }).to_string(), refused: true }
@@ -103,9 +107,27 @@ impl Server {
         }
     }
 
+    /// The end of the run `digest`'s key drove in this process, if it has ended.
+    fn ended(&self, digest: &[u8; 32]) -> Option<Answer> {
+        let cell = self.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(digest).cloned()?;
+        let run = cell.get()?;
+        run.ended.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Whether a key has a run in this process (the HTTP layer lets its requests through to
+    /// hear that run's end, though the key is spent).
+    pub fn knows(&self, key: &str) -> bool {
+        self.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains_key(&key_digest(key))
+    }
+
+    /// Whether `key` is an agent key the authorizer knows now.
+    pub async fn admits(&self, key: &str) -> bool {
+        self.describe(key).await.is_ok()
+    }
+
     /// The run `key` drives, started at its first call.
     async fn run_for(&self, key: &str, described: &pb::DescribeCallerReply) -> Result<Arc<Run>, Answer> {
-        let digest: [u8; 32] = sha2::Sha256::digest(key.as_bytes()).into();
+        let digest = key_digest(key);
         let cell =
             self.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).entry(digest).or_default().clone();
         let run = cell.get_or_try_init(|| self.start(key, described)).await;
@@ -150,11 +172,22 @@ impl Server {
         task.cards = Some(cards_tx);
         let (calls_tx, calls_rx) = mpsc::channel(1);
         let ended = Arc::new(Mutex::new(None));
-        let mut relay = Relay::new(calls_rx, task.org_name.clone(), self.config.idle);
+        let mut relay = Relay::new(calls_rx, task.org_name.clone(), task.field_ids.clone(), self.config.idle);
         let ended_by_run = ended.clone();
         tokio::spawn(async move {
             let answer = match agent::run::run(&mut clients, &task, &mut relay).await {
-                Ok(outcome) => end_answer(&outcome.end),
+                Ok(outcome) => {
+                    // Where the run's time went, the client's own (the "model") beside the services'.
+                    let t = &outcome.time;
+                    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+                    tracing::info!(
+                        run = %task.run_id, steps = outcome.steps, end = outcome.end.reason(),
+                        total_ms = ms(t.total), client_ms = ms(t.model), runtime_ms = ms(t.runtime),
+                        authorizer_ms = ms(t.authorizer), owner_ms = ms(t.owner), harness_ms = ms(t.harness()),
+                        "run ended"
+                    );
+                    end_answer(&outcome.end)
+                }
                 Err(failed) => refused("RUN_ENDED", &format!("the run failed: {}", failed.error)),
             };
             // The browser closes with the run, before the run's end is told: a client that starts
@@ -182,9 +215,18 @@ impl Server {
         mut arguments: serde_json::Value,
         mut linked: impl FnMut(&str, &str),
     ) -> Answer {
+        let digest = key_digest(key);
         let described = match self.describe(key).await {
             Ok(d) => d,
-            Err(a) => return a,
+            // A run that ended here answers with its end: its end spent the key.
+            Err(_) if let Some(end) = self.ended(&digest) => return end,
+            Err(a) => {
+                // A key revoked or expired ends its run here too: the browser closes.
+                if a.label() == "unauthenticated" {
+                    self.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&digest);
+                }
+                return a;
+            }
         };
         let evidence = match arguments.as_object_mut().map(|a| a.remove(agent::tools::EVIDENCE)) {
             Some(Some(serde_json::Value::String(e))) if e.chars().count() <= proto::limits::MAX_EVIDENCE_CHARS => e,
@@ -228,7 +270,7 @@ impl Server {
             return answer;
         }
         let mut answer = answer;
-        answer.text.push_str(&format!("\n\nThe owner's card waits on the console: {}", links.join(" ")));
+        answer.text.push_str(&format!("\n\nThe owner's card waits on this chat's console page: {}", links.join(" ")));
         answer
     }
 
@@ -252,18 +294,22 @@ fn start_refused(e: &RunError) -> Answer {
     }
 }
 
+/// What a client reads once its run has ended.
+const NEXT_RUN: &str =
+    "this key's run has ended: another run needs a new key from the owner, on the chat's console page";
+
 /// What every call answers once the run has ended.
 fn end_answer(end: &agent::rules::End) -> Answer {
     match end {
         agent::rules::End::Done { reference } => Answer {
-            text: serde_json::json!({ "ok": true, "done": true, "reference": reference }).to_string(),
+            text: serde_json::json!({ "ok": true, "done": true, "reference": reference, "next": NEXT_RUN }).to_string(),
             refused: false,
         },
         agent::rules::End::Escalated { reason, detail } => {
             // A terminal refusal names the record's code (NAME_MISMATCH, …).
             let code = if *reason == agent::reason::Reason::TerminalRefusal { detail.as_str() } else { "RUN_ENDED" };
             let text = serde_json::json!({ "ok": false, "code": code, "run_ended": reason.code(), "detail": detail,
-                "terminal": true });
+                "terminal": true, "next": NEXT_RUN });
             Answer { text: text.to_string(), refused: true }
         }
     }
@@ -300,6 +346,9 @@ pub fn tools() -> Vec<Tool> {
         })
         .collect()
 }
+
+/// How often a waiting call tells a client that asked for progress that it is alive.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 const INSTRUCTIONS: &str = "A guarded browser for one chat of its owner. Call snapshot first, and again after any \
 action that reports changed = true. Act only on refs of your most recent snapshot, naming the role and the accessible \
@@ -339,6 +388,23 @@ impl rmcp::ServerHandler for Handler {
         let peer = context.peer.clone();
         let url_mode = peer.supported_elicitation_modes().contains(&rmcp::service::ElicitationMode::Url);
         let (tool, started) = (request.name.to_string(), std::time::Instant::now());
+        // A call may wait minutes for the owner's card: a client that asked for progress hears
+        // that it is alive, so its timeout can wait too.
+        let beats = context.meta.get_progress_token().map(|token| {
+            let peer = context.peer.clone();
+            tokio::spawn(async move {
+                let mut n = 0.0;
+                loop {
+                    tokio::time::sleep(PROGRESS_EVERY).await;
+                    n += 1.0;
+                    let mut p = rmcp::model::ProgressNotificationParam::new(token.clone(), n);
+                    p.message = Some("waiting for the owner's answer on the console".into());
+                    if peer.notify_progress(p).await.is_err() {
+                        break;
+                    }
+                }
+            })
+        });
         // Each line logged for this call carries its request id and tool.
         let span = tracing::info_span!("mcp_call", request_id = ?context.id, tool = %tool);
         let answer = self
@@ -354,6 +420,9 @@ impl rmcp::ServerHandler for Handler {
             })
             .instrument(span)
             .await;
+        if let Some(b) = beats {
+            b.abort();
+        }
         crate::metrics::called(&tool, answer.label(), started.elapsed().as_secs_f64());
         let content = vec![ContentBlock::text(answer.text)];
         Ok(if answer.refused { CallToolResult::error(content) } else { CallToolResult::success(content) }.into())

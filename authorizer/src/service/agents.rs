@@ -51,10 +51,19 @@ impl<B: Backend + 'static> AuthorizerService<B> {
             return Err(invalid("minutes", &format!("is 1 to {}", proto::limits::MAX_AGENT_MINUTES)));
         }
         let start_url = start_url(&r.start_url)?;
-        own_session(&authority, &session_id, &caller.principal).await?;
+        let principal = caller.principal.clone();
+        // The chat's own browser profile: the only one the key may open.
+        let profile = authority
+            .read(Need::Session(&session_id), |w| {
+                w.session_of(&session_id, &principal).map(|s| s.created.browser_profile_id.clone()).ok()
+            })
+            .await
+            .map_err(super::status::status)?
+            .ok_or_else(|| Status::not_found("session not found"))?
+            .ok_or_else(|| invalid("session_id", "names a chat with no browser profile: no browser can open for it"))?;
         let token = credentials::new_token();
         let expires_at = OffsetDateTime::now_utc() + Duration::minutes(i64::from(minutes));
-        let binding = Binding { session_id, browser_only: r.browser_only, start_url };
+        let binding = Binding { session_id, browser_only: r.browser_only, start_url, browser_profile_id: profile };
         let made = self
             .credentials
             .register_bound(&token, authority.tenant().as_str(), &caller.principal, binding, expires_at)
@@ -85,6 +94,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
                 browser_only: b.browser_only,
                 expires_at_ms: ms(c.expires_at),
                 revoked_at_ms: ms(c.revoked_at),
+                start_url: b.start_url,
             })
             .collect();
         Ok(Response::new(pb::ListAgentsReply { agents }))
@@ -114,21 +124,35 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         let (caller, authority) = self.caller(&req, Rpc::DescribeCaller).await?;
         let Some(b) = caller.binding else { return Ok(Response::new(pb::DescribeCallerReply::default())) };
         let principal = caller.principal;
-        let profile = authority
-            .read(Need::Session(&b.session_id), |w| {
-                w.session_of(&b.session_id, &principal).map(|s| s.created.browser_profile_id.clone()).ok()
-            })
+        let live = authority
+            .read(Need::Session(&b.session_id), |w| w.session_of(&b.session_id, &principal).is_ok())
             .await
-            .map_err(super::status::status)?
-            .ok_or_else(|| Status::not_found("the chat this key was made for is not there any more"))?;
-        let agent_id = caller.credential_id.to_string();
+            .map_err(super::status::status)?;
+        if !live {
+            return Err(Status::not_found("the chat this key was made for is not there any more"));
+        }
         Ok(Response::new(pb::DescribeCallerReply {
             session_id: b.session_id,
             browser_only: b.browser_only,
             start_url: b.start_url,
-            browser_profile_id: profile.unwrap_or_default(),
-            agent_id,
+            browser_profile_id: b.browser_profile_id,
+            agent_id: caller.credential_id.to_string(),
         }))
+    }
+
+    /// Revokes the agent key whose run `run_id` is (`mcp-<agent id>`), if it is one of the owner's:
+    /// its run is over. Best effort: a failure is logged, and the key's own run ends anyway.
+    pub(super) async fn end_agent_of_run(&self, owner: &Caller, tenant: &str, run_id: &str) {
+        let Some(agent) = run_id.strip_prefix("mcp-").and_then(|id| id.parse::<uuid::Uuid>().ok()) else { return };
+        match self.agents_of(owner, tenant).await {
+            Ok(agents) if agents.iter().any(|(c, _)| c.credential_id == agent) => {
+                if let Err(e) = self.credentials.revoke(tenant, agent).await {
+                    tracing::warn!(%agent, error = %e, "an ended agent key was not revoked");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(%agent, error = %e, "an ended agent key was not looked up"),
+        }
     }
 
     /// The agent credentials of the owner `caller` acts for, newest first.

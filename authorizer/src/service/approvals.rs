@@ -5,7 +5,7 @@ use grant_domain::catalogue::{Event, Resolution, SiteScope};
 use proto::v1 as pb;
 
 use crate::auth::Rpc;
-use credentials::Scope;
+use credentials::{Caller, Scope};
 use time::OffsetDateTime;
 use tonic::{Code, Request, Response, Status};
 use uuid::Uuid;
@@ -56,13 +56,13 @@ impl<B: Backend + 'static> AuthorizerService<B> {
             }
             _ => None,
         };
-        let agent = authority
+        let asked = authority
             .read(Need::Approval(approval_id), |w| {
-                w.approvals.get(&approval_id).map(|a| a.requested.agent_version.clone())
+                w.approvals.get(&approval_id).map(|a| (a.requested.agent_version.clone(), a.requested.run_id.clone()))
             })
             .await
             .map_err(status)?;
-        let Some(agent) = agent else { return Err(Status::not_found("approval not found")) };
+        let Some((agent, run_id)) = asked else { return Err(Status::not_found("approval not found")) };
         // Derived from the approval under the tenant's key, so the session's worker can be handed
         // it (AwaitApproval) without it ever being stored.
         let token = self.tickets.approval_token(authority.tenant().as_str(), approval_id.as_bytes());
@@ -88,6 +88,11 @@ impl<B: Backend + 'static> AuthorizerService<B> {
                 Event::ApprovalTokenIssued(_) => reply.approval_token.clone_from(&token),
                 _ => {}
             }
+        }
+        // A rejected approval is never retried (the record's stop rule): a card an agent app
+        // raised, denied or taken over, ends that app's key, whatever its own process does next.
+        if matches!(resolution, Resolution::Deny | Resolution::TakeOver) && !events.is_empty() {
+            self.end_agent_of_run(&caller, authority.tenant().as_str(), &run_id).await;
         }
         Ok(Response::new(reply))
     }
@@ -120,7 +125,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         }
         loop {
             if read_now {
-                match self.look(&authority, approval_id, &session_id).await? {
+                match self.look(&authority, approval_id, &session_id, &caller_was).await? {
                     Looked::Answered(reply) => {
                         if waited {
                             self.still_live(&metadata, &caller_was, Rpc::AwaitApproval).await?;
@@ -145,11 +150,21 @@ impl<B: Backend + 'static> AuthorizerService<B> {
 
     /// One read of a waited-for card: its answer (the token with an approval, STOPPED after the
     /// owner's Stop), or the mark it is pending at.
-    async fn look(&self, authority: &Authority<B>, approval_id: Uuid, session_id: &str) -> Result<Looked, Status> {
+    /// A bound credential (an agent key) sees only the cards of its own run.
+    async fn look(
+        &self,
+        authority: &Authority<B>,
+        approval_id: Uuid,
+        session_id: &str,
+        caller: &Caller,
+    ) -> Result<Looked, Status> {
         let seen = authority
             .read_loaded(Need::Approval(approval_id), |l| {
                 let w = &l.world;
-                let a = w.approvals.get(&approval_id).filter(|a| a.requested.session_id == session_id)?;
+                let a = w
+                    .approvals
+                    .get(&approval_id)
+                    .filter(|a| a.requested.session_id == session_id && caller.may_run(&a.requested.run_id))?;
                 let grant = w
                     .grants
                     .values()

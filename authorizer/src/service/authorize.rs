@@ -82,6 +82,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         tracing::Span::current().record("session_id", session_id.as_str());
         let run = r.run.ok_or_else(|| invalid("run", "is required"))?;
         let run_id = id("run.run_id", &run.run_id)?;
+        super::shared::bound_run(caller, &run_id)?;
         let tool_call_id = id("tool_call_id", &r.tool_call_id)?;
         if r.agent_version.is_empty() {
             return Err(invalid("agent_version", "is required"));

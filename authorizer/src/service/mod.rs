@@ -112,6 +112,7 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         let r = req.into_inner();
         let session_id = id("session_id", &r.session_id)?;
         let run_id = id("run_id", &r.run_id)?;
+        shared::bound_run(&caller, &run_id)?;
         let word = r.detail.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'));
         if r.detail.is_empty() || r.detail.len() > 64 || !word {
             return Err(invalid("detail", "is 1 to 64 letters, digits and _ . : -"));
@@ -156,7 +157,15 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         };
         bound(&caller, event.session_id())?;
         own_session(&authority, event.session_id(), &principal).await?;
-        self.write(&authority, Command::RecordRun(event), &principal).await
+        let ends = matches!(event, RunEvent::Escalated(_) | RunEvent::Completed(_));
+        let written = self.write(&authority, Command::RecordRun(event), &principal).await?;
+        // One agent key drives one run: its run's end spends it, in every process.
+        if ends && caller.binding.is_some() {
+            if let Err(e) = self.credentials.revoke(authority.tenant().as_str(), caller.credential_id).await {
+                tracing::warn!(error = %e, "an ended agent key was not revoked");
+            }
+        }
+        Ok(written)
     }
 
     async fn record_tool_call(

@@ -191,6 +191,15 @@ pub(super) fn bound(caller: &Caller, session_id: &str) -> Result<(), Status> {
     if caller.may_name(session_id) { Ok(()) } else { Err(Status::not_found("session not found")) }
 }
 
+/// A bound credential drives its one run (`mcp-<credential id>`): any other is refused.
+pub(super) fn bound_run(caller: &Caller, run_id: &str) -> Result<(), Status> {
+    if caller.may_run(run_id) {
+        Ok(())
+    } else {
+        Err(super::status::invalid("run_id", "is this agent key's own run: mcp-<its agent id>"))
+    }
+}
+
 /// The session, if it is this principal's and not deleted.
 pub(super) async fn own_session<B: Backend>(
     authority: &Authority<B>,

@@ -19,6 +19,7 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
     ) -> Result<Response<pb::ReadFormReply>, Status> {
         let caller = self.caller(&req).await?;
         let req = req.into_inner();
+        super::shared::own_run(&caller, &req.run_id)?;
         let run = if req.run_id.is_empty() { None } else { Some(id("run_id", &req.run_id)?) };
         let mut s = self.owned(&caller, &req.session_id).await?;
         let (tenant, principal, profile) = (s.tenant.clone(), s.principal.clone(), s.profile.clone());

@@ -38,7 +38,7 @@ mod owner;
 mod shared;
 
 pub use shared::BrowserRuntime;
-use shared::{Entry, Shared, Slot, Timer, forget, note_open};
+use shared::{Entry, Shared, Slot, Timer, forget, note_open, own_run};
 
 impl<R: Redeem + 'static> BrowserRuntime<R> {
     pub fn into_server(self) -> pb::browser_runtime_server::BrowserRuntimeServer<Self> {
@@ -67,6 +67,19 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
         if !(1..=MAX_STEPS).contains(&u64::from(req.max_steps)) {
             return Err(invalid("max_steps", &format!("is between 1 and {MAX_STEPS}")));
         }
+        // An agent key opens its chat's profile at the page its owner named, on that page's
+        // origin alone.
+        if let Some(b) = &caller.binding {
+            let named = url::Url::parse(&b.start_url).map(|u| u.origin().ascii_serialization()).ok();
+            if profile != b.browser_profile_id
+                || req.start_url != b.start_url
+                || origins != named.into_iter().collect::<Vec<_>>()
+            {
+                return Err(Status::permission_denied(
+                    "an agent key opens its chat's browser profile at the start page its owner named, and that origin only",
+                ));
+            }
+        }
         let session_id = format!("bs_{}", hex::encode(rand::random::<[u8; 12]>()));
         let owner = (caller.tenant.clone(), caller.principal.clone(), profile.clone());
         let mut session = Session::new(owner, origins, req.start_url, req.max_steps);
@@ -92,6 +105,7 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
                 tenant: caller.tenant.clone(),
                 principal: caller.principal.clone(),
                 profile: profile.clone(),
+                opened_by: caller.binding.as_ref().map(|_| caller.credential_id),
                 session: Arc::clone(&shared),
             };
             sessions.insert(session_id.clone(), entry);
@@ -111,6 +125,7 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
         let caller = self.caller(&req).await?;
         let mut s = self.owned(&caller, &req.get_ref().session_id).await?;
         let run_id = req.get_ref().run_id.clone();
+        own_run(&caller, &run_id)?;
         let run = if run_id.is_empty() { None } else { Some(id("run_id", &run_id)?) };
         // The record first: a record that cannot be read leaves the newest snapshot standing.
         let (tenant, principal, profile) = (s.tenant.clone(), s.principal.clone(), s.profile.clone());
@@ -129,6 +144,7 @@ impl<R: Redeem + 'static> pb::browser_runtime_server::BrowserRuntime for Browser
         let caller = self.caller(&req).await?;
         let req = req.into_inner();
         let session_id = req.session_id.clone();
+        own_run(&caller, &req.run_id)?;
         let input = act_input(req)?;
         let mut s = self.owned(&caller, &session_id).await?;
         let now = OffsetDateTime::now_utc();

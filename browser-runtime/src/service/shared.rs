@@ -24,7 +24,19 @@ pub(super) struct Entry {
     pub(super) tenant: String,
     pub(super) principal: String,
     pub(super) profile: String,
+    /// The agent key that opened it, if one did: only that key reaches it.
+    pub(super) opened_by: Option<uuid::Uuid>,
     pub(super) session: Shared,
+}
+
+/// An agent key (a worker credential bound to one chat) acts in its own run only; any other
+/// caller in any of its owner's.
+pub(super) fn own_run(caller: &Caller, run_id: &str) -> Result<(), Status> {
+    if run_id.is_empty() || caller.may_run(run_id) {
+        Ok(())
+    } else {
+        Err(Status::permission_denied("an agent key reads and acts in its own run only"))
+    }
 }
 
 /// A pool slot taken for a session being opened: given back on drop unless kept, so a call
@@ -200,7 +212,11 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
     ) -> Result<tokio::sync::OwnedMutexGuard<Session>, Status> {
         let entry = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(session_id).cloned();
         match entry {
-            Some(e) if e.tenant == caller.tenant && e.principal == caller.principal => {
+            Some(e)
+                if e.tenant == caller.tenant
+                    && e.principal == caller.principal
+                    && (caller.binding.is_none() || e.opened_by == Some(caller.credential_id)) =>
+            {
                 let mut guard = e.session.lock_owned().await;
                 guard.last_used = std::time::Instant::now();
                 if guard.closed {

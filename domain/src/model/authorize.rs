@@ -427,7 +427,10 @@ fn standing_grant_covers(world: &World, req: &AuthorizeRequest, now: OffsetDateT
     // A session whose profile is not its owner's never reaches here (`authorize` denies it), so
     // the pin covers its profile's own owner only.
     let profile = world.sessions.get(&req.session_id).and_then(|s| s.created.browser_profile_id.as_deref());
-    now < pin.expires_at
+    // A client whose other tools the record cannot see gets cards and Allow once only, under
+    // any grant.
+    req.run.turn_visible
+        && now < pin.expires_at
         && profile == Some(pin.profile_id.as_str())
         && classifier::covers(&classifier::Grant::Standing, &req.action, &req.element, &req.page).is_ok()
         // Seed 004's rule 7 holds under any grant: a submit goes only with what the task typed.

@@ -669,21 +669,23 @@ async function loadAgents() {
   }
   const list = $('agents');
   list.replaceChildren();
+  let gone = 0;
   for (const a of r.agents) {
-    const live = !a.revoked_at && Date.parse(a.expires_at) > Date.now();
-    const words = a.browser_only ? 'Browser only' : 'May have other tools: actions allowed one at a time';
+    if (a.revoked_at || Date.parse(a.expires_at) <= Date.now()) {
+      gone += 1;
+      continue;
+    }
+    const words = a.browser_only ? 'no other tools' : 'may have other tools: you allow its actions one at a time';
     const until = new Date(a.expires_at).toLocaleString(undefined, {
       day: 'numeric', month: 'short', hour: '2-digit', minute: '2-digit', timeZoneName: 'short',
     });
-    const when = live ? 'usable until ' + until : a.revoked_at ? 'disconnected' : 'expired';
-    const li = el('li', {}, 'Key made for an agent app. ' + words + ', ' + when + '. ');
-    if (live) {
-      const b = el('button', { type: 'button' }, 'Disconnect this app');
-      b.addEventListener('click', () => disconnectAgent(a.agent_id, b));
-      li.append(b);
-    }
+    const li = el('li', {}, 'An app starting at ' + a.start_url + ' (' + words + '), usable until ' + until + '. ');
+    const b = el('button', { type: 'button' }, 'Disconnect this app');
+    b.addEventListener('click', () => disconnectAgent(a.agent_id, b));
+    li.append(b);
     list.append(li);
   }
+  if (gone > 0) list.append(el('li', { class: 'empty' }, gone + (gone === 1 ? ' earlier key has' : ' earlier keys have') + ' ended or been disconnected.'));
 }
 
 async function connectAgent(e) {
@@ -698,6 +700,8 @@ async function connectAgent(e) {
     };
     const r = await call('POST', base + '/agents', body);
     $('agent-key-text').value = r.key;
+    $('agent-record').textContent =
+      'What it may type comes from its task record, mcp-' + r.agent_id + '.json in your task records folder.';
     $('agent-key').hidden = false;
     $('agent-key-text').focus();
     $('agent-key-text').select();
@@ -714,7 +718,10 @@ async function disconnectAgent(id, button) {
   button.disabled = true;
   try {
     await call('POST', '/v1/agents/' + encodeURIComponent(id) + '/disconnect', {});
-    say('The agent app is disconnected: its next call is refused.');
+    say(
+      'The agent app is disconnected: its next call is refused. ' +
+        "A task permission in this chat stays until it runs out or you press Stop on its banner.",
+    );
     $('agent-key').hidden = true;
     $('agent-key-text').value = '';
     loadAgents();

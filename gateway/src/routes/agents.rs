@@ -68,6 +68,7 @@ pub(crate) struct Connected {
 pub(crate) struct Agent {
     pub(crate) agent_id: String,
     pub(crate) browser_only: bool,
+    pub(crate) start_url: String,
     pub(crate) expires_at: String,
     /// When the owner revoked it, if they did.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -126,6 +127,7 @@ pub(super) async fn list_agents(call: Call, Seg(session_id): Seg) -> Answer<Agen
         .map(|a| Agent {
             agent_id: a.credential_id,
             browser_only: a.browser_only,
+            start_url: a.start_url,
             expires_at: at(a.expires_at_ms),
             revoked_at: (a.revoked_at_ms != 0).then(|| at(a.revoked_at_ms)),
         })
