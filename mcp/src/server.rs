@@ -170,6 +170,7 @@ impl Server {
         task.field_ids = fields;
         let (cards_tx, cards_rx) = mpsc::unbounded_channel();
         task.cards = Some(cards_tx);
+        task.close_at_end = true;
         let (calls_tx, calls_rx) = mpsc::channel(1);
         let ended = Arc::new(Mutex::new(None));
         let mut relay = Relay::new(calls_rx, task.org_name.clone(), task.field_ids.clone(), self.config.idle);
@@ -190,10 +191,7 @@ impl Server {
                 }
                 Err(failed) => refused("RUN_ENDED", &format!("the run failed: {}", failed.error)),
             };
-            // The browser closes with the run, before the run's end is told: a client that starts
-            // another finds the profile free.
-            let close = rt::CloseSessionRequest { session_id: task.browser_session.clone() };
-            let _ = clients.runtime.close_session(clients.req(close)).await;
+            // The browser closed with the run (`close_at_end`), before its end is told.
             *ended_by_run.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(answer.clone());
             relay.finish(answer.clone());
             relay.drain(&answer);

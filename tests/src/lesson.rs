@@ -108,6 +108,7 @@ impl Lesson {
             agent_version: "agent-1".into(),
             approval_wait: Duration::from_secs(60),
             cards: None,
+            close_at_end: false,
             goal: "Finish the lesson".into(),
             org_name: "Ada".into(),
             portal_origin: "https://www.lesson.test".into(),

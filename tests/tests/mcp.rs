@@ -64,7 +64,7 @@ async fn an_mcp_client_over_http_drives_the_browser_under_the_owners_cards_and_k
     owner.read_until("#status", "the key made", |t| t.contains("Copy it now")).await;
     let key = value(&owner, "#agent-key-text").await;
     assert!(key.starts_with("glc_") && key.len() == 68, "{key}");
-    let listed = owner.read_until("#agents", "the key listed", |t| t.contains("Browser only")).await;
+    let listed = owner.read_until("#agents", "the key listed", |t| t.contains("no other tools")).await;
     assert!(!listed.contains(&key), "the list never shows the key: {listed}");
     owner.shot("agent-key-shown-once").await;
     let token = l.token("owner").await;
@@ -152,18 +152,24 @@ async fn an_mcp_client_over_http_drives_the_browser_under_the_owners_cards_and_k
     assert!(!l.stack.fixture.requests().iter().any(|r| r.path() == "/lesson/done"), "nothing was dispatched");
     let after = client.call("snapshot", look()).await;
     assert!(after.error && after.code() == "NAME_MISMATCH", "the run stays ended: {after:?}");
+    assert!(after.json()["next"].as_str().unwrap().contains("new key"), "{after:?}");
 
     // The activity names the permission's acts as the harness's are named.
     let activity =
         owner.read_until("#activity", "the permission's acts", |t| t.contains("Allowed by task permission")).await;
     assert!(activity.contains("\"Next\""), "{activity}");
 
-    // The owner disconnects the app: its next call is refused.
-    owner.press("#agents", "Disconnect this app").await;
-    owner.read_until("#status", "the app disconnected", |t| t.contains("disconnected")).await;
-    owner.shot("agent-disconnected").await;
-    let refused = client.call("snapshot", look()).await;
-    assert!(refused.error && refused.code() == "UNAUTHENTICATED", "{refused:?}");
+    // The run's end spent the key: another replica refuses a fresh client with it (401), and the
+    // console lists it as ended.
+    let (other_replica, _stop_other) =
+        tests::mcp::serve(l.stack.authorizer_port, l.stack.runtime_port, &format!("http://127.0.0.1:{}", l.gateway))
+            .await;
+    let mut again = Client::start().await;
+    let refused = again.ask(json!({ "op": "connect", "http": { "url": other_replica, "key": key } })).await;
+    assert_eq!(refused["ok"], json!(false), "a spent key connects: {refused}");
+    owner.open(&format!("http://127.0.0.1:{}/sessions/s1", l.gateway)).await;
+    owner.read_until("#agents", "the key ended", |t| t.contains("1 earlier key has ended")).await;
+    owner.shot("agent-key-spent").await;
     client.close().await;
     owner.close().await;
 }
@@ -228,6 +234,47 @@ async fn an_mcp_client_over_stdio_that_may_have_other_tools_is_allowed_once_at_a
     let page_2 = client.call("snapshot", look()).await;
     let again = client.call("click", on(&page_2, "Next", false)).await;
     assert!(again.error && again.code() == "APPROVAL_REQUIRED", "{again:?}");
+
+    // The key reaches nothing of its owner's but its chat's browser, at its start page.
+    let agent_id = made.json()["agent_id"].as_str().unwrap().to_owned();
+    let mut runtime = l.stack.runtime.clone();
+    let open = |profile: &str, start: &str| proto::runtime::OpenSessionRequest {
+        browser_profile_id: profile.into(),
+        allowed_origins: vec!["https://www.lesson.test".into()],
+        start_url: start.into(),
+        max_steps: 5,
+    };
+    for (profile, start) in
+        [("profile-2", "https://www.lesson.test/lesson/1"), ("profile-1", "https://www.lesson.test/account")]
+    {
+        let refused = runtime.open_session(tests::bearer(&key, open(profile, start))).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{profile} {start}: {refused:?}");
+    }
+    let mut authorizer = l.stack.authorizer.clone();
+    let other_run =
+        proto::v1::AwaitApprovalRequest { session_id: "s1".into(), approval_id: card_id.clone(), wait_ms: 0 };
+    let seen = authorizer.await_approval(tests::bearer(&key, other_run)).await;
+    assert!(seen.is_ok(), "its own run's card: {seen:?}");
+    let record = proto::v1::RecordRunRequest {
+        session_id: "s1".into(),
+        run_id: "run-1".into(),
+        kind: proto::v1::RunEventKind::Escalated as i32,
+        detail: "uncertain".into(),
+        account: None,
+    };
+    let refused = authorizer.record_run(tests::bearer(&key, record)).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "another run's record: {refused:?}");
+    assert!(!agent_id.is_empty());
+
+    // The owner disconnects the app mid-run: its next call is refused.
+    let off = tests::http::Call::new(l.gateway, "POST", &format!("/v1/agents/{agent_id}/disconnect"))
+        .bearer(&token)
+        .json(&json!({}))
+        .send()
+        .await;
+    assert_eq!(off.status, 200, "{off:?}");
+    let refused = client.call("snapshot", look()).await;
+    assert!(refused.error && refused.code() == "UNAUTHENTICATED", "{refused:?}");
     client.close().await;
 }
 

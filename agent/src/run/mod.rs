@@ -60,6 +60,7 @@ pub async fn start(clients: &mut Clients, file: &TaskFile) -> Result<Task, RunEr
         agent_version: file.agent_version.clone(),
         approval_wait: Duration::from_secs(file.approval_wait_seconds.min(600)),
         cards: None,
+        close_at_end: false,
     })
 }
 
@@ -112,6 +113,11 @@ pub async fn run<M: Model>(clients: &mut Clients, task: &Task, model: &mut M) ->
         return Err(failed(e, s));
     }
     let ended = s.turns(model).await;
+    if task.close_at_end {
+        // Before the end is recorded: recording it may spend the credential the close needs.
+        let close = rt::CloseSessionRequest { session_id: task.browser_session.clone() };
+        let _ = s.clients.runtime.close_session(s.clients.req(close)).await;
+    }
     // A run that failed (a service or the model) still ends in the record, as escalated.
     let end = match ended {
         Ok(end) => end,

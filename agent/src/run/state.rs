@@ -50,6 +50,9 @@ pub struct Task {
     /// Told the id of each card the run raises, as it raises it: a courier that links its
     /// client to the owner's console (the MCP server) listens.
     pub cards: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    /// Close the browser session when the run ends, before its end is recorded (an agent key's
+    /// end spends the key the close would need).
+    pub close_at_end: bool,
 }
 
 /// A task as `grantctl agent run --task` reads it.

@@ -62,6 +62,7 @@ fn task_in_s1(
         agent_version: "agent-1".into(),
         approval_wait: wait,
         cards: None,
+        close_at_end: false,
     }
 }
 

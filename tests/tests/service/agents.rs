@@ -18,6 +18,13 @@ fn decision(reply: pb::AuthorizeReply) -> pb::authorize_reply::Decision {
     reply.decision.expect("a decision")
 }
 
+/// An act in the key's own run (`mcp-<agent id>`).
+fn act_in(run: &str) -> pb::AuthorizeRequest {
+    let mut a = act(None);
+    a.run.as_mut().unwrap().run_id = run.into();
+    a
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_key_names_its_one_chat_and_holds_to_allow_once_unless_browser_only() {
     let Served { mut client, position, _stop, .. } = start_in_process(MemoryGrants::default()).await;
@@ -48,6 +55,7 @@ async fn an_agent_key_names_its_one_chat_and_holds_to_allow_once_unless_browser_
 
     let made = client.connect_agent(owner(connect(false))).await.unwrap().into_inner();
     let key = made.token.clone();
+    let run = format!("mcp-{}", made.credential_id);
     let described =
         client.describe_caller(tests::bearer(&key, pb::DescribeCallerRequest {})).await.unwrap().into_inner();
     assert_eq!(
@@ -61,7 +69,7 @@ async fn an_agent_key_names_its_one_chat_and_holds_to_allow_once_unless_browser_
 
     // The key names its chat alone: any other is not there, and nothing is written.
     let at = position();
-    let other = pb::AuthorizeRequest { session_id: "s2".into(), ..act(None) };
+    let other = pb::AuthorizeRequest { session_id: "s2".into(), ..act_in(&run) };
     assert_eq!(client.authorize(tests::bearer(&key, other)).await.unwrap_err().code(), Code::NotFound);
     let check = pb::CheckStopRequest { session_id: "s2".into(), ticket: None };
     assert_eq!(client.check_stop(tests::bearer(&key, check)).await.unwrap_err().code(), Code::NotFound);
@@ -76,25 +84,43 @@ async fn an_agent_key_names_its_one_chat_and_holds_to_allow_once_unless_browser_
     assert_eq!(client.create_session(tests::bearer(&key, new)).await.unwrap_err().code(), Code::NotFound);
     let said = pb::RecordMessageRequest { session_id: "s2".into(), message_id: "m2".into(), from_owner: false };
     assert_eq!(client.record_message(tests::bearer(&key, said)).await.unwrap_err().code(), Code::NotFound);
-    assert_eq!(position(), at, "nothing was written for another chat");
+    // And its one run: another run's acts and account are refused.
+    let err = client.authorize(tests::bearer(&key, act(None))).await.unwrap_err();
+    assert_eq!((err.code(), field_violation(&err).as_str()), (Code::InvalidArgument, "run_id"), "{err:?}");
+    assert_eq!(position(), at, "nothing was written for another chat or run");
 
     // Its acts in its own chat: the live permission does not cover them, and no card offers one.
-    match decision(client.authorize(tests::bearer(&key, act(None))).await.unwrap().into_inner()) {
+    let card = match decision(client.authorize(tests::bearer(&key, act_in(&run))).await.unwrap().into_inner()) {
         pb::authorize_reply::Decision::RequireApproval(card) => {
             assert!(card.offer.is_none(), "{card:?}");
             assert_eq!(card.reason, "client_tools_unknown");
+            card
         }
         other => panic!("the permission covered a client that may hold other tools: {other:?}"),
-    }
+    };
     // The same act from a key whose owner said the client has no other tools: the permission covers it.
-    let browser_only = client.connect_agent(owner(connect(true))).await.unwrap().into_inner().token;
-    let allowed = decision(client.authorize(tests::bearer(&browser_only, act(None))).await.unwrap().into_inner());
+    let browser_only = client.connect_agent(owner(connect(true))).await.unwrap().into_inner();
+    let its_run = format!("mcp-{}", browser_only.credential_id);
+    let allowed =
+        decision(client.authorize(tests::bearer(&browser_only.token, act_in(&its_run))).await.unwrap().into_inner());
     assert!(matches!(allowed, pb::authorize_reply::Decision::Allow(_)), "{allowed:?}");
+    // Its run's end spends it.
+    let end = pb::RecordRunRequest {
+        session_id: "s1".into(),
+        run_id: its_run.clone(),
+        kind: pb::RunEventKind::Escalated as i32,
+        detail: "uncertain".into(),
+        account: None,
+    };
+    client.record_run(tests::bearer(&browser_only.token, end)).await.unwrap();
+    let spent = client.describe_caller(tests::bearer(&browser_only.token, pb::DescribeCallerRequest {})).await;
+    assert_eq!(spent.unwrap_err().code(), Code::Unauthenticated, "a run's end spends its key");
 
     // The owner lists and revokes; another owner can do neither.
     let agents = client.list_agents(owner(listed())).await.unwrap().into_inner().agents;
     assert_eq!(agents.len(), 2, "{agents:?}");
-    assert!(agents.iter().all(|a| a.revoked_at_ms == 0 && a.expires_at_ms > 0));
+    assert_eq!(agents.iter().filter(|a| a.revoked_at_ms == 0).count(), 1, "the spent one is revoked: {agents:?}");
+    assert!(agents.iter().all(|a| a.expires_at_ms > 0 && a.start_url == "https://www.lesson.test/lesson/unit-3"));
     assert_eq!(client.list_agents(intruder(listed())).await.unwrap_err().code(), Code::NotFound);
     let off = || pb::DisconnectAgentRequest { credential_id: made.credential_id.clone() };
     assert_eq!(client.disconnect_agent(intruder(off())).await.unwrap_err().code(), Code::NotFound);
@@ -103,6 +129,23 @@ async fn an_agent_key_names_its_one_chat_and_holds_to_allow_once_unless_browser_
     assert!(!client.disconnect_agent(owner(off())).await.unwrap().into_inner().disconnected, "once");
     let refused = client.describe_caller(tests::bearer(&key, pb::DescribeCallerRequest {})).await.unwrap_err();
     assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
+    // A card an app raised and the owner denied ends that app's key: never retried.
+    let third = client.connect_agent(owner(connect(false))).await.unwrap().into_inner();
+    let third_run = format!("mcp-{}", third.credential_id);
+    let asked =
+        match decision(client.authorize(tests::bearer(&third.token, act_in(&third_run))).await.unwrap().into_inner()) {
+            pb::authorize_reply::Decision::RequireApproval(c) => c,
+            other => panic!("{other:?}"),
+        };
+    let deny = pb::ResolveApprovalRequest {
+        approval_id: asked.approval_id,
+        resolution: pb::Resolution::Deny as i32,
+        ..Default::default()
+    };
+    client.resolve_approval(owner(deny)).await.unwrap();
+    let denied = client.describe_caller(tests::bearer(&third.token, pb::DescribeCallerRequest {})).await;
+    assert_eq!(denied.unwrap_err().code(), Code::Unauthenticated, "a denied card ends its app's key");
+    drop(card);
     // A worker's own credential is no agent's: it names no chat.
     let plain = client.describe_caller(owner(pb::DescribeCallerRequest {})).await.unwrap().into_inner();
     assert!(plain.session_id.is_empty());
