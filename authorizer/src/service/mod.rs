@@ -160,10 +160,11 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         let ends = matches!(event, RunEvent::Escalated(_) | RunEvent::Completed(_));
         let written = self.write(&authority, Command::RecordRun(event), &principal).await?;
         // One agent key drives one run: its run's end spends it, in every process.
-        if ends && caller.binding.is_some() {
-            if let Err(e) = self.credentials.revoke(authority.tenant().as_str(), caller.credential_id).await {
-                tracing::warn!(error = %e, "an ended agent key was not revoked");
-            }
+        if ends
+            && caller.binding.is_some()
+            && let Err(e) = self.credentials.revoke(authority.tenant().as_str(), caller.credential_id).await
+        {
+            tracing::warn!(error = %e, "an ended agent key was not revoked");
         }
         Ok(written)
     }
