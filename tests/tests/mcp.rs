@@ -213,6 +213,18 @@ async fn an_mcp_client_over_stdio_that_may_have_other_tools_is_allowed_once_at_a
     let why = card.to_string();
     assert!(why.contains("tools besides the browser"), "the card says why: {why}");
     let card_id = card["approval_id"].as_str().unwrap().to_owned();
+    // The owner reads the same on the console, at phone width: no task permission, and why.
+    let mut phone = Owner::start("mcp_other_tools_phone", 390).await;
+    phone.open(&l.sign_in_link().await).await;
+    phone.press("main", "Sign in as owner").await;
+    let shown = phone.read_until("#cards", "the app's card", |t| t.contains("tools besides the browser")).await;
+    assert!(!shown.contains("Allow for this task"), "{shown}");
+    phone.shot("card-allow-once-only").await;
+    let listed = phone.read_until("#agents", "the app's key", |t| t.contains("one at a time")).await;
+    assert!(listed.contains("https://www.lesson.test/lesson/1"), "{listed}");
+    phone.client.execute("document.getElementById('agents-title').scrollIntoView()", vec![]).await.unwrap();
+    phone.shot("agent-apps-phone").await;
+    phone.close().await;
 
     let waiting = client.call("request_approval", on(&page, "Next", false));
     let answering = async {
