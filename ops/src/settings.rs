@@ -287,7 +287,7 @@ pub const SETTINGS: &[Setting] = &[
     s(
         "MCP_CONSOLE_URL",
         Mcp,
-        Some("https://127.0.0.1:8443"),
+        Some("https://localhost:8443"),
         "The owner's console: a call that waits for a card links the client's user there.",
     ),
     s(

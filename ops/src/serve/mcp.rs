@@ -46,7 +46,8 @@ impl McpLinks {
             .context("the authorizer's URL has a default")?;
         let runtime = grpc_link(get, "MCP_RUNTIME_URL", Some("http://127.0.0.1:50061"))?
             .context("the runtime's URL has a default")?;
-        let console_url = get("MCP_CONSOLE_URL").unwrap_or_else(|| "https://127.0.0.1:8443".into());
+        // `localhost`, as the sign-in link names it: the console's cookie is the host's.
+        let console_url = get("MCP_CONSOLE_URL").unwrap_or_else(|| "https://localhost:8443".into());
         let parsed =
             url::Url::parse(&console_url).with_context(|| format!("MCP_CONSOLE_URL={console_url:?} is not a URL"))?;
         if !matches!(parsed.scheme(), "https" | "http") || parsed.host_str().is_none() {
@@ -129,7 +130,8 @@ pub async fn mcp(config: McpConfig) -> Result<()> {
     let server = config.links.server()?;
     let listener =
         tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
-    println!("mcp serving on {}/mcp", listener.local_addr()?);
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    println!("mcp serving on {scheme}://{}/mcp", listener.local_addr()?);
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
