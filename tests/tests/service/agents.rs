@@ -150,3 +150,30 @@ async fn an_agent_key_names_its_one_chat_and_holds_to_allow_once_unless_browser_
     let plain = client.describe_caller(owner(pb::DescribeCallerRequest {})).await.unwrap().into_inner();
     assert!(plain.session_id.is_empty());
 }
+
+/// The operator's standing grant, like a task permission, covers no act of an app whose other
+/// tools the record cannot see: its owner is asked each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standing_grant_covers_no_act_of_a_client_that_may_hold_other_tools() {
+    use authorizer::domain::StandingPin;
+    let authority = authority_with_scope(MemoryGrants::default(), true).await;
+    let pin = StandingPin { grant_id: "standing-1".into(), profile_id: "profile-1".into() };
+    let now = time::OffsetDateTime::now_utc();
+    authority.execute(Command::PinStandingGrant { pin: Some(pin), now }, "operator").await.unwrap();
+    let Served { mut client, _stop, .. } = start_in_process_on(authority).await;
+    session(&mut client).await;
+    let routine = |run: &str| {
+        let mut req = act_in(run);
+        let e = req.element.as_mut().unwrap();
+        (e.name, e.visible_text) = ("Continue".into(), "Continue".into());
+        req
+    };
+    for (browser_only, standing) in [(true, true), (false, false)] {
+        let made = client.connect_agent(owner(connect(browser_only))).await.unwrap().into_inner();
+        let run = format!("mcp-{}", made.credential_id);
+        let reply = client.authorize(tests::bearer(&made.token, routine(&run))).await.unwrap().into_inner();
+        let allowed =
+            matches!(&reply.decision, Some(pb::authorize_reply::Decision::Allow(a)) if a.kind == "standing_grant");
+        assert_eq!(allowed, standing, "browser only: {browser_only}: {reply:?}");
+    }
+}
