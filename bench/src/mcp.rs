@@ -12,9 +12,9 @@ use anyhow::{Context, Result};
 use browser_runtime::fixture::Fixture;
 use browser_runtime::service::{AuthorizerRedeemer, BrowserRuntime};
 use credentials::{Credentials, Role};
+use mcp_client::{Called, Client, look, on};
 use proto::v1 as pb;
 use serde_json::json;
-use tests::mcp::{Called, Client, look, on};
 
 use crate::authorize::{TENANT, Tokens};
 
