@@ -22,14 +22,7 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
-pub use server::{Config, Handler, Server, tools};
-
-/// The bearer key of a request's headers, if it carries one.
-pub fn bearer(headers: &http::HeaderMap) -> Option<&str> {
-    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, key) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| key.trim()).filter(|k| !k.is_empty())
-}
+pub use server::{Config, Handler, Server, bearer, tools};
 
 /// The largest request body: a tool call's arguments are a few hundred bytes.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;

@@ -313,6 +313,13 @@ fn end_answer(end: &agent::rules::End) -> Answer {
     }
 }
 
+/// The bearer key of a request's headers, if it carries one.
+pub fn bearer(headers: &http::HeaderMap) -> Option<&str> {
+    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, key) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| key.trim()).filter(|k| !k.is_empty())
+}
+
 /// One client connection's handler.
 #[derive(Debug, Clone)]
 pub struct Handler {
@@ -327,7 +334,7 @@ impl Handler {
             return Some(k.clone());
         }
         let parts = context.extensions.get::<http::request::Parts>()?;
-        crate::bearer(&parts.headers).map(str::to_owned)
+        bearer(&parts.headers).map(str::to_owned)
     }
 }
 
