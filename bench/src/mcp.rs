@@ -6,17 +6,12 @@
 //! in this process); Playwright's acts on the page directly. Each step's time is the client
 //! library's, from the call to its result.
 
-use std::sync::Arc;
-
 use anyhow::{Context, Result};
-use browser_runtime::fixture::Fixture;
-use browser_runtime::service::{AuthorizerRedeemer, BrowserRuntime};
-use credentials::{Credentials, Role};
 use mcp_client::{Called, Client, look, on};
 use proto::v1 as pb;
 use serde_json::json;
 
-use crate::authorize::{TENANT, Tokens};
+use crate::authorize::TENANT;
 
 const HOST: &str = "www.lesson.test";
 const ORIGIN: &str = "https://www.lesson.test";
@@ -79,38 +74,10 @@ async fn run_on(config: tokio_postgres::Config, db_url: &str, rounds: usize) -> 
         "Playwright's MCP server is missing: npm install --prefix target/tools @playwright/mcp@{PLAYWRIGHT_VERSION}"
     );
     super::lesson_settings(db_url, TENANT).await?;
-    let (key_line, ca_pem, replicas) = crate::authorize::start_replicas(db_url).await?;
-    let pool = ledger::postgres::pool(config, 4).map_err(anyhow::Error::msg)?;
-    let tokens = Tokens::register(&pool, ca_pem.clone(), &key_line).await?;
-    let runtime_token = credentials::new_token();
-    let credentials = Credentials::postgres(pool.clone());
-    credentials.register(&runtime_token, TENANT, Role::Runtime, Some("owner"), None).await?;
-
-    let dir = std::env::temp_dir().join(format!("grant-ledger-bench-mcp-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let fixture = Fixture::start(&[HOST], &dir).await.context("the fixture site")?;
+    let stage = crate::stop::Stage::start(config, db_url, "mcp", 1).await?;
+    let (replicas, tokens, fixture, runtime_port) =
+        (&stage.replicas, &stage.tokens, &stage.fixture, stage.runtime_port);
     fixture.page(HOST, "/lesson/bench", PAGE);
-    let (keys_file, ca_file) = (dir.join("ticket-keys"), dir.join("authorizer-ca.pem"));
-    std::fs::write(&keys_file, &key_line)?;
-    std::fs::write(&ca_file, &ca_pem)?;
-    let records = dir.join("records");
-    let env = [
-        ("BROWSER_EXTRA_ARGS", serde_json::to_string(&[fixture.resolver_rule()])?),
-        ("BROWSER_CA_BUNDLE", fixture.ca_bundle.display().to_string()),
-        ("BROWSER_POOL_SIZE", "1".to_owned()),
-        ("TASK_RECORDS_DIR", records.display().to_string()),
-        (proto::ticket::KEYS_FILE_VAR, keys_file.display().to_string()),
-        ("RUNTIME_AUTHORIZER_URL", replicas.endpoints[0].clone()),
-        ("RUNTIME_AUTHORIZER_TOKEN", runtime_token.clone()),
-        ("RUNTIME_AUTHORIZER_CA", ca_file.display().to_string()),
-    ];
-    let runtime_config =
-        browser_runtime::RuntimeConfig::parse(|k| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))?;
-    let redeemer = AuthorizerRedeemer::new(runtime_config.authorizer.as_ref()).map_err(anyhow::Error::msg)?;
-    let served = Arc::new(BrowserRuntime::new(runtime_config, credentials, redeemer));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let runtime_port = listener.local_addr()?.port();
-    tokio::spawn(browser_runtime::service::serve(listener, served, None, std::future::pending()));
 
     // The owner's chat on a profile of theirs, its newest message the owner's, and a key for an
     // app with no other tools.
@@ -137,7 +104,7 @@ async fn run_on(config: tokio_postgres::Config, db_url: &str, rounds: usize) -> 
         start_url: format!("{ORIGIN}/lesson/bench"),
     };
     let agent = authorizer.connect_agent(tokens.gateway(connect)).await?.into_inner();
-    let record = records.join(TENANT).join("owner");
+    let record = stage.records.join(TENANT).join("owner");
     std::fs::create_dir_all(&record)?;
     std::fs::write(record.join(format!("mcp-{}.json", agent.credential_id)), r#"{"answer": "el gato"}"#)?;
 
@@ -146,7 +113,7 @@ async fn run_on(config: tokio_postgres::Config, db_url: &str, rounds: usize) -> 
     let ours_env = [
         ("MCP_KEY", agent.token.clone()),
         ("MCP_AUTHORIZER_URL", replicas.endpoints[1].clone()),
-        ("MCP_AUTHORIZER_CA", ca_file.display().to_string()),
+        ("MCP_AUTHORIZER_CA", stage.ca_file.display().to_string()),
         ("MCP_RUNTIME_URL", format!("http://127.0.0.1:{runtime_port}")),
         ("MCP_MAX_STEPS", "10000".to_owned()),
         ("RUST_LOG", "warn,mcp=info".to_owned()),
@@ -169,7 +136,7 @@ async fn run_on(config: tokio_postgres::Config, db_url: &str, rounds: usize) -> 
     authorizer.resolve_approval(tokens.gateway(resolve)).await?;
 
     // Playwright's server on the same Chromium, reaching the same fixture site.
-    let config_file = dir.join("playwright.json");
+    let config_file = stage.dir.join("playwright.json");
     let launch = json!({ "browser": {
         "browserName": "chromium",
         "launchOptions": { "executablePath": "/usr/bin/chromium", "headless": true,
@@ -223,8 +190,7 @@ async fn run_on(config: tokio_postgres::Config, db_url: &str, rounds: usize) -> 
     ours.call("escalate", json!({ "reason": "uncertain", "evidence": evidence })).await;
     ours.close().await;
     peer.close().await;
-    drop(replicas);
-    let _ = std::fs::remove_dir_all(&dir);
+    stage.end();
     let mut out = format!(
         "{rounds} rounds of snapshot, click, snapshot, type on one page, one MCP client over stdio\n\
          step       grantctl mcp p50 / p99 ms   Playwright MCP p50 / p99 ms   ratio p50 / p99\n"

@@ -110,39 +110,71 @@ pub async fn run(url: &str, rounds: usize) -> Result<String> {
     result
 }
 
-async fn run_on(config: tokio_postgres::Config, db_url: &str, rounds: usize) -> Result<String> {
-    let (key_line, ca_pem, replicas) = crate::authorize::start_replicas(db_url).await?;
-    let pool = ledger::postgres::pool(config, 4).map_err(anyhow::Error::msg)?;
-    let tokens = Tokens::register(&pool, ca_pem.clone(), &key_line).await?;
-    let runtime_token = credentials::new_token();
-    let credentials = Credentials::postgres(pool.clone());
-    credentials.register(&runtime_token, TENANT, Role::Runtime, Some("owner"), None).await?;
+/// What a browser bench stands on: two authorizer replicas on `db_url` (`grantctl serve
+/// authorizer`, TLS), a credential of each calling role, the fixture site, and a browser runtime
+/// served in this process that checks tickets at the first replica.
+pub(crate) struct Stage {
+    pub(crate) replicas: crate::authorize::Replicas,
+    pub(crate) tokens: Tokens,
+    pub(crate) fixture: Fixture,
+    pub(crate) dir: std::path::PathBuf,
+    /// The replicas' CA, as a file.
+    pub(crate) ca_file: std::path::PathBuf,
+    pub(crate) records: std::path::PathBuf,
+    pub(crate) keys: Arc<Keyring>,
+    pub(crate) runtime_port: u16,
+}
 
-    let dir = std::env::temp_dir().join(format!("grant-ledger-bench-stop-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let fixture = Fixture::start(&[HOST], &dir).await.context("the fixture site")?;
+impl Stage {
+    /// The stage for bench `name`, its runtime's pool of `pool` browsers.
+    pub(crate) async fn start(config: tokio_postgres::Config, db_url: &str, name: &str, pool: usize) -> Result<Self> {
+        let (key_line, ca_pem, replicas) = crate::authorize::start_replicas(db_url).await?;
+        let db = ledger::postgres::pool(config, 4).map_err(anyhow::Error::msg)?;
+        let tokens = Tokens::register(&db, ca_pem.clone(), &key_line).await?;
+        let runtime_token = credentials::new_token();
+        let credentials = Credentials::postgres(db.clone());
+        credentials.register(&runtime_token, TENANT, Role::Runtime, Some("owner"), None).await?;
+        let dir = std::env::temp_dir().join(format!("grant-ledger-bench-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let fixture = Fixture::start(&[HOST], &dir).await.context("the fixture site")?;
+        let (keys_file, ca_file, records) =
+            (dir.join("ticket-keys"), dir.join("authorizer-ca.pem"), dir.join("records"));
+        std::fs::write(&keys_file, &key_line)?;
+        std::fs::write(&ca_file, &ca_pem)?;
+        let env = [
+            ("BROWSER_EXTRA_ARGS", serde_json::to_string(&[fixture.resolver_rule()])?),
+            ("BROWSER_CA_BUNDLE", fixture.ca_bundle.display().to_string()),
+            ("BROWSER_POOL_SIZE", pool.to_string()),
+            ("TASK_RECORDS_DIR", records.display().to_string()),
+            (proto::ticket::KEYS_FILE_VAR, keys_file.display().to_string()),
+            ("RUNTIME_AUTHORIZER_URL", replicas.endpoints[0].clone()),
+            ("RUNTIME_AUTHORIZER_TOKEN", runtime_token.clone()),
+            ("RUNTIME_AUTHORIZER_CA", ca_file.display().to_string()),
+        ];
+        let config =
+            browser_runtime::RuntimeConfig::parse(|k| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))?;
+        let keys = Arc::clone(&config.tickets);
+        let redeemer = AuthorizerRedeemer::new(config.authorizer.as_ref()).map_err(anyhow::Error::msg)?;
+        let served = Arc::new(BrowserRuntime::new(config, credentials, redeemer));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let runtime_port = listener.local_addr()?.port();
+        tokio::spawn(browser_runtime::service::serve(listener, served, None, std::future::pending()));
+        Ok(Self { replicas, tokens, fixture, dir, ca_file, records, keys, runtime_port })
+    }
+
+    /// Stops the replicas and removes the stage's files.
+    pub(crate) fn end(self) {
+        drop(self.replicas);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn run_on(config: tokio_postgres::Config, db_url: &str, rounds: usize) -> Result<String> {
+    let stage = Stage::start(config, db_url, "stop", 2).await?;
+    let (replicas, tokens, fixture, keys, port) =
+        (&stage.replicas, &stage.tokens, &stage.fixture, Arc::clone(&stage.keys), stage.runtime_port);
     fixture.page(HOST, "/lesson/stop", PAGE);
     fixture.page(HOST, "/lesson/ping", "ok");
-    let (keys_file, ca_file) = (dir.join("ticket-keys"), dir.join("authorizer-ca.pem"));
-    std::fs::write(&keys_file, &key_line)?;
-    std::fs::write(&ca_file, &ca_pem)?;
-    let env = [
-        ("BROWSER_EXTRA_ARGS", serde_json::to_string(&[fixture.resolver_rule()])?),
-        ("BROWSER_CA_BUNDLE", fixture.ca_bundle.display().to_string()),
-        ("BROWSER_POOL_SIZE", "2".to_owned()),
-        ("TASK_RECORDS_DIR", dir.join("records").display().to_string()),
-        (proto::ticket::KEYS_FILE_VAR, keys_file.display().to_string()),
-        ("RUNTIME_AUTHORIZER_URL", replicas.endpoints[0].clone()),
-        ("RUNTIME_AUTHORIZER_TOKEN", runtime_token.clone()),
-        ("RUNTIME_AUTHORIZER_CA", ca_file.display().to_string()),
-    ];
-    let config = browser_runtime::RuntimeConfig::parse(|k| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))?;
-    let keys = Arc::clone(&config.tickets);
-    let redeemer = AuthorizerRedeemer::new(config.authorizer.as_ref()).map_err(anyhow::Error::msg)?;
-    let served = Arc::new(BrowserRuntime::new(config, credentials, redeemer));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let port = listener.local_addr()?.port();
-    tokio::spawn(browser_runtime::service::serve(listener, served, None, std::future::pending()));
     let channel = Channel::from_shared(format!("http://127.0.0.1:{port}"))?.connect().await?;
     let mut runtime = rt::browser_runtime_client::BrowserRuntimeClient::new(channel);
     let mut sessions = Vec::new();
@@ -197,8 +229,7 @@ async fn run_on(config: tokio_postgres::Config, db_url: &str, rounds: usize) -> 
         after.push(since(answer));
         pressed.push(since(asked));
     }
-    drop(replicas);
-    let _ = std::fs::remove_dir_all(&dir);
+    stage.end();
     after.sort_by(f64::total_cmp);
     pressed.sort_by(f64::total_cmp);
     answered.sort_unstable();
