@@ -50,8 +50,14 @@ const WAIT: Duration = Duration::from_secs(120);
 
 impl Client {
     pub async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    /// A client whose Node process has `env` besides (`NODE_EXTRA_CA_CERTS` to trust a CA).
+    pub async fn start_with(env: &[(&str, String)]) -> Self {
         let mut child = tokio::process::Command::new("node")
             .arg(root().join("mcp-client/driver.mjs"))
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .env("MCP_SDK", sdk())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

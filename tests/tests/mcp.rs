@@ -48,9 +48,12 @@ async fn value(owner: &Owner, css: &str) -> String {
 #[tokio::test]
 async fn an_mcp_client_over_http_drives_the_browser_under_the_owners_cards_and_key() {
     let l = lesson().await;
-    let (url, _stop) =
-        tests::mcp::serve(l.stack.authorizer_port, l.stack.runtime_port, &format!("http://127.0.0.1:{}", l.gateway))
-            .await;
+    let tls_dir = std::env::temp_dir().join(format!("grant-ledger-mcp-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&tls_dir).unwrap();
+    let console = format!("http://127.0.0.1:{}", l.gateway);
+    let (url, ca, _stop) =
+        tests::mcp::serve_tls(l.stack.authorizer_port, l.stack.runtime_port, &console, &tls_dir).await;
+    assert!(url.starts_with("https://localhost:"), "{url}");
     let mut owner = Owner::start("mcp_over_http", 1100).await;
     owner.open(&l.sign_in_link().await).await;
     owner.press("main", "Sign in as owner").await;
@@ -71,7 +74,8 @@ async fn an_mcp_client_over_http_drives_the_browser_under_the_owners_cards_and_k
     let agent_id = agents(&l, &token).await[0]["agent_id"].as_str().unwrap().to_owned();
     l.stack.record(&format!("mcp-{agent_id}"), &[("answer", "el gato")]);
 
-    let mut client = Client::start().await;
+    // Over TLS, the client trusting the deployment's CA.
+    let mut client = Client::start_with(&[("NODE_EXTRA_CA_CERTS", ca.display().to_string())]).await;
     let connected = client.connect_http(&url, &key).await;
     println!("connected: {connected}");
 
@@ -172,6 +176,7 @@ async fn an_mcp_client_over_http_drives_the_browser_under_the_owners_cards_and_k
     owner.shot("agent-key-spent").await;
     client.close().await;
     owner.close().await;
+    let _ = std::fs::remove_dir_all(&tls_dir);
 }
 
 #[tokio::test]
