@@ -63,7 +63,13 @@ const TOKEN: &str = Id::ApprovalToken.pattern();
 const FIELD_ID: &str = Id::FieldId.pattern();
 
 fn target(roles: &[(&str, Role)], extra: Value) -> Value {
-    let names: Vec<&str> = roles.iter().map(|(n, _)| *n).collect();
+    // Each role once: a role in two sets (a combobox is clicked and typed into) is one value.
+    let mut names: Vec<&str> = Vec::new();
+    for (n, _) in roles {
+        if !names.contains(n) {
+            names.push(n);
+        }
+    }
     let mut properties = json!({
         "snapshot_id": { "type": "string", "pattern": SNAPSHOT_ID,
             "description": "The id of the snapshot this ref was read from: your most recent one." },

@@ -63,8 +63,14 @@ fn key_digest(key: &str) -> [u8; 32] {
 }
 
 /// What a call that cannot reach a run answers, as the record's error contract words it.
+/// Beyond the record's codes, the server's own: `UNAUTHENTICATED` (the key), `UNAVAILABLE` (a
+/// service; a retry may cure it), `INVALID_ARGUMENT`, `STOPPED` and `RUN_ENDED`; none concerns a
+/// page, so none names a snapshot.
 fn refused(code: &str, detail: &str) -> Answer {
-    Answer { text: serde_json::json!({ "ok": false, "code": code, "detail": detail }).to_string(), refused: true }
+    let recoverable = code == "UNAVAILABLE";
+    let text = serde_json::json!({ "ok": false, "code": code, "detail": detail, "snapshot_id": "",
+        "recoverable": recoverable });
+    Answer { text: text.to_string(), refused: true }
 }
 
 impl Server {

@@ -267,7 +267,8 @@ pub const SETTINGS: &[Setting] = &[
         "MCP_ALLOWED_HOSTS",
         Mcp,
         Some("localhost,127.0.0.1,::1"),
-        "The `Host` names clients may reach the endpoint by (comma-separated): a guard against DNS rebinding.",
+        "The `Host` names clients may reach the endpoint by (comma-separated): a guard against DNS rebinding. \
+         A request that carries an `Origin` (a web page's) is refused.",
     ),
     s(
         "MCP_METRICS_LISTEN",
