@@ -177,6 +177,20 @@ async fn an_mcp_client_over_http_drives_the_browser_under_the_owners_cards_and_k
     client.close().await;
     owner.close().await;
     let _ = std::fs::remove_dir_all(&tls_dir);
+
+    // Every call was counted where it was answered, under closed labels.
+    let mut registry = telemetry::Registry::default();
+    mcp::metrics::register(&mut registry);
+    let scraped = telemetry::encode(&registry);
+    for family in [
+        r#"mcp_tool_calls_total{tool="click",answer="refused"}"#,
+        r#"mcp_tool_calls_total{tool="click",answer="ok"}"#,
+        r#"mcp_tool_calls_total{tool="request_approval",answer="ok"}"#,
+        r#"mcp_runs_total{start="started"}"#,
+        "mcp_tool_call_seconds_bucket",
+    ] {
+        assert!(scraped.contains(family), "{family} is not in:\n{scraped}");
+    }
 }
 
 #[tokio::test]
