@@ -115,11 +115,14 @@ pub struct Binding {
     pub browser_profile_id: String,
 }
 
+/// Where an agent key's run id starts: no other caller's run may.
+pub const AGENT_RUN_PREFIX: &str = "mcp-";
+
 impl Binding {
     /// The one run a bound credential drives: the runtime types from its task record, and the
     /// authorizer holds its acts, cards and account to it.
     pub fn run_id(credential_id: Uuid) -> String {
-        format!("mcp-{credential_id}")
+        format!("{AGENT_RUN_PREFIX}{credential_id}")
     }
 }
 
@@ -181,9 +184,13 @@ impl Caller {
         self.binding.as_ref().is_none_or(|b| b.session_id == session_id)
     }
 
-    /// Whether this caller may name run `run_id`: any, or for a bound credential its one run.
+    /// Whether this caller may name run `run_id`: for a bound credential its one run; for any
+    /// other, any run but an agent key's (`mcp-…`).
     pub fn may_run(&self, run_id: &str) -> bool {
-        self.binding.is_none() || run_id == Binding::run_id(self.credential_id)
+        match self.binding {
+            Some(_) => run_id == Binding::run_id(self.credential_id),
+            None => !run_id.starts_with(AGENT_RUN_PREFIX),
+        }
     }
 
     /// Whether the caller's turn is visible to the record: every caller but a bound credential

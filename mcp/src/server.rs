@@ -220,10 +220,12 @@ impl Server {
         mut linked: impl FnMut(&str, &str),
     ) -> Answer {
         let digest = key_digest(key);
+        // A run that ended here answers with its end: its end spent the key.
+        if let Some(end) = self.ended(&digest) {
+            return end;
+        }
         let described = match self.describe(key).await {
             Ok(d) => d,
-            // A run that ended here answers with its end: its end spent the key.
-            Err(_) if let Some(end) = self.ended(&digest) => return end,
             Err(a) => {
                 // A key revoked or expired ends its run here too: the browser closes.
                 if a.label() == "unauthenticated" {

@@ -145,13 +145,27 @@ impl<B: Backend + 'static> AuthorizerService<B> {
     pub(super) async fn end_agent_of_run(&self, owner: &Caller, tenant: &str, run_id: &str) {
         let Some(agent) = run_id.strip_prefix("mcp-").and_then(|id| id.parse::<uuid::Uuid>().ok()) else { return };
         match self.agents_of(owner, tenant).await {
-            Ok(agents) if agents.iter().any(|(c, _)| c.credential_id == agent) => {
+            Ok(agents) if agents.iter().any(|(c, _)| c.credential_id == agent && Binding::run_id(agent) == run_id) => {
                 if let Err(e) = self.credentials.revoke(tenant, agent).await {
                     tracing::warn!(%agent, error = %e, "an ended agent key was not revoked");
                 }
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(%agent, error = %e, "an ended agent key was not looked up"),
+        }
+    }
+
+    /// Revokes every agent key the owner made for chat `session_id`. Best effort, as above.
+    pub(super) async fn end_agents_of_chat(&self, owner: &Caller, tenant: &str, session_id: &str) {
+        match self.agents_of(owner, tenant).await {
+            Ok(agents) => {
+                for (c, _) in agents.iter().filter(|(c, b)| b.session_id == session_id && c.revoked_at.is_none()) {
+                    if let Err(e) = self.credentials.revoke(tenant, c.credential_id).await {
+                        tracing::warn!(agent = %c.credential_id, error = %e, "a deleted chat's agent key was not revoked");
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "a deleted chat's agent keys were not looked up"),
         }
     }
 

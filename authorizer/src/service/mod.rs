@@ -86,6 +86,10 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         let r = req.into_inner();
         // The owner's words come only through the gateway that authenticated the owner; the worker
         // records everyone else's. A worker cannot start a fresh turn by claiming the owner spoke.
+        if caller.binding.is_some() {
+            let says = "an agent key records only its own run";
+            return Err(with_reason(Code::PermissionDenied, CALLER_NOT_PERMITTED, says.into()));
+        }
         if r.from_owner != (caller.role == Role::Gateway) {
             let says = "the owner's messages are recorded by the gateway, others' by the worker";
             return Err(with_reason(Code::PermissionDenied, CALLER_NOT_PERMITTED, says.into()));
@@ -174,6 +178,10 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         req: Request<pb::RecordToolCallRequest>,
     ) -> Result<Response<pb::WriteReply>, Status> {
         let (caller, authority) = self.caller(&req, Rpc::RecordToolCall).await?;
+        if caller.binding.is_some() {
+            let says = "an agent key records only its own run";
+            return Err(with_reason(Code::PermissionDenied, CALLER_NOT_PERMITTED, says.into()));
+        }
         let r = req.into_inner();
         let session_id = id("session_id", &r.session_id)?;
         bound(&caller, &session_id)?;
@@ -189,10 +197,13 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
 
     async fn delete_session(&self, req: Request<pb::DeleteSessionRequest>) -> Result<Response<pb::WriteReply>, Status> {
         let (caller, authority) = self.caller(&req, Rpc::DeleteSession).await?;
-        let principal = caller.principal;
+        let principal = caller.principal.clone();
         let session_id = id("session_id", &req.into_inner().session_id)?;
-        let delete = Command::DeleteSession { session_id, principal_id: principal.clone() };
-        check_stop::settled(self.write(&authority, delete, &principal).await).await
+        let delete = Command::DeleteSession { session_id: session_id.clone(), principal_id: principal.clone() };
+        let written = self.write(&authority, delete, &principal).await?;
+        // A deleted chat's agent keys open nothing more.
+        self.end_agents_of_chat(&caller, authority.tenant().as_str(), &session_id).await;
+        check_stop::settled(Ok(written)).await
     }
 
     #[tracing::instrument(skip_all, fields(session_id))]

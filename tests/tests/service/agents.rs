@@ -73,17 +73,24 @@ async fn an_agent_key_names_its_one_chat_and_holds_to_allow_once_unless_browser_
     assert_eq!(client.authorize(tests::bearer(&key, other)).await.unwrap_err().code(), Code::NotFound);
     let check = pb::CheckStopRequest { session_id: "s2".into(), ticket: None };
     assert_eq!(client.check_stop(tests::bearer(&key, check)).await.unwrap_err().code(), Code::NotFound);
-    let tool =
-        pb::RecordToolCallRequest { session_id: "s2".into(), tool_call_id: "c1".into(), tool: "browser.act".into() };
-    assert_eq!(client.record_tool_call(tests::bearer(&key, tool)).await.unwrap_err().code(), Code::NotFound);
     let new = pb::CreateSessionRequest {
         session_id: "s3".into(),
         surface: pb::Surface::Interactive as i32,
         ..Default::default()
     };
     assert_eq!(client.create_session(tests::bearer(&key, new)).await.unwrap_err().code(), Code::NotFound);
-    let said = pb::RecordMessageRequest { session_id: "s2".into(), message_id: "m2".into(), from_owner: false };
-    assert_eq!(client.record_message(tests::bearer(&key, said)).await.unwrap_err().code(), Code::NotFound);
+    // Nor does it write the chat's messages or tool calls, even in its own chat.
+    for session in ["s1", "s2"] {
+        let said = pb::RecordMessageRequest { session_id: session.into(), message_id: "m2".into(), from_owner: false };
+        let err = client.record_message(tests::bearer(&key, said)).await.unwrap_err();
+        assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+    }
+    let tool =
+        pb::RecordToolCallRequest { session_id: "s1".into(), tool_call_id: "c2".into(), tool: "mail.send".into() };
+    assert_eq!(client.record_tool_call(tests::bearer(&key, tool)).await.unwrap_err().code(), Code::PermissionDenied);
+    // And no other caller takes an agent key's run id.
+    let err = client.authorize(owner(act_in(&run))).await.unwrap_err();
+    assert_eq!((err.code(), field_violation(&err).as_str()), (Code::InvalidArgument, "run_id"), "{err:?}");
     // And its one run: another run's acts and account are refused.
     let err = client.authorize(tests::bearer(&key, act(None))).await.unwrap_err();
     assert_eq!((err.code(), field_violation(&err).as_str()), (Code::InvalidArgument, "run_id"), "{err:?}");
@@ -146,6 +153,11 @@ async fn an_agent_key_names_its_one_chat_and_holds_to_allow_once_unless_browser_
     let denied = client.describe_caller(tests::bearer(&third.token, pb::DescribeCallerRequest {})).await;
     assert_eq!(denied.unwrap_err().code(), Code::Unauthenticated, "a denied card ends its app's key");
     drop(card);
+    // Deleting the chat ends every key made for it.
+    let fourth = client.connect_agent(owner(connect(true))).await.unwrap().into_inner();
+    client.delete_session(owner(pb::DeleteSessionRequest { session_id: "s1".into() })).await.unwrap();
+    let gone = client.describe_caller(tests::bearer(&fourth.token, pb::DescribeCallerRequest {})).await;
+    assert_eq!(gone.unwrap_err().code(), Code::Unauthenticated, "a deleted chat's key is spent");
     // A worker's own credential is no agent's: it names no chat.
     let plain = client.describe_caller(owner(pb::DescribeCallerRequest {})).await.unwrap().into_inner();
     assert!(plain.session_id.is_empty());
