@@ -183,6 +183,12 @@ impl Credentials {
         Ok(revoked)
     }
 
+    /// Whether credential `credential_id` of `tenant` is usable now (known, unexpired, unrevoked).
+    pub async fn usable(&self, tenant: &str, credential_id: Uuid) -> Result<bool, AuthError> {
+        let now = OffsetDateTime::now_utc();
+        Ok(self.store.find_id(tenant, credential_id).await?.is_some_and(|c| c.usable(now)))
+    }
+
     /// Every credential of `tenant`, newest first.
     pub async fn list(&self, tenant: &str) -> Result<Vec<Credential>, AuthError> {
         self.store.list(tenant).await

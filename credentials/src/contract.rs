@@ -15,6 +15,17 @@ pub async fn run_all(credentials: &Credentials) {
     a_revocation_is_once_and_in_its_tenant_only(credentials).await;
     an_expired_credential_does_not_authenticate(credentials).await;
     a_token_registered_twice_is_refused(credentials).await;
+    a_credential_is_usable_by_id_in_its_tenant_only(credentials).await;
+}
+
+pub async fn a_credential_is_usable_by_id_in_its_tenant_only(credentials: &Credentials) {
+    let tenant = fresh_tenant();
+    let c = credentials.register(&new_token(), &tenant, Role::Operator, None, None).await.expect("registered");
+    assert_eq!(credentials.usable(&tenant, c.credential_id).await, Ok(true));
+    assert_eq!(credentials.usable(&fresh_tenant(), c.credential_id).await, Ok(false), "another tenant's");
+    assert_eq!(credentials.usable(&tenant, Uuid::new_v4()).await, Ok(false), "none");
+    credentials.revoke(&tenant, c.credential_id).await.expect("revoked");
+    assert_eq!(credentials.usable(&tenant, c.credential_id).await, Ok(false), "revoked");
 }
 
 /// A tenant no other case uses.

@@ -275,6 +275,8 @@ pub trait CredentialStore: Send + Sync + fmt::Debug {
     fn list<'a>(&'a self, tenant: &'a str) -> Pending<'a, Vec<Credential>>;
     /// The credential stored under a secret's digest.
     fn find(&self, token_sha256: [u8; 32]) -> Pending<'_, Option<Credential>>;
+    /// The credential of `tenant` with this id.
+    fn find_id<'a>(&'a self, tenant: &'a str, credential_id: Uuid) -> Pending<'a, Option<Credential>>;
 }
 
 /// One store behind several `Credentials` (as two processes share one database).
@@ -290,6 +292,9 @@ impl<T: CredentialStore + ?Sized> CredentialStore for Arc<T> {
     }
     fn find(&self, token_sha256: [u8; 32]) -> Pending<'_, Option<Credential>> {
         (**self).find(token_sha256)
+    }
+    fn find_id<'a>(&'a self, tenant: &'a str, credential_id: Uuid) -> Pending<'a, Option<Credential>> {
+        (**self).find_id(tenant, credential_id)
     }
 }
 

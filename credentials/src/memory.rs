@@ -52,6 +52,16 @@ impl CredentialStore for MemoryCredentials {
         Box::pin(async move { Ok(of_tenant.into_iter().map(|(_, c)| c).collect()) })
     }
 
+    fn find_id<'a>(&'a self, tenant: &'a str, credential_id: Uuid) -> Pending<'a, Option<Credential>> {
+        let found = self
+            .stored()
+            .values()
+            .map(|(_, c)| c)
+            .find(|c| c.credential_id == credential_id && c.tenant == tenant)
+            .cloned();
+        Box::pin(async move { Ok(found) })
+    }
+
     fn find(&self, token_sha256: [u8; 32]) -> Pending<'_, Option<Credential>> {
         let found = self.stored().get(&token_sha256).map(|(_, c)| c.clone());
         Box::pin(async move { Ok(found) })

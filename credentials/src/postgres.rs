@@ -79,6 +79,14 @@ impl CredentialStore for PgCredentials {
         })
     }
 
+    fn find_id<'a>(&'a self, tenant: &'a str, credential_id: Uuid) -> Pending<'a, Option<Credential>> {
+        Box::pin(async move {
+            let sql = format!("SELECT {COLUMNS} FROM credentials WHERE tenant_id = $1 AND credential_id = $2");
+            let row = self.client().await?.query_opt(&sql, &[&tenant, &credential_id]).await.map_err(unavailable)?;
+            row.as_ref().map(credential).transpose()
+        })
+    }
+
     fn find(&self, token_sha256: [u8; 32]) -> Pending<'_, Option<Credential>> {
         Box::pin(async move {
             let client = self.client().await?;

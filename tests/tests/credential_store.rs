@@ -42,6 +42,46 @@ impl CredentialStore for OldestFirst {
     fn find(&self, token_sha256: [u8; 32]) -> Pending<'_, Option<Credential>> {
         self.0.find(token_sha256)
     }
+
+    fn find_id<'a>(&'a self, tenant: &'a str, credential_id: Uuid) -> Pending<'a, Option<Credential>> {
+        self.0.find_id(tenant, credential_id)
+    }
+}
+
+/// A store that finds a credential by id in any tenant: the cross-tenant slip the contract holds.
+#[derive(Debug, Default)]
+struct AnyTenant(MemoryCredentials, std::sync::Mutex<Vec<Credential>>);
+
+impl CredentialStore for AnyTenant {
+    fn insert<'a>(&'a self, token_sha256: [u8; 32], credential: &'a Credential) -> Pending<'a, ()> {
+        self.1.lock().unwrap().push(credential.clone());
+        self.0.insert(token_sha256, credential)
+    }
+
+    fn revoke<'a>(&'a self, tenant: &'a str, credential_id: Uuid, now: OffsetDateTime) -> Pending<'a, bool> {
+        self.0.revoke(tenant, credential_id, now)
+    }
+
+    fn list<'a>(&'a self, tenant: &'a str) -> Pending<'a, Vec<Credential>> {
+        self.0.list(tenant)
+    }
+
+    fn find(&self, token_sha256: [u8; 32]) -> Pending<'_, Option<Credential>> {
+        self.0.find(token_sha256)
+    }
+
+    fn find_id<'a>(&'a self, _tenant: &'a str, credential_id: Uuid) -> Pending<'a, Option<Credential>> {
+        let found = self.1.lock().unwrap().iter().find(|c| c.credential_id == credential_id).cloned();
+        Box::pin(async move { Ok(found) })
+    }
+}
+
+#[tokio::test]
+async fn the_contract_catches_a_store_that_finds_an_id_in_another_tenant() {
+    let broken = Credentials::new(AnyTenant::default());
+    let out =
+        tokio::spawn(async move { contract::a_credential_is_usable_by_id_in_its_tenant_only(&broken).await }).await;
+    assert!(out.expect_err("the contract must fail against a store that ignores the tenant").is_panic());
 }
 
 #[tokio::test]

@@ -306,6 +306,19 @@ async fn an_mcp_client_over_stdio_that_may_have_other_tools_is_allowed_once_at_a
     assert_eq!(off.status, 200, "{off:?}");
     let refused = client.call("snapshot", look()).await;
     assert!(refused.error && refused.code() == "UNAUTHENTICATED", "{refused:?}");
+    // Its browser closes at the runtime's next sweep, though the key's own close is refused: the
+    // chat's profile is free for the owner's own agent.
+    l.stack.served.reap_idle().await;
+    let reopened = l
+        .stack
+        .runtime
+        .clone()
+        .open_session(tests::browser::with(
+            tests::browser::WORKER,
+            open("profile-1", "https://www.lesson.test/lesson/1"),
+        ))
+        .await;
+    assert!(reopened.is_ok(), "the spent key's browser still holds the profile: {reopened:?}");
     client.close().await;
 }
 

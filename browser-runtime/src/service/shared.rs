@@ -235,16 +235,24 @@ impl<R: Redeem + 'static> BrowserRuntime<R> {
     /// Closes every session no call has used for the configured idle time (one in use now is
     /// left alone): its browser goes back to the pool.
     pub async fn reap_idle(&self) {
-        let all: Vec<(String, Shared)> = {
+        let all: Vec<(String, Shared, String, Option<uuid::Uuid>)> = {
             let sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            sessions.iter().map(|(id, e)| (id.clone(), Arc::clone(&e.session))).collect()
+            sessions.iter().map(|(id, e)| (id.clone(), Arc::clone(&e.session), e.tenant.clone(), e.opened_by)).collect()
         };
-        for (id, shared) in all {
+        for (id, shared, tenant, opened_by) in all {
+            // A session an agent key opened closes once the key is revoked or expired: the key's
+            // own close would be refused, and the chat's profile would stay held.
+            let key_spent = match opened_by {
+                Some(key) => matches!(self.credentials.usable(&tenant, key).await, Ok(false)),
+                None => false,
+            };
             let Ok(mut s) = shared.try_lock_owned() else { continue };
-            if s.closed || s.driver_pid().is_none() || s.last_used.elapsed() < self.config.idle {
+            // A tab the owner took over is the owner's now, whatever became of the key.
+            let spent = key_spent && !s.taken_over;
+            if s.closed || s.driver_pid().is_none() || (!spent && s.last_used.elapsed() < self.config.idle) {
                 continue;
             }
-            tracing::info!(session = %id, taken_over = s.taken_over, "closing a session no call used for the idle time");
+            tracing::info!(session = %id, taken_over = s.taken_over, spent, "closing a session no call used for the idle time, or whose agent key is spent");
             s.close().await;
             s.closed = true;
             drop(s);
