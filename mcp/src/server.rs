@@ -44,6 +44,8 @@ struct Run {
     cards: tokio::sync::Mutex<mpsc::UnboundedReceiver<String>>,
     ended: Arc<Mutex<Option<Answer>>>,
     session_id: String,
+    /// The id of the call the run serves now, which its calls to the services carry.
+    request_id: Arc<Mutex<String>>,
 }
 
 /// The server: its configuration and the runs in this process, by their key's digest. A run's
@@ -92,6 +94,7 @@ impl Server {
             runtime: BrowserRuntimeClient::new(self.config.runtime.clone()),
             authorizer: AuthorizerClient::new(self.config.authorizer.clone()),
             bearer,
+            request_id: None,
         })
     }
 
@@ -146,6 +149,8 @@ impl Server {
 
     async fn start(&self, key: &str, d: &pb::DescribeCallerReply) -> Result<Arc<Run>, Answer> {
         let mut clients = self.clients(key)?;
+        let request_id = Arc::new(Mutex::new(String::new()));
+        clients.request_id = Some(Arc::clone(&request_id));
         let origin = url::Url::parse(&d.start_url).map(|u| u.origin().ascii_serialization()).unwrap_or_default();
         let file = TaskFile {
             chat_session: d.session_id.clone(),
@@ -207,6 +212,7 @@ impl Server {
             cards: tokio::sync::Mutex::new(cards_rx),
             ended,
             session_id: d.session_id.clone(),
+            request_id,
         }))
     }
 
@@ -215,6 +221,7 @@ impl Server {
     async fn call(
         &self,
         key: &str,
+        request_id: &str,
         tool: String,
         mut arguments: serde_json::Value,
         mut linked: impl FnMut(&str, &str),
@@ -250,6 +257,8 @@ impl Server {
             return end;
         }
         let mut cards = run.cards.lock().await;
+        // Set under the cards' lock: one call at a time is the run's.
+        *run.request_id.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = request_id.to_owned();
         let (tx, rx) = oneshot::channel();
         if run.calls.send(Incoming { tool, arguments, evidence, answer: tx }).await.is_err() {
             return run
@@ -418,11 +427,13 @@ impl rmcp::ServerHandler for Handler {
                 }
             })
         });
-        // Each line logged for this call carries its request id and tool.
-        let span = tracing::info_span!("mcp_call", request_id = ?context.id, tool = %tool);
+        // Each line logged for this call carries its request id (ours, which the services' lines
+        // carry too), the client's JSON-RPC id and the tool.
+        let request_id = transport::RequestId::new().0;
+        let span = tracing::info_span!("mcp_call", request_id = %request_id, rpc_id = ?context.id, tool = %tool);
         let answer = self
             .server
-            .call(&key, request.name.into_owned(), arguments, |link, card| {
+            .call(&key, &request_id, request.name.into_owned(), arguments, |link, card| {
                 // Where the client can show a link to its user, it does; the call waits on.
                 if url_mode && let Ok(url) = url::Url::parse(link) {
                     let (peer, id) = (peer.clone(), format!("card-{card}"));

@@ -100,6 +100,7 @@ pub async fn run(
             channel(&need("AGENT_AUTHORIZER_URL")?, ca.as_deref()).await?,
         ),
         bearer: format!("Bearer {token}").parse().context("AGENT_WORKER_TOKEN is not a header value")?,
+        request_id: None,
     };
     let task = start(&mut clients, &file).await?;
     let outcome = play(&mut clients, &task, script, model).await;

@@ -97,6 +97,7 @@ impl Lesson {
             runtime: self.stack.runtime.clone(),
             authorizer: self.stack.authorizer.clone(),
             bearer: format!("Bearer {WORKER}").parse().unwrap(),
+            request_id: None,
         };
         let task = Task {
             chat_session: "s1".into(),

@@ -17,12 +17,20 @@ pub struct Clients {
     pub runtime: BrowserRuntimeClient<Channel>,
     pub authorizer: AuthorizerClient<Channel>,
     pub bearer: MetadataValue<Ascii>,
+    /// The id of the request the run serves now, sent as `x-request-id` on each call, so the
+    /// services' log lines join the caller's (the MCP server sets one per tool call).
+    pub request_id: Option<std::sync::Arc<std::sync::Mutex<String>>>,
 }
 
 impl Clients {
     pub fn req<T>(&self, message: T) -> tonic::Request<T> {
         let mut r = tonic::Request::new(message);
         r.metadata_mut().insert("authorization", self.bearer.clone());
+        let id =
+            self.request_id.as_ref().map(|id| id.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone());
+        if let Some(value) = id.filter(|id| !id.is_empty()).and_then(|id| id.parse().ok()) {
+            r.metadata_mut().insert("x-request-id", value);
+        }
         r
     }
 }
@@ -399,5 +407,28 @@ impl State<'_> {
         // Within the 120 characters an id may have, whatever the run id's length.
         let run: String = self.task.run_id.chars().take(80).collect();
         format!("{run}-{}-{}", self.nonce, self.calls)
+    }
+}
+
+#[cfg(test)]
+mod request_ids {
+    use super::*;
+
+    #[tokio::test]
+    async fn each_call_carries_the_request_it_serves() {
+        let channel = Channel::from_static("http://127.0.0.1:9").connect_lazy();
+        let id = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let clients = Clients {
+            runtime: BrowserRuntimeClient::new(channel.clone()),
+            authorizer: AuthorizerClient::new(channel),
+            bearer: "Bearer glc_x".parse().unwrap(),
+            request_id: Some(std::sync::Arc::clone(&id)),
+        };
+        let sent = |c: &Clients| c.req(()).metadata().get("x-request-id").map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(sent(&clients), None, "none before a call is served");
+        "call-1".clone_into(&mut id.lock().unwrap());
+        assert_eq!(sent(&clients).as_deref(), Some("call-1"));
+        "call-2".clone_into(&mut id.lock().unwrap());
+        assert_eq!(sent(&clients).as_deref(), Some("call-2"), "the next call's own");
     }
 }

@@ -36,6 +36,7 @@ fn worker<B: Backend + 'static>(s: &Stack<B>) -> Clients {
         runtime: s.runtime.clone(),
         authorizer: s.authorizer.clone(),
         bearer: format!("Bearer {WORKER}").parse().unwrap(),
+        request_id: None,
     }
 }
 
