@@ -183,10 +183,15 @@ impl Credentials {
         Ok(revoked)
     }
 
+    /// Credential `credential_id` of `tenant`, usable or not.
+    pub async fn find_id(&self, tenant: &str, credential_id: Uuid) -> Result<Option<Credential>, AuthError> {
+        self.store.find_id(tenant, credential_id).await
+    }
+
     /// Whether credential `credential_id` of `tenant` is usable now (known, unexpired, unrevoked).
     pub async fn usable(&self, tenant: &str, credential_id: Uuid) -> Result<bool, AuthError> {
         let now = OffsetDateTime::now_utc();
-        Ok(self.store.find_id(tenant, credential_id).await?.is_some_and(|c| c.usable(now)))
+        Ok(self.find_id(tenant, credential_id).await?.is_some_and(|c| c.usable(now)))
     }
 
     /// Every credential of `tenant`, newest first.

@@ -70,13 +70,22 @@ pub async fn serve_http(
             let handle = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                 let (service, server) = (service.clone(), server.clone());
                 async move {
+                    let mut req = req;
                     if req.uri().path() != "/mcp" {
                         return Ok(plain(http::StatusCode::NOT_FOUND, "the MCP endpoint is /mcp"));
                     }
                     // An unknown key is refused here, before a protocol session is made for it;
-                    // a key whose run ended in this process goes on, to hear that end.
-                    let known = match bearer(req.headers()) {
-                        Some(key) => server.knows(key) || server.admits(key).await,
+                    // a key whose run ended in this process goes on, to hear that end. What is
+                    // read of the key goes with the request, so its call does not read it again.
+                    let known = match bearer(req.headers()).map(str::to_owned) {
+                        Some(key) if server.knows(&key) => true,
+                        Some(key) => match server.describe(&key).await {
+                            Ok(described) => {
+                                req.extensions_mut().insert(described);
+                                true
+                            }
+                            Err(_) => false,
+                        },
                         None => false,
                     };
                     if !known {

@@ -100,7 +100,7 @@ impl Server {
 
     /// The chat `key` was made for, read from the authorizer: every call, so a revoked or expired
     /// key is refused at its next call.
-    async fn describe(&self, key: &str) -> Result<pb::DescribeCallerReply, Answer> {
+    pub(crate) async fn describe(&self, key: &str) -> Result<pb::DescribeCallerReply, Answer> {
         let mut clients = self.clients(key)?;
         let req = clients.req(pb::DescribeCallerRequest {});
         match clients.authorizer.describe_caller(req).await {
@@ -129,11 +129,6 @@ impl Server {
         self.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains_key(&key_digest(key))
     }
 
-    /// Whether `key` is an agent key the authorizer knows now.
-    pub async fn admits(&self, key: &str) -> bool {
-        self.describe(key).await.is_ok()
-    }
-
     /// The run `key` drives, started at its first call.
     async fn run_for(&self, key: &str, described: &pb::DescribeCallerReply) -> Result<Arc<Run>, Answer> {
         let digest = key_digest(key);
@@ -157,8 +152,9 @@ impl Server {
             browser_profile: d.browser_profile_id.clone(),
             start_url: d.start_url.clone(),
             allowed_origins: vec![origin],
-            // One key, one run: the task record the runtime types from is `mcp-<agent id>.json`.
-            run_id: format!("mcp-{}", d.agent_id),
+            // One key, one run, named by the authorizer: the task record the runtime types from
+            // is `<run id>.json`.
+            run_id: d.run_id.clone(),
             subgoals: Vec::new(),
             goal: Some("the task the owner gave the agent app".into()),
             org_name: None,
@@ -221,6 +217,7 @@ impl Server {
     async fn call(
         &self,
         key: &str,
+        described: Option<pb::DescribeCallerReply>,
         request_id: &str,
         tool: String,
         mut arguments: serde_json::Value,
@@ -231,7 +228,12 @@ impl Server {
         if let Some(end) = self.ended(&digest) {
             return end;
         }
-        let described = match self.describe(key).await {
+        // Read by the HTTP layer for this very request, or read now.
+        let described = match described {
+            Some(d) => Ok(d),
+            None => self.describe(key).await,
+        };
+        let described = match described {
             Ok(d) => d,
             Err(a) => {
                 // A key revoked or expired ends its run here too: the browser closes.
@@ -274,7 +276,7 @@ impl Server {
             tokio::select! {
                 answered = &mut rx => break answered.unwrap_or_else(|_| refused("RUN_ENDED", "the run ended")),
                 Some(card) = cards.recv() => {
-                    let link = self.card_link(&run.session_id, &card);
+                    let link = self.card_link(&run.session_id);
                     linked(&link, &card);
                     links.push(link);
                 }
@@ -289,7 +291,8 @@ impl Server {
         answer
     }
 
-    fn card_link(&self, session_id: &str, _approval_id: &str) -> String {
+    /// Where the owner answers the chat's cards: its console page.
+    fn card_link(&self, session_id: &str) -> String {
         format!("{}/sessions/{session_id}", self.config.console_url.trim_end_matches('/'))
     }
 }
@@ -345,13 +348,15 @@ pub struct Handler {
 }
 
 impl Handler {
-    /// The key of this call: the connection's (stdio) or the request's bearer (HTTP).
-    fn key(&self, context: &RequestContext<RoleServer>) -> Option<String> {
+    /// The key of this call: the connection's (stdio) or the request's bearer (HTTP), with what
+    /// the HTTP layer read of it for this request.
+    fn key(&self, context: &RequestContext<RoleServer>) -> Option<(String, Option<pb::DescribeCallerReply>)> {
         if let Some(k) = &self.key {
-            return Some(k.clone());
+            return Some((k.clone(), None));
         }
         let parts = context.extensions.get::<http::request::Parts>()?;
-        bearer(&parts.headers).map(str::to_owned)
+        let key = bearer(&parts.headers)?.to_owned();
+        Some((key, parts.extensions.get::<pb::DescribeCallerReply>().cloned()))
     }
 }
 
@@ -400,7 +405,7 @@ impl rmcp::ServerHandler for Handler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let Some(key) = self.key(&context) else {
+        let Some((key, described)) = self.key(&context) else {
             return Err(ErrorData::invalid_request(
                 "a bearer key is required: make one on the chat's console page",
                 None,
@@ -433,7 +438,7 @@ impl rmcp::ServerHandler for Handler {
         let span = tracing::info_span!("mcp_call", request_id = %request_id, rpc_id = ?context.id, tool = %tool);
         let answer = self
             .server
-            .call(&key, &request_id, request.name.into_owned(), arguments, |link, card| {
+            .call(&key, described, &request_id, request.name.into_owned(), arguments, |link, card| {
                 // Where the client can show a link to its user, it does; the call waits on.
                 if url_mode && let Ok(url) = url::Url::parse(link) {
                     let (peer, id) = (peer.clone(), format!("card-{card}"));

@@ -109,8 +109,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         let credential_id: uuid::Uuid = r.credential_id.parse().map_err(|_| invalid("credential_id", "is a UUID"))?;
         let tenant = authority.tenant().as_str();
         // Another owner's agent, or a credential that is no agent's, is not there.
-        let mine = self.agents_of(&caller, tenant).await?.into_iter().any(|(c, _)| c.credential_id == credential_id);
-        if !mine {
+        if self.agent_of(&caller, tenant, credential_id).await?.is_none() {
             return Err(Status::not_found("agent not found"));
         }
         let disconnected = self.credentials.revoke(tenant, credential_id).await.map_err(unavailable)?;
@@ -137,20 +136,22 @@ impl<B: Backend + 'static> AuthorizerService<B> {
             start_url: b.start_url,
             browser_profile_id: b.browser_profile_id,
             agent_id: caller.credential_id.to_string(),
+            run_id: Binding::run_id(caller.credential_id),
         }))
     }
 
     /// Revokes the agent key whose run `run_id` is (`mcp-<agent id>`), if it is one of the owner's:
     /// its run is over. Best effort: a failure is logged, and the key's own run ends anyway.
     pub(super) async fn end_agent_of_run(&self, owner: &Caller, tenant: &str, run_id: &str) {
-        let Some(agent) = run_id.strip_prefix("mcp-").and_then(|id| id.parse::<uuid::Uuid>().ok()) else { return };
-        match self.agents_of(owner, tenant).await {
-            Ok(agents) if agents.iter().any(|(c, _)| c.credential_id == agent && Binding::run_id(agent) == run_id) => {
+        let prefix = credentials::AGENT_RUN_PREFIX;
+        let Some(agent) = run_id.strip_prefix(prefix).and_then(|id| id.parse::<uuid::Uuid>().ok()) else { return };
+        match self.agent_of(owner, tenant, agent).await {
+            Ok(Some(_)) => {
                 if let Err(e) = self.credentials.revoke(tenant, agent).await {
                     tracing::warn!(%agent, error = %e, "an ended agent key was not revoked");
                 }
             }
-            Ok(_) => {}
+            Ok(None) => {}
             Err(e) => tracing::warn!(%agent, error = %e, "an ended agent key was not looked up"),
         }
     }
@@ -167,6 +168,12 @@ impl<B: Backend + 'static> AuthorizerService<B> {
             }
             Err(e) => tracing::warn!(error = %e, "a deleted chat's agent keys were not looked up"),
         }
+    }
+
+    /// The binding of agent key `id`, if it is one of the owner `caller` acts for.
+    async fn agent_of(&self, caller: &Caller, tenant: &str, id: uuid::Uuid) -> Result<Option<Binding>, Status> {
+        let found = self.credentials.find_id(tenant, id).await.map_err(unavailable)?;
+        Ok(found.filter(|c| c.principal.as_deref() == Some(caller.principal.as_str())).and_then(|c| c.binding))
     }
 
     /// The agent credentials of the owner `caller` acts for, newest first.

@@ -56,6 +56,8 @@ async fn an_agent_key_names_its_one_chat_and_holds_to_allow_once_unless_browser_
     let made = client.connect_agent(owner(connect(false))).await.unwrap().into_inner();
     let key = made.token.clone();
     let run = format!("mcp-{}", made.credential_id);
+    let named = client.describe_caller(tests::bearer(&key, pb::DescribeCallerRequest {})).await.unwrap();
+    assert_eq!(named.into_inner().run_id, run, "the authorizer names the key's one run");
     let described =
         client.describe_caller(tests::bearer(&key, pb::DescribeCallerRequest {})).await.unwrap().into_inner();
     assert_eq!(
