@@ -295,7 +295,6 @@ async fn an_mcp_client_over_stdio_that_may_have_other_tools_is_allowed_once_at_a
     };
     let refused = authorizer.record_run(tests::bearer(&key, record)).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::InvalidArgument, "another run's record: {refused:?}");
-    assert!(!agent_id.is_empty());
 
     // The owner disconnects the app mid-run: its next call is refused.
     let off = tests::http::Call::new(l.gateway, "POST", &format!("/v1/agents/{agent_id}/disconnect"))

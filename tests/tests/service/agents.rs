@@ -99,14 +99,13 @@ async fn an_agent_key_names_its_one_chat_and_holds_to_allow_once_unless_browser_
     assert_eq!(position(), at, "nothing was written for another chat or run");
 
     // Its acts in its own chat: the live permission does not cover them, and no card offers one.
-    let card = match decision(client.authorize(tests::bearer(&key, act_in(&run))).await.unwrap().into_inner()) {
+    match decision(client.authorize(tests::bearer(&key, act_in(&run))).await.unwrap().into_inner()) {
         pb::authorize_reply::Decision::RequireApproval(card) => {
             assert!(card.offer.is_none(), "{card:?}");
             assert_eq!(card.reason, "client_tools_unknown");
-            card
         }
         other => panic!("the permission covered a client that may hold other tools: {other:?}"),
-    };
+    }
     // The same act from a key whose owner said the client has no other tools: the permission covers it.
     let browser_only = client.connect_agent(owner(connect(true))).await.unwrap().into_inner();
     let its_run = format!("mcp-{}", browser_only.credential_id);
@@ -154,7 +153,6 @@ async fn an_agent_key_names_its_one_chat_and_holds_to_allow_once_unless_browser_
     client.resolve_approval(owner(deny)).await.unwrap();
     let denied = client.describe_caller(tests::bearer(&third.token, pb::DescribeCallerRequest {})).await;
     assert_eq!(denied.unwrap_err().code(), Code::Unauthenticated, "a denied card ends its app's key");
-    drop(card);
     // Deleting the chat ends every key made for it.
     let fourth = client.connect_agent(owner(connect(true))).await.unwrap().into_inner();
     client.delete_session(owner(pb::DeleteSessionRequest { session_id: "s1".into() })).await.unwrap();
