@@ -28,10 +28,15 @@ pub enum Rpc {
     ListAgents,
     DisconnectAgent,
     DescribeCaller,
+    StartTask,
+    ContinueTask,
+    ListChats,
+    ClaimTask,
+    RenewTask,
 }
 
 impl Rpc {
-    pub const ALL: [Self; 22] = [
+    pub const ALL: [Self; 27] = [
         Self::CreateSession,
         Self::RecordMessage,
         Self::RecordToolCall,
@@ -54,6 +59,11 @@ impl Rpc {
         Self::ListAgents,
         Self::DisconnectAgent,
         Self::DescribeCaller,
+        Self::StartTask,
+        Self::ContinueTask,
+        Self::ListChats,
+        Self::ClaimTask,
+        Self::RenewTask,
     ];
 
     /// The call's method name on the wire (`/grant_ledger.v1.Authorizer/<name>`).
@@ -81,6 +91,11 @@ impl Rpc {
             Self::ListAgents => "ListAgents",
             Self::DisconnectAgent => "DisconnectAgent",
             Self::DescribeCaller => "DescribeCaller",
+            Self::StartTask => "StartTask",
+            Self::ContinueTask => "ContinueTask",
+            Self::ListChats => "ListChats",
+            Self::ClaimTask => "ClaimTask",
+            Self::RenewTask => "RenewTask",
         }
     }
 
@@ -100,7 +115,9 @@ impl Rpc {
             | Self::RecordRun
             | Self::Authorize
             | Self::AwaitApproval
-            | Self::DescribeCaller => &[Role::Worker],
+            | Self::DescribeCaller
+            | Self::ClaimTask
+            | Self::RenewTask => &[Role::Worker],
             Self::RecordMessage => &[Role::Worker, Role::Gateway],
             Self::RedeemToken => &[Role::Runtime],
             // The runtime before each dispatch, the worker before each read.
@@ -117,7 +134,11 @@ impl Rpc {
             | Self::RevokeGrant
             | Self::ConnectAgent
             | Self::ListAgents
-            | Self::DisconnectAgent => &[Role::Gateway],
+            | Self::DisconnectAgent
+            // The owner's words start and continue tasks: never the worker's.
+            | Self::StartTask
+            | Self::ContinueTask
+            | Self::ListChats => &[Role::Gateway],
             Self::RecordProfileEvent => &[Role::Profiles],
         }
     }
@@ -135,7 +156,11 @@ impl Rpc {
             // Connecting an agent lends it no authority the owner's cards do not grant.
             | Self::ConnectAgent
             | Self::ListAgents
-            | Self::DisconnectAgent => &[Scope::ApprovalResolve],
+            | Self::DisconnectAgent
+            // A task lends the agent no authority: each act is still decided and carded.
+            | Self::StartTask
+            | Self::ContinueTask
+            | Self::ListChats => &[Scope::ApprovalResolve],
             Self::GetGrant | Self::ListGrants => &[Scope::GrantRead],
             Self::RevokeGrant => &[Scope::GrantWrite],
             _ => &[],
@@ -160,7 +185,9 @@ mod tests {
                 Rpc::Authorize,
                 Rpc::AwaitApproval,
                 Rpc::CheckStop,
-                Rpc::DescribeCaller
+                Rpc::DescribeCaller,
+                Rpc::ClaimTask,
+                Rpc::RenewTask
             ]
         );
         assert_eq!(Rpc::ResolveApproval.roles(), [Role::Gateway]);

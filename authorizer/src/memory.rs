@@ -124,6 +124,34 @@ impl Reader for MemoryReader<'_> {
         Ok(ids)
     }
 
+    async fn chats(&mut self, principal: &str, limit: usize) -> Result<Vec<String>, StoreError> {
+        let mut ids: Vec<String> = self
+            .state
+            .world
+            .sessions
+            .values()
+            .filter(|s| s.created.principal_id == principal && !s.deleted)
+            .map(|s| s.created.session_id.clone())
+            .collect();
+        ids.sort();
+        ids.truncate(limit);
+        Ok(ids)
+    }
+
+    async fn open_tasks(&mut self, now: OffsetDateTime, limit: usize) -> Result<Vec<String>, StoreError> {
+        let mut ids: Vec<String> = self
+            .state
+            .world
+            .sessions
+            .values()
+            .filter(|s| !s.deleted && !s.stopped && s.task.as_ref().is_some_and(|t| t.claimable(now)))
+            .map(|s| s.created.session_id.clone())
+            .collect();
+        ids.sort();
+        ids.truncate(limit);
+        Ok(ids)
+    }
+
     async fn run(&mut self, session: &str, run: &str) -> Result<domain::RunSnapshots, StoreError> {
         Ok(self.state.world.run_snapshots.get(&(session.to_owned(), run.to_owned())).cloned().unwrap_or_default())
     }

@@ -42,6 +42,12 @@ pub fn need_of(command: &Command) -> Need<'_> {
         Command::StopSession { session_id, .. } => Need::SessionStop(session_id),
         Command::StopEverything { principal_id, .. } => Need::PrincipalStop(principal_id),
         Command::Sweep { now } => Need::DueGrants(*now),
+        // The start page is checked against the settings, the browser against the profile.
+        Command::StartTask { message, .. } | Command::ContinueTask { message, .. } => {
+            Need::Authorize { session: &message.session_id, credential: None }
+        }
+        Command::ClaimTask { now, .. } => Need::OpenTasks(*now),
+        Command::RenewTask { session_id, .. } => Need::Session(session_id),
     }
 }
 
@@ -289,6 +295,8 @@ impl Touched {
             Event::RunRefused(x) => drop(self.sessions.insert(x.session_id.clone())),
             Event::RunCompleted(x) => drop(self.sessions.insert(x.session_id.clone())),
             Event::RunStepped(x) => drop(self.sessions.insert(x.session_id.clone())),
+            Event::TaskStarted(x) => drop(self.sessions.insert(x.session_id.clone())),
+            Event::TaskClaimed(x) => drop(self.sessions.insert(x.session_id.clone())),
             Event::ProfileClaimed(x) => drop(self.profiles.insert(x.profile_id.clone())),
             Event::ProfileGenerationAdvanced(x) => drop(self.profiles.insert(x.profile_id.clone())),
             Event::ProfileRevoked(x) => drop(self.profiles.insert(x.profile_id.clone())),
@@ -428,6 +436,21 @@ pub async fn load(r: &mut impl Reader, tenant: &TenantId, need: Need<'_>) -> Res
                 l.grants(r, Grants::ActiveOfSession(id)).await?;
                 l.approvals(r, Approvals::PendingOfSession(id)).await?;
             }
+        }
+        Need::PrincipalChats(principal) => {
+            let ids = r.chats(principal, crate::store::MAX_CHATS).await?;
+            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+            l.sessions(r, &ids).await?;
+            for id in ids {
+                l.grants(r, Grants::ActiveOfSession(id)).await?;
+                l.approvals(r, Approvals::PendingOfSession(id)).await?;
+            }
+            l.deployment(r).await?;
+        }
+        Need::OpenTasks(now) => {
+            let ids = r.open_tasks(now, crate::store::CLAIM_BATCH).await?;
+            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+            l.sessions(r, &ids).await?;
         }
         Need::SessionApprovals(session) => {
             l.sessions(r, &[session]).await?;

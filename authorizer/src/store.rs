@@ -79,6 +79,16 @@ pub trait Reader: Send {
     ) -> impl Future<Output = Result<Vec<Versioned<Approval>>, StoreError>> + Send;
     /// In grant-id order.
     fn grants(&mut self, which: Grants<'_>) -> impl Future<Output = Result<Vec<Grant>, StoreError>> + Send;
+    /// The ids of `principal`'s sessions not deleted, in id order, at most `limit`.
+    fn chats(&mut self, principal: &str, limit: usize)
+    -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+    /// The ids of sessions neither deleted nor stopped whose task a worker may take at `now`
+    /// (not ended, its lease none or past), in id order, at most `limit`.
+    fn open_tasks(
+        &mut self,
+        now: OffsetDateTime,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
     fn run(&mut self, session: &str, run: &str) -> impl Future<Output = Result<RunSnapshots, StoreError>> + Send;
     /// The ids of `principal`'s sessions neither deleted nor stopped, in id order, at most `limit`.
     fn sessions_to_stop(
@@ -134,7 +144,17 @@ pub enum Need<'a> {
     PrincipalStop(&'a str),
     /// A principal's grants and their sessions.
     PrincipalGrants(&'a str),
+    /// Up to [`MAX_CHATS`] of a principal's sessions, each with its active grant and pending cards.
+    PrincipalChats(&'a str),
+    /// Up to [`CLAIM_BATCH`] sessions whose task a worker may take at this time.
+    OpenTasks(OffsetDateTime),
 }
+
+/// The most chats one inbox lists.
+pub(crate) const MAX_CHATS: usize = 200;
+
+/// The most sessions one claim reads; the first is taken.
+pub(crate) const CLAIM_BATCH: usize = 1;
 
 /// The most sessions one Stop everything stops in one transaction; the caller asks again for more.
 pub const STOP_BATCH: usize = 100;

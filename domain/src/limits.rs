@@ -8,6 +8,9 @@ pub const GRANT_MINUTES: u32 = 30;
 pub const GRANT_DURATION: Duration = Duration::minutes(GRANT_MINUTES as i64);
 pub const MAX_ACTIONS: u32 = 200;
 pub const MAX_TYPED_CHARS: u32 = 4_096;
+/// How long a worker holds a task without renewing it: a worker that dies loses its task to
+/// another this long after its last renewal.
+pub const TASK_LEASE: Duration = Duration::seconds(60);
 /// How long an approval card waits for the owner.
 pub const APPROVAL_TTL: Duration = Duration::minutes(10);
 

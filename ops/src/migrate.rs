@@ -56,6 +56,7 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0011_bound_credentials.sql",
         sql: include_str!("../../migrations/0011_bound_credentials.sql"),
     },
+    Migration { version: 12, name: "0012_open_tasks.sql", sql: include_str!("../../migrations/0012_open_tasks.sql") },
 ];
 
 /// Shared by every runner of this schema: the ASCII of "grantmig".

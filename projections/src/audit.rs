@@ -225,6 +225,19 @@ pub fn row(recorded: &RecordedEvent) -> Result<AuditRow, DecodeError> {
             session = Some(e.session_id.clone());
             format!("Run {} completed: reference {}", e.run_id, e.reference)
         }
+        Event::TaskStarted(e) => {
+            session = Some(e.session_id.clone());
+            let what = if e.continues.is_some() { "Task continued" } else { "Task started" };
+            format!("{what} by the owner: {} from {}", serde_json::Value::from(e.goal.as_str()), e.start_url)
+        }
+        Event::TaskClaimed(e) if e.attempt > 1 => {
+            session = Some(e.session_id.clone());
+            format!("Task taken over by worker {} as run {} (attempt {})", e.holder, e.run_id, e.attempt)
+        }
+        Event::TaskClaimed(e) => {
+            session = Some(e.session_id.clone());
+            format!("Task taken by worker {} as run {}", e.holder, e.run_id)
+        }
     };
     Ok(AuditRow {
         tenant_id: recorded.tenant_id.as_str().to_owned(),

@@ -85,6 +85,9 @@ pub const MAX_ORIGINS: usize = 16;
 pub const MAX_STEPS: u64 = 10_000;
 /// The longest an agent credential an owner makes lives: a day.
 pub const MAX_AGENT_MINUTES: u64 = 1_440;
+/// The longest task goal or subgoal the owner may write, and how many subgoals one task has.
+pub const MAX_GOAL_CHARS: usize = 500;
+pub const MAX_SUBGOALS: usize = 20;
 
 // The ids' formats are `ids.rs`'s; their lengths are named here too, beside every other limit.
 pub use crate::ids::{
@@ -184,6 +187,17 @@ pub const FIELDS: &[(&str, Rule)] = &[
     ),
     ("grant_ledger.v1.ConnectAgentRequest.start_url", URL),
     ("grant_ledger.v1.ListAgentsRequest.session_id", ID),
+    ("grant_ledger.v1.StartTaskRequest.session_id", ID),
+    ("grant_ledger.v1.StartTaskRequest.message_id", ID),
+    ("grant_ledger.v1.StartTaskRequest.goal", text(MAX_GOAL_CHARS)),
+    ("grant_ledger.v1.StartTaskRequest.subgoals", texts(MAX_SUBGOALS, MAX_GOAL_CHARS)),
+    ("grant_ledger.v1.StartTaskRequest.start_url", URL),
+    ("grant_ledger.v1.ContinueTaskRequest.session_id", ID),
+    ("grant_ledger.v1.ContinueTaskRequest.message_id", ID),
+    ("grant_ledger.v1.ClaimTaskRequest.holder", ID),
+    ("grant_ledger.v1.RenewTaskRequest.session_id", ID),
+    ("grant_ledger.v1.RenewTaskRequest.run_id", ID),
+    ("grant_ledger.v1.RenewTaskRequest.holder", ID),
     ("grant_ledger.v1.DisconnectAgentRequest.credential_id", ID),
     ("grant_ledger.v1.ProfileEventRequest.profile_id", ID),
     ("grant_ledger.v1.ProfileEventRequest.event", one()),

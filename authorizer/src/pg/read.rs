@@ -177,6 +177,14 @@ impl Reader for Prefetched {
     async fn sessions_to_stop(&mut self, _: &str, _: usize) -> Result<Vec<String>, StoreError> {
         Err(Self::not_fetched("a principal's sessions"))
     }
+
+    async fn open_tasks(&mut self, _: time::OffsetDateTime, _: usize) -> Result<Vec<String>, StoreError> {
+        Err(Self::not_fetched("the open tasks"))
+    }
+
+    async fn chats(&mut self, _: &str, _: usize) -> Result<Vec<String>, StoreError> {
+        Err(Self::not_fetched("a principal's chats"))
+    }
 }
 
 /// One request's reads, inside its transaction; `FOR UPDATE` when the request writes, so two
@@ -311,6 +319,32 @@ impl Reader for PgReader<'_> {
             )
             .await
             .map_err(db)?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    async fn chats(&mut self, principal: &str, limit: usize) -> Result<Vec<String>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .tx
+            .query(
+                "SELECT session_id FROM authority_sessions WHERE tenant_id = $1 AND principal_id = $2 \
+                 AND NOT coalesce((state->>'deleted')::boolean, false) ORDER BY session_id LIMIT $3",
+                &[&self.tenant, &principal, &limit],
+            )
+            .await
+            .map_err(db)?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    async fn open_tasks(&mut self, now: time::OffsetDateTime, limit: usize) -> Result<Vec<String>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        // A task another replica is taking right now is skipped, not waited for: it takes the
+        // next one instead.
+        let skip = if self.lock { " FOR UPDATE SKIP LOCKED" } else { "" };
+        let sql = format!(
+            "SELECT session_id FROM authority_sessions WHERE tenant_id = $1              AND state->'task'->>'ended' = 'false'              AND NOT coalesce((state->>'deleted')::boolean, false)              AND NOT coalesce((state->>'stopped')::boolean, false)              AND (state->'task'->>'lease_until' IS NULL OR (state->'task'->>'lease_until')::timestamptz <= $2)              ORDER BY authority_sessions.session_id LIMIT $3{skip}"
+        );
+        let rows = self.tx.query(&sql, &[&self.tenant, &now, &limit]).await.map_err(db)?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 

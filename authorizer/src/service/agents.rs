@@ -15,7 +15,7 @@ use super::shared::{AuthorizerService, own_session};
 use super::status::invalid;
 
 /// The page an agent's browser opens at: an absolute https URL with no credentials in it.
-fn start_url(url: &str) -> Result<String, Status> {
+pub(super) fn start_url(url: &str) -> Result<String, Status> {
     let parsed = url::Url::parse(url).map_err(|_| invalid("start_url", "is an absolute https URL"))?;
     if parsed.scheme() != "https"
         || parsed.host_str().is_none()

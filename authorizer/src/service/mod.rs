@@ -14,6 +14,7 @@ mod facts;
 mod redeem;
 mod shared;
 mod status;
+mod tasks;
 mod ticket;
 mod waits;
 
@@ -368,6 +369,26 @@ impl<B: Backend + 'static> pb::authorizer_server::Authorizer for AuthorizerServi
         req: Request<pb::DescribeCallerRequest>,
     ) -> Result<Response<pb::DescribeCallerReply>, Status> {
         self.describe_caller_call(req).await
+    }
+
+    async fn start_task(&self, req: Request<pb::StartTaskRequest>) -> Result<Response<pb::WriteReply>, Status> {
+        self.start_task_call(req).await
+    }
+
+    async fn continue_task(&self, req: Request<pb::ContinueTaskRequest>) -> Result<Response<pb::WriteReply>, Status> {
+        self.continue_task_call(req).await
+    }
+
+    async fn list_chats(&self, req: Request<pb::ListChatsRequest>) -> Result<Response<pb::ListChatsReply>, Status> {
+        self.list_chats_call(req).await
+    }
+
+    async fn claim_task(&self, req: Request<pb::ClaimTaskRequest>) -> Result<Response<pb::ClaimTaskReply>, Status> {
+        self.claim_task_call(req).await
+    }
+
+    async fn renew_task(&self, req: Request<pb::RenewTaskRequest>) -> Result<Response<pb::RenewTaskReply>, Status> {
+        self.renew_task_call(req).await
     }
 
     async fn get_grant(&self, req: Request<pb::GetGrantRequest>) -> Result<Response<pb::TaskGrant>, Status> {

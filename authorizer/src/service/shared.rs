@@ -44,6 +44,8 @@ pub struct AuthorizerService<B> {
     pub(super) accept_unsealed: bool,
     /// The owners' answers this replica's callers wait for.
     pub(super) waits: Arc<super::waits::Waits>,
+    /// How long a worker holds a task it took or renewed.
+    pub(super) task_lease: time::Duration,
 }
 
 impl<B> Clone for AuthorizerService<B> {
@@ -57,6 +59,7 @@ impl<B> Clone for AuthorizerService<B> {
             health_check: self.health_check.clone(),
             accept_unsealed: self.accept_unsealed,
             waits: Arc::clone(&self.waits),
+            task_lease: self.task_lease,
         }
     }
 }
@@ -73,7 +76,16 @@ impl<B: Backend + 'static> AuthorizerService<B> {
             health_check: None,
             accept_unsealed: false,
             waits: Arc::default(),
+            task_lease: grant_domain::limits::TASK_LEASE,
         }
+    }
+
+    /// Workers hold a task `lease` past each claim or renewal ([`grant_domain::limits::TASK_LEASE`]
+    /// unless set): tests shorten it to see a dead worker's task taken over.
+    #[must_use]
+    pub fn with_task_lease(self, lease: std::time::Duration) -> Self {
+        let lease = time::Duration::try_from(lease).unwrap_or(grant_domain::limits::TASK_LEASE);
+        Self { task_lease: lease, ..self }
     }
 
     /// Records every call the server's gate sees (method, status, time; refused callers) in

@@ -271,6 +271,36 @@ pub struct RunStepped {
     pub model_ms: u32,
 }
 
+/// The owner started a task in the chat, with the message that asked for it (through the
+/// gateway, on the owner's credential). `continues` names the task an owner's "continue" repeats.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskStarted {
+    pub session_id: String,
+    pub task_id: String,
+    pub message_id: String,
+    pub goal: String,
+    pub subgoals: Vec<String>,
+    pub start_url: String,
+    pub continues: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub started_at: OffsetDateTime,
+}
+
+/// A worker took the session's task (a new `attempt`, run as `run_id`) or kept it (the same
+/// attempt, a later lease). Another worker may take it once `lease_until` has passed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskClaimed {
+    pub session_id: String,
+    pub task_id: String,
+    pub attempt: u32,
+    pub run_id: String,
+    pub holder: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub lease_until: OffsetDateTime,
+}
+
 /// A run of the agent harness began in the session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -18,7 +18,7 @@ pub use events::{
     DeploymentPolicyChanged, DeploymentScopesChanged, ProfileClaimed, ProfileDeleted, ProfileGenerationAdvanced,
     ProfileRevoked, RunCompleted, RunEscalated, RunRefused, RunStarted, RunStepped, SessionCreated, SessionDeleted,
     SessionMessageRecorded, SessionStopped, SessionToolCalled, StandingGrantPinned, StandingGrantUnpinned,
-    TaskGrantCreated, TaskGrantEnded, ToolCallAuthorized,
+    TaskClaimed, TaskGrantCreated, TaskGrantEnded, TaskStarted, ToolCallAuthorized,
 };
 pub use values::{
     ActionView, ApprovalStatus, Author, AuthorizationKind, BoundAction, Destination, DestinationKind, EndReason,
@@ -102,6 +102,8 @@ catalogue! {
     RunRefused = "run.refused" v 1,
     RunCompleted = "run.completed" v 1,
     RunStepped = "run.stepped" v 1,
+    TaskStarted = "task.started" v 1,
+    TaskClaimed = "task.claimed" v 1,
 }
 
 impl Event {

@@ -237,6 +237,9 @@ pub enum Denial {
     /// The owner stopped the agent in this session: nothing is decided, not even a card, until
     /// the owner's next message.
     SessionStopped,
+    /// A task's run that no longer holds its task (another worker took it over, a newer task
+    /// replaced it, or it ended): nothing is decided for it.
+    RunSuperseded,
 }
 
 impl Denial {
@@ -260,6 +263,7 @@ impl Denial {
             Self::KeyClicksOrSubmits => KEY_CLICKS_OR_SUBMITS,
             Self::FormNotReadBack => FORM_NOT_READ_BACK,
             Self::SessionStopped => SESSION_STOPPED,
+            Self::RunSuperseded => RUN_SUPERSEDED,
         }
     }
 }
@@ -405,6 +409,7 @@ pub const FACTS_NOT_THIS_SESSION: &str = "facts_not_this_session";
 pub const FORM_NOT_READ_BACK: &str = "form_not_read_back";
 pub const KEY_CLICKS_OR_SUBMITS: &str = "key_clicks_or_submits";
 pub const SESSION_STOPPED: &str = "session_stopped";
+pub const RUN_SUPERSEDED: &str = "run_superseded";
 
 /// A card for this act would have to show a form it does not carry.
 fn form_unread(req: &AuthorizeRequest) -> bool {
@@ -527,6 +532,10 @@ pub fn authorize(
     // The owner's Stop comes before every rule: no allow and no card until the owner writes.
     if world.sessions.get(&req.session_id).is_some_and(|s| s.stopped) {
         return deny(Denial::SessionStopped);
+    }
+    // A task's run acts only while it holds the task: one worker at a time, however many try.
+    if world.sessions.get(&req.session_id).is_some_and(|s| !s.runs_its_task(&req.run_id)) {
+        return deny(Denial::RunSuperseded);
     }
     let verdict = policy.evaluate(ActionKind::of(&req.action), &consequences, origin.as_deref());
     match &verdict {

@@ -5,7 +5,7 @@ use crate::catalogue::{
     DeploymentPolicyChanged, DeploymentScopesChanged, EndReason, Event, ProfileDeleted, ProfileGenerationAdvanced,
     ProfileRevoked, Resolution, RunCompleted, RunEscalated, RunRefused, RunStarted, RunStepped, SessionCreated,
     SessionDeleted, SessionMessageRecorded, SessionStopped, SessionToolCalled, SignInPhase, SiteScope,
-    StandingGrantPinned, StandingGrantUnpinned, TaskGrantCreated, TokenBinding,
+    StandingGrantPinned, StandingGrantUnpinned, TaskClaimed, TaskGrantCreated, TaskStarted, TokenBinding,
 };
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -15,7 +15,7 @@ use crate::scopes::TaskGrantSettings;
 
 use super::authorize::{STANDING_GRANT_DURATION, StandingPin, session_ineligible};
 use super::error::{Conflict, DomainError};
-use super::world::{Approval, ApprovalState, Session, Versions, World, stored};
+use super::world::{Approval, ApprovalState, Session, TASK_RUN_PREFIX, Versions, World, stored};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
@@ -114,6 +114,36 @@ pub enum Command {
     /// Ends every grant whose time is up.
     Sweep {
         now: OffsetDateTime,
+    },
+    /// The owner's message that starts a task in the chat (its start page inside a configured
+    /// scope): it replaces the chat's task, and lifts a Stop as every owner's message does.
+    StartTask {
+        principal_id: String,
+        message: SessionMessageRecorded,
+        task: TaskStarted,
+    },
+    /// The owner's "continue": the chat's newest task again, as a new task, once it has ended;
+    /// while it still runs, the message alone.
+    ContinueTask {
+        principal_id: String,
+        message: SessionMessageRecorded,
+        task_id: String,
+        now: OffsetDateTime,
+    },
+    /// A worker takes the first task nobody holds (none: nothing to record), for `lease`
+    /// ([`crate::limits::TASK_LEASE`] in service).
+    ClaimTask {
+        holder: String,
+        now: OffsetDateTime,
+        lease: time::Duration,
+    },
+    /// The worker that holds a task keeps it for another `lease`, while its run is the task's.
+    RenewTask {
+        session_id: String,
+        run_id: String,
+        holder: String,
+        now: OffsetDateTime,
+        lease: time::Duration,
     },
 }
 
@@ -253,6 +283,74 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             mine.sort_by(|a, b| a.created.session_id.cmp(&b.created.session_id));
             Ok(mine.into_iter().flat_map(|s| stop(world, s, now)).collect())
         }
+        Command::StartTask { principal_id, message, task } => {
+            let session = world.session_of(&message.session_id, &principal_id)?;
+            task_may_start(world, session, &task.start_url)?;
+            Ok(vec![Event::SessionMessageRecorded(message), Event::TaskStarted(task)])
+        }
+        Command::ContinueTask { principal_id, message, task_id, now } => {
+            let session = world.session_of(&message.session_id, &principal_id)?;
+            let last = session.task.as_ref().ok_or_else(|| {
+                DomainError::conflict(Conflict::NoTask, "this chat has no task to continue: start one")
+            })?;
+            // A task still running goes on; the message is the owner's turn (and lifts a Stop).
+            if !last.ended {
+                return Ok(vec![Event::SessionMessageRecorded(message)]);
+            }
+            task_may_start(world, session, &last.started.start_url)?;
+            let again = TaskStarted {
+                session_id: message.session_id.clone(),
+                task_id,
+                message_id: message.message_id.clone(),
+                goal: last.started.goal.clone(),
+                subgoals: last.started.subgoals.clone(),
+                start_url: last.started.start_url.clone(),
+                continues: Some(last.started.task_id.clone()),
+                started_at: stored(now),
+            };
+            Ok(vec![Event::SessionMessageRecorded(message), Event::TaskStarted(again)])
+        }
+        Command::ClaimTask { holder, now, lease } => {
+            let mut open: Vec<&Session> = world
+                .sessions
+                .values()
+                .filter(|s| !s.deleted && !s.stopped && s.task.as_ref().is_some_and(|t| t.claimable(now)))
+                .collect();
+            open.sort_by(|a, b| a.created.session_id.cmp(&b.created.session_id));
+            Ok(open
+                .first()
+                .and_then(|s| s.task.as_ref())
+                .map(|t| {
+                    let attempt = t.attempt + 1;
+                    Event::TaskClaimed(TaskClaimed {
+                        session_id: t.started.session_id.clone(),
+                        task_id: t.started.task_id.clone(),
+                        attempt,
+                        run_id: task_run_id(&t.started.task_id, attempt),
+                        holder,
+                        lease_until: stored(now + lease),
+                    })
+                })
+                .into_iter()
+                .collect())
+        }
+        Command::RenewTask { session_id, run_id, holder, now, lease } => {
+            let session = world.sessions.get(&session_id).filter(|s| !s.deleted);
+            let task = session.and_then(|s| s.task.as_ref()).filter(|t| {
+                !t.ended && t.run_id.as_deref() == Some(run_id.as_str()) && t.lease_until.is_some_and(|u| u > now)
+            });
+            let Some(task) = task else {
+                return Err(DomainError::conflict(Conflict::TaskNotHeld, "this run no longer holds its task"));
+            };
+            Ok(vec![Event::TaskClaimed(TaskClaimed {
+                session_id,
+                task_id: task.started.task_id.clone(),
+                attempt: task.attempt,
+                run_id,
+                holder,
+                lease_until: stored(now + lease),
+            })])
+        }
         Command::Sweep { now } => {
             let mut ids: Vec<Uuid> = world
                 .grants
@@ -264,6 +362,25 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             Ok(ids.into_iter().filter_map(|id| world.end(id, EndReason::Expired)).collect())
         }
     }
+}
+
+/// The run id of a task's `attempt`.
+pub fn task_run_id(task_id: &str, attempt: u32) -> String {
+    format!("{TASK_RUN_PREFIX}{task_id}-{attempt}")
+}
+
+/// A task runs in a chat with its own browser, from a page inside a scope the owner configured.
+fn task_may_start(world: &World, session: &Session, start_url: &str) -> Result<(), DomainError> {
+    if session.created.browser_profile_id.is_none() || !world.session_profile_is_own(session) {
+        return Err(DomainError::conflict(Conflict::NoBrowser, "this chat has no browser of the owner's to run a task in"));
+    }
+    if crate::scopes::scope_for(&world.settings.scopes, start_url).is_none() {
+        return Err(DomainError::Invalid {
+            field: "start_url",
+            reason: "is not inside a site set up for tasks (BROWSER_TASK_GRANT_SCOPES)".into(),
+        });
+    }
+    Ok(())
 }
 
 /// `resolution` for every pending card that `which` picks, in id order: one `approval.resolved`
@@ -412,7 +529,7 @@ fn redeem_token(
         && same_act
         && session.is_some_and(|s| s.created.browser_profile_id.as_deref() == Some(profile_id))
         && owner == Some(principal_id)
-        && session.is_some_and(|s| world.session_profile_is_own(s))
+        && session.is_some_and(|s| world.session_profile_is_own(s) && s.runs_its_task(&binding.run_id))
         && world
             .run_snapshots
             .get(&(approval.requested.session_id.clone(), binding.run_id.clone()))

@@ -18,6 +18,12 @@ pub enum Conflict {
     ToolCallGrantEnded,
     /// The owner stopped the agent in the card's session: approving it would act for nothing.
     SessionStopped,
+    /// An owner's "continue" in a chat that never had a task.
+    NoTask,
+    /// A task in a chat bound to no browser profile of the owner's.
+    NoBrowser,
+    /// A worker's run whose task another worker took, or that ended.
+    TaskNotHeld,
 }
 
 impl Conflict {
@@ -35,6 +41,9 @@ impl Conflict {
             Self::ToolCallReused => "TOOL_CALL_REUSED",
             Self::ToolCallGrantEnded => "TOOL_CALL_GRANT_ENDED",
             Self::SessionStopped => "SESSION_STOPPED",
+            Self::NoTask => "NO_TASK",
+            Self::NoBrowser => "NO_BROWSER",
+            Self::TaskNotHeld => "TASK_NOT_HELD",
         }
     }
 }

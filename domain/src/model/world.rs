@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use crate::catalogue::{
     ApprovalRequested, Author, AuthorizationKind, EndReason, Event, ProfileClaimed, Resolution, SessionCreated,
-    StandingGrantPinned, TaskGrantCreated, TaskGrantEnded,
+    StandingGrantPinned, TaskGrantCreated, TaskGrantEnded, TaskStarted,
 };
 use ledger::StreamId;
 use ledger::TenantId;
@@ -33,9 +33,43 @@ pub struct Session {
     /// Not stored with the session: the grant rows say which is active.
     #[serde(skip)]
     pub active_grant: Option<Uuid>,
+    /// The newest task the owner started here, and who runs it.
+    #[serde(default)]
+    pub task: Option<SessionTask>,
+}
+
+/// The run id a worker's attempt of a task runs as: one run per attempt, so a worker that lost
+/// its task acts under a run the session no longer holds.
+pub const TASK_RUN_PREFIX: &str = "task-";
+
+/// The session's newest task and its claim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionTask {
+    pub started: TaskStarted,
+    /// 0 until a worker takes it.
+    pub attempt: u32,
+    pub run_id: Option<String>,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub lease_until: Option<OffsetDateTime>,
+    /// Its run ended, the owner stopped the chat, or a newer task replaced it.
+    pub ended: bool,
+}
+
+impl SessionTask {
+    /// Whether a worker may take it at `now`: not ended, and nobody holds it.
+    pub fn claimable(&self, now: OffsetDateTime) -> bool {
+        !self.ended && self.lease_until.is_none_or(|until| until <= now)
+    }
 }
 
 impl Session {
+    /// Whether `run_id` may act here: any run that is not a task's, and a task's run only while
+    /// it holds the session's live task.
+    pub fn runs_its_task(&self, run_id: &str) -> bool {
+        !run_id.starts_with(TASK_RUN_PREFIX)
+            || self.task.as_ref().is_some_and(|t| !t.ended && t.run_id.as_deref() == Some(run_id))
+    }
+
     /// Whether the owner stopped the agent here (now, or since `approval` was asked): its token,
     /// if any, is void.
     pub fn stopped_since(&self, approval: &ApprovalRequested) -> bool {
@@ -176,6 +210,8 @@ pub fn stream_of(tenant: &TenantId, event: &Event) -> Result<StreamId, DomainErr
         Event::RunRefused(e) => entity("session", &e.session_id),
         Event::RunCompleted(e) => entity("session", &e.session_id),
         Event::RunStepped(e) => entity("session", &e.session_id),
+        Event::TaskStarted(e) => entity("session", &e.session_id),
+        Event::TaskClaimed(e) => entity("session", &e.session_id),
         Event::ProfileClaimed(e) => entity("profile", &e.profile_id),
         Event::ProfileGenerationAdvanced(e) => entity("profile", &e.profile_id),
         Event::ProfileRevoked(e) => entity("profile", &e.profile_id),
@@ -212,6 +248,7 @@ impl World {
                         stopped: false,
                         stopped_at: None,
                         active_grant: None,
+                        task: None,
                     },
                 );
             }
@@ -238,6 +275,31 @@ impl World {
                 if let Some(s) = self.sessions.get_mut(&e.session_id) {
                     s.stopped = true;
                     s.stopped_at = Some(e.stopped_at);
+                    // A Stop ends the task: the owner's "continue" starts it again.
+                    if let Some(t) = &mut s.task {
+                        t.ended = true;
+                    }
+                }
+            }
+            Event::TaskStarted(e) => {
+                if let Some(s) = self.sessions.get_mut(&e.session_id) {
+                    let started = e.clone();
+                    s.task = Some(SessionTask { started, attempt: 0, run_id: None, lease_until: None, ended: false });
+                }
+            }
+            Event::TaskClaimed(e) => {
+                if let Some(t) = self.sessions.get_mut(&e.session_id).and_then(|s| s.task.as_mut()) {
+                    t.attempt = e.attempt;
+                    t.run_id = Some(e.run_id.clone());
+                    t.lease_until = Some(e.lease_until);
+                }
+            }
+            Event::RunEscalated(crate::catalogue::RunEscalated { session_id, run_id, .. })
+            | Event::RunCompleted(crate::catalogue::RunCompleted { session_id, run_id, .. }) => {
+                if let Some(t) = self.sessions.get_mut(session_id).and_then(|s| s.task.as_mut())
+                    && t.run_id.as_ref() == Some(run_id)
+                {
+                    t.ended = true;
                 }
             }
             Event::ProfileClaimed(e) => {
@@ -316,11 +378,7 @@ impl World {
                     a.token_redeemed = true;
                 }
             }
-            Event::RunEscalated(_)
-            | Event::RunStarted(_)
-            | Event::RunRefused(_)
-            | Event::RunCompleted(_)
-            | Event::RunStepped(_) => {}
+            Event::RunStarted(_) | Event::RunRefused(_) | Event::RunStepped(_) => {}
         }
     }
 

@@ -20,6 +20,7 @@ use crate::settings::VIEW_WAIT;
 
 mod agents;
 mod approvals;
+mod chats;
 mod events;
 mod grants;
 mod live;
@@ -30,6 +31,7 @@ mod stop;
 
 use agents::{CONNECT_AGENT, DISCONNECT_AGENT, LIST_AGENTS, connect_agent, disconnect_agent, list_agents};
 use approvals::{GET_APPROVAL, LIST_APPROVALS, get_approval, list_approvals};
+use chats::{CONTINUE_TASK, LIST_CHATS, START_TASK, continue_task, list_chats, start_task};
 use events::{EVENTS, events};
 use grants::{GET_GRANT, LIST_GRANTS, REVOKE_GRANT, get_grant, list_grants, revoke_grant};
 use live::{LIVE, LIVE_INPUT, live, live_input};
@@ -85,6 +87,9 @@ pub(crate) fn routes() -> Vec<(Doc, MethodRouter<Gateway>)> {
         on(CONNECT_AGENT, connect_agent),
         on(LIST_AGENTS, list_agents),
         on(DISCONNECT_AGENT, disconnect_agent),
+        on(LIST_CHATS, list_chats),
+        on(START_TASK, start_task),
+        on(CONTINUE_TASK, continue_task),
         on(ACTIVITY, activity),
         on(EVENTS, events),
         on(OPENAPI, openapi),

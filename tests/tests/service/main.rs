@@ -453,6 +453,29 @@ async fn call_as(client: &mut AuthorizerClient<Channel>, role: Role, rpc: Rpc, s
         Rpc::DescribeCaller => {
             client.describe_caller(with_role(role, "owner", pb::DescribeCallerRequest {})).await.map(drop)
         }
+        Rpc::StartTask => {
+            let m = pb::StartTaskRequest {
+                session_id: "s1".into(),
+                message_id: "m8".into(),
+                goal: "Finish the lesson".into(),
+                subgoals: vec!["Finish the lesson".into()],
+                start_url: "https://www.lesson.test/lesson/1".into(),
+            };
+            client.start_task(with_role(role, "owner", m)).await.map(drop)
+        }
+        Rpc::ContinueTask => {
+            let m = pb::ContinueTaskRequest { session_id: "s1".into(), message_id: "m7".into() };
+            client.continue_task(with_role(role, "owner", m)).await.map(drop)
+        }
+        Rpc::ListChats => client.list_chats(with_role(role, "owner", pb::ListChatsRequest {})).await.map(drop),
+        Rpc::ClaimTask => {
+            let m = pb::ClaimTaskRequest { holder: "worker-9".into() };
+            client.claim_task(with_role(role, "owner", m)).await.map(drop)
+        }
+        Rpc::RenewTask => {
+            let m = pb::RenewTaskRequest { session_id: "s1".into(), run_id: "task-x-1".into(), holder: "worker-9".into() };
+            client.renew_task(with_role(role, "owner", m)).await.map(drop)
+        }
     }
 }
 
