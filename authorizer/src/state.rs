@@ -444,6 +444,9 @@ pub async fn load(r: &mut impl Reader, tenant: &TenantId, need: Need<'_>) -> Res
             for id in ids {
                 l.grants(r, Grants::ActiveOfSession(id)).await?;
                 l.approvals(r, Approvals::PendingOfSession(id)).await?;
+                if let Some(p) = l.session_profile(id) {
+                    l.profile(r, &p).await?;
+                }
             }
             l.deployment(r).await?;
         }

@@ -46,6 +46,11 @@ pub struct ModelChoice {
 /// The provider `choice` names, configured from the environment: the key from AGENT_MODEL_KEY
 /// or the file AGENT_MODEL_KEY_FILE, the CA bundle, the proxy, the timeout and retries.
 pub fn provider(choice: ModelChoice, get: &impl Fn(&str) -> Option<String>) -> Result<Provider> {
+    Provider::new(provider_config(choice, get)?).map_err(anyhow::Error::msg)
+}
+
+/// [`provider`]'s configuration, checked, for a service that makes a provider per run.
+pub fn provider_config(choice: ModelChoice, get: &impl Fn(&str) -> Option<String>) -> Result<ModelConfig> {
     let kind = Kind::parse(&choice.provider)
         .with_context(|| format!("--provider is openai or anthropic, not {:?}", choice.provider))?;
     let key = match (get("AGENT_MODEL_KEY"), get("AGENT_MODEL_KEY_FILE")) {
@@ -68,7 +73,9 @@ pub fn provider(choice: ModelChoice, get: &impl Fn(&str) -> Option<String>) -> R
     config.ca_bundle = get("AGENT_MODEL_CA").map(std::fs::read).transpose().context("AGENT_MODEL_CA cannot be read")?;
     config.proxy = get("HTTPS_PROXY").or_else(|| get("https_proxy"));
     config.no_proxy = get("NO_PROXY").or_else(|| get("no_proxy"));
-    Provider::new(config).map_err(anyhow::Error::msg)
+    // Checked once here: the service's runs make theirs from the same configuration.
+    Provider::new(config.clone()).map_err(anyhow::Error::msg)?;
+    Ok(config)
 }
 
 /// Runs the task at `task_path` with the plan at `script` or the hosted `model`; writes the

@@ -141,6 +141,10 @@ pub(crate) enum ServeCmd {
         #[arg(long)]
         insecure_loopback: bool,
     },
+    /// Runs the tasks owners start in the console, through the agent harness, until Ctrl-C. Any
+    /// number may run: each task is taken by one at a time. Its settings (WORKER_*, AGENT_*) are
+    /// in docs/configuration.md.
+    Worker,
     /// The guarded browser for MCP clients, over Streamable HTTP at /mcp. Its settings (MCP_*)
     /// are in docs/configuration.md; each client brings the key its owner made on the console.
     Mcp {

@@ -18,6 +18,7 @@ pub mod serve;
 pub mod settings;
 pub mod status;
 pub mod tls;
+pub mod worker;
 
 use anyhow::{Context, Result};
 

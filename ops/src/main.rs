@@ -126,6 +126,13 @@ async fn run(cli: Cli) -> Result<()> {
                 println!("tenant {tenant}: recorded {}", recorded.join(", "));
             }
         }
+        Cmd::Serve { service: ServeCmd::Worker } => {
+            let config = ops::worker::WorkerConfig::parse(ops::settings::env)?;
+            ops::worker::serve(config, async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await?;
+        }
         Cmd::Serve { service: ServeCmd::Projections } => {
             let url = database_url(&cli.database_url)?;
             ops::migrate::run(&mut ops::connect(&url).await?).await?;

@@ -25,11 +25,12 @@ pub enum Reader {
     Checkpoints,
     Mcp,
     Agent,
+    Worker,
     Script,
 }
 
 impl Reader {
-    const ALL: [Reader; 10] = [
+    const ALL: [Reader; 11] = [
         Reader::Every,
         Reader::Authorizer,
         Reader::Settings,
@@ -39,6 +40,7 @@ impl Reader {
         Reader::Checkpoints,
         Reader::Mcp,
         Reader::Agent,
+        Reader::Worker,
         Reader::Script,
     ];
 
@@ -63,12 +65,13 @@ impl Reader {
             Reader::Checkpoints => "The checkpoint service (`grantctl serve checkpoints`)",
             Reader::Mcp => "The MCP server (`grantctl serve mcp`, `grantctl mcp stdio`)",
             Reader::Agent => "The agent harness (`grantctl agent run`, `grantctl demo run`)",
+            Reader::Worker => "The task worker (`grantctl serve worker`; it reads the harness's `AGENT_*` too)",
             Reader::Script => "`scripts/run`",
         }
     }
 }
 
-use Reader::{Agent, Authorizer, Checkpoints, Every, Gateway, Mcp, Projections, Runtime, Script, Settings};
+use Reader::{Agent, Authorizer, Checkpoints, Every, Gateway, Mcp, Projections, Runtime, Script, Settings, Worker};
 
 const fn s(name: &'static str, read_by: Reader, default: Option<&'static str>, meaning: &'static str) -> Setting {
     Setting { name, read_by, default, meaning }
@@ -342,6 +345,20 @@ pub const SETTINGS: &[Setting] = &[
         None,
         "`demo run` only: the tenant's `gateway` credential, to record the owner's first message.",
     ),
+    s(
+        "WORKER_CREDENTIALS_FILE",
+        Worker,
+        None,
+        "Required: one `<tenant> <worker token>` line per tenant whose tasks this replica runs.",
+    ),
+    s("WORKER_NAME", Worker, Some("worker-<pid>"), "This replica's name in the claims it records."),
+    s("WORKER_SCRIPT", Worker, None, "A scripted plan every task plays (the demo and tests); or WORKER_MODEL."),
+    s("WORKER_MODEL", Worker, None, "The hosted model's name; its key and address are the harness's AGENT_MODEL_*."),
+    s("WORKER_MODEL_PROVIDER", Worker, Some("openai"), "`openai` (chat completions) or `anthropic` (Messages)."),
+    s("WORKER_MODEL_URL", Worker, None, "The provider's base URL, when not its public one."),
+    s("WORKER_MAX_STEPS", Worker, Some("100"), "Each run's step budget."),
+    s("WORKER_RUNS", Worker, Some("2"), "Runs at once in this replica (each holds one browser)."),
+    s("WORKER_POLL_MS", Worker, Some("1000"), "How long an idle replica waits before asking for a task again."),
     s(
         "GRANT_LEDGER_TENANT",
         Script,

@@ -88,6 +88,11 @@ async fn census_of_calls_served_with_the_flag_off_and_on() {
             code(client.disconnect_agent(owner(pb::DisconnectAgentRequest::default())).await),
         ));
         codes.push(("DescribeCaller", code(client.describe_caller(owner(pb::DescribeCallerRequest {})).await)));
+        codes.push(("StartTask", code(client.start_task(owner(pb::StartTaskRequest::default())).await)));
+        codes.push(("ContinueTask", code(client.continue_task(owner(pb::ContinueTaskRequest::default())).await)));
+        codes.push(("ListChats", code(client.list_chats(owner(pb::ListChatsRequest {})).await)));
+        codes.push(("ClaimTask", code(client.claim_task(owner(pb::ClaimTaskRequest::default())).await)));
+        codes.push(("RenewTask", code(client.renew_task(owner(pb::RenewTaskRequest::default())).await)));
         assert_eq!(codes.len(), Rpc::ALL.len(), "every RPC of the service");
         codes.into_iter().filter(|(_, c)| *c == Code::Unimplemented).map(|(n, _)| n).collect()
     }

@@ -85,6 +85,11 @@ calls!(
     pb::ListAgentsRequest => ListAgents,
     pb::DisconnectAgentRequest => DisconnectAgent,
     pb::DescribeCallerRequest => DescribeCaller,
+    pb::StartTaskRequest => StartTask,
+    pb::ContinueTaskRequest => ContinueTask,
+    pb::ListChatsRequest => ListChats,
+    pb::ClaimTaskRequest => ClaimTask,
+    pb::RenewTaskRequest => RenewTask,
 );
 
 /// A known token per role and owner (owners matter for worker and runtime only).
@@ -142,6 +147,15 @@ async fn authority_with_scope<B: Backend + 'static>(backend: B, task_grants: boo
 
 /// Over a real loopback socket with TLS, the server's certificate from a throwaway CA.
 async fn start<B: Backend + 'static>(backend: B, credentials: Credentials) -> Served {
+    start_with_lease(backend, credentials, None).await
+}
+
+/// [`start`], its workers holding a task for `lease` when given.
+async fn start_with_lease<B: Backend + 'static>(
+    backend: B,
+    credentials: Credentials,
+    lease: Option<std::time::Duration>,
+) -> Served {
     seed(&credentials).await;
     let authority = authority_with_scope(backend, true).await;
     let pki = ops::tls::DevPki::generate().unwrap();
@@ -153,8 +167,11 @@ async fn start<B: Backend + 'static>(backend: B, credentials: Credentials) -> Se
         Arc::new(|| unreachable!("the written-or-not probe is the in-process server's"));
     // The decisions through the API, with facts in the clear: no runtime seals them here (the
     // browser and ticket tests decide on sealed facts).
-    let service =
+    let mut service =
         AuthorizerService::new(authority, credentials.clone(), tests::ticket_keys()).accepting_unsealed_facts();
+    if let Some(lease) = lease {
+        service = service.with_task_lease(lease);
+    }
     tokio::spawn(serve(listener, service, Some(tls), async {
         let _ = stopped.await;
     }));
@@ -492,3 +509,4 @@ mod callers;
 mod lesson;
 mod refusals;
 mod stop;
+mod tasks;

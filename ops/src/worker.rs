@@ -1,0 +1,235 @@
+//! `grantctl serve worker`: runs the tasks owners start in the console. Each replica asks the
+//! authorizer for a task nobody holds (`ClaimTask`, one tenant credential at a time), runs it
+//! through the harness with the deployment's model, and renews its lease while it runs. The
+//! authorizer gives a task to one replica at a time; a replica that dies loses its tasks to
+//! another once their lease has passed, and a run that lost its task is refused at its next act.
+//! The worker is a courier: it holds a `worker` credential, never the owner's.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use proto::v1 as pb;
+use tokio::task::JoinSet;
+
+use agent::model::{PlanStep, Scripted};
+use agent::provider::Provider;
+use agent::run::{Clients, TaskFile};
+
+/// The model every run of this replica uses.
+#[derive(Clone)]
+pub enum WorkerModel {
+    /// A scripted plan (the demo and tests): each run plays it from its start.
+    Script(Vec<PlanStep>),
+    /// A hosted model, configured once at start-up.
+    Hosted(agent::provider::Config),
+}
+
+impl std::fmt::Debug for WorkerModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Script(plan) => write!(f, "Script({} steps)", plan.len()),
+            Self::Hosted(_) => f.write_str("Hosted"),
+        }
+    }
+}
+
+/// Everything a worker replica reads from its environment, parsed once.
+#[derive(Clone)]
+pub struct WorkerConfig {
+    pub authorizer_url: String,
+    pub runtime_url: String,
+    pub ca: Option<Vec<u8>>,
+    /// `(tenant, worker credential)`, one per tenant served.
+    pub tenants: Vec<(String, String)>,
+    /// This replica's name in the claims it records.
+    pub holder: String,
+    pub model: WorkerModel,
+    pub max_steps: u32,
+    /// Runs at once, at most.
+    pub runs: usize,
+    /// How long an idle replica waits before asking again.
+    pub poll: Duration,
+}
+
+/// The tokens are left out.
+impl std::fmt::Debug for WorkerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerConfig")
+            .field("authorizer_url", &self.authorizer_url)
+            .field("runtime_url", &self.runtime_url)
+            .field("tenants", &self.tenants.iter().map(|(t, _)| t).collect::<Vec<_>>())
+            .field("holder", &self.holder)
+            .field("model", &self.model)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerConfig {
+    /// Reads WORKER_* and the harness's AGENT_* variables; each refusal names the variable.
+    pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let need = |k: &str| get(k).with_context(|| format!("{k} is required"));
+        let file = need("WORKER_CREDENTIALS_FILE")?;
+        let text = std::fs::read_to_string(&file).with_context(|| format!("WORKER_CREDENTIALS_FILE {file}"))?;
+        let tenants = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+                [tenant, token] => Ok((tenant.to_owned(), token.to_owned())),
+                _ => bail!("WORKER_CREDENTIALS_FILE has one `<tenant> <worker token>` per line"),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if tenants.is_empty() {
+            bail!("WORKER_CREDENTIALS_FILE names no tenant");
+        }
+        let model = match (get("WORKER_SCRIPT"), get("WORKER_MODEL")) {
+            (Some(_), Some(_)) => bail!("give WORKER_SCRIPT or WORKER_MODEL, not both"),
+            (Some(path), None) => WorkerModel::Script(crate::agent::plan(
+                &std::fs::read_to_string(&path).with_context(|| format!("WORKER_SCRIPT {path}"))?,
+            )?),
+            (None, Some(name)) => {
+                let choice = crate::agent::ModelChoice {
+                    provider: get("WORKER_MODEL_PROVIDER").unwrap_or_else(|| "openai".into()),
+                    base_url: get("WORKER_MODEL_URL"),
+                    name,
+                };
+                WorkerModel::Hosted(crate::agent::provider_config(choice, &get)?)
+            }
+            (None, None) => bail!("WORKER_SCRIPT or WORKER_MODEL is required: the model tasks run with"),
+        };
+        let number = |k: &str, default: u64, range: std::ops::RangeInclusive<u64>| -> Result<u64> {
+            let n = get(k).map_or(Ok(default), |v| v.parse().with_context(|| format!("{k} is a whole number")))?;
+            anyhow::ensure!(range.contains(&n), "{k} is {} to {}, not {n}", range.start(), range.end());
+            Ok(n)
+        };
+        let holder = get("WORKER_NAME").unwrap_or_else(|| format!("worker-{}", std::process::id()));
+        ledger::check_entity_id("WORKER_NAME", &holder).map_err(|e| anyhow::anyhow!("WORKER_NAME: {e}"))?;
+        Ok(Self {
+            authorizer_url: need("AGENT_AUTHORIZER_URL")?,
+            runtime_url: need("AGENT_RUNTIME_URL")?,
+            ca: get("AGENT_CA").map(std::fs::read).transpose().context("AGENT_CA cannot be read")?,
+            tenants,
+            holder,
+            model,
+            max_steps: u32::try_from(number("WORKER_MAX_STEPS", 100, 1..=proto::limits::MAX_STEPS)?)?,
+            runs: usize::try_from(number("WORKER_RUNS", 2, 1..=64)?)?,
+            poll: Duration::from_millis(number("WORKER_POLL_MS", 1_000, 50..=60_000)?),
+        })
+    }
+}
+
+/// Serves until `shutdown`: takes tasks while fewer than `runs` run, and runs each to its end.
+/// Runs in flight when `shutdown` comes are dropped: their leases lapse and another replica
+/// takes them.
+pub async fn serve(config: WorkerConfig, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
+    let authorizer = crate::agent::channel(&config.authorizer_url, config.ca.as_deref()).await?;
+    let runtime = crate::agent::channel(&config.runtime_url, config.ca.as_deref()).await?;
+    let config = Arc::new(config);
+    let mut runs = JoinSet::new();
+    tokio::pin!(shutdown);
+    tracing::info!(holder = %config.holder, tenants = config.tenants.len(), "worker serving");
+    loop {
+        let mut took = false;
+        for (tenant, token) in &config.tenants {
+            while runs.try_join_next().is_some() {}
+            if runs.len() >= config.runs {
+                break;
+            }
+            let clients = Clients {
+                runtime: proto::runtime::browser_runtime_client::BrowserRuntimeClient::new(runtime.clone()),
+                authorizer: pb::authorizer_client::AuthorizerClient::new(authorizer.clone()),
+                bearer: format!("Bearer {token}").parse().context("a worker token is not a header value")?,
+                request_id: None,
+            };
+            let claim = pb::ClaimTaskRequest { holder: config.holder.clone() };
+            let task = match clients.authorizer.clone().claim_task(clients.req(claim)).await {
+                Ok(r) => r.into_inner().task,
+                Err(e) => {
+                    tracing::warn!(tenant = %tenant, error = %e, "could not ask for a task");
+                    None
+                }
+            };
+            if let Some(task) = task {
+                took = true;
+                runs.spawn(run_claimed(Arc::clone(&config), clients, task));
+            }
+        }
+        if took {
+            continue;
+        }
+        tokio::select! {
+            () = &mut shutdown => break,
+            _ = tokio::time::sleep(config.poll) => {}
+            Some(_) = runs.join_next(), if !runs.is_empty() => {}
+        }
+    }
+    runs.abort_all();
+    Ok(())
+}
+
+/// Runs one claimed task to its end, renewing the lease meanwhile; a lost lease ends the run
+/// where it is (the authorizer refuses its acts already).
+async fn run_claimed(config: Arc<WorkerConfig>, mut clients: Clients, claimed: pb::ClaimedTask) {
+    let run_id = claimed.run_id.clone();
+    let span = tracing::info_span!("task", session_id = %claimed.session_id, run_id = %run_id);
+    let _enter = span.enter();
+    let origin = url::Url::parse(&claimed.start_url).map(|u| u.origin().ascii_serialization()).unwrap_or_default();
+    let file = TaskFile {
+        chat_session: claimed.session_id.clone(),
+        browser_profile: claimed.browser_profile_id.clone(),
+        start_url: claimed.start_url.clone(),
+        allowed_origins: vec![origin],
+        run_id: run_id.clone(),
+        subgoals: claimed.subgoals.clone(),
+        goal: Some(claimed.goal.clone()),
+        org_name: None,
+        field_ids: Vec::new(),
+        max_steps: config.max_steps,
+        agent_version: format!("worker-{}", env!("CARGO_PKG_VERSION")),
+        approval_wait_seconds: 600,
+    };
+    let renew = renew_until_lost(clients.clone(), claimed.clone(), config.holder.clone());
+    let run = async {
+        let mut task = agent::run::start(&mut clients, &file).await?;
+        task.close_at_end = true;
+        let outcome = match &config.model {
+            WorkerModel::Script(plan) => agent::run::run(&mut clients, &task, &mut Scripted::from_plan(plan.clone())).await,
+            WorkerModel::Hosted(c) => match Provider::new(c.clone()) {
+                Ok(mut p) => agent::run::run(&mut clients, &task, &mut p).await,
+                Err(e) => return Err(anyhow::anyhow!("the model: {e}")),
+            },
+        };
+        Ok::<_, anyhow::Error>(outcome.map(|o| crate::agent::report(&o)).map_err(|f| f.error.to_string()))
+    };
+    tokio::select! {
+        ended = run => match ended {
+            Ok(Ok(report)) => tracing::info!(report = %report.lines().next().unwrap_or_default(), "task run ended"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "task run failed"),
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "task run did not start"),
+        },
+        () = renew => tracing::warn!("task lost to another worker: its run stops here"),
+    }
+}
+
+/// Renews the lease at a third of its length; returns once the task is no longer this run's
+/// (another worker took it, or it ended), or the lease passed with no renewal answered.
+async fn renew_until_lost(clients: Clients, claimed: pb::ClaimedTask, holder: String) {
+    let now_ms = || i64::try_from(time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000).unwrap_or(0);
+    let mut until = claimed.lease_until_ms;
+    loop {
+        let left = u64::try_from(until - now_ms()).unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis((left / 3).max(50))).await;
+        let renew = pb::RenewTaskRequest {
+            session_id: claimed.session_id.clone(),
+            run_id: claimed.run_id.clone(),
+            holder: holder.clone(),
+        };
+        match clients.authorizer.clone().renew_task(clients.req(renew)).await {
+            Ok(r) => until = r.into_inner().lease_until_ms,
+            Err(e) if e.code() == tonic::Code::FailedPrecondition => return,
+            // An outage: try again while the lease lasts; past it another worker may hold the task.
+            Err(e) if now_ms() < until => tracing::warn!(error = %e, "the task's lease was not renewed"),
+            Err(_) => return,
+        }
+    }
+}
