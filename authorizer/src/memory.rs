@@ -138,12 +138,13 @@ impl Reader for MemoryReader<'_> {
         Ok(ids)
     }
 
-    async fn open_tasks(&mut self, now: OffsetDateTime, limit: usize) -> Result<Vec<String>, StoreError> {
+    async fn open_tasks(&mut self, principal: &str, now: OffsetDateTime, limit: usize) -> Result<Vec<String>, StoreError> {
         let mut ids: Vec<String> = self
             .state
             .world
             .sessions
             .values()
+            .filter(|s| s.created.principal_id == principal)
             .filter(|s| !s.deleted && !s.stopped && s.task.as_ref().is_some_and(|t| t.claimable(now)))
             .map(|s| s.created.session_id.clone())
             .collect();

@@ -46,7 +46,7 @@ pub fn need_of(command: &Command) -> Need<'_> {
         Command::StartTask { message, .. } | Command::ContinueTask { message, .. } => {
             Need::Authorize { session: &message.session_id, credential: None }
         }
-        Command::ClaimTask { now, .. } => Need::OpenTasks(*now),
+        Command::ClaimTask { principal_id, now, .. } => Need::OpenTasks(principal_id, *now),
         Command::RenewTask { session_id, .. } => Need::Session(session_id),
     }
 }
@@ -450,8 +450,8 @@ pub async fn load(r: &mut impl Reader, tenant: &TenantId, need: Need<'_>) -> Res
             }
             l.deployment(r).await?;
         }
-        Need::OpenTasks(now) => {
-            let ids = r.open_tasks(now, crate::store::CLAIM_BATCH).await?;
+        Need::OpenTasks(principal, now) => {
+            let ids = r.open_tasks(principal, now, crate::store::CLAIM_BATCH).await?;
             let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
             l.sessions(r, &ids).await?;
         }

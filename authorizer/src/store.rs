@@ -82,10 +82,11 @@ pub trait Reader: Send {
     /// The ids of `principal`'s sessions not deleted, in id order, at most `limit`.
     fn chats(&mut self, principal: &str, limit: usize)
     -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
-    /// The ids of sessions neither deleted nor stopped whose task a worker may take at `now`
-    /// (not ended, its lease none or past), in id order, at most `limit`.
+    /// The ids of `principal`'s sessions neither deleted nor stopped whose task a worker may take
+    /// at `now` (not ended, its lease none or past), in id order, at most `limit`.
     fn open_tasks(
         &mut self,
+        principal: &str,
         now: OffsetDateTime,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
@@ -146,8 +147,8 @@ pub enum Need<'a> {
     PrincipalGrants(&'a str),
     /// Up to [`MAX_CHATS`] of a principal's sessions, each with its active grant and pending cards.
     PrincipalChats(&'a str),
-    /// Up to [`CLAIM_BATCH`] sessions whose task a worker may take at this time.
-    OpenTasks(OffsetDateTime),
+    /// Up to [`CLAIM_BATCH`] of a principal's sessions whose task a worker may take at this time.
+    OpenTasks(&'a str, OffsetDateTime),
 }
 
 /// The most chats one inbox lists.

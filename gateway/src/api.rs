@@ -352,6 +352,9 @@ pub struct ActivityRow {
     pub authorization: Option<String>,
     /// What happened, with the website's strings quoted as the card quotes them.
     pub summary: String,
+    /// The card the row is about: a card, its answer and the act it allowed share it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]

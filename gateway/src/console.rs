@@ -26,20 +26,16 @@ pub(crate) async fn style() -> Response {
     asset("text/css; charset=utf-8", STYLE)
 }
 
-/// `/`: who is signed in, and a chat session to open.
-pub(crate) async fn home(call: Call) -> Response {
-    let body = match call.gateway.owner(&call.headers, false, &[]).await {
-        Ok((owner, _)) => format!(
-            "<p>Signed in as <strong>{}</strong> of {}.</p>\
-             <form method=\"get\" action=\"/go\"><label for=\"session\">Chat session</label> \
-             <input id=\"session\" name=\"session\" required maxlength=\"120\" autocomplete=\"off\"> \
-             <button type=\"submit\">Open</button></form>",
-            escape(&owner.principal),
-            escape(&owner.tenant)
-        ),
-        Err(_) => "<p>Not signed in. Open the sign-in link <code>grantctl owners link</code> printed.</p>".into(),
-    };
-    shell(StatusCode::OK, "grant-ledger", None, &body)
+/// `/`: the owner's inbox: every chat with what waits in it, filled by the script.
+pub(crate) async fn home() -> Response {
+    let body = "<p id=\"status\" role=\"status\" tabindex=\"-1\"></p>\
+        <section aria-labelledby=\"chats-title\"><h2 id=\"chats-title\">Your chats</h2>\
+        <ul id=\"chats\" class=\"chats\" aria-live=\"polite\"><li class=\"empty\">Loading your chats…</li></ul></section>\
+        <section aria-labelledby=\"open-title\"><h2 id=\"open-title\">Open a chat by its name</h2>\
+        <form method=\"get\" action=\"/go\" class=\"filter\"><label for=\"session\">Chat name</label> \
+        <input id=\"session\" name=\"session\" required maxlength=\"120\" autocomplete=\"off\"> \
+        <button type=\"submit\">Open</button></form></section>";
+    shell(StatusCode::OK, "Your chats", Page::Inbox, body)
 }
 
 /// `/go?session=S`: the form on `/` lands on the session's page.
@@ -52,7 +48,7 @@ pub(crate) async fn go(call: Call) -> Response {
     let q: Q = crate::guard::query(call.query.as_deref()).unwrap_or_default();
     match session_path(&q.session) {
         Some(path) => (StatusCode::SEE_OTHER, [(header::LOCATION, path)]).into_response(),
-        None => shell(StatusCode::BAD_REQUEST, "Not a chat session", None, "<p>That is not a chat session's id.</p>"),
+        None => shell(StatusCode::BAD_REQUEST, "Not a chat", Page::Plain, "<p>That is not a chat's name.</p>"),
     }
 }
 
@@ -65,12 +61,25 @@ pub(crate) fn session_path(session: &str) -> Option<String> {
 /// the same for anyone; the script reads only what the signed-in owner may read.
 pub(crate) async fn session(Seg(session): Seg) -> Response {
     if session_path(&session).is_none() {
-        return shell(StatusCode::NOT_FOUND, "Not a chat session", None, "<p>That is not a chat session's id.</p>");
+        return shell(StatusCode::NOT_FOUND, "Not a chat", Page::Plain, "<p>That is not a chat's name.</p>");
     }
-    let body = "<div id=\"banner\" role=\"region\" aria-label=\"Task permission\" aria-live=\"polite\"></div>\
-        <p id=\"status\" role=\"status\"></p>\
+    let body = "<div id=\"banner\" role=\"region\" aria-label=\"Task permission\"></div>\
+        <p id=\"status\" role=\"status\" tabindex=\"-1\"></p>\
         <section aria-labelledby=\"cards-title\"><h2 id=\"cards-title\">Waiting for you</h2>\
-        <div id=\"cards\"><p class=\"empty\">Nothing is waiting for you.</p></div></section>\
+        <div id=\"cards\" aria-live=\"polite\" aria-relevant=\"additions\"><p class=\"empty\">Loading…</p></div></section>\
+        <section aria-labelledby=\"task-title\"><h2 id=\"task-title\">Your task</h2>\
+        <p id=\"task-now\">Loading…</p>\
+        <div class=\"choices\"><button type=\"button\" id=\"continue\" hidden>Continue the task</button> \
+        <button type=\"button\" id=\"stop-chat\" class=\"stop\">Stop the agent in this chat</button></div>\
+        <form id=\"task-form\"><h3>Start a new task</h3>\
+        <p><label for=\"task-goal\">What should the agent do?</label><br>\
+        <input id=\"task-goal\" required maxlength=\"500\" autocomplete=\"off\"></p>\
+        <p><label for=\"task-steps\">The steps, one per line</label><br>\
+        <textarea id=\"task-steps\" rows=\"4\" required maxlength=\"10000\"></textarea></p>\
+        <p><label for=\"task-start\">Start page</label><br>\
+        <input id=\"task-start\" type=\"url\" required maxlength=\"2048\" placeholder=\"https://\" list=\"task-sites\">\
+        <datalist id=\"task-sites\"></datalist></p><p id=\"task-sites-said\" class=\"hint\"></p>\
+        <button type=\"submit\" class=\"primary\">Start the task</button></form></section>\
         <section id=\"takeover\" aria-labelledby=\"takeover-title\" hidden><h2 id=\"takeover-title\">You have the tab</h2>\
         <p>The agent's run has ended. What you click on the picture, type or press goes to the live tab\
         <span id=\"takeover-page\"></span>.</p>\
@@ -104,20 +113,34 @@ pub(crate) async fn session(Seg(session): Seg) -> Response {
         <button type=\"button\" id=\"export\">Export</button></form>\
         <ol id=\"activity\" class=\"activity\"></ol></section>\
 ";
-    shell(StatusCode::OK, &format!("Chat {session}"), Some(&session), body)
+    shell(StatusCode::OK, &format!("Chat {session}"), Page::Chat(&session), body)
 }
 
-/// A page of the console's: `main` under the console's header, with its script for a session.
-pub(crate) fn shell(status: StatusCode, title: &str, session: Option<&str>, main: &str) -> Response {
-    let data = session.map(|s| format!(" data-session=\"{}\"", escape(s))).unwrap_or_default();
-    let script = if session.is_some() { "<script src=\"/console.js\" defer></script>" } else { "" };
+/// Which page of the console: the script fills the inbox and a chat; a plain page has none.
+pub(crate) enum Page<'a> {
+    Plain,
+    Inbox,
+    Chat(&'a str),
+}
+
+/// A page of the console's: `main` under the console's header, with its script for the inbox and
+/// a chat.
+pub(crate) fn shell(status: StatusCode, title: &str, page: Page<'_>, main: &str) -> Response {
+    let data = match page {
+        Page::Plain => String::new(),
+        Page::Inbox => " data-page=\"inbox\"".into(),
+        Page::Chat(s) => format!(" data-page=\"chat\" data-session=\"{}\"", escape(s)),
+    };
+    let script = if matches!(page, Page::Plain) { "" } else { "<script src=\"/console.js\" defer></script>" };
     let html = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>{t} · grant-ledger</title><link rel=\"stylesheet\" href=\"/console.css\">{script}</head>\
-         <body{data}><header><p class=\"brand\"><a href=\"/\">grant-ledger</a></p><p id=\"who\"></p>\
-         <button type=\"button\" id=\"stop-all\" hidden>Stop everything</button></header>\
-         <main><h1>{t}</h1>{main}</main></body></html>",
+         <body{data}><header><nav aria-label=\"Console\"><p class=\"brand\"><a href=\"/\">Your chats</a></p></nav>\
+         <p id=\"who\"></p><button type=\"button\" id=\"notify\" aria-pressed=\"false\" hidden>Tell me when a card arrives</button>\
+         <button type=\"button\" id=\"stop-all\" hidden>Stop everything, in every chat</button>\
+         <button type=\"button\" id=\"sign-out\" hidden>Sign out</button></header>\
+         <main><h1>{t}</h1><p id=\"notified\" class=\"hint\" hidden></p>{main}</main></body></html>",
         t = escape(title)
     );
     let mut response = (status, axum::response::Html(html)).into_response();

@@ -305,6 +305,8 @@ pub struct ActivityRow {
     pub principal: String,
     pub authorization: Option<String>,
     pub summary: String,
+    /// The card the row is about, if any: a card's answer and its act join on it.
+    pub approval_id: Option<uuid::Uuid>,
 }
 
 /// The newest `limit` activity rows of a session of `tenant`, newest first: its own rows, the
@@ -318,7 +320,8 @@ pub async fn session_activity(
 ) -> Result<Vec<ActivityRow>, crate::Error> {
     let rows = client
         .query(
-            "SELECT global_position, recorded_at, event_type, authorization_text, summary, principal FROM audit_log a \
+            "SELECT global_position, recorded_at, event_type, authorization_text, summary, principal, approval_id \
+             FROM audit_log a \
              WHERE a.tenant_id = $1 AND (a.session_id = $2 \
                OR a.approval_id IN (SELECT r.approval_id FROM audit_log r \
                  WHERE r.tenant_id = $1 AND r.session_id = $2 AND r.approval_id IS NOT NULL) \
@@ -337,6 +340,7 @@ pub async fn session_activity(
             authorization: r.get(3),
             summary: r.get(4),
             principal: r.get(5),
+            approval_id: r.get(6),
         })
         .collect())
 }

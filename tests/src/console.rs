@@ -39,12 +39,66 @@ fn screenshots(test: &str) -> PathBuf {
     target.join("console-screenshots").join(test)
 }
 
+/// How the owner's browser is set up beyond its width.
+#[derive(Debug, Clone, Default)]
+pub struct Setup {
+    /// The browser's time zone (`TZ`), such as `Asia/Kolkata`; the machine's when `None`.
+    pub time_zone: Option<&'static str>,
+    /// The console's pages may show notifications (the owner said yes once, in this profile).
+    pub notifications: bool,
+}
+
+/// A WebDriver command fantoccini does not wrap: GET of an element's `what`, such as its
+/// `computedlabel` or `computedrole` (the browser's accessibility tree's name and role).
+#[derive(Debug)]
+struct ElementGet {
+    element: String,
+    what: &'static str,
+}
+
+impl fantoccini::wd::WebDriverCompatibleCommand for ElementGet {
+    fn endpoint(&self, base: &url::Url, session: Option<&str>) -> Result<url::Url, url::ParseError> {
+        base.join(&format!("session/{}/element/{}/{}", session.unwrap_or_default(), self.element, self.what))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        (http::Method::GET, None)
+    }
+}
+
+/// Chromium's network conditions: the browser offline, or back.
+#[derive(Debug)]
+struct Network {
+    offline: bool,
+}
+
+impl fantoccini::wd::WebDriverCompatibleCommand for Network {
+    fn endpoint(&self, base: &url::Url, session: Option<&str>) -> Result<url::Url, url::ParseError> {
+        base.join(&format!("session/{}/chromium/network_conditions", session.unwrap_or_default()))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        let conditions =
+            json!({ "network_conditions": { "offline": self.offline, "latency": 0, "download_throughput": -1, "upload_throughput": -1 } });
+        (http::Method::POST, Some(conditions.to_string()))
+    }
+}
+
 impl Owner {
     /// A Chromium for the owner, `width` CSS pixels wide; screenshots go under `test`'s name.
     pub async fn start(test: &str, width: u32) -> Self {
+        Self::start_with(test, width, Setup::default()).await
+    }
+
+    /// [`Owner::start`], the browser set up as `setup` says.
+    pub async fn start_with(test: &str, width: u32, setup: Setup) -> Self {
         crate::browser::need_browser();
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let driver = tokio::process::Command::new("/usr/bin/chromedriver")
+        let mut driver = tokio::process::Command::new("/usr/bin/chromedriver");
+        if let Some(tz) = setup.time_zone {
+            driver.env("TZ", tz);
+        }
+        let driver = driver
             .arg(format!("--port={port}"))
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -74,7 +128,12 @@ impl Owner {
         }
         let mut caps = serde_json::Map::new();
         caps.insert("browserName".into(), json!("chrome"));
-        caps.insert("goog:chromeOptions".into(), json!({ "binary": "/usr/bin/chromium", "args": args }));
+        let prefs = if setup.notifications {
+            json!({ "profile.default_content_setting_values.notifications": 1 })
+        } else {
+            json!({})
+        };
+        caps.insert("goog:chromeOptions".into(), json!({ "binary": "/usr/bin/chromium", "args": args, "prefs": prefs }));
         let client = ClientBuilder::new(HttpConnector::new())
             .capabilities(caps)
             .connect(&format!("http://127.0.0.1:{port}"))
@@ -163,6 +222,23 @@ impl Owner {
             })
             .await;
         button.click().await.expect("the button takes the press");
+    }
+
+    /// The accessible name (`computedlabel`) or role (`computedrole`) the browser gives `e`.
+    pub async fn computed(&self, e: &fantoccini::elements::Element, what: &'static str) -> String {
+        let got = self.client.issue_cmd(ElementGet { element: e.element_id().to_string(), what }).await;
+        got.ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+    }
+
+    /// Takes the owner's browser off the network, or puts it back.
+    pub async fn offline(&self, offline: bool) {
+        self.client.issue_cmd(Network { offline }).await.expect("the network conditions are set");
+    }
+
+    /// The `id` of the element that holds focus.
+    pub async fn focused_id(&self) -> String {
+        let v = self.client.execute("return document.activeElement ? document.activeElement.id : ''", vec![]).await;
+        v.ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
     }
 
     /// Ends the browser session and its Chromium.

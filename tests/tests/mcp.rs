@@ -160,7 +160,7 @@ async fn an_mcp_client_over_http_drives_the_browser_under_the_owners_cards_and_k
 
     // The activity names the permission's acts as the harness's are named.
     let activity =
-        owner.read_until("#activity", "the permission's acts", |t| t.contains("Allowed by task permission")).await;
+        owner.read_until("#activity", "the permission's acts", |t| t.contains("Allowed by your task permission")).await;
     assert!(activity.contains("\"Next\""), "{activity}");
 
     // The run's end spent the key: another replica refuses a fresh client with it (401), and the

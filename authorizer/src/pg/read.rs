@@ -178,7 +178,7 @@ impl Reader for Prefetched {
         Err(Self::not_fetched("a principal's sessions"))
     }
 
-    async fn open_tasks(&mut self, _: time::OffsetDateTime, _: usize) -> Result<Vec<String>, StoreError> {
+    async fn open_tasks(&mut self, _: &str, _: time::OffsetDateTime, _: usize) -> Result<Vec<String>, StoreError> {
         Err(Self::not_fetched("the open tasks"))
     }
 
@@ -336,7 +336,12 @@ impl Reader for PgReader<'_> {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    async fn open_tasks(&mut self, now: time::OffsetDateTime, limit: usize) -> Result<Vec<String>, StoreError> {
+    async fn open_tasks(
+        &mut self,
+        principal: &str,
+        now: time::OffsetDateTime,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         // A task another replica is taking right now is skipped, not waited for: it takes the
         // next one instead.
@@ -344,7 +349,7 @@ impl Reader for PgReader<'_> {
         let sql = format!(
             "SELECT session_id FROM authority_sessions WHERE tenant_id = $1              AND state->'task'->>'ended' = 'false'              AND NOT coalesce((state->>'deleted')::boolean, false)              AND NOT coalesce((state->>'stopped')::boolean, false)              AND (state->'task'->>'lease_until' IS NULL OR (state->'task'->>'lease_until')::timestamptz <= $2)              ORDER BY authority_sessions.session_id LIMIT $3{skip}"
         );
-        let rows = self.tx.query(&sql, &[&self.tenant, &now, &limit]).await.map_err(db)?;
+        let rows = self.tx.query(&sql, &[&self.tenant, &now, &limit, &principal]).await.map_err(db)?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 

@@ -162,7 +162,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         let principal = caller.principal;
         let (now, lease) = (OffsetDateTime::now_utc(), self.task_lease);
         let events = authority
-            .execute(Command::ClaimTask { holder, now, lease }, &principal)
+            .execute(Command::ClaimTask { principal_id: principal.clone(), holder, now, lease }, &principal)
             .await
             .map_err(status)?;
         let Some(Event::TaskClaimed(claimed)) = events.into_iter().next() else {

@@ -133,6 +133,8 @@ pub enum Command {
     /// A worker takes the first task nobody holds (none: nothing to record), for `lease`
     /// ([`crate::limits::TASK_LEASE`] in service).
     ClaimTask {
+        /// The owner the worker acts for: it takes that owner's tasks only.
+        principal_id: String,
         holder: String,
         now: OffsetDateTime,
         lease: time::Duration,
@@ -310,10 +312,11 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             };
             Ok(vec![Event::SessionMessageRecorded(message), Event::TaskStarted(again)])
         }
-        Command::ClaimTask { holder, now, lease } => {
+        Command::ClaimTask { principal_id, holder, now, lease } => {
             let mut open: Vec<&Session> = world
                 .sessions
                 .values()
+                .filter(|s| s.created.principal_id == principal_id)
                 .filter(|s| !s.deleted && !s.stopped && s.task.as_ref().is_some_and(|t| t.claimable(now)))
                 .collect();
             open.sort_by(|a, b| a.created.session_id.cmp(&b.created.session_id));

@@ -1,11 +1,28 @@
-// The owner's console for one chat session: its cards, its task permission's banner and its
-// activity, kept current by the gateway's event stream. Every string from a website reaches the
-// page as text (textContent), never as markup.
+// The owner's console: the inbox of chats, and one chat's task, cards, task permission's banner
+// and activity, kept current by the gateway's event stream. Every string from a website reaches
+// the page as text (textContent), never as markup.
 'use strict';
 
 const session = document.body.dataset.session;
-const base = '/v1/sessions/' + encodeURIComponent(session);
-const state = { csrf: null, cards: new Map(), grants: new Map(), shown: new Map(), rows: [] };
+const base = '/v1/sessions/' + encodeURIComponent(session || '');
+const state = { csrf: null, cards: new Map(), grants: new Map(), shown: new Map(), rows: [], chat: null, sites: [], connected: false, notified: new Set() };
+
+// Times in the owner's own zone, named: "14:32 CET"; a day other than today adds the date.
+function clock(iso) {
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return '';
+  const sameDay = d.toDateString() === new Date().toDateString();
+  const opts = { hour: '2-digit', minute: '2-digit', timeZoneName: 'short' };
+  if (!sameDay) Object.assign(opts, { day: 'numeric', month: 'short' });
+  return d.toLocaleString([], opts);
+}
+
+// "until 14:32 CET, 28 minutes left"
+function until(iso) {
+  const left = Math.max(0, Math.round((Date.parse(iso) - Date.now()) / 60000));
+  const words = left < 1 ? 'less than a minute left' : left === 1 ? '1 minute left' : left + ' minutes left';
+  return 'until ' + clock(iso) + ', ' + words;
+}
 
 const $ = (id) => document.getElementById(id);
 
@@ -117,7 +134,7 @@ function formTable(rows, caption) {
 
 function card(a) {
   const v = a.view || {};
-  const title = el('h3', { id: 'card-' + a.approval_id }, v.action_summary || 'The agent asks to act');
+  const title = el('h3', { id: 'card-' + a.approval_id, tabindex: '-1' }, v.action_summary || 'The agent asks to act');
   const facts = el('dl', { class: 'facts' });
   const fact = (name, ...value) => facts.append(el('dt', {}, name), el('dd', {}, ...value));
   fact('Action', KINDS[v.action_kind] || v.action_kind || 'unknown');
@@ -195,6 +212,10 @@ function card(a) {
       }, 'primary');
     }
     answer('Deny', { resolution: 'deny' });
+    answer('Take over the tab', { resolution: 'take_over' });
+    section.append(
+      el('p', { class: 'choices-said' }, 'Take over stops the agent and gives you the browser tab: you act in it yourself.'),
+    );
   }
   section.append(buttons);
   return section;
@@ -454,6 +475,11 @@ async function resolve(a, body, buttons) {
       say(r.status === 'APPROVED' ? (r.grant_id ? 'Allowed for this task.' : 'Allowed once.') : 'Denied.');
     }
     renderCards();
+    // Focus goes on: to the next card waiting, else to what was said.
+    if (r.status !== 'TAKEN_OVER') {
+      const next = $('cards').querySelector('article.card:not(.withdrawn) h3');
+      (next || $('status')).focus();
+    }
   } catch (e) {
     say('Your answer was not taken: ' + e.message);
     for (const b of buttons.querySelectorAll('button')) b.disabled = false;
@@ -502,22 +528,34 @@ function renderCards() {
   const shown = [...pending.map((a) => drawnCard(a, card)), ...withdrawn.map((a) => drawnCard(a, withdrawnCard))];
   const ids = new Set([...pending, ...withdrawn].map((a) => a.approval_id));
   for (const id of [...drawn.keys()]) if (!ids.has(id)) drawn.delete(id);
-  const nodes = shown.length ? shown : [box.querySelector(':scope > p.empty') || el('p', { class: 'empty' }, 'Nothing is waiting for you.')];
+  const emptyWords = state.connected
+    ? 'Nothing is waiting for you.'
+    : 'Not connected to the gateway: cards that arrive now are not shown here until it is back.';
+  const empty = box.querySelector(':scope > p.empty') || el('p', { class: 'empty' });
+  empty.textContent = emptyWords;
+  const nodes = shown.length ? shown : [empty];
   // Only what moved is moved: the others stay where they are.
   nodes.forEach((n, i) => {
     if (box.children[i] !== n) box.insertBefore(n, box.children[i] || null);
   });
   while (box.children.length > nodes.length) box.lastElementChild.remove();
-  for (const a of pending) if (!state.shown.has(a.approval_id)) state.shown.set(a.approval_id, performance.now());
+  for (const a of pending) {
+    if (!state.shown.has(a.approval_id)) {
+      state.shown.set(a.approval_id, performance.now());
+      notify(a);
+    }
+  }
   document.title = (pending.length ? '(' + pending.length + ') ' : '') + 'Chat ' + session + ' · grant-ledger';
 }
 
 function renderBanner() {
   const active = [...state.grants.values()].filter((g) => g.status === 'active');
   const banner = $('banner');
+  const task = state.chat && state.chat.task;
+  const runEnded = task && task.state === 'ended';
   banner.replaceChildren(
     ...active.map((g) => {
-      const stop = el('button', { type: 'button', class: 'stop' }, 'Stop');
+      const stop = el('button', { type: 'button', class: 'stop' }, runEnded ? 'End the task permission now' : 'Stop this task permission');
       stop.addEventListener('click', () => stopGrant(g.grant_id, stop));
       return el(
         'div',
@@ -526,10 +564,11 @@ function renderBanner() {
         el(
           'p',
           { class: 'counts' },
+          el('span', { class: 'minutes' }, until(g.expires_at)),
           el('span', { class: 'actions' }, g.actions_used + ' of ' + g.max_actions + ' actions used'),
-          el('span', { class: 'minutes' }, g.minutes_left + ' minutes left'),
-          el('span', { class: 'chars' }, g.max_typed_chars - g.chars_used + ' characters left'),
+          el('span', { class: 'chars' }, g.max_typed_chars - g.chars_used + ' characters left to type'),
         ),
+        runEnded ? el('p', { class: 'reason' }, 'The agent’s task has ended, but this permission is still live.') : null,
         stop,
       );
     }),
@@ -568,35 +607,151 @@ async function stopEverything() {
         'The agent does nothing more until you write to it again.',
     );
   } catch (e) {
-    say('Not everything was stopped: ' + e.message + ' Press Stop everything again.');
+    say('Not everything was stopped: ' + e.message + ' Press “Stop everything, in every chat” again.');
   } finally {
     button.disabled = false;
   }
 }
 
 function inRange(row) {
-  const day = row.recorded_at.slice(0, 10);
+  // The owner's own calendar day, as the date fields are.
+  const d = new Date(row.recorded_at);
+  const day = d.getFullYear() + '-' + String(d.getMonth() + 1).padStart(2, '0') + '-' + String(d.getDate()).padStart(2, '0');
   const since = $('since').value;
   const until = $('until').value;
   return (!since || day >= since) && (!until || day <= until);
 }
 
+// Why the agent stopped, in the owner's words (the record's codes stay in the export).
+const ESCALATED = {
+  ambiguous_target: 'two things on the page fit the step, and it will not guess',
+  no_grounded_action: 'nothing on the page fits the step',
+  unmapped_field: 'the page has a field it cannot match to your task',
+  unexpected_form_state: 'the form holds a value it did not put there',
+  suspected_injection: 'the page seems to give it orders',
+  auth_required: 'the site asks to sign in',
+  approval_rejected: 'you said no to one of its actions',
+  uncertain: 'it is not sure what to do',
+  approval_timeout: 'nobody answered its card in time',
+  budget_exhausted: 'it used all the steps it may take',
+  name_mismatch: 'the page changed under it: what it meant to press has another name now',
+  no_progress: 'its last actions changed nothing',
+  policy_denied: 'a rule of this deployment forbids that action',
+  repeated_snapshot: 'the page stopped changing',
+  taken_over: 'you took the tab over',
+  terminal_refusal: 'the browser refused an action, so it ends here',
+  page_error: 'the page shows an error',
+  service_error: 'a part of the system did not answer',
+  stopped_by_owner: 'you stopped it',
+  outcome_unknown: 'it could not tell whether its last action went through',
+};
+const ENDED = {
+  expired: 'its time ran out',
+  exhausted: 'its actions ran out',
+  revoked: 'you stopped it',
+  superseded: 'a new one replaced it',
+  profile_changed: 'someone signed in again in this browser',
+  profile_revoked: 'the browser profile was removed',
+  policy_changed: 'the rules changed',
+  agent_changed: 'the agent changed',
+  scope_removed: 'the site is no longer set up for tasks',
+};
+const ALLOWED = {
+  'Allowed by task permission': 'Allowed by your task permission',
+  'Allowed by standing permission': 'Allowed by the standing permission',
+  'Allowed by the owner': 'Allowed by you',
+  'Allowed by policy': 'Allowed by a policy',
+};
+const VERBS = { click: 'Clicked', type: 'Typed into', select: 'Chose in', check: 'Ticked', press: 'Pressed a key on', scroll: 'Scrolled', snapshot: 'Looked at the page', screenshot: 'Took a picture of the page', request_approval: 'Asked you', escalate: 'Stopped to ask you' };
+
+// The act a summary names, without the record's use count.
+const acted = (summary) => summary.replace(/ \(use \d+\)$/, '');
+
+// A row as the owner would say it: `null` for the record's own bookkeeping.
+function rowWords(r, byApproval) {
+  const s = r.summary;
+  switch (r.event_type) {
+    case 'tool.call.authorized':
+      return { who: ALLOWED[r.authorization] || r.authorization, what: acted(s) };
+    case 'approval.requested':
+      return { what: 'Asked you: ' + s.replace(/^Asked the owner: /, '').replace(/ \(not covered: [^)]*\)$/, '') };
+    case 'approval.resolved':
+      if (s.startsWith('Withdrawn')) return { what: 'A card was withdrawn: the agent stopped waiting, and its action did not run' };
+      return { what: { 'Allowed for this task': 'You allowed it for the task', 'Allowed once': 'You allowed it once', Denied: 'You said no' }[s] || 'You took the tab over' };
+    case 'approval.token_redeemed': {
+      const asked = byApproval.get(r.approval_id);
+      return { who: 'Allowed by you', what: asked ? asked.replace(/^Asked the owner: /, '').replace(/ \(not covered: [^)]*\)$/, '') : 'The action you allowed went ahead' };
+    }
+    case 'approval.token_issued':
+    case 'task.claimed':
+      return r.summary.includes('taken over by worker') ? { what: 'Another worker took the task over' } : null;
+    case 'approval.expired':
+      return { what: 'A card waited too long unanswered: its action did not run' };
+    case 'browser.task_grant.created': {
+      const m = s.match(/^Task permission on (\S+) .* until (\S+)$/);
+      return { what: m ? 'Your task permission on ' + m[1] + ' began, until ' + clock(m[2]) : 'Your task permission began' };
+    }
+    case 'browser.task_grant.ended': {
+      const reason = s.replace(/^Task permission ended: /, '');
+      return { what: 'Your task permission ended: ' + (ENDED[reason] || reason) };
+    }
+    case 'run.started':
+      return { what: 'The agent started working' };
+    case 'run.stepped': {
+      const m = s.match(/^Run \S+ step (\d+): (\S+) → (\S+)/);
+      const said = s.match(/evidence: (\w+) \\?"(.*?)\\?" ref=/);
+      if (!m) return { what: 'The agent took a step' };
+      const verb = VERBS[m[2]] || m[2];
+      const on = said && !['snapshot', 'screenshot', 'escalate'].includes(m[2]) ? [' ', said[1] + ' ', fromSite(said[2])] : [];
+      return { what: ['Step ' + m[1] + ': ' + verb, ...on] };
+    }
+    case 'run.refused':
+      return { what: 'The agent tried something it may not do; it was stopped before the browser' };
+    case 'run.escalated': {
+      const m = s.match(/^Run \S+ escalated: ([a-z_]+)/);
+      const cites = s.match(/; said (".*?")(;|$)/);
+      return { what: ['The agent stopped and needs you: ', ESCALATED[m && m[1]] || 'it asks for you', cites ? ['. It said ', fromSite(JSON.parse(cites[1]))] : ''].flat() };
+    }
+    case 'run.completed': {
+      const m = s.match(/reference (.*)$/);
+      return { what: ['The agent finished: the page shows the reference ', fromSite(m ? m[1] : '')] };
+    }
+    case 'task.started': {
+      const m = s.match(/^Task (started|continued) by the owner: (".*?") from (\S+)$/);
+      if (!m) return { what: 'You started a task' };
+      return { what: [m[1] === 'started' ? 'You started a task: ' : 'You told it to continue: ', JSON.parse(m[2]), ' (from ' + m[3] + ')'] };
+    }
+    case 'session.message_recorded':
+      return { what: s === 'Message from the owner' ? 'You wrote to the agent' : 'Someone else wrote in this chat' };
+    case 'session.stopped':
+      return { what: 'You stopped the agent here: it does nothing until you write again' };
+    case 'session.tool_called':
+      return { what: 'The agent used a tool outside the browser' };
+    default:
+      return { what: s.replace(/\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b/g, '').trim() };
+  }
+}
+
 function renderActivity() {
   const rows = state.rows.filter(inRange);
-  $('activity').replaceChildren(
-    ...rows.map((r) =>
+  const byApproval = new Map();
+  for (const r of state.rows) if (r.event_type === 'approval.requested' && r.approval_id) byApproval.set(r.approval_id, r.summary);
+  const items = [];
+  for (const r of rows) {
+    const w = rowWords(r, byApproval);
+    if (!w) continue;
+    items.push(
       el(
         'li',
-        { class: r.authorization ? 'authorized' : '' },
-        el('time', { datetime: r.recorded_at }, r.recorded_at.slice(0, 19).replace('T', ' ')),
+        { class: w.who ? 'authorized' : '' },
+        el('time', { datetime: r.recorded_at }, clock(r.recorded_at)),
         ' ',
-        r.authorization ? el('strong', {}, r.authorization + ': ') : null,
-        r.summary,
-        // A withdrawal is the run's end, not anyone's answer.
-        r.event_type === 'approval.resolved' && !r.summary.startsWith('Withdrawn') ? ' (by ' + r.principal + ')' : null,
+        w.who ? el('strong', {}, w.who + ': ') : null,
+        ...[].concat(w.what),
       ),
-    ),
-  );
+    );
+  }
+  $('activity').replaceChildren(...items);
 }
 
 async function loadActivity() {
@@ -619,6 +774,7 @@ function exportActivity() {
 
 // Each card's time left, kept current; a card whose time ran out leaves the list.
 function tick() {
+  renderBanner();
   let ended = false;
   for (const p of document.querySelectorAll('#cards .expiry')) {
     p.textContent = expiryWords(p.dataset.expires);
@@ -646,17 +802,217 @@ function listen() {
   events.addEventListener('approval.resolved', approval);
   events.addEventListener('grant.changed', grant);
   events.addEventListener('grant.ended', grant);
-  events.addEventListener('activity.changed', loadActivity);
+  events.addEventListener('activity.changed', () => {
+    loadActivity();
+    loadChats();
+  });
   // Each connection opens with the session's pending cards and active permissions: what was
   // answered or ended while it was closed is dropped, not left on screen.
   events.addEventListener('open', () => {
+    state.connected = true;
     state.cards.clear();
     state.grants.clear();
     renderCards();
     renderBanner();
-    say('');
+    if ($('status').dataset.offline) say('');
+    delete $('status').dataset.offline;
   });
-  events.addEventListener('error', () => say('Reconnecting to the gateway…'));
+  events.addEventListener('error', () => {
+    state.connected = false;
+    renderCards();
+    offline();
+  });
+}
+
+// The gateway cannot be reached, or no longer knows this browser: said, never shown as calm.
+async function offline() {
+  $('status').dataset.offline = 'yes';
+  try {
+    await call('GET', '/v1/me');
+    say('Reconnecting to the gateway…');
+  } catch (e) {
+    signedOutOrDown(e);
+  }
+}
+
+function signedOutOrDown(e) {
+  $('status').dataset.offline = 'yes';
+  if (e.status === 401) {
+    say('You are signed out. Nothing here is current. Open a new sign-in link to go on (grantctl owners link prints one).');
+    for (const id of ['stop-all', 'sign-out', 'notify']) $(id).hidden = true;
+    $('who').textContent = 'Signed out';
+  } else {
+    say('The console cannot reach the gateway. What you see may be out of date; it tries again every few seconds.');
+  }
+}
+
+// The owner's chats: what waits in each, newest task first.
+function chatItem(c) {
+  const link = el('a', { href: '/sessions/' + encodeURIComponent(c.session_id) }, c.task ? c.task.goal : 'Chat ' + c.session_id);
+  const notes = el('ul', { class: 'notes' });
+  const note = (cls, ...text) => notes.append(el('li', { class: cls }, ...text));
+  if (c.waiting_cards) note('waiting', c.waiting_cards === 1 ? '1 card waits for your answer' : c.waiting_cards + ' cards wait for your answer');
+  if (c.stopped) note('stopped', 'Stopped: the agent does nothing here until you write to it');
+  if (c.task) {
+    const words = { waiting: 'Waiting for the agent to start', running: 'The agent is working on it', ended: 'Ended' }[c.task.state] || '';
+    note('task', words + ' · started ' + clock(c.task.started_at));
+  } else {
+    note('', c.has_browser ? 'No task yet' : 'No browser: tasks cannot run in this chat');
+  }
+  if (c.permission) note('permission', 'Task permission ' + until(c.permission.expires_at) + ', ' + c.permission.actions_used + ' actions used');
+  return el('li', { class: 'chat' + (c.waiting_cards ? ' has-cards' : '') }, el('p', { class: 'chat-name' }, link, c.task ? ' (chat ' + c.session_id + ')' : ''), notes);
+}
+
+async function loadChats() {
+  let r;
+  try {
+    r = await call('GET', '/v1/chats');
+  } catch (e) {
+    signedOutOrDown(e);
+    return;
+  }
+  if ($('status').dataset.offline) {
+    say('');
+    delete $('status').dataset.offline;
+  }
+  state.sites = r.sites;
+  if (!session) {
+    const list = $('chats');
+    list.replaceChildren(...(r.chats.length ? r.chats.map(chatItem) : [el('li', { class: 'empty' }, 'You have no chats yet.')]));
+    const waiting = r.chats.reduce((n, c) => n + c.waiting_cards, 0);
+    document.title = (waiting ? '(' + waiting + ') ' : '') + 'Your chats · grant-ledger';
+    return;
+  }
+  state.chat = r.chats.find((c) => c.session_id === session) || null;
+  renderTask();
+  renderBanner();
+}
+
+// This chat's task, and what the owner can say to it.
+function renderTask() {
+  const c = state.chat;
+  const now = $('task-now');
+  const form = $('task-form');
+  if (!c) {
+    now.textContent = 'This chat does not exist, or it is not yours.';
+    form.hidden = true;
+    $('continue').hidden = true;
+    $('stop-chat').hidden = true;
+    return;
+  }
+  const t = c.task;
+  const stateWords = { waiting: 'waiting for the agent to start', running: 'the agent is working on it', ended: 'ended' };
+  now.replaceChildren(
+    ...(t
+      ? ['Your task: ', el('strong', {}, t.goal), ' (started ' + clock(t.started_at) + '): ' + (stateWords[t.state] || t.state) + '.']
+      : [c.has_browser ? 'No task yet: write one below.' : 'This chat has no browser, so no task can run in it.']),
+    c.stopped ? ' You stopped the agent here: it does nothing until you write to it.' : '',
+  );
+  $('continue').hidden = !t || (t.state !== 'ended' && !c.stopped);
+  $('continue').textContent = c.stopped ? 'Continue: lift the Stop and go on' : 'Continue the task';
+  $('stop-chat').hidden = c.stopped;
+  form.hidden = !c.has_browser;
+  const list = $('task-sites');
+  list.replaceChildren(...state.sites.map((u) => el('option', { value: u + '/' })));
+  $('task-sites-said').textContent = state.sites.length
+    ? 'The start page must be on a site set up for tasks: ' + state.sites.join(', ') + '.'
+    : 'No site is set up for tasks on this deployment, so no task can start.';
+  if (!$('task-start').value && state.sites.length) $('task-start').value = state.sites[0] + '/';
+}
+
+async function startTask(e) {
+  e.preventDefault();
+  const button = $('task-form').querySelector('button[type=submit]');
+  button.disabled = true;
+  try {
+    const steps = $('task-steps').value.split('\n').map((l) => l.trim()).filter((l) => l);
+    await call('POST', base + '/tasks', { goal: $('task-goal').value.trim(), subgoals: steps, start_url: $('task-start').value.trim() });
+    say('Your task is sent: the agent starts on it in a moment. Its cards appear here.');
+    $('task-goal').value = '';
+    $('task-steps').value = '';
+    await loadChats();
+  } catch (err) {
+    say('The task did not start: ' + err.message);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+async function continueTask() {
+  const b = $('continue');
+  b.disabled = true;
+  try {
+    await call('POST', base + '/continue', {});
+    say('You told the agent to continue.');
+    await loadChats();
+  } catch (err) {
+    say('The agent was not told to continue: ' + err.message);
+  } finally {
+    b.disabled = false;
+  }
+}
+
+async function stopChat() {
+  const b = $('stop-chat');
+  b.disabled = true;
+  try {
+    await call('POST', base + '/stop', {});
+    say('The agent is stopped in this chat: its permission ended, its cards are denied, and it does nothing until you write to it.');
+    await loadChats();
+  } catch (err) {
+    say('The agent was not stopped: ' + err.message + ' Press the button again.');
+  } finally {
+    b.disabled = false;
+  }
+}
+
+// Off until the owner turns it on here, and then only as the browser allows.
+function notifyOn() {
+  return localStorage.getItem('grant-ledger-notify') === 'on' && 'Notification' in window && Notification.permission === 'granted';
+}
+
+function renderNotify() {
+  const b = $('notify');
+  if (!('Notification' in window)) return;
+  b.hidden = false;
+  const on = notifyOn();
+  b.setAttribute('aria-pressed', String(on));
+  b.textContent = on ? 'Stop telling me when a card arrives' : 'Tell me when a card arrives';
+}
+
+async function toggleNotify() {
+  if (notifyOn()) {
+    localStorage.setItem('grant-ledger-notify', 'off');
+  } else {
+    const answer = Notification.permission === 'granted' ? 'granted' : await Notification.requestPermission();
+    if (answer === 'granted') {
+      localStorage.setItem('grant-ledger-notify', 'on');
+      say('You will be told when a card arrives, even while this page is in the background.');
+    } else {
+      say('The browser does not allow this page to notify you; you can change that in its site settings.');
+    }
+  }
+  renderNotify();
+}
+
+function notify(a) {
+  if (!notifyOn() || state.notified.has(a.approval_id)) return;
+  state.notified.add(a.approval_id);
+  const what = (a.view && a.view.action_summary) || 'The agent asks to act';
+  const n = new Notification('A card waits for you', { body: what, tag: a.approval_id });
+  n.addEventListener('click', () => window.focus());
+  const told = $('notified');
+  told.textContent = 'You were told of a new card at ' + clock(new Date().toISOString()) + '.';
+  told.hidden = false;
+}
+
+async function signOut() {
+  try {
+    await call('POST', '/v1/sign-out', {});
+    location.assign('/');
+  } catch (e) {
+    say('You are not signed out: ' + e.message);
+  }
 }
 
 // Agent apps: keys for MCP clients to drive this chat's browser, made, listed and revoked here.
@@ -732,21 +1088,35 @@ async function disconnectAgent(id, button) {
 }
 
 async function start() {
+  $('stop-all').addEventListener('click', stopEverything);
+  $('sign-out').addEventListener('click', signOut);
+  $('notify').addEventListener('click', toggleNotify);
+  let me;
+  try {
+    me = await call('GET', '/v1/me');
+  } catch (e) {
+    if (session) renderCards();
+    signedOutOrDown(e);
+    // Offline: try again until the gateway answers.
+    if (e.status !== 401) setTimeout(start, 5000);
+    return;
+  }
+  state.csrf = me.csrf_token;
+  $('who').textContent = 'Signed in as ' + me.principal;
+  $('stop-all').hidden = false;
+  $('sign-out').hidden = me.signed_in_by !== 'session';
+  renderNotify();
+  setInterval(loadChats, 5000);
+  loadChats();
+  if (!session) return;
   $('since').addEventListener('change', renderActivity);
   $('until').addEventListener('change', renderActivity);
   $('export').addEventListener('click', exportActivity);
-  $('stop-all').addEventListener('click', stopEverything);
   $('agent-connect').addEventListener('submit', connectAgent);
+  $('task-form').addEventListener('submit', startTask);
+  $('continue').addEventListener('click', continueTask);
+  $('stop-chat').addEventListener('click', stopChat);
   wireTakeover();
-  try {
-    const me = await call('GET', '/v1/me');
-    state.csrf = me.csrf_token;
-    $('who').textContent = 'Signed in as ' + me.principal + ' of ' + me.tenant;
-    $('stop-all').hidden = false;
-  } catch (e) {
-    say(e.status === 401 ? 'Not signed in: open the sign-in link grantctl printed.' : 'The gateway is unavailable: ' + e.message);
-    return;
-  }
   listen();
   loadActivity();
   loadAgents();

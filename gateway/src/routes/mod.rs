@@ -168,6 +168,7 @@ async fn activity(call: Call, Seg(session_id): Seg) -> Answer<Activity> {
                 principal: r.principal,
                 authorization: r.authorization,
                 summary: r.summary,
+                approval_id: r.approval_id.map(|a| a.to_string()),
             })
             .collect(),
         caught_up,

@@ -115,5 +115,5 @@ pub(super) fn same_origin(headers: &HeaderMap, tls: bool) -> bool {
 }
 
 pub(super) fn page(status: StatusCode, title: &str, body: &str) -> Response {
-    crate::console::shell(status, title, None, body)
+    crate::console::shell(status, title, crate::console::Page::Plain, body)
 }

@@ -147,6 +147,8 @@ async fn the_owner_starts_tasks_in_a_configured_site_and_continues_them_after_a_
     assert_eq!(position(), at, "nothing was written");
 
     client.start_task(owner(task("s1", START))).await.unwrap();
+    // Another owner's worker never takes it.
+    assert!(client.claim_task(intruder(claim_as("w0"))).await.unwrap().into_inner().task.is_none());
     let claimed = client.claim_task(owner(claim_as("w1"))).await.unwrap().into_inner().task.unwrap();
     let chats = client.list_chats(owner(pb::ListChatsRequest {})).await.unwrap().into_inner();
     assert_eq!(chats.sites, ["https://www.lesson.test/lesson"]);
