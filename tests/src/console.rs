@@ -84,6 +84,12 @@ impl fantoccini::wd::WebDriverCompatibleCommand for Network {
     }
 }
 
+/// The accessible name (`computedlabel`) or role (`computedrole`) the browser gives `e`.
+pub async fn computed(client: &Client, e: &fantoccini::elements::Element, what: &'static str) -> String {
+    let got = client.issue_cmd(ElementGet { element: e.element_id().to_string(), what }).await;
+    got.ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+}
+
 impl Owner {
     /// A Chromium for the owner, `width` CSS pixels wide; screenshots go under `test`'s name.
     pub async fn start(test: &str, width: u32) -> Self {
@@ -222,12 +228,6 @@ impl Owner {
             })
             .await;
         button.click().await.expect("the button takes the press");
-    }
-
-    /// The accessible name (`computedlabel`) or role (`computedrole`) the browser gives `e`.
-    pub async fn computed(&self, e: &fantoccini::elements::Element, what: &'static str) -> String {
-        let got = self.client.issue_cmd(ElementGet { element: e.element_id().to_string(), what }).await;
-        got.ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
     }
 
     /// Takes the owner's browser off the network, or puts it back.

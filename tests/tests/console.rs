@@ -576,3 +576,194 @@ async fn a_card_with_task_permissions_off_offers_allow_once_only() {
     owner.read_until("#cards", "nothing waiting", |t| t == "Nothing is waiting for you.").await;
     owner.shot("allowed-once").await;
 }
+
+/// The plan the worker plays for each task: ask once, then one act under the permission, then
+/// stop and ask the owner.
+const WORKER_PLAN: &str = r#"{"tool": "snapshot"}
+{"tool": "click", "name": "Next"}
+{"tool": "request_approval", "name": "Next"}
+{"tool": "click", "name": "Next", "with_token": true}
+{"tool": "snapshot"}
+{"tool": "click", "name": "Next"}
+{"tool": "snapshot"}
+{"tool": "escalate", "reason": "uncertain", "detail": "Which lesson comes next?"}"#;
+
+/// A worker replica serving the owner's tasks, as `grantctl serve worker` runs it, until the
+/// returned sender is dropped.
+fn worker(l: &Lesson) -> tokio::sync::oneshot::Sender<()> {
+    let config = ops::worker::WorkerConfig {
+        authorizer_url: format!("http://127.0.0.1:{}", l.stack.authorizer_port),
+        runtime_url: format!("http://127.0.0.1:{}", l.stack.runtime_port),
+        ca: None,
+        tenants: vec![(tests::browser::TENANT.into(), WORKER.into())],
+        holder: "worker-a".into(),
+        model: ops::worker::WorkerModel::Script(ops::agent::plan(WORKER_PLAN).unwrap()),
+        max_steps: 20,
+        runs: 1,
+        poll: Duration::from_millis(200),
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(ops::worker::serve(config, async {
+        let _ = stopped.await;
+    }));
+    stop
+}
+
+/// The owner's own work in the console, in a browser in India's time zone with notifications
+/// allowed: the inbox of two chats, a task written in a chat and run by the worker service, its
+/// first card (with the page's picture) noticed, the run's rows in the owner's words, a Stop and
+/// "continue", take over from an ordinary card, and the signed-out and offline states.
+#[tokio::test]
+async fn the_owner_works_in_the_console() {
+    let mut l = lesson().await;
+    l.stack.chat("s2", "profile-2").await;
+    let setup = tests::console::Setup { time_zone: Some("Asia/Kolkata"), notifications: true };
+    let mut owner = Owner::start_with("the_owner_works_in_the_console", 1100, setup).await;
+    owner.open(&l.sign_in_link().await).await;
+    owner.press("main", "Sign in as owner").await;
+    owner.read_until("#who", "the signed-in owner", |t| t.contains("Signed in as owner")).await;
+
+    // The inbox: both chats, none with a task yet; sign-out and Stop everything at hand.
+    owner.open(&format!("http://127.0.0.1:{}/", l.gateway)).await;
+    let inbox = owner.read_until("#chats", "two chats", |t| t.matches("No task yet").count() == 2).await;
+    assert!(inbox.contains("Chat s1") && inbox.contains("Chat s2"), "{inbox}");
+    for label in ["Sign out", "Stop everything, in every chat"] {
+        owner.read_until("header", label, |t| t.contains(label)).await;
+    }
+    owner.shot("inbox-two-chats").await;
+
+    // Landmarks, and every control named by the browser's own accessibility tree.
+    let a11y = |owner: &Owner| {
+        let client = owner.client.clone();
+        async move {
+            for (css, role) in [("header", "banner"), ("main", "main"), ("nav", "navigation")] {
+                let e = client.find(fantoccini::Locator::Css(css)).await.unwrap();
+                assert_eq!(owner_role(&client, &e).await, role, "{css}");
+            }
+            for e in client.find_all(fantoccini::Locator::Css("button, input, textarea, select, a")).await.unwrap() {
+                if !e.is_displayed().await.unwrap_or(false) {
+                    continue;
+                }
+                let name = owner_label(&client, &e).await;
+                let html = e.html(true).await.unwrap_or_default();
+                assert!(!name.trim().is_empty(), "a control has no name: {html}");
+            }
+        }
+    };
+    a11y(&owner).await;
+
+    // A task written in chat s1 starts a run on the worker service; its first card appears.
+    let _worker = worker(&l);
+    owner.client.find(fantoccini::Locator::LinkText("Chat s1")).await.unwrap().click().await.unwrap();
+    owner.read_until("#task-now", "no task yet", |t| t.contains("No task yet")).await;
+    owner.press("header", "Tell me when a card arrives").await;
+    owner.read_until("header", "notifications on", |t| t.contains("Stop telling me when a card arrives")).await;
+    owner.type_into("#task-goal", "Do lesson one").await;
+    owner.type_into("#task-steps", "Open the lesson\nFinish it").await;
+    owner.client.find(fantoccini::Locator::Css("#task-start")).await.unwrap().clear().await.unwrap();
+    owner.type_into("#task-start", "https://www.lesson.test/lesson/1").await;
+    a11y(&owner).await;
+    owner.shot("task-written").await;
+    owner.press("#task-form", "Start the task").await;
+    owner.read_until("#status", "the task sent", |t| t.starts_with("Your task is sent")).await;
+    let card = owner.read_until("#cards", "the task's first card", |t| t.contains("Allow for this task")).await;
+    assert!(card.contains("Take over the tab"), "take over on an ordinary card: {card}");
+    let cards = owner.client.find(fantoccini::Locator::Css("#cards")).await.unwrap();
+    assert_eq!(cards.attr("aria-live").await.unwrap().as_deref(), Some("polite"), "the cards are a live region");
+    let heading = owner.client.find(fantoccini::Locator::Css("#cards article h3")).await.unwrap();
+    let article = owner.client.find(fantoccini::Locator::Css("#cards article")).await.unwrap();
+    assert_eq!(owner_label(&owner.client, &article).await, heading.text().await.unwrap(), "a card is named");
+    owner.image_loaded("#cards img.live", "the page's picture on the card").await;
+    let told = owner.read_until("#notified", "the notification", |t| t.starts_with("You were told of a new card")).await;
+    assert!(told.contains("GMT+5:30") || told.contains("IST"), "India's time, named: {told}");
+    let task = owner.read_until("#task-now", "the task running", |t| t.contains("working on it")).await;
+    assert!(task.contains("Do lesson one"), "{task}");
+    owner.shot("first-card").await;
+
+    // Allowed for the task: focus goes to what was said; the run goes on under the permission,
+    // then stops to ask.
+    owner.press("#cards", "Allow for this task").await;
+    owner.read_until("#status", "the answer said", |t| t == "Allowed for this task.").await;
+    assert_eq!(owner.focused_id().await, "status", "focus after the last card's answer");
+    let activity = owner
+        .read_until("#activity", "the run's rows", |t| t.contains("The agent stopped and needs you"))
+        .await;
+    for said in [
+        "Allowed by you: Click a link on www.lesson.test/lesson, element named \"Next\"",
+        "Allowed by your task permission: Click a link on www.lesson.test/lesson, element named \"Next\"",
+        "The agent stopped and needs you: it is not sure what to do. It said Which lesson comes next?",
+        "Step 3: Asked you about link Next",
+        "You started a task: Do lesson one",
+        "The agent started working",
+    ] {
+        assert!(activity.contains(said), "the activity does not say {said:?}:\n{activity}");
+    }
+    for code in ["(use ", "approval.", "run.", "task-", "uncertain", "UTC"] {
+        assert!(!activity.contains(code), "the activity shows {code:?}:\n{activity}");
+    }
+    let time = owner.text("#activity li time").await;
+    assert!(time.contains("GMT+5:30") || time.contains("IST"), "local time with its zone: {time}");
+    let banner = owner.read_until("#banner", "the ended run's banner", |t| t.contains("task has ended")).await;
+    assert!(banner.contains("End the task permission now") && banner.contains("minutes left"), "{banner}");
+    owner.shot("run-rows-and-banner").await;
+
+    // Stop, then "continue": the same task runs again, asking afresh (the Stop ended the permission).
+    owner.press("main", "Stop the agent in this chat").await;
+    owner.read_until("#task-now", "the chat stopped", |t| t.contains("You stopped the agent here")).await;
+    owner.read_until("#banner", "the permission gone", str::is_empty).await;
+    owner.shot("stopped").await;
+    owner.press("main", "Continue: lift the Stop and go on").await;
+    owner.read_until("#status", "continued", |t| t == "You told the agent to continue.").await;
+    owner.read_until("#cards", "the continued task's card", |t| t.contains("Allow for this task")).await;
+    owner.shot("continued-card").await;
+
+    // Take over from that ordinary card: the tab is the owner's, the run ends.
+    owner.press("#cards", "Take over the tab").await;
+    owner.read_until("#status", "the tab taken", |t| t.contains("You have the tab")).await;
+    owner.image_loaded("#takeover-tab", "the taken tab").await;
+    owner.shot("taken-over").await;
+    owner.press("#takeover-keys", "Done: close the tab").await;
+    owner.read_until("#status", "the tab closed", |t| t == "The tab is closed.").await;
+
+    // The inbox says where each chat is, at a phone's width too.
+    owner.open(&format!("http://127.0.0.1:{}/", l.gateway)).await;
+    let inbox = owner.read_until("#chats", "the chat's task in the inbox", |t| t.contains("Do lesson one")).await;
+    assert!(inbox.contains("No task yet"), "{inbox}");
+    owner.client.set_window_size(390, 844).await.unwrap();
+    let wide = owner.client.execute("return document.documentElement.scrollWidth > window.innerWidth", vec![]);
+    assert_eq!(wide.await.unwrap(), json!(false), "the inbox scrolls sideways at 390 px");
+    owner.shot("inbox-phone").await;
+    owner.client.set_window_size(1100, 1000).await.unwrap();
+
+    // Offline, the chat's page says so instead of "Nothing is waiting".
+    owner.open(&format!("http://127.0.0.1:{}/sessions/s1", l.gateway)).await;
+    owner.read_until("#cards", "connected", |t| t == "Nothing is waiting for you.").await;
+    owner.offline(true).await;
+    let said = owner.read_until("#status", "offline said", |t| t.contains("cannot reach the gateway")).await;
+    assert!(!owner.text("#cards").await.contains("Nothing is waiting"), "{said}");
+    owner.shot("offline").await;
+    owner.offline(false).await;
+    owner.read_until("#cards", "back online", |t| t == "Nothing is waiting for you.").await;
+
+    // Signed out: the pages say so, and show nothing as current.
+    owner.press("header", "Sign out").await;
+    owner.read_until("#status", "signed out", |t| t.starts_with("You are signed out")).await;
+    owner.shot("signed-out").await;
+    owner.open(&format!("http://127.0.0.1:{}/sessions/s1", l.gateway)).await;
+    owner.read_until("#status", "signed out on a chat", |t| t.starts_with("You are signed out")).await;
+    assert!(!owner.text("#cards").await.contains("Nothing is waiting"));
+    owner.close().await;
+}
+
+async fn owner_role(client: &fantoccini::Client, e: &fantoccini::elements::Element) -> String {
+    computed(client, e, "computedrole").await
+}
+
+async fn owner_label(client: &fantoccini::Client, e: &fantoccini::elements::Element) -> String {
+    computed(client, e, "computedlabel").await
+}
+
+async fn computed(client: &fantoccini::Client, e: &fantoccini::elements::Element, what: &'static str) -> String {
+    // The helper takes an Owner; the closures here hold only its client.
+    tests::console::computed(client, e, what).await
+}

@@ -347,7 +347,12 @@ impl Reader for PgReader<'_> {
         // next one instead.
         let skip = if self.lock { " FOR UPDATE SKIP LOCKED" } else { "" };
         let sql = format!(
-            "SELECT session_id FROM authority_sessions WHERE tenant_id = $1              AND state->'task'->>'ended' = 'false'              AND NOT coalesce((state->>'deleted')::boolean, false)              AND NOT coalesce((state->>'stopped')::boolean, false)              AND (state->'task'->>'lease_until' IS NULL OR (state->'task'->>'lease_until')::timestamptz <= $2)              ORDER BY authority_sessions.session_id LIMIT $3{skip}"
+            "SELECT session_id FROM authority_sessions WHERE tenant_id = $1 AND principal_id = $4 \
+             AND state->'task'->>'ended' = 'false' \
+             AND NOT coalesce((state->>'deleted')::boolean, false) \
+             AND NOT coalesce((state->>'stopped')::boolean, false) \
+             AND (state->'task'->>'lease_until' IS NULL OR (state->'task'->>'lease_until')::timestamptz <= $2) \
+             ORDER BY authority_sessions.session_id LIMIT $3{skip}"
         );
         let rows = self.tx.query(&sql, &[&self.tenant, &now, &limit, &principal]).await.map_err(db)?;
         Ok(rows.iter().map(|r| r.get(0)).collect())

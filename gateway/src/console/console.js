@@ -662,7 +662,7 @@ const ALLOWED = {
   'Allowed by the owner': 'Allowed by you',
   'Allowed by policy': 'Allowed by a policy',
 };
-const VERBS = { click: 'Clicked', type: 'Typed into', select: 'Chose in', check: 'Ticked', press: 'Pressed a key on', scroll: 'Scrolled', snapshot: 'Looked at the page', screenshot: 'Took a picture of the page', request_approval: 'Asked you', escalate: 'Stopped to ask you' };
+const VERBS = { click: 'Clicked', type: 'Typed into', select: 'Chose in', check: 'Ticked', press: 'Pressed a key on', scroll: 'Scrolled', snapshot: 'Looked at the page', screenshot: 'Took a picture of the page', request_approval: 'Asked you about', escalate: 'Stopped to ask you' };
 
 // The act a summary names, without the record's use count.
 const acted = (summary) => summary.replace(/ \(use \d+\)$/, '');
@@ -723,6 +723,8 @@ function rowWords(r, byApproval) {
     }
     case 'session.message_recorded':
       return { what: s === 'Message from the owner' ? 'You wrote to the agent' : 'Someone else wrote in this chat' };
+    case 'session.created':
+      return { what: 'This chat began' };
     case 'session.stopped':
       return { what: 'You stopped the agent here: it does nothing until you write again' };
     case 'session.tool_called':
@@ -837,6 +839,9 @@ async function offline() {
 
 function signedOutOrDown(e) {
   $('status').dataset.offline = 'yes';
+  // Whatever the event stream says, the cards on screen may be stale now.
+  state.connected = false;
+  if (session) renderCards();
   if (e.status === 401) {
     say('You are signed out. Nothing here is current. Open a new sign-in link to go on (grantctl owners link prints one).');
     for (const id of ['stop-all', 'sign-out', 'notify']) $(id).hidden = true;
@@ -874,6 +879,8 @@ async function loadChats() {
   if ($('status').dataset.offline) {
     say('');
     delete $('status').dataset.offline;
+    state.connected = true;
+    if (session) renderCards();
   }
   state.sites = r.sites;
   if (!session) {
