@@ -17,34 +17,95 @@ pub const SCOPE: &str = "https://www.lesson.test/lesson";
 pub const SESSION: &str = "demo";
 pub const PROFILE: &str = "demo-profile";
 
-const PAGES: [(&str, &str); 4] = [
+/// The lesson: three answers typed from the task record, a purchase button, a link off the
+/// lesson, and a form whose read-back shows a value the page changed and one it filled itself.
+pub const PAGES: [(&str, &str); 9] = [
     (
         "/lesson/1",
         "<!doctype html><title>Spanish, lesson 1</title><h1>Lesson 1: greetings</h1>\
-         <p><i>Hola</i> means hello.</p><a href=\"/lesson/2\">Next</a>",
+         <p><i>Hola</i> means hello. <i>Gracias</i> means thank you. <i>Adiós</i> means goodbye.</p>\
+         <a href=\"/lesson/2\">Start</a>",
     ),
     (
         "/lesson/2",
-        "<!doctype html><title>Spanish, lesson 2</title><h1>Lesson 2: thanks</h1>\
-         <p><i>Gracias</i> means thank you.</p><a href=\"/lesson/3\">Next</a> <button>Upgrade to premium</button>",
+        "<!doctype html><title>Spanish, question 1</title><h1>How do you say hello?</h1>\
+         <label>Answer <input></label> <a href=\"/lesson/3\">Check</a>",
     ),
     (
         "/lesson/3",
-        "<!doctype html><title>Spanish, lesson 3</title><h1>Lesson 3: goodbye</h1>\
-         <p><i>Adiós</i> means goodbye.</p><a href=\"/lesson/done\">Finish</a>",
+        "<!doctype html><title>Spanish, well done</title><h1>Correct!</h1>\
+         <p>Keep going, or get more hearts.</p><button>Buy 100 gems for $4.99</button> <a href=\"/lesson/4\">Next</a>",
     ),
-    ("/lesson/done", "<!doctype html><title>Unit complete: reference ES-1001</title><p>Well done."),
+    (
+        "/lesson/4",
+        "<!doctype html><title>Spanish, question 2</title><h1>How do you say thank you?</h1>\
+         <label>Answer <input></label> <a href=\"/lesson/5\">Check</a>",
+    ),
+    (
+        "/lesson/5",
+        "<!doctype html><title>Spanish, well done</title><h1>Correct!</h1>\
+         <p><a href=\"https://www.lesson.test/stories/1\">Read a story</a></p><a href=\"/lesson/6\">Next</a>",
+    ),
+    (
+        "/lesson/6",
+        "<!doctype html><title>Spanish, question 3</title><h1>How do you say goodbye?</h1>\
+         <label>Answer <input></label> <a href=\"/lesson/7\">Check</a>",
+    ),
+    (
+        "/lesson/7",
+        "<!doctype html><title>Spanish, your certificate</title><h1>Your certificate</h1>\
+         <form action=\"/lesson/done\" method=\"get\">\
+         <label>Full name <input name=\"name\"></label>\
+         <label>City <input name=\"city\" oninput=\"if (this.value === 'London') this.value = 'Londonderry'\"></label>\
+         <label>Level <input name=\"level\" value=\"Advanced\"></label>\
+         <button>Confirm certificate</button></form>",
+    ),
+    ("/lesson/done", "<!doctype html><title>Certificate ready: reference ES-1001</title><p>Well done."),
+    ("/stories/1", "<!doctype html><title>A story</title><p>Once upon a time."),
 ];
 
-/// The plan the scripted model plays: ask once, then walk the lesson to its confirmation.
-const PLAN: &str = r#"{"tool": "snapshot"}
-{"tool": "click", "name": "Next"}
-{"tool": "request_approval", "name": "Next"}
-{"tool": "click", "name": "Next", "with_token": true}
+/// The demo run's step budget: the plan's steps and room to spare.
+pub const MAX_STEPS: u32 = 40;
+
+/// What the agent may type, by field id: the task record (the model sees the ids only).
+pub const RECORD: &str = r#"{"answer_1": "hola", "answer_2": "gracias", "answer_3": "adios", "name": "Ada Lovelace", "city": "London"}"#;
+
+/// The plan the scripted model plays, paced as a model would be (`scripts/run --demo` gives it to
+/// the worker): the first act asks; once allowed for the task the answers go without a card,
+/// while a purchase and a link off the lesson each ask (the run goes on without them), and the
+/// certificate's form waits for the owner's review.
+pub const PLAN: &str = r#"{"tool": "snapshot"}
+{"tool": "click", "name": "Start"}
+{"tool": "request_approval", "name": "Start"}
+{"tool": "click", "name": "Start", "with_token": true}
+{"tool": "snapshot"}
+{"tool": "type", "name": "Answer", "field_id": "answer_1"}
+{"tool": "snapshot"}
+{"tool": "click", "name": "Check"}
+{"tool": "snapshot"}
+{"tool": "click", "name": "Buy 100 gems for $4.99", "consequential": true}
 {"tool": "snapshot"}
 {"tool": "click", "name": "Next"}
 {"tool": "snapshot"}
-{"tool": "click", "name": "Finish"}
+{"tool": "type", "name": "Answer", "field_id": "answer_2"}
+{"tool": "snapshot"}
+{"tool": "click", "name": "Check"}
+{"tool": "snapshot"}
+{"tool": "click", "name": "Read a story"}
+{"tool": "snapshot"}
+{"tool": "click", "name": "Next"}
+{"tool": "snapshot"}
+{"tool": "type", "name": "Answer", "field_id": "answer_3"}
+{"tool": "snapshot"}
+{"tool": "click", "name": "Check"}
+{"tool": "snapshot"}
+{"tool": "type", "name": "Full name", "field_id": "name"}
+{"tool": "snapshot"}
+{"tool": "type", "name": "City", "field_id": "city"}
+{"tool": "snapshot"}
+{"tool": "click", "name": "Confirm certificate", "consequential": true}
+{"tool": "request_approval", "name": "Confirm certificate", "consequential": true}
+{"tool": "click", "name": "Confirm certificate", "consequential": true, "with_token": true}
 {"tool": "snapshot"}"#;
 
 /// Serves the lesson until Ctrl-C; writes `dir/browser-args.json` (BROWSER_EXTRA_ARGS) and

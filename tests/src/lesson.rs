@@ -21,6 +21,8 @@ pub struct Lesson {
     /// Where the gateway's and the harness's metrics are served.
     pub gateway_metrics: std::net::SocketAddr,
     pub harness_metrics: std::net::SocketAddr,
+    /// Each run's step budget (20 unless a test sets it).
+    pub max_steps: u32,
     _stops: Vec<tokio::sync::oneshot::Sender<()>>,
     _workers: tokio::sync::watch::Sender<bool>,
 }
@@ -58,7 +60,7 @@ impl Lesson {
         let mut registry = telemetry::Registry::default();
         agent::metrics::register(&mut registry);
         let harness_metrics = crate::browser::serve_metrics(registry).await;
-        Lesson { db, stack, gateway, gateway_metrics, harness_metrics, _stops: stops, _workers: stop }
+        Lesson { db, stack, gateway, gateway_metrics, harness_metrics, max_steps: 20, _stops: stops, _workers: stop }
     }
 
     /// The owner's one-time sign-in link, landing on chat `s1`.
@@ -105,7 +107,7 @@ impl Lesson {
             run_id: run_id.into(),
             subgoals: vec!["Finish the lesson".into()],
             field_ids: fields.iter().map(|(id, _)| (*id).to_owned()).collect(),
-            max_steps: 20,
+            max_steps: self.max_steps,
             agent_version: "agent-1".into(),
             approval_wait: Duration::from_secs(60),
             cards: None,

@@ -767,3 +767,106 @@ async fn computed(client: &fantoccini::Client, e: &fantoccini::elements::Element
     // The helper takes an Owner; the closures here hold only its client.
     tests::console::computed(client, e, what).await
 }
+
+/// The pending cards of chat s1 once `wanted` accepts them.
+async fn cards_until(
+    l: &Lesson,
+    what: &str,
+    wanted: impl Fn(&[pb::Approval]) -> bool,
+) -> Vec<pb::Approval> {
+    let wanted = &wanted;
+    tests::poll_until(what, Duration::from_secs(60), Duration::from_millis(100), || async move {
+        let list = pb::ListApprovalsRequest { session_id: "s1".into(), pending_only: true, min_position: None };
+        let cards = l.stack.authorizer.clone().list_approvals(with(GATEWAY, list)).await.ok()?.into_inner().approvals;
+        wanted(&cards).then_some(cards)
+    })
+    .await
+}
+
+fn named<'a>(cards: &'a [pb::Approval], name: &str) -> Option<&'a pb::Approval> {
+    cards.iter().find(|c| c.view.as_ref().is_some_and(|v| v.element_name == name))
+}
+
+/// `scripts/run --demo`'s lesson (its pages, task record and plan, as the demo's worker plays
+/// them) shows every protection: TG1 (the first act's card offers the permission, and the
+/// answers then go without a card), TG3 (a purchase and a link off the lesson each ask, saying
+/// why), the form review card (a value the page changed, and one it filled itself), and TG2 (the
+/// permission stopped, the next act asks again).
+#[tokio::test]
+async fn the_demo_lesson_shows_every_protection() {
+    let mut l = Lesson::start(&ops::demo::PAGES).await;
+    l.max_steps = ops::demo::MAX_STEPS;
+    let record: std::collections::BTreeMap<String, String> = serde_json::from_str(ops::demo::RECORD).unwrap();
+    let fields: Vec<(&str, &str)> = record.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let plan = Scripted::from_plan(ops::agent::plan(ops::demo::PLAN).unwrap());
+    let running = l.run_from("/lesson/1", "demo-run", &fields, plan).await;
+
+    // TG1: the first act asks, offering the permission.
+    let cards = cards_until(&l, "the first card", |c| named(c, "Start").is_some()).await;
+    let first = named(&cards, "Start").unwrap();
+    let offer = first.offer.clone().expect("the first card offers the permission");
+    let allow = pb::ResolveApprovalRequest {
+        approval_id: first.approval_id.clone(),
+        resolution: pb::Resolution::ApproveForTask as i32,
+        offered_origin: offer.origin,
+        offered_path_prefix: offer.path_prefix,
+    };
+    l.stack.authorizer.resolve_approval(with(GATEWAY, allow)).await.unwrap();
+
+    // TG3: the purchase and the link off the lesson ask, each saying why; the form waits for
+    // its review, its read-back showing the city the page changed and the level it filled.
+    let cards = cards_until(&l, "the purchase, the way out and the form", |c| {
+        named(c, "Buy 100 gems for $4.99").is_some()
+            && named(c, "Read a story").is_some()
+            && named(c, "Confirm certificate").is_some()
+    })
+    .await;
+    for (name, why) in [("Buy 100 gems for $4.99", "reason: \"payment\""), ("Read a story", "scope")] {
+        let card = named(&cards, name).unwrap();
+        assert!(card.offer.is_none(), "{name}: the permission is never offered for it");
+        let said = format!("{card:?}");
+        assert!(said.contains(why), "{name}'s card does not say why ({why}): {said}");
+    }
+    let form_card = named(&cards, "Confirm certificate").unwrap();
+    let form = &form_card.view.as_ref().unwrap().form.as_ref().expect("the form read back").rows;
+    let row = |label: &str| form.iter().find(|r| r.label == label).unwrap_or_else(|| panic!("{label}: {form:?}"));
+    assert_eq!((row("City").status(), row("City").value.as_str()), (pb::FormStatus::Mismatch, "Londonderry"));
+    assert_eq!((row("Level").status(), row("Level").value.as_str()), (pb::FormStatus::Untouched, "Advanced"));
+    assert_eq!(row("Full name").status(), pb::FormStatus::Match);
+    // Every answer was typed under the permission, with no card.
+    let typed = l.stack.fixture.requests().iter().filter(|r| r.path().starts_with("/lesson/")).count();
+    assert!(typed >= 6, "the lesson's pages were walked: {typed}");
+    let once = pb::ResolveApprovalRequest {
+        approval_id: form_card.approval_id.clone(),
+        resolution: pb::Resolution::ApproveOnce as i32,
+        ..Default::default()
+    };
+    l.stack.authorizer.resolve_approval(with(GATEWAY, once)).await.unwrap();
+    let outcome = running.await.unwrap();
+    assert_eq!(outcome.end, End::Done { reference: "ES-1001".into() }, "{}", outcome.log.join("\n"));
+    assert!(
+        !l.stack.fixture.requests().iter().any(|r| r.path().starts_with("/stories")),
+        "the link off the lesson was never followed"
+    );
+
+    // TG2: the permission stopped, the next act asks again.
+    let grants = pb::ListGrantsRequest { session_id: "s1".into(), active_only: true, min_position: None };
+    let grant = l.stack.authorizer.list_grants(with(GATEWAY, grants)).await.unwrap().into_inner().grants;
+    let revoke = pb::RevokeGrantRequest { grant_id: grant[0].grant_id.clone() };
+    l.stack.authorizer.revoke_grant(with(GATEWAY, revoke)).await.unwrap();
+    let again = Scripted::new()
+        .then(|_| snapshot())
+        .then(|v| on_named(v, "click", "Start", false, json!({})))
+        .then(|v| on_named(v, "request_approval", "Start", false, json!({})));
+    let running = l.run_from("/lesson/1", "demo-run-2", &[], again).await;
+    let cards = cards_until(&l, "a card after the permission stopped", |c| named(c, "Start").is_some()).await;
+    let card = named(&cards, "Start").unwrap();
+    assert!(card.offer.is_some(), "the card offers the permission again: {card:?}");
+    let deny = pb::ResolveApprovalRequest {
+        approval_id: card.approval_id.clone(),
+        resolution: pb::Resolution::Deny as i32,
+        ..Default::default()
+    };
+    l.stack.authorizer.resolve_approval(with(GATEWAY, deny)).await.unwrap();
+    assert_eq!(running.await.unwrap().end.reason(), "approval_rejected");
+}
