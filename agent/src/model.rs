@@ -44,6 +44,8 @@ type Step = Box<dyn FnMut(View<'_>) -> Turn + Send>;
 /// A model that plays a script, one step per turn; past its end it escalates.
 pub struct Scripted {
     steps: VecDeque<Step>,
+    /// How long each turn takes, as a hosted model's would (a demo's pace); none in tests.
+    pace: std::time::Duration,
 }
 
 impl std::fmt::Debug for Scripted {
@@ -54,7 +56,13 @@ impl std::fmt::Debug for Scripted {
 
 impl Scripted {
     pub fn new() -> Self {
-        Self { steps: VecDeque::new() }
+        Self { steps: VecDeque::new(), pace: std::time::Duration::ZERO }
+    }
+
+    /// Each turn answered after `pace`, as a model that thinks would answer.
+    #[must_use]
+    pub fn paced(self, pace: std::time::Duration) -> Self {
+        Self { pace, ..self }
     }
 
     /// Then, this step.
@@ -72,6 +80,9 @@ impl Default for Scripted {
 
 impl Model for Scripted {
     async fn next(&mut self, view: View<'_>) -> Result<Turn, ModelError> {
+        if !self.pace.is_zero() {
+            tokio::time::sleep(self.pace).await;
+        }
         Ok(match self.steps.pop_front() {
             Some(mut step) => step(view),
             None => escalate("uncertain"),

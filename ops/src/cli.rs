@@ -194,17 +194,16 @@ pub(crate) enum AgentCmd {
 #[derive(Debug, Subcommand)]
 pub(crate) enum DemoCmd {
     /// Serve the demo lesson on loopback until Ctrl-C; writes DIR/browser-args.json and
-    /// DIR/fixture-ca.pem for the runtime (BROWSER_EXTRA_ARGS, BROWSER_CA_BUNDLE).
+    /// DIR/fixture-ca.pem for the runtime (BROWSER_EXTRA_ARGS, BROWSER_CA_BUNDLE), and the
+    /// lesson's plan and task record (DIR/plan.jsonl, DIR/record.json) for the worker.
     Site {
         #[arg(long)]
         dir: PathBuf,
     },
-    /// Play the scripted lesson through the running stack in chat `demo`, asking OWNER on the
-    /// console. Reaches the stack as `agent run` does, plus DEMO_PROFILES_TOKEN and
-    /// DEMO_GATEWAY_TOKEN.
+    /// Start the lesson as OWNER's task in chat `demo` of the running stack (the worker plays
+    /// it, asking OWNER on the console). Needs AGENT_AUTHORIZER_URL, AGENT_CA,
+    /// AGENT_WORKER_TOKEN, DEMO_PROFILES_TOKEN and DEMO_GATEWAY_TOKEN.
     Run {
-        #[arg(long)]
-        dir: PathBuf,
         #[arg(long, default_value = "owner")]
         owner: String,
     },
@@ -220,9 +219,11 @@ pub(crate) enum OwnersCmd {
     /// Print a one-time sign-in link for a token's owner (valid ten minutes, used once); the
     /// browser it opens in stays signed in for twelve hours, or until the token is revoked.
     Link {
+        /// The token's tenant (not needed when TOKEN is the token itself).
         #[arg(long)]
-        tenant: String,
-        token_id: uuid::Uuid,
+        tenant: Option<String>,
+        /// The token's id, or the token itself as `owners token create` printed it.
+        token: String,
         /// The gateway's address as the owner's browser reaches it.
         #[arg(long, default_value = "https://localhost:8443")]
         base: String,
@@ -266,6 +267,11 @@ pub(crate) enum SettingsCmd {
     /// is gone, or every grant once the flag is off, end with the change; every replica serves
     /// it from the next request.
     Apply {
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Prints the tenant's recorded task-grant settings.
+    Show {
         #[arg(long)]
         tenant: String,
     },

@@ -115,6 +115,7 @@ pub async fn site(dir: &Path) -> Result<()> {
     for (path, html) in PAGES {
         fixture.page(HOST, path, html);
     }
+    write_plan(dir)?;
     let args = dir.join("browser-args.json");
     std::fs::write(&args, serde_json::to_string(&[fixture.resolver_rule()])?)?;
     println!(
@@ -137,12 +138,12 @@ fn with<T>(token: &str, owner: Option<&str>, message: T) -> Result<tonic::Reques
     Ok(req)
 }
 
-/// Claims the demo profile for `owner`, opens the chat with the owner's first message, and
-/// plays the lesson through `grantctl agent run`'s path. Needs the agent's variables
-/// (AGENT_RUNTIME_URL, AGENT_AUTHORIZER_URL, AGENT_CA, AGENT_WORKER_TOKEN) and the tenant's
-/// DEMO_PROFILES_TOKEN and DEMO_GATEWAY_TOKEN (the gateway's, which records the owner's message).
-pub async fn run(dir: &Path, owner: &str, get: impl Fn(&str) -> Option<String>) -> Result<String> {
-    crate::observe::harness_metrics(&get).await?;
+/// Claims the demo profile for `owner`, opens the chat, and starts the lesson there as the
+/// owner's task (the owner's message, through the tenant's gateway credential, as the console
+/// would send it): the worker service `scripts/run --demo` starts takes it and plays [`PLAN`].
+/// Needs AGENT_AUTHORIZER_URL, AGENT_CA, AGENT_WORKER_TOKEN and the tenant's DEMO_PROFILES_TOKEN
+/// and DEMO_GATEWAY_TOKEN.
+pub async fn run(owner: &str, get: impl Fn(&str) -> Option<String>) -> Result<String> {
     let need = |k: &str| get(k).with_context(|| format!("{k} is required"));
     let ca = get("AGENT_CA").map(std::fs::read).transpose().context("AGENT_CA cannot be read")?;
     let channel = crate::agent::channel(&need("AGENT_AUTHORIZER_URL")?, ca.as_deref()).await?;
@@ -163,24 +164,22 @@ pub async fn run(dir: &Path, owner: &str, get: impl Fn(&str) -> Option<String>) 
         Err(s) if s.code() != tonic::Code::AlreadyExists => return Err(s.into()),
         _ => {}
     }
-    // Each demo is a new turn of the owner's: a permission allowed in an earlier one does not
-    // carry over.
-    let said = pb::RecordMessageRequest {
+    let task = pb::StartTaskRequest {
         session_id: SESSION.into(),
         message_id: format!("demo-{}", uuid::Uuid::new_v4().simple()),
-        from_owner: true,
+        goal: "Do today's Spanish lesson".into(),
+        subgoals: vec!["Finish the lesson and get its certificate".into()],
+        start_url: format!("https://{HOST}/lesson/1"),
     };
-    authorizer.record_message(with(&need("DEMO_GATEWAY_TOKEN")?, Some(owner), said)?).await?;
-    let run_id = format!("demo-{}", uuid::Uuid::new_v4().simple());
-    let task = serde_json::json!({
-        "chat_session": SESSION, "browser_profile": PROFILE,
-        "start_url": format!("https://{HOST}/lesson/1"), "allowed_origins": [format!("https://{HOST}")],
-        "run_id": run_id, "subgoals": ["Finish the lesson's three pages"], "max_steps": 20,
-        "agent_version": "demo-script-1", "approval_wait_seconds": 600
-    });
+    authorizer.start_task(with(&need("DEMO_GATEWAY_TOKEN")?, Some(owner), task)?).await?;
+    Ok(format!("the lesson is started as a task in chat {SESSION}"))
+}
+
+/// Writes the demo's plan and task record into `dir`, for the worker (WORKER_SCRIPT,
+/// WORKER_TASK_RECORD).
+pub fn write_plan(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)?;
-    let (task_path, plan_path) = (dir.join("task.json"), dir.join("plan.jsonl"));
-    std::fs::write(&task_path, task.to_string())?;
-    std::fs::write(&plan_path, PLAN)?;
-    crate::agent::run(&task_path, Some(&plan_path), None, None, get).await
+    std::fs::write(dir.join("plan.jsonl"), PLAN)?;
+    std::fs::write(dir.join("record.json"), RECORD)?;
+    Ok(())
 }

@@ -100,8 +100,8 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Owners { command } => owners_command(&database_url(&cli.database_url)?, command).await?,
         Cmd::Demo { command: DemoCmd::Site { dir } } => ops::demo::site(&dir).await?,
-        Cmd::Demo { command: DemoCmd::Run { dir, owner } } => {
-            println!("{}", ops::demo::run(&dir, &owner, ops::settings::env).await?);
+        Cmd::Demo { command: DemoCmd::Run { owner } } => {
+            println!("{}", ops::demo::run(&owner, ops::settings::env).await?);
         }
         Cmd::Agent { command: AgentCmd::Run { task, script, provider, model_url, model, trace } } => {
             let model = model.map(|name| ops::agent::ModelChoice { provider, base_url: model_url, name });
@@ -125,6 +125,9 @@ async fn run(cli: Cli) -> Result<()> {
             } else {
                 println!("tenant {tenant}: recorded {}", recorded.join(", "));
             }
+        }
+        Cmd::Settings { command: SettingsCmd::Show { tenant } } => {
+            println!("{}", ops::serve::show_settings(&database_url(&cli.database_url)?, &tenant).await?);
         }
         Cmd::Serve { service: ServeCmd::Worker } => {
             let config = ops::worker::WorkerConfig::parse(ops::settings::env)?;
@@ -338,10 +341,19 @@ async fn owners_command(url: &str, command: OwnersCmd) -> Result<()> {
                 println!("{}\t{}\t{}\t{state}", t.token_id, t.principal, scopes.join(","));
             }
         }
-        OwnersCmd::Link { tenant, token_id, base, session } => {
+        OwnersCmd::Link { tenant, token, base, session } => {
             if let Some(s) = &session {
                 ledger::check_entity_id("session", s).map_err(|e| anyhow::anyhow!("--session: {}", e.reason))?;
             }
+            // The id with its tenant, or the token itself, whose owner names both.
+            let (tenant, token_id) = match uuid::Uuid::parse_str(&token) {
+                Ok(id) => (tenant.context("--tenant is needed with a token's id")?, id),
+                Err(_) => {
+                    let owner = owners.find(&token).await?.context("that is no usable owner token")?;
+                    anyhow::ensure!(owner.kind == gateway::Kind::Token, "that is a browser session, not an API token");
+                    (owner.tenant, owner.token_id)
+                }
+            };
             let code = owners.link(&tenant, token_id).await?;
             let landing = session.map(|s| format!("&session={s}")).unwrap_or_default();
             println!("{}/sign-in?code={code}{landing}", base.trim_end_matches('/'));

@@ -343,7 +343,7 @@ pub const SETTINGS: &[Setting] = &[
         "DEMO_GATEWAY_TOKEN",
         Agent,
         None,
-        "`demo run` only: the tenant's `gateway` credential, to record the owner's first message.",
+        "`demo run` only: the tenant's `gateway` credential, to start the lesson as the owner's task.",
     ),
     s(
         "WORKER_CREDENTIALS_FILE",
@@ -356,6 +356,14 @@ pub const SETTINGS: &[Setting] = &[
     s("WORKER_MODEL", Worker, None, "The hosted model's name; its key and address are the harness's AGENT_MODEL_*."),
     s("WORKER_MODEL_PROVIDER", Worker, Some("openai"), "`openai` (chat completions) or `anthropic` (Messages)."),
     s("WORKER_MODEL_URL", Worker, None, "The provider's base URL, when not its public one."),
+    s("WORKER_SCRIPT_PACE_MS", Worker, Some("0"), "With WORKER_SCRIPT: how long each scripted turn takes (the demo's pace)."),
+    s(
+        "WORKER_TASK_RECORD",
+        Worker,
+        None,
+        "The demo only: a JSON object of field ids and values, written as every run's task record (with WORKER_TASK_RECORDS_DIR).",
+    ),
+    s("WORKER_TASK_RECORDS_DIR", Worker, None, "The runtime's TASK_RECORDS_DIR, where WORKER_TASK_RECORD is written."),
     s("WORKER_MAX_STEPS", Worker, Some("100"), "Each run's step budget."),
     s("WORKER_RUNS", Worker, Some("2"), "Runs at once in this replica (each holds one browser)."),
     s("WORKER_POLL_MS", Worker, Some("1000"), "How long an idle replica waits before asking for a task again."),

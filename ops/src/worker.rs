@@ -19,8 +19,9 @@ use agent::run::{Clients, TaskFile};
 /// The model every run of this replica uses.
 #[derive(Clone)]
 pub enum WorkerModel {
-    /// A scripted plan (the demo and tests): each run plays it from its start.
-    Script(Vec<PlanStep>),
+    /// A scripted plan (the demo and tests): each run plays it from its start, each turn after
+    /// the pace.
+    Script(Vec<PlanStep>, Duration),
     /// A hosted model, configured once at start-up.
     Hosted(agent::provider::Config),
 }
@@ -28,7 +29,7 @@ pub enum WorkerModel {
 impl std::fmt::Debug for WorkerModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Script(plan) => write!(f, "Script({} steps)", plan.len()),
+            Self::Script(plan, _) => write!(f, "Script({} steps)", plan.len()),
             Self::Hosted(_) => f.write_str("Hosted"),
         }
     }
@@ -50,6 +51,9 @@ pub struct WorkerConfig {
     pub runs: usize,
     /// How long an idle replica waits before asking again.
     pub poll: Duration,
+    /// The demo's task record (field id to value), written for each run where the runtime reads
+    /// task records (`dir/<tenant>/<owner>/<run id>.json`): a worker otherwise never holds one.
+    pub record: Option<(std::path::PathBuf, std::collections::BTreeMap<String, String>)>,
 }
 
 /// The tokens are left out.
@@ -84,9 +88,12 @@ impl WorkerConfig {
         }
         let model = match (get("WORKER_SCRIPT"), get("WORKER_MODEL")) {
             (Some(_), Some(_)) => bail!("give WORKER_SCRIPT or WORKER_MODEL, not both"),
-            (Some(path), None) => WorkerModel::Script(crate::agent::plan(
-                &std::fs::read_to_string(&path).with_context(|| format!("WORKER_SCRIPT {path}"))?,
-            )?),
+            (Some(path), None) => WorkerModel::Script(
+                crate::agent::plan(&std::fs::read_to_string(&path).with_context(|| format!("WORKER_SCRIPT {path}"))?)?,
+                Duration::from_millis(get("WORKER_SCRIPT_PACE_MS").map_or(Ok(0), |v| {
+                    v.parse::<u64>().context("WORKER_SCRIPT_PACE_MS is a whole number of milliseconds")
+                })?),
+            ),
             (None, Some(name)) => {
                 let choice = crate::agent::ModelChoice {
                     provider: get("WORKER_MODEL_PROVIDER").unwrap_or_else(|| "openai".into()),
@@ -102,6 +109,15 @@ impl WorkerConfig {
             anyhow::ensure!(range.contains(&n), "{k} is {} to {}, not {n}", range.start(), range.end());
             Ok(n)
         };
+        let record = match (get("WORKER_TASK_RECORD"), get("WORKER_TASK_RECORDS_DIR")) {
+            (Some(file), Some(dir)) => {
+                let text = std::fs::read_to_string(&file).with_context(|| format!("WORKER_TASK_RECORD {file}"))?;
+                let fields = serde_json::from_str(&text).context("WORKER_TASK_RECORD is a JSON object of strings")?;
+                Some((std::path::PathBuf::from(dir), fields))
+            }
+            (None, None) => None,
+            _ => bail!("WORKER_TASK_RECORD and WORKER_TASK_RECORDS_DIR go together"),
+        };
         let holder = get("WORKER_NAME").unwrap_or_else(|| format!("worker-{}", std::process::id()));
         ledger::check_entity_id("WORKER_NAME", &holder).map_err(|e| anyhow::anyhow!("WORKER_NAME: {e}"))?;
         Ok(Self {
@@ -114,6 +130,7 @@ impl WorkerConfig {
             max_steps: u32::try_from(number("WORKER_MAX_STEPS", 100, 1..=proto::limits::MAX_STEPS)?)?,
             runs: usize::try_from(number("WORKER_RUNS", 2, 1..=64)?)?,
             poll: Duration::from_millis(number("WORKER_POLL_MS", 1_000, 50..=60_000)?),
+            record,
         })
     }
 }
@@ -151,7 +168,7 @@ pub async fn serve(config: WorkerConfig, shutdown: impl std::future::Future<Outp
             };
             if let Some(task) = task {
                 took = true;
-                runs.spawn(run_claimed(Arc::clone(&config), clients, task));
+                runs.spawn(run_claimed(Arc::clone(&config), tenant.clone(), clients, task));
             }
         }
         if took {
@@ -169,7 +186,7 @@ pub async fn serve(config: WorkerConfig, shutdown: impl std::future::Future<Outp
 
 /// Runs one claimed task to its end, renewing the lease meanwhile; a lost lease ends the run
 /// where it is (the authorizer refuses its acts already).
-async fn run_claimed(config: Arc<WorkerConfig>, mut clients: Clients, claimed: pb::ClaimedTask) {
+async fn run_claimed(config: Arc<WorkerConfig>, tenant: String, mut clients: Clients, claimed: pb::ClaimedTask) {
     let run_id = claimed.run_id.clone();
     let span = tracing::info_span!("task", session_id = %claimed.session_id, run_id = %run_id);
     let _enter = span.enter();
@@ -183,17 +200,28 @@ async fn run_claimed(config: Arc<WorkerConfig>, mut clients: Clients, claimed: p
         subgoals: claimed.subgoals.clone(),
         goal: Some(claimed.goal.clone()),
         org_name: None,
-        field_ids: Vec::new(),
+        field_ids: config.record.as_ref().map(|(_, f)| f.keys().cloned().collect()).unwrap_or_default(),
         max_steps: config.max_steps,
         agent_version: format!("worker-{}", env!("CARGO_PKG_VERSION")),
         approval_wait_seconds: 600,
     };
+    if let Some((dir, fields)) = &config.record {
+        let dir = dir.join(&tenant).join(&claimed.owner);
+        let written = std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(dir.join(format!("{run_id}.json")), serde_json::to_vec(fields).unwrap_or_default()));
+        if let Err(e) = written {
+            tracing::warn!(error = %e, "the task record was not written");
+        }
+    }
     let renew = renew_until_lost(clients.clone(), claimed.clone(), config.holder.clone());
     let run = async {
         let mut task = agent::run::start(&mut clients, &file).await?;
         task.close_at_end = true;
         let outcome = match &config.model {
-            WorkerModel::Script(plan) => agent::run::run(&mut clients, &task, &mut Scripted::from_plan(plan.clone())).await,
+            WorkerModel::Script(plan, pace) => {
+                let mut model = Scripted::from_plan(plan.clone()).paced(*pace);
+                agent::run::run(&mut clients, &task, &mut model).await
+            }
             WorkerModel::Hosted(c) => match Provider::new(c.clone()) {
                 Ok(mut p) => agent::run::run(&mut clients, &task, &mut p).await,
                 Err(e) => return Err(anyhow::anyhow!("the model: {e}")),

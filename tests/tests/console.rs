@@ -597,10 +597,11 @@ fn worker(l: &Lesson) -> tokio::sync::oneshot::Sender<()> {
         ca: None,
         tenants: vec![(tests::browser::TENANT.into(), WORKER.into())],
         holder: "worker-a".into(),
-        model: ops::worker::WorkerModel::Script(ops::agent::plan(WORKER_PLAN).unwrap()),
+        model: ops::worker::WorkerModel::Script(ops::agent::plan(WORKER_PLAN).unwrap(), Duration::ZERO),
         max_steps: 20,
         runs: 1,
         poll: Duration::from_millis(200),
+        record: None,
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(ops::worker::serve(config, async {

@@ -183,6 +183,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
                     start_url: t.started.start_url.clone(),
                     browser_profile_id: s.created.browser_profile_id.clone().unwrap_or_default(),
                     lease_until_ms: ms(claimed.lease_until),
+                    owner: s.created.principal_id.clone(),
                 })
             })
             .await

@@ -119,6 +119,23 @@ pub async fn apply_settings(database_url: &str, tenant: &str, wanted: Deployment
     Ok(events.iter().map(|e| e.event_type().to_owned()).collect())
 }
 
+/// The tenant's recorded task-grant settings, as lines: `task grants: on|off` and `scopes: …`.
+pub async fn show_settings(database_url: &str, tenant: &str) -> Result<String> {
+    crate::migrate::run(&mut crate::connect(database_url).await?).await?;
+    let tenant = authorizer::domain::tenant_id(tenant).map_err(|e| anyhow::anyhow!("--tenant {tenant:?}: {e}"))?;
+    let pool = ledger::postgres::pool(database_url.parse()?, 2).map_err(anyhow::Error::msg)?;
+    let authority = Authority::new(PgGrants::new(PgStore::new(pool)), Policy::empty(), tenant);
+    let settings = authority
+        .read(authorizer::Need::Deployment { grants: false }, |w| w.settings.clone())
+        .await?;
+    let scopes: Vec<String> = settings.scopes.iter().map(|s| format!("{}{}", s.origin, s.path_prefix)).collect();
+    Ok(format!(
+        "task grants: {}\nscopes: {}",
+        if settings.enabled { "on" } else { "off" },
+        if scopes.is_empty() { "none".into() } else { scopes.join(", ") }
+    ))
+}
+
 /// How the listener speaks.
 #[derive(Debug)]
 pub enum Transport {
