@@ -44,7 +44,7 @@ pub fn need_of(command: &Command) -> Need<'_> {
         Command::Sweep { now } => Need::DueGrants(*now),
         // The start page is checked against the settings, the browser against the profile.
         Command::StartTask { message, .. } | Command::ContinueTask { message, .. } => {
-            Need::Authorize { session: &message.session_id, credential: None }
+            Need::SessionTask(&message.session_id)
         }
         Command::ClaimTask { principal_id, now, .. } => Need::OpenTasks(principal_id, *now),
         Command::RenewTask { session_id, .. } => Need::Session(session_id),
@@ -454,6 +454,19 @@ pub async fn load(r: &mut impl Reader, tenant: &TenantId, need: Need<'_>) -> Res
             let ids = r.open_tasks(principal, now, crate::store::CLAIM_BATCH).await?;
             let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
             l.sessions(r, &ids).await?;
+            for id in ids {
+                l.approvals(r, Approvals::PendingOfSession(id)).await?;
+            }
+        }
+        // The session first, then its cards, as a Stop reads them; then what a start page and a
+        // browser are checked against.
+        Need::SessionTask(session) => {
+            l.sessions(r, &[session]).await?;
+            l.approvals(r, Approvals::PendingOfSession(session)).await?;
+            if let Some(p) = l.session_profile(session) {
+                l.profile(r, &p).await?;
+            }
+            l.deployment(r).await?;
         }
         Need::SessionApprovals(session) => {
             l.sessions(r, &[session]).await?;

@@ -145,6 +145,8 @@ pub enum Need<'a> {
     PrincipalStop(&'a str),
     /// A principal's grants and their sessions.
     PrincipalGrants(&'a str),
+    /// A session a task starts in: it, its waiting cards, its profile and the settings.
+    SessionTask(&'a str),
     /// Up to [`MAX_CHATS`] of a principal's sessions, each with its active grant and pending cards.
     PrincipalChats(&'a str),
     /// Up to [`CLAIM_BATCH`] of a principal's sessions whose task a worker may take at this time.

@@ -29,7 +29,7 @@ pub(crate) async fn style() -> Response {
 /// `/`: the owner's inbox: every chat with what waits in it, filled by the script.
 pub(crate) async fn home() -> Response {
     let body = "<p id=\"status\" role=\"status\" tabindex=\"-1\"></p>\
-        <section aria-labelledby=\"chats-title\"><h2 id=\"chats-title\">Your chats</h2>\
+        <section aria-label=\"Chats, newest task first\">\
         <ul id=\"chats\" class=\"chats\" aria-live=\"polite\"><li class=\"empty\">Loading your chats…</li></ul></section>\
         <section aria-labelledby=\"open-title\"><h2 id=\"open-title\">Open a chat by its name</h2>\
         <form method=\"get\" action=\"/go\" class=\"filter\"><label for=\"session\">Chat name</label> \
@@ -80,7 +80,7 @@ pub(crate) async fn session(Seg(session): Seg) -> Response {
         <input id=\"task-start\" type=\"url\" required maxlength=\"2048\" placeholder=\"https://\" list=\"task-sites\">\
         <datalist id=\"task-sites\"></datalist></p><p id=\"task-sites-said\" class=\"hint\"></p>\
         <button type=\"submit\" class=\"primary\">Start the task</button></form></section>\
-        <section id=\"takeover\" aria-labelledby=\"takeover-title\" hidden><h2 id=\"takeover-title\">You have the tab</h2>\
+        <section id=\"takeover\" aria-labelledby=\"takeover-title\" tabindex=\"-1\" hidden><h2 id=\"takeover-title\">You have the tab</h2>\
         <p>The agent's run has ended. What you click on the picture, type or press goes to the live tab\
         <span id=\"takeover-page\"></span>.</p>\
         <img id=\"takeover-tab\" class=\"live\" alt=\"The browser tab you took over; click on it to click there\">\

@@ -12,6 +12,16 @@ use agent::run::{Clients, Outcome, TaskFile, run as run_task, start};
 use proto::runtime as rt;
 
 pub(crate) async fn channel(url: &str, ca: Option<&[u8]>) -> Result<Channel> {
+    endpoint(url, ca)?.connect().await.with_context(|| format!("connecting to {url}"))
+}
+
+/// A channel that connects on first use and again after a loss: for a service that starts
+/// beside the ones it calls.
+pub(crate) fn lazy_channel(url: &str, ca: Option<&[u8]>) -> Result<Channel> {
+    Ok(endpoint(url, ca)?.connect_lazy())
+}
+
+fn endpoint(url: &str, ca: Option<&[u8]>) -> Result<Endpoint> {
     let mut endpoint = Endpoint::from_shared(url.to_owned()).with_context(|| format!("{url:?} is not a URL"))?;
     if url.starts_with("https://") {
         let mut tls = ClientTlsConfig::new().with_enabled_roots();
@@ -20,7 +30,7 @@ pub(crate) async fn channel(url: &str, ca: Option<&[u8]>) -> Result<Channel> {
         }
         endpoint = endpoint.tls_config(tls)?;
     }
-    endpoint.connect().await.with_context(|| format!("connecting to {url}"))
+    Ok(endpoint)
 }
 
 /// Reads a plan: a JSON array of steps, or one step per line.

@@ -65,7 +65,7 @@ impl Reader {
             Reader::Checkpoints => "The checkpoint service (`grantctl serve checkpoints`)",
             Reader::Mcp => "The MCP server (`grantctl serve mcp`, `grantctl mcp stdio`)",
             Reader::Agent => "The agent harness (`grantctl agent run`, `grantctl demo run`)",
-            Reader::Worker => "The task worker (`grantctl serve worker`; it reads the harness's `AGENT_*` too)",
+            Reader::Worker => "The task worker (`grantctl serve worker`; also AGENT_AUTHORIZER_URL, AGENT_RUNTIME_URL, AGENT_CA and the AGENT_MODEL_* settings)",
             Reader::Script => "`scripts/run`",
         }
     }
@@ -349,9 +349,9 @@ pub const SETTINGS: &[Setting] = &[
         "WORKER_CREDENTIALS_FILE",
         Worker,
         None,
-        "Required: one `<tenant> <worker token>` line per tenant whose tasks this replica runs.",
+        "Required: one `<tenant> <worker token>` line per tenant and owner whose tasks this replica runs (a worker credential acts for one owner).",
     ),
-    s("WORKER_NAME", Worker, Some("worker-<pid>"), "This replica's name in the claims it records."),
+    s("WORKER_NAME", Worker, Some("worker-<host>-<pid>"), "This replica's name in the claims it records."),
     s("WORKER_SCRIPT", Worker, None, "A scripted plan every task plays (the demo and tests); or WORKER_MODEL."),
     s("WORKER_MODEL", Worker, None, "The hosted model's name; its key and address are the harness's AGENT_MODEL_*."),
     s("WORKER_MODEL_PROVIDER", Worker, Some("openai"), "`openai` (chat completions) or `anthropic` (Messages)."),
@@ -442,6 +442,10 @@ mod tests {
         std::fs::write(&creds, "acme glc_0123456789abcdef0123456789abcdef\n").unwrap();
         let (ca, ..) = crate::tls::DevPki::paths(&dir);
         crate::tls::DevPki::generate().unwrap().write(&dir).unwrap();
+        let plan = dir.join("plan.jsonl");
+        std::fs::write(&plan, "{\"tool\": \"snapshot\"}\n").unwrap();
+        let record = dir.join("record.json");
+        std::fs::write(&record, "{\"answer\": \"hola\"}").unwrap();
         let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
         let values: BTreeMap<&str, String> = [
             ("TICKET_KEYS_FILE", path(&keys)),
@@ -455,6 +459,13 @@ mod tests {
             ("GATEWAY_AUTHORIZER_CA", path(&ca)),
             ("GATEWAY_RUNTIME_URL", "http://127.0.0.1:50061".into()),
             ("GATEWAY_RUNTIME_CA", path(&ca)),
+            ("WORKER_CREDENTIALS_FILE", path(&creds)),
+            ("WORKER_SCRIPT", path(&plan)),
+            ("WORKER_TASK_RECORD", path(&record)),
+            ("WORKER_TASK_RECORDS_DIR", path(&dir)),
+            ("AGENT_AUTHORIZER_URL", "http://127.0.0.1:50051".into()),
+            ("AGENT_RUNTIME_URL", "http://127.0.0.1:50061".into()),
+            ("AGENT_CA", path(&ca)),
         ]
         .into_iter()
         .collect();
@@ -477,6 +488,7 @@ mod tests {
                 crate::serve::RuntimeServeConfig::parse(get, true).map(drop),
                 crate::serve::GatewayConfig::parse(get, true).map(drop),
                 crate::serve::McpConfig::parse(get, true).map(drop),
+                crate::worker::WorkerConfig::parse(get).map(drop),
                 crate::serve::DeploymentSettings::parse(|k| ask(&recorded, k)).map(drop),
                 telemetry::MetricsListen::parse(get, "PROJECTIONS", crate::observe::PROJECTIONS_METRICS)
                     .map(drop)

@@ -118,7 +118,9 @@ impl WorkerConfig {
             (None, None) => None,
             _ => bail!("WORKER_TASK_RECORD and WORKER_TASK_RECORDS_DIR go together"),
         };
-        let holder = get("WORKER_NAME").unwrap_or_else(|| format!("worker-{}", std::process::id()));
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let host: String = host.trim().chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(60).collect();
+        let holder = get("WORKER_NAME").unwrap_or_else(|| format!("worker-{host}-{}", std::process::id()));
         ledger::check_entity_id("WORKER_NAME", &holder).map_err(|e| anyhow::anyhow!("WORKER_NAME: {e}"))?;
         Ok(Self {
             authorizer_url: need("AGENT_AUTHORIZER_URL")?,
@@ -139,8 +141,9 @@ impl WorkerConfig {
 /// Runs in flight when `shutdown` comes are dropped: their leases lapse and another replica
 /// takes them.
 pub async fn serve(config: WorkerConfig, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
-    let authorizer = crate::agent::channel(&config.authorizer_url, config.ca.as_deref()).await?;
-    let runtime = crate::agent::channel(&config.runtime_url, config.ca.as_deref()).await?;
+    // Connected on first use: the worker may start before the services it calls.
+    let authorizer = crate::agent::lazy_channel(&config.authorizer_url, config.ca.as_deref())?;
+    let runtime = crate::agent::lazy_channel(&config.runtime_url, config.ca.as_deref())?;
     let config = Arc::new(config);
     let mut runs = JoinSet::new();
     tokio::pin!(shutdown);
@@ -205,7 +208,9 @@ async fn run_claimed(config: Arc<WorkerConfig>, tenant: String, mut clients: Cli
         agent_version: format!("worker-{}", env!("CARGO_PKG_VERSION")),
         approval_wait_seconds: 600,
     };
-    if let Some((dir, fields)) = &config.record {
+    // A name that is only dots would leave the records folder.
+    let plain = |name: &str| !name.is_empty() && !name.chars().all(|c| c == '.') && !name.contains('/');
+    if let Some((dir, fields)) = config.record.as_ref().filter(|_| plain(&tenant) && plain(&claimed.owner)) {
         let dir = dir.join(&tenant).join(&claimed.owner);
         let written = std::fs::create_dir_all(&dir)
             .and_then(|()| std::fs::write(dir.join(format!("{run_id}.json")), serde_json::to_vec(fields).unwrap_or_default()));
@@ -214,28 +219,57 @@ async fn run_claimed(config: Arc<WorkerConfig>, tenant: String, mut clients: Cli
         }
     }
     let renew = renew_until_lost(clients.clone(), claimed.clone(), config.holder.clone());
+    tokio::pin!(renew);
+    let started = tokio::select! {
+        started = agent::run::start(&mut clients, &file) => started,
+        () = &mut renew => return tracing::warn!("task lost before its run started"),
+    };
+    let mut task = match started {
+        Ok(task) => task,
+        Err(e) => {
+            // Recorded as the run's end, so the task ends and the owner reads why; taking it again
+            // at once would fail the same way.
+            tracing::warn!(error = %e, "task run did not start");
+            let end = pb::RecordRunRequest {
+                session_id: claimed.session_id.clone(),
+                run_id: run_id.clone(),
+                kind: pb::RunEventKind::Escalated as i32,
+                detail: agent::reason::Reason::ServiceError.code().into(),
+                account: None,
+            };
+            if let Err(e) = clients.authorizer.clone().record_run(clients.req(end)).await {
+                tracing::warn!(error = %e, "the run's failed start was not recorded");
+            }
+            return;
+        }
+    };
+    task.close_at_end = true;
+    let browser = task.browser_session.clone();
     let run = async {
-        let mut task = agent::run::start(&mut clients, &file).await?;
-        task.close_at_end = true;
-        let outcome = match &config.model {
+        match &config.model {
             WorkerModel::Script(plan, pace) => {
                 let mut model = Scripted::from_plan(plan.clone()).paced(*pace);
-                agent::run::run(&mut clients, &task, &mut model).await
+                agent::run::run(&mut clients, &task, &mut model).await.map_err(|f| f.error.to_string())
             }
             WorkerModel::Hosted(c) => match Provider::new(c.clone()) {
-                Ok(mut p) => agent::run::run(&mut clients, &task, &mut p).await,
-                Err(e) => return Err(anyhow::anyhow!("the model: {e}")),
+                Ok(mut p) => agent::run::run(&mut clients, &task, &mut p).await.map_err(|f| f.error.to_string()),
+                Err(e) => Err(format!("the model: {e}")),
             },
-        };
-        Ok::<_, anyhow::Error>(outcome.map(|o| crate::agent::report(&o)).map_err(|f| f.error.to_string()))
+        }
     };
     tokio::select! {
         ended = run => match ended {
-            Ok(Ok(report)) => tracing::info!(report = %report.lines().next().unwrap_or_default(), "task run ended"),
-            Ok(Err(e)) => tracing::warn!(error = %e, "task run failed"),
-            Err(e) => tracing::warn!(error = %format!("{e:#}"), "task run did not start"),
+            Ok(o) => tracing::info!(report = %crate::agent::report(&o).lines().next().unwrap_or_default(), "task run ended"),
+            Err(e) => tracing::warn!(error = %e, "task run failed"),
         },
-        () = renew => tracing::warn!("task lost to another worker: its run stops here"),
+        () = &mut renew => {
+            // Its browser goes back at once: the task's next attempt opens the same profile.
+            tracing::warn!("task lost: its run stops here");
+            let close = proto::runtime::CloseSessionRequest { session_id: browser };
+            if let Err(e) = clients.runtime.clone().close_session(clients.req(close)).await {
+                tracing::warn!(error = %e, "the lost run's browser did not close");
+            }
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use agent::rules::End;
 use proto::v1 as pb;
 use serde_json::json;
 use tests::browser::{ELSEWHERE, ENROL, ENROLLED, GATEWAY, LESSON, WORKER, with};
-use tests::console::Owner;
+use tests::console::{Owner, computed};
 use tests::lesson::Lesson;
 
 const LESSON_1: &str = r#"<!doctype html><title>Lesson 1</title><h1>Lesson 1</h1><a href="/lesson/2">Next</a>"#;
@@ -639,13 +639,13 @@ async fn the_owner_works_in_the_console() {
         async move {
             for (css, role) in [("header", "banner"), ("main", "main"), ("nav", "navigation")] {
                 let e = client.find(fantoccini::Locator::Css(css)).await.unwrap();
-                assert_eq!(owner_role(&client, &e).await, role, "{css}");
+                assert_eq!(computed(&client, &e, "computedrole").await, role, "{css}");
             }
             for e in client.find_all(fantoccini::Locator::Css("button, input, textarea, select, a")).await.unwrap() {
                 if !e.is_displayed().await.unwrap_or(false) {
                     continue;
                 }
-                let name = owner_label(&client, &e).await;
+                let name = computed(&client, &e, "computedlabel").await;
                 let html = e.html(true).await.unwrap_or_default();
                 assert!(!name.trim().is_empty(), "a control has no name: {html}");
             }
@@ -673,7 +673,7 @@ async fn the_owner_works_in_the_console() {
     assert_eq!(cards.attr("aria-live").await.unwrap().as_deref(), Some("polite"), "the cards are a live region");
     let heading = owner.client.find(fantoccini::Locator::Css("#cards article h3")).await.unwrap();
     let article = owner.client.find(fantoccini::Locator::Css("#cards article")).await.unwrap();
-    assert_eq!(owner_label(&owner.client, &article).await, heading.text().await.unwrap(), "a card is named");
+    assert_eq!(computed(&owner.client, &article, "computedlabel").await, heading.text().await.unwrap(), "a card is named");
     owner.image_loaded("#cards img.live", "the page's picture on the card").await;
     let told = owner.read_until("#notified", "the notification", |t| t.starts_with("You were told of a new card")).await;
     assert!(told.contains("GMT+5:30") || told.contains("IST"), "India's time, named: {told}");
@@ -713,7 +713,7 @@ async fn the_owner_works_in_the_console() {
     owner.read_until("#task-now", "the chat stopped", |t| t.contains("You stopped the agent here")).await;
     owner.read_until("#banner", "the permission gone", str::is_empty).await;
     owner.shot("stopped").await;
-    owner.press("main", "Continue: lift the Stop and go on").await;
+    owner.press("main", "Lift the Stop and run the task again").await;
     owner.read_until("#status", "continued", |t| t == "You told the agent to continue.").await;
     owner.read_until("#cards", "the continued task's card", |t| t.contains("Allow for this task")).await;
     owner.shot("continued-card").await;
@@ -754,19 +754,6 @@ async fn the_owner_works_in_the_console() {
     owner.read_until("#status", "signed out on a chat", |t| t.starts_with("You are signed out")).await;
     assert!(!owner.text("#cards").await.contains("Nothing is waiting"));
     owner.close().await;
-}
-
-async fn owner_role(client: &fantoccini::Client, e: &fantoccini::elements::Element) -> String {
-    computed(client, e, "computedrole").await
-}
-
-async fn owner_label(client: &fantoccini::Client, e: &fantoccini::elements::Element) -> String {
-    computed(client, e, "computedlabel").await
-}
-
-async fn computed(client: &fantoccini::Client, e: &fantoccini::elements::Element, what: &'static str) -> String {
-    // The helper takes an Owner; the closures here hold only its client.
-    tests::console::computed(client, e, what).await
 }
 
 /// The pending cards of chat s1 once `wanted` accepts them.

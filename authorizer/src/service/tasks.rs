@@ -33,12 +33,15 @@ fn line(field: &'static str, text: &str) -> Result<String, Status> {
 }
 
 /// A task's state as the owner reads it.
-fn state(t: &grant_domain::model::SessionTask) -> &'static str {
-    if t.ended {
+fn state(t: &grant_domain::model::SessionTask, now: OffsetDateTime) -> &'static str {
+    if t.completed {
+        "done"
+    } else if t.ended {
         "ended"
-    } else if t.run_id.is_some() {
+    } else if t.lease_until.is_some_and(|u| u > now) {
         "running"
     } else {
+        // Not taken yet, or its worker stopped renewing it: the next worker takes it.
         "waiting"
     }
 }
@@ -64,7 +67,7 @@ fn chat(w: &World, s: &grant_domain::model::Session) -> pb::Chat {
             subgoals: t.started.subgoals.clone(),
             start_url: t.started.start_url.clone(),
             started_at_ms: ms(t.started.started_at),
-            state: state(t).into(),
+            state: state(t, OffsetDateTime::now_utc()).into(),
             run_id: t.run_id.clone().unwrap_or_default(),
         }),
         has_browser: s.created.browser_profile_id.is_some() && w.session_profile_is_own(s),
@@ -165,7 +168,12 @@ impl<B: Backend + 'static> AuthorizerService<B> {
             .execute(Command::ClaimTask { principal_id: principal.clone(), holder, now, lease }, &principal)
             .await
             .map_err(status)?;
-        let Some(Event::TaskClaimed(claimed)) = events.into_iter().next() else {
+        // Withdrawn cards of the attempt before may come first.
+        let claimed = events.into_iter().find_map(|e| match e {
+            Event::TaskClaimed(c) => Some(c),
+            _ => None,
+        });
+        let Some(claimed) = claimed else {
             return Ok(Response::new(pb::ClaimTaskReply { task: None }));
         };
         let session_id = claimed.session_id.clone();
@@ -203,6 +211,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         }
         let r = req.into_inner();
         let command = Command::RenewTask {
+            principal_id: caller.principal.clone(),
             session_id: id("session_id", &r.session_id)?,
             run_id: id("run_id", &r.run_id)?,
             holder: id("holder", &r.holder)?,

@@ -141,6 +141,7 @@ pub enum Command {
     },
     /// The worker that holds a task keeps it for another `lease`, while its run is the task's.
     RenewTask {
+        principal_id: String,
         session_id: String,
         run_id: String,
         holder: String,
@@ -288,7 +289,11 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
         Command::StartTask { principal_id, message, task } => {
             let session = world.session_of(&message.session_id, &principal_id)?;
             task_may_start(world, session, &task.start_url)?;
-            Ok(vec![Event::SessionMessageRecorded(message), Event::TaskStarted(task)])
+            let mut events = vec![Event::SessionMessageRecorded(message)];
+            // The task it replaces is over: its run's cards wait for nothing now.
+            events.extend(withdraw_task_run(world, session));
+            events.push(Event::TaskStarted(task));
+            Ok(events)
         }
         Command::ContinueTask { principal_id, message, task_id, now } => {
             let session = world.session_of(&message.session_id, &principal_id)?;
@@ -298,6 +303,10 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             // A task still running goes on; the message is the owner's turn (and lifts a Stop).
             if !last.ended {
                 return Ok(vec![Event::SessionMessageRecorded(message)]);
+            }
+            // A finished task is not done twice by a "continue": the owner starts a new one.
+            if last.completed {
+                return Err(DomainError::conflict(Conflict::TaskDone, "this task is finished: start a new one"));
             }
             task_may_start(world, session, &last.started.start_url)?;
             let again = TaskStarted {
@@ -310,7 +319,10 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
                 continues: Some(last.started.task_id.clone()),
                 started_at: stored(now),
             };
-            Ok(vec![Event::SessionMessageRecorded(message), Event::TaskStarted(again)])
+            let mut events = vec![Event::SessionMessageRecorded(message)];
+            events.extend(withdraw_task_run(world, session));
+            events.push(Event::TaskStarted(again));
+            Ok(events)
         }
         Command::ClaimTask { principal_id, holder, now, lease } => {
             let mut open: Vec<&Session> = world
@@ -320,26 +332,25 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
                 .filter(|s| !s.deleted && !s.stopped && s.task.as_ref().is_some_and(|t| t.claimable(now)))
                 .collect();
             open.sort_by(|a, b| a.created.session_id.cmp(&b.created.session_id));
-            Ok(open
-                .first()
-                .and_then(|s| s.task.as_ref())
-                .map(|t| {
-                    let attempt = t.attempt + 1;
-                    Event::TaskClaimed(TaskClaimed {
-                        session_id: t.started.session_id.clone(),
-                        task_id: t.started.task_id.clone(),
-                        attempt,
-                        run_id: task_run_id(&t.started.task_id, attempt),
-                        holder,
-                        lease_until: stored(now + lease),
-                    })
-                })
-                .into_iter()
-                .collect())
+            let Some((session, t)) = open.first().and_then(|s| s.task.as_ref().map(|t| (*s, t))) else {
+                return Ok(vec![]);
+            };
+            // The attempt that lost it asked for nothing that can still be answered.
+            let mut events = withdraw_task_run(world, session);
+            let attempt = t.attempt + 1;
+            events.push(Event::TaskClaimed(TaskClaimed {
+                session_id: t.started.session_id.clone(),
+                task_id: t.started.task_id.clone(),
+                attempt,
+                run_id: task_run_id(&t.started.task_id, attempt),
+                holder,
+                lease_until: stored(now + lease),
+            }));
+            Ok(events)
         }
-        Command::RenewTask { session_id, run_id, holder, now, lease } => {
-            let session = world.sessions.get(&session_id).filter(|s| !s.deleted);
-            let task = session.and_then(|s| s.task.as_ref()).filter(|t| {
+        Command::RenewTask { principal_id, session_id, run_id, holder, now, lease } => {
+            let session = world.session_of(&session_id, &principal_id)?;
+            let task = session.task.as_ref().filter(|t| {
                 !t.ended && t.run_id.as_deref() == Some(run_id.as_str()) && t.lease_until.is_some_and(|u| u > now)
             });
             let Some(task) = task else {
@@ -364,6 +375,14 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
             ids.sort();
             Ok(ids.into_iter().filter_map(|id| world.end(id, EndReason::Expired)).collect())
         }
+    }
+}
+
+/// The cards the session's current task run still waits on, withdrawn: that run is over.
+fn withdraw_task_run(world: &World, session: &Session) -> Vec<Event> {
+    match session.task.as_ref().and_then(|t| t.run_id.as_deref()) {
+        Some(run) => withdraw(world, &session.created.session_id, run),
+        None => vec![],
     }
 }
 
@@ -583,6 +602,10 @@ fn resolve(
             Conflict::SessionStopped,
             "the agent in this session is stopped until the owner's next message",
         ));
+    }
+    // A task's run that lost its task asks for nothing: neither its act nor a permission from it.
+    if !session.runs_its_task(&approval.requested.run_id) && resolution.status() == ApprovalStatus::Approved {
+        return Err(DomainError::conflict(Conflict::TaskNotHeld, "the agent's run that asked has ended"));
     }
     let resolved = |grant_id| {
         Event::ApprovalResolved(ApprovalResolved { approval_id, resolution, status: resolution.status(), grant_id })

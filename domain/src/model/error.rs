@@ -24,6 +24,8 @@ pub enum Conflict {
     NoBrowser,
     /// A worker's run whose task another worker took, or that ended.
     TaskNotHeld,
+    /// An owner's "continue" of a task that finished.
+    TaskDone,
 }
 
 impl Conflict {
@@ -44,6 +46,7 @@ impl Conflict {
             Self::NoTask => "NO_TASK",
             Self::NoBrowser => "NO_BROWSER",
             Self::TaskNotHeld => "TASK_NOT_HELD",
+            Self::TaskDone => "TASK_DONE",
         }
     }
 }

@@ -53,6 +53,9 @@ pub struct SessionTask {
     pub lease_until: Option<OffsetDateTime>,
     /// Its run ended, the owner stopped the chat, or a newer task replaced it.
     pub ended: bool,
+    /// Its run reached the task's confirmation.
+    #[serde(default)]
+    pub completed: bool,
 }
 
 impl SessionTask {
@@ -284,7 +287,14 @@ impl World {
             Event::TaskStarted(e) => {
                 if let Some(s) = self.sessions.get_mut(&e.session_id) {
                     let started = e.clone();
-                    s.task = Some(SessionTask { started, attempt: 0, run_id: None, lease_until: None, ended: false });
+                    s.task = Some(SessionTask {
+                        started,
+                        attempt: 0,
+                        run_id: None,
+                        lease_until: None,
+                        ended: false,
+                        completed: false,
+                    });
                 }
             }
             Event::TaskClaimed(e) => {
@@ -300,6 +310,7 @@ impl World {
                     && t.run_id.as_ref() == Some(run_id)
                 {
                     t.ended = true;
+                    t.completed = matches!(event, Event::RunCompleted(_));
                 }
             }
             Event::ProfileClaimed(e) => {

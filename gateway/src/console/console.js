@@ -61,12 +61,25 @@ async function call(method, path, body) {
   });
   const json = await r.json().catch(() => ({}));
   if (!r.ok) {
-    const e = new Error(json.detail || json.title || 'the gateway answered ' + r.status);
+    const field = FIELD_WORDS[json.field] || '';
+    // The record's code before a detail is the export's, not the owner's.
+    const detail = (json.detail || '').replace(/^[A-Z_]+: /, '');
+    const said = detail ? (field ? field + ' ' : '') + detail : '';
+    const e = new Error(said || STATUS_WORDS[r.status] || 'the console could not do that (' + r.status + ')');
     e.status = r.status;
     throw e;
   }
   return json;
 }
+
+// What a refusal's field is, in the owner's words.
+const FIELD_WORDS = { goal: 'What the agent should do', subgoals: 'The steps', start_url: 'The start page', minutes: 'How long the key lasts' };
+const STATUS_WORDS = {
+  401: 'you are signed out: open a new sign-in link',
+  403: 'your sign-in may not do that',
+  404: 'that is not there, or not yours',
+  503: 'a part of the system does not answer now: try again in a moment',
+};
 
 const KINDS = { click: 'Click', type: 'Type', select: 'Choose', check: 'Tick', press: 'Press a key', scroll: 'Scroll' };
 
@@ -349,7 +362,8 @@ function takeOver(approvalId) {
   takeover.timer = setInterval(() => {
     if (takeover.id && takeover.sending === 0) showTab();
   }, 1000);
-  $('takeover-tab').focus();
+  $('takeover').scrollIntoView({ block: 'start' });
+  $('takeover').focus();
 }
 
 async function showTab() {
@@ -552,7 +566,17 @@ function renderBanner() {
   const active = [...state.grants.values()].filter((g) => g.status === 'active');
   const banner = $('banner');
   const task = state.chat && state.chat.task;
-  const runEnded = task && task.state === 'ended';
+  const runEnded = task && (task.state === 'ended' || task.state === 'done');
+  // Drawn again only when something but the time left changed: its Stop keeps focus.
+  const key = JSON.stringify([active.map((g) => [g.grant_id, g.actions_used, g.chars_used]), runEnded]);
+  if (banner.dataset.key === key) {
+    const left = active.map((g) => until(g.expires_at));
+    banner.querySelectorAll('.minutes').forEach((m, i) => {
+      if (m.textContent !== left[i]) m.textContent = left[i];
+    });
+    return;
+  }
+  banner.dataset.key = key;
   banner.replaceChildren(
     ...active.map((g) => {
       const stop = el('button', { type: 'button', class: 'stop' }, runEnded ? 'End the task permission now' : 'Stop this task permission');
@@ -740,7 +764,13 @@ function renderActivity() {
   for (const r of state.rows) if (r.event_type === 'approval.requested' && r.approval_id) byApproval.set(r.approval_id, r.summary);
   const items = [];
   for (const r of rows) {
-    const w = rowWords(r, byApproval);
+    let w;
+    try {
+      w = rowWords(r, byApproval);
+    } catch (e) {
+      // A row whose text does not read as expected is shown as the record has it.
+      w = { what: r.summary };
+    }
     if (!w) continue;
     items.push(
       el(
@@ -846,6 +876,7 @@ function signedOutOrDown(e) {
     say('You are signed out. Nothing here is current. Open a new sign-in link to go on (grantctl owners link prints one).');
     for (const id of ['stop-all', 'sign-out', 'notify']) $(id).hidden = true;
     $('who').textContent = 'Signed out';
+    if (!session) $('chats').replaceChildren(el('li', { class: 'empty' }, 'Sign in to see your chats.'));
   } else {
     say('The console cannot reach the gateway. What you see may be out of date; it tries again every few seconds.');
   }
@@ -859,7 +890,7 @@ function chatItem(c) {
   if (c.waiting_cards) note('waiting', c.waiting_cards === 1 ? '1 card waits for your answer' : c.waiting_cards + ' cards wait for your answer');
   if (c.stopped) note('stopped', 'Stopped: the agent does nothing here until you write to it');
   if (c.task) {
-    const words = { waiting: 'Waiting for the agent to start', running: 'The agent is working on it', ended: 'Ended' }[c.task.state] || '';
+    const words = { waiting: 'Waiting for the agent to start', running: 'The agent is working on it', ended: 'Stopped before it was done', done: 'Done' }[c.task.state] || '';
     note('task', words + ' · started ' + clock(c.task.started_at));
   } else {
     note('', c.has_browser ? 'No task yet' : 'No browser: tasks cannot run in this chat');
@@ -885,8 +916,19 @@ async function loadChats() {
   state.sites = r.sites;
   if (!session) {
     const list = $('chats');
-    list.replaceChildren(...(r.chats.length ? r.chats.map(chatItem) : [el('li', { class: 'empty' }, 'You have no chats yet.')]));
+    // Redrawn only when it changed: a live region read out every few seconds is noise.
+    const key = JSON.stringify(r.chats);
+    if (list.dataset.key !== key) {
+      list.dataset.key = key;
+      list.replaceChildren(
+        ...(r.chats.length
+          ? r.chats.map(chatItem)
+          : [el('li', { class: 'empty' }, 'You have no chats yet. A chat is made by the app you talk to the agent in.')]),
+      );
+    }
     const waiting = r.chats.reduce((n, c) => n + c.waiting_cards, 0);
+    if (state.waiting !== undefined && waiting > state.waiting) notifyCount(waiting);
+    state.waiting = waiting;
     document.title = (waiting ? '(' + waiting + ') ' : '') + 'Your chats · grant-ledger';
     return;
   }
@@ -908,15 +950,20 @@ function renderTask() {
     return;
   }
   const t = c.task;
-  const stateWords = { waiting: 'waiting for the agent to start', running: 'the agent is working on it', ended: 'ended' };
+  const stateWords = {
+    waiting: 'waiting for the agent to start',
+    running: 'the agent is working on it',
+    ended: 'it stopped before it was done (the activity below says why)',
+    done: 'done',
+  };
   now.replaceChildren(
     ...(t
       ? ['Your task: ', el('strong', {}, t.goal), ' (started ' + clock(t.started_at) + '): ' + (stateWords[t.state] || t.state) + '.']
       : [c.has_browser ? 'No task yet: write one below.' : 'This chat has no browser, so no task can run in it.']),
     c.stopped ? ' You stopped the agent here: it does nothing until you write to it.' : '',
   );
-  $('continue').hidden = !t || (t.state !== 'ended' && !c.stopped);
-  $('continue').textContent = c.stopped ? 'Continue: lift the Stop and go on' : 'Continue the task';
+  $('continue').hidden = !t || t.state === 'done' || (t.state !== 'ended' && !c.stopped);
+  $('continue').textContent = c.stopped ? 'Lift the Stop and run the task again' : 'Run the task again';
   $('stop-chat').hidden = c.stopped;
   form.hidden = !c.has_browser;
   const list = $('task-sites');
@@ -1002,15 +1049,30 @@ async function toggleNotify() {
   renderNotify();
 }
 
+// Told once per card, and only of a card asked after this page opened.
+const opened = Date.now();
+const CARD_LIFE_MS = 10 * 60 * 1000;
+
+function notifyCount(waiting) {
+  if (!notifyOn()) return;
+  new Notification('A card waits for you', { body: waiting === 1 ? '1 card waits for your answer' : waiting + ' cards wait for your answer', tag: 'inbox' });
+  told();
+}
+
+function told() {
+  const p = $('notified');
+  p.textContent = 'You were told of a new card at ' + clock(new Date().toISOString()) + '.';
+  p.hidden = false;
+}
+
 function notify(a) {
+  if (Date.parse(a.expires_at) - CARD_LIFE_MS < opened - 2000) return;
   if (!notifyOn() || state.notified.has(a.approval_id)) return;
   state.notified.add(a.approval_id);
   const what = (a.view && a.view.action_summary) || 'The agent asks to act';
   const n = new Notification('A card waits for you', { body: what, tag: a.approval_id });
   n.addEventListener('click', () => window.focus());
-  const told = $('notified');
-  told.textContent = 'You were told of a new card at ' + clock(new Date().toISOString()) + '.';
-  told.hidden = false;
+  told();
 }
 
 async function signOut() {
@@ -1094,10 +1156,13 @@ async function disconnectAgent(id, button) {
   }
 }
 
-async function start() {
+function wire() {
   $('stop-all').addEventListener('click', stopEverything);
   $('sign-out').addEventListener('click', signOut);
   $('notify').addEventListener('click', toggleNotify);
+}
+
+async function start() {
   let me;
   try {
     me = await call('GET', '/v1/me');
@@ -1108,6 +1173,8 @@ async function start() {
     if (e.status !== 401) setTimeout(start, 5000);
     return;
   }
+  if (state.started) return;
+  state.started = true;
   state.csrf = me.csrf_token;
   $('who').textContent = 'Signed in as ' + me.principal;
   $('stop-all').hidden = false;
@@ -1131,4 +1198,5 @@ async function start() {
   setInterval(tick, 15000);
 }
 
+wire();
 start();

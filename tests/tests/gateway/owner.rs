@@ -347,3 +347,55 @@ async fn an_owner_gets_a_receipt_for_an_answered_card_that_checks_against_the_si
         Ok(())
     );
 }
+
+/// The owner's words through the gateway: a task, "continue", the inbox. Bad bodies are typed
+/// refusals that write nothing; another owner's chat is not there; only the owner's own chats
+/// are listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_starts_a_task_and_continues_it_from_the_inbox() {
+    let s = GatewayStack::start(10_000).await;
+    let (_, owner) = s.token(ON, "owner-a", ALL).await;
+    let (_, other) = s.token(ON, "owner-b", ALL).await;
+    s.session(ON, "owner-a", "s1").await;
+    s.session(ON, "owner-b", "s2").await;
+    let task = json!({ "goal": "Do the lesson", "subgoals": ["Finish it"], "start_url": "https://www.lesson.test/lesson/1" });
+    let before = s.events().await;
+    for (body, field) in [
+        (json!({ "goal": "x", "subgoals": [], "start_url": "https://www.lesson.test/lesson/1" }), "subgoals"),
+        (json!({ "goal": "x", "subgoals": ["a"], "start_url": "https://www.lesson.test/shop" }), "start_url"),
+        (json!({ "goal": "x\u{0007}", "subgoals": ["a"], "start_url": "https://www.lesson.test/lesson/1" }), "goal"),
+        (json!({ "goal": "x".repeat(501), "subgoals": ["a"], "start_url": "https://www.lesson.test/lesson/1" }), "goal"),
+    ] {
+        let r = s.call(0, "POST", "/v1/sessions/s1/tasks").bearer(&owner).json(&body).send().await;
+        assert_eq!(r.status, 422, "{body}: {r:?}");
+        assert!(format!("{:?}", r.json()).contains(field), "{field}: {r:?}");
+    }
+    let extra = json!({ "goal": "x", "subgoals": ["a"], "start_url": "https://www.lesson.test/lesson/1", "run_id": "r" });
+    let r = s.call(0, "POST", "/v1/sessions/s1/tasks").bearer(&owner).json(&extra).send().await;
+    assert!(matches!(r.status, 400 | 422), "an unknown field is refused: {r:?}");
+    let r = s.call(0, "POST", "/v1/sessions/s2/tasks").bearer(&owner).json(&task).send().await;
+    assert_eq!(r.status, 404, "another owner's chat: {r:?}");
+    let r = s.call(0, "POST", "/v1/sessions/s1/continue").bearer(&owner).json(&json!({})).send().await;
+    assert_eq!((r.status, r.code().as_str()), (409, "no_task"), "{r:?}");
+    assert_eq!(s.events().await, before, "refused words write nothing");
+
+    let r = s.call(0, "POST", "/v1/sessions/s1/tasks").bearer(&owner).json(&task).send().await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let inbox = s.call(1, "GET", "/v1/chats").bearer(&owner).send().await.json();
+    let chats = inbox["chats"].as_array().unwrap();
+    assert_eq!(chats.len(), 1, "only the owner's own chats: {inbox}");
+    assert_eq!(chats[0]["session_id"], "s1");
+    assert_eq!(chats[0]["task"]["goal"], "Do the lesson");
+    assert_eq!(chats[0]["task"]["state"], "waiting");
+    assert_eq!(inbox["sites"][0], SCOPE);
+    let theirs = s.call(1, "GET", "/v1/chats").bearer(&other).send().await.json();
+    assert_eq!(theirs["chats"][0]["session_id"], "s2");
+    // Stopped, then continued: the task waits again and the Stop is lifted.
+    s.call(0, "POST", "/v1/sessions/s1/stop").bearer(&owner).json(&json!({})).send().await;
+    let stopped = s.call(0, "GET", "/v1/chats").bearer(&owner).send().await.json();
+    assert_eq!((stopped["chats"][0]["stopped"].as_bool(), stopped["chats"][0]["task"]["state"].as_str()), (Some(true), Some("ended")));
+    let r = s.call(1, "POST", "/v1/sessions/s1/continue").bearer(&owner).json(&json!({})).send().await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let again = s.call(0, "GET", "/v1/chats").bearer(&owner).send().await.json();
+    assert_eq!((again["chats"][0]["stopped"].as_bool(), again["chats"][0]["task"]["state"].as_str()), (Some(false), Some("waiting")));
+}

@@ -254,6 +254,7 @@ async fn the_route_census_with_the_flag_on_and_off() {
             "GET /v1/approvals/{approval_id}",
             "GET /v1/approvals/{approval_id}/live",
             "GET /v1/approvals/{approval_id}/receipt",
+            "GET /v1/chats",
             "GET /v1/me",
             "GET /v1/openapi.json",
             "GET /v1/sessions/{session_id}/activity",
@@ -264,7 +265,9 @@ async fn the_route_census_with_the_flag_on_and_off() {
             "POST /v1/approvals/{approval_id}/live/input",
             "POST /v1/approvals/{approval_id}/resolve",
             "POST /v1/sessions/{session_id}/agents",
+            "POST /v1/sessions/{session_id}/continue",
             "POST /v1/sessions/{session_id}/stop",
+            "POST /v1/sessions/{session_id}/tasks",
             "POST /v1/sign-out",
             "POST /v1/stop-everything",
         ]

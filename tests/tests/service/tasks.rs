@@ -103,7 +103,13 @@ async fn a_task_goes_to_one_worker_and_to_another_once_its_lease_lapses() {
     assert_eq!((second.task_id.as_str(), second.attempt), (first.task_id.as_str(), 2));
     assert_ne!(second.run_id, first.run_id);
 
-    // The first run lost it: its acts and its renewals are refused.
+    // The first run lost it: the card it asked is withdrawn, its acts and renewals are refused.
+    let list = pb::ListApprovalsRequest { session_id: "s1".into(), pending_only: true, min_position: None };
+    let pending = a.list_approvals(owner(list)).await.unwrap().into_inner().approvals;
+    assert!(pending.is_empty(), "the lost run's card waits for nothing: {pending:?}");
+    // Another owner's worker cannot keep the task alive.
+    let theirs = a.renew_task(intruder(renew(&second.run_id))).await.unwrap_err();
+    assert_eq!(theirs.code(), Code::NotFound);
     let late = a.authorize(owner(act_by(&first.run_id))).await.unwrap().into_inner();
     assert_eq!(denied(&late), Some(grant_domain::model::RUN_SUPERSEDED));
     let lost = a.renew_task(owner(renew(&first.run_id))).await.unwrap_err();
@@ -119,8 +125,12 @@ async fn a_task_goes_to_one_worker_and_to_another_once_its_lease_lapses() {
     };
     a.record_run(owner(done)).await.unwrap();
     let chats = a.list_chats(owner(pb::ListChatsRequest {})).await.unwrap().into_inner();
-    assert_eq!(chats.chats[0].task.as_ref().unwrap().state, "ended");
+    assert_eq!(chats.chats[0].task.as_ref().unwrap().state, "done");
     assert!(a.claim_task(owner(claim_as("w"))).await.unwrap().into_inner().task.is_none());
+    // A finished task is not done again by "continue".
+    let again = a.continue_task(owner(pb::ContinueTaskRequest { session_id: "s1".into(), message_id: "m9".into() }));
+    let again = again.await.unwrap_err();
+    assert_eq!((again.code(), reason(&again).as_str()), (Code::FailedPrecondition, "TASK_DONE"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
