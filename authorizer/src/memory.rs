@@ -138,7 +138,12 @@ impl Reader for MemoryReader<'_> {
         Ok(ids)
     }
 
-    async fn open_tasks(&mut self, principal: &str, now: OffsetDateTime, limit: usize) -> Result<Vec<String>, StoreError> {
+    async fn open_tasks(
+        &mut self,
+        principal: &str,
+        now: OffsetDateTime,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
         let mut ids: Vec<String> = self
             .state
             .world

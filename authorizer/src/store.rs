@@ -80,8 +80,7 @@ pub trait Reader: Send {
     /// In grant-id order.
     fn grants(&mut self, which: Grants<'_>) -> impl Future<Output = Result<Vec<Grant>, StoreError>> + Send;
     /// The ids of `principal`'s sessions not deleted, in id order, at most `limit`.
-    fn chats(&mut self, principal: &str, limit: usize)
-    -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+    fn chats(&mut self, principal: &str, limit: usize) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
     /// The ids of `principal`'s sessions neither deleted nor stopped whose task a worker may take
     /// at `now` (not ended, its lease none or past), in id order, at most `limit`.
     fn open_tasks(

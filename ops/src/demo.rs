@@ -68,7 +68,8 @@ pub const PAGES: [(&str, &str); 9] = [
 pub const MAX_STEPS: u32 = 40;
 
 /// What the agent may type, by field id: the task record (the model sees the ids only).
-pub const RECORD: &str = r#"{"answer_1": "hola", "answer_2": "gracias", "answer_3": "adios", "name": "Ada Lovelace", "city": "London"}"#;
+pub const RECORD: &str =
+    r#"{"answer_1": "hola", "answer_2": "gracias", "answer_3": "adios", "name": "Ada Lovelace", "city": "London"}"#;
 
 /// The plan the scripted model plays, paced as a model would be (`scripts/run --demo` gives it to
 /// the worker): the first act asks; once allowed for the task the answers go without a card,

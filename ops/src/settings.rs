@@ -65,7 +65,9 @@ impl Reader {
             Reader::Checkpoints => "The checkpoint service (`grantctl serve checkpoints`)",
             Reader::Mcp => "The MCP server (`grantctl serve mcp`, `grantctl mcp stdio`)",
             Reader::Agent => "The agent harness (`grantctl agent run`, `grantctl demo run`)",
-            Reader::Worker => "The task worker (`grantctl serve worker`; also AGENT_AUTHORIZER_URL, AGENT_RUNTIME_URL, AGENT_CA and the AGENT_MODEL_* settings)",
+            Reader::Worker => {
+                "The task worker (`grantctl serve worker`; also AGENT_AUTHORIZER_URL, AGENT_RUNTIME_URL, AGENT_CA and the AGENT_MODEL_* settings)"
+            }
             Reader::Script => "`scripts/run`",
         }
     }
@@ -356,7 +358,12 @@ pub const SETTINGS: &[Setting] = &[
     s("WORKER_MODEL", Worker, None, "The hosted model's name; its key and address are the harness's AGENT_MODEL_*."),
     s("WORKER_MODEL_PROVIDER", Worker, Some("openai"), "`openai` (chat completions) or `anthropic` (Messages)."),
     s("WORKER_MODEL_URL", Worker, None, "The provider's base URL, when not its public one."),
-    s("WORKER_SCRIPT_PACE_MS", Worker, Some("0"), "With WORKER_SCRIPT: how long each scripted turn takes (the demo's pace)."),
+    s(
+        "WORKER_SCRIPT_PACE_MS",
+        Worker,
+        Some("0"),
+        "With WORKER_SCRIPT: how long each scripted turn takes (the demo's pace).",
+    ),
     s(
         "WORKER_TASK_RECORD",
         Worker,

@@ -212,8 +212,9 @@ async fn run_claimed(config: Arc<WorkerConfig>, tenant: String, mut clients: Cli
     let plain = |name: &str| !name.is_empty() && !name.chars().all(|c| c == '.') && !name.contains('/');
     if let Some((dir, fields)) = config.record.as_ref().filter(|_| plain(&tenant) && plain(&claimed.owner)) {
         let dir = dir.join(&tenant).join(&claimed.owner);
-        let written = std::fs::create_dir_all(&dir)
-            .and_then(|()| std::fs::write(dir.join(format!("{run_id}.json")), serde_json::to_vec(fields).unwrap_or_default()));
+        let written = std::fs::create_dir_all(&dir).and_then(|()| {
+            std::fs::write(dir.join(format!("{run_id}.json")), serde_json::to_vec(fields).unwrap_or_default())
+        });
         if let Err(e) = written {
             tracing::warn!(error = %e, "the task record was not written");
         }

@@ -78,8 +78,7 @@ impl fantoccini::wd::WebDriverCompatibleCommand for Network {
     }
 
     fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
-        let conditions =
-            json!({ "network_conditions": { "offline": self.offline, "latency": 0, "download_throughput": -1, "upload_throughput": -1 } });
+        let conditions = json!({ "network_conditions": { "offline": self.offline, "latency": 0, "download_throughput": -1, "upload_throughput": -1 } });
         (http::Method::POST, Some(conditions.to_string()))
     }
 }
@@ -139,7 +138,10 @@ impl Owner {
         } else {
             json!({})
         };
-        caps.insert("goog:chromeOptions".into(), json!({ "binary": "/usr/bin/chromium", "args": args, "prefs": prefs }));
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({ "binary": "/usr/bin/chromium", "args": args, "prefs": prefs }),
+        );
         let client = ClientBuilder::new(HttpConnector::new())
             .capabilities(caps)
             .connect(&format!("http://127.0.0.1:{port}"))

@@ -673,9 +673,14 @@ async fn the_owner_works_in_the_console() {
     assert_eq!(cards.attr("aria-live").await.unwrap().as_deref(), Some("polite"), "the cards are a live region");
     let heading = owner.client.find(fantoccini::Locator::Css("#cards article h3")).await.unwrap();
     let article = owner.client.find(fantoccini::Locator::Css("#cards article")).await.unwrap();
-    assert_eq!(computed(&owner.client, &article, "computedlabel").await, heading.text().await.unwrap(), "a card is named");
+    assert_eq!(
+        computed(&owner.client, &article, "computedlabel").await,
+        heading.text().await.unwrap(),
+        "a card is named"
+    );
     owner.image_loaded("#cards img.live", "the page's picture on the card").await;
-    let told = owner.read_until("#notified", "the notification", |t| t.starts_with("You were told of a new card")).await;
+    let told =
+        owner.read_until("#notified", "the notification", |t| t.starts_with("You were told of a new card")).await;
     assert!(told.contains("GMT+5:30") || told.contains("IST"), "India's time, named: {told}");
     let task = owner.read_until("#task-now", "the task running", |t| t.contains("working on it")).await;
     assert!(task.contains("Do lesson one"), "{task}");
@@ -686,9 +691,8 @@ async fn the_owner_works_in_the_console() {
     owner.press("#cards", "Allow for this task").await;
     owner.read_until("#status", "the answer said", |t| t == "Allowed for this task.").await;
     assert_eq!(owner.focused_id().await, "status", "focus after the last card's answer");
-    let activity = owner
-        .read_until("#activity", "the run's rows", |t| t.contains("The agent stopped and needs you"))
-        .await;
+    let activity =
+        owner.read_until("#activity", "the run's rows", |t| t.contains("The agent stopped and needs you")).await;
     for said in [
         "Allowed by you: Click a link on www.lesson.test/lesson, element named \"Next\"",
         "Allowed by your task permission: Click a link on www.lesson.test/lesson, element named \"Next\"",
@@ -757,11 +761,7 @@ async fn the_owner_works_in_the_console() {
 }
 
 /// The pending cards of chat s1 once `wanted` accepts them.
-async fn cards_until(
-    l: &Lesson,
-    what: &str,
-    wanted: impl Fn(&[pb::Approval]) -> bool,
-) -> Vec<pb::Approval> {
+async fn cards_until(l: &Lesson, what: &str, wanted: impl Fn(&[pb::Approval]) -> bool) -> Vec<pb::Approval> {
     let wanted = &wanted;
     tests::poll_until(what, Duration::from_secs(60), Duration::from_millis(100), || async move {
         let list = pb::ListApprovalsRequest { session_id: "s1".into(), pending_only: true, min_position: None };

@@ -18,6 +18,15 @@ use super::convert::id;
 use super::shared::AuthorizerService;
 use super::status::{invalid, status, with_reason};
 
+/// An agent key drives its own run, never the owner's tasks.
+fn not_an_agent_key(caller: &credentials::Caller) -> Result<(), Status> {
+    if caller.binding.is_some() {
+        let says = "an agent key runs only its own run";
+        return Err(with_reason(Code::PermissionDenied, transport::CALLER_NOT_PERMITTED, says.into()));
+    }
+    Ok(())
+}
+
 fn ms(t: OffsetDateTime) -> i64 {
     i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
 }
@@ -53,10 +62,7 @@ fn chat(w: &World, s: &grant_domain::model::Session) -> pb::Chat {
         session_id: id.clone(),
         stopped: s.stopped,
         pending_cards: u32::try_from(
-            w.approvals
-                .values()
-                .filter(|a| &a.requested.session_id == id && a.state == ApprovalState::Pending)
-                .count(),
+            w.approvals.values().filter(|a| &a.requested.session_id == id && a.state == ApprovalState::Pending).count(),
         )
         .unwrap_or(u32::MAX),
         grant_expires_at_ms: grant.map_or(0, |g| ms(g.created.expires_at)),
@@ -156,11 +162,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         req: Request<pb::ClaimTaskRequest>,
     ) -> Result<Response<pb::ClaimTaskReply>, Status> {
         let (caller, authority) = self.caller(&req, Rpc::ClaimTask).await?;
-        // An agent key drives its own run, never the owner's tasks.
-        if caller.binding.is_some() {
-            let says = "an agent key runs only its own run";
-            return Err(with_reason(Code::PermissionDenied, transport::CALLER_NOT_PERMITTED, says.into()));
-        }
+        not_an_agent_key(&caller)?;
         let holder = id("holder", &req.into_inner().holder)?;
         let principal = caller.principal;
         let (now, lease) = (OffsetDateTime::now_utc(), self.task_lease);
@@ -205,10 +207,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         req: Request<pb::RenewTaskRequest>,
     ) -> Result<Response<pb::RenewTaskReply>, Status> {
         let (caller, authority) = self.caller(&req, Rpc::RenewTask).await?;
-        if caller.binding.is_some() {
-            let says = "an agent key runs only its own run";
-            return Err(with_reason(Code::PermissionDenied, transport::CALLER_NOT_PERMITTED, says.into()));
-        }
+        not_an_agent_key(&caller)?;
         let r = req.into_inner();
         let command = Command::RenewTask {
             principal_id: caller.principal.clone(),

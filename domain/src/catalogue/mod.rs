@@ -17,8 +17,8 @@ pub use events::{
     ApprovalExpired, ApprovalRequested, ApprovalResolved, ApprovalTokenIssued, ApprovalTokenRedeemed, DecidedUnder,
     DeploymentPolicyChanged, DeploymentScopesChanged, ProfileClaimed, ProfileDeleted, ProfileGenerationAdvanced,
     ProfileRevoked, RunCompleted, RunEscalated, RunRefused, RunStarted, RunStepped, SessionCreated, SessionDeleted,
-    SessionMessageRecorded, SessionStopped, SessionToolCalled, StandingGrantPinned, StandingGrantUnpinned,
-    TaskClaimed, TaskGrantCreated, TaskGrantEnded, TaskStarted, ToolCallAuthorized,
+    SessionMessageRecorded, SessionStopped, SessionToolCalled, StandingGrantPinned, StandingGrantUnpinned, TaskClaimed,
+    TaskGrantCreated, TaskGrantEnded, TaskStarted, ToolCallAuthorized,
 };
 pub use values::{
     ActionView, ApprovalStatus, Author, AuthorizationKind, BoundAction, Destination, DestinationKind, EndReason,

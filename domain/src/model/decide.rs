@@ -394,7 +394,10 @@ pub fn task_run_id(task_id: &str, attempt: u32) -> String {
 /// A task runs in a chat with its own browser, from a page inside a scope the owner configured.
 fn task_may_start(world: &World, session: &Session, start_url: &str) -> Result<(), DomainError> {
     if session.created.browser_profile_id.is_none() || !world.session_profile_is_own(session) {
-        return Err(DomainError::conflict(Conflict::NoBrowser, "this chat has no browser of the owner's to run a task in"));
+        return Err(DomainError::conflict(
+            Conflict::NoBrowser,
+            "this chat has no browser of the owner's to run a task in",
+        ));
     }
     if crate::scopes::scope_for(&world.settings.scopes, start_url).is_none() {
         return Err(DomainError::Invalid {

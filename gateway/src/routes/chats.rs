@@ -145,13 +145,13 @@ pub(super) async fn start_task(call: Call, Seg(session_id): Seg, req: Request) -
     let body: NewTask = guard::json_body(req).await?;
     let max = proto::limits::MAX_GOAL_CHARS;
     if body.goal.chars().count() > max {
-        return Err(Problem::invalid("goal", &format!("is at most {max} characters")));
+        return Err(Problem::invalid("goal", format!("is at most {max} characters")));
     }
     if body.subgoals.is_empty() || body.subgoals.len() > proto::limits::MAX_SUBGOALS {
-        return Err(Problem::invalid("subgoals", &format!("is 1 to {} steps", proto::limits::MAX_SUBGOALS)));
+        return Err(Problem::invalid("subgoals", format!("is 1 to {} steps", proto::limits::MAX_SUBGOALS)));
     }
     if body.subgoals.iter().any(|s| s.chars().count() > max) {
-        return Err(Problem::invalid("subgoals", &format!("each is at most {max} characters")));
+        return Err(Problem::invalid("subgoals", format!("each is at most {max} characters")));
     }
     if body.start_url.len() > proto::limits::MAX_URL_CHARS {
         return Err(Problem::invalid("start_url", "is too long"));

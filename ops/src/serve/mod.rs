@@ -125,9 +125,7 @@ pub async fn show_settings(database_url: &str, tenant: &str) -> Result<String> {
     let tenant = authorizer::domain::tenant_id(tenant).map_err(|e| anyhow::anyhow!("--tenant {tenant:?}: {e}"))?;
     let pool = ledger::postgres::pool(database_url.parse()?, 2).map_err(anyhow::Error::msg)?;
     let authority = Authority::new(PgGrants::new(PgStore::new(pool)), Policy::empty(), tenant);
-    let settings = authority
-        .read(authorizer::Need::Deployment { grants: false }, |w| w.settings.clone())
-        .await?;
+    let settings = authority.read(authorizer::Need::Deployment { grants: false }, |w| w.settings.clone()).await?;
     let scopes: Vec<String> = settings.scopes.iter().map(|s| format!("{}{}", s.origin, s.path_prefix)).collect();
     Ok(format!(
         "task grants: {}\nscopes: {}",

@@ -358,19 +358,24 @@ async fn an_owner_starts_a_task_and_continues_it_from_the_inbox() {
     let (_, other) = s.token(ON, "owner-b", ALL).await;
     s.session(ON, "owner-a", "s1").await;
     s.session(ON, "owner-b", "s2").await;
-    let task = json!({ "goal": "Do the lesson", "subgoals": ["Finish it"], "start_url": "https://www.lesson.test/lesson/1" });
+    let task =
+        json!({ "goal": "Do the lesson", "subgoals": ["Finish it"], "start_url": "https://www.lesson.test/lesson/1" });
     let before = s.events().await;
     for (body, field) in [
         (json!({ "goal": "x", "subgoals": [], "start_url": "https://www.lesson.test/lesson/1" }), "subgoals"),
         (json!({ "goal": "x", "subgoals": ["a"], "start_url": "https://www.lesson.test/shop" }), "start_url"),
         (json!({ "goal": "x\u{0007}", "subgoals": ["a"], "start_url": "https://www.lesson.test/lesson/1" }), "goal"),
-        (json!({ "goal": "x".repeat(501), "subgoals": ["a"], "start_url": "https://www.lesson.test/lesson/1" }), "goal"),
+        (
+            json!({ "goal": "x".repeat(501), "subgoals": ["a"], "start_url": "https://www.lesson.test/lesson/1" }),
+            "goal",
+        ),
     ] {
         let r = s.call(0, "POST", "/v1/sessions/s1/tasks").bearer(&owner).json(&body).send().await;
         assert_eq!(r.status, 422, "{body}: {r:?}");
         assert!(format!("{:?}", r.json()).contains(field), "{field}: {r:?}");
     }
-    let extra = json!({ "goal": "x", "subgoals": ["a"], "start_url": "https://www.lesson.test/lesson/1", "run_id": "r" });
+    let extra =
+        json!({ "goal": "x", "subgoals": ["a"], "start_url": "https://www.lesson.test/lesson/1", "run_id": "r" });
     let r = s.call(0, "POST", "/v1/sessions/s1/tasks").bearer(&owner).json(&extra).send().await;
     assert!(matches!(r.status, 400 | 422), "an unknown field is refused: {r:?}");
     let r = s.call(0, "POST", "/v1/sessions/s2/tasks").bearer(&owner).json(&task).send().await;
@@ -393,9 +398,15 @@ async fn an_owner_starts_a_task_and_continues_it_from_the_inbox() {
     // Stopped, then continued: the task waits again and the Stop is lifted.
     s.call(0, "POST", "/v1/sessions/s1/stop").bearer(&owner).json(&json!({})).send().await;
     let stopped = s.call(0, "GET", "/v1/chats").bearer(&owner).send().await.json();
-    assert_eq!((stopped["chats"][0]["stopped"].as_bool(), stopped["chats"][0]["task"]["state"].as_str()), (Some(true), Some("ended")));
+    assert_eq!(
+        (stopped["chats"][0]["stopped"].as_bool(), stopped["chats"][0]["task"]["state"].as_str()),
+        (Some(true), Some("ended"))
+    );
     let r = s.call(1, "POST", "/v1/sessions/s1/continue").bearer(&owner).json(&json!({})).send().await;
     assert_eq!(r.status, 200, "{r:?}");
     let again = s.call(0, "GET", "/v1/chats").bearer(&owner).send().await.json();
-    assert_eq!((again["chats"][0]["stopped"].as_bool(), again["chats"][0]["task"]["state"].as_str()), (Some(false), Some("waiting")));
+    assert_eq!(
+        (again["chats"][0]["stopped"].as_bool(), again["chats"][0]["task"]["state"].as_str()),
+        (Some(false), Some("waiting"))
+    );
 }

@@ -490,7 +490,8 @@ async fn call_as(client: &mut AuthorizerClient<Channel>, role: Role, rpc: Rpc, s
             client.claim_task(with_role(role, "owner", m)).await.map(drop)
         }
         Rpc::RenewTask => {
-            let m = pb::RenewTaskRequest { session_id: "s1".into(), run_id: "task-x-1".into(), holder: "worker-9".into() };
+            let m =
+                pb::RenewTaskRequest { session_id: "s1".into(), run_id: "task-x-1".into(), holder: "worker-9".into() };
             client.renew_task(with_role(role, "owner", m)).await.map(drop)
         }
     }

@@ -39,7 +39,8 @@ fn claim_as(holder: &str) -> pb::ClaimTaskRequest {
 
 /// A second replica on the same database: its own authority, credentials read from `db`.
 async fn second_replica(db: &TestDb, lease: Duration) -> (AuthorizerClient<Channel>, tokio::sync::oneshot::Sender<()>) {
-    let authority = Arc::new(Authority::new(PgGrants::new(db.store(4)), Policy::empty(), TenantId::new(TENANT).unwrap()));
+    let authority =
+        Arc::new(Authority::new(PgGrants::new(db.store(4)), Policy::empty(), TenantId::new(TENANT).unwrap()));
     let service = AuthorizerService::new(authority, Credentials::postgres(db.pool(2)), tests::ticket_keys())
         .accepting_unsealed_facts()
         .with_task_lease(lease);
@@ -163,7 +164,10 @@ async fn the_owner_starts_tasks_in_a_configured_site_and_continues_them_after_a_
     let chats = client.list_chats(owner(pb::ListChatsRequest {})).await.unwrap().into_inner();
     assert_eq!(chats.sites, ["https://www.lesson.test/lesson"]);
     let t = chats.chats[0].task.clone().unwrap();
-    assert_eq!((t.state.as_str(), t.goal.as_str(), chats.chats[0].has_browser), ("running", "Finish today's lesson", true));
+    assert_eq!(
+        (t.state.as_str(), t.goal.as_str(), chats.chats[0].has_browser),
+        ("running", "Finish today's lesson", true)
+    );
     assert!(client.list_chats(intruder(pb::ListChatsRequest {})).await.unwrap().into_inner().chats.is_empty());
 
     // The owner's Stop ends the task: its run is refused, and no worker takes it.
