@@ -221,15 +221,29 @@ async fn run_claimed(config: Arc<WorkerConfig>, tenant: String, mut clients: Cli
     }
     let renew = renew_until_lost(clients.clone(), claimed.clone(), config.holder.clone());
     tokio::pin!(renew);
+    let start = open_browser(clients.clone(), file);
+    tokio::pin!(start);
     let started = tokio::select! {
-        started = agent::run::start(&mut clients, &file) => started,
-        () = &mut renew => return tracing::warn!("task lost before its run started"),
+        biased;
+        started = &mut start => started,
+        () = &mut renew => {
+            // A browser the start opens after all goes back at once.
+            if let Ok(Ok(task)) = tokio::time::timeout(OPEN_PATIENCE, start).await {
+                close(&clients, task.browser_session).await;
+            }
+            return tracing::warn!("task lost before its run started");
+        }
     };
     let mut task = match started {
         Ok(task) => task,
+        Err(e) if retryable(&e) => {
+            // The profile is still held (a run that lost its task is closing its browser) or a
+            // service is away: the lease lapses and the task is taken again.
+            return tracing::warn!(error = %e, "task run did not start; it will be taken again");
+        }
         Err(e) => {
             // Recorded as the run's end, so the task ends and the owner reads why; taking it again
-            // at once would fail the same way.
+            // would fail the same way.
             tracing::warn!(error = %e, "task run did not start");
             let end = pb::RecordRunRequest {
                 session_id: claimed.session_id.clone(),
@@ -266,11 +280,40 @@ async fn run_claimed(config: Arc<WorkerConfig>, tenant: String, mut clients: Cli
         () = &mut renew => {
             // Its browser goes back at once: the task's next attempt opens the same profile.
             tracing::warn!("task lost: its run stops here");
-            let close = proto::runtime::CloseSessionRequest { session_id: browser };
-            if let Err(e) = clients.runtime.clone().close_session(clients.req(close)).await {
-                tracing::warn!(error = %e, "the lost run's browser did not close");
-            }
+            close(&clients, browser).await;
         }
+    }
+}
+
+/// How long a start waits for the chat's profile to be free.
+const OPEN_PATIENCE: Duration = Duration::from_secs(30);
+
+/// The run's start, tried again while the profile is held or a service is away, for at most
+/// [`OPEN_PATIENCE`].
+async fn open_browser(mut clients: Clients, file: TaskFile) -> Result<agent::run::Task, agent::run::RunError> {
+    let deadline = tokio::time::Instant::now() + OPEN_PATIENCE;
+    loop {
+        match agent::run::start(&mut clients, &file).await {
+            Err(e) if retryable(&e) && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            done => return done,
+        }
+    }
+}
+
+/// A start a later try may cure: the profile still held, a service away or full.
+fn retryable(e: &agent::run::RunError) -> bool {
+    use agent::run::RunError;
+    use tonic::Code;
+    matches!(e, RunError::Runtime(s) | RunError::Authorizer(s)
+        if matches!(s.code(), Code::AlreadyExists | Code::Unavailable | Code::ResourceExhausted | Code::Aborted))
+}
+
+async fn close(clients: &Clients, browser: String) {
+    let close = proto::runtime::CloseSessionRequest { session_id: browser };
+    if let Err(e) = clients.runtime.clone().close_session(clients.req(close)).await {
+        tracing::warn!(error = %e, "the run's browser did not close");
     }
 }
 
@@ -289,7 +332,8 @@ async fn renew_until_lost(clients: Clients, claimed: pb::ClaimedTask, holder: St
         };
         match clients.authorizer.clone().renew_task(clients.req(renew)).await {
             Ok(r) => until = r.into_inner().lease_until_ms,
-            Err(e) if e.code() == tonic::Code::FailedPrecondition => return,
+            // Another worker took it, it ended, or its chat is gone.
+            Err(e) if matches!(e.code(), tonic::Code::FailedPrecondition | tonic::Code::NotFound) => return,
             // An outage: try again while the lease lasts; past it another worker may hold the task.
             Err(e) if now_ms() < until => tracing::warn!(error = %e, "the task's lease was not renewed"),
             Err(_) => return,

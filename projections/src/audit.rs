@@ -230,6 +230,10 @@ pub fn row(recorded: &RecordedEvent) -> Result<AuditRow, DecodeError> {
             let what = if e.continues.is_some() { "Task continued" } else { "Task started" };
             format!("{what} by the owner: {} from {}", serde_json::Value::from(e.goal.as_str()), e.start_url)
         }
+        Event::TaskClaimed(e) if e.renewal => {
+            session = Some(e.session_id.clone());
+            format!("Task kept by worker {} as run {} (attempt {})", e.holder, e.run_id, e.attempt)
+        }
         Event::TaskClaimed(e) if e.attempt > 1 => {
             session = Some(e.session_id.clone());
             format!("Task taken over by worker {} as run {} (attempt {})", e.holder, e.run_id, e.attempt)

@@ -299,6 +299,9 @@ pub struct TaskClaimed {
     pub holder: String,
     #[serde(with = "time::serde::rfc3339")]
     pub lease_until: OffsetDateTime,
+    /// The same attempt kept on, not a new one.
+    #[serde(default)]
+    pub renewal: bool,
 }
 
 /// A run of the agent harness began in the session.

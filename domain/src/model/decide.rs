@@ -345,6 +345,7 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
                 run_id: task_run_id(&t.started.task_id, attempt),
                 holder,
                 lease_until: stored(now + lease),
+                renewal: false,
             }));
             Ok(events)
         }
@@ -363,6 +364,7 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
                 run_id,
                 holder,
                 lease_until: stored(now + lease),
+                renewal: true,
             })])
         }
         Command::Sweep { now } => {

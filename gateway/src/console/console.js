@@ -568,12 +568,15 @@ function renderBanner() {
   const task = state.chat && state.chat.task;
   const runEnded = task && (task.state === 'ended' || task.state === 'done');
   // Drawn again only when something but the time left changed: its Stop keeps focus.
-  const key = JSON.stringify([active.map((g) => [g.grant_id, g.actions_used, g.chars_used]), runEnded]);
+  const key = JSON.stringify([active.map((g) => g.grant_id), runEnded]);
   if (banner.dataset.key === key) {
-    const left = active.map((g) => until(g.expires_at));
-    banner.querySelectorAll('.minutes').forEach((m, i) => {
-      if (m.textContent !== left[i]) m.textContent = left[i];
-    });
+    const set = (cls, texts) =>
+      banner.querySelectorAll(cls).forEach((m, i) => {
+        if (m.textContent !== texts[i]) m.textContent = texts[i];
+      });
+    set('.minutes', active.map((g) => until(g.expires_at)));
+    set('.actions', active.map((g) => g.actions_used + ' of ' + g.max_actions + ' actions used'));
+    set('.chars', active.map((g) => g.max_typed_chars - g.chars_used + ' characters left to type'));
     return;
   }
   banner.dataset.key = key;
@@ -708,7 +711,8 @@ function rowWords(r, byApproval) {
     }
     case 'approval.token_issued':
     case 'task.claimed':
-      return r.summary.includes('taken over by worker') ? { what: 'Another worker took the task over' } : null;
+      // A worker's own bookkeeping; a task picked up again after its worker stopped is said.
+      return r.summary.includes('taken over by worker') ? { what: 'The agent picked your task up again' } : null;
     case 'approval.expired':
       return { what: 'A card waited too long unanswered: its action did not run' };
     case 'browser.task_grant.created': {
@@ -917,18 +921,22 @@ async function loadChats() {
   if (!session) {
     const list = $('chats');
     // Redrawn only when it changed: a live region read out every few seconds is noise.
-    const key = JSON.stringify(r.chats);
-    if (list.dataset.key !== key) {
-      list.dataset.key = key;
-      list.replaceChildren(
-        ...(r.chats.length
-          ? r.chats.map(chatItem)
-          : [el('li', { class: 'empty' }, 'You have no chats yet. A chat is made by the app you talk to the agent in.')]),
-      );
-    }
+    const items = r.chats.length
+      ? r.chats.map(chatItem)
+      : [el('li', { class: 'empty' }, 'You have no chats yet. A chat is made by the app you talk to the agent in.')];
+    // Only an item whose words changed is replaced: the rest keep focus and are not read again.
+    items.forEach((item, i) => {
+      const had = list.children[i];
+      if (!had || had.textContent !== item.textContent) {
+        if (had) had.replaceWith(item);
+        else list.append(item);
+      }
+    });
+    while (list.children.length > items.length) list.lastElementChild.remove();
     const waiting = r.chats.reduce((n, c) => n + c.waiting_cards, 0);
-    if (state.waiting !== undefined && waiting > state.waiting) notifyCount(waiting);
+    const more = state.waiting !== undefined && waiting > state.waiting;
     state.waiting = waiting;
+    if (more) notifyCount(waiting);
     document.title = (waiting ? '(' + waiting + ') ' : '') + 'Your chats · grant-ledger';
     return;
   }
@@ -1055,8 +1063,17 @@ const CARD_LIFE_MS = 10 * 60 * 1000;
 
 function notifyCount(waiting) {
   if (!notifyOn()) return;
-  new Notification('A card waits for you', { body: waiting === 1 ? '1 card waits for your answer' : waiting + ' cards wait for your answer', tag: 'inbox' });
-  told();
+  const body = waiting === 1 ? '1 card waits for your answer' : waiting + ' cards wait for your answer';
+  if (systemNotice('A card waits for you', { body, tag: 'inbox' })) told();
+}
+
+// A system notification, if this browser makes them here; never an error of the page's.
+function systemNotice(title, options) {
+  try {
+    return new Notification(title, options);
+  } catch (e) {
+    return null;
+  }
 }
 
 function told() {
@@ -1070,7 +1087,8 @@ function notify(a) {
   if (!notifyOn() || state.notified.has(a.approval_id)) return;
   state.notified.add(a.approval_id);
   const what = (a.view && a.view.action_summary) || 'The agent asks to act';
-  const n = new Notification('A card waits for you', { body: what, tag: a.approval_id });
+  const n = systemNotice('A card waits for you', { body: what, tag: a.approval_id });
+  if (!n) return;
   n.addEventListener('click', () => window.focus());
   told();
 }

@@ -43,7 +43,8 @@ pub(crate) const CONTINUE_TASK: Doc = Doc {
     ..doc(
         "post",
         "/v1/sessions/{session_id}/continue",
-        "The owner's \"continue\": lifts a Stop, and runs the chat's task again once it has ended",
+        "The owner's \"continue\": lifts a Stop, and runs the chat's task again once it stopped before it was \
+         done (a finished task is refused: start a new one)",
         schema::<Written>,
     )
 };
@@ -71,7 +72,7 @@ pub(crate) struct Task {
     pub(crate) subgoals: Vec<String>,
     pub(crate) start_url: String,
     pub(crate) started_at: String,
-    /// `waiting` (for a worker), `running` or `ended`.
+    /// `waiting` (for a worker), `running`, `ended` (stopped before it was done) or `done`.
     pub(crate) state: String,
 }
 
