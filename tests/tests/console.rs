@@ -94,7 +94,7 @@ async fn the_lesson_through_the_console() {
             t.matches("Allowed by your task permission: Click a link").count() == 3
         })
         .await;
-    for used in ["\"Next\" on", "\"Finish\" on"] {
+    for used in ["element named \"Next\"", "element named \"Finish\""] {
         let line = activity.lines().find(|l| l.contains(used)).unwrap_or_else(|| panic!("{used}:\n{activity}"));
         assert!(line.contains("Allowed by your task permission: Click a link"), "{line}");
     }
