@@ -189,3 +189,26 @@ async fn a_standing_grant_covers_no_act_of_a_client_that_may_hold_other_tools() 
         assert_eq!(allowed, standing, "browser only: {browser_only}: {reply:?}");
     }
 }
+
+/// An agent key drives its own run, never the owner's tasks: it takes none and renews none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_key_takes_no_task_of_its_owner() {
+    let Served { mut client, _stop, .. } = start_in_process(MemoryGrants::default()).await;
+    session(&mut client).await;
+    let key = client.connect_agent(owner(connect(true))).await.unwrap().into_inner().token;
+    let task = pb::StartTaskRequest {
+        session_id: "s1".into(),
+        message_id: "m5".into(),
+        goal: "Do the lesson".into(),
+        subgoals: vec!["Finish it".into()],
+        start_url: "https://www.lesson.test/lesson/1".into(),
+    };
+    client.start_task(owner(task)).await.unwrap();
+    let claim = pb::ClaimTaskRequest { holder: "app".into() };
+    let refused = client.claim_task(tests::bearer(&key, claim.clone())).await.unwrap_err();
+    assert_eq!((refused.code(), reason(&refused).as_str()), (Code::PermissionDenied, CALLER_NOT_PERMITTED));
+    let taken = client.claim_task(owner(claim)).await.unwrap().into_inner().task.expect("the owner's worker takes it");
+    let renew = pb::RenewTaskRequest { session_id: "s1".into(), run_id: taken.run_id, holder: "app".into() };
+    let refused = client.renew_task(tests::bearer(&key, renew)).await.unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied);
+}
