@@ -288,6 +288,10 @@ pub fn decide(world: &World, command: Command) -> Result<Vec<Event>, DomainError
         }
         Command::StartTask { principal_id, message, task } => {
             let session = world.session_of(&message.session_id, &principal_id)?;
+            // The same message again (a retry after a lost reply) started its task already.
+            if session.task.as_ref().is_some_and(|t| t.started.message_id == message.message_id) {
+                return Ok(vec![]);
+            }
             task_may_start(world, session, &task.start_url)?;
             let mut events = vec![Event::SessionMessageRecorded(message)];
             // The task it replaces is over: its run's cards wait for nothing now.

@@ -988,7 +988,16 @@ async function startTask(e) {
   button.disabled = true;
   try {
     const steps = $('task-steps').value.split('\n').map((l) => l.trim()).filter((l) => l);
-    await call('POST', base + '/tasks', { goal: $('task-goal').value.trim(), subgoals: steps, start_url: $('task-start').value.trim() });
+    // One id per task written: sending it again after a lost answer starts nothing more.
+    const form = $('task-form');
+    if (!form.dataset.message) form.dataset.message = 'web-' + Date.now().toString(36) + '-' + Math.random().toString(36).slice(2, 10);
+    await call('POST', base + '/tasks', {
+      goal: $('task-goal').value.trim(),
+      subgoals: steps,
+      start_url: $('task-start').value.trim(),
+      message_id: form.dataset.message,
+    });
+    delete form.dataset.message;
     say('Your task is sent: the agent starts on it in a moment. Its cards appear here.');
     $('task-goal').value = '';
     $('task-steps').value = '';

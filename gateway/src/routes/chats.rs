@@ -58,6 +58,9 @@ pub(crate) struct NewTask {
     pub(crate) subgoals: Vec<String>,
     /// Where the browser starts: a page inside one of the sites the inbox lists.
     pub(crate) start_url: String,
+    /// The client's own id for this message: a retry with the same id starts nothing more.
+    #[serde(default)]
+    pub(crate) message_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -157,9 +160,16 @@ pub(super) async fn start_task(call: Call, Seg(session_id): Seg, req: Request) -
     if body.start_url.len() > proto::limits::MAX_URL_CHARS {
         return Err(Problem::invalid("start_url", "is too long"));
     }
+    let message = match body.message_id {
+        Some(id) => {
+            entity_id("message_id", &id)?;
+            format!("owner-{id}")
+        }
+        None => message_id(),
+    };
     let req = pb::StartTaskRequest {
         session_id,
-        message_id: message_id(),
+        message_id: message,
         goal: body.goal,
         subgoals: body.subgoals,
         start_url: body.start_url,

@@ -386,6 +386,14 @@ async fn an_owner_starts_a_task_and_continues_it_from_the_inbox() {
 
     let r = s.call(0, "POST", "/v1/sessions/s1/tasks").bearer(&owner).json(&task).send().await;
     assert_eq!(r.status, 200, "{r:?}");
+    // A retry of one message (the client's id) starts nothing more.
+    let once = json!({ "goal": "Do the lesson", "subgoals": ["Finish it"], "start_url": "https://www.lesson.test/lesson/1", "message_id": "m-42" });
+    let r = s.call(0, "POST", "/v1/sessions/s1/tasks").bearer(&owner).json(&once).send().await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let after_first = s.events().await;
+    let r = s.call(1, "POST", "/v1/sessions/s1/tasks").bearer(&owner).json(&once).send().await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(s.events().await, after_first, "the retry recorded nothing");
     let inbox = s.call(1, "GET", "/v1/chats").bearer(&owner).send().await.json();
     let chats = inbox["chats"].as_array().unwrap();
     assert_eq!(chats.len(), 1, "only the owner's own chats: {inbox}");
