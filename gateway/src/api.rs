@@ -383,6 +383,11 @@ pub fn rfc3339(t: OffsetDateTime) -> String {
     t.format(&Rfc3339).unwrap_or_default()
 }
 
+/// [`rfc3339`] of milliseconds since the Unix epoch, as the authorizer's `*_ms` fields carry them.
+pub(crate) fn rfc3339_ms(ms: i64) -> String {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).map(rfc3339).unwrap_or_default()
+}
+
 /// What an owner reads for a code that says why a task permission did not cover an act: the
 /// words the domain keeps beside the code; an unknown code is shown as it is.
 pub fn reason_words(code: &str) -> String {

@@ -64,7 +64,8 @@ pub const PAGES: [(&str, &str); 9] = [
     ("/stories/1", "<!doctype html><title>A story</title><p>Once upon a time."),
 ];
 
-/// The demo run's step budget: the plan's steps and room to spare.
+/// The step budget the demo's plan needs, with room to spare (the worker's own is
+/// `WORKER_MAX_STEPS`, 100 by default).
 pub const MAX_STEPS: u32 = 40;
 
 /// What the agent may type, by field id: the task record (the model sees the ids only).

@@ -189,10 +189,9 @@ pub async fn serve(config: WorkerConfig, shutdown: impl std::future::Future<Outp
 
 /// Runs one claimed task to its end, renewing the lease meanwhile; a lost lease ends the run
 /// where it is (the authorizer refuses its acts already).
+#[tracing::instrument(skip_all, fields(session_id = %claimed.session_id, run_id = %claimed.run_id))]
 async fn run_claimed(config: Arc<WorkerConfig>, tenant: String, mut clients: Clients, claimed: pb::ClaimedTask) {
     let run_id = claimed.run_id.clone();
-    let span = tracing::info_span!("task", session_id = %claimed.session_id, run_id = %run_id);
-    let _enter = span.enter();
     let origin = url::Url::parse(&claimed.start_url).map(|u| u.origin().ascii_serialization()).unwrap_or_default();
     let file = TaskFile {
         chat_session: claimed.session_id.clone(),

@@ -31,7 +31,7 @@ pub(super) fn start_url(url: &str) -> Result<String, Status> {
 const DEFAULT_MINUTES: u32 = 60;
 
 fn ms(t: Option<OffsetDateTime>) -> i64 {
-    t.map_or(0, |t| i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX))
+    t.map_or(0, super::convert::unix_ms)
 }
 
 fn unavailable(e: credentials::AuthError) -> Status {

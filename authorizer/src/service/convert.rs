@@ -39,6 +39,11 @@ pub(super) fn rfc3339(t: OffsetDateTime) -> String {
     t.format(&Rfc3339).unwrap_or_default()
 }
 
+/// `t` as milliseconds since the Unix epoch, as the wire's `*_ms` fields carry it.
+pub(super) fn unix_ms(t: OffsetDateTime) -> i64 {
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
+}
+
 pub(super) fn position(at: Checkpoint) -> Option<pb::Position> {
     Some(pb::Position { tx_id: at.tx_id, position: at.position })
 }

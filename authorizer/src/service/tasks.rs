@@ -14,7 +14,7 @@ use crate::auth::Rpc;
 use crate::domain::Command;
 use crate::store::{Backend, Need};
 
-use super::convert::id;
+use super::convert::{id, unix_ms};
 use super::shared::AuthorizerService;
 use super::status::{invalid, status, with_reason};
 
@@ -25,10 +25,6 @@ fn not_an_agent_key(caller: &credentials::Caller) -> Result<(), Status> {
         return Err(with_reason(Code::PermissionDenied, transport::CALLER_NOT_PERMITTED, says.into()));
     }
     Ok(())
-}
-
-fn ms(t: OffsetDateTime) -> i64 {
-    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
 }
 
 /// One line of the owner's, as the record keeps it: trimmed, not empty, no control, format or
@@ -65,14 +61,14 @@ fn chat(w: &World, s: &grant_domain::model::Session) -> pb::Chat {
             w.approvals.values().filter(|a| &a.requested.session_id == id && a.state == ApprovalState::Pending).count(),
         )
         .unwrap_or(u32::MAX),
-        grant_expires_at_ms: grant.map_or(0, |g| ms(g.created.expires_at)),
+        grant_expires_at_ms: grant.map_or(0, |g| unix_ms(g.created.expires_at)),
         grant_actions_used: grant.map_or(0, |g| g.actions_used),
         task: s.task.as_ref().map(|t| pb::ChatTask {
             task_id: t.started.task_id.clone(),
             goal: t.started.goal.clone(),
             subgoals: t.started.subgoals.clone(),
             start_url: t.started.start_url.clone(),
-            started_at_ms: ms(t.started.started_at),
+            started_at_ms: unix_ms(t.started.started_at),
             state: state(t, OffsetDateTime::now_utc()).into(),
             run_id: t.run_id.clone().unwrap_or_default(),
         }),
@@ -192,7 +188,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
                     subgoals: t.started.subgoals.clone(),
                     start_url: t.started.start_url.clone(),
                     browser_profile_id: s.created.browser_profile_id.clone().unwrap_or_default(),
-                    lease_until_ms: ms(claimed.lease_until),
+                    lease_until_ms: unix_ms(claimed.lease_until),
                     owner: s.created.principal_id.clone(),
                 })
             })
@@ -219,7 +215,7 @@ impl<B: Backend + 'static> AuthorizerService<B> {
         };
         let events = authority.execute(command, &caller.principal).await.map_err(status)?;
         let until = events.iter().find_map(|e| match e {
-            Event::TaskClaimed(c) => Some(ms(c.lease_until)),
+            Event::TaskClaimed(c) => Some(unix_ms(c.lease_until)),
             _ => None,
         });
         Ok(Response::new(pb::RenewTaskReply { lease_until_ms: until.unwrap_or_default() }))

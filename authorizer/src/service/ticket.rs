@@ -37,7 +37,7 @@ pub(super) struct Allowed<'a> {
 /// decision, so a retried call answered later gets no longer to use it.
 pub(super) fn seal(keys: &Keyring, allowed: Allowed<'_>, decided: OffsetDateTime) -> pb::DispatchTicket {
     let not_after = allowed.until.map_or(decided + TICKET_LIFETIME, |u| u.min(decided + TICKET_LIFETIME));
-    let ms = |t: OffsetDateTime| i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX);
+    let ms = super::convert::unix_ms;
     let body = pb::TicketBody {
         ticket_id: allowed.ticket_id,
         tenant_id: allowed.tenant_id.to_owned(),

@@ -10,6 +10,7 @@ use proto::v1 as pb;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::api::rfc3339_ms;
 use crate::call::{Answer, Call, NoQuery, Seg, entity_id, status, uuid};
 use crate::docs::{Doc, doc, schema};
 use crate::guard;
@@ -86,12 +87,6 @@ pub(crate) struct Disconnected {
     pub(crate) disconnected: bool,
 }
 
-fn at(ms: i64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .map(crate::api::rfc3339)
-        .unwrap_or_default()
-}
-
 pub(super) async fn connect_agent(call: Call, Seg(session_id): Seg, req: Request) -> Answer<Connected> {
     let (owner, _) = call.owner(&CONNECT_AGENT).await?;
     call.query::<NoQuery>()?;
@@ -110,7 +105,7 @@ pub(super) async fn connect_agent(call: Call, Seg(session_id): Seg, req: Request
     Ok(Json(Connected {
         agent_id: reply.credential_id,
         key: reply.token,
-        expires_at: at(reply.expires_at_ms),
+        expires_at: rfc3339_ms(reply.expires_at_ms),
         browser_only: body.browser_only,
     }))
 }
@@ -128,8 +123,8 @@ pub(super) async fn list_agents(call: Call, Seg(session_id): Seg) -> Answer<Agen
             agent_id: a.credential_id,
             browser_only: a.browser_only,
             start_url: a.start_url,
-            expires_at: at(a.expires_at_ms),
-            revoked_at: (a.revoked_at_ms != 0).then(|| at(a.revoked_at_ms)),
+            expires_at: rfc3339_ms(a.expires_at_ms),
+            revoked_at: (a.revoked_at_ms != 0).then(|| rfc3339_ms(a.revoked_at_ms)),
         })
         .collect();
     Ok(Json(Agents { agents }))

@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::grants::empty_body;
-use crate::api::{Position, Written};
+use crate::api::{Position, Written, rfc3339_ms};
 use crate::call::{Answer, Call, NoQuery, Seg, entity_id, status};
 use crate::docs::{Doc, doc, schema};
 use crate::guard;
@@ -99,12 +99,6 @@ pub(crate) struct Inbox {
     pub(crate) sites: Vec<String>,
 }
 
-fn at(ms: i64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .map(crate::api::rfc3339)
-        .unwrap_or_default()
-}
-
 pub(super) async fn list_chats(call: Call) -> Answer<Inbox> {
     let (owner, _) = call.owner(&LIST_CHATS).await?;
     call.query::<NoQuery>()?;
@@ -122,13 +116,15 @@ pub(super) async fn list_chats(call: Call) -> Answer<Inbox> {
             session_id: c.session_id,
             stopped: c.stopped,
             waiting_cards: c.pending_cards,
-            permission: (c.grant_expires_at_ms != 0)
-                .then(|| Permission { expires_at: at(c.grant_expires_at_ms), actions_used: c.grant_actions_used }),
+            permission: (c.grant_expires_at_ms != 0).then(|| Permission {
+                expires_at: rfc3339_ms(c.grant_expires_at_ms),
+                actions_used: c.grant_actions_used,
+            }),
             task: c.task.map(|t| Task {
                 goal: t.goal,
                 subgoals: t.subgoals,
                 start_url: t.start_url,
-                started_at: at(t.started_at_ms),
+                started_at: rfc3339_ms(t.started_at_ms),
                 state: t.state,
             }),
             has_browser: c.has_browser,

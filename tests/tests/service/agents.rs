@@ -167,12 +167,7 @@ async fn an_agent_key_names_its_one_chat_and_holds_to_allow_once_unless_browser_
 /// tools the record cannot see: its owner is asked each time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standing_grant_covers_no_act_of_a_client_that_may_hold_other_tools() {
-    use authorizer::domain::StandingPin;
-    let authority = authority_with_scope(MemoryGrants::default(), true).await;
-    let pin = StandingPin { grant_id: "standing-1".into(), profile_id: "profile-1".into() };
-    let now = time::OffsetDateTime::now_utc();
-    authority.execute(Command::PinStandingGrant { pin: Some(pin), now }, "operator").await.unwrap();
-    let Served { mut client, _stop, .. } = start_in_process_on(authority).await;
+    let Served { mut client, _stop, .. } = start_with_standing_pin().await;
     session(&mut client).await;
     let routine = |run: &str| {
         let mut req = act_in(run);
@@ -196,14 +191,7 @@ async fn an_agent_key_takes_no_task_of_its_owner() {
     let Served { mut client, _stop, .. } = start_in_process(MemoryGrants::default()).await;
     session(&mut client).await;
     let key = client.connect_agent(owner(connect(true))).await.unwrap().into_inner().token;
-    let task = pb::StartTaskRequest {
-        session_id: "s1".into(),
-        message_id: "m5".into(),
-        goal: "Do the lesson".into(),
-        subgoals: vec!["Finish it".into()],
-        start_url: "https://www.lesson.test/lesson/1".into(),
-    };
-    client.start_task(owner(task)).await.unwrap();
+    client.start_task(owner(super::tasks::task("s1", super::tasks::START))).await.unwrap();
     let claim = pb::ClaimTaskRequest { holder: "app".into() };
     let refused = client.claim_task(tests::bearer(&key, claim.clone())).await.unwrap_err();
     assert_eq!((refused.code(), reason(&refused).as_str()), (Code::PermissionDenied, CALLER_NOT_PERMITTED));

@@ -195,12 +195,7 @@ async fn deleting_a_profile_or_a_session_ends_grants_on_postgres() {
 /// sends validates.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standing_grant_allow_carries_a_valid_constraint() {
-    use authorizer::domain::StandingPin;
-    let authority = authority_with_scope(MemoryGrants::default(), true).await;
-    let pin = StandingPin { grant_id: "standing-1".into(), profile_id: "profile-1".into() };
-    let now = time::OffsetDateTime::now_utc();
-    authority.execute(Command::PinStandingGrant { pin: Some(pin), now }, "operator").await.unwrap();
-    let Served { mut client, _stop, .. } = start_in_process_on(authority).await;
+    let Served { mut client, _stop, .. } = start_with_standing_pin().await;
     session(&mut client).await;
     let mut req = act(None);
     let e = req.element.as_mut().unwrap();

@@ -202,6 +202,16 @@ async fn start_in_process_with(backend: MemoryGrants, task_grants: bool) -> Serv
     start_in_process_on(authority_with_scope(backend, task_grants).await).await
 }
 
+/// [`start_in_process`] with the operator's standing grant pinned on profile-1.
+async fn start_with_standing_pin() -> Served {
+    use authorizer::domain::StandingPin;
+    let authority = authority_with_scope(MemoryGrants::default(), true).await;
+    let pin = StandingPin { grant_id: "standing-1".into(), profile_id: "profile-1".into() };
+    let now = time::OffsetDateTime::now_utc();
+    authority.execute(Command::PinStandingGrant { pin: Some(pin), now }, "operator").await.unwrap();
+    start_in_process_on(authority).await
+}
+
 /// [`start_in_process`] over an authority the test prepared.
 async fn start_in_process_on(authority: Arc<Authority<MemoryGrants>>) -> Served {
     let credentials = Credentials::memory();

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::*;
 
 /// A task's start, as the owner's gateway sends it.
-fn task(session: &str, start_url: &str) -> pb::StartTaskRequest {
+pub(super) fn task(session: &str, start_url: &str) -> pb::StartTaskRequest {
     pb::StartTaskRequest {
         session_id: session.into(),
         message_id: format!("m-{}", uuid::Uuid::new_v4().simple()),
@@ -17,7 +17,7 @@ fn task(session: &str, start_url: &str) -> pb::StartTaskRequest {
     }
 }
 
-const START: &str = "https://www.lesson.test/lesson/1";
+pub(super) const START: &str = "https://www.lesson.test/lesson/1";
 
 /// `act` by run `run_id`.
 fn act_by(run_id: &str) -> pb::AuthorizeRequest {
