@@ -714,6 +714,8 @@ async fn the_owner_works_in_the_console() {
 
     // Stop, then "continue": the same task runs again, asking afresh (the Stop ended the permission).
     owner.press("main", "Stop the agent in this chat").await;
+    // What the owner reads once the Stop is answered (it waits out the dispatch window).
+    owner.read_until("#status", "the Stop answered", |t| t.starts_with("The agent is stopped in this chat")).await;
     owner.read_until("#task-now", "the chat stopped", |t| t.contains("You stopped the agent here")).await;
     owner.read_until("#banner", "the permission gone", str::is_empty).await;
     owner.shot("stopped").await;

@@ -970,7 +970,8 @@ function renderTask() {
       : [c.has_browser ? 'No task yet: write one below.' : 'This chat has no browser, so no task can run in it.']),
     c.stopped ? ' You stopped the agent here: it does nothing until you write to it.' : '',
   );
-  $('continue').hidden = !t || t.state === 'done' || (t.state !== 'ended' && !c.stopped);
+  // While a Stop is on its way, nothing lifts it: its answer would come after the owner's next word.
+  $('continue').hidden = state.stopping || !t || t.state === 'done' || (t.state !== 'ended' && !c.stopped);
   $('continue').textContent = c.stopped ? 'Lift the Stop and run the task again' : 'Run the task again';
   $('stop-chat').hidden = c.stopped;
   form.hidden = !c.has_browser;
@@ -1026,6 +1027,8 @@ async function continueTask() {
 async function stopChat() {
   const b = $('stop-chat');
   b.disabled = true;
+  state.stopping = true;
+  renderTask();
   try {
     await call('POST', base + '/stop', {});
     say('The agent is stopped in this chat: its permission ended, its cards are denied, and it does nothing until you write to it.');
@@ -1034,6 +1037,8 @@ async function stopChat() {
     say('The agent was not stopped: ' + err.message + ' Press the button again.');
   } finally {
     b.disabled = false;
+    state.stopping = false;
+    renderTask();
   }
 }
 
